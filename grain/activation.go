@@ -1,0 +1,366 @@
+package grain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// envelope carries one application message through a mailbox.
+type envelope struct {
+	msg   *Message
+	ctx   context.Context // the sender's, for requests: deadline and cancellation
+	reply chan result     // buffered; nil unless msg is a REQUEST
+}
+
+type result struct {
+	msg *Message
+	err error
+}
+
+// deactivation asks an activation to end after the messages queued before it.
+type deactivation struct {
+	reason Reason
+}
+
+// activation is one live agent: a protoactor actor with our mailbox. It is
+// also the agent's Host.
+type activation struct {
+	rt    *Runtime
+	addr  Address
+	key   string // addr.String()
+	agent Agent
+	mb    mailbox
+	pid   *actor.PID
+
+	exec        sync.Mutex            // see turn.go
+	cur         atomic.Pointer[turn]  // the mailbox turn in progress
+	waiters     atomic.Int32          // turns waiting in Ask
+	lastActive  atomic.Int64          // Unix ns, coarse
+	deactivate  atomic.Int32          // a pending Reason, 0 if none
+	activatedAt int64                 // Unix ns
+	timers      map[string]*timer     // touched only in turn
+	started     bool                  // OnActivate ran; mailbox goroutine only
+	gone        bool                  // deactivated; guarded by exec
+	failed      atomic.Int32          // a Reason set by a turn that must end the activation
+}
+
+var _ Host = (*activation)(nil)
+
+// Receive implements actor.Actor. It runs on the mailbox's goroutine.
+func (a *activation) Receive(c actor.Context) {
+	switch m := c.Message().(type) {
+	case *envelope:
+		a.lastActive.Store(a.rt.now.Load())
+		a.handle(m)
+	case *timer:
+		a.tick(m)
+	case *deactivation:
+		a.deactivate.Store(0)
+		if m.reason == ReasonIdle && (a.mb.depth() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.rt.cfg.IdleTimeout.Nanoseconds()) {
+			return // used again since the request
+		}
+		a.finish(m.reason)
+	}
+	if r := a.failed.Load(); r != 0 && !a.gone {
+		a.finish(Reason(r))
+	}
+}
+
+// handle runs one message as a mailbox turn.
+func (a *activation) handle(env *envelope) {
+	parent := env.ctx
+	if parent == nil {
+		parent = a.rt.base
+	}
+	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId}
+	t.begin()
+	a.cur.Store(t)
+	reply, err := a.invoke(t, env.msg)
+	a.cur.Store(nil)
+	t.end()
+	a.respond(env, reply, err)
+}
+
+// reenters reports whether msg is a request of the call chain that this
+// activation's current turn is waiting on.
+func (a *activation) reenters(msg *Message) bool {
+	if msg.Kind != KindRequest || a.waiters.Load() == 0 {
+		return false
+	}
+	t := a.cur.Load()
+	return t != nil && t.chain == msg.CallChainId
+}
+
+// runReentrant runs env as a nested turn on the caller's goroutine. It
+// returns false if the activation ended before the turn could start.
+func (a *activation) runReentrant(env *envelope) bool {
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId}
+	t.begin()
+	if a.gone {
+		a.exec.Unlock()
+		return false
+	}
+	reply, err := a.invoke(t, env.msg)
+	t.end()
+	a.respond(env, reply, err)
+	return true
+}
+
+// invoke calls the agent's handler for msg, recovering a panic into Internal.
+// The caller holds exec.
+func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			a.rt.logger.Error("agent panicked", "agent", a.key, "message_type", msg.MessageType, "panic", r, "stack", string(debug.Stack()))
+			reply, err = nil, errs.New(codes.Internal, "agent %s panicked: %v", a.key, r)
+			a.failed.Store(int32(ReasonPanic))
+		}
+	}()
+	if !a.started {
+		a.started = true
+		if act, ok := a.agent.(Activator); ok {
+			if err := act.OnActivate(ctx); err != nil {
+				a.failed.Store(int32(ReasonRequested))
+				a.started = false // OnDeactivate is not run for a failed activation
+				if errs.Code(err) == codes.Unknown {
+					err = errs.New(codes.Internal, "agent %s: activate: %v", a.key, err)
+				}
+				return nil, err
+			}
+		}
+	}
+	switch msg.Kind {
+	case KindEvent:
+		if h, ok := a.agent.(EventHandler); ok {
+			return nil, h.OnEvent(ctx, msg)
+		}
+		return nil, nil
+	default:
+		return a.agent.OnMessage(ctx, msg)
+	}
+}
+
+// respond completes a request, or logs a one-way message's error.
+func (a *activation) respond(env *envelope, reply *Message, err error) {
+	if env.reply == nil {
+		if err != nil {
+			a.rt.logger.Debug("one-way message failed", "agent", a.key, "message_type", env.msg.MessageType, "err", err)
+		}
+		return
+	}
+	if err != nil {
+		env.reply <- result{err: err}
+		return
+	}
+	if reply == nil {
+		reply = env.msg.Response()
+	}
+	reply.Kind = KindResponse
+	reply.CorrelationId = env.msg.Id
+	reply.To, reply.From = env.msg.From, env.msg.To
+	if reply.Id == "" {
+		reply.Id = NewID()
+	}
+	env.reply <- result{msg: reply}
+}
+
+// requestDeactivation queues a deactivation behind the messages queued now.
+func (a *activation) requestDeactivation(r Reason) {
+	if a.deactivate.CompareAndSwap(0, int32(r)) {
+		a.mb.PostUserMessage(&deactivation{reason: r})
+	}
+}
+
+// finish ends the activation: OnDeactivate, timers, then out of the
+// directory. Messages still queued go, in order, to a new activation (which
+// is created only after this one's OnDeactivate returned, so the two never
+// overlap). Runs on the mailbox's goroutine.
+func (a *activation) finish(reason Reason) {
+	a.exec.Lock()
+	for name := range a.timers {
+		a.StopTimer(name)
+	}
+	if d, ok := a.agent.(Deactivator); ok && a.started {
+		ctx, cancel := context.WithTimeout(a.rt.base, a.rt.cfg.DeactivateTimeout)
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					a.rt.logger.Error("agent panicked in OnDeactivate", "agent", a.key, "panic", r)
+				}
+			}()
+			d.OnDeactivate(ctx, reason)
+		}()
+		cancel()
+	}
+	a.gone = true
+	a.exec.Unlock()
+
+	rt := a.rt
+	sh := rt.dir.shard(a.key)
+	sh.mu.Lock()
+	rest := a.mb.close()
+	var next *activation
+	var err error
+	if sh.m[a.key] == a {
+		delete(sh.m, a.key)
+		if hasEnvelopes(rest) {
+			if next, err = rt.activateLocked(a.addr, a.key); err == nil {
+				sh.m[a.key] = next
+			}
+		}
+	}
+	for _, m := range rest {
+		env, ok := m.(*envelope)
+		switch {
+		case !ok:
+		case next != nil:
+			next.mb.PostUserMessage(env)
+		case env.reply != nil:
+			if err == nil {
+				err = errs.New(codes.Unavailable, "agent %s is deactivating", a.key)
+			}
+			env.reply <- result{err: err}
+		}
+	}
+	sh.mu.Unlock()
+	rt.system.Root.Stop(a.pid)
+	rt.count.Add(-1)
+	rt.live.Done()
+}
+
+func hasEnvelopes(ms []any) bool {
+	for _, m := range ms {
+		if _, ok := m.(*envelope); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Host implementation.
+
+func (a *activation) Address() Address { return a.addr }
+func (a *activation) Owner() string    { return a.addr.Owner }
+
+func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
+	if msg == nil {
+		return nil, errs.New(codes.InvalidArgument, "nil message")
+	}
+	msg.To, msg.From, msg.Kind = to, a.key, KindRequest
+	return a.rt.ask(ctx, a.addr.Owner, msg)
+}
+
+func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
+	if msg == nil {
+		return errs.New(codes.InvalidArgument, "nil message")
+	}
+	msg.To, msg.From, msg.Kind = to, a.key, KindOneWay
+	return a.rt.tell(ctx, a.addr.Owner, msg)
+}
+
+func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
+	if msg == nil {
+		return errs.New(codes.InvalidArgument, "nil message")
+	}
+	msg.To, msg.From, msg.Kind = to, a.key, KindEvent
+	return a.rt.tell(ctx, a.addr.Owner, msg)
+}
+
+func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
+	if msg == nil {
+		return 0, errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	msg.From = a.key
+	return a.rt.broadcast(ctx, a, pattern, msg)
+}
+
+func (a *activation) Deactivate() { a.failed.Store(int32(ReasonRequested)) }
+
+func (a *activation) Config(ctx context.Context) (map[string]string, error) {
+	return a.rt.cfg.Configs.Get(ctx, a.addr)
+}
+
+func (a *activation) Logger() *slog.Logger { return a.rt.logger.With("agent", a.key) }
+
+// timer is one in-memory timer of an activation.
+type timer struct {
+	name, messageType, message string
+	period                     time.Duration
+	t                          *time.Timer
+	queued                     atomic.Bool
+	stopped                    atomic.Bool
+}
+
+func (a *activation) RegisterTimer(name string, due, period time.Duration, messageType, message string) error {
+	if name == "" {
+		return errs.New(codes.InvalidArgument, "timer name is empty")
+	}
+	if due < 0 || period < 0 {
+		return errs.New(codes.InvalidArgument, "timer %q: negative due time or period", name)
+	}
+	if IsReserved(messageType) {
+		return errs.New(codes.InvalidArgument, "timer %q: message type %q is reserved", name, messageType)
+	}
+	a.StopTimer(name)
+	tm := &timer{name: name, messageType: messageType, message: message, period: period}
+	tm.t = time.AfterFunc(due, func() {
+		if tm.stopped.Load() {
+			return
+		}
+		if tm.queued.CompareAndSwap(false, true) {
+			a.mb.PostUserMessage(tm)
+		}
+		if tm.period > 0 && !tm.stopped.Load() {
+			tm.t.Reset(tm.period)
+		}
+	})
+	if a.timers == nil {
+		a.timers = make(map[string]*timer)
+	}
+	a.timers[name] = tm
+	return nil
+}
+
+func (a *activation) StopTimer(name string) bool {
+	tm, ok := a.timers[name]
+	if !ok {
+		return false
+	}
+	tm.stopped.Store(true)
+	tm.t.Stop()
+	delete(a.timers, name)
+	return true
+}
+
+// tick delivers a timer's message as a one-way turn.
+func (a *activation) tick(tm *timer) {
+	tm.queued.Store(false)
+	a.exec.Lock()
+	live := !tm.stopped.Load() && a.timers[tm.name] == tm
+	if live && tm.period == 0 {
+		delete(a.timers, tm.name)
+	}
+	a.exec.Unlock()
+	if !live {
+		return
+	}
+	a.lastActive.Store(a.rt.now.Load())
+	msg := &Message{Id: NewID(), To: a.key, From: a.key, Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
+	msg.CallChainId = msg.Id
+	a.handle(&envelope{msg: msg})
+}
+
+func (a *activation) String() string { return fmt.Sprintf("activation(%s)", a.key) }

@@ -1,0 +1,174 @@
+package grain
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// Agent is the one method every agent type implements. The runtime calls it
+// for REQUEST and ONE_WAY messages, one message at a time per activation:
+// OnMessage never runs concurrently with itself or with the other callbacks of
+// the same activation (except for requests of the call chain the activation is
+// waiting on in Ask; see Host.Ask).
+//
+// For a REQUEST, the returned message is the reply (build it with
+// msg.Response(); a nil reply is an empty RESPONSE). A returned error fails the
+// call with the error's gRPC code (see package errs), Unknown for a plain
+// error. For a ONE_WAY message the reply is discarded.
+//
+// ctx carries the caller's deadline for requests and is cancelled when the
+// caller stops waiting.
+type Agent interface {
+	OnMessage(ctx context.Context, msg *Message) (*Message, error)
+}
+
+// Activator is implemented by agents that want to run code when activated,
+// before their first message (FabrCore's OnInitialize). An error fails the
+// message that caused the activation, and the activation is discarded.
+type Activator interface {
+	OnActivate(ctx context.Context) error
+}
+
+// EventHandler is implemented by agents that take events (Host.Event). Agents
+// that do not implement it ignore events.
+type EventHandler interface {
+	OnEvent(ctx context.Context, msg *Message) error
+}
+
+// Deactivator is implemented by agents that want to run code when their
+// activation ends. It runs in turn, after the last message.
+type Deactivator interface {
+	OnDeactivate(ctx context.Context, reason Reason)
+}
+
+// Reason says why an activation ends.
+type Reason int
+
+const (
+	// ReasonIdle: no message for the idle timeout.
+	ReasonIdle Reason = iota + 1
+	// ReasonShutdown: the silo is shutting down.
+	ReasonShutdown
+	// ReasonPanic: a handler panicked; the next message re-creates the agent.
+	ReasonPanic
+	// ReasonRequested: the agent or the runtime asked for it (Host.Deactivate).
+	ReasonRequested
+)
+
+func (r Reason) String() string {
+	switch r {
+	case ReasonIdle:
+		return "idle"
+	case ReasonShutdown:
+		return "shutdown"
+	case ReasonPanic:
+		return "panic"
+	case ReasonRequested:
+		return "requested"
+	}
+	return "unknown"
+}
+
+// Host is what an activation gets from the runtime: its identity and the ways
+// to reach other agents. Ask, Send, Event, Broadcast and Config may be called
+// from any goroutine; RegisterTimer, StopTimer and Deactivate only from the
+// activation's own turn.
+type Host interface {
+	// Address is the activation's own address.
+	Address() Address
+	// Owner is the owner part of Address; relative addresses resolve to it.
+	Owner() string
+
+	// Ask sends a REQUEST to the agent at `to` and waits for its reply, up to
+	// ctx's deadline or the default Ask timeout (30 s). Called with the ctx of
+	// a turn, the request joins that turn's call chain, and requests of the
+	// same chain may enter this activation while it waits (so A asks B, B asks
+	// A completes instead of deadlocking); other messages wait their turn.
+	Ask(ctx context.Context, to string, msg *Message) (*Message, error)
+	// Send delivers a ONE_WAY message. It returns once the message is queued
+	// (waiting for room in a full mailbox, bounded by ctx).
+	Send(ctx context.Context, to string, msg *Message) error
+	// Event delivers an EVENT, handled by the target's OnEvent.
+	Event(ctx context.Context, to string, msg *Message) error
+	// Broadcast sends msg (an EVENT if its kind is KIND_EVENT, else ONE_WAY)
+	// to every active agent whose address matches the glob pattern (path.Match
+	// syntax, e.g. "Worker:acme:*"), except the sender, and returns how many it
+	// reached.
+	Broadcast(ctx context.Context, pattern string, msg *Message) (int, error)
+
+	// RegisterTimer delivers a ONE_WAY message of messageType with text
+	// message to this activation after due, then every period (0: once). A
+	// timer lives in memory until stopped or until the activation ends; a tick
+	// is skipped while the previous one is still queued. Registering an
+	// existing name replaces it.
+	RegisterTimer(name string, due, period time.Duration, messageType, message string) error
+	// StopTimer stops the named timer and reports whether it existed.
+	StopTimer(name string) bool
+	// Deactivate ends this activation after the current turn.
+	Deactivate()
+
+	// Config returns the configuration stored by CreateAgent for this agent
+	// (nil if it was never created), read when first asked for.
+	Config(ctx context.Context) (map[string]string, error)
+	// Logger returns a logger that names the agent.
+	Logger() *slog.Logger
+}
+
+// Factory creates the agent for a new activation. It must not block; do slow
+// set-up in OnActivate.
+type Factory func(host Host) (Agent, error)
+
+// Registry maps agent type names to factories. It is safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	types map[string]Factory
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{types: make(map[string]Factory)} }
+
+// Register adds an agent type. The name must be a valid type name, not the
+// reserved SessionType, and not registered already.
+func (r *Registry) Register(typeName string, f Factory) error {
+	if !ValidType(typeName) {
+		return errs.New(codes.InvalidArgument, "agent type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(typeName))
+	}
+	if typeName == SessionType {
+		return errs.New(codes.InvalidArgument, "agent type %q is reserved for client sessions", typeName)
+	}
+	if f == nil {
+		return errs.New(codes.InvalidArgument, "agent type %q: nil factory", typeName)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.types[typeName]; ok {
+		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
+	}
+	r.types[typeName] = f
+	return nil
+}
+
+// Lookup returns the factory of typeName.
+func (r *Registry) Lookup(typeName string) (Factory, bool) {
+	r.mu.RLock()
+	f, ok := r.types[typeName]
+	r.mu.RUnlock()
+	return f, ok
+}
+
+// Types returns the registered type names, in no particular order.
+func (r *Registry) Types() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]string, 0, len(r.types))
+	for t := range r.types {
+		out = append(out, t)
+	}
+	return out
+}

@@ -1,0 +1,118 @@
+package grain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Config configures a Runtime. Start from DefaultConfig.
+type Config struct {
+	// Silo names the silo in ActivationInfo. Default: "local".
+	Silo string
+	// MailboxSize bounds each activation's mailbox; a sender to a full
+	// mailbox waits (bounded by its context). Default: 1000.
+	MailboxSize int
+	// AskTimeout bounds an Ask whose context has no deadline. Default: 30 s.
+	AskTimeout time.Duration
+	// IdleTimeout deactivates an activation that had no message for this
+	// long. Default: 15 min.
+	IdleTimeout time.Duration
+	// DeactivateTimeout bounds OnDeactivate. Default: 10 s.
+	DeactivateTimeout time.Duration
+	// MaxMessageSize bounds a message's encoded size; larger is
+	// ResourceExhausted. Default: 4 MiB.
+	MaxMessageSize int
+	// Configs stores CreateAgent's configurations. Default: an in-memory store.
+	Configs ConfigStore
+	// Sessions delivers messages addressed to client sessions
+	// (`Session:owner:id`). Nil: such messages are NotFound.
+	Sessions SessionRouter
+	// Logger receives the runtime's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		Silo:              "local",
+		MailboxSize:       1000,
+		AskTimeout:        30 * time.Second,
+		IdleTimeout:       15 * time.Minute,
+		DeactivateTimeout: 10 * time.Second,
+		MaxMessageSize:    4 << 20,
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case c.MailboxSize < 1:
+		return fmt.Errorf("grain: MailboxSize %d must be at least 1", c.MailboxSize)
+	case c.AskTimeout <= 0:
+		return fmt.Errorf("grain: AskTimeout %v must be positive", c.AskTimeout)
+	case c.IdleTimeout <= 0:
+		return fmt.Errorf("grain: IdleTimeout %v must be positive", c.IdleTimeout)
+	case c.DeactivateTimeout <= 0:
+		return fmt.Errorf("grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
+	case c.MaxMessageSize < 1024:
+		return fmt.Errorf("grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+	}
+	return nil
+}
+
+// SessionRouter delivers messages to client sessions. The gateway implements
+// it. DeliverToSession is called concurrently, from any goroutine, and must not
+// block for long: a session that is briefly disconnected keeps what it is sent.
+type SessionRouter interface {
+	DeliverToSession(ctx context.Context, msg *Message) error
+}
+
+// ConfigStore keeps agent configurations written by CreateAgent. Methods are
+// called concurrently.
+type ConfigStore interface {
+	// Get returns the configuration of addr, or nil if none was stored.
+	Get(ctx context.Context, addr Address) (map[string]string, error)
+	// Put stores the configuration of addr, replacing any earlier one.
+	Put(ctx context.Context, addr Address, cfg map[string]string) error
+}
+
+// MemoryConfigStore is a ConfigStore in memory: the default of a single silo
+// without etcd, and the store for tests.
+type MemoryConfigStore struct {
+	mu   sync.RWMutex
+	cfgs map[Address]map[string]string
+}
+
+// NewMemoryConfigStore returns an empty store.
+func NewMemoryConfigStore() *MemoryConfigStore {
+	return &MemoryConfigStore{cfgs: make(map[Address]map[string]string)}
+}
+
+// Get implements ConfigStore.
+func (s *MemoryConfigStore) Get(_ context.Context, addr Address) (map[string]string, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return clone(s.cfgs[addr]), nil
+}
+
+// Put implements ConfigStore.
+func (s *MemoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfgs[addr] = clone(cfg)
+	return nil
+}
+
+func clone(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

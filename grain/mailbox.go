@@ -1,0 +1,193 @@
+package grain
+
+import (
+	"context"
+	"runtime"
+	"sync"
+
+	"github.com/asynkron/protoactor-go/actor"
+)
+
+// mailbox is the protoactor-go Mailbox of one activation. It differs from
+// protoactor's own mailboxes in two ways that agentsilo needs:
+//
+//   - it is bounded with backpressure: post waits for room under the sender's
+//     context instead of dropping or spinning;
+//   - it costs little while idle (no ring buffer kept), since a silo holds
+//     many idle activations.
+//
+// It can also be closed and drained, so the messages that arrive while an
+// activation deactivates are handed to the next activation in order.
+//
+// Lock order: directory shard, then mailbox.mu.
+type mailbox struct {
+	mu      sync.Mutex
+	user    []any // user[head:] are queued
+	head    int
+	sys     []any
+	running bool
+	closed  bool
+	limit   int32
+	waiting chan struct{} // closed when room frees up; made when a sender waits
+
+	invoker    actor.MessageInvoker
+	dispatcher actor.Dispatcher
+}
+
+var _ actor.Mailbox = (*mailbox)(nil)
+
+// errClosed means the activation is gone; the sender looks it up again.
+type closedError struct{}
+
+func (closedError) Error() string { return "grain: activation closed" }
+
+var errClosed error = closedError{}
+
+// post queues a user message, waiting for room while the mailbox is full.
+func (m *mailbox) post(ctx context.Context, msg any) error {
+	m.mu.Lock()
+	for {
+		if m.closed {
+			m.mu.Unlock()
+			return errClosed
+		}
+		if int32(len(m.user)-m.head) < m.limit {
+			break
+		}
+		if m.waiting == nil {
+			m.waiting = make(chan struct{})
+		}
+		ch := m.waiting
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
+	m.user = append(m.user, msg)
+	m.scheduleLocked()
+	m.mu.Unlock()
+	return nil
+}
+
+// PostUserMessage queues a message without a bound: protoactor's own path,
+// and the runtime's for internal messages (timer ticks, deactivation) that
+// must not wait behind application traffic.
+func (m *mailbox) PostUserMessage(msg any) {
+	m.mu.Lock()
+	if !m.closed {
+		m.user = append(m.user, msg)
+		m.scheduleLocked()
+	}
+	m.mu.Unlock()
+}
+
+// PostSystemMessage queues a protoactor system message (Started, Stop, ...).
+func (m *mailbox) PostSystemMessage(msg any) {
+	m.mu.Lock()
+	m.sys = append(m.sys, msg)
+	m.scheduleLocked()
+	m.mu.Unlock()
+}
+
+// RegisterHandlers implements actor.Mailbox.
+func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+	m.invoker = invoker
+	m.dispatcher = dispatcher
+}
+
+// Start implements actor.Mailbox.
+func (m *mailbox) Start() {}
+
+// UserMessageCount implements actor.Mailbox.
+func (m *mailbox) UserMessageCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.user) - m.head
+}
+
+func (m *mailbox) scheduleLocked() {
+	if !m.running && m.invoker != nil {
+		m.running = true
+		m.dispatcher.Schedule(m.run)
+	}
+}
+
+// run processes messages until the mailbox is empty; system messages first.
+func (m *mailbox) run() {
+	var msg any
+	defer func() {
+		if r := recover(); r != nil {
+			m.invoker.EscalateFailure(r, msg)
+		}
+	}()
+	throughput := m.dispatcher.Throughput()
+	for i := 0; ; i++ {
+		if i >= throughput {
+			i = 0
+			runtime.Gosched()
+		}
+		var sys bool
+		m.mu.Lock()
+		switch {
+		case len(m.sys) > 0:
+			msg, sys = m.sys[0], true
+			m.sys[0] = nil
+			m.sys = m.sys[1:]
+			if len(m.sys) == 0 {
+				m.sys = nil
+			}
+		case len(m.user) > m.head:
+			msg = m.user[m.head]
+			m.user[m.head] = nil
+			m.head++
+			if m.head == len(m.user) {
+				m.resetLocked()
+			}
+			if m.waiting != nil {
+				close(m.waiting)
+				m.waiting = nil
+			}
+		default:
+			m.running = false
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		if sys {
+			m.invoker.InvokeSystemMessage(msg)
+		} else {
+			m.invoker.InvokeUserMessage(msg)
+		}
+	}
+}
+
+// resetLocked empties the queue, keeping a small buffer for the next burst
+// and dropping a large one so an idle activation stays small.
+func (m *mailbox) resetLocked() {
+	if cap(m.user) > 16 {
+		m.user = nil
+	} else {
+		m.user = m.user[:0]
+	}
+	m.head = 0
+}
+
+// close stops the mailbox taking user messages and returns those still
+// queued, in order. Senders waiting for room get errClosed.
+func (m *mailbox) close() []any {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	rest := append([]any(nil), m.user[m.head:]...)
+	m.user, m.head = nil, 0
+	if m.waiting != nil {
+		close(m.waiting)
+		m.waiting = nil
+	}
+	return rest
+}
+
+func (m *mailbox) depth() int { return m.UserMessageCount() }

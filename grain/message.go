@@ -1,0 +1,70 @@
+package grain
+
+import (
+	"encoding/hex"
+	"math/rand/v2"
+	"strings"
+	"time"
+
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// Message is agentsilo's one message type (see proto/agentsilo/v1).
+type Message = agentsilov1.AgentMessage
+
+// The kinds of message.
+const (
+	KindRequest  = agentsilov1.Kind_KIND_REQUEST
+	KindOneWay   = agentsilov1.Kind_KIND_ONE_WAY
+	KindEvent    = agentsilov1.Kind_KIND_EVENT
+	KindResponse = agentsilov1.Kind_KIND_RESPONSE
+)
+
+// ReservedPrefix starts the message types reserved for the runtime.
+const ReservedPrefix = "_silo."
+
+// Text returns a message with the given text body.
+func Text(text string) *Message { return &Message{Message: text} }
+
+// IsReserved reports whether messageType is reserved for the runtime.
+func IsReserved(messageType string) bool { return strings.HasPrefix(messageType, ReservedPrefix) }
+
+// NewID returns a UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then
+// random bits. The random bits come from the runtime's fast per-thread source:
+// ids must be unique and time-ordered, not secret.
+func NewID() string {
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	r1, r2 := rand.Uint64(), rand.Uint64()
+	b[0], b[1], b[2], b[3], b[4], b[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
+	b[6] = 0x70 | byte(r1>>60)&0x0f // version 7
+	b[7] = byte(r1 >> 52)
+	b[8] = 0x80 | byte(r1>>46)&0x3f // variant 10
+	for i := 9; i < 16; i++ {
+		b[i] = byte(r2 >> (8 * (i - 9)))
+	}
+	var s [36]byte
+	hex.Encode(s[0:8], b[0:4])
+	s[8] = '-'
+	hex.Encode(s[9:13], b[4:6])
+	s[13] = '-'
+	hex.Encode(s[14:18], b[6:8])
+	s[18] = '-'
+	hex.Encode(s[19:23], b[8:10])
+	s[23] = '-'
+	hex.Encode(s[24:], b[10:])
+	return string(s[:])
+}
+
+// approxSize is a cheap upper-bound-ish estimate of a message's wire size,
+// used to skip exact sizing on the hot path for small messages.
+func approxSize(m *Message) int {
+	n := len(m.Message) + len(m.Data) + len(m.To) + len(m.From) + len(m.MessageType) + 64
+	for _, f := range m.Files {
+		n += len(f) + 2
+	}
+	for k, v := range m.State {
+		n += len(k) + len(v) + 6
+	}
+	return n
+}

@@ -1,0 +1,433 @@
+package grain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// Runtime hosts the activations of one silo. It activates an agent when the
+// first message for its address arrives, runs it one message at a time as a
+// protoactor-go actor, and deactivates it when idle or at Close.
+//
+// All methods are safe for concurrent use.
+type Runtime struct {
+	cfg    Config
+	reg    *Registry
+	logger *slog.Logger
+
+	system *actor.ActorSystem
+	props  *actor.Props
+	// spawnMu hands the activation being spawned to the shared Props'
+	// producers, so that no Props is allocated per activation.
+	spawnMu  sync.Mutex
+	spawning *activation
+	seq      atomic.Uint64
+
+	dir   directory
+	live  sync.WaitGroup // one per activation not yet removed
+	count atomic.Int64
+
+	base    context.Context // cancelled by Close; parent of one-way turns
+	cancel  context.CancelFunc
+	closing atomic.Bool
+	now     atomic.Int64 // coarse clock (Unix ns), advanced by the collector
+	stop    chan struct{}
+	stopped sync.WaitGroup
+}
+
+// New starts a runtime for the agent types in reg.
+func New(cfg Config, reg *Registry) (*Runtime, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if reg == nil {
+		return nil, errors.New("grain: nil Registry")
+	}
+	if cfg.Configs == nil {
+		cfg.Configs = NewMemoryConfigStore()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Silo == "" {
+		cfg.Silo = "local"
+	}
+	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, stop: make(chan struct{})}
+	rt.base, rt.cancel = context.WithCancel(context.Background())
+	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		return cfg.Logger.With("lib", "protoactor")
+	}))
+	rt.props = actor.PropsFromProducer(
+		func() actor.Actor { return rt.spawning },
+		actor.WithMailbox(func() actor.Mailbox { return &rt.spawning.mb }),
+		actor.WithDispatcher(actor.NewDefaultDispatcher(300)),
+	)
+	rt.dir.init()
+	rt.now.Store(time.Now().UnixNano())
+	rt.stopped.Add(1)
+	go rt.collect()
+	return rt, nil
+}
+
+// Registry returns the runtime's agent types.
+func (rt *Runtime) Registry() *Registry { return rt.reg }
+
+// Config returns the runtime's configuration, defaults filled in.
+func (rt *Runtime) Config() Config { return rt.cfg }
+
+// Ask sends a REQUEST on behalf of the sender named in msg.From (an agent or
+// session address, whose owner resolves a relative msg.To) and waits for the
+// reply. The gateway calls it for clients; agents use Host.Ask.
+func (rt *Runtime) Ask(ctx context.Context, msg *Message) (*Message, error) {
+	if msg == nil {
+		return nil, errs.New(codes.InvalidArgument, "nil message")
+	}
+	msg.Kind = KindRequest
+	return rt.ask(ctx, ownerOf(msg.From), msg)
+}
+
+// Send delivers a ONE_WAY message or, if msg.Kind is KIND_EVENT, an event,
+// on behalf of the sender named in msg.From.
+func (rt *Runtime) Send(ctx context.Context, msg *Message) error {
+	if msg == nil {
+		return errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	return rt.tell(ctx, ownerOf(msg.From), msg)
+}
+
+// CreateAgent stores the configuration of the agent at addr (relative to
+// owner). The type must be registered.
+func (rt *Runtime) CreateAgent(ctx context.Context, owner, addr string, cfg map[string]string) (Address, error) {
+	a, err := Resolve(addr, owner)
+	if err != nil {
+		return Address{}, err
+	}
+	if _, ok := rt.reg.Lookup(a.Type); !ok {
+		return Address{}, errs.New(codes.NotFound, "agent type %q is not registered", a.Type)
+	}
+	if err := rt.cfg.Configs.Put(ctx, a, cfg); err != nil {
+		return Address{}, err
+	}
+	return a, nil
+}
+
+// ActivationInfo describes one live activation.
+type ActivationInfo struct {
+	Address      Address
+	Silo         string
+	ActivatedAt  time.Time
+	LastActive   time.Time
+	MailboxDepth int
+}
+
+// Activations lists the live activations, of one type if typeName is not empty.
+func (rt *Runtime) Activations(typeName string) []ActivationInfo {
+	var out []ActivationInfo
+	rt.dir.each(func(a *activation) {
+		if typeName == "" || a.addr.Type == typeName {
+			out = append(out, ActivationInfo{
+				Address:      a.addr,
+				Silo:         rt.cfg.Silo,
+				ActivatedAt:  time.Unix(0, a.activatedAt),
+				LastActive:   time.Unix(0, a.lastActive.Load()),
+				MailboxDepth: a.mb.depth(),
+			})
+		}
+	})
+	return out
+}
+
+// Len returns the number of live activations.
+func (rt *Runtime) Len() int { return int(rt.count.Load()) }
+
+// Close deactivates every activation (running OnDeactivate with
+// ReasonShutdown) and stops the runtime. New messages get Unavailable from the
+// moment Close is called. If ctx ends first, Close returns its error and the
+// remaining activations are abandoned.
+func (rt *Runtime) Close(ctx context.Context) error {
+	if !rt.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(rt.stop)
+	rt.stopped.Wait()
+	rt.dir.each(func(a *activation) { a.requestDeactivation(ReasonShutdown) })
+	done := make(chan struct{})
+	go func() {
+		rt.live.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = fmt.Errorf("grain: close: %d activations still live: %w", rt.Len(), ctx.Err())
+	}
+	rt.cancel()
+	rt.system.Shutdown()
+	return err
+}
+
+// ask is the one path of every REQUEST.
+func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Message, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
+		defer cancel()
+	}
+	t := turnFrom(ctx)
+	if err := rt.prepare(ctx, t, owner, msg); err != nil {
+		return nil, err
+	}
+	if isSession(msg.To) {
+		return nil, errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
+	}
+	env := &envelope{msg: msg, ctx: ctx, reply: make(chan result, 1)}
+	if t != nil {
+		// Give the turn's lock back before sending, so that a request of this
+		// chain that comes back to the caller finds it waiting.
+		t.beginWait()
+		defer t.endWait()
+	}
+	if err := rt.deliver(ctx, env); err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-env.reply:
+		return r.msg, r.err
+	case <-ctx.Done():
+		return nil, ctxError(ctx, "ask "+msg.To)
+	}
+}
+
+// tell is the one path of every ONE_WAY message and EVENT.
+func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message) error {
+	if err := rt.prepare(ctx, turnFrom(ctx), owner, msg); err != nil {
+		return err
+	}
+	if isSession(msg.To) {
+		if rt.cfg.Sessions == nil {
+			return errs.New(codes.NotFound, "no client session %s", msg.To)
+		}
+		return rt.cfg.Sessions.DeliverToSession(ctx, msg)
+	}
+	return rt.deliver(ctx, &envelope{msg: msg})
+}
+
+// prepare validates msg, resolves msg.To to its canonical form and stamps the
+// runtime's fields (id, call chain).
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message) error {
+	if rt.closing.Load() {
+		return errs.New(codes.Unavailable, "silo is shutting down")
+	}
+	if IsReserved(msg.MessageType) {
+		return errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), ReservedPrefix)
+	}
+	if n := approxSize(msg); n > rt.cfg.MaxMessageSize/2 {
+		if n = proto.Size(msg); n > rt.cfg.MaxMessageSize {
+			return errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, rt.cfg.MaxMessageSize)
+		}
+	}
+	if !rt.dir.has(msg.To) {
+		a, err := Resolve(msg.To, owner)
+		if err != nil {
+			return err
+		}
+		msg.To = a.String()
+		if a.Type != SessionType {
+			if _, ok := rt.reg.Lookup(a.Type); !ok {
+				return errs.New(codes.NotFound, "agent type %q is not registered", a.Type)
+			}
+		}
+	}
+	msg.Id = NewID()
+	if t != nil {
+		msg.CallChainId = t.chain
+	} else if msg.CallChainId == "" {
+		msg.CallChainId = msg.Id
+	}
+	if ctx.Err() != nil {
+		return ctxError(ctx, "send to "+msg.To)
+	}
+	return nil
+}
+
+// deliver queues env at the activation of env.msg.To, activating it if
+// needed, or runs it at once if it re-enters a waiting call chain.
+func (rt *Runtime) deliver(ctx context.Context, env *envelope) error {
+	for {
+		a, err := rt.activation(env.msg.To)
+		if err != nil {
+			return err
+		}
+		if a.reenters(env.msg) {
+			if a.runReentrant(env) {
+				return nil
+			}
+			continue // it deactivated meanwhile: look it up again
+		}
+		switch err := a.mb.post(ctx, env); err {
+		case nil:
+			return nil
+		case errClosed:
+			continue // deactivated; the directory already points past it
+		default:
+			return ctxError(ctx, "send to "+env.msg.To)
+		}
+	}
+}
+
+// activation returns the live activation of the canonical address key,
+// creating it if there is none.
+func (rt *Runtime) activation(key string) (*activation, error) {
+	sh := rt.dir.shard(key)
+	sh.mu.RLock()
+	a := sh.m[key]
+	sh.mu.RUnlock()
+	if a != nil {
+		return a, nil
+	}
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if a = sh.m[key]; a != nil {
+		return a, nil
+	}
+	addr, err := ParseAddress(key)
+	if err != nil {
+		return nil, err
+	}
+	if a, err = rt.activateLocked(addr, key); err != nil {
+		return nil, err
+	}
+	sh.m[key] = a
+	return a, nil
+}
+
+// activateLocked creates and spawns a new activation. The caller holds the
+// directory shard of key and puts the result in it.
+func (rt *Runtime) activateLocked(addr Address, key string) (a *activation, err error) {
+	if rt.closing.Load() {
+		return nil, errs.New(codes.Unavailable, "silo is shutting down")
+	}
+	factory, ok := rt.reg.Lookup(addr.Type)
+	if !ok {
+		return nil, errs.New(codes.NotFound, "agent type %q is not registered", addr.Type)
+	}
+	a = &activation{rt: rt, addr: addr, key: key}
+	a.mb.limit = int32(rt.cfg.MailboxSize)
+	now := time.Now().UnixNano()
+	a.activatedAt = now
+	a.lastActive.Store(now)
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = errs.New(codes.Internal, "agent %s: factory panicked: %v", key, r)
+			}
+		}()
+		a.agent, err = factory(a)
+	}()
+	if err == nil && a.agent == nil {
+		err = errs.New(codes.Internal, "agent %s: factory returned no agent", key)
+	}
+	if err != nil {
+		if errs.Code(err) == codes.Unknown {
+			err = errs.New(codes.Internal, "agent %s: factory: %v", key, err)
+		}
+		return nil, err
+	}
+	rt.spawnMu.Lock()
+	rt.spawning = a
+	a.pid, err = rt.system.Root.SpawnNamed(rt.props, strconv.FormatUint(rt.seq.Add(1), 36))
+	rt.spawning = nil
+	rt.spawnMu.Unlock()
+	if err != nil {
+		return nil, errs.New(codes.Internal, "agent %s: spawn: %v", key, err)
+	}
+	rt.live.Add(1)
+	rt.count.Add(1)
+	return a, nil
+}
+
+// collect advances the coarse clock and deactivates idle activations.
+func (rt *Runtime) collect() {
+	defer rt.stopped.Done()
+	every := min(max(rt.cfg.IdleTimeout/4, time.Millisecond), time.Second)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	idle := rt.cfg.IdleTimeout.Nanoseconds()
+	for {
+		select {
+		case <-rt.stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now().UnixNano()
+		rt.now.Store(now)
+		rt.dir.each(func(a *activation) {
+			if now-a.lastActive.Load() >= idle {
+				a.requestDeactivation(ReasonIdle)
+			}
+		})
+	}
+}
+
+// broadcast delivers msg to every live activation matching pattern.
+func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern string, msg *Message) (int, error) {
+	if _, err := path.Match(pattern, ""); err != nil {
+		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
+	}
+	var targets []string
+	rt.dir.each(func(a *activation) {
+		if a != from {
+			if ok, _ := path.Match(pattern, a.key); ok {
+				targets = append(targets, a.key)
+			}
+		}
+	})
+	n := 0
+	for _, to := range targets {
+		m := proto.Clone(msg).(*Message)
+		m.To = to
+		if err := rt.tell(ctx, from.addr.Owner, m); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+func isSession(to string) bool {
+	return len(to) > len(SessionType) && to[len(SessionType)] == ':' && to[:len(SessionType)] == SessionType
+}
+
+// ownerOf returns the owner part of a canonical address, or "" if addr is not
+// one.
+func ownerOf(addr string) string {
+	a, err := ParseAddress(addr)
+	if err != nil {
+		return ""
+	}
+	return a.Owner
+}
+
+func ctxError(ctx context.Context, what string) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errs.New(codes.Canceled, "%s: cancelled", what)
+	}
+	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
+}
