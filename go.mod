@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/asynkron/protoactor-go v0.0.0-20240822202345-3c0e61ca19c9
+	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.75.0
 	google.golang.org/protobuf v1.36.12
 )
