@@ -68,7 +68,8 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, stop: make(chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		return cfg.Logger.With("lib", "protoactor")
+		// protoactor logs routine events at Info; keep only its warnings.
+		return slog.New(warnOnly{cfg.Logger.Handler()}).With("lib", "protoactor")
 	}))
 	rt.props = actor.PropsFromProducer(
 		func() actor.Actor { return rt.spawning },
@@ -431,3 +432,13 @@ func ctxError(ctx context.Context, what string) error {
 	}
 	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
 }
+
+// warnOnly drops records below Warn.
+type warnOnly struct{ slog.Handler }
+
+func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
+}
+
+func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
+func (h warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{h.Handler.WithGroup(g)} }

@@ -1,0 +1,166 @@
+// Package examples holds the demo agent types that `silo` serves and the
+// README walks through. Each is small enough to read in a minute and shows
+// one part of the programming model:
+//
+//   - Echo replies with what it got (request/response).
+//   - Counter keeps a count in memory (state without locks, one turn at a time).
+//   - Progress pushes three "thinking" one-way messages to its caller, then
+//     replies (pushing to a client session).
+//   - Pipeline asks two agents in sequence (agent-to-agent Ask, configuration
+//     read lazily).
+//   - FanOut asks N agents in parallel and merges their replies.
+package examples
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// Register adds every demo type to reg.
+func Register(reg *grain.Registry) error {
+	for name, f := range map[string]grain.Factory{
+		"Echo":     func(grain.Host) (grain.Agent, error) { return Echo{}, nil },
+		"Counter":  func(grain.Host) (grain.Agent, error) { return &Counter{}, nil },
+		"Progress": func(h grain.Host) (grain.Agent, error) { return &Progress{host: h}, nil },
+		"Pipeline": func(h grain.Host) (grain.Agent, error) { return &Pipeline{host: h}, nil },
+		"FanOut":   func(h grain.Host) (grain.Agent, error) { return &FanOut{host: h}, nil },
+	} {
+		if err := reg.Register(name, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Echo replies with the text it was sent.
+type Echo struct{}
+
+// OnMessage implements grain.Agent.
+func (Echo) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+	r := m.Response()
+	r.Message = m.Message
+	return r, nil
+}
+
+// Counter counts in memory. "get" replies with the count, "reset" sets it to
+// zero, anything else (an Ask or a Send) adds one, or N for "add N". The count
+// lives as long as the activation.
+type Counter struct{ n int64 }
+
+// OnMessage implements grain.Agent.
+func (c *Counter) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+	switch cmd, arg, _ := strings.Cut(strings.TrimSpace(m.Message), " "); cmd {
+	case "get":
+	case "reset":
+		c.n = 0
+	case "add":
+		d, err := strconv.ParseInt(arg, 10, 64)
+		if err != nil {
+			return nil, errs.New(codes.InvalidArgument, "add %q: want a number", arg)
+		}
+		c.n += d
+	default:
+		c.n++
+	}
+	r := m.Response()
+	r.Message = strconv.FormatInt(c.n, 10)
+	return r, nil
+}
+
+// Progress shows an agent pushing to its caller: it sends three one-way
+// "thinking" messages to the sender (a client session or an agent), then
+// replies.
+type Progress struct{ host grain.Host }
+
+// OnMessage implements grain.Agent.
+func (p *Progress) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	for i := 1; i <= 3; i++ {
+		step := &grain.Message{MessageType: "progress", Message: fmt.Sprintf("thinking %d/3 about %q", i, m.Message)}
+		if err := p.host.Send(ctx, m.From, step); err != nil {
+			return nil, err
+		}
+	}
+	r := m.Response()
+	r.Message = "done: " + m.Message
+	return r, nil
+}
+
+// Pipeline asks two agents in sequence, feeding the first one's reply to the
+// second. The stages come from the agent's configuration (CreateAgent with
+// stages=A,B), by default two Echo agents next to it.
+type Pipeline struct{ host grain.Host }
+
+// OnMessage implements grain.Agent.
+func (p *Pipeline) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	cfg, err := p.host.Config(ctx)
+	if err != nil {
+		return nil, err
+	}
+	alias := p.host.Address().Alias
+	stages := []string{"Echo:" + alias + "-1", "Echo:" + alias + "-2"}
+	if s := cfg["stages"]; s != "" {
+		stages = strings.Split(s, ",")
+	}
+	text := m.Message
+	for _, stage := range stages {
+		r, err := p.host.Ask(ctx, stage, grain.Text(text))
+		if err != nil {
+			return nil, err
+		}
+		text = r.Message
+	}
+	r := m.Response()
+	r.Message = fmt.Sprintf("%s (via %s)", text, strings.Join(stages, " -> "))
+	return r, nil
+}
+
+// FanOut asks N Echo agents in parallel (N from the message's state "n",
+// default 3, at most 100) and merges their replies.
+type FanOut struct{ host grain.Host }
+
+// OnMessage implements grain.Agent.
+func (f *FanOut) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	n := 3
+	if s, ok := m.State["n"]; ok {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > 100 {
+			return nil, errs.New(codes.InvalidArgument, "n=%q: want 1..100", s)
+		}
+		n = v
+	}
+	replies := make([]string, n)
+	errsOut := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			to := fmt.Sprintf("Echo:%s-%d", f.host.Address().Alias, i)
+			r, err := f.host.Ask(ctx, to, grain.Text(fmt.Sprintf("%s #%d", m.Message, i)))
+			if err != nil {
+				errsOut[i] = err
+				return
+			}
+			replies[i] = r.From + "=" + r.Message
+		}()
+	}
+	wg.Wait()
+	for _, err := range errsOut {
+		if err != nil {
+			return nil, err
+		}
+	}
+	sort.Strings(replies)
+	r := m.Response()
+	r.Message = fmt.Sprintf("%d replies: %s", n, strings.Join(replies, "; "))
+	return r, nil
+}
