@@ -20,6 +20,23 @@ type envelope struct {
 	msg   *Message
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
 	reply chan result     // buffered; nil unless msg is a REQUEST
+	// For a request whose ctx has neither deadline nor Done: the default
+	// deadline, from the runtime's shared deadlines.
+	expired  <-chan struct{}
+	deadline time.Time
+	now      int64 // when the request was sent (Unix ns); stamps the reply's id
+}
+
+// envelopes recycles the envelopes (and reply channels) of requests whose
+// reply was received; see release.
+var envelopes = sync.Pool{New: func() any { return &envelope{reply: make(chan result, 1)} }}
+
+// release returns a request's envelope to the pool. Call it only once nothing
+// else can touch env: the reply was received, or env was never queued.
+func (env *envelope) release() {
+	reply := env.reply
+	*env = envelope{reply: reply}
+	envelopes.Put(env)
 }
 
 type result struct {
@@ -42,16 +59,16 @@ type activation struct {
 	mb    mailbox
 	pid   *actor.PID
 
-	exec        sync.Mutex            // see turn.go
-	cur         atomic.Pointer[turn]  // the mailbox turn in progress
-	waiters     atomic.Int32          // turns waiting in Ask
-	lastActive  atomic.Int64          // Unix ns, coarse
-	deactivate  atomic.Int32          // a pending Reason, 0 if none
-	activatedAt int64                 // Unix ns
-	timers      map[string]*timer     // touched only in turn
-	started     bool                  // OnActivate ran; mailbox goroutine only
-	gone        bool                  // deactivated; guarded by exec
-	failed      atomic.Int32          // a Reason set by a turn that must end the activation
+	exec        sync.Mutex           // see turn.go
+	cur         atomic.Pointer[turn] // the mailbox turn in progress
+	waiters     atomic.Int32         // turns waiting in Ask
+	lastActive  atomic.Int64         // Unix ns, coarse
+	deactivate  atomic.Int32         // a pending Reason, 0 if none
+	activatedAt int64                // Unix ns
+	timers      map[string]*timer    // touched only in turn
+	started     bool                 // OnActivate ran; mailbox goroutine only
+	gone        bool                 // deactivated; guarded by exec
+	failed      atomic.Int32         // a Reason set by a turn that must end the activation
 }
 
 var _ Host = (*activation)(nil)
@@ -82,7 +99,7 @@ func (a *activation) handle(env *envelope) {
 	if parent == nil {
 		parent = a.rt.base
 	}
-	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId}
+	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline}
 	t.begin()
 	a.cur.Store(t)
 	reply, err := a.invoke(t, env.msg)
@@ -104,7 +121,7 @@ func (a *activation) reenters(msg *Message) bool {
 // runReentrant runs env as a nested turn on the caller's goroutine. It
 // returns false if the activation ended before the turn could start.
 func (a *activation) runReentrant(env *envelope) bool {
-	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId}
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline}
 	t.begin()
 	if a.gone {
 		a.exec.Unlock()
@@ -169,7 +186,7 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 	reply.CorrelationId = env.msg.Id
 	reply.To, reply.From = env.msg.From, env.msg.To
 	if reply.Id == "" {
-		reply.Id = NewID()
+		reply.Id = newIDAt(env.now)
 	}
 	env.reply <- result{msg: reply}
 }

@@ -30,12 +30,13 @@ func (d *directory) shard(key string) *dirShard {
 	return &d.shards[h%uint32(len(d.shards))]
 }
 
-func (d *directory) has(key string) bool {
+// get returns the live activation of key, or nil.
+func (d *directory) get(key string) *activation {
 	sh := d.shard(key)
 	sh.mu.RLock()
-	_, ok := sh.m[key]
+	a := sh.m[key]
 	sh.mu.RUnlock()
-	return ok
+	return a
 }
 
 // each calls f for every activation; f must not touch the directory.

@@ -1,7 +1,7 @@
 package grain
 
 import (
-	"context"
+	"errors"
 	"runtime"
 	"sync"
 
@@ -43,8 +43,11 @@ func (closedError) Error() string { return "grain: activation closed" }
 
 var errClosed error = closedError{}
 
-// post queues a user message, waiting for room while the mailbox is full.
-func (m *mailbox) post(ctx context.Context, msg any) error {
+var errGaveUp = errors.New("grain: sender gave up waiting for room")
+
+// post queues a user message, waiting for room while the mailbox is full
+// until done is closed (then it returns errGaveUp).
+func (m *mailbox) post(done <-chan struct{}, msg any) error {
 	m.mu.Lock()
 	for {
 		if m.closed {
@@ -61,8 +64,8 @@ func (m *mailbox) post(ctx context.Context, msg any) error {
 		m.mu.Unlock()
 		select {
 		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
+		case <-done:
+			return errGaveUp
 		}
 		m.mu.Lock()
 	}

@@ -32,9 +32,12 @@ func IsReserved(messageType string) bool { return strings.HasPrefix(messageType,
 // NewID returns a UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then
 // random bits. The random bits come from the runtime's fast per-thread source:
 // ids must be unique and time-ordered, not secret.
-func NewID() string {
+func NewID() string { return newIDAt(time.Now().UnixNano()) }
+
+// newIDAt is NewID for a clock reading the caller already has (Unix ns).
+func newIDAt(unixNano int64) string {
 	var b [16]byte
-	ms := uint64(time.Now().UnixMilli())
+	ms := uint64(unixNano / 1e6)
 	r1, r2 := rand.Uint64(), rand.Uint64()
 	b[0], b[1], b[2], b[3], b[4], b[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
 	b[6] = 0x70 | byte(r1>>60)&0x0f // version 7

@@ -28,17 +28,19 @@ type Runtime struct {
 	reg    *Registry
 	logger *slog.Logger
 
-	system *actor.ActorSystem
-	props  *actor.Props
+	system     *actor.ActorSystem
+	props      *actor.Props
+	dispatcher *dispatcher
 	// spawnMu hands the activation being spawned to the shared Props'
 	// producers, so that no Props is allocated per activation.
 	spawnMu  sync.Mutex
 	spawning *activation
 	seq      atomic.Uint64
 
-	dir   directory
-	live  sync.WaitGroup // one per activation not yet removed
-	count atomic.Int64
+	dir       directory
+	deadlines deadlines
+	live      sync.WaitGroup // one per activation not yet removed
+	count     atomic.Int64
 
 	base    context.Context // cancelled by Close; parent of one-way turns
 	cancel  context.CancelFunc
@@ -71,10 +73,11 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 		// protoactor logs routine events at Info; keep only its warnings.
 		return slog.New(warnOnly{cfg.Logger.Handler()}).With("lib", "protoactor")
 	}))
+	rt.dispatcher = newDispatcher(300)
 	rt.props = actor.PropsFromProducer(
 		func() actor.Actor { return rt.spawning },
 		actor.WithMailbox(func() actor.Mailbox { return &rt.spawning.mb }),
-		actor.WithDispatcher(actor.NewDefaultDispatcher(300)),
+		actor.WithDispatcher(rt.dispatcher),
 	)
 	rt.dir.init()
 	rt.now.Store(time.Now().UnixNano())
@@ -180,45 +183,70 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		err = fmt.Errorf("grain: close: %d activations still live: %w", rt.Len(), ctx.Err())
 	}
 	rt.cancel()
+	rt.deadlines.close()
 	rt.system.Shutdown()
+	if err == nil {
+		rt.dispatcher.close()
+	}
 	return err
 }
 
 // ask is the one path of every REQUEST.
 func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Message, error) {
+	now := time.Now().UnixNano()
+	env := envelopes.Get().(*envelope)
+	env.msg, env.now = msg, now
+	done := ctx.Done()
 	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
-		defer cancel()
+		if done == nil {
+			// The common case of a caller without a context of its own:
+			// share a deadline with the other Asks due at the same moment.
+			env.expired, env.deadline = rt.deadlines.after(now + int64(rt.cfg.AskTimeout))
+			done = env.expired
+		} else {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
+			defer cancel()
+			done = ctx.Done()
+		}
 	}
+	env.ctx = ctx
 	t := turnFrom(ctx)
-	if err := rt.prepare(ctx, t, owner, msg); err != nil {
+	a, err := rt.prepare(ctx, t, owner, msg, now)
+	if err == nil && isSession(msg.To) {
+		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
+	}
+	if err != nil {
+		env.release()
 		return nil, err
 	}
-	if isSession(msg.To) {
-		return nil, errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
-	}
-	env := &envelope{msg: msg, ctx: ctx, reply: make(chan result, 1)}
 	if t != nil {
 		// Give the turn's lock back before sending, so that a request of this
 		// chain that comes back to the caller finds it waiting.
 		t.beginWait()
 		defer t.endWait()
 	}
-	if err := rt.deliver(ctx, env); err != nil {
+	if err := rt.deliver(ctx, a, env); err != nil {
+		env.release()
 		return nil, err
 	}
 	select {
 	case r := <-env.reply:
+		env.release() // the responder is done with it
 		return r.msg, r.err
-	case <-ctx.Done():
+	case <-done:
+		// The envelope is not reused: the agent may still answer into it.
+		if env.expired != nil {
+			return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+		}
 		return nil, ctxError(ctx, "ask "+msg.To)
 	}
 }
 
 // tell is the one path of every ONE_WAY message and EVENT.
 func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message) error {
-	if err := rt.prepare(ctx, turnFrom(ctx), owner, msg); err != nil {
+	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano())
+	if err != nil {
 		return err
 	}
 	if isSession(msg.To) {
@@ -227,54 +255,59 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message) error {
 		}
 		return rt.cfg.Sessions.DeliverToSession(ctx, msg)
 	}
-	return rt.deliver(ctx, &envelope{msg: msg})
+	return rt.deliver(ctx, a, &envelope{msg: msg})
 }
 
 // prepare validates msg, resolves msg.To to its canonical form and stamps the
-// runtime's fields (id, call chain).
-func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message) error {
+// runtime's fields (id, call chain). It returns msg.To's live activation if
+// there is one, to save deliver a lookup.
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64) (*activation, error) {
 	if rt.closing.Load() {
-		return errs.New(codes.Unavailable, "silo is shutting down")
+		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
 	if IsReserved(msg.MessageType) {
-		return errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), ReservedPrefix)
+		return nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), ReservedPrefix)
 	}
 	if n := approxSize(msg); n > rt.cfg.MaxMessageSize/2 {
 		if n = proto.Size(msg); n > rt.cfg.MaxMessageSize {
-			return errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, rt.cfg.MaxMessageSize)
+			return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, rt.cfg.MaxMessageSize)
 		}
 	}
-	if !rt.dir.has(msg.To) {
-		a, err := Resolve(msg.To, owner)
+	a := rt.dir.get(msg.To)
+	if a == nil {
+		addr, err := Resolve(msg.To, owner)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		msg.To = a.String()
-		if a.Type != SessionType {
-			if _, ok := rt.reg.Lookup(a.Type); !ok {
-				return errs.New(codes.NotFound, "agent type %q is not registered", a.Type)
+		msg.To = addr.String()
+		if addr.Type != SessionType {
+			if _, ok := rt.reg.Lookup(addr.Type); !ok {
+				return nil, errs.New(codes.NotFound, "agent type %q is not registered", addr.Type)
 			}
 		}
 	}
-	msg.Id = NewID()
+	msg.Id = newIDAt(now)
 	if t != nil {
 		msg.CallChainId = t.chain
 	} else if msg.CallChainId == "" {
 		msg.CallChainId = msg.Id
 	}
 	if ctx.Err() != nil {
-		return ctxError(ctx, "send to "+msg.To)
+		return nil, ctxError(ctx, "send to "+msg.To)
 	}
-	return nil
+	return a, nil
 }
 
-// deliver queues env at the activation of env.msg.To, activating it if
-// needed, or runs it at once if it re-enters a waiting call chain.
-func (rt *Runtime) deliver(ctx context.Context, env *envelope) error {
-	for {
-		a, err := rt.activation(env.msg.To)
-		if err != nil {
-			return err
+// deliver queues env at the activation of env.msg.To (a, if not nil),
+// activating it if needed, or runs it at once if it re-enters a waiting call
+// chain.
+func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) error {
+	for ; ; a = nil {
+		if a == nil {
+			var err error
+			if a, err = rt.activation(env.msg.To); err != nil {
+				return err
+			}
 		}
 		if a.reenters(env.msg) {
 			if a.runReentrant(env) {
@@ -282,12 +315,19 @@ func (rt *Runtime) deliver(ctx context.Context, env *envelope) error {
 			}
 			continue // it deactivated meanwhile: look it up again
 		}
-		switch err := a.mb.post(ctx, env); err {
+		done := ctx.Done()
+		if env.expired != nil {
+			done = env.expired
+		}
+		switch err := a.mb.post(done, env); err {
 		case nil:
 			return nil
 		case errClosed:
 			continue // deactivated; the directory already points past it
 		default:
+			if env.expired != nil {
+				return errs.New(codes.DeadlineExceeded, "send to %s: deadline exceeded", env.msg.To)
+			}
 			return ctxError(ctx, "send to "+env.msg.To)
 		}
 	}
@@ -296,16 +336,14 @@ func (rt *Runtime) deliver(ctx context.Context, env *envelope) error {
 // activation returns the live activation of the canonical address key,
 // creating it if there is none.
 func (rt *Runtime) activation(key string) (*activation, error) {
-	sh := rt.dir.shard(key)
-	sh.mu.RLock()
-	a := sh.m[key]
-	sh.mu.RUnlock()
-	if a != nil {
+	if a := rt.dir.get(key); a != nil {
 		return a, nil
 	}
+	sh := rt.dir.shard(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if a = sh.m[key]; a != nil {
+	a := sh.m[key]
+	if a != nil {
 		return a, nil
 	}
 	addr, err := ParseAddress(key)
@@ -441,4 +479,4 @@ func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
 }
 
 func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
-func (h warnOnly) WithGroup(g string) slog.Handler      { return warnOnly{h.Handler.WithGroup(g)} }
+func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }

@@ -3,6 +3,7 @@ package grain
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // A turn is one message being handled by an activation, and the context its
@@ -30,6 +31,11 @@ type turn struct {
 	context.Context
 	act   *activation
 	chain string
+	// A request without a deadline of its own gets the default one from the
+	// runtime's shared deadlines; then expired and deadline override the
+	// parent's Done and Deadline (whose Done is nil then).
+	expired  <-chan struct{}
+	deadline time.Time
 
 	mu      sync.Mutex
 	waiting int  // outstanding Asks made with this turn's context
@@ -45,6 +51,35 @@ func (t *turn) Value(key any) any {
 		return t
 	}
 	return t.Context.Value(key)
+}
+
+// Deadline implements context.Context.
+func (t *turn) Deadline() (time.Time, bool) {
+	if t.expired != nil {
+		return t.deadline, true
+	}
+	return t.Context.Deadline()
+}
+
+// Done implements context.Context.
+func (t *turn) Done() <-chan struct{} {
+	if t.expired != nil {
+		return t.expired
+	}
+	return t.Context.Done()
+}
+
+// Err implements context.Context.
+func (t *turn) Err() error {
+	if t.expired != nil {
+		select {
+		case <-t.expired:
+			return context.DeadlineExceeded
+		default:
+			return nil
+		}
+	}
+	return t.Context.Err()
 }
 
 // turnFrom returns the turn whose context ctx is (or derives from), or nil.

@@ -1,0 +1,48 @@
+package grain
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkAsk measures a local Ask round trip to 1,000 live agents, with
+// as many callers as -cpu says (b.RunParallel).
+func BenchmarkAsk(b *testing.B) {
+	reg := NewRegistry()
+	if err := reg.Register("Echo", echoFactory); err != nil {
+		b.Fatal(err)
+	}
+	rt, err := New(DefaultConfig(), reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = rt.Close(ctx)
+	}()
+	addrs := make([]string, 1000)
+	for i := range addrs {
+		addrs[i] = "Echo:bench:" + strconv.Itoa(i)
+		if _, err := rt.Ask(context.Background(), &Message{To: addrs[i], From: "Session:bench:s"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(97))
+		ctx := context.Background()
+		for pb.Next() {
+			i++
+			if _, err := rt.Ask(ctx, &Message{To: addrs[i%len(addrs)], From: "Session:bench:s", Message: "x"}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
