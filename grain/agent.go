@@ -76,9 +76,9 @@ func (r Reason) String() string {
 }
 
 // Host is what an activation gets from the runtime: its identity and the ways
-// to reach other agents. Ask, Send, Event, Broadcast and Config may be called
-// from any goroutine; RegisterTimer, StopTimer and Deactivate only from the
-// activation's own turn.
+// to reach other agents. Ask, Send, Event, Broadcast, Config and the reminder
+// methods may be called from any goroutine; RegisterTimer, StopTimer and
+// Deactivate only from the activation's own turn.
 type Host interface {
 	// Address is the activation's own address.
 	Address() Address
@@ -112,6 +112,15 @@ type Host interface {
 	StopTimer(name string) bool
 	// Deactivate ends this activation after the current turn.
 	Deactivate()
+
+	// RegisterReminder creates or replaces a durable reminder (see Reminder),
+	// first due one period from now. The period must be at least the silo's
+	// minimum (--min-reminder-period, 1 min by default).
+	RegisterReminder(ctx context.Context, name string, period time.Duration, messageType, message string) error
+	// UnregisterReminder removes a reminder of this agent.
+	UnregisterReminder(ctx context.Context, name string) error
+	// Reminders lists this agent's reminders.
+	Reminders(ctx context.Context) ([]Reminder, error)
 
 	// Config returns the configuration stored by CreateAgent for this agent
 	// (nil if it was never created), read when first asked for.

@@ -27,6 +27,9 @@ type Config struct {
 	MaxMessageSize int
 	// Configs stores CreateAgent's configurations. Default: an in-memory store.
 	Configs ConfigStore
+	// Reminders stores and fires durable reminders. Nil: the reminder
+	// methods of Host return Unavailable.
+	Reminders ReminderService
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter

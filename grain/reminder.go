@@ -1,0 +1,65 @@
+package grain
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// Reminder is a durable reminder of one agent: every Period from its first
+// due time, the agent gets a ONE_WAY message of MessageType with text
+// Message, activated if need be. Unlike a timer, it lives in the reminder
+// store until unregistered, across deactivations, restarts and moves.
+type Reminder struct {
+	Name        string
+	Period      time.Duration
+	MessageType string
+	Message     string
+	// Due is the first tick; later ticks follow at Due + k*Period.
+	Due time.Time
+}
+
+// ReminderService stores and fires reminders; package reminders implements it
+// on etcd. Methods are called concurrently, from agents' turns.
+type ReminderService interface {
+	// Register creates or replaces the reminder named r.Name of addr.
+	Register(ctx context.Context, addr Address, r Reminder) error
+	// Unregister removes it; NotFound if there is none.
+	Unregister(ctx context.Context, addr Address, name string) error
+	// List returns addr's reminders, by name.
+	List(ctx context.Context, addr Address) ([]Reminder, error)
+}
+
+// RegisterReminder creates or replaces a durable reminder of this agent, first
+// due one period from now.
+func (a *activation) RegisterReminder(ctx context.Context, name string, period time.Duration, messageType, message string) error {
+	svc := a.rt.cfg.Reminders
+	if svc == nil {
+		return errs.New(codes.Unavailable, "reminders are not configured on this silo")
+	}
+	if IsReserved(messageType) {
+		return errs.New(codes.InvalidArgument, "reminder %q: message type %q is reserved", name, messageType)
+	}
+	return svc.Register(ctx, a.addr, Reminder{Name: name, Period: period, MessageType: messageType, Message: message, Due: time.Now().Add(period)})
+}
+
+// UnregisterReminder removes a reminder of this agent.
+func (a *activation) UnregisterReminder(ctx context.Context, name string) error {
+	svc := a.rt.cfg.Reminders
+	if svc == nil {
+		return errs.New(codes.Unavailable, "reminders are not configured on this silo")
+	}
+	return svc.Unregister(ctx, a.addr, name)
+}
+
+// Reminders lists this agent's reminders.
+func (a *activation) Reminders(ctx context.Context) ([]Reminder, error) {
+	svc := a.rt.cfg.Reminders
+	if svc == nil {
+		return nil, errs.New(codes.Unavailable, "reminders are not configured on this silo")
+	}
+	return svc.List(ctx, a.addr)
+}
