@@ -1,0 +1,124 @@
+package reminders
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// Config configures a Service. Client and Deliver are required; every other
+// field has a default, described beside it.
+type Config struct {
+	// Client reaches etcd. The Service does not close it.
+	Client *clientv3.Client
+	// Prefix is the silo's etcd key prefix (--etcd-prefix); reminders live
+	// under Prefix + "reminders/". Default: "/agentsilo/".
+	Prefix string
+	// MinPeriod is the shortest period Register accepts
+	// (--min-reminder-period). Default: 1 min.
+	MinPeriod time.Duration
+	// MaxPayload bounds len(MessageType)+len(Message) of a reminder; larger
+	// is ResourceExhausted. Default: 64 KiB.
+	MaxPayload int
+	// Known reports whether an agent type is registered; Register of a
+	// reminder of an unknown type is NotFound. Nil: every type is known.
+	Known func(typeName string) bool
+	// Owns reports whether this silo owns (fires the reminders of) addr.
+	// It is called from the scheduler's goroutine and must be quick. Nil:
+	// this silo owns every agent (a single silo). Call Service.Rebalance when
+	// its answers change.
+	Owns func(addr grain.Address) bool
+	// Deliver delivers a tick: a ONE_WAY message from the agent to itself,
+	// which activates the agent if needed (a silo passes Runtime.Send). It is
+	// called concurrently, by at most Concurrency goroutines.
+	Deliver func(ctx context.Context, msg *grain.Message) error
+	// Concurrency bounds the deliveries in flight. Default: 64.
+	Concurrency int
+	// DeliverTimeout bounds one delivery (a full mailbox makes Deliver
+	// wait). Default: 30 s.
+	DeliverTimeout time.Duration
+	// OpTimeout bounds each etcd request of Register, Unregister and List,
+	// so that a lost etcd answers Unavailable instead of hanging. Default: 5 s.
+	OpTimeout time.Duration
+	// PageSize is the number of reminders read per request while loading.
+	// Default: 1000.
+	PageSize int
+	// Clock is the scheduler's time. Default: RealClock.
+	Clock Clock
+	// Logger receives the service's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on Config's fields (without
+// Client and Deliver).
+func DefaultConfig() Config {
+	return Config{
+		Prefix:         "/agentsilo/",
+		MinPeriod:      time.Minute,
+		MaxPayload:     64 << 10,
+		Concurrency:    64,
+		DeliverTimeout: 30 * time.Second,
+		OpTimeout:      5 * time.Second,
+		PageSize:       1000,
+		Clock:          RealClock{},
+	}
+}
+
+// Validate fills in defaults for zero fields and reports the first invalid one.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	if c.MinPeriod == 0 {
+		c.MinPeriod = d.MinPeriod
+	}
+	if c.MaxPayload == 0 {
+		c.MaxPayload = d.MaxPayload
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = d.Concurrency
+	}
+	if c.DeliverTimeout == 0 {
+		c.DeliverTimeout = d.DeliverTimeout
+	}
+	if c.OpTimeout == 0 {
+		c.OpTimeout = d.OpTimeout
+	}
+	if c.PageSize == 0 {
+		c.PageSize = d.PageSize
+	}
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Client == nil:
+		return errors.New("reminders: Config.Client is nil")
+	case c.Deliver == nil:
+		return errors.New("reminders: Config.Deliver is nil")
+	case c.MinPeriod < 0:
+		return fmt.Errorf("reminders: MinPeriod %v is negative", c.MinPeriod)
+	case c.MaxPayload < 0:
+		return fmt.Errorf("reminders: MaxPayload %d is negative", c.MaxPayload)
+	case c.Concurrency < 1:
+		return fmt.Errorf("reminders: Concurrency %d must be at least 1", c.Concurrency)
+	case c.DeliverTimeout < 0, c.OpTimeout < 0:
+		return errors.New("reminders: timeouts must be positive")
+	case c.PageSize < 1:
+		return fmt.Errorf("reminders: PageSize %d must be at least 1", c.PageSize)
+	}
+	return nil
+}

@@ -1,0 +1,249 @@
+package reminders
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// entry is one reminder known to the Service.
+type entry struct {
+	key  string
+	addr grain.Address
+	r    grain.Reminder
+	rev  int64     // etcd mod revision of r
+	next time.Time // next tick, while scheduled
+	idx  int       // index in the heap; -1 when not scheduled (not owned)
+}
+
+// nextAfter is the first tick of r strictly after now: Due, or Due + k*Period.
+func nextAfter(r grain.Reminder, now time.Time) time.Time {
+	if r.Due.After(now) {
+		return r.Due
+	}
+	k := now.Sub(r.Due)/r.Period + 1
+	return r.Due.Add(k * r.Period)
+}
+
+// lastTick is the latest tick of r at or before now; ok is false if r's first
+// tick is still to come.
+func lastTick(r grain.Reminder, now time.Time) (t time.Time, ok bool) {
+	if r.Due.After(now) {
+		return time.Time{}, false
+	}
+	return r.Due.Add(now.Sub(r.Due) / r.Period * r.Period), true
+}
+
+// putLocked records r under key at etcd revision rev, unless the Service
+// already knows a newer state of the key, and schedules it if owned. A tick
+// between catchUpAfter and now fires once at once (see scheduleLocked). It
+// reports whether the heap's head changed.
+func (s *Service) putLocked(key string, addr grain.Address, r grain.Reminder, rev int64, catchUpAfter, now time.Time) bool {
+	if t, ok := s.tombs[key]; ok && t >= rev {
+		return false
+	}
+	e := s.entries[key]
+	if e != nil && e.rev >= rev {
+		return false
+	}
+	if e == nil {
+		e = &entry{key: key, addr: addr, idx: -1}
+		s.entries[key] = e
+	}
+	e.r, e.rev = r, rev
+	if !s.owns(addr) {
+		if e.idx >= 0 {
+			s.heap.remove(e)
+		}
+		return false
+	}
+	s.scheduleLocked(e, now, catchUpAfter)
+	return e.idx == 0
+}
+
+// scheduleLocked puts e in the heap at its next tick. If a tick of e fell in
+// (catchUpAfter, now], nobody fired it (the silo was down, or the agent was
+// owned elsewhere by a silo that failed), so e fires once at once, not once
+// per missed tick.
+func (s *Service) scheduleLocked(e *entry, now, catchUpAfter time.Time) {
+	if t, ok := lastTick(e.r, now); ok && t.After(catchUpAfter) {
+		e.next = t
+	} else {
+		e.next = nextAfter(e.r, now)
+	}
+	if e.idx >= 0 {
+		heap.Fix(&s.heap, e.idx)
+	} else {
+		heap.Push(&s.heap, e)
+	}
+}
+
+// deleteLocked forgets key as of etcd revision rev. A local delete (Unregister)
+// leaves a tombstone, so that an older state of the key still on its way
+// (a page being loaded, a watch event) does not bring it back.
+func (s *Service) deleteLocked(key string, rev int64, tomb bool) {
+	e := s.entries[key]
+	if e != nil && e.rev > rev {
+		return
+	}
+	if tomb && s.tombs[key] < rev {
+		s.tombs[key] = rev
+	}
+	if e == nil {
+		return
+	}
+	if e.idx >= 0 {
+		s.heap.remove(e)
+	}
+	delete(s.entries, key)
+}
+
+// batchLimit bounds the ticks taken from the heap per lock hold.
+const batchLimit = 1024
+
+// due takes up to batchLimit due ticks off the heap, advancing each reminder
+// to its next tick after now, and returns them with the wait until the next
+// one (-1: none scheduled).
+func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Clock.Now()
+	for len(s.heap) > 0 && len(batch) < batchLimit {
+		e := s.heap[0]
+		if e.next.After(now) {
+			return batch, e.next.Sub(now)
+		}
+		if !s.owns(e.addr) { // moved away before Rebalance was called
+			s.heap.remove(e)
+			continue
+		}
+		a := e.addr.String()
+		batch = append(batch, &grain.Message{From: a, To: a, MessageType: e.r.MessageType, Message: e.r.Message})
+		e.next = nextAfter(e.r, now)
+		heap.Fix(&s.heap, 0)
+	}
+	if len(s.heap) == 0 {
+		return batch, -1
+	}
+	return batch, max(0, s.heap[0].next.Sub(now))
+}
+
+// schedule is the one goroutine that fires reminders: it sleeps on a single
+// timer until the heap's head is due, hands the due ticks to the workers, and
+// starts over when woken by a change of the head.
+func (s *Service) schedule() {
+	defer s.wg.Done()
+	timer := s.cfg.Clock.NewTimer(time.Hour)
+	defer timer.Stop()
+	var (
+		batch   []*grain.Message
+		wait    time.Duration
+		flushed []chan struct{}
+	)
+	for {
+		for {
+			batch, wait = s.due(batch[:0])
+			for i, m := range batch {
+				select {
+				case s.jobs <- m:
+					s.fired.Add(1)
+				case <-s.stop:
+					return
+				}
+				batch[i] = nil
+			}
+			if len(batch) < batchLimit {
+				break
+			}
+		}
+		for _, f := range flushed {
+			close(f)
+		}
+		flushed = flushed[:0]
+		if wait >= 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-timer.C():
+		case <-s.wake:
+		case f := <-s.flushes:
+			flushed = append(flushed, f)
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// flush returns once every tick due at the clock's present time has been
+// handed to the workers (counted in Stats.Fired). Tests use it to check
+// counts without waiting on time.
+func (s *Service) flush(ctx context.Context) error {
+	f := make(chan struct{})
+	select {
+	case s.flushes <- f:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return context.Canceled
+	}
+	select {
+	case <-f:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stop:
+		return context.Canceled
+	}
+}
+
+// work delivers ticks, one at a time, until Close.
+func (s *Service) work() {
+	defer s.wg.Done()
+	for {
+		select {
+		case m := <-s.jobs:
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DeliverTimeout)
+			err := s.cfg.Deliver(ctx, m)
+			cancel()
+			if err != nil && s.ctx.Err() == nil {
+				s.cfg.Logger.Warn("reminders: tick not delivered", "agent", m.To, "type", m.MessageType, "err", err)
+			}
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// timeHeap is a min-heap of scheduled entries by next tick.
+type timeHeap []*entry
+
+func (h timeHeap) Len() int           { return len(h) }
+func (h timeHeap) Less(i, j int) bool { return h[i].next.Before(h[j].next) }
+func (h timeHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx = i
+	h[j].idx = j
+}
+func (h *timeHeap) Push(x any) {
+	e := x.(*entry)
+	e.idx = len(*h)
+	*h = append(*h, e)
+}
+func (h *timeHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+func (h *timeHeap) remove(e *entry) {
+	if e.idx >= 0 {
+		heap.Remove(h, e.idx)
+	}
+}

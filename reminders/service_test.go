@@ -1,0 +1,290 @@
+package reminders
+
+import (
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+var agent = grain.Address{Type: "Ticker", Owner: "acme", Alias: "t1"}
+
+func TestFiresOnSchedule(t *testing.T) {
+	h := newHarness(t)
+	s := h.start(h.config())
+	h.loaded(s)
+	due := h.clk.Now().Add(time.Minute)
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute, MessageType: "tick", Message: "payload", Due: due}); err != nil {
+		t.Fatal(err)
+	}
+	var seen uint64
+	h.fired(s, 0, &seen)
+	h.clk.Advance(time.Minute - time.Millisecond)
+	h.fired(s, 0, &seen)
+	h.clk.Advance(time.Millisecond)
+	msgs := h.fired(s, 1, &seen)
+	if m := msgs[0]; m.To != agent.String() || m.From != agent.String() || m.MessageType != "tick" || m.Message != "payload" {
+		t.Fatalf("tick = %+v", m)
+	}
+	h.clk.Advance(time.Minute)
+	h.fired(s, 2, &seen)
+	// The clock jumps five periods and a half: one tick, not a backlog, and
+	// the schedule stays on Due + k*Period.
+	h.clk.Advance(5*time.Minute + 30*time.Second)
+	h.fired(s, 3, &seen)
+	h.clk.Advance(29 * time.Second)
+	h.fired(s, 3, &seen)
+	h.clk.Advance(time.Second)
+	h.fired(s, 4, &seen)
+
+	list, err := s.List(h.ctx, agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := grain.Reminder{Name: "tick", Period: time.Minute, MessageType: "tick", Message: "payload", Due: due}
+	if len(list) != 1 || list[0] != want {
+		t.Fatalf("List = %+v, want [%+v]", list, want)
+	}
+}
+
+func TestUnregisterStops(t *testing.T) {
+	h := newHarness(t)
+	s := h.start(h.config())
+	for _, name := range []string{"a", "b"} {
+		if err := s.Register(h.ctx, agent, grain.Reminder{Name: name, Period: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Unregister(h.ctx, agent, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Unregister(h.ctx, agent, "a"); !errors.Is(err, errs.ErrNotFound) {
+		t.Fatalf("second Unregister = %v, want NotFound", err)
+	}
+	h.loaded(s)
+	var seen uint64
+	msgs := h.fired(s, 0, &seen)
+	h.clk.Advance(time.Minute)
+	msgs = h.fired(s, 1, &seen)
+	_ = msgs
+	if err := s.Unregister(h.ctx, agent, "b"); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(10 * time.Minute)
+	h.fired(s, 1, &seen)
+	if list, err := s.List(h.ctx, agent); err != nil || len(list) != 0 {
+		t.Fatalf("List = %v, %v; want none", list, err)
+	}
+	if st := s.Stats(); st.Reminders != 0 || st.Scheduled != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+}
+
+// A restart of the silo (service and embedded etcd) keeps the reminder; the
+// ticks missed while it was down fire once, then the schedule goes on.
+func TestSurvivesRestartMissedTicksFireOnce(t *testing.T) {
+	h := newHarness(t)
+	s := h.start(h.config())
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute, MessageType: "tick"}); err != nil {
+		t.Fatal(err)
+	}
+	var seen uint64
+	h.clk.Advance(time.Minute)
+	h.fired(s, 1, &seen)
+	s.Close()
+	h.cli.Close()
+	h.etcd.stop()
+
+	h.clk.Advance(5*time.Minute + 10*time.Second) // five ticks missed while down
+	h.etcd.start()
+	h.cli = h.etcd.client()
+	s = h.start(h.config())
+	h.loaded(s)
+	seen = 0
+	h.fired(s, 1, &seen) // once at recovery
+	h.clk.Advance(49 * time.Second)
+	h.fired(s, 1, &seen)
+	h.clk.Advance(time.Second) // back on Due + k*Period
+	h.fired(s, 2, &seen)
+}
+
+// etcd goes away: nothing panics, calls that need etcd are Unavailable,
+// reminders already loaded keep firing (a clock jump over several periods
+// fires once), and after etcd is back on the same data the service takes
+// writes again and sees other silos' changes.
+func TestEtcdDown(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.OpTimeout = 300 * time.Millisecond
+	s := h.start(cfg)
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h.loaded(s)
+	h.etcd.stop() // etcd waits up to 7 s for the watch stream to end
+
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: time.Minute}); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("Register with etcd down = %v, want Unavailable", err)
+	}
+	if _, err := s.List(h.ctx, agent); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("List with etcd down = %v, want Unavailable", err)
+	}
+	if err := s.Unregister(h.ctx, agent, "tick"); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("Unregister with etcd down = %v, want Unavailable", err)
+	}
+	var seen uint64
+	h.clk.Advance(3*time.Minute + time.Second)
+	h.fired(s, 1, &seen)
+
+	h.etcd.start()
+	waitFor(t, "Register to work again", func() bool {
+		return s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: 2 * time.Minute}) == nil
+	})
+	// Another silo's write reaches this one through the resumed watch.
+	other := h.etcd.client()
+	if _, err := other.Put(h.ctx, "/test/reminders/Ticker:acme:t2/w", `{"period_ms":60000,"due_unix_ms":1}`); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the watch to deliver the other silo's reminder", func() bool { return s.Stats().Reminders == 3 })
+	h.clk.Advance(time.Minute)
+	// tick (due), other (first due 2 min after its registration: not yet),
+	// w (its ticks are on whole minutes since 1970: due).
+	h.fired(s, 3, &seen)
+}
+
+func TestBadInputs(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.MinPeriod = time.Minute
+	cfg.MaxPayload = 1024
+	s := h.start(cfg)
+	for _, tc := range []struct {
+		what string
+		addr grain.Address
+		r    grain.Reminder
+		code codes.Code
+		msg  string
+	}{
+		{"period too short", agent, grain.Reminder{Name: "r", Period: 59 * time.Second}, codes.InvalidArgument, "minimum 1m0s"},
+		{"zero period", agent, grain.Reminder{Name: "r"}, codes.InvalidArgument, "period"},
+		{"bad name", agent, grain.Reminder{Name: "a/b", Period: time.Minute}, codes.InvalidArgument, "reminder name"},
+		{"empty name", agent, grain.Reminder{Period: time.Minute}, codes.InvalidArgument, "reminder name"},
+		{"oversize payload", agent, grain.Reminder{Name: "r", Period: time.Minute, Message: strings.Repeat("x", 1025)}, codes.ResourceExhausted, "over the limit of 1024"},
+		{"unknown agent type", grain.Address{Type: "Unknown", Owner: "a", Alias: "b"}, grain.Reminder{Name: "r", Period: time.Minute}, codes.NotFound, "not registered"},
+		{"bad address", grain.Address{Type: "Ticker", Owner: "a:b", Alias: "c"}, grain.Reminder{Name: "r", Period: time.Minute}, codes.InvalidArgument, "address"},
+		{"reserved type", agent, grain.Reminder{Name: "r", Period: time.Minute, MessageType: "_silo.x"}, codes.InvalidArgument, "reserved"},
+	} {
+		err := s.Register(h.ctx, tc.addr, tc.r)
+		if errs.Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: Register = %v, want %v containing %q", tc.what, err, tc.code, tc.msg)
+		}
+	}
+	if err := s.Unregister(h.ctx, agent, "nope"); errs.Code(err) != codes.NotFound {
+		t.Errorf("Unregister of a missing reminder = %v, want NotFound", err)
+	}
+	if err := s.Unregister(h.ctx, agent, "a b"); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("Unregister with a bad name = %v, want InvalidArgument", err)
+	}
+	if st := s.Stats(); st.Reminders != 0 {
+		t.Errorf("bad inputs stored something: %+v", st)
+	}
+}
+
+// Only owned reminders fire; Rebalance moves them, and a takeover fires a
+// tick the old owner may have missed once.
+func TestOwnership(t *testing.T) {
+	h := newHarness(t)
+	var owned atomic.Bool
+	cfg := h.config()
+	cfg.Owns = func(grain.Address) bool { return owned.Load() }
+	s := h.start(cfg)
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h.loaded(s)
+	var seen uint64
+	h.clk.Advance(time.Minute)
+	h.fired(s, 0, &seen)
+	if st := s.Stats(); st.Reminders != 1 || st.Scheduled != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
+
+	// Graceful hand-over now: the old owner fired the last tick.
+	owned.Store(true)
+	s.Rebalance(h.clk.Now())
+	h.fired(s, 0, &seen)
+	h.clk.Advance(time.Minute)
+	h.fired(s, 1, &seen)
+
+	// Moves away (Owns says no before Rebalance runs): nothing fires.
+	owned.Store(false)
+	h.clk.Advance(time.Minute)
+	h.fired(s, 1, &seen)
+	s.Rebalance(h.clk.Now())
+
+	// Taken over after the old owner failed 90 s ago: the tick it missed
+	// fires once at once.
+	lostAt := h.clk.Now().Add(30 * time.Second)
+	h.clk.Advance(2 * time.Minute)
+	owned.Store(true)
+	s.Rebalance(lostAt)
+	h.fired(s, 2, &seen)
+}
+
+// A reminder registered through another Service (another silo) is fired by
+// the one that owns the agent.
+func TestTwoServices(t *testing.T) {
+	h := newHarness(t)
+	cfgA, cfgB := h.config(), h.config()
+	cfgA.Owns = func(a grain.Address) bool { return a.Alias == "t1" }
+	cfgB.Owns = func(a grain.Address) bool { return a.Alias != "t1" }
+	a, b := h.start(cfgA), h.start(cfgB)
+	h.loaded(a)
+	h.loaded(b)
+	if err := b.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to see B's reminder", func() bool { return a.Stats().Scheduled == 1 })
+	h.clk.Advance(time.Minute)
+	var seenA, seenB uint64
+	h.fired(a, 1, &seenA)
+	h.fired(b, 0, &seenB)
+	if err := b.Unregister(h.ctx, agent, "tick"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "A to see the unregister", func() bool { return a.Stats().Reminders == 0 })
+}
+
+// Reminders in etcd before the Service starts are loaded in pages while
+// Register already works.
+func TestLoadsInPages(t *testing.T) {
+	h := newHarness(t)
+	cfg := h.config()
+	cfg.PageSize = 7
+	s := h.start(cfg)
+	const n = 50
+	for i := range n {
+		a := grain.Address{Type: "Ticker", Owner: "acme", Alias: "t" + string(rune('a'+i%26)) + string(rune('a'+i/26))}
+		if err := s.Register(h.ctx, a, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	s2 := h.start(cfg)
+	if err := s2.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	h.loaded(s2)
+	if st := s2.Stats(); st.Reminders != n+1 || st.Scheduled != n+1 {
+		t.Fatalf("Stats = %+v, want %d", st, n+1)
+	}
+	h.clk.Advance(time.Minute)
+	var seen uint64
+	h.fired(s2, n+1, &seen)
+}
