@@ -33,6 +33,7 @@ func Register(reg *grain.Registry) error {
 		"Progress": func(h grain.Host) (grain.Agent, error) { return &Progress{host: h}, nil },
 		"Pipeline": func(h grain.Host) (grain.Agent, error) { return &Pipeline{host: h}, nil },
 		"FanOut":   func(h grain.Host) (grain.Agent, error) { return &FanOut{host: h}, nil },
+		"Ticker":   func(h grain.Host) (grain.Agent, error) { return &Ticker{host: h}, nil },
 	} {
 		if err := reg.Register(name, f); err != nil {
 			return err

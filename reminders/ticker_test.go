@@ -1,0 +1,86 @@
+package reminders
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/examples"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// The demo Ticker on a runtime wired as a silo wires it: its reminder is
+// stored in etcd and its ticks reach it through the runtime, activating it
+// again after it was deactivated.
+func TestTickerOnRuntime(t *testing.T) {
+	h := newHarness(t)
+	h.clk = newFakeClock(time.Now()) // the host sets Due from the wall clock
+	reg := grain.NewRegistry()
+	if err := examples.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	var rt *grain.Runtime
+	delivered := make(chan error, 10)
+	cfg := h.config()
+	cfg.MinPeriod = time.Minute
+	cfg.Known = func(typ string) bool { _, ok := reg.Lookup(typ); return ok }
+	cfg.Deliver = func(ctx context.Context, m *grain.Message) error {
+		err := rt.Send(ctx, m)
+		delivered <- err
+		return err
+	}
+	svc := h.start(cfg)
+	gcfg := grain.DefaultConfig()
+	gcfg.Reminders = svc
+	var err error
+	rt, err = grain.New(gcfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		svc.Close() // no deliveries into a closing runtime
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	ask := func(text string) (string, error) {
+		r, err := rt.Ask(h.ctx, &grain.Message{From: "Session:alice:s1", To: "Ticker:alice:t", Message: text})
+		if err != nil {
+			return "", err
+		}
+		return r.Message, nil
+	}
+	if _, err := ask("start 30s"); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("start 30s = %v, want InvalidArgument", err)
+	}
+	if _, err := ask("start 1m"); err != nil {
+		t.Fatal(err)
+	}
+	list, err := svc.List(h.ctx, grain.Address{Type: "Ticker", Owner: "alice", Alias: "t"})
+	if err != nil || len(list) != 1 || list[0].Name != "tick" || list[0].MessageType != examples.TickType {
+		t.Fatalf("List = %+v, %v", list, err)
+	}
+	h.loaded(svc)
+	h.clk.Advance(time.Minute + time.Second)
+	if err := <-delivered; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask("count"); err != nil || got != "1" {
+		t.Fatalf("count = %q, %v; want 1", got, err)
+	}
+	if _, err := ask("stop"); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(time.Hour)
+	if err := svc.flush(h.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := svc.Stats().Fired; n != 1 {
+		t.Fatalf("fired %d ticks after stop, want 1 in all", n)
+	}
+}
