@@ -1,0 +1,33 @@
+// Package cluster is the silo around the grain runtime: the client gateway
+// now, and membership, placement, silo-to-silo transport and shutdown as they
+// arrive.
+//
+// The gateway (Gateway) serves agentsilov1.Gateway over gRPC, with the
+// standard health service and server reflection on the same port. Clients
+// open a Session stream: a Hello answered by a Welcome with the session's
+// address (`Session:<principal>:<id>`) and a resume token, then calls
+// multiplexed by call id, answered concurrently, and messages that agents send
+// to the session's address pushed in order. A session whose stream breaks
+// keeps what it is sent (up to GatewayConfig.SessionBacklog messages, for
+// SessionBacklogAge) and delivers it when the client re-attaches with the
+// token.
+//
+// The runtime needs its SessionRouter before the gateway exists, so the two
+// are wired through a SessionRelay:
+//
+//	relay := new(cluster.SessionRelay)
+//	rcfg := grain.DefaultConfig()
+//	rcfg.Sessions = relay
+//	rt, err := grain.New(rcfg, reg)
+//	...
+//	gw, err := cluster.NewGateway(cluster.DefaultGatewayConfig(), rt) // binds relay
+//	...
+//	lis, err := net.Listen("tcp", "127.0.0.1:7070")
+//	...
+//	go gw.Serve(lis)
+//	defer gw.GracefulStop()
+//
+// Without authentication (a later version adds API keys and mutual TLS) the
+// principal is self-declared, and the gateway serves only loopback addresses
+// unless GatewayConfig.Insecure is set.
+package cluster
