@@ -43,8 +43,10 @@ type EtcdConfig struct {
 	// Prefix is put before every key agentsilo writes (--etcd-prefix).
 	// Default: "/agentsilo/". It always ends in "/".
 	Prefix string
-	// DialTimeout bounds the first connection to external endpoints; the
-	// client keeps reconnecting after that by itself. Default: 5 s.
+	// DialTimeout, if positive, makes StartEtcd wait that long for a first
+	// connection to external endpoints and fail without one. Default: 0, do
+	// not wait: a silo starts while etcd is away, calls that need etcd return
+	// Unavailable, and the client connects when etcd is back.
 	DialTimeout time.Duration
 	// Logger receives the etcd logs worth seeing (warnings and errors).
 	// Default: slog.Default().
@@ -58,7 +60,6 @@ func DefaultEtcdConfig() EtcdConfig {
 		DataDir:      "./data",
 		EmbeddedAddr: "127.0.0.1:2379",
 		Prefix:       "/agentsilo/",
-		DialTimeout:  5 * time.Second,
 	}
 }
 
@@ -75,9 +76,6 @@ func (c *EtcdConfig) fill() error {
 	}
 	if !strings.HasSuffix(c.Prefix, "/") {
 		c.Prefix += "/"
-	}
-	if c.DialTimeout <= 0 {
-		c.DialTimeout = d.DialTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

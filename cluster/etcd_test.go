@@ -137,3 +137,16 @@ func TestEtcdConfigStore(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A silo starts while its external etcd is away: calls that need etcd are
+// Unavailable, nothing hangs or crashes.
+func TestExternalEtcdAway(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	e := startEtcd(t, EtcdConfig{Endpoints: []string{"http://" + freeAddr(t)}})
+	defer e.Close()
+	store := NewEtcdConfigStore(e)
+	store.timeout = 300 * time.Millisecond
+	if _, err := store.Get(t.Context(), grain.Address{Type: "A", Owner: "b", Alias: "c"}); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("Get with etcd away = %v, want Unavailable", err)
+	}
+}
