@@ -13,7 +13,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 )
 
-// Config configures a Service. Client and Deliver are required; every other
+// Config configures a Service. Client is required; every other
 // field has a default, described beside it.
 type Config struct {
 	// Client reaches etcd. The Service does not close it.
@@ -37,7 +37,9 @@ type Config struct {
 	Owns func(addr grain.Address) bool
 	// Deliver delivers a tick: a ONE_WAY message from the agent to itself,
 	// which activates the agent if needed (a silo passes Runtime.Send). It is
-	// called concurrently, by at most Concurrency goroutines.
+	// called concurrently, by at most Concurrency goroutines. Nil: nothing
+	// fires until Service.Start gives it (for a silo that creates its
+	// runtime after the Service, since the runtime takes the Service).
 	Deliver func(ctx context.Context, msg *grain.Message) error
 	// Concurrency bounds the deliveries in flight. Default: 64.
 	Concurrency int
@@ -107,8 +109,6 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Client == nil:
 		return errors.New("reminders: Config.Client is nil")
-	case c.Deliver == nil:
-		return errors.New("reminders: Config.Deliver is nil")
 	case c.MinPeriod < 0:
 		return fmt.Errorf("reminders: MinPeriod %v is negative", c.MinPeriod)
 	case c.MaxPayload < 0:

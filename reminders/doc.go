@@ -15,15 +15,20 @@
 // ownership moves. Firing is one goroutine over a min-heap of next due times
 // with a single timer; deliveries run on a bounded pool of workers.
 //
-// Wiring in a silo:
+// Wiring in a silo (the runtime takes the Service, so firing starts once the
+// runtime exists):
 //
 //	svc, err := reminders.New(ctx, reminders.Config{
 //		Client:    etcd.Client(),
 //		Prefix:    etcd.Prefix(),
 //		MinPeriod: time.Minute,
 //		Known:     func(t string) bool { _, ok := reg.Lookup(t); return ok },
-//		Deliver:   func(ctx context.Context, m *grain.Message) error { return rt.Send(ctx, m) },
 //	})
 //	...
-//	defer svc.Close()
+//	gcfg.Reminders = svc
+//	rt, err := grain.New(gcfg, reg)
+//	...
+//	svc.Start(rt.Send)
+//	...
+//	svc.Close() // before rt.Close: no ticks into a closing runtime
 package reminders

@@ -135,6 +135,11 @@ func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) 
 // starts over when woken by a change of the head.
 func (s *Service) schedule() {
 	defer s.wg.Done()
+	select {
+	case <-s.started:
+	case <-s.stop:
+		return
+	}
 	timer := s.cfg.Clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	var (
@@ -207,7 +212,7 @@ func (s *Service) work() {
 		select {
 		case m := <-s.jobs:
 			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.DeliverTimeout)
-			err := s.cfg.Deliver(ctx, m)
+			err := s.deliver(ctx, m) // set before the scheduler started
 			cancel()
 			if err != nil && s.ctx.Err() == nil {
 				s.cfg.Logger.Warn("reminders: tick not delivered", "agent", m.To, "type", m.MessageType, "err", err)

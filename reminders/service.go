@@ -36,6 +36,9 @@ type Service struct {
 	jobs    chan *grain.Message
 	loaded  chan struct{}
 	fired   atomic.Uint64
+	started chan struct{} // closed when deliver is set: firing begins
+	deliver func(ctx context.Context, msg *grain.Message) error
+	start   sync.Once
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -63,6 +66,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		flushes: make(chan chan struct{}),
 		jobs:    make(chan *grain.Message, 4*cfg.Concurrency),
 		loaded:  make(chan struct{}),
+		started: make(chan struct{}),
 		stop:    make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -72,7 +76,24 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	for range cfg.Concurrency {
 		go s.work()
 	}
+	if cfg.Deliver != nil {
+		s.Start(cfg.Deliver)
+	}
 	return s, nil
+}
+
+// Start begins firing, through deliver, if Config.Deliver was nil; until
+// then Register, Unregister and List work and the reminders load, but
+// nothing fires (ticks that come due meanwhile fire once when it starts).
+// Later calls do nothing.
+func (s *Service) Start(deliver func(ctx context.Context, msg *grain.Message) error) {
+	if deliver == nil {
+		return
+	}
+	s.start.Do(func() {
+		s.deliver = deliver
+		close(s.started)
+	})
 }
 
 // Close stops the Service's goroutines and cancels deliveries in flight. The

@@ -22,24 +22,23 @@ func TestTickerOnRuntime(t *testing.T) {
 	if err := examples.Register(reg); err != nil {
 		t.Fatal(err)
 	}
-	var rt *grain.Runtime
 	delivered := make(chan error, 10)
 	cfg := h.config()
 	cfg.MinPeriod = time.Minute
 	cfg.Known = func(typ string) bool { _, ok := reg.Lookup(typ); return ok }
-	cfg.Deliver = func(ctx context.Context, m *grain.Message) error {
-		err := rt.Send(ctx, m)
-		delivered <- err
-		return err
-	}
+	cfg.Deliver = nil // the runtime does not exist yet: Start below
 	svc := h.start(cfg)
 	gcfg := grain.DefaultConfig()
 	gcfg.Reminders = svc
-	var err error
-	rt, err = grain.New(gcfg, reg)
+	rt, err := grain.New(gcfg, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	svc.Start(func(ctx context.Context, m *grain.Message) error {
+		err := rt.Send(ctx, m)
+		delivered <- err
+		return err
+	})
 	defer func() {
 		svc.Close() // no deliveries into a closing runtime
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
