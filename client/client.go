@@ -1,0 +1,554 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// Message is agentsilo's one message type.
+type Message = agentsilov1.AgentMessage
+
+// The errors a Client returns carry gRPC codes; test for them with
+// errors.Is (or read the code with status.Code).
+var (
+	ErrInvalidArgument   = errs.ErrInvalidArgument
+	ErrNotFound          = errs.ErrNotFound
+	ErrPermissionDenied  = errs.ErrPermissionDenied
+	ErrUnauthenticated   = errs.ErrUnauthenticated
+	ErrDeadlineExceeded  = errs.ErrDeadlineExceeded
+	ErrResourceExhausted = errs.ErrResourceExhausted
+	ErrUnavailable       = errs.ErrUnavailable
+	ErrInternal          = errs.ErrInternal
+)
+
+// The metadata keys the client sends.
+const (
+	principalHeader = "x-agentsilo-principal"
+	apiKeyHeader    = "x-api-key"
+)
+
+// frameOverhead is what the gRPC size limits allow above the message size.
+const frameOverhead = 64 << 10
+
+// Client is a session with an agentsilo cluster through one of its gateways.
+// The session has an address (Address) that agents send to, to push messages
+// to the client (Messages, WithOnMessage). If the session's stream breaks,
+// the calls in flight on it fail with Unavailable and the client re-attaches
+// through the next gateway address, resuming the session where the gateway
+// still holds it; later calls wait for that (bounded by their contexts).
+//
+// All methods are safe for concurrent use.
+type Client struct {
+	opts  options
+	addrs []string
+	conns []*grpc.ClientConn
+	msgs  chan *Message
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // readers and the reconnector
+
+	nextID atomic.Uint64
+
+	mu        sync.Mutex
+	cur       *stream       // nil while re-attaching
+	ready     chan struct{} // closed when a re-attach round ends
+	lastErr   error         // why the last re-attach round failed
+	address   string
+	token     string
+	principal string
+	closed    bool
+}
+
+// stream is one Session stream and the calls waiting on it.
+type stream struct {
+	idx    int // into Client.addrs
+	s      agentsilov1.Gateway_SessionClient
+	cancel context.CancelFunc
+	sendMu sync.Mutex
+
+	mu    sync.Mutex
+	calls map[uint64]chan *agentsilov1.Result
+	dead  bool
+}
+
+// Dial opens a session on the first reachable gateway of addrs (host:port).
+// ctx bounds the dial, not the Client's life; Close ends it.
+func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errs.New(codes.InvalidArgument, "client: no gateway address")
+	}
+	c := &Client{opts: defaultOptions(), addrs: addrs}
+	for _, o := range opts {
+		o.apply(&c.opts)
+	}
+	if c.opts.timeout <= 0 {
+		return nil, errs.New(codes.InvalidArgument, "client: timeout %v must be positive", c.opts.timeout)
+	}
+	if c.opts.maxSize < 1024 {
+		return nil, errs.New(codes.InvalidArgument, "client: max message size %d must be at least 1024", c.opts.maxSize)
+	}
+	creds := insecure.NewCredentials()
+	if c.opts.tls != nil {
+		creds = credentials.NewTLS(c.opts.tls)
+	}
+	limit := c.opts.maxSize + frameOverhead
+	dialOpts := append([]grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	}, c.opts.dialOpts...)
+	for _, a := range addrs {
+		conn, err := grpc.NewClient(a, dialOpts...)
+		if err != nil {
+			c.closeConns()
+			return nil, errs.New(codes.InvalidArgument, "client: gateway %q: %v", a, err)
+		}
+		c.conns = append(c.conns, conn)
+	}
+	c.msgs = make(chan *Message, 256)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	var err error
+	for i := range addrs {
+		var st *stream
+		var w *agentsilov1.Welcome
+		if st, w, err = c.open(ctx, i, &agentsilov1.Hello{Principal: c.opts.principal}); err == nil {
+			c.attached(st, w)
+			return c, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	c.cancel()
+	c.closeConns()
+	return nil, err
+}
+
+// open opens a Session stream on gateway i and waits (bounded by ctx) for
+// the Welcome that answers hello.
+func (c *Client) open(ctx context.Context, i int, hello *agentsilov1.Hello) (*stream, *agentsilov1.Welcome, error) {
+	sctx, cancel := context.WithCancel(c.metadata(c.ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	s, err := agentsilov1.NewGatewayClient(c.conns[i]).Session(sctx)
+	if err == nil {
+		err = s.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: hello}})
+	}
+	var f *agentsilov1.ServerFrame
+	if err == nil {
+		f, err = s.Recv()
+	}
+	if err == nil && f.GetWelcome() == nil {
+		err = errs.New(codes.Internal, "gateway %s answered Hello with %T", c.addrs[i], f.GetFrame())
+	}
+	if err != nil {
+		cancel()
+		if ctx.Err() != nil {
+			return nil, nil, ctxErr(ctx, "dial "+c.addrs[i])
+		}
+		return nil, nil, wrap(err, "gateway "+c.addrs[i])
+	}
+	return &stream{idx: i, s: s, cancel: cancel, calls: make(map[uint64]chan *agentsilov1.Result)}, f.GetWelcome(), nil
+}
+
+// attached makes st the session's stream and starts reading it.
+func (c *Client) attached(st *stream, w *agentsilov1.Welcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		st.cancel()
+		return
+	}
+	c.cur = st
+	c.address, c.token, c.principal = w.Address, w.ResumeToken, w.Principal
+	if c.ready != nil {
+		close(c.ready)
+		c.ready = nil
+	}
+	c.wg.Add(1)
+	go c.read(st)
+}
+
+// read reads st until it breaks, delivering results and pushes.
+func (c *Client) read(st *stream) {
+	defer c.wg.Done()
+	for {
+		f, err := st.s.Recv()
+		if err != nil {
+			c.broken(st, err)
+			return
+		}
+		switch f := f.Frame.(type) {
+		case *agentsilov1.ServerFrame_Result:
+			st.mu.Lock()
+			ch := st.calls[f.Result.GetCallId()]
+			delete(st.calls, f.Result.GetCallId())
+			st.mu.Unlock()
+			if ch != nil {
+				ch <- f.Result // buffered; one result per call
+			}
+		case *agentsilov1.ServerFrame_Push:
+			if c.opts.onMessage != nil {
+				c.opts.onMessage(f.Push)
+				continue
+			}
+			select {
+			case c.msgs <- f.Push:
+			case <-c.ctx.Done():
+			}
+		}
+	}
+}
+
+// broken fails the calls waiting on st and, unless the client is closing,
+// starts re-attaching the session.
+func (c *Client) broken(st *stream, err error) {
+	st.cancel()
+	msg := "connection to gateway " + c.addrs[st.idx] + " lost"
+	if s := wrap(err, "").Error(); s != "" {
+		msg += ": " + s
+	}
+	st.mu.Lock()
+	st.dead = true
+	for id, ch := range st.calls {
+		ch <- &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(codes.Unavailable), Message: msg}}
+		delete(st.calls, id)
+	}
+	st.mu.Unlock()
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.cur != st {
+		return
+	}
+	c.cur = nil
+	c.ready = make(chan struct{})
+	c.wg.Add(1)
+	go c.reattach(st.idx)
+}
+
+// reattach re-attaches the session, trying the gateways in turn from the one
+// after last, with backoff between rounds, until it succeeds or the client
+// closes.
+func (c *Client) reattach(last int) {
+	defer c.wg.Done()
+	backoff := 50 * time.Millisecond
+	for {
+		var err error
+		for n := 1; n <= len(c.addrs); n++ {
+			i := (last + n) % len(c.addrs)
+			c.mu.Lock()
+			hello := &agentsilov1.Hello{Principal: c.opts.principal, ResumeAddress: c.address, ResumeToken: c.token}
+			c.mu.Unlock()
+			var st *stream
+			var w *agentsilov1.Welcome
+			st, w, err = c.openBounded(i, hello)
+			if errors.Is(err, ErrPermissionDenied) {
+				// The gateway refuses to resume this session: start afresh.
+				st, w, err = c.openBounded(i, &agentsilov1.Hello{Principal: c.opts.principal})
+			}
+			if err == nil {
+				c.attached(st, w)
+				return
+			}
+			if c.ctx.Err() != nil {
+				return
+			}
+		}
+		// Every gateway failed: the callers waiting get Unavailable, and the
+		// next round starts after a pause.
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return
+		}
+		c.lastErr = err
+		close(c.ready)
+		c.ready = make(chan struct{})
+		c.mu.Unlock()
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (c *Client) openBounded(i int, hello *agentsilov1.Hello) (*stream, *agentsilov1.Welcome, error) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.opts.timeout)
+	defer cancel()
+	return c.open(ctx, i, hello)
+}
+
+// stream returns the session's stream, waiting (bounded by ctx) while it is
+// being re-attached.
+func (c *Client) stream(ctx context.Context) (*stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for waited := false; ; waited = true {
+		switch {
+		case c.closed:
+			return nil, errs.New(codes.Unavailable, "client is closed")
+		case c.cur != nil:
+			return c.cur, nil
+		case waited:
+			return nil, errs.New(codes.Unavailable, "no gateway reachable: %v", c.lastErr)
+		}
+		ready := c.ready // not nil while re-attaching
+		c.mu.Unlock()
+		select {
+		case <-ready:
+		case <-ctx.Done():
+		}
+		c.mu.Lock()
+		if c.cur == nil && ctx.Err() != nil {
+			return nil, ctxErr(ctx, "waiting for the gateway")
+		}
+	}
+}
+
+// call runs m (its kind set) as a Call on the session and waits for its
+// Result.
+func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
+	if n := proto.Size(m); n > c.opts.maxSize {
+		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	st, err := c.stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := c.nextID.Add(1)
+	ch := make(chan *agentsilov1.Result, 1)
+	st.mu.Lock()
+	if st.dead {
+		st.mu.Unlock()
+		return nil, errs.New(codes.Unavailable, "connection to gateway %s lost", c.addrs[st.idx])
+	}
+	st.calls[id] = ch
+	st.mu.Unlock()
+	defer func() {
+		st.mu.Lock()
+		delete(st.calls, id)
+		st.mu.Unlock()
+	}()
+
+	call := &agentsilov1.Call{CallId: id, Message: m}
+	if d, ok := ctx.Deadline(); ok {
+		call.TimeoutMs = max(time.Until(d).Milliseconds(), 1)
+	}
+	if err := st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Call{Call: call}}); err != nil {
+		return nil, errs.New(codes.Unavailable, "connection to gateway %s lost: %v", c.addrs[st.idx], err)
+	}
+	select {
+	case r := <-ch:
+		if e := r.GetError(); e != nil {
+			return nil, errs.New(codes.Code(e.GetCode()), "%s", e.GetMessage())
+		}
+		if r.GetMessage() == nil {
+			return &Message{}, nil
+		}
+		return r.GetMessage(), nil
+	case <-ctx.Done():
+		// Tell the gateway to stop; if the stream is gone, so is the call.
+		_ = st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: id}}})
+		return nil, ctxErr(ctx, "call "+m.GetTo())
+	}
+}
+
+func (st *stream) send(f *agentsilov1.ClientFrame) error {
+	st.sendMu.Lock()
+	defer st.sendMu.Unlock()
+	return st.s.Send(f)
+}
+
+// prepare copies msg (so the caller's is left alone) and addresses it.
+func prepare(to string, msg *Message, kind agentsilov1.Kind) *Message {
+	var m *Message
+	if msg == nil {
+		m = &Message{}
+	} else {
+		m = proto.Clone(msg).(*Message)
+	}
+	m.To, m.Kind = to, kind
+	return m
+}
+
+// Ask sends msg to the agent at to (`Type:owner:alias`, or `Type:alias` for
+// an agent of the client's own principal) as a REQUEST and returns the reply.
+// Without a deadline on ctx, it waits at most the client's timeout (30 s by
+// default). msg is not modified; From is set by the gateway.
+func (c *Client) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
+	return c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_REQUEST))
+}
+
+// Send delivers msg to the agent at to as a ONE_WAY message. It returns once
+// the agent's mailbox has taken it.
+func (c *Client) Send(ctx context.Context, to string, msg *Message) error {
+	_, err := c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_ONE_WAY))
+	return err
+}
+
+// Event delivers msg to the agent at to as an EVENT, handled by its OnEvent.
+func (c *Client) Event(ctx context.Context, to string, msg *Message) error {
+	_, err := c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_EVENT))
+	return err
+}
+
+// Messages returns the messages that agents push to the session, in order
+// (unless WithOnMessage is set, which takes them instead). Read it: while
+// its buffer is full the session reads nothing else, replies included. It
+// is closed by Close.
+func (c *Client) Messages() <-chan *Message { return c.msgs }
+
+// Address returns the session's address, `Session:<principal>:<id>`, which
+// agents send to, to push messages to the client. It changes if the session
+// had to be re-opened (its gateway forgot it).
+func (c *Client) Address() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.address
+}
+
+// Principal returns the identity the gateway granted the session.
+func (c *Client) Principal() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.principal
+}
+
+// CreateAgent stores the configuration of the agent at addr, which its
+// activations read lazily, and returns its canonical address.
+func (c *Client) CreateAgent(ctx context.Context, addr string, cfg map[string]string) (string, error) {
+	ctx, cancel, gw := c.unary(ctx)
+	defer cancel()
+	r, err := gw.CreateAgent(ctx, &agentsilov1.CreateAgentRequest{Address: addr, Config: cfg})
+	if err != nil {
+		return "", errs.FromStatus(err)
+	}
+	return r.GetAddress(), nil
+}
+
+// Agents lists the active agents, of type typ if it is not empty.
+func (c *Client) Agents(ctx context.Context, typ string) ([]*agentsilov1.ActivationInfo, error) {
+	ctx, cancel, gw := c.unary(ctx)
+	defer cancel()
+	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetAgents(), nil
+}
+
+// Members lists the silos of the cluster as the gateway sees them.
+func (c *Client) Members(ctx context.Context) ([]*agentsilov1.Member, error) {
+	ctx, cancel, gw := c.unary(ctx)
+	defer cancel()
+	r, err := gw.ListMembers(ctx, &agentsilov1.ListMembersRequest{})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetMembers(), nil
+}
+
+// unary prepares a unary call to the session's current gateway.
+func (c *Client) unary(ctx context.Context) (context.Context, context.CancelFunc, agentsilov1.GatewayClient) {
+	cancel := context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+	}
+	c.mu.Lock()
+	i := 0
+	if c.cur != nil {
+		i = c.cur.idx
+	}
+	c.mu.Unlock()
+	return c.metadata(ctx), cancel, agentsilov1.NewGatewayClient(c.conns[i])
+}
+
+// metadata adds the principal and API key to ctx's outgoing metadata.
+func (c *Client) metadata(ctx context.Context) context.Context {
+	kv := []string{principalHeader, c.opts.principal}
+	if c.opts.apiKey != "" {
+		kv = append(kv, apiKeyHeader, c.opts.apiKey)
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// Close ends the session: calls in flight fail with Unavailable, Messages is
+// closed, and the connections are closed. The gateway keeps the session's
+// pushes for a while, but this Client cannot resume it.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	if c.ready != nil {
+		close(c.ready)
+		c.ready = nil
+	}
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
+	close(c.msgs)
+	return c.closeConns()
+}
+
+func (c *Client) closeConns() error {
+	var errList []error
+	for _, conn := range c.conns {
+		if err := conn.Close(); err != nil {
+			errList = append(errList, err)
+		}
+	}
+	return errors.Join(errList...)
+}
+
+// wrap turns a gRPC error into an errs error, its message prefixed with what.
+func wrap(err error, what string) error {
+	if errors.Is(err, io.EOF) {
+		err = errs.New(codes.Unavailable, "stream closed")
+	}
+	err = errs.FromStatus(err)
+	if what == "" {
+		return err
+	}
+	var e *errs.Error
+	if errors.As(err, &e) {
+		return errs.New(e.Code(), "%s: %s", what, e.Message())
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+func ctxErr(ctx context.Context, what string) error {
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errs.New(codes.Canceled, "%s: cancelled", what)
+	}
+	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
+}

@@ -1,0 +1,20 @@
+// Package client is the Go SDK of agentsilo: a session with a cluster
+// through its gateways.
+//
+//	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithPrincipal("alice"))
+//	if err != nil { ... }
+//	defer c.Close()
+//	reply, err := c.Ask(ctx, "Echo:one", &client.Message{Message: "hi"})
+//	if errors.Is(err, client.ErrNotFound) { ... } // no such agent type
+//
+// A session has an address (Client.Address) that agents send to, to push
+// messages to the client; they arrive on Client.Messages, or at the callback
+// given with WithOnMessage. Given several gateway addresses, a client whose
+// stream breaks re-attaches through the next one: calls in flight fail with
+// Unavailable, later calls go through, and the session's pushes sent
+// meanwhile arrive if the gateway still holds the session.
+//
+// Every error carries a gRPC code: test it with errors.Is against ErrNotFound
+// and the other sentinels, or read it with status.Code. The package links no
+// part of the silo: only the wire protocol and the error table.
+package client
