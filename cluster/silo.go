@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/reminders"
 )
 
 // SiloConfig configures a Silo. Start from DefaultSiloConfig.
@@ -30,8 +31,14 @@ type SiloConfig struct {
 	// ShutdownTimeout bounds Close when the caller's context has no deadline.
 	// Default: 30 s.
 	ShutdownTimeout time.Duration
-	// Runtime configures the grain runtime; its Silo and Sessions fields are
-	// set by the silo.
+	// Etcd says where the silo keeps durable state: an external etcd, or an
+	// embedded one in Etcd.DataDir (the default).
+	Etcd EtcdConfig
+	// MinReminderPeriod is the shortest reminder period accepted. Default:
+	// 1 min.
+	MinReminderPeriod time.Duration
+	// Runtime configures the grain runtime; its Silo, Sessions, Configs and
+	// Reminders fields are set by the silo.
 	Runtime grain.Config
 	// Gateway configures the gateway; its Silo and Addr fields are set by
 	// the silo.
@@ -50,22 +57,27 @@ func DefaultSiloConfig() SiloConfig {
 		Name:            name,
 		GatewayAddr:     "127.0.0.1:7070",
 		HTTPAddr:        "127.0.0.1:8080",
-		ShutdownTimeout: 30 * time.Second,
-		Runtime:         grain.DefaultConfig(),
+		ShutdownTimeout:   30 * time.Second,
+		Etcd:              DefaultEtcdConfig(),
+		MinReminderPeriod: time.Minute,
+		Runtime:           grain.DefaultConfig(),
 		Gateway:         DefaultGatewayConfig(),
 	}
 }
 
-// Silo is one agentsilo server: the grain runtime and the client gateway in
-// front of it. Its lifecycle is NewSilo, Start, then Close; Err reports a
+// Silo is one agentsilo server: the grain runtime, the client gateway in
+// front of it, and its durable state in etcd (reminders, agent
+// configurations). Its lifecycle is NewSilo, Start, then Close; Err reports a
 // failure while serving.
 type Silo struct {
 	cfg    SiloConfig
 	reg    *grain.Registry
 	logger *slog.Logger
 
-	rt      *grain.Runtime
-	gw      *Gateway
+	etcd      *Etcd
+	reminders *reminders.Service
+	rt        *grain.Runtime
+	gw        *Gateway
 	gwLis   net.Listener
 	http    *http.Server
 	httpLis net.Listener
@@ -116,12 +128,31 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 			s.abort()
 		}
 	}()
+	ecfg := s.cfg.Etcd
+	if ecfg.Logger == nil {
+		ecfg.Logger = s.logger
+	}
+	if s.etcd, err = StartEtcd(ctx, ecfg); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	if s.reminders, err = reminders.New(ctx, reminders.Config{
+		Client:    s.etcd.Client(),
+		Prefix:    s.etcd.Prefix(),
+		MinPeriod: s.cfg.MinReminderPeriod,
+		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
+		Logger:    s.logger,
+	}); err != nil {
+		return fmt.Errorf("reminders: %w", err)
+	}
 	relay := new(SessionRelay)
 	rcfg := s.cfg.Runtime
 	rcfg.Sessions = relay
+	rcfg.Configs = NewEtcdConfigStore(s.etcd)
+	rcfg.Reminders = s.reminders
 	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
 		return err
 	}
+	s.reminders.Start(s.rt.Send)
 	var lc net.ListenConfig
 	if s.gwLis, err = lc.Listen(ctx, "tcp", s.cfg.GatewayAddr); err != nil {
 		return fmt.Errorf("gateway: %w", err)
@@ -229,6 +260,11 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, fmt.Errorf("gateway drain: %w", ctx.Err()))
 		}
 	}
+	if s.reminders != nil {
+		if err := s.reminders.Close(); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("reminders: %w", err))
+		}
+	}
 	if s.rt != nil {
 		if err := s.rt.Close(ctx); err != nil {
 			errsOut = append(errsOut, err)
@@ -240,6 +276,11 @@ func (s *Silo) shutdown(ctx context.Context) error {
 		}
 	}
 	s.serving.Wait()
+	if s.etcd != nil {
+		if err := s.etcd.Close(); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("etcd: %w", err))
+		}
+	}
 	return errors.Join(errsOut...)
 }
 

@@ -27,6 +27,8 @@ func TestSiloLifecycle(t *testing.T) {
 	cfg.Name = "s1"
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
+	cfg.Etcd.DataDir = t.TempDir()
+	cfg.Etcd.EmbeddedAddr, cfg.Etcd.EmbeddedPeerAddr = freeAddr(t), freeAddr(t)
 	s, err := NewSilo(cfg, reg)
 	if err != nil {
 		t.Fatal(err)

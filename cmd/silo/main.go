@@ -88,6 +88,11 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /healthz and /readyz (empty: off)")
 	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
+	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
+	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
+	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
 	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on graceful shutdown")
 	fs.IntVar(&cfg.Runtime.MailboxSize, "mailbox-size", cfg.Runtime.MailboxSize, "bound of each agent's mailbox")
@@ -116,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	}
 	if fs.NArg() > 0 {
 		return cfg, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *endpoints != "" {
+		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
