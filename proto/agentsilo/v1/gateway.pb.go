@@ -9,6 +9,7 @@ package agentsilov1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -1204,11 +1205,177 @@ func (x *ListMembersResponse) GetVersion() int64 {
 	return 0
 }
 
+type ListRemindersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent is the agent's address (canonical, or relative to the caller).
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemindersRequest) Reset() {
+	*x = ListRemindersRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemindersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemindersRequest) ProtoMessage() {}
+
+func (x *ListRemindersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemindersRequest.ProtoReflect.Descriptor instead.
+func (*ListRemindersRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListRemindersRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type ReminderInfo struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Name        string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Period      *durationpb.Duration   `protobuf:"bytes,2,opt,name=period,proto3" json:"period,omitempty"`
+	MessageType string                 `protobuf:"bytes,3,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	Message     string                 `protobuf:"bytes,4,opt,name=message,proto3" json:"message,omitempty"`
+	// due is the next tick.
+	Due           *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=due,proto3" json:"due,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReminderInfo) Reset() {
+	*x = ReminderInfo{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReminderInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReminderInfo) ProtoMessage() {}
+
+func (x *ReminderInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReminderInfo.ProtoReflect.Descriptor instead.
+func (*ReminderInfo) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ReminderInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ReminderInfo) GetPeriod() *durationpb.Duration {
+	if x != nil {
+		return x.Period
+	}
+	return nil
+}
+
+func (x *ReminderInfo) GetMessageType() string {
+	if x != nil {
+		return x.MessageType
+	}
+	return ""
+}
+
+func (x *ReminderInfo) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ReminderInfo) GetDue() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Due
+	}
+	return nil
+}
+
+type ListRemindersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reminders     []*ReminderInfo        `protobuf:"bytes,1,rep,name=reminders,proto3" json:"reminders,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRemindersResponse) Reset() {
+	*x = ListRemindersResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRemindersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRemindersResponse) ProtoMessage() {}
+
+func (x *ListRemindersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRemindersResponse.ProtoReflect.Descriptor instead.
+func (*ListRemindersResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
+	if x != nil {
+		return x.Reminders
+	}
+	return nil
+}
+
 var File_agentsilo_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsilo/v1/gateway.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x01\n" +
+	"\x1aagentsilo/v1/gateway.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/message.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x9d\x01\n" +
 	"\vClientFrame\x12+\n" +
 	"\x05hello\x18\x01 \x01(\v2\x13.agentsilo.v1.HelloH\x00R\x05hello\x12(\n" +
 	"\x04call\x18\x02 \x01(\v2\x12.agentsilo.v1.CallH\x00R\x04call\x12.\n" +
@@ -1283,7 +1450,17 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\vactivations\x18\x06 \x01(\rR\vactivations\"_\n" +
 	"\x13ListMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.agentsilo.v1.MemberR\amembers\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x03R\aversion2\xc2\x03\n" +
+	"\aversion\x18\x02 \x01(\x03R\aversion\",\n" +
+	"\x14ListRemindersRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"\xc0\x01\n" +
+	"\fReminderInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x121\n" +
+	"\x06period\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x06period\x12!\n" +
+	"\fmessage_type\x18\x03 \x01(\tR\vmessageType\x12\x18\n" +
+	"\amessage\x18\x04 \x01(\tR\amessage\x12,\n" +
+	"\x03due\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03due\"Q\n" +
+	"\x15ListRemindersResponse\x128\n" +
+	"\treminders\x18\x01 \x03(\v2\x1a.agentsilo.v1.ReminderInfoR\treminders2\x9c\x04\n" +
 	"\aGateway\x12C\n" +
 	"\aSession\x12\x19.agentsilo.v1.ClientFrame\x1a\x19.agentsilo.v1.ServerFrame(\x010\x01\x12:\n" +
 	"\x03Ask\x12\x18.agentsilo.v1.AskRequest\x1a\x19.agentsilo.v1.AskResponse\x12=\n" +
@@ -1291,7 +1468,8 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\vCreateAgent\x12 .agentsilo.v1.CreateAgentRequest\x1a!.agentsilo.v1.CreateAgentResponse\x12O\n" +
 	"\n" +
 	"ListAgents\x12\x1f.agentsilo.v1.ListAgentsRequest\x1a .agentsilo.v1.ListAgentsResponse\x12R\n" +
-	"\vListMembers\x12 .agentsilo.v1.ListMembersRequest\x1a!.agentsilo.v1.ListMembersResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
+	"\vListMembers\x12 .agentsilo.v1.ListMembersRequest\x1a!.agentsilo.v1.ListMembersResponse\x12X\n" +
+	"\rListReminders\x12\".agentsilo.v1.ListRemindersRequest\x1a#.agentsilo.v1.ListRemindersResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
 var (
 	file_agentsilo_v1_gateway_proto_rawDescOnce sync.Once
@@ -1305,7 +1483,7 @@ func file_agentsilo_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_agentsilo_v1_gateway_proto_rawDescData
 }
 
-var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agentsilo_v1_gateway_proto_goTypes = []any{
 	(*ClientFrame)(nil),           // 0: agentsilo.v1.ClientFrame
 	(*ServerFrame)(nil),           // 1: agentsilo.v1.ServerFrame
@@ -1327,9 +1505,13 @@ var file_agentsilo_v1_gateway_proto_goTypes = []any{
 	(*ListMembersRequest)(nil),    // 17: agentsilo.v1.ListMembersRequest
 	(*Member)(nil),                // 18: agentsilo.v1.Member
 	(*ListMembersResponse)(nil),   // 19: agentsilo.v1.ListMembersResponse
-	nil,                           // 20: agentsilo.v1.CreateAgentRequest.ConfigEntry
-	(*AgentMessage)(nil),          // 21: agentsilo.v1.AgentMessage
-	(*timestamppb.Timestamp)(nil), // 22: google.protobuf.Timestamp
+	(*ListRemindersRequest)(nil),  // 20: agentsilo.v1.ListRemindersRequest
+	(*ReminderInfo)(nil),          // 21: agentsilo.v1.ReminderInfo
+	(*ListRemindersResponse)(nil), // 22: agentsilo.v1.ListRemindersResponse
+	nil,                           // 23: agentsilo.v1.CreateAgentRequest.ConfigEntry
+	(*AgentMessage)(nil),          // 24: agentsilo.v1.AgentMessage
+	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
 }
 var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	2,  // 0: agentsilo.v1.ClientFrame.hello:type_name -> agentsilo.v1.Hello
@@ -1337,35 +1519,40 @@ var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	5,  // 2: agentsilo.v1.ClientFrame.cancel:type_name -> agentsilo.v1.Cancel
 	3,  // 3: agentsilo.v1.ServerFrame.welcome:type_name -> agentsilo.v1.Welcome
 	6,  // 4: agentsilo.v1.ServerFrame.result:type_name -> agentsilo.v1.Result
-	21, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
-	21, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
-	21, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
+	24, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
+	24, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
+	24, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
 	7,  // 8: agentsilo.v1.Result.error:type_name -> agentsilo.v1.Status
-	21, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
-	21, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
-	21, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
-	20, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
-	22, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
-	22, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
+	24, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
+	24, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
+	24, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
+	23, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
+	25, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
+	25, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
 	15, // 15: agentsilo.v1.ListAgentsResponse.agents:type_name -> agentsilo.v1.ActivationInfo
 	18, // 16: agentsilo.v1.ListMembersResponse.members:type_name -> agentsilo.v1.Member
-	0,  // 17: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
-	8,  // 18: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
-	10, // 19: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
-	12, // 20: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
-	14, // 21: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
-	17, // 22: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
-	1,  // 23: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
-	9,  // 24: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
-	11, // 25: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
-	13, // 26: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
-	16, // 27: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
-	19, // 28: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
-	23, // [23:29] is the sub-list for method output_type
-	17, // [17:23] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	26, // 17: agentsilo.v1.ReminderInfo.period:type_name -> google.protobuf.Duration
+	25, // 18: agentsilo.v1.ReminderInfo.due:type_name -> google.protobuf.Timestamp
+	21, // 19: agentsilo.v1.ListRemindersResponse.reminders:type_name -> agentsilo.v1.ReminderInfo
+	0,  // 20: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
+	8,  // 21: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
+	10, // 22: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
+	12, // 23: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
+	14, // 24: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
+	17, // 25: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
+	20, // 26: agentsilo.v1.Gateway.ListReminders:input_type -> agentsilo.v1.ListRemindersRequest
+	1,  // 27: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
+	9,  // 28: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
+	11, // 29: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
+	13, // 30: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
+	16, // 31: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
+	19, // 32: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
+	22, // 33: agentsilo.v1.Gateway.ListReminders:output_type -> agentsilo.v1.ListRemindersResponse
+	27, // [27:34] is the sub-list for method output_type
+	20, // [20:27] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_agentsilo_v1_gateway_proto_init() }
@@ -1390,7 +1577,7 @@ func file_agentsilo_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsilo_v1_gateway_proto_rawDesc), len(file_agentsilo_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

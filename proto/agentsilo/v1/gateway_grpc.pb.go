@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Gateway_Session_FullMethodName     = "/agentsilo.v1.Gateway/Session"
-	Gateway_Ask_FullMethodName         = "/agentsilo.v1.Gateway/Ask"
-	Gateway_Send_FullMethodName        = "/agentsilo.v1.Gateway/Send"
-	Gateway_CreateAgent_FullMethodName = "/agentsilo.v1.Gateway/CreateAgent"
-	Gateway_ListAgents_FullMethodName  = "/agentsilo.v1.Gateway/ListAgents"
-	Gateway_ListMembers_FullMethodName = "/agentsilo.v1.Gateway/ListMembers"
+	Gateway_Session_FullMethodName       = "/agentsilo.v1.Gateway/Session"
+	Gateway_Ask_FullMethodName           = "/agentsilo.v1.Gateway/Ask"
+	Gateway_Send_FullMethodName          = "/agentsilo.v1.Gateway/Send"
+	Gateway_CreateAgent_FullMethodName   = "/agentsilo.v1.Gateway/CreateAgent"
+	Gateway_ListAgents_FullMethodName    = "/agentsilo.v1.Gateway/ListAgents"
+	Gateway_ListMembers_FullMethodName   = "/agentsilo.v1.Gateway/ListMembers"
+	Gateway_ListReminders_FullMethodName = "/agentsilo.v1.Gateway/ListReminders"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -53,6 +54,8 @@ type GatewayClient interface {
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 	// ListMembers lists the silos of the cluster as this gateway sees it.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
+	// ListReminders lists an agent's durable reminders.
+	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
 }
 
 type gatewayClient struct {
@@ -126,6 +129,16 @@ func (c *gatewayClient) ListMembers(ctx context.Context, in *ListMembersRequest,
 	return out, nil
 }
 
+func (c *gatewayClient) ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRemindersResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListReminders_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -152,6 +165,8 @@ type GatewayServer interface {
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	// ListMembers lists the silos of the cluster as this gateway sees it.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
+	// ListReminders lists an agent's durable reminders.
+	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -179,6 +194,9 @@ func (UnimplementedGatewayServer) ListAgents(context.Context, *ListAgentsRequest
 }
 func (UnimplementedGatewayServer) ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListMembers not implemented")
+}
+func (UnimplementedGatewayServer) ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReminders not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -298,6 +316,24 @@ func _Gateway_ListMembers_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListReminders_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRemindersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListReminders(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListReminders_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListReminders(ctx, req.(*ListRemindersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -324,6 +360,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListMembers",
 			Handler:    _Gateway_ListMembers_Handler,
+		},
+		{
+			MethodName: "ListReminders",
+			Handler:    _Gateway_ListReminders_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
