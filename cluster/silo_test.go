@@ -5,12 +5,15 @@ import (
 	"io"
 	"net/http"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
@@ -56,6 +59,17 @@ func TestSiloLifecycle(t *testing.T) {
 	r, err := agentsilov1.NewGatewayClient(conn).Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Counter:c", Message: "add 2"}})
 	if err != nil || r.Message.Message != "2" || r.Message.From != "Counter:alice:c" {
 		t.Fatalf("ask = %v, %v", r, err)
+	}
+	gc := agentsilov1.NewGatewayClient(conn)
+	if _, err := gc.Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Ticker:t", Message: "start 2m"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gc.Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Ticker:t", Message: "start 5s"}}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("reminder period under the minimum: %v, want InvalidArgument", err)
+	}
+	rs, err := gc.ListReminders(ctx, &agentsilov1.ListRemindersRequest{Agent: "Ticker:t"})
+	if err != nil || len(rs.Reminders) != 1 || rs.Reminders[0].Name != "tick" || rs.Reminders[0].Period.AsDuration() != 2*time.Minute {
+		t.Fatalf("ListReminders = %v, %v", rs, err)
 	}
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get("http://" + s.HTTPAddr() + path)
