@@ -217,6 +217,7 @@ type localFlags struct {
 	ns         []int
 	actWindows int
 	run        string
+	yield      bool
 	prof       profFlags
 }
 
@@ -234,6 +235,7 @@ func parseLocalFlags(args []string) (*localFlags, error) {
 		return err
 	})
 	fs.StringVar(&lf.run, "run", "", "run stamp to put in every JSON line")
+	fs.BoolVar(&lf.yield, "yield", false, "experiment: callers call runtime.Gosched between calls (not part of the peer's method)")
 	lf.prof.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -292,7 +294,7 @@ func runLocal(args []string, out io.Writer) error {
 	for _, n := range lf.ns {
 		anchor := &series{bench: "chan", n: n}
 		subject := &series{bench: "local", n: n, anchor: "chan"}
-		interleave(lf.rounds, lf.warmup, lf.window, n, anchor, subject,
+		interleave(lf.rounds, lf.warmup, lf.window, lf.yield, n, anchor, subject,
 			chanCaller(mbs, n), localCaller(rt, addrs, n))
 		emit(out, anchor.row(lf.run))
 		emit(out, subject.row(lf.run))

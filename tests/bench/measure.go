@@ -3,6 +3,7 @@ package main
 import (
 	"math"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -111,6 +112,12 @@ type window struct {
 // latencies are recorded; each caller stops after its first call that
 // completes after the window. newCaller(w) builds caller w's call function.
 func runWindow(n int, warm, win time.Duration, newCaller func(w int) callFunc) window {
+	return runWindowYield(n, warm, win, false, newCaller)
+}
+
+// runWindowYield is runWindow whose callers, if yield, call runtime.Gosched
+// between calls (outside the timed interval): an experiment on the N=64 tail.
+func runWindowYield(n int, warm, win time.Duration, yield bool, newCaller func(w int) callFunc) window {
 	type state struct {
 		h           histogram
 		calls, errs int64
@@ -132,6 +139,9 @@ func runWindow(n int, warm, win time.Duration, newCaller func(w int) callFunc) w
 				start := time.Since(t0)
 				err := call()
 				end := time.Since(t0)
+				if yield {
+					runtime.Gosched()
+				}
 				switch {
 				case end < from:
 					continue
@@ -221,11 +231,11 @@ func (s *series) row(run string) row {
 
 // interleave runs rounds of (anchor window, subject window), so that both see
 // the same machine state, and records each round's subject/anchor rate ratio.
-func interleave(rounds int, warm, win time.Duration, n int, anchor, subject *series, anchorCaller, subjectCaller func(w int) callFunc) {
+func interleave(rounds int, warm, win time.Duration, yield bool, n int, anchor, subject *series, anchorCaller, subjectCaller func(w int) callFunc) {
 	for r := range rounds {
-		a := runWindow(n, warm, win, anchorCaller)
+		a := runWindowYield(n, warm, win, yield, anchorCaller)
 		anchor.add(a)
-		s := runWindow(n, warm, win, subjectCaller)
+		s := runWindowYield(n, warm, win, yield, subjectCaller)
 		subject.add(s)
 		ratio := 0.0
 		if a.rate > 0 {
