@@ -2,15 +2,20 @@ package grain
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// BenchmarkAsk measures a local Ask round trip to 1,000 live agents, with
-// as many callers as -cpu says (b.RunParallel).
-func BenchmarkAsk(b *testing.B) {
+// BenchmarkAsk measures a local Ask round trip to 1,000 live agents from one
+// caller per P (b.RunParallel), and BenchmarkAsk64 from 64 callers.
+func BenchmarkAsk(b *testing.B) { benchAsk(b, 1) }
+
+func BenchmarkAsk64(b *testing.B) { benchAsk(b, 64) }
+
+func benchAsk(b *testing.B, callers int) {
 	reg := NewRegistry()
 	if err := reg.Register("Echo", echoFactory); err != nil {
 		b.Fatal(err)
@@ -34,6 +39,7 @@ func BenchmarkAsk(b *testing.B) {
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.ResetTimer()
+	b.SetParallelism(max(1, callers/runtimeGOMAXPROCS()))
 	b.RunParallel(func(pb *testing.PB) {
 		i := int(next.Add(97))
 		ctx := context.Background()
@@ -46,3 +52,5 @@ func BenchmarkAsk(b *testing.B) {
 		}
 	})
 }
+
+func runtimeGOMAXPROCS() int { return runtime.GOMAXPROCS(0) }

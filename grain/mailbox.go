@@ -27,11 +27,13 @@ type mailbox struct {
 	sys     []any
 	running bool
 	closed  bool
+	held    bool // queue but do not run until start
 	limit   int32
 	waiting chan struct{} // closed when room frees up; made when a sender waits
 
 	invoker    actor.MessageInvoker
 	dispatcher actor.Dispatcher
+	runFn      func() // m.run, bound once
 }
 
 var _ actor.Mailbox = (*mailbox)(nil)
@@ -99,6 +101,17 @@ func (m *mailbox) PostSystemMessage(msg any) {
 func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
 	m.invoker = invoker
 	m.dispatcher = dispatcher
+	m.runFn = m.run
+}
+
+// start lets a held mailbox run what it queued meanwhile.
+func (m *mailbox) start() {
+	m.mu.Lock()
+	m.held = false
+	if len(m.sys) > 0 || len(m.user) > m.head {
+		m.scheduleLocked()
+	}
+	m.mu.Unlock()
 }
 
 // Start implements actor.Mailbox.
@@ -112,9 +125,9 @@ func (m *mailbox) UserMessageCount() int {
 }
 
 func (m *mailbox) scheduleLocked() {
-	if !m.running && m.invoker != nil {
+	if !m.running && !m.held && m.invoker != nil {
 		m.running = true
-		m.dispatcher.Schedule(m.run)
+		m.dispatcher.Schedule(m.runFn)
 	}
 }
 

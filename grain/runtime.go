@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -334,32 +335,58 @@ func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) er
 }
 
 // activation returns the live activation of the canonical address key,
-// creating it if there is none.
+// creating it if there is none. The new activation is made (factory, spawn)
+// before the directory shard is locked, so that concurrent activations of
+// different agents do not wait on each other; if another sender won the race,
+// the spare is discarded before it ever ran (its OnActivate runs at its first
+// message, which it never gets).
 func (rt *Runtime) activation(key string) (*activation, error) {
 	if a := rt.dir.get(key); a != nil {
-		return a, nil
-	}
-	sh := rt.dir.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	a := sh.m[key]
-	if a != nil {
 		return a, nil
 	}
 	addr, err := ParseAddress(key)
 	if err != nil {
 		return nil, err
 	}
-	if a, err = rt.activateLocked(addr, key); err != nil {
+	fresh, err := rt.newActivation(addr, key)
+	if err != nil {
 		return nil, err
 	}
-	sh.m[key] = a
+	sh := rt.dir.shard(key)
+	sh.mu.Lock()
+	a := sh.m[key]
+	if a == nil && rt.closing.Load() {
+		err = errs.New(codes.Unavailable, "silo is shutting down")
+	}
+	if a == nil && err == nil {
+		sh.m[key] = fresh
+	}
+	sh.mu.Unlock()
+	if a != nil || err != nil {
+		rt.discard(fresh)
+		return a, err
+	}
+	fresh.mb.start()
+	return fresh, nil
+}
+
+// activateLocked makes, spawns and starts a new activation while the caller
+// holds the directory shard of key; the caller puts it in the shard.
+func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error) {
+	if rt.closing.Load() {
+		return nil, errs.New(codes.Unavailable, "silo is shutting down")
+	}
+	a, err := rt.newActivation(addr, key)
+	if err != nil {
+		return nil, err
+	}
+	a.mb.start()
 	return a, nil
 }
 
-// activateLocked creates and spawns a new activation. The caller holds the
-// directory shard of key and puts the result in it.
-func (rt *Runtime) activateLocked(addr Address, key string) (a *activation, err error) {
+// newActivation creates an activation and spawns its actor, whose mailbox
+// holds every message until mb.start.
+func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
@@ -369,6 +396,7 @@ func (rt *Runtime) activateLocked(addr Address, key string) (a *activation, err 
 	}
 	a = &activation{rt: rt, addr: addr, key: key}
 	a.mb.limit = int32(rt.cfg.MailboxSize)
+	a.mb.held = true
 	now := time.Now().UnixNano()
 	a.activatedAt = now
 	a.lastActive.Store(now)
@@ -389,6 +417,10 @@ func (rt *Runtime) activateLocked(addr Address, key string) (a *activation, err 
 		}
 		return nil, err
 	}
+	// The shared Props' producers take the activation from rt.spawning: the
+	// handoff keeps protoactor from needing a Props per activation. The
+	// spawn only allocates and registers; the mailbox is held, so nothing is
+	// scheduled while spawnMu is held.
 	rt.spawnMu.Lock()
 	rt.spawning = a
 	a.pid, err = rt.system.Root.SpawnNamed(rt.props, strconv.FormatUint(rt.seq.Add(1), 36))
@@ -400,6 +432,15 @@ func (rt *Runtime) activateLocked(addr Address, key string) (a *activation, err 
 	rt.live.Add(1)
 	rt.count.Add(1)
 	return a, nil
+}
+
+// discard stops an activation that never entered the directory.
+func (rt *Runtime) discard(a *activation) {
+	a.mb.close()
+	a.mb.start()
+	rt.system.Root.Stop(a.pid)
+	rt.count.Add(-1)
+	rt.live.Done()
 }
 
 // collect advances the coarse clock and deactivates idle activations.
@@ -454,14 +495,19 @@ func isSession(to string) bool {
 	return len(to) > len(SessionType) && to[len(SessionType)] == ':' && to[:len(SessionType)] == SessionType
 }
 
-// ownerOf returns the owner part of a canonical address, or "" if addr is not
-// one.
+// ownerOf returns the part of addr between its first and second colon: the
+// owner of a canonical address. It does not validate; Resolve validates the
+// address the owner ends up in.
 func ownerOf(addr string) string {
-	a, err := ParseAddress(addr)
-	if err != nil {
+	_, rest, ok := strings.Cut(addr, ":")
+	if !ok {
 		return ""
 	}
-	return a.Owner
+	owner, _, ok := strings.Cut(rest, ":")
+	if !ok {
+		return ""
+	}
+	return owner
 }
 
 func ctxError(ctx context.Context, what string) error {
