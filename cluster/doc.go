@@ -1,6 +1,7 @@
-// Package cluster is the silo around the grain runtime: the client gateway
-// now, and membership, placement, silo-to-silo transport and shutdown as they
-// arrive.
+// Package cluster is the silo around the grain runtime: its lifecycle
+// (Silo: NewSilo, Start, Close), its etcd (StartEtcd, embedded or external)
+// and the client gateway; membership, placement and silo-to-silo transport
+// come later.
 //
 // The gateway (Gateway) serves agentsilov1.Gateway over gRPC, with the
 // standard health service and server reflection on the same port. Clients
