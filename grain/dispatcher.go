@@ -2,7 +2,6 @@ package grain
 
 import (
 	"sync"
-	"sync/atomic"
 )
 
 // dispatcher is the protoactor Dispatcher of a runtime. protoactor's default
@@ -13,54 +12,77 @@ import (
 // mailbox to use; a run takes a parked goroutine or, when none is parked
 // (turns may block in Ask for long), starts a new one, so a turn never waits
 // for a free worker. At most maxParked goroutines stay parked; the rest exit.
+//
+// Each parked worker waits on a channel of its own, taken from a stack under
+// a mutex held for a push or a pop: with many busy agents, one shared channel
+// was the hottest lock of a local Ask.
 type dispatcher struct {
 	throughput int
-	work       chan func() // unbuffered: a send succeeds only if a worker is parked
-	quit       chan struct{}
-	parked     atomic.Int32
-	wg         sync.WaitGroup
-	closeOnce  sync.Once
+
+	mu     sync.Mutex
+	idle   []*worker // parked workers, most recently parked last
+	closed bool
+	wg     sync.WaitGroup
+}
+
+type worker struct {
+	run chan func() // buffered; nil means exit
 }
 
 const maxParked = 64
 
 func newDispatcher(throughput int) *dispatcher {
-	return &dispatcher{throughput: throughput, work: make(chan func()), quit: make(chan struct{})}
+	return &dispatcher{throughput: throughput}
 }
 
 // Schedule implements actor.Dispatcher.
 func (d *dispatcher) Schedule(fn func()) {
-	select {
-	case d.work <- fn:
-	default:
-		d.wg.Add(1)
-		go d.worker(fn)
+	d.mu.Lock()
+	if n := len(d.idle); n > 0 {
+		w := d.idle[n-1]
+		d.idle[n-1] = nil
+		d.idle = d.idle[:n-1]
+		d.mu.Unlock()
+		w.run <- fn
+		return
 	}
+	if d.closed {
+		d.mu.Unlock()
+		go fn() // cannot happen in a closed runtime; run it anyway
+		return
+	}
+	d.wg.Add(1)
+	d.mu.Unlock()
+	go d.work(&worker{run: make(chan func(), 1)}, fn)
 }
 
 // Throughput implements actor.Dispatcher.
 func (d *dispatcher) Throughput() int { return d.throughput }
 
-func (d *dispatcher) worker(fn func()) {
+func (d *dispatcher) work(w *worker, fn func()) {
 	defer d.wg.Done()
-	for {
+	for fn != nil {
 		fn()
-		if d.parked.Add(1) > maxParked {
-			d.parked.Add(-1)
+		d.mu.Lock()
+		if d.closed || len(d.idle) >= maxParked {
+			d.mu.Unlock()
 			return
 		}
-		select {
-		case fn = <-d.work:
-			d.parked.Add(-1)
-		case <-d.quit:
-			d.parked.Add(-1)
-			return
-		}
+		d.idle = append(d.idle, w)
+		d.mu.Unlock()
+		fn = <-w.run
 	}
 }
 
-// close makes parked workers exit and waits for all workers to finish.
+// close makes parked workers exit and waits for all workers to finish. The
+// runtime calls it last, when no mailbox schedules runs any more.
 func (d *dispatcher) close() {
-	d.closeOnce.Do(func() { close(d.quit) })
+	d.mu.Lock()
+	d.closed = true
+	for _, w := range d.idle {
+		w.run <- nil
+	}
+	d.idle = nil
+	d.mu.Unlock()
 	d.wg.Wait()
 }
