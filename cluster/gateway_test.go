@@ -634,3 +634,18 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("Validate accepts SessionBacklog 0")
 	}
 }
+
+// TestDisconnectRightAfterAFrame: a frame read as the client goes away must
+// not leave the session's handler waiting (the reader gives up on handing
+// it over once the stream's context ends). Repeated, since it is a race.
+func TestDisconnectRightAfterAFrame(t *testing.T) {
+	e := startGateway(t, nil)
+	for range 50 {
+		s := e.open(t, &agentsilov1.Hello{})
+		if err := s.stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: 1}}}); err != nil {
+			t.Fatal(err)
+		}
+		s.cancel()
+		<-e.detached
+	}
+}

@@ -205,6 +205,9 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 				return finish(nil)
 			}
 			return err
+		case <-ctx.Done():
+			// The client is gone (the reader may have stopped on this too).
+			return ctx.Err()
 		case <-g.drain:
 			return finish(g.checkDraining())
 		case f := <-frames:
