@@ -31,7 +31,7 @@ func main() {
 }
 
 func run(args []string, stderr io.Writer) int {
-	cfg, logger, err := parseFlags(args, stderr)
+	cfg, logger, withDemo, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -57,6 +57,11 @@ func run(args []string, stderr io.Writer) int {
 		return 1
 	}
 	logger.Info("silo serving", "name", cfg.Name, "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(reg.Types(), ","))
+	if withDemo {
+		if err := demo(ctx, s.GatewayAddr(), os.Stdout); err != nil {
+			logger.Error("demo", "err", err)
+		}
+	}
 
 	var runErr error
 	select {
@@ -80,7 +85,7 @@ func run(args []string, stderr io.Writer) int {
 }
 
 // parseFlags reads flags, with SILO_* environment variables as defaults.
-func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logger, error) {
+func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logger, bool, error) {
 	cfg := cluster.DefaultSiloConfig()
 	fs := flag.NewFlagSet("silo", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -98,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	fs.IntVar(&cfg.Runtime.MailboxSize, "mailbox-size", cfg.Runtime.MailboxSize, "bound of each agent's mailbox")
 	fs.IntVar(&cfg.Runtime.MaxMessageSize, "max-message-size", cfg.Runtime.MaxMessageSize, "largest message in bytes")
 	fs.DurationVar(&cfg.Runtime.AskTimeout, "ask-timeout", cfg.Runtime.AskTimeout, "default Ask deadline")
+	withDemo := fs.Bool("demo", false, "after start, call the demo agents through the gateway and print what they answer")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -114,20 +120,20 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 		}
 	})
 	if envErr != nil {
-		return cfg, nil, envErr
+		return cfg, nil, false, envErr
 	}
 	if err := fs.Parse(args); err != nil {
-		return cfg, nil, err
+		return cfg, nil, false, err
 	}
 	if fs.NArg() > 0 {
-		return cfg, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return cfg, nil, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	if *endpoints != "" {
 		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return cfg, nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
+		return cfg, nil, false, fmt.Errorf("--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	opts := &slog.HandlerOptions{Level: level}
 	var h slog.Handler
@@ -137,11 +143,11 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	case "json":
 		h = slog.NewJSONHandler(stderr, opts)
 	default:
-		return cfg, nil, fmt.Errorf("--log-format %q: want text or json", *logFormat)
+		return cfg, nil, false, fmt.Errorf("--log-format %q: want text or json", *logFormat)
 	}
 	logger := slog.New(h)
 	cfg.Logger = logger
 	cfg.Runtime.Logger = logger
-	return cfg, logger, nil
+	return cfg, logger, *withDemo, nil
 }
 
