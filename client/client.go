@@ -475,6 +475,18 @@ func (c *Client) Members(ctx context.Context) ([]*agentsilov1.Member, error) {
 	return r.GetMembers(), nil
 }
 
+// Reminders lists the durable reminders of the agent at addr (canonical, or
+// relative to the client's principal).
+func (c *Client) Reminders(ctx context.Context, addr string) ([]*agentsilov1.ReminderInfo, error) {
+	ctx, cancel, gw := c.unary(ctx)
+	defer cancel()
+	r, err := gw.ListReminders(ctx, &agentsilov1.ListRemindersRequest{Agent: addr})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetReminders(), nil
+}
+
 // unary prepares a unary call to the session's current gateway.
 func (c *Client) unary(ctx context.Context) (context.Context, context.CancelFunc, agentsilov1.GatewayClient) {
 	cancel := context.CancelFunc(func() {})

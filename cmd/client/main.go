@@ -52,6 +52,7 @@ commands:
                        store an agent's configuration
   agents [--type T]    list the active agents
   members              list the silos of the cluster
+  reminders AGENT      list an agent's durable reminders
 
 global flags:
   --addr LIST          gateway addresses, comma-separated ($AGENTSILO_ADDR; default 127.0.0.1:7070)
@@ -168,6 +169,8 @@ func dispatch(g *globals, args []string) error {
 		return cmdAgents(g, rest)
 	case "members":
 		return cmdMembers(g, rest)
+	case "reminders":
+		return cmdReminders(g, rest)
 	case "help":
 		return flag.ErrHelp
 	}
@@ -476,6 +479,38 @@ func cmdMembers(g *globals, args []string) error {
 			name += " (self)"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", name, m.State, m.GatewayAddr, m.PeerAddr, m.Activations)
+	}
+	return tw.Flush()
+}
+
+func cmdReminders(g *globals, args []string) error {
+	fs := newFlagSet("reminders", g)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("reminders: want one AGENT")
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	c, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	rs, err := c.Reminders(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if g.output == "json" {
+		g.printJSON(g.stdout, &agentsilov1.ListRemindersResponse{Reminders: rs})
+		return nil
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
 	}
 	return tw.Flush()
 }
