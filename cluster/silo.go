@@ -54,14 +54,14 @@ func DefaultSiloConfig() SiloConfig {
 		name = "silo"
 	}
 	return SiloConfig{
-		Name:            name,
-		GatewayAddr:     "127.0.0.1:7070",
-		HTTPAddr:        "127.0.0.1:8080",
+		Name:              name,
+		GatewayAddr:       "127.0.0.1:7070",
+		HTTPAddr:          "127.0.0.1:8080",
 		ShutdownTimeout:   30 * time.Second,
 		Etcd:              DefaultEtcdConfig(),
 		MinReminderPeriod: time.Minute,
 		Runtime:           grain.DefaultConfig(),
-		Gateway:         DefaultGatewayConfig(),
+		Gateway:           DefaultGatewayConfig(),
 	}
 }
 
@@ -78,9 +78,9 @@ type Silo struct {
 	reminders *reminders.Service
 	rt        *grain.Runtime
 	gw        *Gateway
-	gwLis   net.Listener
-	http    *http.Server
-	httpLis net.Listener
+	gwLis     net.Listener
+	http      *http.Server
+	httpLis   net.Listener
 
 	errc      chan error
 	serving   sync.WaitGroup

@@ -150,4 +150,3 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	cfg.Runtime.Logger = logger
 	return cfg, logger, *withDemo, nil
 }
-
