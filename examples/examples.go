@@ -9,6 +9,7 @@
 //   - Pipeline asks two agents in sequence (agent-to-agent Ask, configuration
 //     read lazily).
 //   - FanOut asks N agents in parallel and merges their replies.
+//   - Ticker registers a durable reminder and counts its ticks.
 package examples
 
 import (
