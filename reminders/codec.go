@@ -3,6 +3,7 @@ package reminders
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -31,8 +32,8 @@ func decode(name string, b []byte) (grain.Reminder, error) {
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return grain.Reminder{}, err
 	}
-	if rec.PeriodMS <= 0 {
-		return grain.Reminder{}, fmt.Errorf("period_ms %d is not positive", rec.PeriodMS)
+	if rec.PeriodMS <= 0 || rec.PeriodMS > int64(math.MaxInt64/time.Millisecond) {
+		return grain.Reminder{}, fmt.Errorf("period_ms %d is out of range", rec.PeriodMS)
 	}
 	return grain.Reminder{
 		Name:        name,

@@ -1,0 +1,56 @@
+package reminders
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// FuzzDecode: whatever etcd holds under a reminder key, decoding it never
+// panics, and what it accepts is a usable reminder that round-trips.
+func FuzzDecode(f *testing.F) {
+	good, _ := encode(grain.Reminder{Name: "tick", Period: time.Minute, MessageType: "tick", Message: "hi", Due: time.UnixMilli(1_800_000_000_000)})
+	for _, seed := range [][]byte{good, []byte(`{}`), []byte(`{"period_ms":-1}`), []byte(`{"period_ms":9223372036854775807}`), []byte(`null`), nil} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := decode("tick", b)
+		if err != nil {
+			return
+		}
+		if r.Period <= 0 {
+			t.Fatalf("decode(%q) accepted period %v", b, r.Period)
+		}
+		again, err := encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := decode("tick", again)
+		if err != nil || r2.Period != r.Period || r2.Message != r.Message || r2.MessageType != r.MessageType || !r2.Due.Equal(r.Due) {
+			t.Fatalf("round trip of %q: %+v, %v; want %+v", b, r2, err, r)
+		}
+	})
+}
+
+// FuzzParseKey: a key that parses names a valid address and the key is
+// rebuilt from its parts.
+func FuzzParseKey(f *testing.F) {
+	k := keys{root: "/agentsilo/reminders/"}
+	for _, seed := range []string{"/agentsilo/reminders/Echo:a:b/tick", "/agentsilo/reminders/Echo:a:b/", "/other/x", "/agentsilo/reminders/Echo:a/t", "/agentsilo/reminders//"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, key string) {
+		addr, name, err := k.parse(key)
+		if err != nil {
+			return
+		}
+		if !grain.ValidType(addr.Type) || !grain.ValidName(addr.Owner) || !grain.ValidName(addr.Alias) || strings.Contains(name, "/") {
+			t.Fatalf("parse(%q) = %v, %q", key, addr, name)
+		}
+		if got := k.of(addr, name); got != key {
+			t.Fatalf("parse(%q) rebuilt as %q", key, got)
+		}
+	})
+}
