@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/examples"
@@ -60,6 +61,27 @@ func TestSiloLifecycle(t *testing.T) {
 	if err != nil || r.Message.Message != "2" || r.Message.From != "Counter:alice:c" {
 		t.Fatalf("ask = %v, %v", r, err)
 	}
+	// Server reflection lists the gateway (what grpcurl uses).
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := refl.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	refl.CloseSend()
+	found := false
+	for _, svc := range listed.GetListServicesResponse().GetService() {
+		found = found || svc.Name == agentsilov1.Gateway_ServiceDesc.ServiceName
+	}
+	if !found {
+		t.Fatalf("reflection lists %v, not the gateway", listed.GetListServicesResponse().GetService())
+	}
+
 	gc := agentsilov1.NewGatewayClient(conn)
 	if _, err := gc.Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Ticker:t", Message: "start 2m"}}); err != nil {
 		t.Fatal(err)
