@@ -394,23 +394,18 @@ func cmdCreate(g *globals, args []string) error {
 	if len(pos) != 1 {
 		return usagef("create: want AGENT")
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	c, err := g.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	addr, err := c.CreateAgent(ctx, pos[0], cfg)
-	if err != nil {
-		return err
-	}
-	if g.output == "json" {
-		g.printJSON(g.stdout, &agentsilov1.CreateAgentResponse{Address: addr})
-	} else {
-		fmt.Fprintln(g.stdout, addr)
-	}
-	return nil
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		addr, err := c.CreateAgent(ctx, pos[0], cfg)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.CreateAgentResponse{Address: addr})
+		} else {
+			fmt.Fprintln(g.stdout, addr)
+		}
+		return nil
+	})
 }
 
 func cmdAgents(g *globals, args []string) error {
@@ -423,28 +418,23 @@ func cmdAgents(g *globals, args []string) error {
 	if len(pos) > 0 {
 		return usagef("agents: unexpected argument %q", pos[0])
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	c, err := g.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	agents, err := c.Agents(ctx, *typ)
-	if err != nil {
-		return err
-	}
-	if g.output == "json" {
-		g.printJSON(g.stdout, &agentsilov1.ListAgentsResponse{Agents: agents})
-		return nil
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tSILO\tMAILBOX\tACTIVATED\tLAST ACTIVE")
-	for _, a := range agents {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Address, a.Silo, a.MailboxDepth,
-			a.ActivatedAt.AsTime().Local().Format(time.DateTime), a.LastActive.AsTime().Local().Format(time.DateTime))
-	}
-	return tw.Flush()
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		agents, err := c.Agents(ctx, *typ)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.ListAgentsResponse{Agents: agents})
+			return nil
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ADDRESS\tSILO\tMAILBOX\tACTIVATED\tLAST ACTIVE")
+		for _, a := range agents {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Address, a.Silo, a.MailboxDepth,
+				a.ActivatedAt.AsTime().Local().Format(time.DateTime), a.LastActive.AsTime().Local().Format(time.DateTime))
+		}
+		return tw.Flush()
+	})
 }
 
 func cmdMembers(g *globals, args []string) error {
@@ -456,6 +446,31 @@ func cmdMembers(g *globals, args []string) error {
 	if len(pos) > 0 {
 		return usagef("members: unexpected argument %q", pos[0])
 	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		members, err := c.Members(ctx)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.ListMembersResponse{Members: members})
+			return nil
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tSTATE\tGATEWAY\tPEER\tACTIVATIONS")
+		for _, m := range members {
+			name := m.Name
+			if m.Self {
+				name += " (self)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", name, m.State, m.GatewayAddr, m.PeerAddr, m.Activations)
+		}
+		return tw.Flush()
+	})
+}
+
+// with dials a session for one command, runs f and closes the session. ctx
+// ends on SIGINT or SIGTERM.
+func (g *globals) with(f func(ctx context.Context, c *client.Client) error) error {
 	ctx, stop := signalContext()
 	defer stop()
 	c, err := g.dial(ctx)
@@ -463,24 +478,7 @@ func cmdMembers(g *globals, args []string) error {
 		return err
 	}
 	defer c.Close()
-	members, err := c.Members(ctx)
-	if err != nil {
-		return err
-	}
-	if g.output == "json" {
-		g.printJSON(g.stdout, &agentsilov1.ListMembersResponse{Members: members})
-		return nil
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tGATEWAY\tPEER\tACTIVATIONS")
-	for _, m := range members {
-		name := m.Name
-		if m.Self {
-			name += " (self)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", name, m.State, m.GatewayAddr, m.PeerAddr, m.Activations)
-	}
-	return tw.Flush()
+	return f(ctx, c)
 }
 
 func cmdReminders(g *globals, args []string) error {
@@ -492,25 +490,20 @@ func cmdReminders(g *globals, args []string) error {
 	if len(pos) != 1 {
 		return usagef("reminders: want one AGENT")
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	c, err := g.dial(ctx)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	rs, err := c.Reminders(ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if g.output == "json" {
-		g.printJSON(g.stdout, &agentsilov1.ListRemindersResponse{Reminders: rs})
-		return nil
-	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE")
-	for _, r := range rs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
-	}
-	return tw.Flush()
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		rs, err := c.Reminders(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.ListRemindersResponse{Reminders: rs})
+			return nil
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE")
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
+		}
+		return tw.Flush()
+	})
 }
