@@ -316,6 +316,7 @@ func (a *activation) Logger() *slog.Logger { return a.rt.logger.With("agent", a.
 type timer struct {
 	name, messageType, message string
 	period                     time.Duration
+	mu                         sync.Mutex // guards t: the timer's own callback re-arms it
 	t                          *time.Timer
 	queued                     atomic.Bool
 	stopped                    atomic.Bool
@@ -333,6 +334,8 @@ func (a *activation) RegisterTimer(name string, due, period time.Duration, messa
 	}
 	a.StopTimer(name)
 	tm := &timer{name: name, messageType: messageType, message: message, period: period}
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
 	tm.t = time.AfterFunc(due, func() {
 		if tm.stopped.Load() {
 			return
@@ -340,8 +343,12 @@ func (a *activation) RegisterTimer(name string, due, period time.Duration, messa
 		if tm.queued.CompareAndSwap(false, true) {
 			a.mb.PostUserMessage(tm)
 		}
-		if tm.period > 0 && !tm.stopped.Load() {
-			tm.t.Reset(tm.period)
+		if tm.period > 0 {
+			tm.mu.Lock() // also waits for RegisterTimer to have set tm.t
+			if !tm.stopped.Load() {
+				tm.t.Reset(tm.period)
+			}
+			tm.mu.Unlock()
 		}
 	})
 	if a.timers == nil {
@@ -357,7 +364,9 @@ func (a *activation) StopTimer(name string) bool {
 		return false
 	}
 	tm.stopped.Store(true)
+	tm.mu.Lock()
 	tm.t.Stop()
+	tm.mu.Unlock()
 	delete(a.timers, name)
 	return true
 }
