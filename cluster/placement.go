@@ -1,0 +1,58 @@
+package cluster
+
+// Placement: every agent address has exactly one owning silo in a membership
+// view, chosen by rendezvous (highest random weight) hashing. Each member gets
+// a weight for the address, Weight(member, address); the member with the
+// highest weight owns it (ties, which need a 64-bit collision, go to the
+// smaller name). When a member leaves, only the addresses it owned move, each
+// to the member with its next highest weight; when a member joins, it takes
+// only the addresses for which it now has the highest weight. Every silo
+// computes the same owner from the same view, with no coordination.
+//
+// The hash is part of the cluster's wire contract: silos of different
+// versions must agree on owners, so it never changes. It is FNV-1a 64 of
+// member + "/" + address, passed through the splitmix64 finalizer (FNV-1a
+// alone mixes the last bytes poorly, which skews rendezvous weights).
+// placement_test.go pins it with a table of owners.
+
+// Owner returns the member of members that owns addr (an agent address in its
+// canonical form `Type:owner:alias`), or "" when members is empty. members
+// may be in any order; duplicates are harmless.
+func Owner(addr string, members []string) string {
+	best := ""
+	var bestW uint64
+	for i, m := range members {
+		w := Weight(m, addr)
+		if i == 0 || w > bestW || (w == bestW && m < best) {
+			best, bestW = m, w
+		}
+	}
+	return best
+}
+
+// Weight is the rendezvous weight of member for addr: splitmix64's finalizer
+// applied to FNV-1a 64 of member + "/" + addr. It never changes.
+func Weight(member, addr string) uint64 {
+	const (
+		offset64 = 14695981039346656037
+		prime64  = 1099511628211
+	)
+	h := uint64(offset64)
+	for i := 0; i < len(member); i++ {
+		h ^= uint64(member[i])
+		h *= prime64
+	}
+	h ^= '/'
+	h *= prime64
+	for i := 0; i < len(addr); i++ {
+		h ^= uint64(addr[i])
+		h *= prime64
+	}
+	// splitmix64 finalizer.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
