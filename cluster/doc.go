@@ -1,7 +1,10 @@
 // Package cluster is the silo around the grain runtime: its lifecycle
 // (Silo: NewSilo, Start, Close), its etcd (StartEtcd, embedded or external)
-// and the client gateway; membership, placement and silo-to-silo transport
-// come later.
+// and the client gateway. The parts of a multi-silo cluster are here as
+// tested building blocks not yet wired into the Silo: membership (Membership:
+// gossip for detection, silo records bound to etcd leases for authority,
+// self-fencing), placement (Owner: rendezvous hashing, pinned by a contract
+// test) and the silo-to-silo transport.
 //
 // The gateway (Gateway) serves agentsilov1.Gateway over gRPC, with the
 // standard health service and server reflection on the same port. Clients
