@@ -129,8 +129,10 @@ type Host interface {
 	Logger() *slog.Logger
 }
 
-// Factory creates the agent for a new activation. It must not block; do slow
-// set-up in OnActivate.
+// Factory creates the agent for a new activation. It must not block and
+// should have no side effects: when first messages for one address race, the
+// factory may run for a spare that is discarded before it activates. Do
+// set-up in OnActivate, which runs once per activation.
 type Factory func(host Host) (Agent, error)
 
 // Registry maps agent type names to factories. It is safe for concurrent use.
