@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -66,6 +67,9 @@ func newRuntime(t *testing.T, cfg Config, types map[string]Factory) *Runtime {
 		if err := reg.Register(name, f); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler) // tests panic on purpose
 	}
 	rt, err := New(cfg, reg)
 	if err != nil {
