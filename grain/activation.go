@@ -83,7 +83,7 @@ func (a *activation) Receive(c actor.Context) {
 		a.tick(m)
 	case *deactivation:
 		a.deactivate.Store(0)
-		if m.reason == ReasonIdle && (a.mb.depth() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.rt.cfg.IdleTimeout.Nanoseconds()) {
+		if m.reason == ReasonIdle && (a.mb.UserMessageCount() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.rt.cfg.IdleTimeout.Nanoseconds()) {
 			return // used again since the request
 		}
 		a.finish(m.reason)

@@ -39,12 +39,9 @@ type mailbox struct {
 var _ actor.Mailbox = (*mailbox)(nil)
 
 // errClosed means the activation is gone; the sender looks it up again.
-type closedError struct{}
+var errClosed = errors.New("grain: activation closed")
 
-func (closedError) Error() string { return "grain: activation closed" }
-
-var errClosed error = closedError{}
-
+// errGaveUp means the sender stopped waiting for room.
 var errGaveUp = errors.New("grain: sender gave up waiting for room")
 
 // post queues a user message, waiting for room while the mailbox is full
@@ -205,5 +202,3 @@ func (m *mailbox) close() []any {
 	}
 	return rest
 }
-
-func (m *mailbox) depth() int { return m.UserMessageCount() }

@@ -151,7 +151,7 @@ func (rt *Runtime) Activations(typeName string) []ActivationInfo {
 				Silo:         rt.cfg.Silo,
 				ActivatedAt:  time.Unix(0, a.activatedAt),
 				LastActive:   time.Unix(0, a.lastActive.Load()),
-				MailboxDepth: a.mb.depth(),
+				MailboxDepth: a.mb.UserMessageCount(),
 			})
 		}
 	})
@@ -373,9 +373,6 @@ func (rt *Runtime) activation(key string) (*activation, error) {
 // activateLocked makes, spawns and starts a new activation while the caller
 // holds the directory shard of key; the caller puts it in the shard.
 func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error) {
-	if rt.closing.Load() {
-		return nil, errs.New(codes.Unavailable, "silo is shutting down")
-	}
 	a, err := rt.newActivation(addr, key)
 	if err != nil {
 		return nil, err
