@@ -282,9 +282,6 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	r.start(s.rt)
 	s.reminders.Rebalance(time.Now())
 	s.reminders.Start(s.rt.Send)
-	s.serving.Add(1)
-	go s.watchFence()
-
 	gcfg := s.cfg.Gateway
 	gcfg.GatewayAddr = mcfg.GatewayAddr
 	gcfg.PeerAddr = mcfg.PeerAddr
@@ -309,6 +306,8 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		})
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	s.serving.Add(1)
+	go s.watchFence()
 	return nil
 }
 
@@ -363,6 +362,7 @@ func (s *Silo) watchFence() {
 	select {
 	case <-s.members.Fenced():
 		s.logger.Error("fenced", "cause", s.members.FenceCause())
+		s.gw.SetServing(false)
 		s.errc <- ErrFenced
 	case <-s.stopc:
 	}
@@ -462,6 +462,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 		case <-s.members.Fenced():
 			fenced = true
 		default:
+		}
+		if s.gw != nil {
+			s.gw.SetServing(false)
 		}
 		if !fenced {
 			if err := s.members.MarkLeaving(ctx); err != nil {
