@@ -131,6 +131,8 @@ type Transport struct {
 
 	batches, envelopes, maxBatch atomic.Uint64
 
+	workers tpWorkers // reused goroutines for inbound requests
+
 	// Test hooks, set before any traffic: called on a peer's state changes,
 	// by a sender before it fills a batch, and after an envelope is queued.
 	hookState      func(addr string, up bool)
@@ -321,7 +323,61 @@ func (t *Transport) Close() {
 	t.closed = true
 	t.mu.Unlock()
 	t.cancel()
+	t.workers.close()
 	t.wg.Wait()
+}
+
+// tpWorkers runs inbound requests on goroutines that park between requests
+// (at most tpMaxIdle of them), so that a request does not pay for a fresh
+// goroutine's stack growth.
+type tpWorkers struct {
+	mu     sync.Mutex
+	idle   []chan func()
+	closed bool
+}
+
+const tpMaxIdle = 128
+
+func (w *tpWorkers) run(t *Transport, f func()) {
+	w.mu.Lock()
+	if n := len(w.idle); n > 0 && !w.closed {
+		ch := w.idle[n-1]
+		w.idle = w.idle[:n-1]
+		w.mu.Unlock()
+		ch <- f
+		return
+	}
+	w.mu.Unlock()
+	t.wg.Add(1)
+	go w.work(t, f)
+}
+
+func (w *tpWorkers) work(t *Transport, f func()) {
+	defer t.wg.Done()
+	ch := make(chan func())
+	for f != nil {
+		f()
+		w.mu.Lock()
+		if w.closed || len(w.idle) >= tpMaxIdle {
+			w.mu.Unlock()
+			return
+		}
+		w.idle = append(w.idle, ch)
+		w.mu.Unlock()
+		f = <-ch
+	}
+}
+
+// close ends the parked workers.
+func (w *tpWorkers) close() {
+	w.mu.Lock()
+	w.closed = true
+	idle := w.idle
+	w.idle = nil
+	w.mu.Unlock()
+	for _, ch := range idle {
+		close(ch)
+	}
 }
 
 // check validates env and returns its message's size.
@@ -860,7 +916,7 @@ func (in *tpInbound) read(srv agentsilov1.Peer_StreamServer) {
 			switch e.Kind {
 			case agentsilov1.Kind_KIND_REQUEST:
 				t.wg.Add(1)
-				go in.serve(e)
+				t.workers.run(t, func() { in.serve(e) })
 			case agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
 				select {
 				case in.oneway <- e:

@@ -219,6 +219,7 @@ type localFlags struct {
 	run        string
 	yield      bool
 	prof       profFlags
+	nodeB      []string // remote: flags for node-b
 }
 
 func parseLocalFlags(args []string) (*localFlags, error) {
@@ -237,6 +238,10 @@ func parseLocalFlags(args []string) (*localFlags, error) {
 	fs.StringVar(&lf.run, "run", "", "run stamp to put in every JSON line")
 	fs.BoolVar(&lf.yield, "yield", false, "experiment: callers call runtime.Gosched between calls (not part of the peer's method)")
 	lf.prof.register(fs)
+	fs.Func("node-b-cpuprofile", "remote: write a CPU profile of node-b to this file", func(s string) error {
+		lf.nodeB = append(lf.nodeB, "-cpuprofile", s)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -158,9 +158,16 @@ func runNodeB(args []string) error {
 	fs := flag.NewFlagSet("node-b", flag.ContinueOnError)
 	endpoint := fs.String("etcd", "", "etcd endpoint")
 	lifetime := fs.Duration("lifetime", 10*time.Minute, "exit after this long whatever happens")
+	var prof profFlags
+	prof.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	stopProf, err := prof.start()
+	if err != nil {
+		return err
+	}
+	defer stopProf()
 	ctx, cancel := context.WithTimeout(context.Background(), *lifetime)
 	defer cancel()
 	s, err := benchSilo(ctx, "b", *endpoint)
@@ -235,7 +242,7 @@ func runRemote(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "node-b", "-etcd", endpoint)
+	cmd := exec.Command(self, append([]string{"node-b", "-etcd", endpoint}, lf.nodeB...)...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
