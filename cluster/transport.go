@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/deadline"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -36,8 +37,8 @@ type TransportHandler interface {
 	// becomes Internal, and so does a panic). Each request runs on a
 	// goroutine of its own, concurrently with every other request and
 	// one-way message, so a slow handler never holds up the stream. ctx ends
-	// at the request's deadline (env.DeadlineUnixMs), when the stream from
-	// the peer breaks, or when the transport closes; a handler must return
+	// at the request's deadline (env.DeadlineUnixMs; a request without one:
+	// when the stream from the peer breaks) or when the transport closes; a handler must return
 	// soon after ctx ends, as Close waits for it.
 	HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
 	// HandleOneWay handles a ONE_WAY message or an EVENT. The one-way
@@ -131,7 +132,8 @@ type Transport struct {
 
 	batches, envelopes, maxBatch atomic.Uint64
 
-	workers tpWorkers // reused goroutines for inbound requests
+	workers   tpWorkers      // reused goroutines for inbound requests
+	deadlines deadline.Slots // the deadlines of inbound envelopes
 
 	// Test hooks, set before any traffic: called on a peer's state changes,
 	// by a sender before it fills a batch, and after an envelope is queued.
@@ -324,6 +326,7 @@ func (t *Transport) Close() {
 	t.mu.Unlock()
 	t.cancel()
 	t.workers.close()
+	t.deadlines.Close()
 	t.wg.Wait()
 }
 
@@ -935,8 +938,11 @@ func (in *tpInbound) read(srv agentsilov1.Peer_StreamServer) {
 	}
 }
 
-// tpHandlerCtx bounds ctx by env's deadline; ok is false if it has passed.
-func tpHandlerCtx(ctx context.Context, env *Envelope) (context.Context, context.CancelFunc, bool) {
+// tpHandlerCtx returns the context of env's handler: it ends at env's
+// deadline (shared with the other envelopes due in the same tick, so no timer
+// per request) or when the transport closes; without a deadline, it is ctx,
+// which also ends with the stream. ok is false if the deadline has passed.
+func (t *Transport) tpHandlerCtx(ctx context.Context, env *Envelope) (context.Context, context.CancelFunc, bool) {
 	if env.DeadlineUnixMs == 0 {
 		return ctx, func() {}, true
 	}
@@ -944,8 +950,7 @@ func tpHandlerCtx(ctx context.Context, env *Envelope) (context.Context, context.
 	if !time.Now().Before(dl) {
 		return ctx, func() {}, false
 	}
-	ctx, cancel := context.WithDeadline(ctx, dl)
-	return ctx, cancel, true
+	return t.deadlines.Context(context.Background(), dl.UnixNano()), func() {}, true
 }
 
 // serve handles one request and queues its response.
@@ -953,7 +958,7 @@ func (in *tpInbound) serve(env *Envelope) {
 	t := in.t
 	defer t.wg.Done()
 	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
-	ctx, cancel, ok := tpHandlerCtx(in.ctx, env)
+	ctx, cancel, ok := t.tpHandlerCtx(in.ctx, env)
 	var msg *agentsilov1.AgentMessage
 	var err error
 	if ok {
@@ -1010,7 +1015,7 @@ func (in *tpInbound) oneWays() {
 }
 
 func (in *tpInbound) oneWay(env *Envelope) {
-	ctx, cancel, ok := tpHandlerCtx(in.ctx, env)
+	ctx, cancel, ok := in.t.tpHandlerCtx(in.ctx, env)
 	defer cancel()
 	if !ok {
 		in.t.logger.Debug("one-way message arrived after its deadline", "peer", in.from, "to", env.GetMessage().GetTo())

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/deadline"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -352,6 +354,13 @@ func TestTransportErrors(t *testing.T) {
 	}
 }
 
+// tpNear reports whether ms, a handler's deadline in Unix ms, is want rounded
+// up to the shared deadlines' tick.
+func tpNear(ms string, want int64) bool {
+	got, err := strconv.ParseInt(ms, 10, 64)
+	return err == nil && got >= want && got < want+deadline.Tick/int64(time.Millisecond)
+}
+
 func TestTransportDeadline(t *testing.T) {
 	tpLeaks(t)
 	hb := &tpHandler{request: func(ctx context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
@@ -376,13 +385,14 @@ func TestTransportDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := fmt.Sprint(dl.UnixMilli()); r.Message != want {
-		t.Fatalf("handler deadline %q, want %q", r.Message, want)
+	// (rounded up to the tick of the shared deadlines)
+	if !tpNear(r.Message, dl.UnixMilli()) {
+		t.Fatalf("handler deadline %q, want %d", r.Message, dl.UnixMilli())
 	}
 	// An earlier deadline already in the envelope is kept.
 	env := tpAsk("when")
 	env.DeadlineUnixMs = dl.UnixMilli() - 1000
-	if r, err = a.tr.Ask(ctx, b.addr, env); err != nil || r.Message != fmt.Sprint(env.DeadlineUnixMs) {
+	if r, err = a.tr.Ask(ctx, b.addr, env); err != nil || !tpNear(r.Message, env.DeadlineUnixMs) {
 		t.Fatalf("reply %v, %v", r, err)
 	}
 	// A caller whose deadline passes gets DeadlineExceeded, whether it gave

@@ -3,6 +3,7 @@ package grain
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -149,9 +150,14 @@ func (rt *Runtime) noteEnded(a *activation) {
 func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error) {
 	if msg.Kind == KindRequest {
 		if _, ok := ctx.Deadline(); !ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
-			defer cancel()
+			if ctx.Done() == nil {
+				// The common case: a shared deadline, no timer per call.
+				ctx = rt.deadlines.Context(ctx, time.Now().UnixNano()+int64(rt.cfg.AskTimeout))
+			} else {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
+				defer cancel()
+			}
 		}
 	}
 	return rt.cfg.Placement.Forward(ctx, silo, msg, hops)

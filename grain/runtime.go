@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/deadline"
 )
 
 // Runtime hosts the activations of one silo. It activates an agent when the
@@ -39,7 +40,7 @@ type Runtime struct {
 	seq      atomic.Uint64
 
 	dir       directory
-	deadlines deadlines
+	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
 	count     atomic.Int64
 
@@ -187,7 +188,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 		err = fmt.Errorf("grain: close: %d activations still live: %w", rt.Len(), ctx.Err())
 	}
 	rt.cancel()
-	rt.deadlines.close()
+	rt.deadlines.Close()
 	rt.system.Shutdown()
 	if err == nil {
 		rt.dispatcher.close()
@@ -206,7 +207,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		if done == nil {
 			// The common case of a caller without a context of its own:
 			// share a deadline with the other Asks due at the same moment.
-			env.expired, env.deadline = rt.deadlines.after(now + int64(rt.cfg.AskTimeout))
+			env.expired, env.deadline = rt.deadlines.After(now + int64(rt.cfg.AskTimeout))
 			done = env.expired
 		} else {
 			var cancel context.CancelFunc
