@@ -73,7 +73,7 @@ type Policy struct {
 	// caller's bits once, at the first group rule it tries.
 	groupBit map[string]uint64
 	memberOf map[string]uint64
-	seeded bool
+	seeded   bool
 }
 
 type compiled struct {

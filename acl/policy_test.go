@@ -185,9 +185,9 @@ func TestCheckAdmin(t *testing.T) {
 		ok     bool
 	}{
 		{Caller{Principal: "carol"}, true},
-		{Caller{Principal: "root"}, true},                            // ACL group admins
+		{Caller{Principal: "root"}, true},                           // ACL group admins
 		{Caller{Principal: "op", Groups: []string{"admins"}}, true}, // API key's group
-		{Caller{Principal: "system"}, true},                          // owns system:acl
+		{Caller{Principal: "system"}, true},                         // owns system:acl
 		{Caller{Principal: "mallory"}, false},
 	} {
 		if d := p.CheckAdmin(&c.caller); d.Allowed != c.ok {
