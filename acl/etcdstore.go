@@ -36,6 +36,13 @@ func NewEtcdStore(c *clientv3.Client, prefix string, logger *slog.Logger) *EtcdS
 	return &EtcdStore{client: c, key: prefix + "acl/document", timeout: 5 * time.Second, logger: logger}
 }
 
+// WithTimeout sets the bound on each etcd request (default 5 s) and returns
+// s. Past it, a request fails with Unavailable.
+func (s *EtcdStore) WithTimeout(d time.Duration) *EtcdStore {
+	s.timeout = d
+	return s
+}
+
 // Key returns the etcd key of the document.
 func (s *EtcdStore) Key() string { return s.key }
 
