@@ -172,10 +172,10 @@ func (a *Authority) Check(c *Caller, owner, alias string, need Permission) Decis
 	return p.Check(c, owner, alias, need)
 }
 
-// Authorize returns nil if c holds need on the agent of owner and alias
-// (target names it in the error): PermissionDenied naming the permission if
-// not, Unavailable if the ACL has not been loaded yet.
-func (a *Authority) Authorize(c *Caller, owner, alias string, need Permission, target string) error {
+// Authorize returns nil if c holds need on the agent typ:owner:alias:
+// PermissionDenied naming the permission if not, Unavailable if the ACL has
+// not been loaded yet. It allocates only for the error.
+func (a *Authority) Authorize(c *Caller, typ, owner, alias string, need Permission) error {
 	if owner == c.Principal {
 		return nil
 	}
@@ -186,7 +186,7 @@ func (a *Authority) Authorize(c *Caller, owner, alias string, need Permission, t
 	if p.Check(c, owner, alias, need).Allowed {
 		return nil
 	}
-	return Denied(c, need, target)
+	return Denied(c, need, typ+":"+owner+":"+alias)
 }
 
 // AuthorizeAdmin returns nil if c may change the ACL (Admin on system:acl,

@@ -141,10 +141,10 @@ func TestAuthorityOnEtcd(t *testing.T) {
 
 	alice := &acl.Caller{Principal: "alice"}
 	for _, a := range []*acl.Authority{a1, a2} {
-		if err := a.Authorize(alice, "bob", "shared-1", acl.Message, "X:bob:shared-1"); err != nil {
+		if err := a.Authorize(alice, "X", "bob", "shared-1", acl.Message); err != nil {
 			t.Fatalf("seeded rule: %v", err)
 		}
-		if err := a.Authorize(alice, "bob", "private", acl.Message, "X:bob:private"); errs.Code(err) != codes.PermissionDenied {
+		if err := a.Authorize(alice, "X", "bob", "private", acl.Message); errs.Code(err) != codes.PermissionDenied {
 			t.Fatalf("no rule: %v, want PermissionDenied", err)
 		}
 	}
@@ -159,7 +159,7 @@ func TestAuthorityOnEtcd(t *testing.T) {
 	if err := a2.WaitRevision(t.Context(), rev); err != nil {
 		t.Fatal(err)
 	}
-	if err := a2.Authorize(alice, "bob", "private", acl.Message, "X:bob:private"); err != nil {
+	if err := a2.Authorize(alice, "X", "bob", "private", acl.Message); err != nil {
 		t.Fatalf("after the change: %v", err)
 	}
 	// A compare-and-swap at a stale revision fails.
@@ -172,7 +172,7 @@ func TestAuthorityOnEtcd(t *testing.T) {
 	if err := server.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := a2.Authorize(alice, "bob", "private", acl.Message, "X:bob:private"); err != nil {
+	if err := a2.Authorize(alice, "X", "bob", "private", acl.Message); err != nil {
 		t.Fatalf("without etcd: %v", err)
 	}
 	if _, _, err := a2.Update(t.Context(), 0, func(*acl.Document) error { return nil }); errs.Code(err) != codes.Unavailable {
@@ -186,10 +186,10 @@ func TestAuthorityBeforeLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	alice := &acl.Caller{Principal: "alice"}
-	if err := a.Authorize(alice, "alice", "x", acl.All, "X:alice:x"); err != nil {
+	if err := a.Authorize(alice, "X", "alice", "x", acl.All); err != nil {
 		t.Fatalf("own agent before load: %v", err)
 	}
-	if err := a.Authorize(alice, "system", "x", acl.Message, "X:system:x"); errs.Code(err) != codes.Unavailable {
+	if err := a.Authorize(alice, "X", "system", "x", acl.Message); errs.Code(err) != codes.Unavailable {
 		t.Fatalf("other agent before load: %v, want Unavailable", err)
 	}
 	bad := acl.Document{Rules: []acl.Rule{{OwnerPattern: "a*b", AgentPattern: "*", CallerPattern: "*"}}}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/reminders"
 )
@@ -37,6 +38,9 @@ type SiloConfig struct {
 	// MinReminderPeriod is the shortest reminder period accepted. Default:
 	// 1 min.
 	MinReminderPeriod time.Duration
+	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
+	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
+	ACLFile string
 	// Runtime configures the grain runtime; its Silo, Sessions, Configs and
 	// Reminders fields are set by the silo.
 	Runtime grain.Config
@@ -66,8 +70,8 @@ func DefaultSiloConfig() SiloConfig {
 }
 
 // Silo is one agentsilo server: the grain runtime, the client gateway in
-// front of it, and its durable state in etcd (reminders, agent
-// configurations). Its lifecycle is NewSilo, Start, then Close; Err reports a
+// front of it (authenticating clients and enforcing the ACL), and its
+// durable state in etcd (reminders, agent configurations, the ACL). Its lifecycle is NewSilo, Start, then Close; Err reports a
 // failure while serving.
 type Silo struct {
 	cfg    SiloConfig
@@ -75,6 +79,7 @@ type Silo struct {
 	logger *slog.Logger
 
 	etcd      *Etcd
+	acl       *acl.Authority
 	reminders *reminders.Service
 	rt        *grain.Runtime
 	gw        *Gateway
@@ -144,6 +149,9 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	}); err != nil {
 		return fmt.Errorf("reminders: %w", err)
 	}
+	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.logger); err != nil {
+		return fmt.Errorf("acl: %w", err)
+	}
 	relay := new(SessionRelay)
 	rcfg := s.cfg.Runtime
 	rcfg.Sessions = relay
@@ -164,6 +172,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	}
 	gcfg := s.cfg.Gateway
 	gcfg.GatewayAddr = s.gwLis.Addr().String()
+	gcfg.ACL = s.acl
 	if s.gw, err = NewGateway(gcfg, s.rt); err != nil {
 		return err
 	}
@@ -259,6 +268,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			<-drained
 			errsOut = append(errsOut, fmt.Errorf("gateway drain: %w", ctx.Err()))
 		}
+	}
+	if s.acl != nil {
+		s.acl.Close()
 	}
 	if s.reminders != nil {
 		if err := s.reminders.Close(); err != nil {
