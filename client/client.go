@@ -493,20 +493,30 @@ func (c *Client) unary(ctx context.Context) (context.Context, context.CancelFunc
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 	}
+	return c.metadata(ctx), cancel, agentsilov1.NewGatewayClient(c.conns[c.connIndex()])
+}
+
+// connIndex is the index of the session's current gateway.
+func (c *Client) connIndex() int {
 	c.mu.Lock()
-	i := 0
+	defer c.mu.Unlock()
 	if c.cur != nil {
-		i = c.cur.idx
+		return c.cur.idx
 	}
-	c.mu.Unlock()
-	return c.metadata(ctx), cancel, agentsilov1.NewGatewayClient(c.conns[i])
+	return 0
 }
 
 // metadata adds the principal and API key to ctx's outgoing metadata.
 func (c *Client) metadata(ctx context.Context) context.Context {
-	kv := []string{principalHeader, c.opts.principal}
+	var kv []string
+	if c.opts.principal != "" {
+		kv = append(kv, principalHeader, c.opts.principal)
+	}
 	if c.opts.apiKey != "" {
 		kv = append(kv, apiKeyHeader, c.opts.apiKey)
+	}
+	if len(kv) == 0 {
+		return ctx
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }
