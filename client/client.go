@@ -150,6 +150,11 @@ func (c *Client) open(ctx context.Context, i int, hello *agentsilov1.Hello) (*st
 	s, err := agentsilov1.NewGatewayClient(c.conns[i]).Session(sctx)
 	if err == nil {
 		err = s.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: hello}})
+		if errors.Is(err, io.EOF) {
+			// The gateway ended the stream already (it refused the
+			// caller, say): Recv returns its status.
+			err = nil
+		}
 	}
 	var f *agentsilov1.ServerFrame
 	if err == nil {
