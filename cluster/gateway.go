@@ -19,9 +19,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/acl"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
