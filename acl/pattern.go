@@ -35,9 +35,6 @@ func compilePattern(what, s string) (pattern, error) {
 	return pattern{lit: strings.ToLower(lit), exact: !star}, nil
 }
 
-// any reports whether p is `*`.
-func (p *pattern) any() bool { return p.lit == "" && !p.exact }
-
 // match reports whether s matches, ignoring case. It does not allocate.
 func (p *pattern) match(s string) bool {
 	if len(s) < len(p.lit) || p.exact && len(s) != len(p.lit) {
