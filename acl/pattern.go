@@ -48,7 +48,7 @@ func (p *pattern) matchLower(s string) bool {
 	if len(s) < len(p.lit) || p.exact && len(s) != len(p.lit) {
 		return false
 	}
-	return s[:len(p.lit)] == p.lit
+	return len(p.lit) == 0 || s[:len(p.lit)] == p.lit
 }
 
 // equalLower reports whether s equals lower, which is in lower case, ignoring

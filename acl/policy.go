@@ -1,6 +1,7 @@
 package acl
 
 import (
+	"math/bits"
 	"strings"
 	"unsafe"
 )
@@ -58,13 +59,20 @@ type Policy struct {
 	// match: byOwner lists, per lower-case owner, the rules whose
 	// OwnerPattern is exactly that owner; byOwner0 the other rules whose
 	// owner prefix starts with a byte, byAgent0 those whose owner is `*`
-	// and agent pattern starts with a byte, and rest the rules that match
-	// any owner and alias. Each list is in rule order, and a check merges
-	// the ones that apply, so the first match is still the first.
-	byOwner  map[string][]int32
-	byOwner0 [256][]int32
-	byAgent0 [256][]int32
-	rest     []int32
+	// and agent pattern starts with a byte; of the rules that match any
+	// owner and alias, restByCaller lists those for one (lower-case)
+	// principal, restByGroup those for a group with a bit (restGroups all
+	// of these, restGroupMask their bits), and rest the others. Each list
+	// is in rule order, and a check merges the ones that apply, so the
+	// first match is still the first.
+	byOwner       map[string][]int32
+	byOwner0      [256][]int32
+	byAgent0      [256][]int32
+	restByCaller  map[string][]int32
+	restByGroup   [64][]int32
+	restGroups    []int32
+	restGroupMask uint64
+	rest          []int32
 	// groups maps a lower-case group name to its lower-case members.
 	groups map[string]map[string]struct{}
 	// The first 64 group names (of the ACL and of the rules) have a bit
@@ -88,7 +96,7 @@ func Compile(d Document) (*Policy, error) {
 		return nil, err
 	}
 	d = d.Clone()
-	p := &Policy{doc: d, byOwner: make(map[string][]int32), groups: make(map[string]map[string]struct{}, len(d.Groups)),
+	p := &Policy{doc: d, byOwner: make(map[string][]int32), restByCaller: make(map[string][]int32), groups: make(map[string]map[string]struct{}, len(d.Groups)),
 		groupBit: make(map[string]uint64), memberOf: make(map[string]uint64)}
 	bit := func(lg string) uint64 {
 		b, ok := p.groupBit[lg]
@@ -120,6 +128,13 @@ func Compile(d Document) (*Policy, error) {
 			p.byOwner0[c.owner.lit[0]] = append(p.byOwner0[c.owner.lit[0]], int32(i))
 		case c.agent.lit != "":
 			p.byAgent0[c.agent.lit[0]] = append(p.byAgent0[c.agent.lit[0]], int32(i))
+		case c.caller.kind == callerExact:
+			p.restByCaller[c.caller.lit] = append(p.restByCaller[c.caller.lit], int32(i))
+		case c.caller.bit != 0:
+			j := bits.TrailingZeros64(c.caller.bit)
+			p.restByGroup[j] = append(p.restByGroup[j], int32(i))
+			p.restGroups = append(p.restGroups, int32(i))
+			p.restGroupMask |= c.caller.bit
 		default:
 			p.rest = append(p.rest, int32(i))
 		}
@@ -163,14 +178,31 @@ func (p *Policy) Check(c *Caller, owner, alias string, need Permission) Decision
 	lowOwner, lowAlias, principal := lower(ownerBuf[:], owner), lower(aliasBuf[:], alias), lower(callerBuf[:], c.Principal)
 	var mask uint64 // the caller's group bits, once maskDone
 	maskDone := false
-	var lists [4][]int32
-	lists[0], lists[3] = p.byOwner[lowOwner], p.rest
-	if len(lowOwner) > 0 {
-		lists[1] = p.byOwner0[lowOwner[0]]
+	// The candidate lists that apply, the empty ones left out: those of
+	// the owner, of the alias, of the caller, and of the caller's groups
+	// (up to maxGroupLists of them; past that, the rules of every group).
+	const maxGroupLists = 8
+	var all [5 + maxGroupLists][]int32
+	n := 0
+	for j, l := range [5][]int32{p.byOwner[lowOwner], p.byOwner0[first(lowOwner)], p.byAgent0[first(lowAlias)], p.restByCaller[principal], p.rest} {
+		if len(l) > 0 && (j != 1 || lowOwner != "") && (j != 2 || lowAlias != "") {
+			all[n] = l
+			n++
+		}
 	}
-	if len(lowAlias) > 0 {
-		lists[2] = p.byAgent0[lowAlias[0]]
+	if p.restGroupMask != 0 {
+		mask, maskDone = p.groupMask(c, principal), true
+		if m := mask & p.restGroupMask; bits.OnesCount64(m) <= maxGroupLists {
+			for ; m != 0; m &= m - 1 {
+				all[n] = p.restByGroup[bits.TrailingZeros64(m)]
+				n++
+			}
+		} else {
+			all[n] = p.restGroups
+			n++
+		}
 	}
+	lists := all[:n]
 	for {
 		// The next candidate is the lowest head of the lists.
 		k := -1
@@ -217,6 +249,14 @@ func (p *Policy) Check(c *Caller, owner, alias string, need Permission) Decision
 		return d
 	}
 	return Decision{Reason: DefaultDeny}
+}
+
+// first returns the first byte of s, 0 if s is empty.
+func first(s string) byte {
+	if s == "" {
+		return 0
+	}
+	return s[0]
 }
 
 // lower returns s in lower case, in buf if it fits (without allocating).
