@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -64,6 +65,10 @@ func TestSecureSiloProcess(t *testing.T) {
 			t.Errorf("client %s: exit %d, stdout %q, stderr %q; want exit %d and %q", clipArgs(c.args), code, out, errOut, c.code, c.want)
 		}
 	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("SIGTERM: exit %d\n%s", code, p.stderr.String())
+	}
+	// The log (read once the process is gone) says how clients are proven.
 	if !strings.Contains(p.stderr.String(), "gateway authenticates clients") {
 		t.Errorf("the log does not say how clients are authenticated:\n%s", p.stderr.String())
 	}
