@@ -83,24 +83,27 @@ func (s *AdminServer) AddRule(ctx context.Context, req *agentsilov1.AddRuleReque
 	}
 	pos := int(req.GetPosition())
 	var added Rule
+	var at int // where it went, 0-based
+	// f may run more than once (Update retries after concurrent changes):
+	// it keeps what it was given and sets only added and at.
 	_, rev, err := s.a.Update(ctx, req.GetRevision(), func(d *Document) error {
 		if pos < 0 || pos > len(d.Rules)+1 {
 			return errs.New(codes.InvalidArgument, "position %d: want 1 to %d, or 0 for the end", pos, len(d.Rules)+1)
 		}
-		at := pos - 1
+		at = pos - 1
 		if pos == 0 {
 			at = len(d.Rules)
 		}
-		r.ID = d.NextID
+		added = r
+		added.ID = d.NextID
 		d.NextID++
-		d.Rules = slices.Insert(d.Rules, at, r)
-		added, pos = r, at+1
+		d.Rules = slices.Insert(d.Rules, at, added)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &agentsilov1.AddRuleResponse{Rule: RuleProto(added), Position: int32(pos), Revision: rev}, nil
+	return &agentsilov1.AddRuleResponse{Rule: RuleProto(added), Position: int32(at + 1), Revision: rev}, nil
 }
 
 // UpdateRule implements agentsilov1.AclAdminServer.
