@@ -162,9 +162,10 @@ func (a *authenticator) serverOptions() []grpc.ServerOption {
 	return opts
 }
 
-// open reports whether method is served without authentication: the health
-// service (for probes) and server reflection (the schema only).
-func open(method string) bool {
+// unauthenticatedMethod reports whether method is served without
+// authentication: the health service (for probes) and server reflection
+// (the schema only).
+func unauthenticatedMethod(method string) bool {
 	return strings.HasPrefix(method, "/grpc.health.v1.") || strings.HasPrefix(method, "/grpc.reflection.")
 }
 
@@ -246,7 +247,7 @@ func declaredPrincipal(ctx context.Context) string {
 }
 
 func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if open(info.FullMethod) {
+	if unauthenticatedMethod(info.FullMethod) {
 		return h(ctx, req)
 	}
 	proven, err := a.authenticate(ctx)
@@ -263,7 +264,7 @@ func (a *authenticator) unary(ctx context.Context, req any, info *grpc.UnaryServ
 // stream authenticates a stream. A Session declares its principal in its
 // Hello, so in development mode the stream carries no caller yet.
 func (a *authenticator) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if open(info.FullMethod) {
+	if unauthenticatedMethod(info.FullMethod) {
 		return h(srv, ss)
 	}
 	proven, err := a.authenticate(ss.Context())

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -93,9 +94,29 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 			t.Fatalf("Session without a valid key: %v", err)
 		}
 	}
-	// The health service needs no key (probes).
+	// The health service and reflection need no key (probes, grpcurl);
+	// reflection lists the admin service.
 	if _, err := healthpb.NewHealthClient(e.conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("health: %v", err)
+	}
+	refl, err := reflectionpb.NewServerReflectionClient(e.conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}}); err != nil {
+		t.Fatal(err)
+	}
+	lsr, err := refl.Recv()
+	if err != nil {
+		t.Fatalf("reflection without a key: %v", err)
+	}
+	refl.CloseSend()
+	var services []string
+	for _, svc := range lsr.GetListServicesResponse().GetService() {
+		services = append(services, svc.Name)
+	}
+	if !strings.Contains(strings.Join(services, " "), agentsilov1.AclAdmin_ServiceDesc.ServiceName) {
+		t.Fatalf("reflection lists %v, not the admin service", services)
 	}
 
 	// Own agents: allowed, relative or canonical; from is the caller's.
