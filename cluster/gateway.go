@@ -71,8 +71,21 @@ type GatewayConfig struct {
 	// Default: the listener's address, and empty.
 	GatewayAddr string
 	PeerAddr    string
+	// Cluster, if set, gives ListMembers and ListAgents the whole cluster,
+	// and session addresses name this silo so that other silos can reach
+	// them. Nil: a single silo.
+	Cluster ClusterInfo
 	// Logger receives the gateway's logs. Default: slog.Default().
 	Logger *slog.Logger
+}
+
+// ClusterInfo is what a gateway needs to know of the cluster around it.
+type ClusterInfo interface {
+	// Members returns the silos of the current view and its version.
+	Members() ([]*agentsilov1.Member, int64)
+	// Agents lists the activations of every silo, of one type if typeName
+	// is not empty. With an error it returns what it could gather.
+	Agents(ctx context.Context, typeName string) ([]*agentsilov1.ActivationInfo, error)
 }
 
 // DefaultGatewayConfig returns the defaults described on GatewayConfig's
@@ -401,6 +414,13 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 	if _, err := unaryPrincipal(ctx); err != nil {
 		return nil, err
 	}
+	if g.cfg.Cluster != nil {
+		out, err := g.cfg.Cluster.Agents(ctx, req.GetType())
+		if err != nil {
+			return nil, err
+		}
+		return &agentsilov1.ListAgentsResponse{Agents: out}, nil
+	}
 	acts := g.rt.Activations(req.GetType())
 	out := make([]*agentsilov1.ActivationInfo, 0, len(acts))
 	for _, a := range acts {
@@ -420,6 +440,10 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 func (g *Gateway) ListMembers(ctx context.Context, _ *agentsilov1.ListMembersRequest) (*agentsilov1.ListMembersResponse, error) {
 	if _, err := unaryPrincipal(ctx); err != nil {
 		return nil, err
+	}
+	if g.cfg.Cluster != nil {
+		ms, version := g.cfg.Cluster.Members()
+		return &agentsilov1.ListMembersResponse{Members: ms, Version: version}, nil
 	}
 	addr := g.cfg.GatewayAddr
 	if addr == "" {

@@ -127,9 +127,21 @@ func (v View) Member(name string) (MemberInfo, bool) {
 	return MemberInfo{}, false
 }
 
-// Owner returns the member owning addr in this view (see Owner), or "" in an
-// empty view.
-func (v View) Owner(addr string) string { return Owner(addr, v.Names()) }
+// Owners returns the names, sorted, of the members that own addresses: those
+// not leaving.
+func (v View) Owners() []string {
+	names := make([]string, 0, len(v.Members))
+	for _, m := range v.Members {
+		if !m.Leaving {
+			names = append(names, m.Name)
+		}
+	}
+	return names
+}
+
+// Owner returns the member owning addr in this view (see Owner), or "" if no
+// member owns addresses.
+func (v View) Owner(addr string) string { return Owner(addr, v.Owners()) }
 
 // MembershipConfig configures NewMembership.
 type MembershipConfig struct {
@@ -196,7 +208,8 @@ type Membership struct {
 	closed   bool
 	fenceErr error
 	revokeQ  []revokeReq
-	revokeC  chan struct{} // signals revokeQ, buffered 1
+	suspects map[string]bool // peer addresses being checked by Suspect
+	revokeC  chan struct{}   // signals revokeQ, buffered 1
 
 	fenced    chan struct{}
 	fenceOnce sync.Once
@@ -210,6 +223,32 @@ type departure struct {
 	at       time.Time
 	graceful bool
 	fence    time.Duration
+	peer     string // the departed silo's peer address
+}
+
+// Departure is a member removed from the view without leaving gracefully,
+// whose addresses may not be taken over before At (see TakeoverAt).
+type Departure struct {
+	Name     string
+	PeerAddr string
+	At       time.Time
+}
+
+// Pending lists the departures whose takeover time is still ahead.
+func (m *Membership) Pending() []Departure {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := time.Now()
+	var out []Departure
+	for name, d := range m.departed {
+		if _, in := m.view.Member(name); in && name != m.cfg.Name {
+			continue
+		}
+		if at := d.at.Add(d.fence); !d.graceful && at.After(now) {
+			out = append(out, Departure{Name: name, PeerAddr: d.peer, At: at})
+		}
+	}
+	return out
 }
 
 type revokeReq struct {
@@ -217,6 +256,7 @@ type revokeReq struct {
 	name   string
 	reason string
 	at     time.Time
+	proven bool // the silo is certainly gone: revoke without a majority
 }
 
 func (c *MembershipConfig) fill() error {
@@ -315,7 +355,10 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 	if cfg.Gossip != nil {
 		cfg.Gossip(mc)
 	}
-	m.ml, err = memberlist.Create(mc)
+	ml, err := memberlist.Create(mc)
+	m.mlMu.Lock()
+	m.ml = ml
+	m.mlMu.Unlock()
 	if err != nil {
 		return nil, errs.New(codes.Unavailable, "membership: start gossip on %s: %v", cfg.GossipAddr, err)
 	}
@@ -499,12 +542,11 @@ func (m *Membership) TakeoverAt(name string) (at time.Time, ok bool) {
 	}
 }
 
-// Leave leaves the cluster gracefully: the record is marked leaving and
-// removed (its lease revoked), so other silos take over this silo's
-// addresses at once, and the silo leaves the gossip group. Call it once the
-// silo has stopped serving activations. Fenced does not fire because of
-// Leave. Close still has to be called.
-func (m *Membership) Leave(ctx context.Context) error {
+// MarkLeaving marks the silo's record as leaving: from the view in which
+// every silo sees it, the silo owns no addresses (View.Owners leaves it out),
+// so others route to the new owners, which ask this silo to release each
+// address before activating it. The record and the lease stay until Leave.
+func (m *Membership) MarkLeaving(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -512,11 +554,46 @@ func (m *Membership) Leave(ctx context.Context) error {
 	}
 	m.leaving = true
 	m.mu.Unlock()
+	leaving := m.self
+	leaving.Leaving = true
+	rec, err := json.Marshal(leaving)
+	if err != nil {
+		return errs.New(codes.Internal, "membership: %v", err)
+	}
+	tx, err := m.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
+		Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
+	if err != nil {
+		return m.etcdErr(ctx, "mark record leaving", err)
+	}
+	if !tx.Succeeded {
+		return errs.New(codes.FailedPrecondition, "membership: the silo's record is gone")
+	}
+	return m.waitView(ctx, func(v View) bool {
+		mi, ok := v.Member(m.cfg.Name)
+		return !ok || mi.Leaving
+	})
+}
+
+// Leave leaves the cluster gracefully: the record is marked leaving (if
+// MarkLeaving did not already) and removed (its lease revoked), so other
+// silos take over this silo's addresses at once, and the silo leaves the
+// gossip group. Call it once the silo has stopped serving activations.
+// Fenced does not fire because of Leave. Close still has to be called.
+func (m *Membership) Leave(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return errs.New(codes.FailedPrecondition, "membership: closed")
+	}
+	already := m.leaving
+	m.leaving = true
+	m.mu.Unlock()
 
 	var errList []error
 	leaving := m.self
 	leaving.Leaving = true
-	if rec, err := json.Marshal(leaving); err == nil {
+	if rec, err := json.Marshal(leaving); err == nil && !already {
 		_, err := m.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
 			Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
@@ -712,7 +789,7 @@ func (m *Membership) replace(members map[string]MemberInfo, rev int64) {
 	now := time.Now()
 	for name, mi := range old {
 		if _, ok := members[name]; !ok {
-			m.departed[name] = departure{at: now, graceful: mi.Leaving, fence: fenceOf(mi, m.fenceAfter)}
+			m.departed[name] = departure{at: now, graceful: mi.Leaving, fence: fenceOf(mi, m.fenceAfter), peer: mi.PeerAddr}
 		}
 	}
 	m.publish(members, max(rev, m.view.Version))
@@ -739,12 +816,14 @@ func (m *Membership) apply(events []*clientv3.Event) {
 			if old, ok := members[name]; ok {
 				d.fence = fenceOf(old, m.fenceAfter)
 				d.graceful = old.Leaving
+				d.peer = old.PeerAddr
 			}
 			if ev.PrevKv != nil {
 				var prev MemberInfo
 				if json.Unmarshal(ev.PrevKv.Value, &prev) == nil {
 					d.graceful = prev.Leaving
 					d.fence = fenceOf(prev, m.fenceAfter)
+					d.peer = prev.PeerAddr
 				}
 			}
 			m.departed[name] = d
@@ -889,10 +968,10 @@ func (m *Membership) noteGossip(n *memberlist.Node, left bool) {
 		lease = 0
 	}
 	m.mlMu.Lock()
+	// A member that left keeps its entry, so that its return under a new
+	// lease proves the old lease's silo gone.
 	prev := m.known[n.Name]
-	if left {
-		delete(m.known, n.Name)
-	} else if lease != 0 {
+	if !left && lease != 0 {
 		m.known[n.Name] = clientv3.LeaseID(lease)
 	}
 	m.mlMu.Unlock()
@@ -904,7 +983,7 @@ func (m *Membership) noteGossip(n *memberlist.Node, left bool) {
 		}
 		m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(lease), name: n.Name, reason: reason})
 	case !left && prev != 0 && lease != 0 && clientv3.LeaseID(lease) != prev:
-		m.enqueueRevoke(revokeReq{lease: prev, name: n.Name, reason: "restarted under a new lease"})
+		m.enqueueRevoke(revokeReq{lease: prev, name: n.Name, reason: "restarted under a new lease", proven: true})
 	}
 }
 
@@ -952,6 +1031,10 @@ func (m *Membership) revokeLoop() {
 }
 
 func (m *Membership) revoke(r revokeReq) {
+	if !m.mayRevoke(r) {
+		m.log.Warn("not removing a silo gossip declared dead: this silo does not see a majority of the view alive, so it may be the one cut off; the silo's lease expires by itself if it is dead", "member", r.name)
+		return
+	}
 	backoff := 100 * time.Millisecond
 	for {
 		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
@@ -978,6 +1061,78 @@ func (m *Membership) revoke(r revokeReq) {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// Suspect is told that the silo-to-silo stream to peerAddr broke. If a
+// member of the view has that peer address and it refuses connections, its
+// process is gone: its lease is revoked at once, without waiting for gossip
+// to declare it dead. (A silo that is only cut off does not refuse, and is
+// left to gossip.)
+func (m *Membership) Suspect(peerAddr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.suspects[peerAddr] {
+		return
+	}
+	var target MemberInfo
+	for _, mi := range m.view.Members {
+		if mi.PeerAddr == peerAddr && mi.Name != m.cfg.Name {
+			target = mi
+		}
+	}
+	if target.Name == "" {
+		return
+	}
+	if m.suspects == nil {
+		m.suspects = make(map[string]bool)
+	}
+	m.suspects[peerAddr] = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		dead := refused(m.ctx, peerAddr)
+		m.mu.Lock()
+		delete(m.suspects, peerAddr)
+		m.mu.Unlock()
+		if dead {
+			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections", proven: true})
+		}
+	}()
+}
+
+// mayRevoke reports whether this silo may remove the silo of r from the view:
+// only while it sees a majority of the view alive in gossip, itself
+// included, or when that silo is proven gone (restarted under a new lease, or
+// its peer port refuses connections). So a silo that is cut off from its
+// peers, but not from etcd, never removes the healthy majority; the majority
+// removes it instead, and it fences itself.
+func (m *Membership) mayRevoke(r revokeReq) bool {
+	if r.proven {
+		return true
+	}
+	m.mlMu.Lock()
+	ml := m.ml
+	m.mlMu.Unlock()
+	alive := make(map[string]bool)
+	if ml != nil {
+		for _, n := range ml.Members() {
+			if n.State == memberlist.StateAlive {
+				alive[n.Name] = true
+			}
+		}
+	}
+	v := m.View()
+	n := 0
+	for _, mi := range v.Members {
+		if mi.Name == m.cfg.Name || (mi.Name != r.name && alive[mi.Name]) {
+			n++
+		}
+	}
+	if 2*n > len(v.Members) {
+		return true
+	}
+	mi, ok := v.Member(r.name)
+	return ok && mi.PeerAddr != "" && refused(m.ctx, mi.PeerAddr)
 }
 
 type gossipEvents struct{ m *Membership }

@@ -264,8 +264,12 @@ func (g *Gateway) open(ctx context.Context, hello *agentsilov1.Hello) (*session,
 	if _, err := rand.Read(tok[:]); err != nil {
 		return nil, false, errs.New(codes.Internal, "resume token: %v", err)
 	}
+	id := grain.NewID()
+	if g.cfg.Cluster != nil && len(id)+1+len(g.cfg.Silo) <= 128 {
+		id += "@" + g.cfg.Silo // other silos route the session's messages here
+	}
 	s := &session{
-		addr:       grain.SessionType + ":" + p + ":" + grain.NewID(),
+		addr:       grain.SessionType + ":" + p + ":" + id,
 		principal:  p,
 		caller:     c,
 		token:      hex.EncodeToString(tok[:]),

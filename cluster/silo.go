@@ -8,11 +8,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/grpc"
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"github.com/agentsilo/agentsilo/reminders"
 )
 
@@ -38,6 +44,27 @@ type SiloConfig struct {
 	// MinReminderPeriod is the shortest reminder period accepted. Default:
 	// 1 min.
 	MinReminderPeriod time.Duration
+	// PeerAddr is the listen address of the silo-to-silo transport
+	// (--peer-addr). Default: 127.0.0.1:0 (a free port; `silo` uses 7071).
+	PeerAddr string
+	// GossipAddr is memberlist's bind address, IP:port (--gossip-addr).
+	// Default: 127.0.0.1:0 (`silo` uses 7946).
+	GossipAddr string
+	// AdvertiseAddr is the host (an IP) other silos and clients reach this
+	// silo at, when the listen addresses are unspecified (0.0.0.0) or not
+	// reachable as they are (--advertise-addr). Default: the listen hosts.
+	AdvertiseAddr string
+	// Join lists gossip seeds, host:port or DNS names expanded to all their
+	// addresses (--join). Silos already in etcd's view are joined too.
+	Join []string
+	// LeaseTTL and FenceAfter tune the membership (see MembershipConfig).
+	// Zero: the defaults, 10 s and a third of the lease.
+	LeaseTTL   time.Duration
+	FenceAfter time.Duration
+	// FaultInjection serves POST /debug/partition?on=true|false on HTTPAddr,
+	// cutting the silo off from its peers (not from etcd or clients). For
+	// tests only.
+	FaultInjection bool
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
@@ -64,15 +91,23 @@ func DefaultSiloConfig() SiloConfig {
 		ShutdownTimeout:   30 * time.Second,
 		Etcd:              DefaultEtcdConfig(),
 		MinReminderPeriod: time.Minute,
+		PeerAddr:          "127.0.0.1:0",
+		GossipAddr:        "127.0.0.1:0",
 		Runtime:           grain.DefaultConfig(),
 		Gateway:           DefaultGatewayConfig(),
 	}
 }
 
+// ErrFenced is reported on Silo.Err when the silo fenced itself: it could no
+// longer be sure it holds its place in the membership view, so another silo
+// may take over its agents. The silo must stop at once: `silo` exits.
+var ErrFenced = errors.New("fenced: the silo lost its membership lease and must stop serving")
+
 // Silo is one agentsilo server: the grain runtime, the client gateway in
-// front of it (authenticating clients and enforcing the ACL), and its
-// durable state in etcd (reminders, agent configurations, the ACL). Its lifecycle is NewSilo, Start, then Close; Err reports a
-// failure while serving.
+// front of it (authenticating clients and enforcing the ACL), the
+// silo-to-silo transport, its membership in the cluster, and its durable
+// state in etcd (reminders, agent configurations, the ACL). Its lifecycle
+// is NewSilo, Start, then Close; Err reports a failure while serving.
 type Silo struct {
 	cfg    SiloConfig
 	reg    *grain.Registry
@@ -86,6 +121,13 @@ type Silo struct {
 	gwLis     net.Listener
 	http      *http.Server
 	httpLis   net.Listener
+	tp        *Transport
+	peerLis   net.Listener
+	peerSrv   *grpc.Server
+	members   *Membership
+	router    *router
+	faults    *faults
+	stopc     chan struct{}
 
 	errc      chan error
 	serving   sync.WaitGroup
@@ -122,11 +164,18 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if err := cfg.Gateway.Validate(); err != nil {
 		return nil, err
 	}
-	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, errc: make(chan error, 2)}, nil
+	if cfg.PeerAddr == "" {
+		cfg.PeerAddr = "127.0.0.1:0"
+	}
+	if cfg.GossipAddr == "" {
+		cfg.GossipAddr = "127.0.0.1:0"
+	}
+	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, errc: make(chan error, 3), stopc: make(chan struct{})}, nil
 }
 
-// Start starts the runtime and begins serving the gateway and the HTTP
-// endpoints. It returns once the listeners are bound.
+// Start starts the silo: etcd access, the silo-to-silo transport, the
+// runtime, its membership in the cluster (it returns only once the silo is in
+// the view, bounded by ctx), then the gateway and the HTTP endpoints.
 func (s *Silo) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
@@ -140,46 +189,127 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	if s.etcd, err = StartEtcd(ctx, ecfg); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	if s.reminders, err = reminders.New(ctx, reminders.Config{
-		Client:    s.etcd.Client(),
-		Prefix:    s.etcd.Prefix(),
-		MinPeriod: s.cfg.MinReminderPeriod,
-		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
-		Logger:    s.logger,
-	}); err != nil {
-		return fmt.Errorf("reminders: %w", err)
-	}
 	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.logger); err != nil {
 		return fmt.Errorf("acl: %w", err)
 	}
-	relay := new(SessionRelay)
-	rcfg := s.cfg.Runtime
-	rcfg.Sessions = relay
-	rcfg.Configs = NewEtcdConfigStore(s.etcd)
-	rcfg.Reminders = s.reminders
-	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
-		return err
-	}
-	s.reminders.Start(s.rt.Send)
 	var lc net.ListenConfig
 	if s.gwLis, err = lc.Listen(ctx, "tcp", s.cfg.GatewayAddr); err != nil {
 		return fmt.Errorf("gateway: %w", err)
+	}
+	if s.peerLis, err = lc.Listen(ctx, "tcp", s.cfg.PeerAddr); err != nil {
+		return fmt.Errorf("peer: %w", err)
 	}
 	if s.cfg.HTTPAddr != "" {
 		if s.httpLis, err = lc.Listen(ctx, "tcp", s.cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("http: %w", err)
 		}
 	}
+
+	// The transport, with the router as its handler; the router gets the
+	// membership once the silo has joined.
+	tcfg := TransportConfig{Self: s.cfg.Name, Logger: s.logger, MaxMessageSize: s.cfg.Runtime.MaxMessageSize}
+	var r *router
+	tcfg.Handler = handlerFunc(func() TransportHandler { return r })
+	if s.cfg.FaultInjection {
+		s.faults = newFaults()
+		s.peerLis = s.faults.listener(s.peerLis)
+		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.dial))
+	}
+	if s.tp, err = NewTransport(tcfg); err != nil {
+		return err
+	}
+	// A broken stream to a peer whose port refuses connections proves it
+	// dead: the membership removes it at once.
+	var joined atomic.Pointer[Membership]
+	s.tp.hookState = func(addr string, up bool) {
+		if m := joined.Load(); m != nil && !up {
+			m.Suspect(addr)
+		}
+	}
+	r = newRouter(s.cfg.Name, nil, s.tp, s.logger)
+	s.router = r
+
+	if s.reminders, err = reminders.New(ctx, reminders.Config{
+		Client:    s.etcd.Client(),
+		Prefix:    s.etcd.Prefix(),
+		MinPeriod: s.cfg.MinReminderPeriod,
+		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
+		Owns:      r.owns,
+		Logger:    s.logger,
+	}); err != nil {
+		return fmt.Errorf("reminders: %w", err)
+	}
+	relay := new(SessionRelay)
+	rcfg := s.cfg.Runtime
+	rcfg.Sessions = sessionRouter{r: r, local: relay}
+	rcfg.Placement = r
+	rcfg.Configs = NewEtcdConfigStore(s.etcd)
+	rcfg.Reminders = s.reminders
+	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
+		return err
+	}
+	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
+	s.tp.Register(s.peerSrv)
+	s.serve("peer", func() error { return s.peerSrv.Serve(s.peerLis) })
+
+	// Membership.
+	mcfg := MembershipConfig{
+		Name:        s.cfg.Name,
+		PeerAddr:    advertised(s.peerLis.Addr().String(), s.cfg.AdvertiseAddr),
+		GatewayAddr: advertised(s.gwLis.Addr().String(), s.cfg.AdvertiseAddr),
+		GossipAddr:  s.cfg.GossipAddr,
+		Join:        s.cfg.Join,
+		Client:      s.etcd.Client(),
+		Prefix:      s.etcd.Prefix(),
+		LeaseTTL:    s.cfg.LeaseTTL,
+		FenceAfter:  s.cfg.FenceAfter,
+		Logger:      s.logger,
+		Gossip:      s.gossipConfig,
+	}
+	if s.members, err = NewMembership(ctx, mcfg); err != nil {
+		return fmt.Errorf("membership: %w", err)
+	}
+	r.m = s.members
+	joined.Store(s.members)
+	leaseTTL := s.cfg.LeaseTTL
+	if leaseTTL == 0 {
+		leaseTTL = DefaultLeaseTTL
+	}
+	r.onView = func(prev, cur View) {
+		// A reminder taken over from a silo that died fires once at once
+		// if a tick fell after the dead silo may have stopped firing: at
+		// worst a lease before its removal was seen.
+		lostAt := time.Now()
+		for _, mi := range prev.Members {
+			if _, ok := cur.Member(mi.Name); !ok && !mi.Leaving {
+				lostAt = lostAt.Add(-leaseTTL)
+				break
+			}
+		}
+		s.reminders.Rebalance(lostAt)
+	}
+	r.start(s.rt)
+	s.reminders.Rebalance(time.Now())
+	s.reminders.Start(s.rt.Send)
+	s.serving.Add(1)
+	go s.watchFence()
+
 	gcfg := s.cfg.Gateway
-	gcfg.GatewayAddr = s.gwLis.Addr().String()
+	gcfg.GatewayAddr = mcfg.GatewayAddr
+	gcfg.PeerAddr = mcfg.PeerAddr
+	gcfg.Cluster = r
 	gcfg.ACL = s.acl
 	if s.gw, err = NewGateway(gcfg, s.rt); err != nil {
 		return err
 	}
+	relay.Set(s.gw)
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("GET /readyz", s.readyz)
+		if s.faults != nil {
+			mux.HandleFunc("POST /debug/partition", s.partition)
+		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		s.serve("http", func() error {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
@@ -190,6 +320,74 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
 	return nil
+}
+
+// handlerFunc defers the choice of a TransportHandler to its first use.
+type handlerFunc func() TransportHandler
+
+func (h handlerFunc) HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+	return h().HandleRequest(ctx, from, env)
+}
+
+func (h handlerFunc) HandleOneWay(ctx context.Context, from string, env *Envelope) {
+	h().HandleOneWay(ctx, from, env)
+}
+
+// gossipConfig adjusts memberlist's configuration: the advertised address,
+// and the fault-injecting transport.
+func (s *Silo) gossipConfig(c *memberlist.Config) {
+	if s.cfg.AdvertiseAddr != "" {
+		c.AdvertiseAddr = s.cfg.AdvertiseAddr
+	}
+	if s.faults != nil {
+		t, err := newGossipTransport(s.faults, c.BindAddr, c.BindPort, c)
+		if err != nil {
+			s.logger.Error("fault injection: gossip transport", "err", err)
+			return
+		}
+		c.Transport = t
+	}
+}
+
+// advertised replaces the host of a listen address with host, if set, or,
+// for an unspecified listen host, with the host name's first address.
+func advertised(listen, host string) string {
+	h, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if host != "" {
+		return net.JoinHostPort(host, port)
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+		if name, err := os.Hostname(); err == nil {
+			return net.JoinHostPort(name, port)
+		}
+	}
+	return listen
+}
+
+// watchFence reports ErrFenced when the membership fences the silo.
+func (s *Silo) watchFence() {
+	defer s.serving.Done()
+	select {
+	case <-s.members.Fenced():
+		s.logger.Error("fenced", "cause", s.members.FenceCause())
+		s.errc <- ErrFenced
+	case <-s.stopc:
+	}
+}
+
+// partition serves POST /debug/partition?on=true|false (fault injection).
+func (s *Silo) partition(w http.ResponseWriter, req *http.Request) {
+	on, err := strconv.ParseBool(req.URL.Query().Get("on"))
+	if err != nil {
+		http.Error(w, "want ?on=true or ?on=false", http.StatusBadRequest)
+		return
+	}
+	s.faults.setIsolated(on)
+	s.logger.Warn("fault injection: partition from peers", "on", on)
+	fmt.Fprintln(w, "ok")
 }
 
 // serve runs f on a goroutine and reports its error on Err.
@@ -211,6 +409,16 @@ func (s *Silo) readyz(w http.ResponseWriter, _ *http.Request) {
 	if err := s.gw.checkDraining(); err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if st := s.router.state.Load(); !st.self {
+		http.Error(w, "not serving activations (leaving, or not in the view)", http.StatusServiceUnavailable)
+		return
+	}
+	select {
+	case <-s.members.Fenced():
+		http.Error(w, "fenced", http.StatusServiceUnavailable)
+		return
+	default:
 	}
 	fmt.Fprintln(w, "ready")
 }
@@ -255,6 +463,22 @@ func (s *Silo) Close(ctx context.Context) error {
 
 func (s *Silo) shutdown(ctx context.Context) error {
 	var errsOut []error
+	// Hand the agents over: from the view in which the record is marked
+	// leaving, every silo routes this silo's addresses to their new owners,
+	// which ask this silo to release each one before activating it.
+	fenced := false
+	if s.members != nil {
+		select {
+		case <-s.members.Fenced():
+			fenced = true
+		default:
+		}
+		if !fenced {
+			if err := s.members.MarkLeaving(ctx); err != nil {
+				errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
+			}
+		}
+	}
 	if s.gw != nil {
 		drained := make(chan struct{})
 		go func() {
@@ -282,6 +506,24 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, err)
 		}
 	}
+	close(s.stopc)
+	if s.members != nil {
+		if !fenced {
+			if err := s.members.Leave(ctx); err != nil {
+				errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
+			}
+		}
+		s.members.Close()
+	}
+	if s.router != nil {
+		s.router.close()
+	}
+	if s.peerSrv != nil {
+		s.peerSrv.Stop()
+	}
+	if s.tp != nil {
+		s.tp.Close()
+	}
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {
 			s.http.Close()
@@ -298,7 +540,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 
 // abort undoes a failed Start: nothing is serving yet.
 func (s *Silo) abort() {
-	for _, l := range []net.Listener{s.gwLis, s.httpLis} {
+	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis} {
 		if l != nil {
 			l.Close()
 		}

@@ -69,6 +69,7 @@ type activation struct {
 	started     bool                 // OnActivate ran; mailbox goroutine only
 	gone        bool                 // deactivated; guarded by exec
 	failed      atomic.Int32         // a Reason set by a turn that must end the activation
+	ended       atomic.Bool          // finished (see Runtime.waitEnded)
 }
 
 var _ Host = (*activation)(nil)
@@ -223,14 +224,19 @@ func (a *activation) finish(reason Reason) {
 	a.exec.Unlock()
 
 	rt := a.rt
+	owned, release := true, func() {}
+	if p := rt.cfg.Placement; p != nil {
+		owned, release = p.Hold(a.key)
+	}
 	sh := rt.dir.shard(a.key)
 	sh.mu.Lock()
 	rest := a.mb.close()
 	var next *activation
 	var err error
+	var moved []*envelope
 	if sh.m[a.key] == a {
 		delete(sh.m, a.key)
-		if hasEnvelopes(rest) {
+		if hasEnvelopes(rest) && owned {
 			if next, err = rt.activateLocked(a.addr, a.key); err == nil {
 				sh.m[a.key] = next
 			}
@@ -242,6 +248,8 @@ func (a *activation) finish(reason Reason) {
 		case !ok:
 		case next != nil:
 			next.mb.PostUserMessage(env)
+		case !owned && !rt.closing.Load():
+			moved = append(moved, env)
 		case env.reply != nil:
 			if err == nil {
 				err = errs.New(codes.Unavailable, "agent %s is deactivating", a.key)
@@ -250,9 +258,14 @@ func (a *activation) finish(reason Reason) {
 		}
 	}
 	sh.mu.Unlock()
+	release()
 	rt.system.Root.Stop(a.pid)
+	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
+	if len(moved) > 0 {
+		go rt.reroute(moved)
+	}
 }
 
 func hasEnvelopes(ms []any) bool {
@@ -274,7 +287,7 @@ func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message
 		return nil, errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindRequest
-	return a.rt.ask(ctx, a.addr.Owner, msg)
+	return a.rt.ask(ctx, a.addr.Owner, msg, 0)
 }
 
 func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
@@ -282,7 +295,7 @@ func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindOneWay
-	return a.rt.tell(ctx, a.addr.Owner, msg)
+	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
 }
 
 func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
@@ -290,7 +303,7 @@ func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindEvent
-	return a.rt.tell(ctx, a.addr.Owner, msg)
+	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
 }
 
 func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {

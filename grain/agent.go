@@ -59,6 +59,8 @@ const (
 	ReasonPanic
 	// ReasonRequested: the agent or the runtime asked for it (Host.Deactivate).
 	ReasonRequested
+	// ReasonMoved: the cluster moved the address to another silo.
+	ReasonMoved
 )
 
 func (r Reason) String() string {
@@ -71,6 +73,8 @@ func (r Reason) String() string {
 		return "panic"
 	case ReasonRequested:
 		return "requested"
+	case ReasonMoved:
+		return "moved"
 	}
 	return "unknown"
 }

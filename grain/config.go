@@ -33,6 +33,9 @@ type Config struct {
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter
+	// Placement places addresses across a cluster's silos. Nil: every
+	// address is hosted here.
+	Placement Placement
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
 }

@@ -43,6 +43,9 @@ type Runtime struct {
 	live      sync.WaitGroup // one per activation not yet removed
 	count     atomic.Int64
 
+	endMu sync.Mutex    // guards endCh
+	endCh chan struct{} // closed when an activation ends; nil if nobody waits
+
 	base    context.Context // cancelled by Close; parent of one-way turns
 	cancel  context.CancelFunc
 	closing atomic.Bool
@@ -101,7 +104,7 @@ func (rt *Runtime) Ask(ctx context.Context, msg *Message) (*Message, error) {
 		return nil, errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.Kind = KindRequest
-	return rt.ask(ctx, ownerOf(msg.From), msg)
+	return rt.ask(ctx, ownerOf(msg.From), msg, 0)
 }
 
 // Send delivers a ONE_WAY message or, if msg.Kind is KIND_EVENT, an event,
@@ -113,7 +116,7 @@ func (rt *Runtime) Send(ctx context.Context, msg *Message) error {
 	if msg.Kind != KindEvent {
 		msg.Kind = KindOneWay
 	}
-	return rt.tell(ctx, ownerOf(msg.From), msg)
+	return rt.tell(ctx, ownerOf(msg.From), msg, 0)
 }
 
 // CreateAgent stores the configuration of the agent at addr (relative to
@@ -192,8 +195,9 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
-// ask is the one path of every REQUEST.
-func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Message, error) {
+// ask is the one path of every REQUEST. hops is 0 for a request that starts
+// here, else the number of silos it came through.
+func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int) (*Message, error) {
 	now := time.Now().UnixNano()
 	env := envelopes.Get().(*envelope)
 	env.msg, env.now = msg, now
@@ -213,7 +217,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Messag
 	}
 	env.ctx = ctx
 	t := turnFrom(ctx)
-	a, err := rt.prepare(ctx, t, owner, msg, now)
+	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0)
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}
@@ -227,7 +231,24 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Messag
 		t.beginWait()
 		defer t.endWait()
 	}
-	if err := rt.deliver(ctx, a, env); err != nil {
+	if p := rt.cfg.Placement; p != nil {
+		for i := 0; ; i++ {
+			silo := p.Route(msg.To)
+			if silo != "" {
+				env.release()
+				return rt.forward(ctx, silo, msg, hops)
+			}
+			err := rt.deliver(ctx, a, env)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, ErrMoved) || i == maxReroutes {
+				env.release()
+				return nil, err
+			}
+			a = nil
+		}
+	} else if err := rt.deliver(ctx, a, env); err != nil {
 		env.release()
 		return nil, err
 	}
@@ -244,9 +265,9 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message) (*Messag
 	}
 }
 
-// tell is the one path of every ONE_WAY message and EVENT.
-func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message) error {
-	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano())
+// tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
+func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops int) error {
+	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0)
 	if err != nil {
 		return err
 	}
@@ -256,13 +277,17 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message) error {
 		}
 		return rt.cfg.Sessions.DeliverToSession(ctx, msg)
 	}
+	if rt.cfg.Placement != nil {
+		return rt.route(ctx, &envelope{msg: msg}, hops)
+	}
 	return rt.deliver(ctx, a, &envelope{msg: msg})
 }
 
-// prepare validates msg, resolves msg.To to its canonical form and stamps the
-// runtime's fields (id, call chain). It returns msg.To's live activation if
-// there is one, to save deliver a lookup.
-func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64) (*activation, error) {
+// prepare validates msg, resolves msg.To to its canonical form and, if stamp,
+// stamps the runtime's fields (id, call chain; a message forwarded by another
+// silo keeps them). It returns msg.To's live activation if there is one, to
+// save deliver a lookup.
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool) (*activation, error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
@@ -287,7 +312,9 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 			}
 		}
 	}
-	msg.Id = newIDAt(now)
+	if stamp || msg.Id == "" {
+		msg.Id = newIDAt(now)
+	}
 	if t != nil {
 		msg.CallChainId = t.chain
 	} else if msg.CallChainId == "" {
@@ -306,7 +333,7 @@ func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) er
 	for ; ; a = nil {
 		if a == nil {
 			var err error
-			if a, err = rt.activation(env.msg.To); err != nil {
+			if a, err = rt.activation(ctx, env.msg.To); err != nil {
 				return err
 			}
 		}
@@ -339,14 +366,22 @@ func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) er
 // before the directory shard is locked, so that concurrent activations of
 // different agents do not wait on each other; if another sender won the race,
 // the spare is discarded before it ever ran (its OnActivate runs at its first
-// message, which it never gets).
-func (rt *Runtime) activation(key string) (*activation, error) {
+// message, which it never gets). With a Placement, the activation is
+// claimed first (see Placement.Claim).
+func (rt *Runtime) activation(ctx context.Context, key string) (*activation, error) {
 	if a := rt.dir.get(key); a != nil {
 		return a, nil
 	}
 	addr, err := ParseAddress(key)
 	if err != nil {
 		return nil, err
+	}
+	if p := rt.cfg.Placement; p != nil {
+		commit, err := p.Claim(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		defer commit()
 	}
 	fresh, err := rt.newActivation(addr, key)
 	if err != nil {
@@ -436,6 +471,7 @@ func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
 	rt.system.Root.Stop(a.pid)
+	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
 }
@@ -480,7 +516,7 @@ func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern stri
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
-		if err := rt.tell(ctx, from.addr.Owner, m); err != nil {
+		if err := rt.tell(ctx, from.addr.Owner, m, 0); err != nil {
 			return n, err
 		}
 		n++

@@ -298,7 +298,7 @@ func TestOtherChainsWaitTheirTurn(t *testing.T) {
 // activationFor returns the live activation of key, activating it if needed.
 func (rt *Runtime) activationFor(t *testing.T, key string) *activation {
 	t.Helper()
-	a, err := rt.activation(key)
+	a, err := rt.activation(context.Background(), key)
 	if err != nil {
 		t.Fatal(err)
 	}

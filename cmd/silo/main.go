@@ -70,6 +70,13 @@ func run(args []string, stderr io.Writer) int {
 		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 	case runErr = <-s.Err():
 		logger.Error("silo failed", "err", runErr)
+		if errors.Is(runErr, cluster.ErrFenced) {
+			// Another silo may take over this one's agents from now on:
+			// stop at once, as a crash would, rather than run their
+			// OnDeactivate. A supervisor restarts the silo, which joins
+			// again under a new lease.
+			return 1
+		}
 	}
 	stop()
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
@@ -94,6 +101,13 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /healthz and /readyz (empty: off)")
 	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address")
+	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
+	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "silo-to-silo transport listen address (gRPC)")
+	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
+	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cluster.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
+	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
@@ -137,6 +151,9 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	}
 	if *endpoints != "" {
 		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
+	}
+	if *join != "" {
+		cfg.Join = strings.Split(*join, ",")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

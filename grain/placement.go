@@ -1,0 +1,209 @@
+package grain
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// Placement places addresses across the silos of a cluster. A Runtime
+// without one hosts every address itself; package cluster implements it.
+//
+// The runtime asks Route for every message to an agent (not for client
+// sessions, which Config.Sessions routes). An address routed here is
+// activated only after Claim returned; messages routed elsewhere go to
+// Forward. Methods are called concurrently.
+type Placement interface {
+	// Route returns "" if key (a canonical address) is owned by this silo
+	// under its current view, else the name of the silo that owns it. It is
+	// called on every message and must be cheap.
+	Route(key string) string
+	// Claim is called before key is activated here. It returns once no other
+	// silo can hold a live activation of key (it may wait, bounded by ctx,
+	// for a handover or for a dead owner to be certainly fenced), with
+	// commit, which the runtime calls as soon as the new activation is in its
+	// directory: until then the placement must not change its view, so that
+	// a view change that moves key away sees the activation and deactivates
+	// it. If key is no longer owned here, Claim returns ErrMoved and the
+	// runtime routes the message again.
+	Claim(ctx context.Context, key string) (commit func(), err error)
+	// Hold reports whether key is still owned here, and keeps the view from
+	// changing until release is called. The runtime uses it to re-activate
+	// at once, without Claim, an address whose activation has just ended
+	// with messages still queued.
+	Hold(key string) (owned bool, release func())
+	// Forward delivers msg, a REQUEST, ONE_WAY or EVENT already stamped by
+	// the runtime, to silo, and returns the reply of a REQUEST. hops counts
+	// the silos msg has passed through before this one (0 for a message
+	// that started here).
+	Forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error)
+}
+
+// ErrMoved is returned by Placement.Claim when the address is no longer
+// owned by this silo.
+var ErrMoved = errs.New(codes.Unavailable, "address moved to another silo")
+
+// maxReroutes bounds how often one message is routed again because its
+// address moved while it was being delivered.
+const maxReroutes = 4
+
+// AskRemote runs a REQUEST that another silo forwarded here after hops
+// silos: like Ask, but msg keeps its id and call chain, and its sender is not
+// checked (silos trust each other). Package cluster calls it.
+func (rt *Runtime) AskRemote(ctx context.Context, msg *Message, hops int) (*Message, error) {
+	if msg == nil {
+		return nil, errs.New(codes.InvalidArgument, "nil message")
+	}
+	msg.Kind = KindRequest
+	return rt.ask(ctx, ownerOf(msg.From), msg, hops)
+}
+
+// SendRemote delivers a ONE_WAY message or EVENT that another silo forwarded
+// here after hops silos.
+func (rt *Runtime) SendRemote(ctx context.Context, msg *Message, hops int) error {
+	if msg == nil {
+		return errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	return rt.tell(ctx, ownerOf(msg.From), msg, hops)
+}
+
+// Rehome deactivates, each after its current turn and the messages queued
+// before it, the activations for which keep returns false, and returns once
+// they have all ended (their OnDeactivate ran) or ctx ends. Package cluster
+// calls it when the view moves addresses away from this silo.
+func (rt *Runtime) Rehome(ctx context.Context, keep func(key string) bool) error {
+	var moving []*activation
+	rt.dir.each(func(a *activation) {
+		if !keep(a.key) {
+			moving = append(moving, a)
+		}
+	})
+	for _, a := range moving {
+		a.requestDeactivation(ReasonMoved)
+	}
+	for _, a := range moving {
+		if err := rt.waitEnded(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Release deactivates the activation of key, if there is one, and returns
+// once it has ended or ctx ends. Package cluster calls it when the silo that
+// now owns key asks for it; the caller makes sure that this silo no longer
+// routes key to itself, so no new activation can start meanwhile.
+func (rt *Runtime) Release(ctx context.Context, key string) error {
+	for {
+		a := rt.dir.get(key)
+		if a == nil {
+			return nil
+		}
+		a.requestDeactivation(ReasonMoved)
+		if err := rt.waitEnded(ctx, a); err != nil {
+			return err
+		}
+	}
+}
+
+// waitEnded waits until a has ended.
+func (rt *Runtime) waitEnded(ctx context.Context, a *activation) error {
+	for {
+		rt.endMu.Lock()
+		if a.ended.Load() {
+			rt.endMu.Unlock()
+			return nil
+		}
+		if rt.endCh == nil {
+			rt.endCh = make(chan struct{})
+		}
+		ch := rt.endCh
+		rt.endMu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctxError(ctx, "deactivate "+a.key)
+		}
+	}
+}
+
+// ended marks a as ended and wakes waitEnded.
+func (rt *Runtime) noteEnded(a *activation) {
+	a.ended.Store(true)
+	rt.endMu.Lock()
+	if rt.endCh != nil {
+		close(rt.endCh)
+		rt.endCh = nil
+	}
+	rt.endMu.Unlock()
+}
+
+// forward sends msg to the silo that owns it. A request without a deadline
+// gets the runtime's AskTimeout.
+func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error) {
+	if msg.Kind == KindRequest {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
+			defer cancel()
+		}
+	}
+	return rt.cfg.Placement.Forward(ctx, silo, msg, hops)
+}
+
+// reroute delivers, in order, the messages left in the mailbox of an
+// activation that ended after its address moved away: each is routed again,
+// and a request's reply (or error) goes to its waiting caller.
+func (rt *Runtime) reroute(envs []*envelope) {
+	for _, env := range envs {
+		ctx := env.ctx
+		if ctx == nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(rt.base, rt.cfg.AskTimeout)
+			defer cancel()
+		}
+		if env.expired != nil {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, env.deadline)
+			defer cancel()
+		}
+		err := rt.route(ctx, env, 0)
+		if err != nil && env.reply != nil {
+			env.reply <- result{err: err}
+		}
+		if err != nil && env.reply == nil {
+			rt.logger.Debug("message lost in a move", "to", env.msg.To, "err", err)
+		}
+	}
+}
+
+// route delivers env (already prepared) to its address's owner: here, or
+// through the placement to another silo, routing again when the address
+// moves meanwhile. A request forwarded elsewhere gets its reply sent to
+// env.reply.
+func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
+	p := rt.cfg.Placement
+	for i := 0; ; i++ {
+		if silo := p.Route(env.msg.To); silo != "" {
+			if env.reply == nil {
+				_, err := rt.forward(ctx, silo, env.msg, hops)
+				return err
+			}
+			go func() {
+				r, err := rt.forward(ctx, silo, env.msg, hops)
+				env.reply <- result{msg: r, err: err}
+			}()
+			return nil
+		}
+		err := rt.deliver(ctx, nil, env)
+		if !errors.Is(err, ErrMoved) || i == maxReroutes {
+			return err
+		}
+	}
+}
