@@ -67,7 +67,7 @@ func withKey(ctx context.Context, key string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, APIKeyHeader, key)
 }
 
-func ask(to, text string) *agentsilov1.AskRequest {
+func askReq(to, text string) *agentsilov1.AskRequest {
 	return &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: to, Message: text}}
 }
 
@@ -83,7 +83,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 
 	// No key, a wrong key: Unauthenticated, on unary calls and sessions.
 	for _, c := range []context.Context{ctx, withKey(ctx, "nope")} {
-		if _, err := e.cli.Ask(c, ask("Echo:x", "hi")); status.Code(err) != codes.Unauthenticated {
+		if _, err := e.cli.Ask(c, askReq("Echo:x", "hi")); status.Code(err) != codes.Unauthenticated {
 			t.Fatalf("Ask without a valid key: %v", err)
 		}
 		s, err := e.cli.Session(c)
@@ -120,20 +120,20 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 	}
 
 	// Own agents: allowed, relative or canonical; from is the caller's.
-	r, err := e.cli.Ask(alice, ask("Echo:x", "hi"))
+	r, err := e.cli.Ask(alice, askReq("Echo:x", "hi"))
 	if err != nil || r.Message.Message != "hi" || r.Message.From != "Echo:alice:x" {
 		t.Fatalf("own agent: %v, %v", r, err)
 	}
 	// A declared principal must be the proven one.
-	if _, err := e.cli.Ask(metadata.AppendToOutgoingContext(alice, PrincipalHeader, "bob"), ask("Echo:x", "hi")); status.Code(err) != codes.PermissionDenied {
+	if _, err := e.cli.Ask(metadata.AppendToOutgoingContext(alice, PrincipalHeader, "bob"), askReq("Echo:x", "hi")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("alice's key declaring bob: %v", err)
 	}
-	if _, err := e.cli.Ask(bob, ask("Echo:y", "hi")); err != nil {
+	if _, err := e.cli.Ask(bob, askReq("Echo:y", "hi")); err != nil {
 		t.Fatal(err)
 	}
 
 	// Another owner's agent: PermissionDenied naming the permission.
-	_, err = e.cli.Ask(alice, ask("Echo:bob:y", "hi"))
+	_, err = e.cli.Ask(alice, askReq("Echo:bob:y", "hi"))
 	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Message") || strings.Contains(err.Error(), "->") {
 		t.Fatalf("other owner's agent: %v", err)
 	}
@@ -150,7 +150,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 		t.Fatalf("alice lists %q", got)
 	}
 	// The seed rule (no rules set): system agents take messages from all.
-	if _, err := e.cli.Ask(alice, ask("Echo:system:s", "hi")); err != nil {
+	if _, err := e.cli.Ask(alice, askReq("Echo:system:s", "hi")); err != nil {
 		t.Fatalf("system agent under the seed rule: %v", err)
 	}
 
@@ -182,7 +182,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 		t.Fatalf("AddRule by root: %v, %v", added, err)
 	}
 	// In force on this gateway when AddRule returns.
-	if _, err := e.cli.Ask(alice, ask("Echo:bob:y", "hi")); err != nil {
+	if _, err := e.cli.Ask(alice, askReq("Echo:bob:y", "hi")); err != nil {
 		t.Fatalf("after the rule: %v", err)
 	}
 	if got := listed(t, e, alice); got != "Echo:alice:x,Echo:bob:y" {
@@ -194,7 +194,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 		t.Fatalf("Check: %v, %v", chk, err)
 	}
 	// The seed rule no longer applies beside a rule of one's own.
-	if _, err := e.cli.Ask(alice, ask("Echo:system:s", "hi")); status.Code(err) != codes.PermissionDenied {
+	if _, err := e.cli.Ask(alice, askReq("Echo:system:s", "hi")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("system agent beside rules: %v", err)
 	}
 	// A stale revision is refused; removal denies again.
@@ -204,7 +204,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 	if _, err := adm.RemoveRule(root, &agentsilov1.RemoveRuleRequest{Id: added.Rule.Id, Revision: added.Revision}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.cli.Ask(alice, ask("Echo:bob:y", "hi")); status.Code(err) != codes.PermissionDenied {
+	if _, err := e.cli.Ask(alice, askReq("Echo:bob:y", "hi")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("after removal: %v", err)
 	}
 	// Groups from the ACL count as those of keys do.
@@ -414,7 +414,7 @@ func TestMutualTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	if _, err := agentsilov1.NewGatewayClient(conn).Ask(t.Context(), ask("Echo:x", "hi")); err == nil {
+	if _, err := agentsilov1.NewGatewayClient(conn).Ask(t.Context(), askReq("Echo:x", "hi")); err == nil {
 		t.Fatal("plaintext call succeeded")
 	}
 }

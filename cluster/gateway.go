@@ -254,6 +254,17 @@ func (g *Gateway) Serve(lis net.Listener) error {
 	return g.server.Serve(lis)
 }
 
+// SetServing sets what the health service reports (SERVING from Serve on):
+// the silo turns it off when it stops serving activations.
+func (g *Gateway) SetServing(on bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if on {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, st)
+}
+
 // GracefulStop stops taking new calls and sessions (health turns
 // NOT_SERVING), lets the calls in flight finish and their results be written,
 // ends every session stream with Unavailable (clients re-attach elsewhere),

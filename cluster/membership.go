@@ -9,6 +9,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"maps"
 	"net"
 	"reflect"
 	"sort"
@@ -217,6 +218,13 @@ type Membership struct {
 
 	mlMu  sync.Mutex
 	known map[string]clientv3.LeaseID // gossip member -> lease in its metadata
+	// alive maps the gossip members that are not dead or gone to their
+	// gossip address, as gossip events told (memberlist's Members returns
+	// nodes it goes on changing, so they are read only inside its events).
+	alive map[string]string
+	// retired holds the leases of incarnations that gossip showed replaced
+	// by a new one under the same name.
+	retired map[clientv3.LeaseID]bool
 }
 
 type departure struct {
@@ -329,6 +337,8 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 		revokeC:    make(chan struct{}, 1),
 		fenced:     make(chan struct{}),
 		known:      make(map[string]clientv3.LeaseID),
+		alive:      make(map[string]string),
+		retired:    make(map[clientv3.LeaseID]bool),
 	}
 	m.key = m.dir + cfg.Name
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -939,13 +949,12 @@ func (m *Membership) gossipLoop() {
 		case <-ch:
 		case <-t.C:
 		}
-		alive := make(map[string]bool)
-		for _, n := range m.ml.Members() {
-			alive[n.Name+"@"+n.Address()] = true
-		}
+		m.mlMu.Lock()
+		alive := maps.Clone(m.alive)
+		m.mlMu.Unlock()
 		var addrs []string
 		for _, mi := range m.View().Members {
-			if mi.Name != m.cfg.Name && mi.GossipAddr != "" && !alive[mi.Name+"@"+mi.GossipAddr] {
+			if mi.Name != m.cfg.Name && mi.GossipAddr != "" && alive[mi.Name] != mi.GossipAddr {
 				addrs = append(addrs, mi.GossipAddr)
 			}
 		}
@@ -968,11 +977,25 @@ func (m *Membership) noteGossip(n *memberlist.Node, left bool) {
 		lease = 0
 	}
 	m.mlMu.Lock()
+	if m.retired[clientv3.LeaseID(lease)] {
+		// Gossip about an incarnation already replaced under a new lease:
+		// stale, it must not move known back.
+		m.mlMu.Unlock()
+		return
+	}
 	// A member that left keeps its entry, so that its return under a new
 	// lease proves the old lease's silo gone.
 	prev := m.known[n.Name]
 	if !left && lease != 0 {
 		m.known[n.Name] = clientv3.LeaseID(lease)
+		if prev != 0 && prev != clientv3.LeaseID(lease) {
+			m.retired[prev] = true
+		}
+	}
+	if left {
+		delete(m.alive, n.Name)
+	} else {
+		m.alive[n.Name] = n.Address()
 	}
 	m.mlMu.Unlock()
 	switch {
@@ -1022,34 +1045,45 @@ func (m *Membership) revokeLoop() {
 			r := m.revokeQ[0]
 			m.revokeQ = m.revokeQ[1:]
 			m.mu.Unlock()
-			m.revoke(r)
-			if m.ctx.Err() != nil {
-				return
-			}
+			// Each on its own: one waiting for a healthy majority must not
+			// hold up one that is proven.
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.revoke(r)
+			}()
 		}
 	}
 }
 
 func (m *Membership) revoke(r revokeReq) {
-	if !m.mayRevoke(r) {
-		m.log.Warn("not removing a silo gossip declared dead: this silo does not see a majority of the view alive, so it may be the one cut off; the silo's lease expires by itself if it is dead", "member", r.name)
-		return
-	}
 	backoff := 100 * time.Millisecond
+	warned := false
 	for {
-		ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
-		_, err := m.client.Revoke(ctx, r.lease)
-		cancel()
-		switch {
-		case err == nil:
-			m.log.Info("removed a silo from the view", "member", r.name, "reason", r.reason)
-			return
-		case isLeaseNotFound(err), m.ctx.Err() != nil:
-			return
+		select {
+		case <-m.fenced:
+			return // a fenced silo removes no one
+		default:
+		}
+		var err error
+		if m.mayRevoke(r) {
+			ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
+			_, err = m.client.Revoke(ctx, r.lease)
+			cancel()
+			switch {
+			case err == nil:
+				m.log.Info("removed a silo from the view", "member", r.name, "reason", r.reason)
+				return
+			case isLeaseNotFound(err), m.ctx.Err() != nil:
+				return
+			}
+		} else if !warned {
+			warned = true
+			m.log.Warn("not removing a silo gossip declared dead yet: this silo does not see a healthy majority of the view, so it may be the one cut off", "member", r.name)
 		}
 		// Leases are at most a few TTLs long; past that it has expired.
-		if time.Since(r.at) > 10*m.cfg.LeaseTTL {
-			m.log.Warn("could not revoke a dead silo's lease", "member", r.name, "err", err)
+		if time.Since(r.at) > 2*m.cfg.LeaseTTL {
+			m.log.Warn("gave up removing a dead silo; its lease expires by itself", "member", r.name, "err", err)
 			return
 		}
 		t := time.NewTimer(backoff)
@@ -1059,7 +1093,7 @@ func (m *Membership) revoke(r revokeReq) {
 			return
 		case <-t.C:
 		}
-		backoff = min(2*backoff, 2*time.Second)
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
@@ -1102,7 +1136,7 @@ func (m *Membership) Suspect(peerAddr string) {
 
 // mayRevoke reports whether this silo may remove the silo of r from the view:
 // only while it sees a majority of the view alive in gossip, itself
-// included, or when that silo is proven gone (restarted under a new lease, or
+// included, and is healthy itself, or when that silo is proven gone (restarted under a new lease, or
 // its peer port refuses connections). So a silo that is cut off from its
 // peers, but not from etcd, never removes the healthy majority; the majority
 // removes it instead, and it fences itself.
@@ -1112,23 +1146,19 @@ func (m *Membership) mayRevoke(r revokeReq) bool {
 	}
 	m.mlMu.Lock()
 	ml := m.ml
+	alive := maps.Clone(m.alive)
 	m.mlMu.Unlock()
-	alive := make(map[string]bool)
-	if ml != nil {
-		for _, n := range ml.Members() {
-			if n.State == memberlist.StateAlive {
-				alive[n.Name] = true
-			}
-		}
-	}
 	v := m.View()
 	n := 0
 	for _, mi := range v.Members {
-		if mi.Name == m.cfg.Name || (mi.Name != r.name && alive[mi.Name]) {
+		if mi.Name == m.cfg.Name || (mi.Name != r.name && alive[mi.Name] != "") {
 			n++
 		}
 	}
-	if 2*n > len(v.Members) {
+	// Lifeguard's health score rises when this silo's own probes go
+	// unanswered even by the peers asked to probe indirectly: the sign of
+	// a silo that is cut off itself.
+	if 2*n > len(v.Members) && ml != nil && ml.GetHealthScore() == 0 {
 		return true
 	}
 	mi, ok := v.Member(r.name)

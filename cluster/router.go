@@ -364,6 +364,7 @@ func (r *router) HandleRequest(ctx context.Context, from string, env *Envelope) 
 	if grain.IsReserved(msg.GetMessageType()) {
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
 	}
+	r.catchUp(ctx, env.GetViewVersion())
 	return r.rt.AskRemote(ctx, msg, int(env.GetHops()))
 }
 
@@ -379,6 +380,7 @@ func (r *router) HandleOneWay(ctx context.Context, from string, env *Envelope) {
 		r.smu.Unlock()
 		return
 	}
+	r.catchUp(ctx, env.GetViewVersion())
 	if err := r.rt.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
 		r.log.Debug("one-way message from a peer not delivered", "from", from, "to", msg.GetTo(), "err", err)
 	}
@@ -387,23 +389,42 @@ func (r *router) HandleOneWay(ctx context.Context, from string, env *Envelope) {
 // release deactivates key for the silo that owns it in view version: once
 // this silo's view has caught up, so that it no longer routes key to itself.
 func (r *router) release(ctx context.Context, key string, version int64) error {
-	for {
-		r.smu.Lock()
-		st, ch := r.state.Load(), r.changed
-		r.smu.Unlock()
-		if st.view.Version >= version {
-			break
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return errs.New(codes.Unavailable, "release %s: view %d not reached: %v", key, version, ctx.Err())
-		}
+	if err := r.waitVersion(ctx, version); err != nil {
+		return errs.New(codes.Unavailable, "release %s: view %d not reached: %v", key, version, err)
 	}
 	if r.Route(key) == "" && r.state.Load().self {
 		return errs.New(codes.FailedPrecondition, "%s is owned by %s in view %d", key, r.self, r.state.Load().view.Version)
 	}
 	return r.rt.Release(ctx, key)
+}
+
+// waitVersion waits until this silo's view is at least version.
+func (r *router) waitVersion(ctx context.Context, version int64) error {
+	for {
+		r.smu.Lock()
+		st, ch := r.state.Load(), r.changed
+		r.smu.Unlock()
+		if st.view.Version >= version {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// catchUp waits briefly for this silo's view to reach the view of the silo
+// that forwarded a message, so that the message is routed with that view
+// rather than sent back.
+func (r *router) catchUp(ctx context.Context, version int64) {
+	if r.state.Load().view.Version >= version {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_ = r.waitVersion(ctx, version) // routed with the view it has, then
 }
 
 // agents lists this silo's activations for a peer, as JSON in the reply.

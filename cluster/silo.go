@@ -291,9 +291,6 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	r.start(s.rt)
 	s.reminders.Rebalance(time.Now())
 	s.reminders.Start(s.rt.Send)
-	s.serving.Add(1)
-	go s.watchFence()
-
 	gcfg := s.cfg.Gateway
 	gcfg.GatewayAddr = mcfg.GatewayAddr
 	gcfg.PeerAddr = mcfg.PeerAddr
@@ -319,6 +316,8 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		})
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	s.serving.Add(1)
+	go s.watchFence()
 	return nil
 }
 
@@ -373,6 +372,7 @@ func (s *Silo) watchFence() {
 	select {
 	case <-s.members.Fenced():
 		s.logger.Error("fenced", "cause", s.members.FenceCause())
+		s.gw.SetServing(false)
 		s.errc <- ErrFenced
 	case <-s.stopc:
 	}
@@ -472,6 +472,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 		case <-s.members.Fenced():
 			fenced = true
 		default:
+		}
+		if s.gw != nil {
+			s.gw.SetServing(false)
 		}
 		if !fenced {
 			if err := s.members.MarkLeaving(ctx); err != nil {

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// The raw gRPC anchor: one bidirectional stream method whose messages are
+// wrapperspb.Int64Value, described by hand so that no generated code is
+// needed. The server answers every value with value+1 on the same stream.
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "agentsilo.bench.Echo",
+	HandlerType: (*any)(nil),
+	Streams: []grpc.StreamDesc{{
+		StreamName:    "Echo",
+		ServerStreams: true,
+		ClientStreams: true,
+		Handler: func(_ any, s grpc.ServerStream) error {
+			for {
+				var v wrapperspb.Int64Value
+				if err := s.RecvMsg(&v); err != nil {
+					if errors.Is(err, io.EOF) {
+						return nil
+					}
+					return err
+				}
+				v.Value++
+				if err := s.SendMsg(&v); err != nil {
+					return err
+				}
+			}
+		},
+	}},
+}
+
+// echoClient shares one echo stream between callers: a lock serializes
+// SendMsg (one gRPC message per request) and one reader hands each answer to
+// the caller whose index rides in the value's high 32 bits.
+type echoClient struct {
+	conn    *grpc.ClientConn
+	stream  grpc.ClientStream
+	sendMu  sync.Mutex
+	mu      sync.Mutex
+	waiters map[int64]chan int64
+	done    chan struct{}
+}
+
+func dialEcho(ctx context.Context, addr string) (*echoClient, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	st, err := conn.NewStream(ctx, &echoDesc.Streams[0], "/agentsilo.bench.Echo/Echo")
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c := &echoClient{conn: conn, stream: st, waiters: make(map[int64]chan int64), done: make(chan struct{})}
+	go c.read()
+	return c, nil
+}
+
+func (c *echoClient) read() {
+	defer close(c.done)
+	for {
+		var v wrapperspb.Int64Value
+		if err := c.stream.RecvMsg(&v); err != nil {
+			return
+		}
+		c.mu.Lock()
+		ch := c.waiters[v.Value>>32]
+		c.mu.Unlock()
+		if ch != nil {
+			ch <- v.Value
+		}
+	}
+}
+
+func (c *echoClient) close() {
+	c.conn.Close()
+	<-c.done
+}
+
+// caller returns the call function of caller w: one value out, its echo back.
+func (c *echoClient) caller(w int) callFunc {
+	ch := make(chan int64, 1)
+	c.mu.Lock()
+	c.waiters[int64(w)] = ch
+	c.mu.Unlock()
+	var seq int64
+	return func() error {
+		seq = (seq + 1) & 0x7fffffff
+		v := int64(w)<<32 | seq
+		c.sendMu.Lock()
+		err := c.stream.SendMsg(&wrapperspb.Int64Value{Value: v})
+		c.sendMu.Unlock()
+		if err != nil {
+			return err
+		}
+		select {
+		case got := <-ch:
+			if got != v+1 {
+				return fmt.Errorf("echo answered %d to %d", got, v)
+			}
+			return nil
+		case <-c.done:
+			return errors.New("echo stream closed")
+		}
+	}
+}
+
+// benchSilo starts a silo with the bench agent types on etcd at endpoint.
+func benchSilo(ctx context.Context, name, endpoint string) (*cluster.Silo, error) {
+	reg := grain.NewRegistry()
+	if err := reg.Register(typeBench, func(grain.Host) (grain.Agent, error) { return &benchAgent{}, nil }); err != nil {
+		return nil, err
+	}
+	log := slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = name
+	cfg.GatewayAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = ""
+	cfg.Etcd = cluster.EtcdConfig{Endpoints: []string{endpoint}, Prefix: "/bench/"}
+	cfg.Logger = log
+	cfg.Runtime.Logger = log
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// runNodeB is the second process of the remote suite: a silo and the raw
+// echo server. It prints "ready <echo addr>" once both serve, and stops
+// when its stdin closes (the first process ended) or after -lifetime.
+func runNodeB(args []string) error {
+	fs := flag.NewFlagSet("node-b", flag.ContinueOnError)
+	endpoint := fs.String("etcd", "", "etcd endpoint")
+	lifetime := fs.Duration("lifetime", 10*time.Minute, "exit after this long whatever happens")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *lifetime)
+	defer cancel()
+	s, err := benchSilo(ctx, "b", *endpoint)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer ccancel()
+		s.Close(cctx)
+	}()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	srv := grpc.NewServer()
+	srv.RegisterService(&echoDesc, nil)
+	go srv.Serve(lis)
+	defer srv.Stop()
+	fmt.Printf("ready %s\n", lis.Addr())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	<-ctx.Done()
+	return nil
+}
+
+// freePort returns a loopback address with a port that was free just now.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// runRemote is the remote suite (node-a): an embedded etcd, node-b started
+// as a second process of this program, and a silo here; then, for each N,
+// rounds of (grpc-stream window, remote window): the raw stream ping-pong
+// to node-b, and Asks from this silo's runtime to agents that node-b owns.
+func runRemote(args []string, out io.Writer) error {
+	lf, err := parseLocalFlags(args)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "agentsilo-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ecfg := cluster.DefaultEtcdConfig()
+	ecfg.DataDir = dir
+	if ecfg.EmbeddedAddr, err = freePort(); err != nil {
+		return err
+	}
+	if ecfg.EmbeddedPeerAddr, err = freePort(); err != nil {
+		return err
+	}
+	ecfg.Logger = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	etcd, err := cluster.StartEtcd(ctx, ecfg)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	endpoint := ecfg.EmbeddedAddr
+
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "node-b", "-etcd", endpoint)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			logf("node-b: %v", err)
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("node-b did not start: %v", err)
+	}
+	echoAddr, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	if !ok {
+		return fmt.Errorf("node-b said %q", line)
+	}
+
+	a, err := benchSilo(ctx, "a", endpoint)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer ccancel()
+		a.Close(cctx)
+	}()
+	// 1,000 agents that node-b owns: every call crosses between silos.
+	var addrs []string
+	for i := 0; len(addrs) < lf.grains; i++ {
+		to := fmt.Sprintf("%s:%s:r%d", typeBench, owner, i)
+		if cluster.Owner(to, []string{"a", "b"}) == "b" {
+			addrs = append(addrs, to)
+		}
+	}
+	rt := a.Runtime()
+	// The first calls may race node-b's view of node-a: retry until every
+	// agent answered once.
+	for {
+		if _, err := activateAll(rt, addrs, 8); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return err
+		}
+	}
+	if n := rt.Len(); n != 0 {
+		return fmt.Errorf("%d of the remote agents were activated on node-a", n)
+	}
+	logf("remote: %d agents activated on node-b", len(addrs))
+	echo, err := dialEcho(ctx, echoAddr)
+	if err != nil {
+		return err
+	}
+	defer echo.close()
+
+	stopProf, err := lf.prof.start()
+	if err != nil {
+		return err
+	}
+	defer stopProf()
+	for _, n := range lf.ns {
+		anchor := &series{bench: "grpc-stream", n: n}
+		subject := &series{bench: "remote", n: n, anchor: "grpc-stream"}
+		interleave(lf.rounds, lf.warmup, lf.window, lf.yield, n, anchor, subject,
+			echo.caller, localCaller(rt, addrs, n))
+		emit(out, anchor.row(lf.run))
+		emit(out, subject.row(lf.run))
+	}
+	return nil
+}
