@@ -150,6 +150,11 @@ func (c *Client) open(ctx context.Context, i int, hello *agentsilov1.Hello) (*st
 	s, err := agentsilov1.NewGatewayClient(c.conns[i]).Session(sctx)
 	if err == nil {
 		err = s.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: hello}})
+		if errors.Is(err, io.EOF) {
+			// The gateway ended the stream already (it refused the
+			// caller, say): Recv returns its status.
+			err = nil
+		}
 	}
 	var f *agentsilov1.ServerFrame
 	if err == nil {
@@ -493,20 +498,30 @@ func (c *Client) unary(ctx context.Context) (context.Context, context.CancelFunc
 	if _, ok := ctx.Deadline(); !ok {
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 	}
+	return c.metadata(ctx), cancel, agentsilov1.NewGatewayClient(c.conns[c.connIndex()])
+}
+
+// connIndex is the index of the session's current gateway.
+func (c *Client) connIndex() int {
 	c.mu.Lock()
-	i := 0
+	defer c.mu.Unlock()
 	if c.cur != nil {
-		i = c.cur.idx
+		return c.cur.idx
 	}
-	c.mu.Unlock()
-	return c.metadata(ctx), cancel, agentsilov1.NewGatewayClient(c.conns[i])
+	return 0
 }
 
 // metadata adds the principal and API key to ctx's outgoing metadata.
 func (c *Client) metadata(ctx context.Context) context.Context {
-	kv := []string{principalHeader, c.opts.principal}
+	var kv []string
+	if c.opts.principal != "" {
+		kv = append(kv, principalHeader, c.opts.principal)
+	}
 	if c.opts.apiKey != "" {
 		kv = append(kv, apiKeyHeader, c.opts.apiKey)
+	}
+	if len(kv) == 0 {
+		return ctx
 	}
 	return metadata.AppendToOutgoingContext(ctx, kv...)
 }

@@ -24,9 +24,8 @@ type options struct {
 
 func defaultOptions() options {
 	return options{
-		principal: "dev",
-		timeout:   30 * time.Second,
-		maxSize:   4 << 20,
+		timeout: 30 * time.Second,
+		maxSize: 4 << 20,
 	}
 }
 
@@ -35,7 +34,10 @@ type optionFunc func(*options)
 func (f optionFunc) apply(o *options) { f(o) }
 
 // WithPrincipal declares who the client is, for a gateway that accepts
-// self-declared principals (a development silo on loopback). Default: "dev".
+// self-declared principals (a development silo on loopback); such a
+// gateway's default is "dev". A gateway that authenticates its clients (API
+// key, client certificate) refuses a declared principal other than the one
+// it proved. Default: none declared.
 func WithPrincipal(p string) Option {
 	return optionFunc(func(o *options) { o.principal = p })
 }

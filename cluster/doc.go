@@ -31,7 +31,12 @@
 //	go gw.Serve(lis)
 //	defer gw.GracefulStop()
 //
-// Without authentication (a later version adds API keys and mutual TLS) the
-// principal is self-declared, and the gateway serves only loopback addresses
-// unless GatewayConfig.Insecure is set.
+// The gateway authenticates its clients (auth.go: API keys sent as
+// `x-api-key` metadata, or client certificates under mutual TLS); without an
+// AuthConfig the principal is self-declared, and the gateway serves only
+// loopback addresses unless GatewayConfig.Insecure is set. Each session is
+// its client's client grain (clientgrain.go): it resolves relative
+// addresses, sets the sender itself, and checks every call against the
+// cluster's ACL (package acl), which the Silo keeps in etcd and watches
+// (silo_acl.go). The gateway port also serves the ACL admin service.
 package cluster

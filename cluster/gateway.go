@@ -15,11 +15,11 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -58,9 +58,15 @@ type GatewayConfig struct {
 	// backlog, for the client to re-attach. Default: 2 min.
 	SessionBacklogAge time.Duration
 	// Insecure lets the gateway accept self-declared principals on a
-	// non-loopback address (--insecure). Without authentication (a later
-	// addition) the gateway otherwise only serves loopback.
+	// non-loopback address (--insecure). Without authentication (Auth) the
+	// gateway otherwise only serves loopback.
 	Insecure bool
+	// Auth says how clients are authenticated (API keys, client
+	// certificates); with neither, principals are self-declared.
+	Auth AuthConfig
+	// ACL, if set, is enforced on every client call, and its admin service
+	// (agentsilov1.AclAdmin) is served. Nil: no access control.
+	ACL *acl.Authority
 	// GatewayAddr and PeerAddr are what ListMembers reports for this silo.
 	// Default: the listener's address, and empty.
 	GatewayAddr string
@@ -103,7 +109,7 @@ func (c *GatewayConfig) Validate() error {
 	case c.SessionBacklogAge <= 0:
 		return fmt.Errorf("cluster: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
 	}
-	if c.Addr != "" && !c.Insecure {
+	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
 		if err := checkLoopback(c.Addr); err != nil {
 			return err
 		}
@@ -134,8 +140,10 @@ func checkLoopback(addr string) error {
 // It implements grain.SessionRouter, so that agents reach the sessions it
 // holds; see SessionRelay for wiring it into the runtime it serves.
 //
-// In this version the principal is self-declared (Hello.principal, or the
-// x-agentsilo-principal metadata on unary calls; default "dev").
+// Clients are authenticated as GatewayConfig.Auth says (API keys, client
+// certificates), or, without it, declare their principal (Hello.principal,
+// or the x-agentsilo-principal metadata on unary calls; default "dev"). With
+// an ACL, every client call is checked (see clientgrain.go).
 //
 // All methods are safe for concurrent use.
 type Gateway struct {
@@ -146,6 +154,7 @@ type Gateway struct {
 	logger *slog.Logger
 	server *grpc.Server
 	health *health.Server
+	auth   *authenticator
 
 	addr atomic.Value // string: the listener's address, once serving
 
@@ -179,7 +188,12 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	auth, err := newAuthenticator(cfg.Auth)
+	if err != nil {
+		return nil, err
+	}
 	g := &Gateway{
+		auth:     auth,
 		cfg:      cfg,
 		rt:       rt,
 		logger:   cfg.Logger.With("component", "gateway"),
@@ -191,15 +205,18 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + frameOverhead
-	g.server = grpc.NewServer(
+	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryACL),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
 		// Notice dead clients, so their sessions detach and keep a backlog.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	)...)
 	agentsilov1.RegisterGatewayServer(g.server, g)
+	if cfg.ACL != nil {
+		agentsilov1.RegisterAclAdminServer(g.server, acl.NewAdminServer(cfg.ACL))
+	}
 	healthpb.RegisterHealthServer(g.server, g.health)
 	reflection.Register(g.server)
 	if r, ok := rt.Config().Sessions.(*SessionRelay); ok {
@@ -214,12 +231,14 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 // It refuses a non-loopback listener unless the config is Insecure.
 func (g *Gateway) Serve(lis net.Listener) error {
 	addr := lis.Addr().String()
-	if _, ok := lis.Addr().(*net.TCPAddr); ok && !g.cfg.Insecure {
+	if _, ok := lis.Addr().(*net.TCPAddr); ok && !g.cfg.Insecure && !g.auth.enabled() {
 		if err := checkLoopback(addr); err != nil {
 			return err
 		}
 	}
-	if g.cfg.Insecure {
+	if g.auth.enabled() {
+		g.logger.Info("gateway authenticates clients", "addr", addr, "with", g.auth.mode(), "tls", g.auth.tls != nil, "acl", g.cfg.ACL != nil)
+	} else if g.cfg.Insecure {
 		g.logger.Warn("gateway accepts self-declared principals without authentication (--insecure)", "addr", addr)
 	} else {
 		g.logger.Warn("gateway accepts self-declared principals (no authentication configured); serving loopback only", "addr", addr)
@@ -288,14 +307,14 @@ func principal(p string) (string, error) {
 	return p, nil
 }
 
-// unaryPrincipal is the principal of a unary call, from its metadata.
+// unaryPrincipal is the principal of a unary call: authenticated, or
+// declared in its metadata (development mode).
 func unaryPrincipal(ctx context.Context) (string, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	var p string
-	if v := md.Get(PrincipalHeader); len(v) > 0 {
-		p = v[0]
+	c, err := unaryCaller(ctx)
+	if err != nil {
+		return "", err
 	}
-	return principal(p)
+	return c.Principal, nil
 }
 
 // checkMessage validates what a client sends before the runtime sees it.

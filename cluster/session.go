@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -30,6 +31,7 @@ import (
 type session struct {
 	addr      string
 	principal string
+	caller    *acl.Caller // the client grain's caller: principal and groups
 	token     string
 
 	mu         sync.Mutex
@@ -140,7 +142,7 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err := g.checkDraining(); err != nil {
 		return err
 	}
-	s, resumed, err := g.open(hello)
+	s, resumed, err := g.open(ctx, hello)
 	if err != nil {
 		return err
 	}
@@ -228,11 +230,12 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 }
 
 // open finds the session hello resumes, or opens a new one.
-func (g *Gateway) open(hello *agentsilov1.Hello) (*session, bool, error) {
-	p, err := principal(hello.GetPrincipal())
+func (g *Gateway) open(ctx context.Context, hello *agentsilov1.Hello) (*session, bool, error) {
+	c, err := callerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
 	if err != nil {
 		return nil, false, err
 	}
+	p := c.Principal
 	if addr := hello.GetResumeAddress(); addr != "" {
 		g.mu.Lock()
 		s := g.sessions[addr]
@@ -268,6 +271,7 @@ func (g *Gateway) open(hello *agentsilov1.Hello) (*session, bool, error) {
 	s := &session{
 		addr:       grain.SessionType + ":" + p + ":" + id,
 		principal:  p,
+		caller:     c,
 		token:      hex.EncodeToString(tok[:]),
 		detachedAt: time.Now(),
 	}
@@ -364,7 +368,7 @@ func (g *Gateway) startCall(ctx context.Context, s *session, att *attachment, c 
 	calls.Add(1)
 	go func() {
 		defer calls.Done()
-		r := g.call(ctx, s.addr, c)
+		r := g.call(ctx, s, c)
 		att.mu.Lock()
 		delete(att.calls, id)
 		att.mu.Unlock()
@@ -373,13 +377,17 @@ func (g *Gateway) startCall(ctx context.Context, s *session, att *attachment, c 
 	}()
 }
 
-// call runs the message of c for the session at from.
-func (g *Gateway) call(ctx context.Context, from string, c *agentsilov1.Call) *agentsilov1.Result {
+// call runs the message of c for session s, its client grain: checked
+// against the ACL, and sent from the session's address.
+func (g *Gateway) call(ctx context.Context, s *session, c *agentsilov1.Call) *agentsilov1.Result {
 	m := c.GetMessage()
 	if err := g.checkMessage(m); err != nil {
 		return errResult(c.GetCallId(), err)
 	}
-	stamp(m, from)
+	if err := g.authorizeMessage(s.caller, m); err != nil {
+		return errResult(c.GetCallId(), err)
+	}
+	stamp(m, s.addr)
 	r, err := g.dispatch(ctx, m, time.Duration(c.GetTimeoutMs())*time.Millisecond)
 	if err != nil {
 		return errResult(c.GetCallId(), err)

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/memberlist"
 	"google.golang.org/grpc"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"github.com/agentsilo/agentsilo/reminders"
@@ -64,6 +65,9 @@ type SiloConfig struct {
 	// cutting the silo off from its peers (not from etcd or clients). For
 	// tests only.
 	FaultInjection bool
+	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
+	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
+	ACLFile string
 	// Runtime configures the grain runtime; its Silo, Sessions, Configs and
 	// Reminders fields are set by the silo.
 	Runtime grain.Config
@@ -100,8 +104,9 @@ func DefaultSiloConfig() SiloConfig {
 var ErrFenced = errors.New("fenced: the silo lost its membership lease and must stop serving")
 
 // Silo is one agentsilo server: the grain runtime, the client gateway in
-// front of it, the silo-to-silo transport, its membership in the cluster, and
-// its durable state in etcd (reminders, agent configurations). Its lifecycle
+// front of it (authenticating clients and enforcing the ACL), the
+// silo-to-silo transport, its membership in the cluster, and its durable
+// state in etcd (reminders, agent configurations, the ACL). Its lifecycle
 // is NewSilo, Start, then Close; Err reports a failure while serving.
 type Silo struct {
 	cfg    SiloConfig
@@ -109,6 +114,7 @@ type Silo struct {
 	logger *slog.Logger
 
 	etcd      *Etcd
+	acl       *acl.Authority
 	reminders *reminders.Service
 	rt        *grain.Runtime
 	gw        *Gateway
@@ -182,6 +188,9 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	}
 	if s.etcd, err = StartEtcd(ctx, ecfg); err != nil {
 		return fmt.Errorf("etcd: %w", err)
+	}
+	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.logger); err != nil {
+		return fmt.Errorf("acl: %w", err)
 	}
 	var lc net.ListenConfig
 	if s.gwLis, err = lc.Listen(ctx, "tcp", s.cfg.GatewayAddr); err != nil {
@@ -286,6 +295,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	gcfg.GatewayAddr = mcfg.GatewayAddr
 	gcfg.PeerAddr = mcfg.PeerAddr
 	gcfg.Cluster = r
+	gcfg.ACL = s.acl
 	if s.gw, err = NewGateway(gcfg, s.rt); err != nil {
 		return err
 	}
@@ -485,6 +495,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			<-drained
 			errsOut = append(errsOut, fmt.Errorf("gateway drain: %w", ctx.Err()))
 		}
+	}
+	if s.acl != nil {
+		s.acl.Close()
 	}
 	if s.reminders != nil {
 		if err := s.reminders.Close(); err != nil {

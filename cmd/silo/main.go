@@ -3,6 +3,7 @@
 //
 //	silo                                  # gateway on 127.0.0.1:7070
 //	silo --gateway-addr 127.0.0.1:7080 --http-addr 127.0.0.1:8081
+//	silo --gateway-addr 0.0.0.0:7070 --auth-file keys.json --acl-file acl.json
 //
 // Every flag can also be set from the environment as SILO_ plus its name in
 // upper snake case (SILO_GATEWAY_ADDR=...); a flag on the command line wins.
@@ -117,6 +118,12 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	fs.IntVar(&cfg.Runtime.MailboxSize, "mailbox-size", cfg.Runtime.MailboxSize, "bound of each agent's mailbox")
 	fs.IntVar(&cfg.Runtime.MaxMessageSize, "max-message-size", cfg.Runtime.MaxMessageSize, "largest message in bytes")
 	fs.DurationVar(&cfg.Runtime.AskTimeout, "ask-timeout", cfg.Runtime.AskTimeout, "default Ask deadline")
+	// Security: the ACL's seed, and how the gateway authenticates clients.
+	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
+	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
+	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
+	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
 	withDemo := fs.Bool("demo", false, "after start, call the demo agents through the gateway and print what they answer")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")

@@ -1,0 +1,48 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/agentsilo/agentsilo/acl"
+)
+
+// aclLoadWait bounds how long a starting silo waits for the ACL's first
+// load before serving anyway (checks of other owners' agents are Unavailable
+// until it arrives).
+const aclLoadWait = 10 * time.Second
+
+// startACL starts the silo's view of the cluster's ACL, kept in etcd under
+// the silo's prefix and seeded from file (the --acl-file, FabrCore's "Acl"
+// JSON section) when etcd holds none yet.
+func startACL(ctx context.Context, e *Etcd, file string, logger *slog.Logger) (*acl.Authority, error) {
+	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), Logger: logger}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("acl file: %w", err)
+		}
+		d, err := acl.ParseDocument(b)
+		if err != nil {
+			return nil, fmt.Errorf("acl file %s: %w", file, err)
+		}
+		cfg.Seed = &d
+	}
+	a, err := acl.NewAuthority(cfg)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, aclLoadWait)
+	defer cancel()
+	if err := a.Start(wctx); err != nil {
+		if ctx.Err() != nil {
+			a.Close()
+			return nil, err
+		}
+		logger.Warn("acl: not loaded from etcd yet; serving, and other owners' agents are Unavailable until it is", "err", err)
+	}
+	return a, nil
+}
