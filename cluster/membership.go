@@ -1057,6 +1057,19 @@ func (m *Membership) revokeLoop() {
 }
 
 func (m *Membership) revoke(r revokeReq) {
+	if !r.proven {
+		// A death that gossip reports about an incarnation the silo
+		// refutes (a restarted silo sees its predecessor's leave, and
+		// answers it at once) is not a death: give the refutation time
+		// to arrive.
+		t := time.NewTimer(revokeGrace)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 	backoff := 100 * time.Millisecond
 	warned := false
 	for {
@@ -1064,6 +1077,10 @@ func (m *Membership) revoke(r revokeReq) {
 		case <-m.fenced:
 			return // a fenced silo removes no one
 		default:
+		}
+		if !r.proven && m.aliveUnder(r.name, r.lease) {
+			m.log.Info("not removing a silo gossip declared dead: it is alive again", "member", r.name)
+			return
 		}
 		var err error
 		if m.mayRevoke(r) {
@@ -1132,6 +1149,17 @@ func (m *Membership) Suspect(peerAddr string) {
 			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections", proven: true})
 		}
 	}()
+}
+
+// revokeGrace is how long a silo waits, after gossip declared another dead,
+// before it removes it.
+const revokeGrace = 500 * time.Millisecond
+
+// aliveUnder reports whether gossip lists name as alive with lease.
+func (m *Membership) aliveUnder(name string, lease clientv3.LeaseID) bool {
+	m.mlMu.Lock()
+	defer m.mlMu.Unlock()
+	return m.alive[name] != "" && m.known[name] == lease
 }
 
 // mayRevoke reports whether this silo may remove the silo of r from the view:
