@@ -65,6 +65,7 @@ func startSilo(t *testing.T, dataDir string, extra ...string) *siloProc {
 	p.args = append([]string{
 		"--name", "e2e", "--data-dir", dataDir,
 		"--gateway-addr", p.gateway, "--http-addr", p.http,
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 		// The embedded etcd serves clients on this port and peers on the next.
 		"--embedded-etcd-addr", freeConsecutivePorts(t),
 	}, extra...)
