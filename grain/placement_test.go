@@ -1,0 +1,192 @@
+package grain
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// twoSilos is an in-memory Placement for two runtimes: every address is owned
+// by one of them, as owner says; Forward calls the other runtime directly.
+// (cluster's router is the real Placement; these tests pin the runtime's
+// side of the contract.)
+type twoSilos struct {
+	mu    sync.RWMutex
+	owner string // "a" or "b": the owner of every address
+	rts   map[string]*Runtime
+}
+
+type siloPlacement struct {
+	p    *twoSilos
+	self string
+}
+
+func (s siloPlacement) Route(string) string {
+	s.p.mu.RLock()
+	defer s.p.mu.RUnlock()
+	if s.p.owner == s.self {
+		return ""
+	}
+	return s.p.owner
+}
+
+func (s siloPlacement) Claim(context.Context, string) (func(), error) {
+	s.p.mu.RLock()
+	if s.p.owner != s.self {
+		s.p.mu.RUnlock()
+		return nil, ErrMoved
+	}
+	return s.p.mu.RUnlock, nil
+}
+
+func (s siloPlacement) Hold(string) (bool, func()) {
+	s.p.mu.RLock()
+	return s.p.owner == s.self, s.p.mu.RUnlock
+}
+
+func (s siloPlacement) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
+	rt := s.p.rts[silo]
+	if m.Kind == KindRequest {
+		return rt.AskRemote(ctx, m, hops+1)
+	}
+	return nil, rt.SendRemote(ctx, m, hops+1)
+}
+
+// move makes silo the owner of every address, as a view change does, and
+// has the old owner deactivate what moved (Rehome).
+func (p *twoSilos) move(t *testing.T, silo string) {
+	t.Helper()
+	p.mu.Lock()
+	old := p.owner
+	p.owner = silo
+	p.mu.Unlock()
+	if err := p.rts[old].Rehome(t.Context(), func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An address lives on its owner; after a move, its activation on the old
+// owner ends (OnDeactivate with ReasonMoved) before the new owner's starts,
+// and one-way messages queued at the old one follow it in order.
+func TestPlacementMoveKeepsOneActivationAndOrder(t *testing.T) {
+	var mu sync.Mutex
+	var events []string // "start a", "end a", "start b"...
+	got := map[string][]int{}
+	release, inBlock := make(chan struct{}), make(chan struct{})
+	p := &twoSilos{owner: "a", rts: map[string]*Runtime{}}
+	for _, silo := range []string{"a", "b"} {
+		cfg := DefaultConfig()
+		cfg.Silo = silo
+		cfg.Placement = siloPlacement{p: p, self: silo}
+		p.rts[silo] = newRuntime(t, cfg, map[string]Factory{"Seq": func(h Host) (Agent, error) {
+			return &funcAgent{
+				onActivate: func(context.Context) error {
+					mu.Lock()
+					events = append(events, "start "+silo)
+					mu.Unlock()
+					return nil
+				},
+				onDeactivate: func(_ context.Context, r Reason) {
+					mu.Lock()
+					events = append(events, fmt.Sprintf("end %s %v", silo, r))
+					mu.Unlock()
+				},
+				onMessage: func(_ context.Context, m *Message) (*Message, error) {
+					if m.Message == "block" {
+						close(inBlock)
+						<-release
+						return reply(m, silo)
+					}
+					var n int
+					fmt.Sscan(m.Message, &n)
+					mu.Lock()
+					got[silo] = append(got[silo], n)
+					mu.Unlock()
+					return reply(m, silo)
+				},
+			}, nil
+		}})
+	}
+	a, b := p.rts["a"], p.rts["b"]
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := b.Ask(ctx, &Message{To: "Seq:o:x", From: "Client:o:c", Message: "0"})
+	if err != nil || r.Message != "a" {
+		t.Fatalf("ask through b: %v, %v; want the answer of a, the owner", r, err)
+	}
+	if b.Len() != 0 || a.Len() != 1 {
+		t.Fatalf("activations: a %d, b %d", a.Len(), b.Len())
+	}
+
+	// A turn in progress on a; one-way messages queue behind it.
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := a.Ask(ctx, &Message{To: "Seq:o:x", From: "Client:o:c", Message: "block"})
+		blocked <- err
+	}()
+	<-inBlock
+	for i := 1; i <= 20; i++ {
+		if err := a.Send(ctx, &Message{To: "Seq:o:x", From: "Client:o:c", Message: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		p.move(t, "b")
+	}()
+	// Once routing says b, new messages go to b, where the address may
+	// start only after a's activation ended.
+	close(release)
+	if err := <-blocked; err != nil {
+		t.Fatal(err)
+	}
+	<-moved
+	for i := 21; i <= 30; i++ {
+		if err := a.Send(ctx, &Message{To: "Seq:o:x", From: "Client:o:c", Message: fmt.Sprint(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err = a.Ask(ctx, &Message{To: "Seq:o:x", From: "Client:o:c", Message: "31"})
+	if err != nil || r.Message != "b" {
+		t.Fatalf("after the move: %v, %v; want the answer of b", r, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) < 3 || events[0] != "start a" || events[1] != "end a moved" || events[2] != "start b" {
+		t.Fatalf("lifecycle %v: want a to end (moved) before b starts", events)
+	}
+	all := append(append([]int{}, got["a"]...), got["b"]...)
+	for i, n := range all {
+		if n != i {
+			t.Fatalf("messages handled in order %v (a %v, b %v)", all, got["a"], got["b"])
+		}
+	}
+}
+
+// Release returns only once the activation has ended.
+func TestReleaseWaitsForTheEnd(t *testing.T) {
+	ended := make(chan struct{})
+	rt := newRuntime(t, DefaultConfig(), map[string]Factory{"E": func(Host) (Agent, error) {
+		return &funcAgent{
+			onMessage:    func(_ context.Context, m *Message) (*Message, error) { return reply(m, "") },
+			onDeactivate: func(context.Context, Reason) { close(ended) },
+		}, nil
+	}})
+	if _, err := rt.Ask(t.Context(), &Message{To: "E:o:x", From: "Client:o:c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Release(t.Context(), "E:o:x"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ended:
+	default:
+		t.Fatal("Release returned before OnDeactivate ran")
+	}
+	if rt.Len() != 0 {
+		t.Fatalf("%d activations after Release", rt.Len())
+	}
+}
