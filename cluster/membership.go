@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -214,6 +215,14 @@ type Membership struct {
 
 	fenced    chan struct{}
 	fenceOnce sync.Once
+	// epoch and validUntil bound when the silo may still act as a member:
+	// validUntil is the last successful keepalive's send time plus
+	// FenceAfter, in ns since epoch, on the monotonic clock. Valid reads
+	// them on every turn, so a silo that was paused (a long GC, a stopped
+	// VM) past its fence runs nothing more, even before its fencing timer
+	// has had a chance to fire.
+	epoch      time.Time
+	validUntil atomic.Int64
 	closeOnce sync.Once
 
 	mlMu  sync.Mutex
@@ -350,6 +359,8 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 	}()
 
 	sent := time.Now()
+	m.epoch = sent
+	m.validUntil.Store(int64(cfg.FenceAfter))
 	grant, err := m.client.Grant(ctx, int64((cfg.LeaseTTL+time.Second-1)/time.Second))
 	if err != nil {
 		return nil, m.etcdErr(ctx, "grant lease", err)
@@ -521,6 +532,18 @@ func (m *Membership) Subscribe() (views <-chan View, cancel func()) {
 // From then on it must not serve activations; see Membership. It is never
 // closed by Leave or Close.
 func (m *Membership) Fenced() <-chan struct{} { return m.fenced }
+
+// Valid reports whether the silo may still act as a member: it has not
+// fenced itself, and its last successful keepalive was sent less than
+// FenceAfter ago (by the monotonic clock, so a pause counts).
+func (m *Membership) Valid() bool {
+	select {
+	case <-m.fenced:
+		return false
+	default:
+	}
+	return time.Since(m.epoch) < time.Duration(m.validUntil.Load())
+}
 
 // FenceCause says why the silo fenced itself, nil while it has not.
 func (m *Membership) FenceCause() error {
@@ -701,6 +724,7 @@ func (m *Membership) keepAlive(sent time.Time) {
 		switch {
 		case err == nil && resp.TTL > 0:
 			lastOK = now
+			m.validUntil.Store(int64(lastOK.Add(m.fenceAfter).Sub(m.epoch)))
 		case m.ctx.Err() != nil:
 			return
 		case err == nil || isLeaseNotFound(err):

@@ -64,6 +64,8 @@ type router struct {
 	m    *Membership
 	tp   *Transport
 	rt   *grain.Runtime
+	// membership is m for Serving, set once the silo has joined.
+	membership atomic.Pointer[Membership]
 	// onView, if set, runs after each view is installed and swept.
 	onView func(prev, cur View)
 
@@ -106,6 +108,7 @@ func newRouter(self string, m *Membership, tp *Transport, log *slog.Logger) *rou
 // start installs the current view and follows the membership's views.
 func (r *router) start(rt *grain.Runtime) {
 	r.rt = rt
+	r.membership.Store(r.m)
 	views, cancel := r.m.Subscribe()
 	r.install(<-views)
 	r.wg.Add(1)
@@ -202,9 +205,18 @@ func (r *router) Hold(key string) (bool, func()) {
 	return owner == r.self || owner == "", r.mu.RUnlock
 }
 
+// Serving implements grain.Placement.
+func (r *router) Serving() bool {
+	m := r.membership.Load()
+	return m == nil || m.Valid()
+}
+
 // Claim implements grain.Placement.
 func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 	for {
+		if !r.Serving() {
+			return nil, errs.New(codes.Unavailable, "silo %s is fenced", r.self)
+		}
 		st := r.state.Load()
 		if owner := Owner(key, st.owners); owner != r.self && owner != "" {
 			return nil, grain.ErrMoved

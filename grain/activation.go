@@ -96,6 +96,10 @@ func (a *activation) Receive(c actor.Context) {
 
 // handle runs one message as a mailbox turn.
 func (a *activation) handle(env *envelope) {
+	if !a.rt.serving() {
+		a.respond(env, nil, errNotServing)
+		return
+	}
 	parent := env.ctx
 	if parent == nil {
 		parent = a.rt.base
@@ -127,6 +131,11 @@ func (a *activation) runReentrant(env *envelope) bool {
 	if a.gone {
 		a.exec.Unlock()
 		return false
+	}
+	if !a.rt.serving() {
+		t.end()
+		a.respond(env, nil, errNotServing)
+		return true
 	}
 	reply, err := a.invoke(t, env.msg)
 	t.end()
@@ -208,7 +217,9 @@ func (a *activation) finish(reason Reason) {
 	for name := range a.timers {
 		a.StopTimer(name)
 	}
-	if d, ok := a.agent.(Deactivator); ok && a.started {
+	// A silo that no longer serves runs no OnDeactivate: another silo may
+	// already host the agent.
+	if d, ok := a.agent.(Deactivator); ok && a.started && a.rt.serving() {
 		ctx, cancel := context.WithTimeout(a.rt.base, a.rt.cfg.DeactivateTimeout)
 		func() {
 			defer func() {

@@ -46,6 +46,8 @@ func (s siloPlacement) Hold(string) (bool, func()) {
 	return s.p.owner == s.self, s.p.mu.RUnlock
 }
 
+func (s siloPlacement) Serving() bool { return true }
+
 func (s siloPlacement) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
 	rt := s.p.rts[silo]
 	if m.Kind == KindRequest {
