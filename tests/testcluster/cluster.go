@@ -1,0 +1,530 @@
+package testcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+)
+
+// Options configures Start.
+type Options struct {
+	// Silos is the number of silo processes. Default 3.
+	Silos int
+	// EtcdEndpoints names an etcd to use (for example another cluster's,
+	// Cluster.EtcdEndpoints). Empty: start an embedded etcd in this process,
+	// closed with the cluster.
+	EtcdEndpoints []string
+	// EtcdPrefix is the silos' --etcd-prefix. Default: a prefix unique to
+	// this cluster, so clusters can share an etcd.
+	EtcdPrefix string
+	// Args are more flags for every silo (such as --idle-timeout 2s); they
+	// come after the harness's own and so override them.
+	Args []string
+	// WaitTimeout bounds each named wait and each stop. Default 60 s.
+	WaitTimeout time.Duration
+	// NoWait makes Start return once the processes are started, without
+	// waiting for them to be ready and to agree on the members.
+	NoWait bool
+}
+
+// Cluster is a set of silo processes sharing an etcd and a journal. See the
+// package doc for which methods may be called concurrently.
+type Cluster struct {
+	tb        TB
+	opts      Options
+	bins      Binaries
+	flags     siloFlags
+	dir       string
+	journal   string
+	endpoints []string
+	prefix    string
+	etcd      *cluster.Etcd
+	silos     []*Silo
+	http      *http.Client
+
+	mu     sync.Mutex
+	deaths map[int]time.Time // pid → when the harness saw it end
+	ctl    map[int]*ctlClient
+	closed bool
+}
+
+// Silo is one silo of a Cluster: its fixed identity and addresses, and its
+// current process.
+type Silo struct {
+	Index int
+	// Name is --name: silo-<Index>.
+	Name string
+	// IP is the loopback address the silo listens on.
+	IP string
+	// The silo's listen addresses, the same across restarts.
+	GatewayAddr, PeerAddr, GossipAddr, HTTPAddr string
+	// LogPath is the silo's log file, appended to across restarts.
+	LogPath string
+
+	c           *Cluster
+	mu          sync.Mutex
+	proc        *process // the current or last process; nil before the first start
+	partitioned bool
+}
+
+// process is one run of a silo.
+type process struct {
+	cmd      *exec.Cmd
+	pid      int
+	done     chan struct{} // closed when the process has ended
+	exitCode int           // after done; -1 if killed by a signal
+	exitErr  error         // after done
+	exitedAt time.Time     // after done: when the harness saw the end
+}
+
+func (p *process) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+var clusterSeq atomic.Int64
+
+// Start builds the binaries (once), starts etcd unless opts names one,
+// starts opts.Silos silo processes and, unless opts.NoWait, waits until each
+// is ready and all agree on the members. Everything is stopped when the test
+// ends: silos by SIGKILL, then etcd.
+func Start(tb TB, opts Options) *Cluster {
+	tb.Helper()
+	if opts.Silos <= 0 {
+		opts.Silos = 3
+	}
+	if opts.WaitTimeout <= 0 {
+		opts.WaitTimeout = 60 * time.Second
+	}
+	bins, err := Build()
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	flags, err := probeFlags(bins.Silo)
+	if err != nil {
+		tb.Fatalf("%v", err)
+	}
+	c := &Cluster{
+		tb:     tb,
+		opts:   opts,
+		bins:   bins,
+		flags:  flags,
+		dir:    tb.TempDir(),
+		deaths: make(map[int]time.Time),
+		ctl:    make(map[int]*ctlClient),
+		http:   &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+	}
+	c.journal = filepath.Join(c.dir, "journal")
+	c.prefix = opts.EtcdPrefix
+	if c.prefix == "" {
+		c.prefix = fmt.Sprintf("/testcluster/%d-%d/", os.Getpid(), clusterSeq.Add(1))
+	}
+	// Cleanups run last first: the log tails (on failure) print after the
+	// silos are stopped, and etcd closes after the silos.
+	c.endpoints = opts.EtcdEndpoints
+	if len(c.endpoints) == 0 {
+		c.startEtcd()
+	}
+	tb.Cleanup(c.printLogsOnFailure)
+	tb.Cleanup(c.close)
+	if missing := flags.missing(); len(missing) > 0 {
+		tb.Logf("testcluster: the silo binary has no %s flags: single-silo features only", strings.Join(missing, ", "))
+	}
+
+	for i := range opts.Silos {
+		s := &Silo{Index: i, Name: fmt.Sprintf("silo-%d", i), IP: siloIP(i), c: c}
+		s.LogPath = filepath.Join(c.dir, s.Name+".log")
+		for _, a := range []*string{&s.GatewayAddr, &s.PeerAddr, &s.HTTPAddr} {
+			if *a, err = freeTCP(s.IP); err != nil {
+				tb.Fatalf("%v", err)
+			}
+		}
+		if s.GossipAddr, err = freeTCPUDP(s.IP); err != nil {
+			tb.Fatalf("%v", err)
+		}
+		c.silos = append(c.silos, s)
+	}
+	for _, s := range c.silos {
+		if err := s.start(); err != nil {
+			tb.Fatalf("testcluster: start %s: %v", s.Name, err)
+		}
+	}
+	if !opts.NoWait {
+		for i := range c.silos {
+			c.WaitReady(i)
+		}
+		if flags.has("gossip-addr") {
+			c.WaitMembers(len(c.silos))
+		}
+	}
+	return c
+}
+
+func (c *Cluster) startEtcd() {
+	c.tb.Helper()
+	addr, err := freeConsecutive("127.0.0.1")
+	if err != nil {
+		c.tb.Fatalf("%v", err)
+	}
+	logf, err := os.Create(filepath.Join(c.dir, "etcd.log"))
+	if err != nil {
+		c.tb.Fatalf("testcluster: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(c.tb.Context(), c.opts.WaitTimeout)
+	defer cancel()
+	e, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{
+		DataDir:      filepath.Join(c.dir, "etcd"),
+		EmbeddedAddr: addr,
+		Prefix:       c.prefix,
+		Logger:       slog.New(slog.NewJSONHandler(logf, nil)),
+	})
+	if err != nil {
+		logf.Close()
+		c.tb.Fatalf("testcluster: embedded etcd: %v", err)
+	}
+	c.etcd = e
+	c.endpoints = []string{"http://" + addr}
+	c.tb.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			c.tb.Logf("testcluster: closing etcd: %v", err)
+		}
+		logf.Close()
+	})
+}
+
+// close stops every silo process still running (SIGKILL) and the harness's
+// clients.
+func (c *Cluster) close() {
+	c.mu.Lock()
+	c.closed = true
+	ctls := c.ctl
+	c.ctl = map[int]*ctlClient{}
+	c.mu.Unlock()
+	for _, cc := range ctls {
+		cc.close()
+	}
+	for _, s := range c.silos {
+		p := s.current()
+		if p == nil {
+			continue
+		}
+		if p.running() {
+			p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+		<-p.done
+	}
+	c.http.CloseIdleConnections()
+}
+
+// EtcdEndpoints returns the etcd the silos use, for another cluster
+// (Options.EtcdEndpoints) or a direct look.
+func (c *Cluster) EtcdEndpoints() []string { return slices.Clone(c.endpoints) }
+
+// EtcdPrefix returns the silos' --etcd-prefix.
+func (c *Cluster) EtcdPrefix() string { return c.prefix }
+
+// Dir returns the directory of the logs and the journal.
+func (c *Cluster) Dir() string { return c.dir }
+
+// Len returns the number of silos, running or not.
+func (c *Cluster) Len() int { return len(c.silos) }
+
+// Silo returns silo i.
+func (c *Cluster) Silo(i int) *Silo {
+	if i < 0 || i >= len(c.silos) {
+		c.tb.Fatalf("testcluster: no silo %d (the cluster has %d)", i, len(c.silos))
+	}
+	return c.silos[i]
+}
+
+// Names returns the names of all silos, running or not.
+func (c *Cluster) Names() []string {
+	names := make([]string, len(c.silos))
+	for i, s := range c.silos {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Live returns the indexes of the silos whose process runs and that are not
+// partitioned by Partition.
+func (c *Cluster) Live() []int {
+	var live []int
+	for i, s := range c.silos {
+		s.mu.Lock()
+		ok := s.proc != nil && s.proc.running() && !s.partitioned
+		s.mu.Unlock()
+		if ok {
+			live = append(live, i)
+		}
+	}
+	return live
+}
+
+// LiveNames returns the names of the Live silos, sorted.
+func (c *Cluster) LiveNames() []string {
+	var names []string
+	for _, i := range c.Live() {
+		names = append(names, c.silos[i].Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Owner returns the silo that must host addr once the members are the Live
+// silos: cluster.Owner over their names.
+func (c *Cluster) Owner(addr string) string { return cluster.Owner(addr, c.LiveNames()) }
+
+// Running reports whether silo i's process runs (partitioned or not).
+func (c *Cluster) Running(i int) bool {
+	p := c.Silo(i).current()
+	return p != nil && p.running()
+}
+
+// PID returns the pid of silo i's current (or last) process.
+func (c *Cluster) PID(i int) int {
+	p := c.Silo(i).current()
+	if p == nil {
+		return 0
+	}
+	return p.pid
+}
+
+func (s *Silo) current() *process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.proc
+}
+
+func (s *Silo) args() []string {
+	c := s.c
+	var join []string
+	for _, o := range c.silos {
+		if o != s {
+			join = append(join, o.GossipAddr)
+		}
+	}
+	args := []string{
+		"--name", s.Name,
+		"--gateway-addr", s.GatewayAddr,
+		"--http-addr", s.HTTPAddr,
+		"--etcd-endpoints", strings.Join(c.endpoints, ","),
+		"--etcd-prefix", c.prefix,
+		"--data-dir", filepath.Join(c.dir, s.Name+"-data"),
+		"--log-format", "json",
+		"--insecure",
+		"--journal", c.journal,
+	}
+	if c.flags.has("peer-addr") {
+		args = append(args, "--peer-addr", s.PeerAddr)
+	}
+	if c.flags.has("gossip-addr") {
+		args = append(args, "--gossip-addr", s.GossipAddr)
+	}
+	if c.flags.has("join") && len(join) > 0 {
+		args = append(args, "--join", strings.Join(join, ","))
+	}
+	if c.flags.has("fault-injection") {
+		args = append(args, "--fault-injection")
+	}
+	return append(args, c.opts.Args...)
+}
+
+// start starts a new process of s.
+func (s *Silo) start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc != nil && s.proc.running() {
+		return fmt.Errorf("%s is still running (pid %d)", s.Name, s.proc.pid)
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	args := s.args()
+	fmt.Fprintf(logf, "=== testcluster %s: %s %s\n", time.Now().Format(time.RFC3339Nano), s.c.bins.Silo, strings.Join(args, " "))
+	cmd := exec.Command(s.c.bins.Silo, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = siloEnv()
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		p.exitedAt = time.Now()
+		p.exitErr = err
+		p.exitCode = cmd.ProcessState.ExitCode()
+		fmt.Fprintf(logf, "=== testcluster %s: pid %d ended: %v\n", p.exitedAt.Format(time.RFC3339Nano), p.pid, cmd.ProcessState)
+		logf.Close()
+		s.c.mu.Lock()
+		s.c.deaths[p.pid] = p.exitedAt
+		s.c.mu.Unlock()
+		close(p.done)
+	}()
+	s.proc = p
+	s.partitioned = false
+	return nil
+}
+
+// siloEnv is this process's environment without SILO_* variables, so that
+// only the harness's flags configure the silos.
+func siloEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "SILO_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Kill sends SIGKILL to silo i and waits for the process to end.
+func (c *Cluster) Kill(i int) {
+	c.tb.Helper()
+	s := c.Silo(i)
+	p := s.current()
+	if p == nil || !p.running() {
+		c.tb.Fatalf("testcluster: Kill(%d): %s is not running", i, s.Name)
+	}
+	c.dropCtl(i)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		c.tb.Fatalf("testcluster: kill %s: %v", s.Name, err)
+	}
+	<-p.done // SIGKILL cannot be caught: the wait is short
+	c.tb.Logf("testcluster: killed %s (pid %d)", s.Name, p.pid)
+}
+
+// Stop sends SIGTERM to silo i, waits for it to exit (bounded by
+// Options.WaitTimeout) and fails the test unless it exits 0.
+func (c *Cluster) Stop(i int) {
+	c.tb.Helper()
+	s := c.Silo(i)
+	p := s.current()
+	if p == nil || !p.running() {
+		c.tb.Fatalf("testcluster: Stop(%d): %s is not running", i, s.Name)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		c.tb.Fatalf("testcluster: SIGTERM %s: %v", s.Name, err)
+	}
+	if code := c.WaitExited(i); code != 0 {
+		c.tb.Errorf("testcluster: %s exited %d after SIGTERM, want 0", s.Name, code)
+	}
+}
+
+// Restart starts silo i again, with the same name and addresses, after it
+// was killed, stopped or exited by itself, and waits until it is ready.
+func (c *Cluster) Restart(i int) {
+	c.tb.Helper()
+	s := c.Silo(i)
+	if err := s.start(); err != nil {
+		c.tb.Fatalf("testcluster: restart %s: %v", s.Name, err)
+	}
+	c.WaitReady(i)
+}
+
+// Partition cuts silo i off from its peers (silo-to-silo transport and
+// gossip; not from etcd or clients) with on, and heals it with !on, through
+// the silo's fault-injection endpoint. A partitioned silo is not Live.
+func (c *Cluster) Partition(i int, on bool) {
+	c.tb.Helper()
+	s := c.Silo(i)
+	if !c.flags.has("fault-injection") {
+		c.tb.Fatalf("testcluster: the silo binary has no --fault-injection flag")
+	}
+	url := fmt.Sprintf("http://%s/debug/partition?on=%t", s.HTTPAddr, on)
+	resp, err := c.http.Post(url, "text/plain", nil)
+	if err != nil {
+		c.tb.Fatalf("testcluster: partition %s: %v", s.Name, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		c.tb.Fatalf("testcluster: POST %s: %s", url, resp.Status)
+	}
+	s.mu.Lock()
+	s.partitioned = on
+	s.mu.Unlock()
+	c.tb.Logf("testcluster: partition %s: %t", s.Name, on)
+}
+
+// Client returns an SDK client to the gateways of the silos given (all
+// silos if none), closed when the test ends.
+func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
+	tb.Helper()
+	if len(silos) == 0 {
+		for i := range c.silos {
+			silos = append(silos, i)
+		}
+	}
+	var addrs []string
+	for _, i := range silos {
+		addrs = append(addrs, c.Silo(i).GatewayAddr)
+	}
+	ctx, cancel := context.WithTimeout(tb.Context(), c.opts.WaitTimeout)
+	defer cancel()
+	cl, err := client.Dial(ctx, addrs, client.WithPrincipal("test"))
+	if err != nil {
+		tb.Fatalf("testcluster: dial %v: %v", addrs, err)
+	}
+	tb.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// Journal returns the path of the journal the silos' Journal agents write.
+func (c *Cluster) Journal() string { return c.journal }
+
+// Deaths returns when the harness saw each ended silo process end, by pid.
+func (c *Cluster) Deaths() map[int]time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := make(map[int]time.Time, len(c.deaths))
+	for pid, t := range c.deaths {
+		d[pid] = t
+	}
+	return d
+}
+
+// printLogsOnFailure prints the tail of every silo's log if the test failed.
+func (c *Cluster) printLogsOnFailure() {
+	if !c.tb.Failed() {
+		return
+	}
+	for _, s := range c.silos {
+		c.tb.Logf("testcluster: last lines of %s:\n%s", s.LogPath, tail(s.LogPath, 40))
+	}
+}
+
+// LogTail returns the last n lines of silo i's log.
+func (c *Cluster) LogTail(i, n int) string { return tail(c.Silo(i).LogPath, n) }
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,99 @@
+package testcluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentsilo/agentsilo/client"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(Main(m)) }
+
+func TestOverlaps(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal")
+	journal := strings.Join([]string{
+		"start J:o:a s0 100 1000",
+		"end J:o:a s0 100 2000",
+		"start J:o:a s1 200 2000", // starts as the first ends: no overlap
+		"start J:o:b s0 100 1500",
+		"end J:o:b s0 100 1600",
+		"start J:o:b s1 200 1550", // overlaps the b on s0
+		"start J:o:c s0 100 1000", // no end, pid 100 died at 5000
+		"start J:o:c s1 200 4000", // overlaps c on s0 before its death
+		"start J:o:d s0 100 1000", // no end, pid 100 died at 5000
+		"start J:o:d s1 200 5000", // starts at the death: no overlap
+		"start J:o:e s0 300 1000", // pid 300 still runs: live
+		"start J:o:e s0 300 9000", // a second activation in the same process
+		"",
+	}, "\n")
+	if err := os.WriteFile(path, []byte(journal), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	acts, err := ReadJournal(path, map[int]time.Time{100: time.Unix(0, 5000)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != 10 {
+		t.Fatalf("%d activations, want 10: %v", len(acts), acts)
+	}
+	var got []string
+	for _, o := range Overlaps(acts) {
+		got = append(got, o.A.Address+"/"+o.A.Silo+"+"+o.B.Silo)
+	}
+	want := []string{"J:o:b/s0+s1", "J:o:c/s0+s1", "J:o:e/s0+s0"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("overlaps %v, want %v", got, want)
+	}
+	if err := os.WriteFile(path, []byte("end J:o:a s0 1 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadJournal(path, nil); err == nil {
+		t.Error("an end without a start: no error")
+	}
+}
+
+// TestOneSilo drives one silo through the harness: ask, kill -9, restart,
+// graceful stop, and the journal across all of it.
+func TestOneSilo(t *testing.T) {
+	c := Start(t, Options{Silos: 1})
+	s := c.Silo(0)
+	cl := c.Client(t)
+	ask := func(addr string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		r, err := cl.Ask(ctx, addr, &client.Message{Message: "hi"})
+		if err != nil {
+			t.Fatalf("ask %s: %v", addr, err)
+		}
+		return r.GetMessage()
+	}
+	if got := ask("Journal:t:a"); got != s.Name {
+		t.Fatalf("Journal answered %q, want %q", got, s.Name)
+	}
+	c.WaitOwner("Journal:t:a", s.Name)
+	c.Kill(0)
+	if c.Running(0) || len(c.Live()) != 0 {
+		t.Fatal("killed silo still running")
+	}
+	c.Restart(0)
+	c.WaitOwner("Journal:t:a", s.Name) // a new activation in the new process
+	c.WaitMembers(1)
+	c.Stop(0)
+	acts := c.CheckJournal()
+	if len(acts) != 2 {
+		t.Fatalf("journal has %d activations, want 2: %v", len(acts), acts)
+	}
+	if acts[0].Ended || acts[0].End.IsZero() {
+		t.Errorf("the killed activation: %v, want it to end at the kill", acts[0])
+	}
+	if !acts[1].Ended {
+		t.Errorf("the stopped activation: %v, want an end line", acts[1])
+	}
+}
