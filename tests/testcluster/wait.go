@@ -32,14 +32,18 @@ func (c *Cluster) waitFor(what string, cond func(ctx context.Context) (bool, str
 func poll(ctx context.Context, cond func(ctx context.Context) (bool, string)) error {
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
+	last := "none yet"
 	for {
 		ok, state := cond(ctx)
 		if ok {
 			return nil
 		}
+		if ctx.Err() == nil {
+			last = state // a state seen with time left, not one the end cut short
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w; last state: %s", ctx.Err(), state)
+			return fmt.Errorf("%w; last state: %s", ctx.Err(), last)
 		case <-tick.C:
 		}
 	}
