@@ -251,6 +251,7 @@ func (c *Cluster) Len() int { return len(c.silos) }
 func (c *Cluster) Silo(i int) *Silo {
 	if i < 0 || i >= len(c.silos) {
 		c.tb.Fatalf("testcluster: no silo %d (the cluster has %d)", i, len(c.silos))
+		return nil
 	}
 	return c.silos[i]
 }
@@ -406,6 +407,7 @@ func (c *Cluster) Kill(i int) {
 	p := s.current()
 	if p == nil || !p.running() {
 		c.tb.Fatalf("testcluster: Kill(%d): %s is not running", i, s.Name)
+		return
 	}
 	c.dropCtl(i)
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -423,6 +425,7 @@ func (c *Cluster) Stop(i int) {
 	p := s.current()
 	if p == nil || !p.running() {
 		c.tb.Fatalf("testcluster: Stop(%d): %s is not running", i, s.Name)
+		return
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		c.tb.Fatalf("testcluster: SIGTERM %s: %v", s.Name, err)
@@ -456,6 +459,7 @@ func (c *Cluster) Partition(i int, on bool) {
 	resp, err := c.http.Post(url, "text/plain", nil)
 	if err != nil {
 		c.tb.Fatalf("testcluster: partition %s: %v", s.Name, err)
+		return
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -485,6 +489,7 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 	cl, err := client.Dial(ctx, addrs, client.WithPrincipal("test"))
 	if err != nil {
 		tb.Fatalf("testcluster: dial %v: %v", addrs, err)
+		return nil
 	}
 	tb.Cleanup(func() { cl.Close() })
 	return cl

@@ -57,6 +57,7 @@ func (c *Cluster) WaitReady(i int) {
 	p := s.current()
 	if p == nil {
 		c.tb.Fatalf("testcluster: WaitReady(%d): %s was never started", i, s.Name)
+		return
 	}
 	c.waitFor(s.Name+" ready", func(ctx context.Context) (bool, string) {
 		if !p.running() {
@@ -83,6 +84,7 @@ func (c *Cluster) WaitExited(i int) int {
 	p := s.current()
 	if p == nil {
 		c.tb.Fatalf("testcluster: WaitExited(%d): %s was never started", i, s.Name)
+		return -1
 	}
 	ctx, cancel := context.WithTimeout(c.tb.Context(), c.opts.WaitTimeout)
 	defer cancel()
