@@ -113,7 +113,7 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	// The load goes on through the survivors.
 	l.waitOK(t, l.ok.Load()+200)
 	l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
-	t.Logf("kill -9 under load: %d asks answered, %d failed %v; %d agents moved", l.ok.Load(), l.failed.Load(), l.codeCounts(), len(moved))
+	t.Logf("kill -9 under load: %d asks answered, %d failed %v, e.g. %v; %d agents moved", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample(), len(moved))
 	c.CheckJournal()
 }
 
@@ -135,7 +135,7 @@ func TestClusterRollingRestart(t *testing.T) {
 	}
 	c.WaitOwners(addrs...)
 	l.finish(t, codes.Unavailable)
-	t.Logf("rolling restart under load: %d asks answered, %d failed %v", l.ok.Load(), l.failed.Load(), l.codeCounts())
+	t.Logf("rolling restart under load: %d asks answered, %d failed %v, e.g. %v", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample())
 	c.CheckJournal()
 }
 
