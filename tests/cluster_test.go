@@ -117,6 +117,34 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	c.CheckJournal()
 }
 
+// TestClusterHungSilo: a silo that stops answering without closing its
+// connections (SIGSTOP, as a hung host or a cut network) is found dead by
+// gossip, not by refused connections; the survivors take over its agents
+// while clients ask, and every Ask returns within its deadline.
+func TestClusterHungSilo(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Silos: 3})
+	addrs := journalAddrs("hung", 90)
+	const victim = 0
+	var moved []string
+	for _, a := range addrs {
+		if c.Owner(a) == c.Silo(victim).Name {
+			moved = append(moved, a)
+		}
+	}
+	l := startLoad(t, c, addrs, 6, 2*time.Second)
+	l.waitOK(t, 200)
+	c.Freeze(victim)
+	c.WaitGone(c.Silo(victim).Name)
+	c.WaitOwners(moved...)
+	l.waitOK(t, l.ok.Load()+200)
+	l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
+	t.Logf("hung silo under load: %d asks answered, %d failed %v, e.g. %v; %d agents moved", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample(), len(moved))
+	c.Kill(victim) // still frozen: its activations ended at the freeze
+	c.Restart(victim)
+	c.WaitMembers(c.Len())
+	c.CheckJournal()
+}
+
 // TestClusterRollingRestart: SIGTERM and restart each silo in turn while
 // clients ask. A graceful leave hands agents over at once; failed Asks are
 // counted and must all be Unavailable.

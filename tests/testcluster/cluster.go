@@ -89,6 +89,7 @@ type process struct {
 	exitCode int           // after done; -1 if killed by a signal
 	exitErr  error         // after done
 	exitedAt time.Time     // after done: when the harness saw the end
+	frozenAt time.Time     // set by Freeze, cleared by Thaw; under Silo.mu
 }
 
 func (p *process) running() bool {
@@ -265,13 +266,13 @@ func (c *Cluster) Names() []string {
 	return names
 }
 
-// Live returns the indexes of the silos whose process runs and that are not
-// partitioned by Partition.
+// Live returns the indexes of the silos whose process runs and that are
+// neither partitioned (Partition) nor frozen (Freeze).
 func (c *Cluster) Live() []int {
 	var live []int
 	for i, s := range c.silos {
 		s.mu.Lock()
-		ok := s.proc != nil && s.proc.running() && !s.partitioned
+		ok := s.proc != nil && s.proc.running() && s.proc.frozenAt.IsZero() && !s.partitioned
 		s.mu.Unlock()
 		if ok {
 			live = append(live, i)
@@ -378,8 +379,16 @@ func (s *Silo) start() error {
 		p.exitCode = cmd.ProcessState.ExitCode()
 		fmt.Fprintf(logf, "=== testcluster %s: pid %d ended: %v\n", p.exitedAt.Format(time.RFC3339Nano), p.pid, cmd.ProcessState)
 		logf.Close()
+		// A process killed while frozen ran nothing after the freeze: its
+		// activations ended then.
+		died := p.exitedAt
+		s.mu.Lock()
+		if !p.frozenAt.IsZero() {
+			died = p.frozenAt
+		}
+		s.mu.Unlock()
 		s.c.mu.Lock()
-		s.c.deaths[p.pid] = p.exitedAt
+		s.c.deaths[p.pid] = died
 		s.c.mu.Unlock()
 		close(p.done)
 	}()
@@ -415,6 +424,48 @@ func (c *Cluster) Kill(i int) {
 	}
 	<-p.done // SIGKILL cannot be caught: the wait is short
 	c.tb.Logf("testcluster: killed %s (pid %d)", s.Name, p.pid)
+}
+
+// Freeze stops silo i's process with SIGSTOP: it runs nothing and answers
+// nothing, but its sockets stay open, as on a hung host or behind a cut
+// network (unlike Kill, whose refused connections tell the peers at once).
+// A frozen silo is not Live. If it is then killed, the journal checker ends
+// its activations at the freeze, since the process never ran again.
+func (c *Cluster) Freeze(i int) {
+	c.tb.Helper()
+	c.signal(i, syscall.SIGSTOP, true)
+}
+
+// Thaw resumes a silo frozen by Freeze (SIGCONT).
+func (c *Cluster) Thaw(i int) {
+	c.tb.Helper()
+	c.signal(i, syscall.SIGCONT, false)
+}
+
+func (c *Cluster) signal(i int, sig syscall.Signal, freeze bool) {
+	c.tb.Helper()
+	s := c.Silo(i)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	if p == nil || !p.running() {
+		c.tb.Fatalf("testcluster: %v to %s: not running", sig, s.Name)
+		return
+	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		c.tb.Fatalf("testcluster: %v to %s: %v", sig, s.Name, err)
+	}
+	if freeze {
+		ctx, cancel := context.WithTimeout(c.tb.Context(), c.opts.WaitTimeout)
+		defer cancel()
+		if err := waitStopped(ctx, p.pid); err != nil {
+			c.tb.Fatalf("testcluster: waiting for %s (pid %d) to stop: %v", s.Name, p.pid, err)
+		}
+		p.frozenAt = time.Now()
+	} else {
+		p.frozenAt = time.Time{}
+	}
+	c.tb.Logf("testcluster: %v to %s (pid %d)", sig, s.Name, p.pid)
 }
 
 // Stop sends SIGTERM to silo i, waits for it to exit (bounded by
