@@ -47,7 +47,6 @@ type Cluster struct {
 	tb        TB
 	opts      Options
 	bins      Binaries
-	flags     siloFlags
 	dir       string
 	journal   string
 	endpoints []string
@@ -119,15 +118,10 @@ func Start(tb TB, opts Options) *Cluster {
 	if err != nil {
 		tb.Fatalf("%v", err)
 	}
-	flags, err := probeFlags(bins.Silo)
-	if err != nil {
-		tb.Fatalf("%v", err)
-	}
 	c := &Cluster{
 		tb:     tb,
 		opts:   opts,
 		bins:   bins,
-		flags:  flags,
 		dir:    tb.TempDir(),
 		deaths: make(map[int]time.Time),
 		ctl:    make(map[int]*ctlClient),
@@ -146,9 +140,6 @@ func Start(tb TB, opts Options) *Cluster {
 	}
 	tb.Cleanup(c.printLogsOnFailure)
 	tb.Cleanup(c.close)
-	if missing := flags.missing(); len(missing) > 0 {
-		tb.Logf("testcluster: the silo binary has no %s flags: single-silo features only", strings.Join(missing, ", "))
-	}
 
 	for i := range opts.Silos {
 		s := &Silo{Index: i, Name: fmt.Sprintf("silo-%d", i), IP: siloIP(i), c: c}
@@ -172,9 +163,7 @@ func Start(tb TB, opts Options) *Cluster {
 		for i := range c.silos {
 			c.WaitReady(i)
 		}
-		if flags.has("gossip-addr") {
-			c.WaitMembers(len(c.silos))
-		}
+		c.WaitMembers(len(c.silos))
 	}
 	return c
 }
@@ -334,18 +323,12 @@ func (s *Silo) args() []string {
 		"--log-format", "json",
 		"--insecure",
 		"--journal", c.journal,
+		"--peer-addr", s.PeerAddr,
+		"--gossip-addr", s.GossipAddr,
+		"--fault-injection",
 	}
-	if c.flags.has("peer-addr") {
-		args = append(args, "--peer-addr", s.PeerAddr)
-	}
-	if c.flags.has("gossip-addr") {
-		args = append(args, "--gossip-addr", s.GossipAddr)
-	}
-	if c.flags.has("join") && len(join) > 0 {
+	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
-	}
-	if c.flags.has("fault-injection") {
-		args = append(args, "--fault-injection")
 	}
 	return append(args, c.opts.Args...)
 }
@@ -503,9 +486,6 @@ func (c *Cluster) Restart(i int) {
 func (c *Cluster) Partition(i int, on bool) {
 	c.tb.Helper()
 	s := c.Silo(i)
-	if !c.flags.has("fault-injection") {
-		c.tb.Fatalf("testcluster: the silo binary has no --fault-injection flag")
-	}
 	url := fmt.Sprintf("http://%s/debug/partition?on=%t", s.HTTPAddr, on)
 	resp, err := c.http.Post(url, "text/plain", nil)
 	if err != nil {

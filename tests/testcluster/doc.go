@@ -1,18 +1,40 @@
 // Package testcluster starts a cluster of real silo processes for tests and
-// measurement programs, and drives it: kill -9, graceful stop, restart and
-// partition single silos, with named wait conditions bounded by a context
-// instead of sleeps, and a checker of the single-activation invariant over a
-// journal that every silo appends to.
+// measurement programs, and drives it: kill -9, freeze (SIGSTOP), graceful
+// stop, restart and partition single silos, with named wait conditions
+// bounded by a context instead of sleeps, and a checker of the
+// single-activation invariant over a journal that every silo appends to.
 //
-// The silo and client binaries are built once per test binary (see Main).
-// Etcd runs embedded in the calling process (cluster.StartEtcd on free
-// ports) unless Options.EtcdEndpoints names one. Silo i is named silo-<i>
-// and listens on its own loopback address 127.0.0.<10+i> (127.0.0.1 with
-// distinct ports where only that one works), on ports picked free at Start
-// and kept across restarts. Each silo joins the others' gossip addresses,
-// registers the Journal agent type (package examples) on a journal file
-// shared by the cluster, and logs to a file in the test's temporary
-// directory; when the test fails, the tail of every silo's log is printed.
+// The silo and client binaries are built once per test binary (Build; Main
+// removes them). Etcd runs embedded in the calling process
+// (cluster.StartEtcd on free ports) unless Options.EtcdEndpoints names one;
+// each cluster has its own --etcd-prefix, so clusters can share an etcd.
+// Silo i is named silo-<i> and listens on its own loopback address
+// 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports
+// picked free at Start and kept across restarts. Each silo joins the others'
+// gossip addresses, runs with --fault-injection, registers the Journal agent
+// type (package examples) on a journal file shared by the cluster, and logs
+// (JSON) to a file in the test's temporary directory; when the test fails,
+// the tail of every silo's log is printed.
+//
+// Controls: Kill (SIGKILL), Stop (SIGTERM, expects exit 0), Freeze and Thaw
+// (SIGSTOP/SIGCONT: a hung silo whose sockets stay open), Restart (same name
+// and addresses, waits until ready), Partition (POST /debug/partition: cut
+// off from its peers, not from etcd or clients). Client returns an SDK
+// client to some gateways; Ask asks a Journal agent through one gateway and
+// returns the silo that answered.
+//
+// Named waits, each bounded by Options.WaitTimeout and failing the test with
+// the last state seen: WaitReady(i) (/readyz answers 200), WaitExited(i)
+// (returns the exit code), WaitMembers(n) (every Live silo reports the same
+// n members), WaitView(names...), WaitGone(name), WaitOwner(addr, silo) (the
+// agent answers from silo through every Live gateway), WaitOwners(addrs...)
+// (each from its Owner among the Live silos).
+//
+// The journal: each Journal activation writes "start" and "end" lines with
+// its address, silo, pid and time. CheckJournal pairs them per process; an
+// activation without an end ends when its process died, as the harness saw
+// it (or at the freeze, for a process killed while frozen). It fails the
+// test for any two activations of one address that overlap in time.
 //
 // A test:
 //
@@ -20,17 +42,19 @@
 //
 //	func TestKill(t *testing.T) {
 //		c := testcluster.Start(t, testcluster.Options{Silos: 3})
-//		cl := c.Client(t) // an SDK client to every gateway
+//		owner := c.Owner("Journal:t:a")
+//		c.WaitOwner("Journal:t:a", owner)
 //		...
 //		c.Kill(1)
 //		c.WaitGone(c.Silo(1).Name)
-//		c.WaitOwner("Journal:t:a", c.Silo(0).Name)
-//		c.CheckJournal() // fails the test on two overlapping activations
+//		c.WaitOwner("Journal:t:a", c.Owner("Journal:t:a"))
+//		c.CheckJournal()
 //	}
 //
 // Programs (tests/failover) run the same code through Run, which gives them
 // a TB.
 //
-// Every method of Cluster must be called from the test's goroutine, except
-// Silo, Ask and Journal, which are safe for concurrent use.
+// The controls and waits must be called from the test's goroutine; Silo,
+// Names, Live, LiveNames, Owner, Running, PID, Members, Ask, Journal and
+// Deaths are safe for concurrent use.
 package testcluster
