@@ -61,7 +61,9 @@ func TestOverlaps(t *testing.T) {
 // TestOneSilo drives one silo through the harness: ask, kill -9, restart,
 // graceful stop, and the journal across all of it.
 func TestOneSilo(t *testing.T) {
-	c := Start(t, Options{Silos: 1})
+	// A short lease: the restarted silo rejoins under its old name once the
+	// killed one's lease expires (no other silo is there to revoke it).
+	c := Start(t, Options{Silos: 1, Args: []string{"--lease-ttl", "3s"}})
 	s := c.Silo(0)
 	cl := c.Client(t)
 	ask := func(addr string) string {
