@@ -14,9 +14,10 @@ const JournalType = "Journal"
 
 // Journal is a test agent for the single-activation invariant. Each
 // activation appends a line to a journal file shared by every silo on the
-// machine when it starts and when it ends:
+// machine when it starts, at each message it handles, and when it ends:
 //
 //	start <address> <silo> <pid> <unix-nanos>
+//	turn <address> <silo> <pid> <unix-nanos>
 //	end <address> <silo> <pid> <unix-nanos>
 //
 // and it replies to any request with the name of the silo hosting it, so a
@@ -62,8 +63,12 @@ func (j *Journal) OnDeactivate(context.Context, grain.Reason) {
 	}
 }
 
-// OnMessage implements grain.Agent: the reply names the hosting silo.
+// OnMessage implements grain.Agent: it records the turn, and the reply
+// names the hosting silo.
 func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+	if err := j.record("turn"); err != nil {
+		return nil, err
+	}
 	r := m.Response()
 	r.Message = j.host.Silo()
 	return r, nil

@@ -41,11 +41,11 @@ func TestJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("journal has %d lines, want start and end:\n%s", len(lines), b)
+	if len(lines) != 3 {
+		t.Fatalf("journal has %d lines, want start, turn and end:\n%s", len(lines), b)
 	}
 	pid := strconv.Itoa(os.Getpid())
-	for i, want := range []string{"start", "end"} {
+	for i, want := range []string{"start", "turn", "end"} {
 		f := strings.Fields(lines[i])
 		if len(f) != 5 || f[0] != want || f[1] != "Journal:alice:j" || f[2] != "s1" || f[3] != pid {
 			t.Errorf("line %d = %q, want %s Journal:alice:j s1 %s <nanos>", i, lines[i], want, pid)

@@ -59,20 +59,22 @@ func TestClusterPlacement(t *testing.T) {
 	}
 	// Every gateway lists the cluster with each silo's gateway, and the
 	// activations cluster-wide with the silo hosting each.
-	cl := c.Client(t)
-	ms, err := cl.Members(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	gateways := map[string]string{}
-	for _, m := range ms {
-		gateways[m.GetName()] = m.GetGatewayAddr()
-	}
-	for i := range c.Len() {
-		if s := c.Silo(i); gateways[s.Name] != s.GatewayAddr {
-			t.Errorf("Members: %s has gateway %q, want %q", s.Name, gateways[s.Name], s.GatewayAddr)
+	for via := range c.Len() {
+		ms, err := c.Client(t, via).Members(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		gateways := map[string]string{}
+		for _, m := range ms {
+			gateways[m.GetName()] = m.GetGatewayAddr()
+		}
+		for i := range c.Len() {
+			if s := c.Silo(i); gateways[s.Name] != s.GatewayAddr {
+				t.Errorf("Members via %s: %s has gateway %q, want %q", c.Silo(via).Name, s.Name, gateways[s.Name], s.GatewayAddr)
+			}
 		}
 	}
+	cl := c.Client(t)
 	agents, err := cl.Agents(t.Context(), "Journal")
 	if err != nil {
 		t.Fatal(err)
@@ -120,26 +122,46 @@ func TestClusterKillUnderLoad(t *testing.T) {
 // TestClusterHungSilo: a silo that stops answering without closing its
 // connections (SIGSTOP, as a hung host or a cut network) is found dead by
 // gossip, not by refused connections; the survivors take over its agents
-// while clients ask, and every Ask returns within its deadline.
-func TestClusterHungSilo(t *testing.T) {
+// while clients ask, and every Ask returns within its deadline. The hung
+// silo is then killed.
+func TestClusterHungSilo(t *testing.T) { hungSilo(t, false) }
+
+// TestClusterPausedSilo: as TestClusterHungSilo, but the silo then resumes
+// (SIGCONT), as after a long GC or VM pause, with requests still queued in
+// it: it must find itself fenced and exit non-zero without running a turn
+// of an agent that moved (the journal would show the turn overlapping the
+// new activation).
+func TestClusterPausedSilo(t *testing.T) { hungSilo(t, true) }
+
+func hungSilo(t *testing.T, resume bool) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3})
 	addrs := journalAddrs("hung", 90)
 	const victim = 0
+	name := c.Silo(victim).Name
 	var moved []string
 	for _, a := range addrs {
-		if c.Owner(a) == c.Silo(victim).Name {
+		if c.Owner(a) == name {
 			moved = append(moved, a)
 		}
 	}
 	l := startLoad(t, c, addrs, 6, 2*time.Second)
 	l.waitOK(t, 200)
 	c.Freeze(victim)
-	c.WaitGone(c.Silo(victim).Name)
+	c.WaitGone(name)
 	c.WaitOwners(moved...)
 	l.waitOK(t, l.ok.Load()+200)
+	if resume {
+		c.Thaw(victim)
+		if code := c.WaitExited(victim); code == 0 {
+			t.Errorf("%s exited 0 after it resumed fenced, want a non-zero code", name)
+		}
+		l.waitOK(t, l.ok.Load()+200)
+	} else {
+		c.Kill(victim) // still frozen: its activations ended at the freeze
+	}
 	l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
-	t.Logf("hung silo under load: %d asks answered, %d failed %v, e.g. %v; %d agents moved; latest return %v after a deadline", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample(), len(moved), time.Duration(l.late.Load()))
-	c.Kill(victim) // still frozen: its activations ended at the freeze
+	t.Logf("%s hung under load (resumed: %t): %d asks answered, %d failed %v, e.g. %v; %d agents moved; latest return %v after a deadline",
+		name, resume, l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample(), len(moved), time.Duration(l.late.Load()))
 	c.Restart(victim)
 	c.WaitMembers(c.Len())
 	c.CheckJournal()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,7 +57,7 @@ type Cluster struct {
 	http      *http.Client
 
 	mu     sync.Mutex
-	deaths map[int]time.Time // pid → when the harness saw it end
+	lives  map[int]Life // by pid: how each ended silo process lived
 	ctl    map[int]*ctlClient
 	closed bool
 }
@@ -89,6 +90,7 @@ type process struct {
 	exitErr  error         // after done
 	exitedAt time.Time     // after done: when the harness saw the end
 	frozenAt time.Time     // set by Freeze, cleared by Thaw; under Silo.mu
+	froze    time.Time     // the last Freeze, kept after Thaw; under Silo.mu
 }
 
 func (p *process) running() bool {
@@ -119,13 +121,13 @@ func Start(tb TB, opts Options) *Cluster {
 		tb.Fatalf("%v", err)
 	}
 	c := &Cluster{
-		tb:     tb,
-		opts:   opts,
-		bins:   bins,
-		dir:    tb.TempDir(),
-		deaths: make(map[int]time.Time),
-		ctl:    make(map[int]*ctlClient),
-		http:   &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		tb:    tb,
+		opts:  opts,
+		bins:  bins,
+		dir:   tb.TempDir(),
+		lives: make(map[int]Life),
+		ctl:   make(map[int]*ctlClient),
+		http:  &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	c.journal = filepath.Join(c.dir, "journal")
 	c.prefix = opts.EtcdPrefix
@@ -364,14 +366,15 @@ func (s *Silo) start() error {
 		logf.Close()
 		// A process killed while frozen ran nothing after the freeze: its
 		// activations ended then.
-		died := p.exitedAt
+		life := Life{Died: p.exitedAt}
 		s.mu.Lock()
 		if !p.frozenAt.IsZero() {
-			died = p.frozenAt
+			life.Died = p.frozenAt
 		}
+		life.Froze = p.froze
 		s.mu.Unlock()
 		s.c.mu.Lock()
-		s.c.deaths[p.pid] = died
+		s.c.lives[p.pid] = life
 		s.c.mu.Unlock()
 		close(p.done)
 	}()
@@ -410,10 +413,11 @@ func (c *Cluster) Kill(i int) {
 }
 
 // Freeze stops silo i's process with SIGSTOP: it runs nothing and answers
-// nothing, but its sockets stay open, as on a hung host or behind a cut
-// network (unlike Kill, whose refused connections tell the peers at once).
-// A frozen silo is not Live. If it is then killed, the journal checker ends
-// its activations at the freeze, since the process never ran again.
+// nothing, but its sockets stay open, as on a hung host, in a long GC or VM
+// pause, or behind a cut network (unlike Kill, whose refused connections
+// tell the peers at once). A frozen silo is not Live. For the journal
+// checker, its activations from before the freeze live on after it only as
+// far as their journal lines show (see Life).
 func (c *Cluster) Freeze(i int) {
 	c.tb.Helper()
 	c.signal(i, syscall.SIGSTOP, true)
@@ -445,6 +449,7 @@ func (c *Cluster) signal(i int, sig syscall.Signal, freeze bool) {
 			c.tb.Fatalf("testcluster: waiting for %s (pid %d) to stop: %v", s.Name, p.pid, err)
 		}
 		p.frozenAt = time.Now()
+		p.froze = p.frozenAt
 	} else {
 		p.frozenAt = time.Time{}
 	}
@@ -529,15 +534,12 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 // Journal returns the path of the journal the silos' Journal agents write.
 func (c *Cluster) Journal() string { return c.journal }
 
-// Deaths returns when the harness saw each ended silo process end, by pid.
-func (c *Cluster) Deaths() map[int]time.Time {
+// Lives returns, by pid, how each ended silo process lived, for
+// ReadJournal.
+func (c *Cluster) Lives() map[int]Life {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	d := make(map[int]time.Time, len(c.deaths))
-	for pid, t := range c.deaths {
-		d[pid] = t
-	}
-	return d
+	return maps.Clone(c.lives)
 }
 
 // printLogsOnFailure prints the tail of every silo's log if the test failed.

@@ -10,6 +10,19 @@ import (
 	"time"
 )
 
+// Life is what the harness saw of an ended silo process, for the journal
+// checker.
+type Life struct {
+	// Died is when the process ended (when the harness saw it end), or when
+	// it was frozen if it was killed frozen: it ran nothing after that.
+	Died time.Time
+	// Froze is the process's last freeze (Cluster.Freeze), zero if none. An
+	// activation that started before it and has no end line ends at its
+	// last journal line after the freeze, or at the freeze: frozen, it ran
+	// nothing, and thawed, whatever turn it ran is in the journal.
+	Froze time.Time
+}
+
 // Activation is one activation of an address, read from the journal that
 // the Journal agents write (see examples.Journal).
 type Activation struct {
@@ -17,9 +30,12 @@ type Activation struct {
 	Silo    string
 	PID     int
 	Start   time.Time
+	// Last is the time of its last line before the end: the start or its
+	// last turn.
+	Last time.Time
 	// End is when the activation ended: its "end" line, or, without one,
-	// when its process died (Ended is then false). Zero while it may still
-	// be live: no end line and its process still runs.
+	// when its process died or froze (see Life; Ended is then false). Zero
+	// while it may still be live: no end line and its process still runs.
 	End   time.Time
 	Ended bool
 	// Line is the journal line number of the start.
@@ -32,7 +48,7 @@ func (a Activation) String() string {
 	case a.Ended:
 		end = a.End.Format("15:04:05.000000")
 	case !a.End.IsZero():
-		end = a.End.Format("15:04:05.000000") + " (process died)"
+		end = a.End.Format("15:04:05.000000") + " (its process died or froze)"
 	}
 	return fmt.Sprintf("%s on %s (pid %d) from %s to %s", a.Address, a.Silo, a.PID, a.Start.Format("15:04:05.000000"), end)
 }
@@ -53,10 +69,10 @@ type Overlap struct{ A, B Activation }
 func (o Overlap) String() string { return fmt.Sprintf("%v overlaps %v", o.A, o.B) }
 
 // ReadJournal reads the journal at path and pairs each "start" with the
-// next "end" of the same address in the same process. An activation without
-// an end ends at its process's death, taken from deaths (pid → time); if its
-// pid is not in deaths, it may still be live.
-func ReadJournal(path string, deaths map[int]time.Time) ([]Activation, error) {
+// next "end" of the same address in the same process, noting the "turn"
+// lines between. An activation without an end ends as its process's Life in
+// lives (by pid) says; if its pid is not in lives, it may still be live.
+func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
 		return nil, nil
@@ -74,7 +90,7 @@ func ReadJournal(path string, deaths map[int]time.Time) ([]Activation, error) {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
-		if len(fields) != 5 || fields[0] != "start" && fields[0] != "end" {
+		if len(fields) != 5 || fields[0] != "start" && fields[0] != "turn" && fields[0] != "end" {
 			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n, sc.Text())
 		}
 		pid, err1 := strconv.Atoi(fields[3])
@@ -86,13 +102,22 @@ func ReadJournal(path string, deaths map[int]time.Time) ([]Activation, error) {
 		at := time.Unix(0, nanos)
 		if fields[0] == "start" {
 			open[k] = append(open[k], len(acts))
-			acts = append(acts, Activation{Address: fields[1], Silo: fields[2], PID: pid, Start: at, Line: n})
+			acts = append(acts, Activation{Address: fields[1], Silo: fields[2], PID: pid, Start: at, Last: at, Line: n})
 			continue
 		}
 		if len(open[k]) == 0 {
-			return nil, fmt.Errorf("%s:%d: end without a start: %q", path, n, sc.Text())
+			return nil, fmt.Errorf("%s:%d: %s without a start: %q", path, n, fields[0], sc.Text())
 		}
 		i := open[k][0]
+		if fields[0] == "turn" {
+			// Two open activations of one address in one process: the turn
+			// is the newest's, which the runtime would route to.
+			i = open[k][len(open[k])-1]
+			if at.After(acts[i].Last) {
+				acts[i].Last = at
+			}
+			continue
+		}
 		open[k] = open[k][1:]
 		acts[i].End, acts[i].Ended = at, true
 	}
@@ -100,8 +125,20 @@ func ReadJournal(path string, deaths map[int]time.Time) ([]Activation, error) {
 		return nil, err
 	}
 	for i := range acts {
-		if !acts[i].Ended {
-			acts[i].End = deaths[acts[i].PID] // zero if the process may still run
+		a := &acts[i]
+		if a.Ended {
+			continue
+		}
+		life, ok := lives[a.PID]
+		switch {
+		case !ok: // the process may still run
+		case !life.Froze.IsZero() && a.Start.Before(life.Froze):
+			a.End = life.Froze
+			if a.Last.After(a.End) {
+				a.End = a.Last
+			}
+		default:
+			a.End = life.Died
 		}
 	}
 	return acts, nil
@@ -141,7 +178,7 @@ func Overlaps(acts []Activation) []Overlap {
 // activations for further checks.
 func (c *Cluster) CheckJournal() []Activation {
 	c.tb.Helper()
-	acts, err := ReadJournal(c.journal, c.Deaths())
+	acts, err := ReadJournal(c.journal, c.Lives())
 	if err != nil {
 		c.tb.Fatalf("testcluster: journal: %v", err)
 	}

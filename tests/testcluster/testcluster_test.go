@@ -30,23 +30,36 @@ func TestOverlaps(t *testing.T) {
 		"start J:o:d s1 200 5000", // starts at the death: no overlap
 		"start J:o:e s0 300 1000", // pid 300 still runs: live
 		"start J:o:e s0 300 9000", // a second activation in the same process
+		// pid 400 froze at 3000, was thawed, and exited at 8000.
+		"start J:o:f s0 400 1000",
+		"turn J:o:f s0 400 3500",  // after the thaw
+		"start J:o:f s1 200 4000", // after f's last sign of life: no overlap
+		"start J:o:g s0 400 1000",
+		"start J:o:g s1 200 4000",
+		"turn J:o:g s0 400 5000",  // g on s0 still ran after g on s1 started
+		"start J:o:h s0 400 6000", // started after the thaw: lives until the exit
+		"start J:o:h s1 200 7000",
 		"",
 	}, "\n")
 	if err := os.WriteFile(path, []byte(journal), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	acts, err := ReadJournal(path, map[int]time.Time{100: time.Unix(0, 5000)})
+	lives := map[int]Life{
+		100: {Died: time.Unix(0, 5000)},
+		400: {Died: time.Unix(0, 8000), Froze: time.Unix(0, 3000)},
+	}
+	acts, err := ReadJournal(path, lives)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(acts) != 10 {
-		t.Fatalf("%d activations, want 10: %v", len(acts), acts)
+	if len(acts) != 16 {
+		t.Fatalf("%d activations, want 16: %v", len(acts), acts)
 	}
 	var got []string
 	for _, o := range Overlaps(acts) {
 		got = append(got, o.A.Address+"/"+o.A.Silo+"+"+o.B.Silo)
 	}
-	want := []string{"J:o:b/s0+s1", "J:o:c/s0+s1", "J:o:e/s0+s0"}
+	want := []string{"J:o:b/s0+s1", "J:o:c/s0+s1", "J:o:e/s0+s0", "J:o:g/s0+s1", "J:o:h/s0+s1"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("overlaps %v, want %v", got, want)
 	}
