@@ -143,17 +143,28 @@ func Start(tb TB, opts Options) *Cluster {
 	tb.Cleanup(c.printLogsOnFailure)
 	tb.Cleanup(c.close)
 
+	// A port just probed and closed may be handed out again: pick again
+	// until the addresses are distinct.
+	taken := map[string]bool{}
+	pick := func(free func(ip string) (string, error), ip string) string {
+		for {
+			addr, err := free(ip)
+			if err != nil {
+				tb.Fatalf("%v", err)
+			}
+			if !taken[addr] {
+				taken[addr] = true
+				return addr
+			}
+		}
+	}
 	for i := range opts.Silos {
 		s := &Silo{Index: i, Name: fmt.Sprintf("silo-%d", i), IP: siloIP(i), c: c}
 		s.LogPath = filepath.Join(c.dir, s.Name+".log")
-		for _, a := range []*string{&s.GatewayAddr, &s.PeerAddr, &s.HTTPAddr} {
-			if *a, err = freeTCP(s.IP); err != nil {
-				tb.Fatalf("%v", err)
-			}
-		}
-		if s.GossipAddr, err = freeTCPUDP(s.IP); err != nil {
-			tb.Fatalf("%v", err)
-		}
+		s.GatewayAddr = pick(freeTCP, s.IP)
+		s.PeerAddr = pick(freeTCP, s.IP)
+		s.HTTPAddr = pick(freeTCP, s.IP)
+		s.GossipAddr = pick(freeTCPUDP, s.IP)
 		c.silos = append(c.silos, s)
 	}
 	for _, s := range c.silos {
