@@ -27,7 +27,7 @@ import (
 func journalAddrs(prefix string, n int) []string {
 	addrs := make([]string, n)
 	for i := range addrs {
-		addrs[i] = fmt.Sprintf("Journal:t:%s-%d", prefix, i)
+		addrs[i] = fmt.Sprintf("Journal:%s:%s-%d", testcluster.Principal, prefix, i)
 	}
 	return addrs
 }

@@ -113,7 +113,7 @@ func measure(tb testcluster.TB, mode string, runs, agents int, retry, pace time.
 		// Agents the victim owns, activated there.
 		var addrs []string
 		for k := 0; len(addrs) < agents; k++ {
-			a := fmt.Sprintf("Journal:failover:r%d-%d", run, k)
+			a := fmt.Sprintf("Journal:%s:r%d-%d", testcluster.Principal, run, k)
 			if c.Owner(a) == name {
 				addrs = append(addrs, a)
 			}

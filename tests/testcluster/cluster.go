@@ -104,6 +104,12 @@ func (p *process) running() bool {
 
 var clusterSeq atomic.Int64
 
+// Principal is the self-declared principal of the harness's clients (the
+// silos' gateways serve loopback without authentication). Agents it owns,
+// such as Journal:test:a, are its own, so the gateways' access control lets
+// it call them with no rule.
+const Principal = "test"
+
 // Start builds the binaries (once), starts etcd unless opts names one,
 // starts opts.Silos silo processes and, unless opts.NoWait, waits until each
 // is ready and all agree on the members. Everything is stopped when the test
@@ -533,7 +539,7 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 	}
 	ctx, cancel := context.WithTimeout(tb.Context(), c.opts.WaitTimeout)
 	defer cancel()
-	cl, err := client.Dial(ctx, addrs, client.WithPrincipal("test"))
+	cl, err := client.Dial(ctx, addrs, client.WithPrincipal(Principal))
 	if err != nil {
 		tb.Fatalf("testcluster: dial %v: %v", addrs, err)
 		return nil

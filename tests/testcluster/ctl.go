@@ -52,7 +52,7 @@ func (c *Cluster) ctlClient(ctx context.Context, i int) (*client.Client, error) 
 	}
 	c.mu.Unlock()
 	cc.once.Do(func() {
-		cc.cl, cc.err = client.Dial(ctx, []string{s.GatewayAddr}, client.WithPrincipal("testcluster"))
+		cc.cl, cc.err = client.Dial(ctx, []string{s.GatewayAddr}, client.WithPrincipal(Principal))
 	})
 	if cc.err != nil {
 		// Dial again next time.

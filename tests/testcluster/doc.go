@@ -21,7 +21,9 @@
 // and addresses, waits until ready), Partition (POST /debug/partition: cut
 // off from its peers, not from etcd or clients). Client returns an SDK
 // client to some gateways; Ask asks a Journal agent through one gateway and
-// returns the silo that answered.
+// returns the silo that answered. The harness's clients declare the
+// principal Principal ("test"): give agents addresses it owns
+// (Journal:test:a), which the gateways' access control lets it call.
 //
 // Named waits, each bounded by Options.WaitTimeout and failing the test with
 // the last state seen: WaitReady(i) (/readyz answers 200), WaitExited(i)
@@ -42,12 +44,12 @@
 //
 //	func TestKill(t *testing.T) {
 //		c := testcluster.Start(t, testcluster.Options{Silos: 3})
-//		owner := c.Owner("Journal:t:a")
-//		c.WaitOwner("Journal:t:a", owner)
+//		owner := c.Owner("Journal:test:a")
+//		c.WaitOwner("Journal:test:a", owner)
 //		...
 //		c.Kill(1)
 //		c.WaitGone(c.Silo(1).Name)
-//		c.WaitOwner("Journal:t:a", c.Owner("Journal:t:a"))
+//		c.WaitOwner("Journal:test:a", c.Owner("Journal:test:a"))
 //		c.CheckJournal()
 //	}
 //

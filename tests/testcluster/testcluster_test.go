@@ -89,16 +89,16 @@ func TestOneSilo(t *testing.T) {
 		}
 		return r.GetMessage()
 	}
-	if got := ask("Journal:t:a"); got != s.Name {
+	if got := ask("Journal:test:a"); got != s.Name {
 		t.Fatalf("Journal answered %q, want %q", got, s.Name)
 	}
-	c.WaitOwner("Journal:t:a", s.Name)
+	c.WaitOwner("Journal:test:a", s.Name)
 	c.Kill(0)
 	if c.Running(0) || len(c.Live()) != 0 {
 		t.Fatal("killed silo still running")
 	}
 	c.Restart(0)
-	c.WaitOwner("Journal:t:a", s.Name) // a new activation in the new process
+	c.WaitOwner("Journal:test:a", s.Name) // a new activation in the new process
 	c.WaitMembers(1)
 	c.Stop(0)
 	acts := c.CheckJournal()
