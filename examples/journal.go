@@ -18,7 +18,7 @@ const JournalType = "Journal"
 //
 //	start <address> <silo> <pid> <unix-nanos>
 //	turn <address> <silo> <pid> <unix-nanos>
-//	end <address> <silo> <pid> <unix-nanos>
+//	end <address> <silo> <pid> <unix-nanos> <reason>
 //
 // and it replies to any request with the name of the silo hosting it, so a
 // caller learns where its message ran. A checker (tests/testcluster) pairs
@@ -53,12 +53,12 @@ func RegisterJournal(reg *grain.Registry, path string) error {
 // OnActivate implements grain.Activator: it records the start. Failing to
 // record fails the activation, so no activation goes unrecorded.
 func (j *Journal) OnActivate(context.Context) error {
-	return j.record("start")
+	return j.record("start", "")
 }
 
 // OnDeactivate implements grain.Deactivator: it records the end.
-func (j *Journal) OnDeactivate(context.Context, grain.Reason) {
-	if err := j.record("end"); err != nil {
+func (j *Journal) OnDeactivate(_ context.Context, reason grain.Reason) {
+	if err := j.record("end", " "+reason.String()); err != nil {
 		j.host.Logger().Error("journal", "err", err)
 	}
 }
@@ -66,7 +66,7 @@ func (j *Journal) OnDeactivate(context.Context, grain.Reason) {
 // OnMessage implements grain.Agent: it records the turn, and the reply
 // names the hosting silo.
 func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
-	if err := j.record("turn"); err != nil {
+	if err := j.record("turn", ""); err != nil {
 		return nil, err
 	}
 	r := m.Response()
@@ -74,8 +74,8 @@ func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message
 	return r, nil
 }
 
-func (j *Journal) record(event string) error {
-	line := fmt.Sprintf("%s %s %s %d %d\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), time.Now().UnixNano())
+func (j *Journal) record(event, suffix string) error {
+	line := fmt.Sprintf("%s %s %s %d %d%s\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), time.Now().UnixNano(), suffix)
 	if _, err := j.file.Write([]byte(line)); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

@@ -38,6 +38,9 @@ type Activation struct {
 	// while it may still be live: no end line and its process still runs.
 	End   time.Time
 	Ended bool
+	// Reason is why it ended, from its end line (grain.Reason: idle,
+	// shutdown, moved...), empty without one.
+	Reason string
 	// Line is the journal line number of the start.
 	Line int
 }
@@ -46,7 +49,7 @@ func (a Activation) String() string {
 	end := "still live"
 	switch {
 	case a.Ended:
-		end = a.End.Format("15:04:05.000000")
+		end = a.End.Format("15:04:05.000000") + " (" + a.Reason + ")"
 	case !a.End.IsZero():
 		end = a.End.Format("15:04:05.000000") + " (its process died or froze)"
 	}
@@ -90,7 +93,7 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 	sc := bufio.NewScanner(f)
 	for n := 1; sc.Scan(); n++ {
 		fields := strings.Fields(sc.Text())
-		if len(fields) != 5 || fields[0] != "start" && fields[0] != "turn" && fields[0] != "end" {
+		if len(fields) != 5 && !(len(fields) == 6 && fields[0] == "end") || fields[0] != "start" && fields[0] != "turn" && fields[0] != "end" {
 			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n, sc.Text())
 		}
 		pid, err1 := strconv.Atoi(fields[3])
@@ -120,6 +123,9 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		}
 		open[k] = open[k][1:]
 		acts[i].End, acts[i].Ended = at, true
+		if len(fields) == 6 {
+			acts[i].Reason = fields[5]
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err

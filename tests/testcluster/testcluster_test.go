@@ -22,7 +22,7 @@ func TestOverlaps(t *testing.T) {
 		"end J:o:a s0 100 2000",
 		"start J:o:a s1 200 2000", // starts as the first ends: no overlap
 		"start J:o:b s0 100 1500",
-		"end J:o:b s0 100 1600",
+		"end J:o:b s0 100 1600 moved",
 		"start J:o:b s1 200 1550", // overlaps the b on s0
 		"start J:o:c s0 100 1000", // no end, pid 100 died at 5000
 		"start J:o:c s1 200 4000", // overlaps c on s0 before its death
@@ -54,6 +54,9 @@ func TestOverlaps(t *testing.T) {
 	}
 	if len(acts) != 16 {
 		t.Fatalf("%d activations, want 16: %v", len(acts), acts)
+	}
+	if b := acts[2]; b.Address != "J:o:b" || !b.Ended || b.Reason != "moved" {
+		t.Errorf("the first b: %+v, want it ended, moved", b)
 	}
 	var got []string
 	for _, o := range Overlaps(acts) {
