@@ -88,6 +88,8 @@ type Host interface {
 	Address() Address
 	// Owner is the owner part of Address; relative addresses resolve to it.
 	Owner() string
+	// Silo names the silo that hosts this activation (Config.Silo).
+	Silo() string
 
 	// Ask sends a REQUEST to the agent at `to` and waits for its reply, up to
 	// ctx's deadline or the default Ask timeout (30 s). Called with the ctx of

@@ -32,6 +32,12 @@ func main() {
 }
 
 func run(args []string, stderr io.Writer) int {
+	// Hidden test flag: --journal FILE registers the Journal agent type.
+	args, journal, err := cutHiddenFlag(args, "journal")
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
 	cfg, logger, withDemo, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -44,6 +50,12 @@ func run(args []string, stderr io.Writer) int {
 	if err := examples.Register(reg); err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
+	}
+	if journal != "" {
+		if err := examples.RegisterJournal(reg, journal); err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 1
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -1,0 +1,197 @@
+package testcluster
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Life is what the harness saw of an ended silo process, for the journal
+// checker.
+type Life struct {
+	// Died is when the process ended (when the harness saw it end), or when
+	// it was frozen if it was killed frozen: it ran nothing after that.
+	Died time.Time
+	// Froze is the process's last freeze (Cluster.Freeze), zero if none. An
+	// activation that started before it and has no end line ends at its
+	// last journal line after the freeze, or at the freeze: frozen, it ran
+	// nothing, and thawed, whatever turn it ran is in the journal.
+	Froze time.Time
+}
+
+// Activation is one activation of an address, read from the journal that
+// the Journal agents write (see examples.Journal).
+type Activation struct {
+	Address string
+	Silo    string
+	PID     int
+	Start   time.Time
+	// Last is the time of its last line before the end: the start or its
+	// last turn.
+	Last time.Time
+	// End is when the activation ended: its "end" line, or, without one,
+	// when its process died or froze (see Life; Ended is then false). Zero
+	// while it may still be live: no end line and its process still runs.
+	End   time.Time
+	Ended bool
+	// Reason is why it ended, from its end line (grain.Reason: idle,
+	// shutdown, moved...), empty without one.
+	Reason string
+	// Line is the journal line number of the start.
+	Line int
+}
+
+func (a Activation) String() string {
+	end := "still live"
+	switch {
+	case a.Ended:
+		end = a.End.Format("15:04:05.000000") + " (" + a.Reason + ")"
+	case !a.End.IsZero():
+		end = a.End.Format("15:04:05.000000") + " (its process died or froze)"
+	}
+	return fmt.Sprintf("%s on %s (pid %d) from %s to %s", a.Address, a.Silo, a.PID, a.Start.Format("15:04:05.000000"), end)
+}
+
+// overlaps reports whether a and b were live at the same time (End zero:
+// live from Start on).
+func (a Activation) overlaps(b Activation) bool {
+	// Half-open intervals [Start, End): one that ends at the instant the
+	// other starts does not overlap it.
+	aEndsAfterB := a.End.IsZero() || a.End.After(b.Start)
+	bEndsAfterA := b.End.IsZero() || b.End.After(a.Start)
+	return aEndsAfterB && bEndsAfterA
+}
+
+// Overlap is two activations of one address live at the same time.
+type Overlap struct{ A, B Activation }
+
+func (o Overlap) String() string { return fmt.Sprintf("%v overlaps %v", o.A, o.B) }
+
+// ReadJournal reads the journal at path and pairs each "start" with the
+// next "end" of the same address in the same process, noting the "turn"
+// lines between. An activation without an end ends as its process's Life in
+// lives (by pid) says; if its pid is not in lives, it may still be live.
+func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	type key struct {
+		addr string
+		pid  int
+	}
+	var acts []Activation
+	open := map[key][]int{} // indexes into acts, oldest first
+	sc := bufio.NewScanner(f)
+	for n := 1; sc.Scan(); n++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) != 5 && !(len(fields) == 6 && fields[0] == "end") || fields[0] != "start" && fields[0] != "turn" && fields[0] != "end" {
+			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n, sc.Text())
+		}
+		pid, err1 := strconv.Atoi(fields[3])
+		nanos, err2 := strconv.ParseInt(fields[4], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s:%d: malformed line %q", path, n, sc.Text())
+		}
+		k := key{fields[1], pid}
+		at := time.Unix(0, nanos)
+		if fields[0] == "start" {
+			open[k] = append(open[k], len(acts))
+			acts = append(acts, Activation{Address: fields[1], Silo: fields[2], PID: pid, Start: at, Last: at, Line: n})
+			continue
+		}
+		if len(open[k]) == 0 {
+			return nil, fmt.Errorf("%s:%d: %s without a start: %q", path, n, fields[0], sc.Text())
+		}
+		i := open[k][0]
+		if fields[0] == "turn" {
+			// Two open activations of one address in one process: the turn
+			// is the newest's, which the runtime would route to.
+			i = open[k][len(open[k])-1]
+			if at.After(acts[i].Last) {
+				acts[i].Last = at
+			}
+			continue
+		}
+		open[k] = open[k][1:]
+		acts[i].End, acts[i].Ended = at, true
+		if len(fields) == 6 {
+			acts[i].Reason = fields[5]
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	for i := range acts {
+		a := &acts[i]
+		if a.Ended {
+			continue
+		}
+		life, ok := lives[a.PID]
+		switch {
+		case !ok: // the process may still run
+		case !life.Froze.IsZero() && a.Start.Before(life.Froze):
+			a.End = life.Froze
+			if a.Last.After(a.End) {
+				a.End = a.Last
+			}
+		default:
+			a.End = life.Died
+		}
+	}
+	return acts, nil
+}
+
+// Overlaps returns every pair of activations of one address that were live
+// at the same time.
+func Overlaps(acts []Activation) []Overlap {
+	by := map[string][]Activation{}
+	for _, a := range acts {
+		by[a.Address] = append(by[a.Address], a)
+	}
+	addrs := make([]string, 0, len(by))
+	for a := range by {
+		addrs = append(addrs, a)
+	}
+	sort.Strings(addrs)
+	var out []Overlap
+	for _, addr := range addrs {
+		as := by[addr]
+		sort.SliceStable(as, func(i, j int) bool { return as[i].Start.Before(as[j].Start) })
+		for i := range as {
+			// Sorted by start: only later starts before as[i]'s end can
+			// overlap it.
+			for j := i + 1; j < len(as) && (as[i].End.IsZero() || as[j].Start.Before(as[i].End)); j++ {
+				if as[i].overlaps(as[j]) {
+					out = append(out, Overlap{as[i], as[j]})
+				}
+			}
+		}
+	}
+	return out
+}
+
+// CheckJournal reads the journal and fails the test (Errorf) for every two
+// activations of one address that overlap in time; it returns the
+// activations for further checks.
+func (c *Cluster) CheckJournal() []Activation {
+	c.tb.Helper()
+	acts, err := ReadJournal(c.journal, c.Lives())
+	if err != nil {
+		c.tb.Fatalf("testcluster: journal: %v", err)
+	}
+	over := Overlaps(acts)
+	for _, o := range over {
+		c.tb.Errorf("testcluster: two live activations: %v", o)
+	}
+	c.tb.Logf("testcluster: journal: %d activations, %d overlapping pairs", len(acts), len(over))
+	return acts
+}
