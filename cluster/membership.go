@@ -223,7 +223,7 @@ type Membership struct {
 	// has had a chance to fire.
 	epoch      time.Time
 	validUntil atomic.Int64
-	closeOnce sync.Once
+	closeOnce  sync.Once
 
 	mlMu  sync.Mutex
 	known map[string]clientv3.LeaseID // gossip member -> lease in its metadata
