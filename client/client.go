@@ -197,7 +197,7 @@ func (c *Client) read(st *stream) {
 	for {
 		f, err := st.s.Recv()
 		if err != nil {
-			c.broken(st, err)
+			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0)
 			return
 		}
 		switch f := f.Frame.(type) {
@@ -223,8 +223,10 @@ func (c *Client) read(st *stream) {
 }
 
 // broken fails the calls waiting on st and, unless the client is closing,
-// starts re-attaching the session.
-func (c *Client) broken(st *stream, err error) {
+// starts re-attaching the session. If the gateway ended the stream because it
+// is draining (drained), the calls still waiting were never started there:
+// they are sent again on the re-attached stream instead of failing.
+func (c *Client) broken(st *stream, err error, drained bool) {
 	st.cancel()
 	msg := "connection to gateway " + c.addrs[st.idx] + " lost"
 	if s := wrap(err, "").Error(); s != "" {
@@ -233,7 +235,11 @@ func (c *Client) broken(st *stream, err error) {
 	st.mu.Lock()
 	st.dead = true
 	for id, ch := range st.calls {
-		ch <- &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(codes.Unavailable), Message: msg}}
+		if drained {
+			ch <- resend
+		} else {
+			ch <- &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(codes.Unavailable), Message: msg}}
+		}
 		delete(st.calls, id)
 	}
 	st.mu.Unlock()
@@ -343,16 +349,36 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 		defer cancel()
 	}
+	for {
+		r, again, err := c.callOnce(ctx, m)
+		if !again {
+			return r, err
+		}
+		// The gateway drained before starting the call: send it again, on
+		// the stream the session re-attaches to.
+	}
+}
+
+// resend is the result a call gets when the gateway it was sent to drained
+// without starting it.
+var resend = &agentsilov1.Result{}
+
+// drainedTrailer is cluster.DrainedTrailer (the SDK does not import cluster).
+const drainedTrailer = "x-agentsilo-drained"
+
+// callOnce sends m on the current stream and waits for its result; again
+// says the call was not started and must be sent again.
+func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bool, _ error) {
 	st, err := c.stream(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	id := c.nextID.Add(1)
 	ch := make(chan *agentsilov1.Result, 1)
 	st.mu.Lock()
 	if st.dead {
 		st.mu.Unlock()
-		return nil, errs.New(codes.Unavailable, "connection to gateway %s lost", c.addrs[st.idx])
+		return nil, true, nil // never sent: send it on the re-attached stream
 	}
 	st.calls[id] = ch
 	st.mu.Unlock()
@@ -367,21 +393,26 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 		call.TimeoutMs = max(time.Until(d).Milliseconds(), 1)
 	}
 	if err := st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Call{Call: call}}); err != nil {
-		return nil, errs.New(codes.Unavailable, "connection to gateway %s lost: %v", c.addrs[st.idx], err)
+		// The stream broke before the call went out: send it again once
+		// the session re-attached.
+		return nil, true, nil
 	}
 	select {
 	case r := <-ch:
+		if r == resend {
+			return nil, true, nil
+		}
 		if e := r.GetError(); e != nil {
-			return nil, errs.New(codes.Code(e.GetCode()), "%s", e.GetMessage())
+			return nil, false, errs.New(codes.Code(e.GetCode()), "%s", e.GetMessage())
 		}
 		if r.GetMessage() == nil {
-			return &Message{}, nil
+			return &Message{}, false, nil
 		}
-		return r.GetMessage(), nil
+		return r.GetMessage(), false, nil
 	case <-ctx.Done():
 		// Tell the gateway to stop; if the stream is gone, so is the call.
 		_ = st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: id}}})
-		return nil, ctxErr(ctx, "call "+m.GetTo())
+		return nil, false, ctxErr(ctx, "call "+m.GetTo())
 	}
 }
 

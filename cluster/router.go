@@ -75,6 +75,7 @@ type router struct {
 	smu     sync.Mutex
 	swept   map[string]int64 // peer -> newest view version it reported swept
 	last    map[string]int64 // member -> newest view version that had it
+	leases  map[string]int64 // member -> lease of its record in the newest view
 	changed chan struct{}    // closed and replaced when state or swept change
 	dead    map[Departure]bool
 
@@ -97,6 +98,7 @@ func newRouter(self string, m *Membership, tp *Transport, log *slog.Logger) *rou
 		tp:      tp,
 		swept:   make(map[string]int64),
 		last:    make(map[string]int64),
+		leases:  make(map[string]int64),
 		changed: make(chan struct{}),
 		dead:    make(map[Departure]bool),
 	}
@@ -143,6 +145,21 @@ func (r *router) close() {
 
 // install makes v the view that routes messages.
 func (r *router) install(v View) {
+	// A silo that restarted on the same peer address: the stream to its
+	// predecessor may be backing off after failed dials; drop it before
+	// routing there, so that the first message dials the new one.
+	var restarted []string
+	r.smu.Lock()
+	for _, mi := range v.Members {
+		if old, ok := r.leases[mi.Name]; ok && old != mi.LeaseID {
+			restarted = append(restarted, mi.PeerAddr)
+		}
+		r.leases[mi.Name] = mi.LeaseID
+	}
+	r.smu.Unlock()
+	for _, addr := range restarted {
+		r.tp.Redial(addr)
+	}
 	st := &routeState{view: v, owners: v.Owners()}
 	for _, o := range st.owners {
 		if o == r.self {
@@ -213,6 +230,7 @@ func (r *router) Serving() bool {
 
 // Claim implements grain.Placement.
 func (r *router) Claim(ctx context.Context, key string) (func(), error) {
+	wait := 20 * time.Millisecond
 	for {
 		if !r.Serving() {
 			return nil, errs.New(codes.Unavailable, "silo %s is fenced", r.self)
@@ -228,7 +246,13 @@ func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 			return nil, err
 		}
 		if err := r.handover(ctx, key, st); err != nil {
-			return nil, err
+			// A peer that cannot answer now (restarting, or dead and not yet
+			// out of the view) may answer in a moment, or leave the view:
+			// try again, bounded by ctx.
+			if errs.Code(err) != codes.Unavailable || !r.backoff(ctx, &wait) {
+				return nil, err
+			}
+			continue
 		}
 		r.mu.RLock()
 		if r.state.Load() == st {
@@ -236,6 +260,24 @@ func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 		}
 		r.mu.RUnlock()
 	}
+}
+
+// backoff waits *wait (doubling it, up to 500 ms) or until the view or the
+// peers' sweeps change; false if ctx ended.
+func (r *router) backoff(ctx context.Context, wait *time.Duration) bool {
+	r.smu.Lock()
+	ch := r.changed
+	r.smu.Unlock()
+	t := time.NewTimer(*wait)
+	defer t.Stop()
+	*wait = min(2**wait, 500*time.Millisecond)
+	select {
+	case <-t.C:
+	case <-ch:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }
 
 // awaitFenced waits until every member that left the view without leaving

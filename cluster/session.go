@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
@@ -128,6 +129,10 @@ func (s *session) unread(f outFrame) {
 	s.pushes++
 }
 
+// DrainedTrailer is the trailer of a session stream that a draining gateway
+// ended: the calls whose results the stream did not carry were never started.
+const DrainedTrailer = "x-agentsilo-drained"
+
 // Session implements agentsilov1.GatewayServer: a client's long-lived stream.
 func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	ctx := stream.Context()
@@ -211,6 +216,11 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 			// The client is gone (the reader may have stopped on this too).
 			return ctx.Err()
 		case <-g.drain:
+			// Every call started on this stream has its result written
+			// before the stream ends; the trailer tells the client that the
+			// calls it is still waiting for were never started, so it may
+			// send them again through another gateway.
+			stream.SetTrailer(metadata.Pairs(DrainedTrailer, "1"))
 			return finish(g.checkDraining())
 		case f := <-frames:
 			switch f := f.Frame.(type) {

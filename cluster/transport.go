@@ -311,6 +311,24 @@ func (t *Transport) ClosePeer(peerAddr string) {
 	}
 }
 
+// Redial drops the peer at addr if its stream is down, so that the next call
+// dials at once instead of waiting out the reconnect backoff: for a peer
+// known to have restarted.
+func (t *Transport) Redial(addr string) {
+	t.mu.RLock()
+	p := t.peers[addr]
+	t.mu.RUnlock()
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	down := p.state == tpDown
+	p.mu.Unlock()
+	if down {
+		t.ClosePeer(addr)
+	}
+}
+
 // Close stops the transport: its streams end, pending Asks fail with
 // Unavailable, and it returns once every goroutine it started has ended
 // (request handlers included, so they must respect their ctx). Later calls
