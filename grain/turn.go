@@ -36,6 +36,9 @@ type turn struct {
 	// parent's Done and Deadline (whose Done is nil then).
 	expired  <-chan struct{}
 	deadline time.Time
+	// traceparent is the W3C trace context of the message being handled,
+	// inherited by the messages sent from the turn (see prepare).
+	traceparent string
 
 	mu      sync.Mutex
 	waiting int  // outstanding Asks made with this turn's context
