@@ -1,6 +1,10 @@
 package cluster
 
 import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,6 +76,60 @@ func BenchmarkObserve(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			m.Handled("Echo", grain.KindRequest, codes.OK, time.Millisecond)
+		}
+	})
+}
+
+// BenchmarkAskMetrics is grain's BenchmarkAsk with the silo's metrics as
+// the runtime's Observer: a local Ask round trip to 1,000 live agents, with
+// the Prometheus counters and histograms of the call path.
+func BenchmarkAskMetrics(b *testing.B) {
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg := grain.NewRegistry()
+	err = reg.Register("Echo", func(grain.Host) (grain.Agent, error) {
+		return agentFunc(func(_ context.Context, msg *grain.Message) (*grain.Message, error) {
+			r := msg.Response()
+			r.Message = msg.Message
+			return r, nil
+		}), nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := grain.DefaultConfig()
+	cfg.Observer = m
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	rt, err := grain.New(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = rt.Close(ctx)
+	}()
+	addrs := make([]string, 1000)
+	for i := range addrs {
+		addrs[i] = "Echo:bench:" + strconv.Itoa(i)
+		if _, err := rt.Ask(context.Background(), &grain.Message{To: addrs[i], From: "Session:bench:s"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := int(next.Add(97))
+		ctx := context.Background()
+		for pb.Next() {
+			i++
+			if _, err := rt.Ask(ctx, &grain.Message{To: addrs[i%len(addrs)], From: "Session:bench:s", Message: "x"}); err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 }

@@ -100,7 +100,7 @@ func (a *activation) handle(env *envelope) {
 	if parent == nil {
 		parent = a.rt.base
 	}
-	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, traceparent: env.msg.Traceparent}
+	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	a.cur.Store(t)
 	var start time.Time
@@ -129,7 +129,7 @@ func (a *activation) reenters(msg *Message) bool {
 // runReentrant runs env as a nested turn on the caller's goroutine. It
 // returns false if the activation ended before the turn could start.
 func (a *activation) runReentrant(env *envelope) bool {
-	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, traceparent: env.msg.Traceparent}
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	if a.gone {
 		a.exec.Unlock()

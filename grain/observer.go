@@ -101,7 +101,7 @@ func (rt *Runtime) CountActivations() []ActivationCount {
 // it unless the message sets its own.
 func Traceparent(ctx context.Context) string {
 	if t := turnFrom(ctx); t != nil {
-		return t.traceparent
+		return t.msg.GetTraceparent()
 	}
 	return ""
 }

@@ -325,7 +325,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 	if t != nil {
 		msg.CallChainId = t.chain
 		if msg.Traceparent == "" {
-			msg.Traceparent = t.traceparent
+			msg.Traceparent = t.msg.GetTraceparent()
 		}
 	} else if msg.CallChainId == "" {
 		msg.CallChainId = msg.Id

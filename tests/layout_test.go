@@ -71,3 +71,17 @@ func TestNoEtcdInSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestNoMetricsInGrain: the runtime reports through grain.Observer; the
+// metrics and tracing libraries stay in cluster (and the SDK's tracing API).
+func TestNoMetricsInGrain(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../grain/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/prometheus/") || strings.HasPrefix(dep, "go.opentelemetry.io/") {
+			t.Errorf("grain depends on %s", dep)
+		}
+	}
+}
