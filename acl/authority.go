@@ -20,6 +20,10 @@ type Config struct {
 	// Seed, if not nil, is stored when the store holds no ACL yet (the
 	// --acl-file): never over an ACL that is there.
 	Seed *Document
+	// OnDenied, if set, is called with the permission missing each time
+	// Authorize or AuthorizeAdmin denies a call (for metrics). It is called
+	// concurrently and must be quick.
+	OnDenied func(need Permission)
 	// Logger receives the authority's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -186,7 +190,20 @@ func (a *Authority) Authorize(c *Caller, typ, owner, alias string, need Permissi
 	if p.Check(c, owner, alias, need).Allowed {
 		return nil
 	}
+	if f := a.cfg.OnDenied; f != nil {
+		f(need)
+	}
 	return Denied(c, need, typ+":"+owner+":"+alias)
+}
+
+// Allowed reports whether c holds need on the agent, like Authorize but
+// without an error or OnDenied: for filtering what c may see.
+func (a *Authority) Allowed(c *Caller, owner, alias string, need Permission) bool {
+	if owner == c.Principal {
+		return true
+	}
+	p := a.policy.Load()
+	return p != nil && p.Check(c, owner, alias, need).Allowed
 }
 
 // AuthorizeAdmin returns nil if c may change the ACL (Admin on system:acl,
@@ -198,6 +215,9 @@ func (a *Authority) AuthorizeAdmin(c *Caller) error {
 	}
 	if p.CheckAdmin(c).Allowed {
 		return nil
+	}
+	if f := a.cfg.OnDenied; f != nil {
+		f(Admin)
 	}
 	return Denied(c, Admin, AdminOwner+":"+AdminAgent)
 }

@@ -438,20 +438,29 @@ func prepare(to string, msg *Message, kind agentsilov1.Kind) *Message {
 // an agent of the client's own principal) as a REQUEST and returns the reply.
 // Without a deadline on ctx, it waits at most the client's timeout (30 s by
 // default). msg is not modified; From is set by the gateway.
-func (c *Client) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
-	return c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_REQUEST))
+func (c *Client) Ask(ctx context.Context, to string, msg *Message) (_ *Message, err error) {
+	m := prepare(to, msg, agentsilov1.Kind_KIND_REQUEST)
+	ctx, span := c.startSpan(ctx, "agentsilo Ask", m)
+	defer func() { endSpan(span, err) }()
+	return c.call(ctx, m)
 }
 
 // Send delivers msg to the agent at to as a ONE_WAY message. It returns once
 // the agent's mailbox has taken it.
 func (c *Client) Send(ctx context.Context, to string, msg *Message) error {
-	_, err := c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_ONE_WAY))
+	m := prepare(to, msg, agentsilov1.Kind_KIND_ONE_WAY)
+	ctx, span := c.startSpan(ctx, "agentsilo Send", m)
+	_, err := c.call(ctx, m)
+	endSpan(span, err)
 	return err
 }
 
 // Event delivers msg to the agent at to as an EVENT, handled by its OnEvent.
 func (c *Client) Event(ctx context.Context, to string, msg *Message) error {
-	_, err := c.call(ctx, prepare(to, msg, agentsilov1.Kind_KIND_EVENT))
+	m := prepare(to, msg, agentsilov1.Kind_KIND_EVENT)
+	ctx, span := c.startSpan(ctx, "agentsilo Event", m)
+	_, err := c.call(ctx, m)
+	endSpan(span, err)
 	return err
 }
 

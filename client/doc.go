@@ -17,4 +17,8 @@
 // Every error carries a gRPC code: test it with errors.Is against ErrNotFound
 // and the other sentinels, or read it with status.Code. The package links no
 // part of the silo: only the wire protocol and the error table.
+//
+// Ask, Send and Event run in OpenTelemetry client spans (WithTracerProvider;
+// default the global provider) and carry the W3C traceparent of the
+// caller's trace in the message, so the cluster continues it (tracing.go).
 package client

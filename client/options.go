@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
 
@@ -20,6 +21,8 @@ type options struct {
 	maxSize   int
 	onMessage func(*Message)
 	dialOpts  []grpc.DialOption
+
+	tracerProvider trace.TracerProvider
 }
 
 func defaultOptions() options {

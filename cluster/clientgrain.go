@@ -108,7 +108,7 @@ func (g *Gateway) readable(c *acl.Caller, in []*agentsilov1.ActivationInfo) []*a
 	out := in[:0]
 	for _, ai := range in {
 		a, err := grain.ParseAddress(ai.GetAddress())
-		if err == nil && g.authorize(c, a, acl.Read) == nil {
+		if err == nil && g.cfg.ACL.Allowed(c, a.Owner, a.Alias, acl.Read) {
 			out = append(out, ai)
 		}
 	}

@@ -89,7 +89,10 @@ func newTestCluster(t *testing.T) *testCluster {
 	return c
 }
 
-func (c *testCluster) start(name string) *Silo {
+func (c *testCluster) start(name string) *Silo { return c.startWith(name, nil) }
+
+// startWith starts a silo whose config and registry configure adjusts.
+func (c *testCluster) startWith(name string, configure func(*SiloConfig, *grain.Registry)) *Silo {
 	t := c.t
 	t.Helper()
 	reg := grain.NewRegistry()
@@ -100,6 +103,9 @@ func (c *testCluster) start(name string) *Silo {
 	cfg.HTTPAddr = ""
 	cfg.Etcd = EtcdConfig{Endpoints: []string{c.etcd.cfg.EmbeddedAddr}, Prefix: "/t"}
 	cfg.Logger = testLogger()
+	if configure != nil {
+		configure(&cfg, reg)
+	}
 	s, err := NewSilo(cfg, reg)
 	if err != nil {
 		t.Fatal(err)

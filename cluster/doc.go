@@ -39,4 +39,12 @@
 // addresses, sets the sender itself, and checks every call against the
 // cluster's ACL (package acl), which the Silo keeps in etcd and watches
 // (silo_acl.go). The gateway port also serves the ACL admin service.
+//
+// Observability: each Silo serves Prometheus metrics at /metrics on its
+// HTTP address from a registry of its own (metrics.go: the runtime reports
+// through grain.Observer, the ACL and reminders through small hooks, and
+// what can be read when scraped is read then); it starts OpenTelemetry spans
+// at the gateway and between silos, carrying the W3C traceparent inside the
+// messages (tracing.go); and its logger's records carry trace_id and
+// span_id (TraceLogHandler, logging.go).
 package cluster

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
@@ -75,6 +77,9 @@ type GatewayConfig struct {
 	// and session addresses name this silo so that other silos can reach
 	// them. Nil: a single silo.
 	Cluster ClusterInfo
+	// TracerProvider makes the server span of each client call (see
+	// tracing.go). Default: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 	// Logger receives the gateway's logs. Default: slog.Default().
 	Logger *slog.Logger
 }
@@ -155,6 +160,7 @@ type Gateway struct {
 	server *grpc.Server
 	health *health.Server
 	auth   *authenticator
+	tracer tracer
 
 	addr atomic.Value // string: the listener's address, once serving
 
@@ -194,6 +200,7 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 	}
 	g := &Gateway{
 		auth:     auth,
+		tracer:   newTracer(cfg.TracerProvider),
 		cfg:      cfg,
 		rt:       rt,
 		logger:   cfg.Logger.With("component", "gateway"),
@@ -337,8 +344,11 @@ func stamp(m *agentsilov1.AgentMessage, from string) {
 
 // dispatch runs one client message through the runtime: an Ask for a REQUEST,
 // a Send for ONE_WAY and EVENT. For a Send it returns an empty message with
-// the id the runtime gave.
-func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, timeout time.Duration) (*agentsilov1.AgentMessage, error) {
+// the id the runtime gave. It runs in a server span, child of the trace the
+// client's message carries.
+func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, timeout time.Duration) (r *agentsilov1.AgentMessage, err error) {
+	ctx, span := g.tracer.start(ctx, "gateway "+kindName(m.Kind), trace.SpanKindServer, m, attribute.String("agentsilo.from", m.GetFrom()))
+	defer func() { end(span, err) }()
 	switch m.Kind {
 	case grain.KindRequest:
 		if timeout < 0 {

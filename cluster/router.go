@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -66,6 +68,8 @@ type router struct {
 	rt   *grain.Runtime
 	// membership is m for Serving, set once the silo has joined.
 	membership atomic.Pointer[Membership]
+	// tracer makes the forward and peer spans (see tracing.go).
+	tracer tracer
 	// onView, if set, runs after each view is installed and swept.
 	onView func(prev, cur View)
 
@@ -101,6 +105,7 @@ func newRouter(self string, m *Membership, tp *Transport, log *slog.Logger) *rou
 		leases:  make(map[string]int64),
 		changed: make(chan struct{}),
 		dead:    make(map[Departure]bool),
+		tracer:  newTracer(nil),
 	}
 	r.state.Store(&routeState{})
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -390,7 +395,7 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 }
 
 // Forward implements grain.Placement.
-func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, hops int) (*grain.Message, error) {
+func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, hops int) (_ *grain.Message, err error) {
 	if hops+1 >= MaxHops {
 		return nil, errs.New(codes.Unavailable, "%s: not delivered after %d hops: the silos' views disagree", msg.To, hops+1)
 	}
@@ -398,6 +403,11 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	mi, ok := st.view.Member(silo)
 	if !ok {
 		return nil, errs.New(codes.Unavailable, "%s: silo %s is not in the view", msg.To, silo)
+	}
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = r.tracer.start(ctx, "forward "+kindName(msg.Kind), trace.SpanKindClient, msg, attribute.String("agentsilo.silo", silo))
+		defer func() { end(span, err) }()
 	}
 	env := &Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
 	if msg.Kind == agentsilov1.Kind_KIND_REQUEST {
@@ -419,6 +429,13 @@ func (r *router) HandleRequest(ctx context.Context, from string, env *Envelope) 
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
 	}
 	r.catchUp(ctx, env.GetViewVersion())
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = r.tracer.start(ctx, "peer Ask", trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
+		reply, err := r.rt.AskRemote(ctx, msg, int(env.GetHops()))
+		end(span, err)
+		return reply, err
+	}
 	return r.rt.AskRemote(ctx, msg, int(env.GetHops()))
 }
 
@@ -435,6 +452,11 @@ func (r *router) HandleOneWay(ctx context.Context, from string, env *Envelope) {
 		return
 	}
 	r.catchUp(ctx, env.GetViewVersion())
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = r.tracer.start(ctx, "peer "+kindName(msg.Kind), trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
+		defer span.End()
+	}
 	if err := r.rt.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
 		r.log.Debug("one-way message from a peer not delivered", "from", from, "to", msg.GetTo(), "err", err)
 	}

@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -29,9 +32,17 @@ type SiloConfig struct {
 	// GatewayAddr is the client gateway's listen address. Default:
 	// 127.0.0.1:7070; port 0 picks a free port (see Silo.GatewayAddr).
 	GatewayAddr string
-	// HTTPAddr serves /healthz and /readyz; empty turns it off. Default:
-	// 127.0.0.1:8080.
+	// HTTPAddr serves /healthz, /readyz and /metrics; empty turns it off.
+	// Default: 127.0.0.1:8080.
 	HTTPAddr string
+	// Metrics is the Prometheus registry the silo registers its metrics in
+	// (see metrics.go) and serves at /metrics. Each silo needs its own: a
+	// second silo registering in the same one fails NewSilo. Nil: a new
+	// registry, with the Go runtime's and the process's metrics too.
+	Metrics *prometheus.Registry
+	// TracerProvider makes the silo's spans (see tracing.go). Nil:
+	// otel.GetTracerProvider(), a no-op unless the program sets one.
+	TracerProvider trace.TracerProvider
 	// Insecure lets the gateway listen on a non-loopback address without
 	// authentication.
 	Insecure bool
@@ -69,12 +80,14 @@ type SiloConfig struct {
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
 	// Runtime configures the grain runtime; its Silo, Sessions, Configs and
-	// Reminders fields are set by the silo.
+	// Reminders fields are set by the silo, and its Observer is the silo's
+	// metrics (and the Observer given, if any).
 	Runtime grain.Config
 	// Gateway configures the gateway; its Silo and Addr fields are set by
 	// the silo.
 	Gateway GatewayConfig
-	// Logger receives the silo's logs. Default: slog.Default().
+	// Logger receives the silo's logs; its handler is wrapped with
+	// TraceLogHandler. Default: slog.Default().
 	Logger *slog.Logger
 }
 
@@ -128,6 +141,7 @@ type Silo struct {
 	router    *router
 	faults    *faults
 	stopc     chan struct{}
+	metrics   *metrics
 
 	errc      chan error
 	serving   sync.WaitGroup
@@ -143,6 +157,7 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(TraceLogHandler(cfg.Logger.Handler()))
 	if cfg.Runtime.Logger == nil {
 		cfg.Runtime.Logger = cfg.Logger
 	}
@@ -170,7 +185,18 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if cfg.GossipAddr == "" {
 		cfg.GossipAddr = "127.0.0.1:0"
 	}
-	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, errc: make(chan error, 3), stopc: make(chan struct{})}, nil
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+		if err := registerRuntimeCollectors(cfg.Metrics); err != nil {
+			return nil, fmt.Errorf("cluster: metrics: %w", err)
+		}
+	}
+	m, err := newMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
+	}
+	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
+	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, metrics: m, errc: make(chan error, 3), stopc: make(chan struct{})}, nil
 }
 
 // Start starts the silo: etcd access, the silo-to-silo transport, the
@@ -189,7 +215,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	if s.etcd, err = StartEtcd(ctx, ecfg); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.logger); err != nil {
+	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.metrics.denied, s.logger); err != nil {
 		return fmt.Errorf("acl: %w", err)
 	}
 	var lc net.ListenConfig
@@ -227,6 +253,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		}
 	}
 	r = newRouter(s.cfg.Name, nil, s.tp, s.logger)
+	r.tracer = newTracer(s.cfg.TracerProvider)
 	s.router = r
 
 	if s.reminders, err = reminders.New(ctx, reminders.Config{
@@ -236,6 +263,8 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
 		Owns:      r.owns,
 		Logger:    s.logger,
+
+		ObserveLateness: s.metrics.observeLateness,
 	}); err != nil {
 		return fmt.Errorf("reminders: %w", err)
 	}
@@ -296,14 +325,21 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	gcfg.PeerAddr = mcfg.PeerAddr
 	gcfg.Cluster = r
 	gcfg.ACL = s.acl
+	gcfg.TracerProvider = s.cfg.TracerProvider
 	if s.gw, err = NewGateway(gcfg, s.rt); err != nil {
 		return err
 	}
 	relay.Set(s.gw)
+	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
 		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("GET /readyz", s.readyz)
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{
+			ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		}))
 		if s.faults != nil {
 			mux.HandleFunc("POST /debug/partition", s.partition)
 		}
@@ -422,6 +458,10 @@ func (s *Silo) readyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	fmt.Fprintln(w, "ready")
 }
+
+// Metrics returns the Prometheus registry of the silo's metrics, which
+// /metrics serves.
+func (s *Silo) Metrics() *prometheus.Registry { return s.cfg.Metrics }
 
 // Runtime returns the silo's grain runtime (nil before Start).
 func (s *Silo) Runtime() *grain.Runtime { return s.rt }

@@ -18,8 +18,8 @@ const aclLoadWait = 10 * time.Second
 // startACL starts the silo's view of the cluster's ACL, kept in etcd under
 // the silo's prefix and seeded from file (the --acl-file, FabrCore's "Acl"
 // JSON section) when etcd holds none yet.
-func startACL(ctx context.Context, e *Etcd, file string, logger *slog.Logger) (*acl.Authority, error) {
-	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), Logger: logger}
+func startACL(ctx context.Context, e *Etcd, file string, onDenied func(acl.Permission), logger *slog.Logger) (*acl.Authority, error) {
+	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), OnDenied: onDenied, Logger: logger}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {

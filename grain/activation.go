@@ -104,12 +104,19 @@ func (a *activation) handle(env *envelope) {
 	if parent == nil {
 		parent = a.rt.base
 	}
-	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline}
+	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	a.cur.Store(t)
+	var start time.Time
+	if a.rt.cfg.Observer != nil {
+		start = time.Now()
+	}
 	reply, err := a.invoke(t, env.msg)
 	a.cur.Store(nil)
 	t.end()
+	if a.rt.cfg.Observer != nil {
+		a.handled(env.msg, err, start)
+	}
 	a.respond(env, reply, err)
 }
 
@@ -126,7 +133,7 @@ func (a *activation) reenters(msg *Message) bool {
 // runReentrant runs env as a nested turn on the caller's goroutine. It
 // returns false if the activation ended before the turn could start.
 func (a *activation) runReentrant(env *envelope) bool {
-	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline}
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	if a.gone {
 		a.exec.Unlock()
@@ -137,8 +144,15 @@ func (a *activation) runReentrant(env *envelope) bool {
 		a.respond(env, nil, errNotServing)
 		return true
 	}
+	var start time.Time
+	if a.rt.cfg.Observer != nil {
+		start = time.Now()
+	}
 	reply, err := a.invoke(t, env.msg)
 	t.end()
+	if a.rt.cfg.Observer != nil {
+		a.handled(env.msg, err, start)
+	}
 	a.respond(env, reply, err)
 	return true
 }

@@ -15,12 +15,16 @@ func BenchmarkAsk(b *testing.B) { benchAsk(b, 1) }
 
 func BenchmarkAsk64(b *testing.B) { benchAsk(b, 64) }
 
-func benchAsk(b *testing.B, callers int) {
+func benchAsk(b *testing.B, callers int) { benchAskWith(b, callers, func(*Config) {}) }
+
+func benchAskWith(b *testing.B, callers int, configure func(*Config)) {
 	reg := NewRegistry()
 	if err := reg.Register("Echo", echoFactory); err != nil {
 		b.Fatal(err)
 	}
-	rt, err := New(DefaultConfig(), reg)
+	cfg := DefaultConfig()
+	configure(&cfg)
+	rt, err := New(cfg, reg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -36,6 +36,9 @@ type Config struct {
 	// Placement places addresses across a cluster's silos. Nil: every
 	// address is hosted here.
 	Placement Placement
+	// Observer, if set, is told of every message handled or refused, for
+	// metrics (see Observer). Nil: nothing is observed.
+	Observer Observer
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
 }

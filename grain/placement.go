@@ -223,6 +223,7 @@ func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 		}
 		err := rt.deliver(ctx, nil, env)
 		if !errors.Is(err, ErrMoved) || i == maxReroutes {
+			rt.refused(env.msg, err)
 			return err
 		}
 	}

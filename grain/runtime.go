@@ -224,6 +224,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 	}
 	if err != nil {
 		env.release()
+		rt.refused(msg, err)
 		return nil, err
 	}
 	if t != nil {
@@ -245,12 +246,14 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 			}
 			if !errors.Is(err, ErrMoved) || i == maxReroutes {
 				env.release()
+				rt.refused(msg, err)
 				return nil, err
 			}
 			a = nil
 		}
 	} else if err := rt.deliver(ctx, a, env); err != nil {
 		env.release()
+		rt.refused(msg, err)
 		return nil, err
 	}
 	select {
@@ -270,6 +273,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops int) error {
 	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0)
 	if err != nil {
+		rt.refused(msg, err)
 		return err
 	}
 	if isSession(msg.To) {
@@ -281,7 +285,9 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 	if rt.cfg.Placement != nil {
 		return rt.route(ctx, &envelope{msg: msg}, hops)
 	}
-	return rt.deliver(ctx, a, &envelope{msg: msg})
+	err = rt.deliver(ctx, a, &envelope{msg: msg})
+	rt.refused(msg, err)
+	return err
 }
 
 // prepare validates msg, resolves msg.To to its canonical form and, if stamp,
@@ -318,6 +324,9 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 	}
 	if t != nil {
 		msg.CallChainId = t.chain
+		if msg.Traceparent == "" {
+			msg.Traceparent = t.msg.GetTraceparent()
+		}
 	} else if msg.CallChainId == "" {
 		msg.CallChainId = msg.Id
 	}

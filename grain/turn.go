@@ -36,10 +36,14 @@ type turn struct {
 	// parent's Done and Deadline (whose Done is nil then).
 	expired  <-chan struct{}
 	deadline time.Time
+	// msg is the message being handled: the messages sent from the turn
+	// inherit its traceparent (see prepare). A pointer, not a copy of the
+	// string, keeps a turn in the 96-byte size class.
+	msg *Message
 
 	mu      sync.Mutex
-	waiting int  // outstanding Asks made with this turn's context
-	done    bool // the handler returned
+	waiting int32 // outstanding Asks made with this turn's context
+	done    bool  // the handler returned
 }
 
 type turnKey struct{}

@@ -52,6 +52,10 @@ type Config struct {
 	// PageSize is the number of reminders read per request while loading.
 	// Default: 1000.
 	PageSize int
+	// ObserveLateness, if set, is called for every tick fired, with how
+	// late it fires after its due time (for metrics). It is called from the
+	// scheduler's goroutine with the service's lock held: it must be quick.
+	ObserveLateness func(late time.Duration)
 	// Clock is the scheduler's time. Default: RealClock.
 	Clock Clock
 	// Logger receives the service's logs. Default: slog.Default().

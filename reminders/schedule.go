@@ -119,6 +119,9 @@ func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) 
 			s.heap.remove(e)
 			continue
 		}
+		if f := s.cfg.ObserveLateness; f != nil {
+			f(now.Sub(e.next))
+		}
 		a := e.addr.String()
 		batch = append(batch, &grain.Message{From: a, To: a, MessageType: e.r.MessageType, Message: e.r.Message})
 		e.next = nextAfter(e.r, now)

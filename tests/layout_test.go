@@ -71,3 +71,19 @@ func TestNoEtcdInSDK(t *testing.T) {
 		}
 	}
 }
+
+// TestNoMetricsInGrain: the runtime reports through grain.Observer, and
+// the metrics and tracing libraries are imported by cluster (and the SDK's
+// tracing by client), not by grain. (protoactor-go itself links
+// Prometheus and OpenTelemetry, so this checks grain's own imports.)
+func TestNoMetricsInGrain(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{join .Imports "\n"}}`, "../grain/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		if strings.HasPrefix(dep, "github.com/prometheus/") || strings.HasPrefix(dep, "go.opentelemetry.io/") {
+			t.Errorf("grain imports %s", dep)
+		}
+	}
+}

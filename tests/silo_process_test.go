@@ -15,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 )
 
 // bins holds the silo and client binaries, built once per test run.
@@ -217,6 +220,21 @@ func TestSiloProcess(t *testing.T) {
 	if got := p.mustAsk("Counter:c", "add 2"); got != "2" {
 		t.Fatalf("Counter replied %q", got)
 	}
+	// Its metrics say so.
+	m := scrapeMetrics(t, p.http)
+	for _, c := range []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"agentsilo_calls_total", map[string]string{"type": "(unregistered)", "kind": "REQUEST", "code": "NotFound"}, 1},
+		{"agentsilo_calls_total", map[string]string{"type": "Counter", "kind": "REQUEST", "code": "OK"}, 1},
+		{"agentsilo_view_members", nil, 1},
+	} {
+		if got := metricValue(m, c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
 	if code := p.stop(syscall.SIGTERM); code != 0 {
 		t.Fatalf("SIGTERM: exit %d\n%s", code, p.stderr.String())
 	}
@@ -265,4 +283,38 @@ func clipArgs(args []string) string {
 		return s[:80] + "..."
 	}
 	return s
+}
+
+// scrapeMetrics reads and parses a silo's /metrics.
+func scrapeMetrics(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var p expfmt.TextParser
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("/metrics: %v", err)
+	}
+	return fams
+}
+
+// metricValue is the value of the counter or gauge name with exactly labels.
+func metricValue(fams map[string]*dto.MetricFamily, name string, labels map[string]string) float64 {
+	for _, m := range fams[name].GetMetric() {
+		got := map[string]string{}
+		for _, lp := range m.GetLabel() {
+			got[lp.GetName()] = lp.GetValue()
+		}
+		if fmt.Sprint(got) != fmt.Sprint(labels) && !(len(got) == 0 && len(labels) == 0) {
+			continue
+		}
+		if c := m.GetCounter(); c != nil {
+			return c.GetValue()
+		}
+		return m.GetGauge().GetValue()
+	}
+	return -1
 }
