@@ -231,6 +231,8 @@ type Membership struct {
 	// gossip address, as gossip events told (memberlist's Members returns
 	// nodes it goes on changing, so they are read only inside its events).
 	alive map[string]string
+	// gossipChanged is closed and replaced at every gossip event.
+	gossipChanged chan struct{}
 	// retired holds the leases of incarnations that gossip showed replaced
 	// by a new one under the same name.
 	retired map[clientv3.LeaseID]bool
@@ -335,19 +337,20 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 	}
 
 	m := &Membership{
-		cfg:        cfg,
-		log:        cfg.Logger.With("silo", cfg.Name),
-		client:     cfg.Client,
-		dir:        cfg.Prefix + "members/",
-		fenceAfter: cfg.FenceAfter,
-		changed:    make(chan struct{}),
-		subs:       make(map[int]chan View),
-		departed:   make(map[string]departure),
-		revokeC:    make(chan struct{}, 1),
-		fenced:     make(chan struct{}),
-		known:      make(map[string]clientv3.LeaseID),
-		alive:      make(map[string]string),
-		retired:    make(map[clientv3.LeaseID]bool),
+		cfg:           cfg,
+		log:           cfg.Logger.With("silo", cfg.Name),
+		client:        cfg.Client,
+		dir:           cfg.Prefix + "members/",
+		fenceAfter:    cfg.FenceAfter,
+		changed:       make(chan struct{}),
+		subs:          make(map[int]chan View),
+		departed:      make(map[string]departure),
+		revokeC:       make(chan struct{}, 1),
+		fenced:        make(chan struct{}),
+		known:         make(map[string]clientv3.LeaseID),
+		alive:         make(map[string]string),
+		gossipChanged: make(chan struct{}),
+		retired:       make(map[clientv3.LeaseID]bool),
 	}
 	m.key = m.dir + cfg.Name
 	m.ctx, m.cancel = context.WithCancel(context.Background())
@@ -1021,6 +1024,8 @@ func (m *Membership) noteGossip(n *memberlist.Node, left bool) {
 	} else {
 		m.alive[n.Name] = n.Address()
 	}
+	close(m.gossipChanged)
+	m.gossipChanged = make(chan struct{})
 	m.mlMu.Unlock()
 	switch {
 	case left && lease != 0:
@@ -1084,14 +1089,26 @@ func (m *Membership) revoke(r revokeReq) {
 	if !r.proven {
 		// A death that gossip reports about an incarnation the silo
 		// refutes (a restarted silo sees its predecessor's leave, and
-		// answers it at once) is not a death: give the refutation time
-		// to arrive.
+		// answers it at once) is not a death: the refutation gets
+		// revokeGrace to arrive.
 		t := time.NewTimer(revokeGrace)
-		select {
-		case <-m.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
+		defer t.Stop()
+	grace:
+		for {
+			m.mlMu.Lock()
+			ch := m.gossipChanged
+			m.mlMu.Unlock()
+			if m.aliveUnder(r.name, r.lease) {
+				m.log.Info("not removing a silo gossip declared dead: it is alive again", "member", r.name)
+				return
+			}
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-ch:
+			case <-t.C:
+				break grace
+			}
 		}
 	}
 	backoff := 100 * time.Millisecond
