@@ -27,6 +27,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -154,6 +155,7 @@ type objects struct {
 	statefulSets map[string]*appsv1.StatefulSet
 	services     map[string]*corev1.Service
 	pdbs         map[string]*policyv1.PodDisruptionBudget
+	netpols      map[string]*networkingv1.NetworkPolicy
 	configMaps   map[string]*corev1.ConfigMap
 	secrets      map[string]*corev1.Secret
 }
@@ -171,6 +173,7 @@ func render(t *testing.T, dir string) *objects {
 		statefulSets: map[string]*appsv1.StatefulSet{},
 		services:     map[string]*corev1.Service{},
 		pdbs:         map[string]*policyv1.PodDisruptionBudget{},
+		netpols:      map[string]*networkingv1.NetworkPolicy{},
 		configMaps:   map[string]*corev1.ConfigMap{},
 		secrets:      map[string]*corev1.Secret{},
 	}
@@ -193,6 +196,9 @@ func render(t *testing.T, dir string) *objects {
 		case "policy/v1 PodDisruptionBudget":
 			v := &policyv1.PodDisruptionBudget{}
 			o.pdbs[name], obj = v, v
+		case "networking.k8s.io/v1 NetworkPolicy":
+			v := &networkingv1.NetworkPolicy{}
+			o.netpols[name], obj = v, v
 		case "v1 ConfigMap":
 			v := &corev1.ConfigMap{}
 			o.configMaps[name], obj = v, v
@@ -275,6 +281,7 @@ func TestKustomizations(t *testing.T) {
 			checkSilo(t, o, want, flags, paths)
 			checkSelectors(t, o)
 			checkServicePorts(t, o)
+			checkSiloNetworkPolicy(t, o)
 			for _, s := range o.statefulSets {
 				checkPod(t, s, o, want)
 			}
@@ -903,6 +910,57 @@ func checkSelectors(t *testing.T, o *objects) {
 			continue
 		}
 		selects("PodDisruptionBudget "+pdb.Name, sel)
+	}
+}
+
+// checkSiloNetworkPolicy: the silo pods' peer and gossip ports admit only
+// silo pods (a request on the peer port skips the gateway's authentication
+// and ACL), and every port a rule names is a declared container port.
+func checkSiloNetworkPolicy(t *testing.T, o *objects) {
+	t.Helper()
+	silo := o.statefulSets["silo"]
+	if silo == nil {
+		t.Fatal("no StatefulSet silo")
+	}
+	podLabels := labels.Set(silo.Spec.Template.Labels)
+	declared := map[string]bool{}
+	for _, c := range silo.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			declared[p.Name] = true
+		}
+	}
+	internal := map[string]bool{"peer": true, "gossip": true, "gossip-udp": true}
+	covered := false
+	for _, np := range o.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil || !sel.Matches(podLabels) {
+			continue
+		}
+		covered = true
+		for _, rule := range np.Spec.Ingress {
+			onlySilos := len(rule.From) > 0
+			for _, from := range rule.From {
+				fs, err := metav1.LabelSelectorAsSelector(from.PodSelector)
+				if from.PodSelector == nil || err != nil || fs.Empty() || !fs.Matches(podLabels) || from.IPBlock != nil || from.NamespaceSelector != nil {
+					onlySilos = false
+				}
+			}
+			if len(rule.Ports) == 0 && !onlySilos {
+				t.Errorf("NetworkPolicy %s: a rule admits every port from outside the silos", np.Name)
+			}
+			for _, p := range rule.Ports {
+				if p.Port == nil || !declared[p.Port.String()] {
+					t.Errorf("NetworkPolicy %s: port %v is not a named container port of the silo", np.Name, p.Port)
+					continue
+				}
+				if internal[p.Port.String()] && !onlySilos {
+					t.Errorf("NetworkPolicy %s: port %s is open beyond the silo pods", np.Name, p.Port.String())
+				}
+			}
+		}
+	}
+	if !covered {
+		t.Error("no NetworkPolicy selects the silo pods: their peer and gossip ports would be open to every pod")
 	}
 }
 
