@@ -19,13 +19,17 @@ import (
 // an in-process cluster, from the start of OnActivate to the end of
 // OnDeactivate, and records any moment at which an address had two.
 type liveness struct {
+	blocked  chan struct{} // a "block" message has started its turn
+	unblock  chan struct{} // closing it ends the turns of "block" messages
 	mu       sync.Mutex
 	live     map[string]int
 	overlaps []string
 	started  atomic.Int64
 }
 
-func newLiveness() *liveness { return &liveness{live: make(map[string]int)} }
+func newLiveness() *liveness {
+	return &liveness{live: make(map[string]int), blocked: make(chan struct{}, 1), unblock: make(chan struct{})}
+}
 
 func (l *liveness) register(t *testing.T, reg *grain.Registry, silo string) {
 	t.Helper()
@@ -71,6 +75,10 @@ func (p *probe) OnDeactivate(context.Context, grain.Reason) {
 }
 
 func (p *probe) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+	if m.Message == "block" {
+		p.l.blocked <- struct{}{}
+		<-p.l.unblock
+	}
 	r := m.Response()
 	r.Message = p.silo
 	return r, nil
@@ -305,4 +313,45 @@ func containsAny(s string, subs ...string) bool {
 		}
 	}
 	return false
+}
+
+// A turn that takes long on a silo that must give its agent away does not
+// hold up that silo's later views: it installs them at once, and the agent
+// moves when the turn ends.
+func TestClusterLongTurnDoesNotBlockViews(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	s1 := c.start("s1")
+	c.waitView("s1")
+	var to string
+	for i := 0; ; i++ {
+		to = fmt.Sprintf("Probe:test:long%d", i)
+		if Owner(to, []string{"s1", "s2"}) == "s2" && Owner(to, []string{"s1", "s2", "s3"}) != "s1" {
+			break
+		}
+	}
+	asked := make(chan error, 1)
+	go func() {
+		_, err := s1.Runtime().Ask(context.Background(), &grain.Message{To: to, From: "Client:test:x", Message: "block"})
+		asked <- err
+	}()
+	<-c.l.blocked // the turn runs on s1
+	c.start("s2")
+	c.start("s3")
+	c.waitView("s1", "s2", "s3") // s1 too, while its turn still runs
+	select {
+	case err := <-asked:
+		t.Fatalf("the turn ended before it was let go: %v", err)
+	default:
+	}
+	close(c.l.unblock)
+	if err := <-asked; err != nil {
+		t.Fatal(err)
+	}
+	want := Owner(to, []string{"s1", "s2", "s3"})
+	if got, err := ask(t.Context(), s1, to); err != nil || got != want {
+		t.Fatalf("after the turn: %q, %v; want an answer from the new owner %s", got, err, want)
+	}
+	c.l.check(t)
 }

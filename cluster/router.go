@@ -118,12 +118,17 @@ func (r *router) start(rt *grain.Runtime) {
 	r.membership.Store(r.m)
 	views, cancel := r.m.Subscribe()
 	r.install(<-views)
-	r.wg.Add(1)
+	// Views are installed as they come; sweeping (which waits for moved
+	// activations to finish their turns) runs beside, on the newest view,
+	// so a long turn never holds up routing by a newer view.
+	sweeps := make(chan View, 1)
+	r.wg.Add(2)
 	go func() {
 		defer r.wg.Done()
 		defer cancel()
+		defer close(sweeps)
 		prev := r.state.Load().view
-		r.sweep(prev)
+		sweeps <- prev
 		for {
 			select {
 			case <-r.ctx.Done():
@@ -133,12 +138,22 @@ func (r *router) start(rt *grain.Runtime) {
 					return
 				}
 				r.install(v)
-				r.sweep(v)
+				select { // replace a sweep not yet started
+				case <-sweeps:
+				default:
+				}
+				sweeps <- v
 				if r.onView != nil {
 					r.onView(prev, v)
 				}
 				prev = v
 			}
+		}
+	}()
+	go func() {
+		defer r.wg.Done()
+		for v := range sweeps {
+			r.sweep(v)
 		}
 	}()
 }
