@@ -6,11 +6,17 @@ import (
 	"os"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // JournalType is the agent type name RegisterJournal registers.
 const JournalType = "Journal"
+
+// errNotServing: the silo no longer serves the agent (see grain.Host.Serving).
+var errNotServing = errs.New(codes.Unavailable, "journal: the silo no longer serves this agent")
 
 // Journal is a test agent for the single-activation invariant. Each
 // activation appends a line to a journal file shared by every silo on the
@@ -75,7 +81,14 @@ func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message
 }
 
 func (j *Journal) record(event, suffix string) error {
-	line := fmt.Sprintf("%s %s %s %d %d%s\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), time.Now().UnixNano(), suffix)
+	// The time is taken before the check: a process paused in between
+	// writes nothing once it resumes past its fence, and one paused after
+	// the check writes a time from before the pause.
+	now := time.Now().UnixNano()
+	if !j.host.Serving() {
+		return errNotServing
+	}
+	line := fmt.Sprintf("%s %s %s %d %d%s\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), now, suffix)
 	if _, err := j.file.Write([]byte(line)); err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}

@@ -307,6 +307,7 @@ func hasEnvelopes(ms []any) bool {
 func (a *activation) Address() Address { return a.addr }
 func (a *activation) Owner() string    { return a.addr.Owner }
 func (a *activation) Silo() string     { return a.rt.cfg.Silo }
+func (a *activation) Serving() bool    { return a.rt.serving() }
 
 func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
 	if msg == nil {
