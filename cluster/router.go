@@ -454,6 +454,18 @@ func (r *router) HandleRequest(ctx context.Context, from string, env *Envelope) 
 	return r.rt.AskRemote(ctx, msg, int(env.GetHops()))
 }
 
+// TryHandleRequest takes, without a goroutine of its own, a forwarded request
+// for a live activation here (see grain.Runtime.TryAskRemote); everything
+// else (runtime messages, a sender with a newer view, traced messages) goes
+// to HandleRequest.
+func (r *router) TryHandleRequest(ctx context.Context, _ string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
+	msg := env.GetMessage()
+	if msg.GetTraceparent() != "" || r.state.Load().view.Version < env.GetViewVersion() {
+		return false
+	}
+	return r.rt.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
+}
+
 // HandleOneWay implements TransportHandler.
 func (r *router) HandleOneWay(ctx context.Context, from string, env *Envelope) {
 	msg := env.GetMessage()

@@ -368,6 +368,11 @@ func (h handlerFunc) HandleOneWay(ctx context.Context, from string, env *Envelop
 	h().HandleOneWay(ctx, from, env)
 }
 
+func (h handlerFunc) TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
+	ah, ok := h().(asyncHandler)
+	return ok && ah.TryHandleRequest(ctx, from, env, reply)
+}
+
 // gossipConfig adjusts memberlist's configuration: the advertised address,
 // and the fault-injecting transport.
 func (s *Silo) gossipConfig(c *memberlist.Config) {

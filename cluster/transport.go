@@ -936,6 +936,9 @@ func (in *tpInbound) read(srv agentsilov1.Peer_StreamServer) {
 		for _, e := range b.Envelopes {
 			switch e.Kind {
 			case agentsilov1.Kind_KIND_REQUEST:
+				if in.tryAsync(e) {
+					continue
+				}
 				t.wg.Add(1)
 				t.workers.run(t, func() { in.serve(e) })
 			case agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
@@ -971,11 +974,41 @@ func (t *Transport) tpHandlerCtx(ctx context.Context, env *Envelope) (context.Co
 	return t.deadlines.Context(context.Background(), dl.UnixNano()), func() {}, true
 }
 
+// asyncHandler is a TransportHandler that can take some requests without a
+// goroutine waiting for each: TryHandleRequest returns false, having done
+// nothing, for a request it leaves to HandleRequest; when it returns true,
+// reply is called once with the result, and must not be held up for long.
+type asyncHandler interface {
+	TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool
+}
+
+// tryAsync hands env to the handler's TryHandleRequest, if it has one and
+// takes it.
+func (in *tpInbound) tryAsync(env *Envelope) bool {
+	t := in.t
+	ah, ok := t.cfg.Handler.(asyncHandler)
+	if !ok {
+		return false
+	}
+	ctx, _, ok := t.tpHandlerCtx(in.ctx, env)
+	if !ok {
+		return false // answered DeadlineExceeded by serve
+	}
+	t.wg.Add(1)
+	taken := ah.TryHandleRequest(ctx, in.from, env, func(msg *agentsilov1.AgentMessage, err error) {
+		defer t.wg.Done()
+		in.respond(env, msg, err)
+	})
+	if !taken {
+		t.wg.Done()
+	}
+	return taken
+}
+
 // serve handles one request and queues its response.
 func (in *tpInbound) serve(env *Envelope) {
 	t := in.t
 	defer t.wg.Done()
-	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
 	ctx, cancel, ok := t.tpHandlerCtx(in.ctx, env)
 	var msg *agentsilov1.AgentMessage
 	var err error
@@ -985,6 +1018,13 @@ func (in *tpInbound) serve(env *Envelope) {
 		err = errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo())
 	}
 	cancel()
+	in.respond(env, msg, err)
+}
+
+// respond queues the response to the request env.
+func (in *tpInbound) respond(env *Envelope, msg *agentsilov1.AgentMessage, err error) {
+	t := in.t
+	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
 	size := 64
 	if err == nil && msg != nil {
 		if n := proto.Size(msg); n > t.cfg.MaxMessageSize {

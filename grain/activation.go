@@ -19,7 +19,11 @@ import (
 type envelope struct {
 	msg   *Message
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
-	reply chan result     // buffered; nil unless msg is a REQUEST
+	reply chan result     // buffered; nil unless msg is a REQUEST (or done is set)
+	// done, if set, takes a REQUEST's result instead of reply (see
+	// Runtime.TryAskRemote); it is called once, from the activation's
+	// goroutine or the runtime's.
+	done func(*Message, error)
 	// For a request whose ctx has neither deadline nor Done: the default
 	// deadline, from the runtime's shared deadlines.
 	expired  <-chan struct{}
@@ -30,6 +34,18 @@ type envelope struct {
 // envelopes recycles the envelopes (and reply channels) of requests whose
 // reply was received; see release.
 var envelopes = sync.Pool{New: func() any { return &envelope{reply: make(chan result, 1)} }}
+
+// isRequest reports whether env waits for a result.
+func (env *envelope) isRequest() bool { return env.reply != nil || env.done != nil }
+
+// complete gives a request its result.
+func (env *envelope) complete(r result) {
+	if env.done != nil {
+		env.done(r.msg, r.err)
+		return
+	}
+	env.reply <- r
+}
 
 // release returns a request's envelope to the pool. Call it only once nothing
 // else can touch env: the reply was received, or env was never queued.
@@ -193,14 +209,14 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 
 // respond completes a request, or logs a one-way message's error.
 func (a *activation) respond(env *envelope, reply *Message, err error) {
-	if env.reply == nil {
+	if !env.isRequest() {
 		if err != nil {
 			a.rt.logger.Debug("one-way message failed", "agent", a.key, "message_type", env.msg.MessageType, "err", err)
 		}
 		return
 	}
 	if err != nil {
-		env.reply <- result{err: err}
+		env.complete(result{err: err})
 		return
 	}
 	if reply == nil {
@@ -212,7 +228,7 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 	if reply.Id == "" {
 		reply.Id = newIDAt(env.now)
 	}
-	env.reply <- result{msg: reply}
+	env.complete(result{msg: reply})
 }
 
 // requestDeactivation queues a deactivation behind the messages queued now.
@@ -275,11 +291,11 @@ func (a *activation) finish(reason Reason) {
 			next.mb.PostUserMessage(env)
 		case !owned && !rt.closing.Load():
 			moved = append(moved, env)
-		case env.reply != nil:
+		case env.isRequest():
 			if err == nil {
 				err = errs.New(codes.Unavailable, "agent %s is deactivating", a.key)
 			}
-			env.reply <- result{err: err}
+			env.complete(result{err: err})
 		}
 	}
 	sh.mu.Unlock()

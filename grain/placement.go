@@ -88,6 +88,41 @@ func (rt *Runtime) SendRemote(ctx context.Context, msg *Message, hops int) error
 	return rt.tell(ctx, ownerOf(msg.From), msg, hops)
 }
 
+// TryAskRemote is AskRemote without a goroutine waiting for the reply, for
+// the common case: msg, a REQUEST another silo forwarded (id and call chain
+// set), is for a live activation owned here that it can join at once (not a
+// call that re-enters a waiting turn, room in the mailbox). Then it queues msg
+// and returns true, and done gets the reply or error later, from the
+// activation's goroutine (or the runtime's), so it must not block for long.
+// Otherwise it returns false and has done nothing: use AskRemote.
+func (rt *Runtime) TryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
+	if msg == nil || msg.Id == "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
+		return false
+	}
+	a := rt.dir.get(msg.To)
+	if a == nil {
+		return false
+	}
+	if p := rt.cfg.Placement; p != nil && p.Route(msg.To) != "" {
+		return false
+	}
+	if approxSize(msg) > rt.cfg.MaxMessageSize/2 {
+		return false
+	}
+	msg.Kind = KindRequest
+	if msg.CallChainId == "" {
+		msg.CallChainId = msg.Id
+	}
+	if a.reenters(msg) {
+		return false
+	}
+	env := &envelope{msg: msg, ctx: ctx, done: done, now: time.Now().UnixNano()}
+	return a.mb.post(closedChan, env) == nil
+}
+
+// closedChan makes a mailbox post give up at once instead of waiting for room.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // Rehome deactivates, each after its current turn and the messages queued
 // before it, the activations for which keep returns false, and returns once
 // they have all ended (their OnDeactivate ran) or ctx ends. Package cluster
@@ -194,10 +229,10 @@ func (rt *Runtime) reroute(envs []*envelope) {
 			defer cancel()
 		}
 		err := rt.route(ctx, env, 0)
-		if err != nil && env.reply != nil {
-			env.reply <- result{err: err}
+		if err != nil && env.isRequest() {
+			env.complete(result{err: err})
 		}
-		if err != nil && env.reply == nil {
+		if err != nil && !env.isRequest() {
 			rt.logger.Debug("message lost in a move", "to", env.msg.To, "err", err)
 		}
 	}
@@ -211,13 +246,13 @@ func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 	p := rt.cfg.Placement
 	for i := 0; ; i++ {
 		if silo := p.Route(env.msg.To); silo != "" {
-			if env.reply == nil {
+			if !env.isRequest() {
 				_, err := rt.forward(ctx, silo, env.msg, hops)
 				return err
 			}
 			go func() {
 				r, err := rt.forward(ctx, silo, env.msg, hops)
-				env.reply <- result{msg: r, err: err}
+				env.complete(result{msg: r, err: err})
 			}()
 			return nil
 		}
