@@ -192,3 +192,35 @@ func TestReleaseWaitsForTheEnd(t *testing.T) {
 		t.Fatalf("%d activations after Release", rt.Len())
 	}
 }
+
+// TryAskRemote takes a forwarded request only for a live activation, and
+// then answers through done.
+func TestTryAskRemote(t *testing.T) {
+	rt := newRuntime(t, DefaultConfig(), map[string]Factory{"Echo": echoFactory})
+	msg := func(text string) *Message {
+		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
+	}
+	if rt.TryAskRemote(t.Context(), msg("a"), 1, func(*Message, error) { t.Error("done called") }) {
+		t.Fatal("taken without a live activation")
+	}
+	if _, err := rt.AskRemote(t.Context(), msg("warm"), 1); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Message, 1)
+	m := msg("b")
+	if !rt.TryAskRemote(t.Context(), m, 1, func(r *Message, err error) {
+		if err != nil {
+			t.Error(err)
+		}
+		got <- r
+	}) {
+		t.Fatal("not taken for a live activation")
+	}
+	r := <-got
+	if r.GetMessage() != "b" || r.GetCorrelationId() != m.Id || r.GetKind() != KindResponse {
+		t.Fatalf("reply %v", r)
+	}
+	if rt.TryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, nil) {
+		t.Fatal("a reserved message type was taken")
+	}
+}
