@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/reminders"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 // EtcdStore is the Store of a cluster: the ACL document as one JSON value
@@ -141,7 +141,7 @@ func (s *EtcdStore) watchOnce(ctx context.Context, f func(Document, int64), last
 	defer cancel()
 	for resp := range s.client.Watch(wctx, s.key, clientv3.WithRev(storeRev+1)) {
 		if err := resp.Err(); err != nil {
-			return reminders.EtcdError(err)
+			return etcderr.Wrap(err)
 		}
 		for _, ev := range resp.Events {
 			switch ev.Type {
@@ -166,7 +166,7 @@ func (s *EtcdStore) watchOnce(ctx context.Context, f func(Document, int64), last
 }
 
 // etcdError keeps the caller's own cancellation or deadline and maps etcd's
-// failures with reminders.EtcdError (the one table; mostly Unavailable).
+// failures with etcderr.Wrap (the one table; mostly Unavailable).
 func etcdError(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		code := codes.Canceled
@@ -175,5 +175,5 @@ func etcdError(ctx context.Context, what string, err error) error {
 		}
 		return errs.New(code, "acl: %s: %v", what, cerr)
 	}
-	return reminders.EtcdError(fmt.Errorf("acl: %s: %w", what, err))
+	return etcderr.Wrap(fmt.Errorf("acl: %s: %w", what, err))
 }

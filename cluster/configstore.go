@@ -12,7 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/reminders"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 // EtcdConfigStore is the grain.ConfigStore of a silo: CreateAgent's
@@ -70,7 +70,7 @@ func (s *EtcdConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[s
 }
 
 // storeError keeps the caller's own cancellation or deadline and maps etcd's
-// failures with reminders.EtcdError (the one table; mostly Unavailable).
+// failures with etcderr.Wrap (the one table; mostly Unavailable).
 func storeError(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		code := codes.Canceled
@@ -79,5 +79,5 @@ func storeError(ctx context.Context, what string, err error) error {
 		}
 		return errs.New(code, "%s: %v", what, cerr)
 	}
-	return reminders.EtcdError(fmt.Errorf("%s: %w", what, err))
+	return etcderr.Wrap(fmt.Errorf("%s: %w", what, err))
 }

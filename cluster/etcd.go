@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/agentsilo/agentsilo/reminders"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 // EtcdConfig says where a silo keeps its durable state: an external etcd
@@ -102,7 +102,7 @@ func (c *EtcdConfig) fill() error {
 
 // Etcd is a silo's connection to etcd, and the embedded etcd server when it
 // runs one. Its client reconnects by itself: while etcd is unreachable, calls
-// through it fail (see reminders.EtcdError, which maps those failures to
+// through it fail (see etcderr.Wrap, which maps those failures to
 // Unavailable) and nothing else of the silo stops.
 type Etcd struct {
 	cfg    EtcdConfig
@@ -144,7 +144,7 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	})
 	if err != nil {
 		e.stopEmbedded()
-		return nil, reminders.EtcdError(fmt.Errorf("connect to etcd %v: %w", endpoints, err))
+		return nil, etcderr.Wrap(fmt.Errorf("connect to etcd %v: %w", endpoints, err))
 	}
 	e.client = client
 	return e, nil

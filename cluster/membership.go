@@ -27,7 +27,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/reminders"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 // Membership has two layers (DESIGN.md, "Cluster"):
@@ -449,9 +449,9 @@ func NewMembership(ctx context.Context, cfg MembershipConfig) (*Membership, erro
 
 func (m *Membership) etcdErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
-		return errs.New(errs.Code(reminders.EtcdError(ctx.Err())), "membership: %s: %v", what, ctx.Err())
+		return errs.New(errs.Code(etcderr.Wrap(ctx.Err())), "membership: %s: %v", what, ctx.Err())
 	}
-	return reminders.EtcdError(fmt.Errorf("membership: %s: %w", what, err))
+	return etcderr.Wrap(fmt.Errorf("membership: %s: %w", what, err))
 }
 
 // abort undoes a failed NewMembership.
@@ -953,7 +953,7 @@ func (m *Membership) waitFor(ctx context.Context, cond func() bool) error {
 		case <-m.fenced:
 			return errs.New(codes.Unavailable, "membership: fenced while joining: %v", m.FenceCause())
 		case <-ctx.Done():
-			return errs.New(errs.Code(reminders.EtcdError(ctx.Err())), "membership: waiting for the view: %v", ctx.Err())
+			return errs.New(errs.Code(etcderr.Wrap(ctx.Err())), "membership: waiting for the view: %v", ctx.Err())
 		}
 	}
 }

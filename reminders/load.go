@@ -3,6 +3,7 @@ package reminders
 import (
 	"context"
 	"errors"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -36,7 +37,7 @@ func (s *Service) sync() {
 				return
 			}
 			backoff = s.backoff(backoff)
-			s.cfg.Logger.Warn("reminders: loading from etcd failed; retrying", "err", EtcdError(err), "retry_in", backoff)
+			s.cfg.Logger.Warn("reminders: loading from etcd failed; retrying", "err", etcderr.Wrap(err), "retry_in", backoff)
 			if !s.sleep(backoff) {
 				return
 			}
@@ -54,7 +55,7 @@ func (s *Service) sync() {
 				break
 			}
 			backoff = s.backoff(backoff)
-			s.cfg.Logger.Warn("reminders: watching etcd failed; resuming", "err", EtcdError(err), "from_revision", from, "retry_in", backoff)
+			s.cfg.Logger.Warn("reminders: watching etcd failed; resuming", "err", etcderr.Wrap(err), "from_revision", from, "retry_in", backoff)
 			if !s.sleep(backoff) {
 				return
 			}

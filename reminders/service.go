@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 // Service implements grain.ReminderService on etcd and fires the reminders of
@@ -295,7 +296,7 @@ func (s *Service) op(ctx context.Context) (context.Context, context.CancelFunc) 
 }
 
 // fail maps an etcd failure: the caller's own cancellation or deadline keeps
-// its code; everything else goes through EtcdError (mostly Unavailable).
+// its code; everything else goes through etcderr.Wrap (mostly Unavailable).
 func (s *Service) fail(ctx context.Context, what string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		code := codes.Canceled
@@ -304,7 +305,7 @@ func (s *Service) fail(ctx context.Context, what string, err error) error {
 		}
 		return errs.New(code, "%s: %v", what, cerr)
 	}
-	return EtcdError(fmt.Errorf("%s: %w", what, err))
+	return etcderr.Wrap(fmt.Errorf("%s: %w", what, err))
 }
 
 func (s *Service) owns(addr grain.Address) bool {

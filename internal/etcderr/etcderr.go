@@ -1,4 +1,7 @@
-package reminders
+// Package etcderr is agentsilo's one table from etcd client failures to gRPC
+// codes, shared by everything that keeps state in etcd: membership, agent
+// configurations, reminders and ACL rules.
+package etcderr
 
 import (
 	"context"
@@ -12,14 +15,12 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
-// EtcdError is agentsilo's one table from etcd client failures to gRPC codes,
-// used by everything that stores in etcd (reminders, agent configurations).
-// Losing etcd is Unavailable: a dead or unreachable server, no leader, a
+// Wrap gives err, an etcd client failure, its agentsilo code. Losing etcd is Unavailable: a dead or unreachable server, no leader, a
 // closed client, and a request that ran out of time waiting for etcd (check
 // the caller's own context first if its deadline should read as
 // DeadlineExceeded). Requests etcd refuses as too large are
 // ResourceExhausted. Errors that already carry an agentsilo code keep it.
-func EtcdError(err error) error {
+func Wrap(err error) error {
 	if err == nil {
 		return nil
 	}
