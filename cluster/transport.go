@@ -135,8 +135,10 @@ type Transport struct {
 	workers   tpWorkers      // reused goroutines for inbound requests
 	deadlines deadline.Slots // the deadlines of inbound envelopes
 
-	// Test hooks, set before any traffic: called on a peer's state changes,
-	// by a sender before it fills a batch, and after an envelope is queued.
+	// Hooks, set before any traffic: called on a peer's state changes (the
+	// silo reports broken streams to its membership through it; tests use
+	// it too), and, for tests, by a sender before it fills a batch and after
+	// an envelope is queued.
 	hookState      func(addr string, up bool)
 	hookBeforeSend func(addr string)
 	hookEnqueued   func(addr string)
