@@ -77,15 +77,21 @@ type router struct {
 	state atomic.Pointer[routeState]
 
 	smu     sync.Mutex
-	swept   map[string]int64 // peer -> newest view version it reported swept
-	last    map[string]int64 // member -> newest view version that had it
-	leases  map[string]int64 // member -> lease of its record in the newest view
-	changed chan struct{}    // closed and replaced when state or swept change
-	dead    map[Departure]bool
+	swept   map[string]int64        // peer -> newest view version it reported swept
+	last    map[string]int64        // member -> newest view version that had it
+	leases  map[string]int64        // member -> lease of its record in the newest view
+	changed chan struct{}           // closed and replaced when state or swept change
+	probes  map[Departure]dialProbe // provenDead's last dial of each departure
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+}
+
+// dialProbe is the outcome of a dial to a departed silo's peer port.
+type dialProbe struct {
+	dead bool
+	at   time.Time
 }
 
 type routeState struct {
@@ -104,7 +110,7 @@ func newRouter(self string, m *Membership, tp *Transport, log *slog.Logger) *rou
 		last:    make(map[string]int64),
 		leases:  make(map[string]int64),
 		changed: make(chan struct{}),
-		dead:    make(map[Departure]bool),
+		probes:  make(map[Departure]dialProbe),
 		tracer:  newTracer(nil),
 	}
 	r.state.Store(&routeState{})
@@ -342,19 +348,19 @@ func (r *router) provenDead(ctx context.Context, d Departure) bool {
 		return false
 	}
 	r.smu.Lock()
-	dead := r.dead[d]
+	p, ok := r.probes[d]
 	r.smu.Unlock()
-	if dead {
-		return true
+	if ok && (p.dead || time.Since(p.at) < 250*time.Millisecond) {
+		return p.dead // one dial serves the claims of a quarter second
 	}
-	if !refused(ctx, d.PeerAddr) {
-		return false
-	}
+	dead := refused(ctx, d.PeerAddr)
 	r.smu.Lock()
-	r.dead[d] = true
+	r.probes[d] = dialProbe{dead: dead, at: time.Now()}
 	r.smu.Unlock()
-	r.log.Info("a departed silo is proven dead (its peer port refuses connections); taking over without waiting for its fence", "silo", d.Name)
-	return true
+	if dead && !p.dead {
+		r.log.Info("a departed silo is proven dead (its peer port refuses connections); taking over without waiting for its fence", "silo", d.Name)
+	}
+	return dead
 }
 
 // refused reports whether a TCP connection to addr is refused: the host is
