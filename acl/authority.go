@@ -55,11 +55,11 @@ type Authority struct {
 // NewAuthority checks cfg and returns an Authority; Start begins watching.
 func NewAuthority(cfg Config) (*Authority, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("acl: NewAuthority: nil Store")
+		return nil, errs.New(codes.InvalidArgument, "acl: NewAuthority: nil Store")
 	}
 	if cfg.Seed != nil {
 		if err := cfg.Seed.Validate(); err != nil {
-			return nil, err
+			return nil, err // InvalidArgument
 		}
 		seed := cfg.Seed.Clone()
 		seed.normalize()
@@ -241,7 +241,7 @@ func (a *Authority) Update(ctx context.Context, rev int64, f func(d *Document) e
 			return Document{}, 0, err
 		}
 		if err := d.Validate(); err != nil {
-			return Document{}, 0, errs.New(codes.InvalidArgument, "%v", err)
+			return Document{}, 0, err // InvalidArgument
 		}
 		next, err := a.cfg.Store.Put(ctx, d, cur)
 		if errors.Is(err, ErrConflict) && rev == 0 && attempt < 16 {

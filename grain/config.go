@@ -2,10 +2,13 @@ package grain
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -55,19 +58,19 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate reports the first invalid field.
+// Validate reports the first invalid field, as InvalidArgument.
 func (c *Config) Validate() error {
 	switch {
 	case c.MailboxSize < 1:
-		return fmt.Errorf("grain: MailboxSize %d must be at least 1", c.MailboxSize)
+		return errs.New(codes.InvalidArgument, "grain: MailboxSize %d must be at least 1", c.MailboxSize)
 	case c.AskTimeout <= 0:
-		return fmt.Errorf("grain: AskTimeout %v must be positive", c.AskTimeout)
+		return errs.New(codes.InvalidArgument, "grain: AskTimeout %v must be positive", c.AskTimeout)
 	case c.IdleTimeout <= 0:
-		return fmt.Errorf("grain: IdleTimeout %v must be positive", c.IdleTimeout)
+		return errs.New(codes.InvalidArgument, "grain: IdleTimeout %v must be positive", c.IdleTimeout)
 	case c.DeactivateTimeout <= 0:
-		return fmt.Errorf("grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
+		return errs.New(codes.InvalidArgument, "grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
 	case c.MaxMessageSize < 1024:
-		return fmt.Errorf("grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+		return errs.New(codes.InvalidArgument, "grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
 	}
 	return nil
 }

@@ -61,7 +61,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 		return nil, err
 	}
 	if reg == nil {
-		return nil, errors.New("grain: nil Registry")
+		return nil, errs.New(codes.InvalidArgument, "grain: nil Registry")
 	}
 	if cfg.Configs == nil {
 		cfg.Configs = NewMemoryConfigStore()

@@ -697,3 +697,26 @@ func TestNewID(t *testing.T) {
 		prev = id[:13]
 	}
 }
+
+// Configuration errors are InvalidArgument.
+func TestConfigErrorsAreInvalidArgument(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.MailboxSize = 0 },
+		func(c *Config) { c.AskTimeout = 0 },
+		func(c *Config) { c.IdleTimeout = -time.Second },
+		func(c *Config) { c.DeactivateTimeout = 0 },
+		func(c *Config) { c.MaxMessageSize = 10 },
+	} {
+		cfg := DefaultConfig()
+		mod(&cfg)
+		if err := cfg.Validate(); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("Validate(%+v) = %v, want InvalidArgument", cfg, err)
+		}
+		if _, err := New(cfg, NewRegistry()); !errors.Is(err, errs.ErrInvalidArgument) {
+			t.Errorf("New(%+v) = %v, want InvalidArgument", cfg, err)
+		}
+	}
+	if _, err := New(DefaultConfig(), nil); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("New with a nil Registry = %v, want InvalidArgument", err)
+	}
+}

@@ -3,12 +3,13 @@ package reminders
 import (
 	"context"
 	"errors"
-	"github.com/agentsilo/agentsilo/internal/etcderr"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
 func prefixOpt(prefix string) []clientv3.OpOption {
