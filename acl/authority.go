@@ -89,7 +89,7 @@ func (a *Authority) Start(ctx context.Context) error {
 	case <-a.loaded:
 		return nil
 	case <-ctx.Done():
-		return errs.New(codes.Unavailable, "acl: not loaded yet: %v", ctx.Err())
+		return errs.Wrap(codes.Unavailable, ctx.Err(), "acl: not loaded yet")
 	}
 }
 
@@ -268,7 +268,7 @@ func (a *Authority) WaitRevision(ctx context.Context, rev int64) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return errs.New(errs.Code(ctx.Err()), "acl: waiting for revision %d to be in force: %v", rev, ctx.Err())
+			return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "acl: waiting for revision %d to be in force", rev)
 		}
 	}
 }

@@ -190,7 +190,7 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 				a.failed.Store(int32(ReasonRequested))
 				a.started = false // OnDeactivate is not run for a failed activation
 				if errs.Code(err) == codes.Unknown {
-					err = errs.New(codes.Internal, "agent %s: activate: %v", a.key, err)
+					err = errs.Wrap(codes.Internal, err, "agent %s: activate", a.key)
 				}
 				return nil, err
 			}

@@ -455,7 +455,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	}
 	if err != nil {
 		if errs.Code(err) == codes.Unknown {
-			err = errs.New(codes.Internal, "agent %s: factory: %v", key, err)
+			err = errs.Wrap(codes.Internal, err, "agent %s: factory", key)
 		}
 		return nil, err
 	}
@@ -469,7 +469,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	rt.spawning = nil
 	rt.spawnMu.Unlock()
 	if err != nil {
-		return nil, errs.New(codes.Internal, "agent %s: spawn: %v", key, err)
+		return nil, errs.Wrap(codes.Internal, err, "agent %s: spawn", key)
 	}
 	rt.live.Add(1)
 	rt.count.Add(1)

@@ -161,7 +161,7 @@ func (s *Service) Register(ctx context.Context, addr grain.Address, r grain.Remi
 	}
 	val, err := encode(r)
 	if err != nil {
-		return errs.New(codes.Internal, "reminder %q: %v", r.Name, err)
+		return errs.Wrap(codes.Internal, err, "reminder %q", r.Name)
 	}
 	key := s.keys.of(addr, r.Name)
 	octx, cancel := s.op(ctx)
