@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -101,7 +102,7 @@ type harness struct {
 	ctx  context.Context // the test's context, bounded so that a bug fails instead of hanging
 	etcd *testEtcd
 	cli  *clientv3.Client
-	clk  *fakeClock
+	clk  *clock.Fake
 	got  chan *grain.Message
 }
 
@@ -109,7 +110,7 @@ func newHarness(t *testing.T) *harness {
 	e := newTestEtcd(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	return &harness{t: t, ctx: ctx, etcd: e, cli: e.client(), clk: newFakeClock(time.Unix(1_700_000_000, 0)), got: make(chan *grain.Message, 1000)}
+	return &harness{t: t, ctx: ctx, etcd: e, cli: e.client(), clk: clock.NewFake(time.Unix(1_700_000_000, 0)), got: make(chan *grain.Message, 1000)}
 }
 
 func (h *harness) config() Config {

@@ -10,6 +10,7 @@ import (
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // The demo Ticker on a runtime wired as a silo wires it: its reminder is
@@ -17,7 +18,7 @@ import (
 // again after it was deactivated.
 func TestTickerOnRuntime(t *testing.T) {
 	h := newHarness(t)
-	h.clk = newFakeClock(time.Now()) // the host sets Due from the wall clock
+	h.clk = clock.NewFake(time.Now()) // the host sets Due from the wall clock
 	reg := grain.NewRegistry()
 	if err := examples.Register(reg); err != nil {
 		t.Fatal(err)
