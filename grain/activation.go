@@ -79,6 +79,7 @@ type activation struct {
 	cur         atomic.Pointer[turn] // the mailbox turn in progress
 	waiters     atomic.Int32         // turns waiting in Ask
 	lastActive  atomic.Int64         // Unix ns, coarse
+	idle        int64                // idle timeout (ns): the type's, else the silo's
 	deactivate  atomic.Int32         // a pending Reason, 0 if none
 	activatedAt int64                // Unix ns
 	timers      map[string]*timer    // touched only in turn
@@ -100,7 +101,7 @@ func (a *activation) Receive(c actor.Context) {
 		a.tick(m)
 	case *deactivation:
 		a.deactivate.Store(0)
-		if m.reason == ReasonIdle && (a.mb.UserMessageCount() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.rt.cfg.IdleTimeout.Nanoseconds()) {
+		if m.reason == ReasonIdle && (a.mb.UserMessageCount() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.idle) {
 			return // used again since the request
 		}
 		a.finish(m.reason)
@@ -373,7 +374,7 @@ type timer struct {
 	name, messageType, message string
 	period                     time.Duration
 	mu                         sync.Mutex // guards t: the timer's own callback re-arms it
-	t                          *time.Timer
+	t                          Timer
 	queued                     atomic.Bool
 	stopped                    atomic.Bool
 }
@@ -392,7 +393,7 @@ func (a *activation) RegisterTimer(name string, due, period time.Duration, messa
 	tm := &timer{name: name, messageType: messageType, message: message, period: period}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	tm.t = time.AfterFunc(due, func() {
+	tm.t = a.rt.clock.AfterFunc(due, func() {
 		if tm.stopped.Load() {
 			return
 		}

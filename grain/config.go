@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -44,7 +45,18 @@ type Config struct {
 	Observer Observer
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Clock is the time of idle collection, timers and activation times
+	// (Ask deadlines and latencies are measured on the real clock). Tests
+	// give a fake one (package internal/clock). Default: the real clock.
+	Clock Clock
 }
+
+// Clock is a replaceable time source: Now, NewTimer and AfterFunc, as in
+// package time. Its methods are called concurrently.
+type Clock = clock.Clock
+
+// Timer is a timer of a Clock.
+type Timer = clock.Timer
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {

@@ -69,7 +69,7 @@ func run(args []string, stderr io.Writer) int {
 		logger.Error("silo failed to start", "err", err)
 		return 1
 	}
-	logger.Info("silo serving", "name", cfg.Name, "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(reg.Types(), ","))
+	logger.Info("silo serving", "name", cfg.Name, "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(reg.Names(), ","))
 	if withDemo {
 		if err := demo(ctx, s.GatewayAddr(), os.Stdout); err != nil {
 			logger.Error("demo", "err", err)
