@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
@@ -65,15 +64,15 @@ type deactivation struct {
 	reason Reason
 }
 
-// activation is one live agent: a protoactor actor with our mailbox. It is
-// also the agent's Host.
+// activation is one live agent: a protoactor actor (see actor.go) with our
+// mailbox. It is also the agent's Host.
 type activation struct {
 	rt    *Runtime
 	addr  Address
 	key   string // addr.String()
 	agent Agent
 	mb    mailbox
-	pid   *actor.PID
+	proc  process // protoactor's (actor.go)
 
 	exec        sync.Mutex           // see turn.go
 	cur         atomic.Pointer[turn] // the mailbox turn in progress
@@ -91,9 +90,10 @@ type activation struct {
 
 var _ Host = (*activation)(nil)
 
-// Receive implements actor.Actor. It runs on the mailbox's goroutine.
-func (a *activation) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
+// receive handles one message of the mailbox (see Receive). It runs on the
+// mailbox's goroutine.
+func (a *activation) receive(msg any) {
+	switch m := msg.(type) {
 	case *envelope:
 		a.lastActive.Store(a.rt.now.Load())
 		a.handle(m)
@@ -301,7 +301,7 @@ func (a *activation) finish(reason Reason) {
 	}
 	sh.mu.Unlock()
 	release()
-	rt.system.Root.Stop(a.pid)
+	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()

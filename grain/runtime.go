@@ -7,13 +7,11 @@ import (
 	"log/slog"
 	"math"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -32,14 +30,8 @@ type Runtime struct {
 	reg    *Registry
 	logger *slog.Logger
 
-	system     *actor.ActorSystem
-	props      *actor.Props
+	engine     *engine // protoactor (actor.go)
 	dispatcher *dispatcher
-	// spawnMu hands the activation being spawned to the shared Props'
-	// producers, so that no Props is allocated per activation.
-	spawnMu  sync.Mutex
-	spawning *activation
-	seq      atomic.Uint64
 
 	dir       directory
 	deadlines deadline.Slots
@@ -81,16 +73,8 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	}
 	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
-	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		// protoactor logs routine events at Info; keep only its warnings.
-		return slog.New(warnOnly{cfg.Logger.Handler()}).With("lib", "protoactor")
-	}))
 	rt.dispatcher = newDispatcher(300)
-	rt.props = actor.PropsFromProducer(
-		func() actor.Actor { return rt.spawning },
-		actor.WithMailbox(func() actor.Mailbox { return &rt.spawning.mb }),
-		actor.WithDispatcher(rt.dispatcher),
-	)
+	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
@@ -198,7 +182,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	}
 	rt.cancel()
 	rt.deadlines.Close()
-	rt.system.Shutdown()
+	rt.engine.shutdown()
 	if err == nil {
 		rt.dispatcher.close()
 	}
@@ -475,16 +459,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		}
 		return nil, err
 	}
-	// The shared Props' producers take the activation from rt.spawning: the
-	// handoff keeps protoactor from needing a Props per activation. The
-	// spawn only allocates and registers; the mailbox is held, so nothing is
-	// scheduled while spawnMu is held.
-	rt.spawnMu.Lock()
-	rt.spawning = a
-	a.pid, err = rt.system.Root.SpawnNamed(rt.props, strconv.FormatUint(rt.seq.Add(1), 36))
-	rt.spawning = nil
-	rt.spawnMu.Unlock()
-	if err != nil {
+	if a.proc, err = rt.engine.spawn(a); err != nil {
 		return nil, errs.Wrap(codes.Internal, err, "agent %s: spawn", key)
 	}
 	rt.live.Add(1)
@@ -496,7 +471,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
-	rt.system.Root.Stop(a.pid)
+	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
@@ -615,13 +590,3 @@ func ctxError(ctx context.Context, what string) error {
 	}
 	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
 }
-
-// warnOnly drops records below Warn.
-type warnOnly struct{ slog.Handler }
-
-func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
-}
-
-func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
-func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }
