@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // TypeInfo describes a registered agent type: what it is for, the skills
@@ -53,6 +54,21 @@ func (ti TypeInfo) HasTag(tag string) bool {
 		}
 	}
 	return false
+}
+
+// Proto returns ti's wire form, as the gateway's ListTypes answers it (the
+// per-type settings stay on the silo).
+func (ti TypeInfo) Proto() *agentsilov1.AgentType {
+	out := &agentsilov1.AgentType{Name: ti.Name, Description: ti.Description}
+	for _, s := range ti.Skills {
+		out.Skills = append(out.Skills, &agentsilov1.Skill{
+			Name:        s.Name,
+			Description: s.Description,
+			Tags:        slices.Clone(s.Tags),
+			Examples:    slices.Clone(s.Examples),
+		})
+	}
+	return out
 }
 
 func (ti TypeInfo) clone() TypeInfo {

@@ -14,9 +14,11 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -951,6 +953,13 @@ func TestRegistryTypes(t *testing.T) {
 	}
 	if types[2].Description != "last" {
 		t.Fatalf("Zed = %+v", types[2])
+	}
+	want := &agentsilov1.AgentType{Name: "Planner", Description: "Plans trips.", Skills: []*agentsilov1.Skill{
+		{Name: "plan", Description: "Plans a trip.", Tags: []string{"travel", "Planning"}, Examples: []string{"plan a trip to Rome"}},
+		{Name: "book", Tags: []string{"travel"}},
+	}}
+	if info, _ := reg.Info("Planner"); !proto.Equal(info.Proto(), want) {
+		t.Fatalf("Proto = %v\nwant %v", info.Proto(), want)
 	}
 }
 

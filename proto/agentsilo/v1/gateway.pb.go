@@ -1371,6 +1371,232 @@ func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
 	return nil
 }
 
+type ListTypesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// skill_tag, if set, keeps the types with a skill carrying this tag
+	// (compared without regard to case).
+	SkillTag      string `protobuf:"bytes,1,opt,name=skill_tag,json=skillTag,proto3" json:"skill_tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesRequest) Reset() {
+	*x = ListTypesRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesRequest) ProtoMessage() {}
+
+func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListTypesRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListTypesRequest) GetSkillTag() string {
+	if x != nil {
+		return x.SkillTag
+	}
+	return ""
+}
+
+type ListTypesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// types, by name.
+	Types         []*AgentType `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesResponse) Reset() {
+	*x = ListTypesResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesResponse) ProtoMessage() {}
+
+func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListTypesResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListTypesResponse) GetTypes() []*AgentType {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+// AgentType describes a registered agent type (grain.TypeInfo).
+type AgentType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the type name, the first part of its agents' addresses.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// description says what agents of the type do.
+	Description   string   `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Skills        []*Skill `protobuf:"bytes,3,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentType) Reset() {
+	*x = AgentType{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentType) ProtoMessage() {}
+
+func (x *AgentType) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentType.ProtoReflect.Descriptor instead.
+func (*AgentType) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AgentType) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentType) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AgentType) GetSkills() []*Skill {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// Skill is one thing an agent type can do (after A2A's AgentSkill).
+type Skill struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name identifies the skill within its type.
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// tags are keywords to find the skill by.
+	Tags []string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	// examples are requests the skill handles.
+	Examples      []string `protobuf:"bytes,4,rep,name=examples,proto3" json:"examples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Skill) Reset() {
+	*x = Skill{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Skill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Skill) ProtoMessage() {}
+
+func (x *Skill) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Skill.ProtoReflect.Descriptor instead.
+func (*Skill) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Skill) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Skill) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Skill) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Skill) GetExamples() []string {
+	if x != nil {
+		return x.Examples
+	}
+	return nil
+}
+
 var File_agentsilo_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_gateway_proto_rawDesc = "" +
@@ -1460,7 +1686,20 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12,\n" +
 	"\x03due\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03due\"Q\n" +
 	"\x15ListRemindersResponse\x128\n" +
-	"\treminders\x18\x01 \x03(\v2\x1a.agentsilo.v1.ReminderInfoR\treminders2\x9c\x04\n" +
+	"\treminders\x18\x01 \x03(\v2\x1a.agentsilo.v1.ReminderInfoR\treminders\"/\n" +
+	"\x10ListTypesRequest\x12\x1b\n" +
+	"\tskill_tag\x18\x01 \x01(\tR\bskillTag\"B\n" +
+	"\x11ListTypesResponse\x12-\n" +
+	"\x05types\x18\x01 \x03(\v2\x17.agentsilo.v1.AgentTypeR\x05types\"n\n" +
+	"\tAgentType\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
+	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\"m\n" +
+	"\x05Skill\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x1a\n" +
+	"\bexamples\x18\x04 \x03(\tR\bexamples2\xea\x04\n" +
 	"\aGateway\x12C\n" +
 	"\aSession\x12\x19.agentsilo.v1.ClientFrame\x1a\x19.agentsilo.v1.ServerFrame(\x010\x01\x12:\n" +
 	"\x03Ask\x12\x18.agentsilo.v1.AskRequest\x1a\x19.agentsilo.v1.AskResponse\x12=\n" +
@@ -1469,7 +1708,8 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12\x1f.agentsilo.v1.ListAgentsRequest\x1a .agentsilo.v1.ListAgentsResponse\x12R\n" +
 	"\vListMembers\x12 .agentsilo.v1.ListMembersRequest\x1a!.agentsilo.v1.ListMembersResponse\x12X\n" +
-	"\rListReminders\x12\".agentsilo.v1.ListRemindersRequest\x1a#.agentsilo.v1.ListRemindersResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
+	"\rListReminders\x12\".agentsilo.v1.ListRemindersRequest\x1a#.agentsilo.v1.ListRemindersResponse\x12L\n" +
+	"\tListTypes\x12\x1e.agentsilo.v1.ListTypesRequest\x1a\x1f.agentsilo.v1.ListTypesResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
 var (
 	file_agentsilo_v1_gateway_proto_rawDescOnce sync.Once
@@ -1483,7 +1723,7 @@ func file_agentsilo_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_agentsilo_v1_gateway_proto_rawDescData
 }
 
-var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_agentsilo_v1_gateway_proto_goTypes = []any{
 	(*ClientFrame)(nil),           // 0: agentsilo.v1.ClientFrame
 	(*ServerFrame)(nil),           // 1: agentsilo.v1.ServerFrame
@@ -1508,10 +1748,14 @@ var file_agentsilo_v1_gateway_proto_goTypes = []any{
 	(*ListRemindersRequest)(nil),  // 20: agentsilo.v1.ListRemindersRequest
 	(*ReminderInfo)(nil),          // 21: agentsilo.v1.ReminderInfo
 	(*ListRemindersResponse)(nil), // 22: agentsilo.v1.ListRemindersResponse
-	nil,                           // 23: agentsilo.v1.CreateAgentRequest.ConfigEntry
-	(*AgentMessage)(nil),          // 24: agentsilo.v1.AgentMessage
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*ListTypesRequest)(nil),      // 23: agentsilo.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),     // 24: agentsilo.v1.ListTypesResponse
+	(*AgentType)(nil),             // 25: agentsilo.v1.AgentType
+	(*Skill)(nil),                 // 26: agentsilo.v1.Skill
+	nil,                           // 27: agentsilo.v1.CreateAgentRequest.ConfigEntry
+	(*AgentMessage)(nil),          // 28: agentsilo.v1.AgentMessage
+	(*timestamppb.Timestamp)(nil), // 29: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 30: google.protobuf.Duration
 }
 var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	2,  // 0: agentsilo.v1.ClientFrame.hello:type_name -> agentsilo.v1.Hello
@@ -1519,40 +1763,44 @@ var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	5,  // 2: agentsilo.v1.ClientFrame.cancel:type_name -> agentsilo.v1.Cancel
 	3,  // 3: agentsilo.v1.ServerFrame.welcome:type_name -> agentsilo.v1.Welcome
 	6,  // 4: agentsilo.v1.ServerFrame.result:type_name -> agentsilo.v1.Result
-	24, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
-	24, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
+	28, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
+	28, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
+	28, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
 	7,  // 8: agentsilo.v1.Result.error:type_name -> agentsilo.v1.Status
-	24, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
-	23, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
-	25, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
-	25, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
+	28, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
+	28, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
+	28, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
+	27, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
+	29, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
+	29, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
 	15, // 15: agentsilo.v1.ListAgentsResponse.agents:type_name -> agentsilo.v1.ActivationInfo
 	18, // 16: agentsilo.v1.ListMembersResponse.members:type_name -> agentsilo.v1.Member
-	26, // 17: agentsilo.v1.ReminderInfo.period:type_name -> google.protobuf.Duration
-	25, // 18: agentsilo.v1.ReminderInfo.due:type_name -> google.protobuf.Timestamp
+	30, // 17: agentsilo.v1.ReminderInfo.period:type_name -> google.protobuf.Duration
+	29, // 18: agentsilo.v1.ReminderInfo.due:type_name -> google.protobuf.Timestamp
 	21, // 19: agentsilo.v1.ListRemindersResponse.reminders:type_name -> agentsilo.v1.ReminderInfo
-	0,  // 20: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
-	8,  // 21: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
-	10, // 22: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
-	12, // 23: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
-	14, // 24: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
-	17, // 25: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
-	20, // 26: agentsilo.v1.Gateway.ListReminders:input_type -> agentsilo.v1.ListRemindersRequest
-	1,  // 27: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
-	9,  // 28: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
-	11, // 29: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
-	13, // 30: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
-	16, // 31: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
-	19, // 32: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
-	22, // 33: agentsilo.v1.Gateway.ListReminders:output_type -> agentsilo.v1.ListRemindersResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	25, // 20: agentsilo.v1.ListTypesResponse.types:type_name -> agentsilo.v1.AgentType
+	26, // 21: agentsilo.v1.AgentType.skills:type_name -> agentsilo.v1.Skill
+	0,  // 22: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
+	8,  // 23: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
+	10, // 24: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
+	12, // 25: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
+	14, // 26: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
+	17, // 27: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
+	20, // 28: agentsilo.v1.Gateway.ListReminders:input_type -> agentsilo.v1.ListRemindersRequest
+	23, // 29: agentsilo.v1.Gateway.ListTypes:input_type -> agentsilo.v1.ListTypesRequest
+	1,  // 30: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
+	9,  // 31: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
+	11, // 32: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
+	13, // 33: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
+	16, // 34: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
+	19, // 35: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
+	22, // 36: agentsilo.v1.Gateway.ListReminders:output_type -> agentsilo.v1.ListRemindersResponse
+	24, // 37: agentsilo.v1.Gateway.ListTypes:output_type -> agentsilo.v1.ListTypesResponse
+	30, // [30:38] is the sub-list for method output_type
+	22, // [22:30] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_agentsilo_v1_gateway_proto_init() }
@@ -1577,7 +1825,7 @@ func file_agentsilo_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsilo_v1_gateway_proto_rawDesc), len(file_agentsilo_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Gateway_ListAgents_FullMethodName    = "/agentsilo.v1.Gateway/ListAgents"
 	Gateway_ListMembers_FullMethodName   = "/agentsilo.v1.Gateway/ListMembers"
 	Gateway_ListReminders_FullMethodName = "/agentsilo.v1.Gateway/ListReminders"
+	Gateway_ListTypes_FullMethodName     = "/agentsilo.v1.Gateway/ListTypes"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -56,6 +57,9 @@ type GatewayClient interface {
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// ListReminders lists an agent's durable reminders.
 	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
+	// ListTypes lists the agent types the silos host, with what they are for
+	// and their skills, by name.
+	ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error)
 }
 
 type gatewayClient struct {
@@ -139,6 +143,16 @@ func (c *gatewayClient) ListReminders(ctx context.Context, in *ListRemindersRequ
 	return out, nil
 }
 
+func (c *gatewayClient) ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTypesResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListTypes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -167,6 +181,9 @@ type GatewayServer interface {
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// ListReminders lists an agent's durable reminders.
 	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)
+	// ListTypes lists the agent types the silos host, with what they are for
+	// and their skills, by name.
+	ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -197,6 +214,9 @@ func (UnimplementedGatewayServer) ListMembers(context.Context, *ListMembersReque
 }
 func (UnimplementedGatewayServer) ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReminders not implemented")
+}
+func (UnimplementedGatewayServer) ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTypes not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -334,6 +354,24 @@ func _Gateway_ListReminders_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListTypes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTypesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListTypes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListTypes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListTypes(ctx, req.(*ListTypesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +402,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReminders",
 			Handler:    _Gateway_ListReminders_Handler,
+		},
+		{
+			MethodName: "ListTypes",
+			Handler:    _Gateway_ListTypes_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
