@@ -94,7 +94,7 @@ func (a *ticker) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		a.ticks.Add(1)
 		return nil, nil
 	}
-	if err := a.h.RegisterReminder(ctx, "r", 200*time.Millisecond, "tick", ""); err != nil {
+	if err := a.h.RegisterReminder(ctx, "r", 200*time.Millisecond, 200*time.Millisecond, "tick", ""); err != nil {
 		return nil, err
 	}
 	return m.Response(), nil

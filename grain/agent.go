@@ -122,10 +122,11 @@ type Host interface {
 	// Deactivate ends this activation after the current turn.
 	Deactivate()
 
-	// RegisterReminder creates or replaces a durable reminder (see Reminder),
-	// first due one period from now. The period must be at least the silo's
-	// minimum (--min-reminder-period, 1 min by default).
-	RegisterReminder(ctx context.Context, name string, period time.Duration, messageType, message string) error
+	// RegisterReminder creates or replaces a durable reminder (see Reminder):
+	// its first tick is due after due (0: at once), then every period. The
+	// period must be at least the silo's minimum (--min-reminder-period,
+	// 1 min by default); a negative due is InvalidArgument.
+	RegisterReminder(ctx context.Context, name string, due, period time.Duration, messageType, message string) error
 	// UnregisterReminder removes a reminder of this agent.
 	UnregisterReminder(ctx context.Context, name string) error
 	// Reminders lists this agent's reminders.

@@ -1029,3 +1029,67 @@ func TestConfigErrorsAreInvalidArgument(t *testing.T) {
 		t.Errorf("New with a nil Registry = %v, want InvalidArgument", err)
 	}
 }
+
+// memReminders records what a Host registers.
+type memReminders struct {
+	mu sync.Mutex
+	rs map[string]Reminder
+}
+
+func (m *memReminders) Register(_ context.Context, a Address, r Reminder) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rs[a.String()+"/"+r.Name] = r
+	return nil
+}
+
+func (m *memReminders) Unregister(context.Context, Address, string) error { return nil }
+
+func (m *memReminders) List(context.Context, Address) ([]Reminder, error) { return nil, nil }
+
+// RegisterReminder gives the service a first due time after due on the
+// runtime's clock.
+func TestRegisterReminderDue(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	rems := &memReminders{rs: map[string]Reminder{}}
+	cfg := DefaultConfig()
+	cfg.Clock, cfg.Reminders = clk, rems
+	rt := newRuntime(t, cfg, map[string]Factory{
+		"R": func(h Host) (Agent, error) {
+			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {
+				due, err := time.ParseDuration(m.Message)
+				if err != nil {
+					return nil, err
+				}
+				return nil, h.RegisterReminder(ctx, "r"+m.Message, due, time.Minute, "tick", "payload")
+			}}, nil
+		},
+	})
+	for _, due := range []string{"0s", "10s"} {
+		if _, err := ask(t, rt, "R:a:b", due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rems.mu.Lock()
+	now, soon := rems.rs["R:a:b/r0s"], rems.rs["R:a:b/r10s"]
+	rems.mu.Unlock()
+	want := Reminder{Name: "r0s", Period: time.Minute, MessageType: "tick", Message: "payload", Due: clk.Now()}
+	if now != want {
+		t.Fatalf("due 0: registered %+v, want %+v", now, want)
+	}
+	if !soon.Due.Equal(clk.Now().Add(10 * time.Second)) {
+		t.Fatalf("due 10s: first due %v, want %v", soon.Due, clk.Now().Add(10*time.Second))
+	}
+	_, err := ask(t, rt, "R:a:b", "-1s")
+	wantCode(t, err, codes.InvalidArgument, "negative due time")
+
+	noSvc := newRuntime(t, DefaultConfig(), map[string]Factory{
+		"R": func(h Host) (Agent, error) {
+			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {
+				return nil, h.RegisterReminder(ctx, "r", 0, time.Minute, "tick", "")
+			}}, nil
+		},
+	})
+	_, err = ask(t, noSvc, "R:a:b", "")
+	wantCode(t, err, codes.Unavailable, "not configured")
+}

@@ -151,7 +151,10 @@ func (s *Service) Rebalance(lostAt time.Time) {
 }
 
 // Register implements grain.ReminderService: it creates or replaces the
-// reminder r.Name of addr, first due at r.Due (one period from now if zero).
+// reminder r.Name of addr, first due at r.Due (one period from now if zero),
+// then every period. A first tick that is due already (r.Due is now, or in
+// the last period) fires at once; etcd is written here and by Unregister
+// only, never per tick.
 // Errors: InvalidArgument (bad address or name, period under MinPeriod),
 // ResourceExhausted (payload over MaxPayload), NotFound (unknown agent type),
 // Unavailable (etcd unreachable).
