@@ -94,7 +94,7 @@ func TestTicker(t *testing.T) {
 	if got, err := ask("count"); err != nil || got != "2" {
 		t.Fatalf("count = %q, %v; want 2", got, err)
 	}
-	if !r.Due.After(before.Add(89*time.Second)) {
+	if !r.Due.After(before.Add(89 * time.Second)) {
 		t.Fatalf("start 90s: first due %v, want a period after %v", r.Due, before)
 	}
 	// A due time of 0: the first tick is due now.
