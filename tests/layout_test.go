@@ -87,3 +87,57 @@ func TestNoMetricsInGrain(t *testing.T) {
 		}
 	}
 }
+
+// TestDependencyDirections pins which packages may import which, so that the
+// file tree keeps showing the architecture: the silo (cluster) wires its
+// parts, the parts do not know each other or the silo, nothing imports the
+// programs, and the SDK and the programming model link no silo.
+func TestDependencyDirections(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const mod = "github.com/agentsilo/agentsilo/"
+	// forbidden[p] lists import path prefixes (relative to the module) that
+	// package p and its subpackages may not import (with their subpackages,
+	// but for "cluster" and a path ending in "$", which are exact).
+	forbidden := map[string][]string{
+		"cluster/gateway":    {"cluster/membership", "cluster/transport", "cluster/etcdstore", "cluster"},
+		"cluster/membership": {"cluster/gateway", "cluster/transport", "cluster/etcdstore", "cluster"},
+		"cluster/transport":  {"cluster/gateway", "cluster/membership", "cluster/etcdstore", "cluster"},
+		"cluster/etcdstore":  {"cluster/gateway", "cluster/membership", "cluster/transport", "cluster"},
+		"grain":              {"cluster", "client", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
+		"client":             {"cluster", "grain$", "reminders", "acl", "internal/etcderr", "internal/etcdtest"}, // grain/errs is shared
+		"internal":           {"cluster", "client", "cmd"},
+		"acl":                {"cluster", "client"},
+		"reminders":          {"cluster", "client"},
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], mod) {
+			continue
+		}
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, mod)
+			if strings.HasPrefix(dep, "cmd/") {
+				t.Errorf("%s imports the program %s", pkg, dep)
+			}
+			for p, bans := range forbidden {
+				if pkg != p && !strings.HasPrefix(pkg, p+"/") {
+					continue
+				}
+				for _, ban := range bans {
+					exact := ban == "cluster" || strings.HasSuffix(ban, "$")
+					ban = strings.TrimSuffix(ban, "$")
+					if dep == ban || (!exact && strings.HasPrefix(dep, ban+"/")) {
+						t.Errorf("%s imports %s", pkg, dep)
+					}
+				}
+			}
+		}
+	}
+}

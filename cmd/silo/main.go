@@ -23,6 +23,7 @@ import (
 	"syscall"
 
 	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
 )
@@ -118,7 +119,7 @@ func parseFlags(args []string, stderr io.Writer) (cluster.SiloConfig, *slog.Logg
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", cluster.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")

@@ -1,4 +1,4 @@
-package cluster
+package membership
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
 // waitTimeout bounds every wait on a condition: generous, so that a slow
@@ -41,25 +43,44 @@ func testLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-func newTestMember(t *testing.T, e *Etcd, name string, ttl time.Duration, join ...string) *Membership {
+func newTestMember(t *testing.T, cli *clientv3.Client, name string, ttl time.Duration, join ...string) *Membership {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-	defer cancel()
-	m, err := NewMembership(ctx, MembershipConfig{
+	return startMember(t, Config{
 		Name:        name,
 		PeerAddr:    "127.0.0.1:1" + name[len(name)-1:],
 		GatewayAddr: "127.0.0.1:2" + name[len(name)-1:],
 		GossipAddr:  "127.0.0.1:0",
 		Join:        join,
-		Client:      e.Client(),
-		Prefix:      e.Prefix(),
+		Client:      cli,
+		Prefix:      testPrefix,
 		LeaseTTL:    ttl,
 		Logger:      testLogger(),
 	})
+}
+
+const testPrefix = "/t/"
+
+// startMember makes and starts a membership; the test fails if it cannot.
+func startMember(t *testing.T, cfg Config) *Membership {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	m, err := New(cfg)
 	if err != nil {
-		t.Fatalf("NewMembership(%s): %v", name, err)
+		t.Fatalf("New(%s): %v", cfg.Name, err)
+	}
+	if err := m.Start(ctx); err != nil {
+		m.Close()
+		t.Fatalf("Start(%s): %v", cfg.Name, err)
 	}
 	return m
+}
+
+// verifyNoLeaks checks, after every other cleanup of the test (the etcd
+// server's among them), that no goroutine started by the test is left.
+func verifyNoLeaks(t *testing.T) {
+	opts := leakOptions()
+	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
 }
 
 // waitFor polls cond until it holds, failing the test after waitTimeout.
@@ -120,17 +141,17 @@ func notFenced(t *testing.T, ms ...*Membership) {
 // removes one from every view at once, and its addresses can be taken over
 // without waiting.
 func TestMembershipJoinAndLeave(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
 
-	a := newTestMember(t, e, "silo-a", 0)
+	a := newTestMember(t, cli, "silo-a", 0)
 	defer a.Close()
 	views, cancel := a.Subscribe()
 	defer cancel()
-	b := newTestMember(t, e, "silo-b", 0, a.Self().GossipAddr)
+	b := newTestMember(t, cli, "silo-b", 0, a.Self().GossipAddr)
 	defer b.Close()
-	c := newTestMember(t, e, "silo-c", 0, a.Self().GossipAddr, b.Self().GossipAddr)
+	c := newTestMember(t, cli, "silo-c", 0, a.Self().GossipAddr, b.Self().GossipAddr)
 	defer c.Close()
 	all := []*Membership{a, b, c}
 	waitMembers(t, all, "silo-a", "silo-b", "silo-c")
@@ -202,16 +223,16 @@ func TestMembershipJoinAndLeave(t *testing.T) {
 // lease TTL is 60 s, far beyond the wait, so expiry cannot be what removed
 // it.
 func TestMembershipCrashDetected(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
 
 	const ttl = 60 * time.Second
-	a := newTestMember(t, e, "silo-a", ttl)
+	a := newTestMember(t, cli, "silo-a", ttl)
 	defer a.Close()
-	b := newTestMember(t, e, "silo-b", ttl, a.Self().GossipAddr)
+	b := newTestMember(t, cli, "silo-b", ttl, a.Self().GossipAddr)
 	defer b.Close()
-	c := newTestMember(t, e, "silo-c", ttl, b.Self().GossipAddr)
+	c := newTestMember(t, cli, "silo-c", ttl, b.Self().GossipAddr)
 	defer c.Close()
 	waitMembers(t, []*Membership{a, b, c}, "silo-a", "silo-b", "silo-c")
 
@@ -235,13 +256,13 @@ func TestMembershipCrashDetected(t *testing.T) {
 
 // A silo whose lease is revoked by others fences itself.
 func TestMembershipFencedOnRevoke(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
-	a := newTestMember(t, e, "silo-a", 60*time.Second)
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	a := newTestMember(t, cli, "silo-a", 60*time.Second)
 	defer a.Close()
 	mi, _ := a.View().Member("silo-a")
-	if _, err := e.Client().Revoke(t.Context(), clientv3.LeaseID(mi.LeaseID)); err != nil {
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(mi.LeaseID)); err != nil {
 		t.Fatal(err)
 	}
 	waitFenced(t, a)
@@ -251,12 +272,12 @@ func TestMembershipFencedOnRevoke(t *testing.T) {
 // A silo that cannot reach etcd fences itself (after FenceAfter without a
 // successful keepalive, strictly before its lease could expire).
 func TestMembershipFencedWhenEtcdIsGone(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
-	a := newTestMember(t, e, "silo-a", 3*time.Second)
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	a := newTestMember(t, cli, "silo-a", 3*time.Second)
 	defer a.Close()
-	e.stopServer()
+	e.Stop()
 	waitFenced(t, a)
 }
 
@@ -265,13 +286,13 @@ func TestMembershipFencedWhenEtcdIsGone(t *testing.T) {
 // gossip detection removes well before the 60 s lease TTL, and then takes
 // its place in the view and in the gossip group.
 func TestMembershipRestartSameName(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
 	const ttl = 60 * time.Second
-	a := newTestMember(t, e, "silo-a", ttl)
+	a := newTestMember(t, cli, "silo-a", ttl)
 	defer a.Close()
-	b := newTestMember(t, e, "silo-b", ttl, a.Self().GossipAddr)
+	b := newTestMember(t, cli, "silo-b", ttl, a.Self().GossipAddr)
 	defer b.Close()
 	waitMembers(t, []*Membership{a, b}, "silo-a", "silo-b")
 
@@ -279,7 +300,7 @@ func TestMembershipRestartSameName(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := newTestMember(t, e, "silo-b", ttl, a.Self().GossipAddr)
+	b2 := newTestMember(t, cli, "silo-b", ttl, a.Self().GossipAddr)
 	defer b2.Close()
 	if time.Since(crashed) >= ttl {
 		t.Fatal("the predecessor's record went only when its lease expired")
@@ -309,20 +330,20 @@ func waitFenced(t *testing.T, m *Membership) {
 }
 
 func TestMembershipBadConfig(t *testing.T) {
-	defer goleak.VerifyNone(t, leakOptions()...)
-	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	defer e.Close()
-	for _, cfg := range []MembershipConfig{
-		{Name: "", Client: e.Client()},
-		{Name: "a/b", Client: e.Client()},
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	for _, cfg := range []Config{
+		{Name: "", Client: cli},
+		{Name: "a/b", Client: cli},
 		{Name: "a"},
-		{Name: "a", Client: e.Client(), GossipAddr: "nohost"},
-		{Name: "a", Client: e.Client(), GossipAddr: "localhost:0"},
-		{Name: "a", Client: e.Client(), LeaseTTL: 5 * time.Second, FenceAfter: 5 * time.Second},
-		{Name: "a", Client: e.Client(), LeaseTTL: time.Millisecond},
+		{Name: "a", Client: cli, GossipAddr: "nohost"},
+		{Name: "a", Client: cli, GossipAddr: "localhost:0"},
+		{Name: "a", Client: cli, LeaseTTL: 5 * time.Second, FenceAfter: 5 * time.Second},
+		{Name: "a", Client: cli, LeaseTTL: time.Millisecond},
 	} {
-		if _, err := NewMembership(t.Context(), cfg); errs.Code(err) != codes.InvalidArgument {
-			t.Errorf("NewMembership(%+v) = %v, want InvalidArgument", cfg, err)
+		if _, err := New(cfg); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("New(%+v) = %v, want InvalidArgument", cfg, err)
 		}
 	}
 	// The gossip port is taken: an error, the lease is given back, nothing
@@ -332,13 +353,17 @@ func TestMembershipBadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = NewMembership(t.Context(), MembershipConfig{Name: "a", Client: e.Client(), Prefix: e.Prefix(), GossipAddr: l.LocalAddr().String(), Logger: testLogger()})
-	if err == nil {
-		t.Fatal("NewMembership on a taken gossip port: no error")
+	m, err := New(Config{Name: "a", Client: cli, Prefix: testPrefix, GossipAddr: l.LocalAddr().String(), Logger: testLogger()})
+	if err != nil {
+		t.Fatal(err)
 	}
-	leases, err := e.Client().Leases(t.Context())
+	if err := m.Start(t.Context()); err == nil {
+		t.Fatal("Start on a taken gossip port: no error")
+	}
+	m.Close()
+	leases, err := cli.Leases(t.Context())
 	if err != nil || len(leases.Leases) != 0 {
-		t.Fatalf("leases after a failed NewMembership = %v, %v; want none", leases, err)
+		t.Fatalf("leases after a failed New = %v, %v; want none", leases, err)
 	}
 }
 
@@ -358,4 +383,46 @@ func TestExpandSeeds(t *testing.T) {
 			t.Errorf("expandSeeds = %v: kept %q", got, s)
 		}
 	}
+}
+
+// A silo paused past its fence (the clock jumps, as after SIGSTOP or a long
+// GC) is not Valid the moment it resumes, before its keepalive loop has run,
+// and then fences itself; until then, keepalives keep it valid.
+func TestMembershipPausedPastFence(t *testing.T) {
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	fake := clock.NewFake(time.Now())
+	m := startMember(t, Config{
+		Name: "silo-a", PeerAddr: "127.0.0.1:1", GossipAddr: "127.0.0.1:0",
+		Client: cli, Prefix: testPrefix, LeaseTTL: 60 * time.Second,
+		Logger: testLogger(), Clock: fake,
+	})
+	defer m.Close()
+	fenceAfter := m.Self().FenceAfter
+
+	// Keepalives every FenceAfter/4 succeed: advancing the clock by less
+	// than FenceAfter at a time, well past FenceAfter in all, keeps it valid.
+	for range 8 {
+		waitTimer(t, fake)
+		fake.Advance(fenceAfter / 4)
+		waitFor(t, "a keepalive", func() bool {
+			n, _ := fake.Waiting()
+			return n > 0 || !m.Valid()
+		})
+		if !m.Valid() {
+			t.Fatalf("not valid after a successful keepalive: %v", m.FenceCause())
+		}
+	}
+	fake.Advance(fenceAfter)
+	if m.Valid() {
+		t.Fatal("valid after a pause past the fence")
+	}
+	waitFenced(t, m)
+}
+
+// waitTimer waits until the code under test has set a timer on fake.
+func waitTimer(t *testing.T, fake *clock.Fake) {
+	t.Helper()
+	waitFor(t, "a timer", func() bool { n, _ := fake.Waiting(); return n > 0 })
 }

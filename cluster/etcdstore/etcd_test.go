@@ -1,4 +1,4 @@
-package cluster
+package etcdstore
 
 import (
 	"context"
@@ -11,27 +11,18 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/testnet"
 )
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+func testEtcdConfig(t *testing.T, dir string) Config {
+	return Config{DataDir: dir, EmbeddedAddr: testnet.FreeAddr(t), EmbeddedPeerAddr: testnet.FreeAddr(t), Prefix: "/t"}
 }
 
-func testEtcdConfig(t *testing.T, dir string) EtcdConfig {
-	return EtcdConfig{DataDir: dir, EmbeddedAddr: freeAddr(t), EmbeddedPeerAddr: freeAddr(t), Prefix: "/t"}
-}
-
-func startEtcd(t *testing.T, cfg EtcdConfig) *Etcd {
+func startEtcd(t *testing.T, cfg Config) *Store {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	e, err := StartEtcd(ctx, cfg)
+	e, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +43,7 @@ func TestEmbeddedEtcd(t *testing.T) {
 	}
 
 	// Another local silo points --etcd-endpoints at the embedded one.
-	ext := startEtcd(t, EtcdConfig{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/t/"})
+	ext := startEtcd(t, Config{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/t/"})
 	if ext.Embedded() {
 		t.Fatal("external Etcd says it is embedded")
 	}
@@ -80,10 +71,10 @@ func TestEmbeddedEtcd(t *testing.T) {
 
 func TestStartEtcdBadConfig(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	if _, err := StartEtcd(t.Context(), EtcdConfig{EmbeddedAddr: "no-port"}); err == nil {
-		t.Fatal("StartEtcd with a bad address: no error")
+	if _, err := Start(t.Context(), Config{EmbeddedAddr: "no-port"}); err == nil {
+		t.Fatal("Start with a bad address: no error")
 	}
-	// The port is taken: StartEtcd fails and leaves nothing running.
+	// The port is taken: Start fails and leaves nothing running.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -91,15 +82,15 @@ func TestStartEtcdBadConfig(t *testing.T) {
 	defer l.Close()
 	cfg := testEtcdConfig(t, t.TempDir())
 	cfg.EmbeddedAddr = l.Addr().String()
-	if _, err := StartEtcd(t.Context(), cfg); err == nil {
-		t.Fatal("StartEtcd on a taken port: no error")
+	if _, err := Start(t.Context(), cfg); err == nil {
+		t.Fatal("Start on a taken port: no error")
 	}
 }
 
 func TestEtcdConfigStore(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	e := startEtcd(t, testEtcdConfig(t, t.TempDir()))
-	store := NewEtcdConfigStore(e)
+	store := NewConfigStore(e)
 	addr := grain.Address{Type: "Pipeline", Owner: "acme", Alias: "p"}
 	if cfg, err := store.Get(t.Context(), addr); err != nil || cfg != nil {
 		t.Fatalf("Get of a never created agent = %v, %v; want nil, nil", cfg, err)
@@ -142,9 +133,9 @@ func TestEtcdConfigStore(t *testing.T) {
 // Unavailable, nothing hangs or crashes.
 func TestExternalEtcdAway(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := startEtcd(t, EtcdConfig{Endpoints: []string{"http://" + freeAddr(t)}})
+	e := startEtcd(t, Config{Endpoints: []string{"http://" + testnet.FreeAddr(t)}})
 	defer e.Close()
-	store := NewEtcdConfigStore(e)
+	store := NewConfigStore(e)
 	store.timeout = 300 * time.Millisecond
 	if _, err := store.Get(t.Context(), grain.Address{Type: "A", Owner: "b", Alias: "c"}); errs.Code(err) != codes.Unavailable {
 		t.Fatalf("Get with etcd away = %v, want Unavailable", err)

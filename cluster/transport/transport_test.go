@@ -1,4 +1,4 @@
-package cluster
+package transport
 
 import (
 	"context"
@@ -22,15 +22,15 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// tpHandler is a TransportHandler made of functions; a nil request echoes
+// testHandler is a Handler made of functions; a nil request echoes
 // "echo:<text>" with the handling silo and the sender in state.
-type tpHandler struct {
+type testHandler struct {
 	self    string
 	request func(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
 	oneway  func(ctx context.Context, from string, env *Envelope)
 }
 
-func (h *tpHandler) HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+func (h *testHandler) HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
 	if h.request != nil {
 		return h.request(ctx, from, env)
 	}
@@ -40,33 +40,33 @@ func (h *tpHandler) HandleRequest(ctx context.Context, from string, env *Envelop
 	return r, nil
 }
 
-func (h *tpHandler) HandleOneWay(ctx context.Context, from string, env *Envelope) {
+func (h *testHandler) HandleOneWay(ctx context.Context, from string, env *Envelope) {
 	if h.oneway != nil {
 		h.oneway(ctx, from, env)
 	}
 }
 
-type tpSilo struct {
+type testSilo struct {
 	name string
 	addr string
 	tr   *Transport
 	stop func() // stops the gRPC server (cutting connections), then the transport
 }
 
-// startTpSilo starts a transport named name serving on listen (host:port,
+// startSilo starts a transport named name serving on listen (host:port,
 // port 0 for any). configure, if not nil, adjusts the config; hooks, if not
 // nil, sets test hooks before any traffic.
-func startTpSilo(tb testing.TB, name, listen string, h *tpHandler, configure func(*TransportConfig), hooks func(*Transport)) *tpSilo {
+func startSilo(tb testing.TB, name, listen string, h *testHandler, configure func(*Config), hooks func(*Transport)) *testSilo {
 	tb.Helper()
 	if h == nil {
-		h = &tpHandler{}
+		h = &testHandler{}
 	}
 	h.self = name
-	cfg := TransportConfig{Self: name, Logger: slog.New(slog.DiscardHandler), Handler: h}
+	cfg := Config{Self: name, Logger: slog.New(slog.DiscardHandler)}
 	if configure != nil {
 		configure(&cfg)
 	}
-	tr, err := NewTransport(cfg)
+	tr, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -78,14 +78,14 @@ func startTpSilo(tb testing.TB, name, listen string, h *tpHandler, configure fun
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer(tr.ServerOptions()...)
-	tr.Register(srv)
+	tr.Register(srv, h)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = srv.Serve(lis)
 	}()
 	var once sync.Once
-	s := &tpSilo{name: name, addr: lis.Addr().String(), tr: tr}
+	s := &testSilo{name: name, addr: lis.Addr().String(), tr: tr}
 	s.stop = func() {
 		once.Do(func() {
 			srv.Stop()
@@ -97,16 +97,16 @@ func startTpSilo(tb testing.TB, name, listen string, h *tpHandler, configure fun
 	return s
 }
 
-func tpLeaks(t *testing.T) {
+func checkLeaks(t *testing.T) {
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
 }
 
-func tpAsk(text string) *Envelope {
+func requestEnv(text string) *Envelope {
 	return &Envelope{Message: &agentsilov1.AgentMessage{To: "Echo:acme:x", From: "Caller:acme:y", Message: text, Id: text}}
 }
 
-func tpWantCode(t *testing.T, err error, code codes.Code) {
+func wantCode(t *testing.T, err error, code codes.Code) {
 	t.Helper()
 	if got := errs.Code(err); got != code {
 		t.Fatalf("error %v: code %v, want %v", err, got, code)
@@ -114,25 +114,25 @@ func tpWantCode(t *testing.T, err error, code codes.Code) {
 }
 
 func TestTransportRoundTrip(t *testing.T) {
-	tpLeaks(t)
+	checkLeaks(t)
 	type got struct {
 		from string
 		env  *Envelope
 	}
 	oneways := make(chan got, 200)
 	seen := make(chan got, 1)
-	hb := &tpHandler{oneway: func(_ context.Context, from string, env *Envelope) { oneways <- got{from, env} }}
+	hb := &testHandler{oneway: func(_ context.Context, from string, env *Envelope) { oneways <- got{from, env} }}
 	hb.request = func(_ context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
 		seen <- got{from, env}
 		r := env.Message.Response()
 		r.Message = "echo:" + env.Message.Message
 		return r, nil
 	}
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
-	b := startTpSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
 	ctx := context.Background()
 
-	env := tpAsk("hi")
+	env := requestEnv("hi")
 	env.ViewVersion, env.Hops = 7, 2
 	r, err := a.tr.Ask(ctx, b.addr, env)
 	if err != nil {
@@ -147,7 +147,7 @@ func TestTransportRoundTrip(t *testing.T) {
 	}
 
 	// The other way round: b dials a stream of its own.
-	r, err = b.tr.Ask(ctx, a.addr, tpAsk("back"))
+	r, err = b.tr.Ask(ctx, a.addr, requestEnv("back"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestTransportRoundTrip(t *testing.T) {
 	// One-way messages and events arrive in order.
 	const n = 100
 	for i := range n {
-		env := tpAsk(fmt.Sprint(i))
+		env := requestEnv(fmt.Sprint(i))
 		if i%3 == 0 {
 			env.Kind = agentsilov1.Kind_KIND_EVENT
 		}
@@ -181,9 +181,9 @@ func TestTransportRoundTrip(t *testing.T) {
 	}
 }
 
-// tpGate holds a sender before it fills its batch until opened, and counts
+// gate holds a sender before it fills its batch until opened, and counts
 // what is queued for one peer, so that tests can fill a queue exactly.
-type tpGate struct {
+type gate struct {
 	peer    string
 	entered chan struct{}
 	open    chan struct{}
@@ -191,18 +191,18 @@ type tpGate struct {
 	once    sync.Once
 }
 
-func newTpGate() *tpGate {
-	return &tpGate{entered: make(chan struct{}, 1), open: make(chan struct{}), queued: make(chan struct{}, 1000)}
+func newTpGate() *gate {
+	return &gate{entered: make(chan struct{}, 1), open: make(chan struct{}), queued: make(chan struct{}, 1000)}
 }
 
 // release opens the gate; it is safe to call more than once. Tests also
 // call it from a cleanup, so that a failed test does not leave a sender
 // stuck behind the gate (and Close waiting for it).
-func (g *tpGate) release() {
+func (g *gate) release() {
 	g.once.Do(func() { close(g.open) })
 }
 
-func (g *tpGate) install(tr *Transport) {
+func (g *gate) install(tr *Transport) {
 	tr.hookBeforeSend = func(addr string) {
 		if addr == g.peer {
 			select {
@@ -220,17 +220,17 @@ func (g *tpGate) install(tr *Transport) {
 }
 
 func TestTransportBatching(t *testing.T) {
-	tpLeaks(t)
-	b := startTpSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
+	checkLeaks(t)
+	b := startSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
 	g := newTpGate()
 	g.peer = b.addr
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, g.install)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, g.install)
 	t.Cleanup(g.release)
 
 	const n = 50
 	errc := make(chan error, n)
 	ask := func(i int) {
-		r, err := a.tr.Ask(context.Background(), b.addr, tpAsk(fmt.Sprint(i)))
+		r, err := a.tr.Ask(context.Background(), b.addr, requestEnv(fmt.Sprint(i)))
 		if err == nil && r.Message != fmt.Sprint("echo:", i) {
 			err = fmt.Errorf("ask %d: reply %q", i, r.Message)
 		}
@@ -257,17 +257,17 @@ func TestTransportBatching(t *testing.T) {
 }
 
 func TestTransportBackpressure(t *testing.T) {
-	tpLeaks(t)
-	b := startTpSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
-	c := startTpSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
+	checkLeaks(t)
+	b := startSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
+	c := startSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
 	g := newTpGate()
 	g.peer = b.addr
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, func(c *TransportConfig) { c.QueueSize = 2 }, g.install)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, func(c *Config) { c.QueueSize = 2 }, g.install)
 	t.Cleanup(g.release)
 
 	errc := make(chan error, 3)
 	ask := func() {
-		_, err := a.tr.Ask(context.Background(), b.addr, tpAsk("q"))
+		_, err := a.tr.Ask(context.Background(), b.addr, requestEnv("q"))
 		errc <- err
 	}
 	go ask()
@@ -279,13 +279,13 @@ func TestTransportBackpressure(t *testing.T) {
 	<-g.queued
 	// b's queue is full: a caller waits as long as its ctx lets it...
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	_, err := a.tr.Ask(ctx, b.addr, tpAsk("late"))
+	_, err := a.tr.Ask(ctx, b.addr, requestEnv("late"))
 	cancel()
-	tpWantCode(t, err, codes.DeadlineExceeded)
+	wantCode(t, err, codes.DeadlineExceeded)
 	// ...and one whose ctx never ends is refused at once.
-	tpWantCode(t, a.tr.Send(context.Background(), b.addr, tpAsk("late")), codes.ResourceExhausted)
+	wantCode(t, a.tr.Send(context.Background(), b.addr, requestEnv("late")), codes.ResourceExhausted)
 	// Other peers are not held up.
-	if r, err := a.tr.Ask(context.Background(), c.addr, tpAsk("c")); err != nil || r.Message != "echo:c" {
+	if r, err := a.tr.Ask(context.Background(), c.addr, requestEnv("c")); err != nil || r.Message != "echo:c" {
 		t.Fatalf("ask c: %v, %v", r, err)
 	}
 	g.release()
@@ -297,8 +297,8 @@ func TestTransportBackpressure(t *testing.T) {
 }
 
 func TestTransportErrors(t *testing.T) {
-	tpLeaks(t)
-	hb := &tpHandler{request: func(_ context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+	checkLeaks(t)
+	hb := &testHandler{request: func(_ context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
 		switch env.Message.Message {
 		case "notfound":
 			return nil, errs.New(codes.NotFound, "agent type %q is not registered", "Nope")
@@ -315,9 +315,9 @@ func TestTransportErrors(t *testing.T) {
 		}
 		return env.Message.Response(), nil
 	}}
-	small := func(c *TransportConfig) { c.MaxMessageSize = 2048 }
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, small, nil)
-	b := startTpSilo(t, "b", "127.0.0.2:0", hb, small, nil)
+	small := func(c *Config) { c.MaxMessageSize = 2048 }
+	a := startSilo(t, "a", "127.0.0.1:0", nil, small, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", hb, small, nil)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		text string
@@ -330,40 +330,40 @@ func TestTransportErrors(t *testing.T) {
 		{"panic", codes.Internal, "request to Echo:acme:x: handler panicked: kaboom"},
 		{"big", codes.ResourceExhausted, "reply of 4099 bytes exceeds the maximum of 2048"},
 	} {
-		_, err := a.tr.Ask(ctx, b.addr, tpAsk(tc.text))
-		tpWantCode(t, err, tc.code)
+		_, err := a.tr.Ask(ctx, b.addr, requestEnv(tc.text))
+		wantCode(t, err, tc.code)
 		if err.Error() != tc.msg {
 			t.Errorf("%s: message %q, want %q", tc.text, err.Error(), tc.msg)
 		}
 	}
-	r, err := a.tr.Ask(ctx, b.addr, tpAsk("nil"))
+	r, err := a.tr.Ask(ctx, b.addr, requestEnv("nil"))
 	if err != nil || r == nil {
 		t.Fatalf("nil reply: %v, %v", r, err)
 	}
 	// Too large to send: refused before it leaves.
-	big := tpAsk("ok")
+	big := requestEnv("ok")
 	big.Message.Data = make([]byte, 4096)
 	_, err = a.tr.Ask(ctx, b.addr, big)
-	tpWantCode(t, err, codes.ResourceExhausted)
-	tpWantCode(t, a.tr.Send(ctx, b.addr, big), codes.ResourceExhausted)
+	wantCode(t, err, codes.ResourceExhausted)
+	wantCode(t, a.tr.Send(ctx, b.addr, big), codes.ResourceExhausted)
 	_, err = a.tr.Ask(ctx, b.addr, &Envelope{})
-	tpWantCode(t, err, codes.InvalidArgument)
+	wantCode(t, err, codes.InvalidArgument)
 	// The stream survived all of it.
-	if _, err := a.tr.Ask(ctx, b.addr, tpAsk("ok")); err != nil {
+	if _, err := a.tr.Ask(ctx, b.addr, requestEnv("ok")); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// tpNear reports whether ms, a handler's deadline in Unix ms, is want rounded
+// near reports whether ms, a handler's deadline in Unix ms, is want rounded
 // up to the shared deadlines' tick.
-func tpNear(ms string, want int64) bool {
+func near(ms string, want int64) bool {
 	got, err := strconv.ParseInt(ms, 10, 64)
 	return err == nil && got >= want && got < want+deadline.Tick/int64(time.Millisecond)
 }
 
 func TestTransportDeadline(t *testing.T) {
-	tpLeaks(t)
-	hb := &tpHandler{request: func(ctx context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+	checkLeaks(t)
+	hb := &testHandler{request: func(ctx context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
 		if env.Message.Message == "block" {
 			<-ctx.Done()
 			return nil, ctx.Err()
@@ -374,25 +374,25 @@ func TestTransportDeadline(t *testing.T) {
 		}
 		return r, nil
 	}}
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
-	b := startTpSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
 
 	// The caller's deadline bounds the handler's ctx.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	dl, _ := ctx.Deadline()
-	r, err := a.tr.Ask(ctx, b.addr, tpAsk("when"))
+	r, err := a.tr.Ask(ctx, b.addr, requestEnv("when"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// (rounded up to the tick of the shared deadlines)
-	if !tpNear(r.Message, dl.UnixMilli()) {
+	if !near(r.Message, dl.UnixMilli()) {
 		t.Fatalf("handler deadline %q, want %d", r.Message, dl.UnixMilli())
 	}
 	// An earlier deadline already in the envelope is kept.
-	env := tpAsk("when")
+	env := requestEnv("when")
 	env.DeadlineUnixMs = dl.UnixMilli() - 1000
-	if r, err = a.tr.Ask(ctx, b.addr, env); err != nil || !tpNear(r.Message, env.DeadlineUnixMs) {
+	if r, err = a.tr.Ask(ctx, b.addr, env); err != nil || !near(r.Message, env.DeadlineUnixMs) {
 		t.Fatalf("reply %v, %v", r, err)
 	}
 	// A caller whose deadline passes gets DeadlineExceeded, whether it gave
@@ -400,64 +400,64 @@ func TestTransportDeadline(t *testing.T) {
 	// late to be handled).
 	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	_, err = a.tr.Ask(short, b.addr, tpAsk("block"))
-	tpWantCode(t, err, codes.DeadlineExceeded)
+	_, err = a.tr.Ask(short, b.addr, requestEnv("block"))
+	wantCode(t, err, codes.DeadlineExceeded)
 	// A request whose deadline has passed is not sent.
-	_, err = a.tr.Ask(short, b.addr, tpAsk("late"))
-	tpWantCode(t, err, codes.DeadlineExceeded)
+	_, err = a.tr.Ask(short, b.addr, requestEnv("late"))
+	wantCode(t, err, codes.DeadlineExceeded)
 	// Nor is one whose envelope deadline has passed handled.
-	env = tpAsk("when")
+	env = requestEnv("when")
 	env.DeadlineUnixMs = time.Now().Add(-time.Second).UnixMilli()
 	_, err = a.tr.Ask(ctx, b.addr, env)
-	tpWantCode(t, err, codes.DeadlineExceeded)
+	wantCode(t, err, codes.DeadlineExceeded)
 }
 
 func TestTransportDeadPeer(t *testing.T) {
-	tpLeaks(t)
+	checkLeaks(t)
 	const n = 5
 	started := make(chan struct{}, n)
-	hb := &tpHandler{request: func(ctx context.Context, _ string, _ *Envelope) (*agentsilov1.AgentMessage, error) {
+	hb := &testHandler{request: func(ctx context.Context, _ string, _ *Envelope) (*agentsilov1.AgentMessage, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
-	b := startTpSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
-	c := startTpSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	c := startSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
 	errc := make(chan error, n)
 	for range n {
 		go func() {
-			_, err := a.tr.Ask(ctx, b.addr, tpAsk("stuck"))
+			_, err := a.tr.Ask(ctx, b.addr, requestEnv("stuck"))
 			errc <- err
 		}()
 	}
 	for range n {
 		<-started
 	}
-	if r, err := a.tr.Ask(ctx, c.addr, tpAsk("c")); err != nil || r.Message != "echo:c" {
+	if r, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil || r.Message != "echo:c" {
 		t.Fatalf("ask c while b is stuck: %v, %v", r, err)
 	}
 	b.stop()
 	for range n {
-		tpWantCode(t, <-errc, codes.Unavailable)
+		wantCode(t, <-errc, codes.Unavailable)
 	}
-	if r, err := a.tr.Ask(ctx, c.addr, tpAsk("c")); err != nil || r.Message != "echo:c" {
+	if r, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil || r.Message != "echo:c" {
 		t.Fatalf("ask c after b died: %v, %v", r, err)
 	}
-	_, err := a.tr.Ask(ctx, b.addr, tpAsk("b"))
-	tpWantCode(t, err, codes.Unavailable)
+	_, err := a.tr.Ask(ctx, b.addr, requestEnv("b"))
+	wantCode(t, err, codes.Unavailable)
 }
 
 func TestTransportReconnect(t *testing.T) {
-	tpLeaks(t)
-	b := startTpSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
+	checkLeaks(t)
+	b := startSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
 	ups := make(chan struct{}, 10)
 	downs := make(chan struct{}, 1)
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, func(tr *Transport) {
-		tr.hookState = func(addr string, up bool) {
+	a := startSilo(t, "a", "127.0.0.1:0", nil, func(cfg *Config) {
+		cfg.OnPeerState = func(addr string, up bool) {
 			if addr != b.addr {
 				return
 			}
@@ -470,94 +470,91 @@ func TestTransportReconnect(t *testing.T) {
 			default:
 			}
 		}
-	})
+	}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := a.tr.Ask(ctx, b.addr, tpAsk("1")); err != nil {
+	if _, err := a.tr.Ask(ctx, b.addr, requestEnv("1")); err != nil {
 		t.Fatal(err)
 	}
 	<-ups
 	b.stop()
 	<-downs
-	_, err := a.tr.Ask(ctx, b.addr, tpAsk("2"))
-	tpWantCode(t, err, codes.Unavailable)
+	_, err := a.tr.Ask(ctx, b.addr, requestEnv("2"))
+	wantCode(t, err, codes.Unavailable)
 
-	b2 := startTpSilo(t, "b2", b.addr, nil, nil, nil)
+	b2 := startSilo(t, "b2", b.addr, nil, nil, nil)
 	<-ups // a reopened its stream on its own
-	r, err := a.tr.Ask(ctx, b.addr, tpAsk("3"))
+	r, err := a.tr.Ask(ctx, b.addr, requestEnv("3"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r.State["silo"] != "b2" || r.State["from"] != "a" {
 		t.Fatalf("reply %v", r)
 	}
-	if err := a.tr.Send(ctx, b2.addr, tpAsk("4")); err != nil {
+	if err := a.tr.Send(ctx, b2.addr, requestEnv("4")); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestTransportClose(t *testing.T) {
-	tpLeaks(t)
+	checkLeaks(t)
 	started := make(chan struct{}, 1)
-	hb := &tpHandler{request: func(ctx context.Context, _ string, _ *Envelope) (*agentsilov1.AgentMessage, error) {
+	hb := &testHandler{request: func(ctx context.Context, _ string, _ *Envelope) (*agentsilov1.AgentMessage, error) {
 		started <- struct{}{}
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
-	a := startTpSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
-	b := startTpSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
-	c := startTpSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	c := startSilo(t, "c", "127.0.0.3:0", nil, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := a.tr.Ask(ctx, c.addr, tpAsk("c")); err != nil {
+	if _, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil {
 		t.Fatal(err)
 	}
 	// ClosePeer fails what is pending to that peer only; the next Ask dials
 	// anew.
 	errc := make(chan error, 1)
 	go func() {
-		_, err := a.tr.Ask(ctx, b.addr, tpAsk("stuck"))
+		_, err := a.tr.Ask(ctx, b.addr, requestEnv("stuck"))
 		errc <- err
 	}()
 	<-started
 	a.tr.ClosePeer(b.addr)
-	tpWantCode(t, <-errc, codes.Unavailable)
-	if _, err := a.tr.Ask(ctx, c.addr, tpAsk("c")); err != nil {
+	wantCode(t, <-errc, codes.Unavailable)
+	if _, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil {
 		t.Fatal(err)
 	}
 	// Close fails what is pending, and everything after.
 	go func() {
-		_, err := a.tr.Ask(ctx, b.addr, tpAsk("stuck"))
+		_, err := a.tr.Ask(ctx, b.addr, requestEnv("stuck"))
 		errc <- err
 	}()
 	<-started
 	a.tr.Close()
-	tpWantCode(t, <-errc, codes.Unavailable)
-	_, err := a.tr.Ask(ctx, c.addr, tpAsk("c"))
-	tpWantCode(t, err, codes.Unavailable)
+	wantCode(t, <-errc, codes.Unavailable)
+	_, err := a.tr.Ask(ctx, c.addr, requestEnv("c"))
+	wantCode(t, err, codes.Unavailable)
 	a.tr.Close()
 }
 
 func TestTransportConfig(t *testing.T) {
-	if _, err := NewTransport(TransportConfig{}); err == nil {
-		t.Fatal("no handler accepted")
-	}
-	if _, err := NewTransport(TransportConfig{Handler: &tpHandler{}, MaxBatch: -1}); err == nil {
+	if _, err := New(Config{MaxBatch: -1}); err == nil {
 		t.Fatal("MaxBatch -1 accepted")
 	}
-	tr, err := NewTransport(TransportConfig{Handler: &tpHandler{}})
+	tr, err := New(Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	tr.Close()
 }
 
-// tpRawEcho is the baseline: a Peer stream that echoes each batch at once.
-type tpRawEcho struct {
+// rawEcho is the baseline: a Peer stream that echoes each batch at once.
+type rawEcho struct {
 	agentsilov1.UnimplementedPeerServer
 }
 
-func (tpRawEcho) Stream(s agentsilov1.Peer_StreamServer) error {
+func (rawEcho) Stream(s agentsilov1.Peer_StreamServer) error {
 	for {
 		b, err := s.Recv()
 		if err != nil {
@@ -608,13 +605,13 @@ func BenchmarkTransport(b *testing.B) {
 	}
 	for _, n := range []int{1, 64} {
 		b.Run(fmt.Sprintf("ask/N=%d", n), func(b *testing.B) {
-			hb := &tpHandler{request: func(_ context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+			hb := &testHandler{request: func(_ context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
 				r := env.Message.Response()
 				r.Message = "pong"
 				return r, nil
 			}}
-			srv := startTpSilo(b, "b", "127.0.0.2:0", hb, nil, nil)
-			cli := startTpSilo(b, "a", "127.0.0.1:0", nil, nil, nil)
+			srv := startSilo(b, "b", "127.0.0.2:0", hb, nil, nil)
+			cli := startSilo(b, "a", "127.0.0.1:0", nil, nil, nil)
 			if _, err := cli.tr.Ask(context.Background(), srv.addr, &Envelope{Message: msg()}); err != nil {
 				b.Fatal(err)
 			}
@@ -635,7 +632,7 @@ func BenchmarkTransport(b *testing.B) {
 				b.Fatal(err)
 			}
 			gs := grpc.NewServer()
-			agentsilov1.RegisterPeerServer(gs, tpRawEcho{})
+			agentsilov1.RegisterPeerServer(gs, rawEcho{})
 			go func() { _ = gs.Serve(lis) }()
 			defer gs.Stop()
 			conn, err := grpc.NewClient("passthrough:///"+lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

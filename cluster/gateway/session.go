@@ -1,10 +1,7 @@
-package cluster
+package gateway
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/subtle"
-	"encoding/hex"
 	"errors"
 	"io"
 	"sync"
@@ -14,8 +11,8 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -129,10 +126,6 @@ func (s *session) unread(f outFrame) {
 	s.pushes++
 }
 
-// DrainedTrailer is the trailer of a session stream that a draining gateway
-// ended: the calls whose results the stream did not carry were never started.
-const DrainedTrailer = "x-agentsilo-drained"
-
 // Session implements agentsilov1.GatewayServer: a client's long-lived stream.
 func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	ctx := stream.Context()
@@ -147,7 +140,11 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err := g.checkDraining(); err != nil {
 		return err
 	}
-	s, resumed, err := g.open(ctx, hello)
+	c, err := callerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
+	if err != nil {
+		return err
+	}
+	s, resumed, err := g.sessions.open(c, hello)
 	if err != nil {
 		return err
 	}
@@ -220,7 +217,7 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 			// before the stream ends; the trailer tells the client that the
 			// calls it is still waiting for were never started, so it may
 			// send them again through another gateway.
-			stream.SetTrailer(metadata.Pairs(DrainedTrailer, "1"))
+			stream.SetTrailer(metadata.Pairs(protocol.DrainedTrailer, "1"))
 			return finish(g.checkDraining())
 		case f := <-frames:
 			switch f := f.Frame.(type) {
@@ -237,58 +234,6 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 			}
 		}
 	}
-}
-
-// open finds the session hello resumes, or opens a new one.
-func (g *Gateway) open(ctx context.Context, hello *agentsilov1.Hello) (*session, bool, error) {
-	c, err := callerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
-	if err != nil {
-		return nil, false, err
-	}
-	p := c.Principal
-	if addr := hello.GetResumeAddress(); addr != "" {
-		g.mu.Lock()
-		s := g.sessions[addr]
-		if s != nil {
-			s.mu.Lock()
-			expired := g.expired(s, time.Now())
-			s.mu.Unlock()
-			if expired {
-				delete(g.sessions, addr)
-				s = nil
-			}
-		}
-		g.mu.Unlock()
-		if s != nil {
-			if subtle.ConstantTimeCompare([]byte(s.token), []byte(hello.GetResumeToken())) != 1 {
-				return nil, false, errs.New(codes.PermissionDenied, "resume %s: wrong resume token", clip(addr))
-			}
-			if s.principal != p {
-				return nil, false, errs.New(codes.PermissionDenied, "resume %s: the session belongs to another principal", clip(addr))
-			}
-			return s, true, nil
-		}
-		// Unknown or expired: a new session, and Welcome says resumed=false.
-	}
-	var tok [16]byte
-	if _, err := rand.Read(tok[:]); err != nil {
-		return nil, false, errs.New(codes.Internal, "resume token: %v", err)
-	}
-	id := grain.NewID()
-	if g.cfg.Cluster != nil && len(id)+1+len(g.cfg.Silo) <= 128 {
-		id += "@" + g.cfg.Silo // other silos route the session's messages here
-	}
-	s := &session{
-		addr:       grain.SessionType + ":" + p + ":" + id,
-		principal:  p,
-		caller:     c,
-		token:      hex.EncodeToString(tok[:]),
-		detachedAt: time.Now(),
-	}
-	g.mu.Lock()
-	g.sessions[s.addr] = s
-	g.mu.Unlock()
-	return s, false, nil
 }
 
 // attach makes att the session's stream. A stream already attached (its
@@ -407,74 +352,4 @@ func (g *Gateway) call(ctx context.Context, s *session, c *agentsilov1.Call) *ag
 
 func errResult(id uint64, err error) *agentsilov1.Result {
 	return &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(errs.Code(err)), Message: err.Error()}}
-}
-
-// DeliverToSession implements grain.SessionRouter: it queues msg for the
-// session at msg.To, to be written to its stream in order, now or when the
-// client re-attaches. It never blocks. A session with SessionBacklog
-// messages not yet written refuses more with ResourceExhausted; an address
-// the gateway holds no session for is NotFound.
-func (g *Gateway) DeliverToSession(_ context.Context, msg *grain.Message) error {
-	if msg == nil {
-		return errs.New(codes.InvalidArgument, "nil message")
-	}
-	a, err := grain.ParseAddress(msg.To)
-	if err != nil {
-		return err
-	}
-	if a.Type != grain.SessionType {
-		return errs.New(codes.InvalidArgument, "%s is not a client session address", clip(msg.To))
-	}
-	g.mu.RLock()
-	s := g.sessions[msg.To]
-	g.mu.RUnlock()
-	if s == nil {
-		return errs.New(codes.NotFound, "no client session %s", clip(msg.To))
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.att == nil && g.expired(s, time.Now()) {
-		return errs.New(codes.NotFound, "client session %s has expired", msg.To)
-	}
-	if s.pushes >= g.cfg.SessionBacklog {
-		return errs.New(codes.ResourceExhausted, "client session %s has %d messages it has not received yet", msg.To, s.pushes)
-	}
-	s.enqueueLocked(outFrame{frame: &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Push{Push: msg}}})
-	return nil
-}
-
-// expired reports whether s has been detached longer than SessionBacklogAge.
-// s.mu is held.
-func (g *Gateway) expired(s *session, now time.Time) bool {
-	return s.att == nil && now.Sub(s.detachedAt) > g.cfg.SessionBacklogAge
-}
-
-// sweep forgets the sessions detached longer than SessionBacklogAge, with
-// their backlogs.
-func (g *Gateway) sweep(now time.Time) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for addr, s := range g.sessions {
-		s.mu.Lock()
-		if g.expired(s, now) {
-			delete(g.sessions, addr)
-		}
-		s.mu.Unlock()
-	}
-}
-
-// sweeper runs sweep until Stop.
-func (g *Gateway) sweeper() {
-	defer g.bg.Done()
-	every := min(max(g.cfg.SessionBacklogAge/4, 10*time.Millisecond), 30*time.Second)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-g.stop:
-			return
-		case <-t.C:
-			g.sweep(time.Now())
-		}
-	}
 }

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ func BenchmarkAuthorizeMessage(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer a.Close()
-	g := &Gateway{cfg: GatewayConfig{ACL: a}}
+	g := &Gateway{cfg: Config{ACL: a}}
 	alice := &acl.Caller{Principal: "alice"}
 	for _, to := range []string{"Bench:g1", "Bench:bench:g1"} {
 		b.Run(to, func(b *testing.B) {

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -46,7 +47,7 @@ type testEnv struct {
 	detached  chan string   // session addresses as streams detach
 }
 
-func startGateway(t *testing.T, configure func(*GatewayConfig)) *testEnv {
+func startGateway(t *testing.T, configure func(*Config)) *testEnv {
 	t.Helper()
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
@@ -57,7 +58,7 @@ func startGateway(t *testing.T, configure func(*GatewayConfig)) *testEnv {
 		release:   make(chan struct{}),
 		detached:  make(chan string, 16),
 	}
-	gcfg := DefaultGatewayConfig()
+	gcfg := DefaultConfig()
 	gcfg.Addr = "127.0.0.1:0"
 	gcfg.Silo = "test-silo"
 	gcfg.Logger = slog.New(slog.DiscardHandler)
@@ -122,12 +123,16 @@ func startGateway(t *testing.T, configure func(*GatewayConfig)) *testEnv {
 	rcfg.Silo = gcfg.Silo
 	rcfg.MaxMessageSize = gcfg.MaxMessageSize
 	rcfg.Logger = gcfg.Logger
-	rcfg.Sessions = new(SessionRelay)
+	sessions, err := NewSessions(gcfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcfg.Sessions = sessions
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := NewGateway(gcfg, rt)
+	gw, err := New(gcfg, rt, sessions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +282,7 @@ func TestAskRoundTrip(t *testing.T) {
 	wantText(t, s.ask("Who:two", "?"), w.Address)
 
 	// The unary form, with the principal from metadata.
-	ctx := metadata.AppendToOutgoingContext(t.Context(), PrincipalHeader, "bob")
+	ctx := metadata.AppendToOutgoingContext(t.Context(), protocol.PrincipalHeader, "bob")
 	r, err := e.cli.Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:one", Message: "unary"}})
 	if err != nil || r.Message.Message != "unary" || r.Message.From != "Echo:bob:one" {
 		t.Fatalf("unary Ask: %v, %v", r, err)
@@ -294,7 +299,7 @@ func TestDefaultPrincipalAndBadPrincipal(t *testing.T) {
 	if _, err := bad.stream.Recv(); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad principal: %v, want InvalidArgument", err)
 	}
-	ctx := metadata.AppendToOutgoingContext(t.Context(), PrincipalHeader, ":x")
+	ctx := metadata.AppendToOutgoingContext(t.Context(), protocol.PrincipalHeader, ":x")
 	if _, err := e.cli.ListMembers(ctx, &agentsilov1.ListMembersRequest{}); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("bad unary principal: %v, want InvalidArgument", err)
 	}
@@ -397,7 +402,7 @@ func TestResumeRefusedOrRenewed(t *testing.T) {
 	// Expired: detached longer than SessionBacklogAge, then swept.
 	s.cancel()
 	<-e.detached
-	e.gw.sweep(time.Now().Add(e.gw.cfg.SessionBacklogAge + time.Second))
+	e.gw.sessions.sweep(time.Now().Add(e.gw.cfg.SessionBacklogAge + time.Second))
 	if err := e.rt.Send(t.Context(), &grain.Message{To: s.welcome.Address, From: "Echo:alice:e"}); !errors.Is(err, errs.ErrNotFound) {
 		t.Fatalf("send to expired session: %v, want NotFound", err)
 	}
@@ -408,7 +413,7 @@ func TestResumeRefusedOrRenewed(t *testing.T) {
 }
 
 func TestBacklogBound(t *testing.T) {
-	e := startGateway(t, func(c *GatewayConfig) { c.SessionBacklog = 2 })
+	e := startGateway(t, func(c *Config) { c.SessionBacklog = 2 })
 	s := e.open(t, &agentsilov1.Hello{})
 	s.cancel()
 	<-e.detached
@@ -469,7 +474,7 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestOversize(t *testing.T) {
-	e := startGateway(t, func(c *GatewayConfig) { c.MaxMessageSize = 16 << 10 })
+	e := startGateway(t, func(c *Config) { c.MaxMessageSize = 16 << 10 })
 	s := e.open(t, &agentsilov1.Hello{})
 	big := strings.Repeat("x", 17<<10)
 	wantCode(t, s.ask("Echo:dev:x", big), codes.ResourceExhausted)
@@ -539,8 +544,8 @@ func TestSendAndEvent(t *testing.T) {
 }
 
 func TestCreateAndList(t *testing.T) {
-	e := startGateway(t, func(c *GatewayConfig) { c.PeerAddr = "127.0.0.1:7071" })
-	ctx := metadata.AppendToOutgoingContext(t.Context(), PrincipalHeader, "alice")
+	e := startGateway(t, nil)
+	ctx := metadata.AppendToOutgoingContext(t.Context(), protocol.PrincipalHeader, "alice")
 	c, err := e.cli.CreateAgent(ctx, &agentsilov1.CreateAgentRequest{Address: "Echo:cfg", Config: map[string]string{"k": "v"}})
 	if err != nil || c.Address != "Echo:alice:cfg" {
 		t.Fatalf("CreateAgent: %v, %v", c, err)
@@ -567,7 +572,7 @@ func TestCreateAndList(t *testing.T) {
 		t.Fatalf("ListMembers: %v, %v", m, err)
 	}
 	if got := m.Members[0]; got.Name != "test-silo" || !got.Self || got.State != "alive" || got.Activations != 3 ||
-		got.GatewayAddr != e.conn.Target() || got.PeerAddr != "127.0.0.1:7071" {
+		got.GatewayAddr != e.conn.Target() || got.PeerAddr != "" {
 		t.Fatalf("member %v", got)
 	}
 }
@@ -622,13 +627,13 @@ func TestConfigValidate(t *testing.T) {
 		{"0.0.0.0:7070", true, true},
 		{"nonsense", false, false},
 	} {
-		cfg := DefaultGatewayConfig()
+		cfg := DefaultConfig()
 		cfg.Addr, cfg.Insecure = c.addr, c.insecure
 		if err := cfg.Validate(); (err == nil) != c.ok {
 			t.Errorf("Validate(%q, insecure=%v) = %v, want ok=%v", c.addr, c.insecure, err, c.ok)
 		}
 	}
-	cfg := DefaultGatewayConfig()
+	cfg := DefaultConfig()
 	cfg.SessionBacklog = 0
 	if err := cfg.Validate(); err == nil {
 		t.Error("Validate accepts SessionBacklog 0")

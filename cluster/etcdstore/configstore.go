@@ -1,4 +1,4 @@
-package cluster
+package etcdstore
 
 import (
 	"context"
@@ -15,27 +15,27 @@ import (
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
-// EtcdConfigStore is the grain.ConfigStore of a silo: CreateAgent's
+// ConfigStore is the grain.ConfigStore of a silo: CreateAgent's
 // configurations as JSON objects under <prefix>configs/<address>. An
 // activation reads its own when it first asks (Host.Config). Methods are safe
 // for concurrent use; while etcd is away they return Unavailable.
-type EtcdConfigStore struct {
+type ConfigStore struct {
 	client  *clientv3.Client
 	root    string
 	timeout time.Duration
 }
 
-// NewEtcdConfigStore returns the store of e's client and prefix.
-func NewEtcdConfigStore(e *Etcd) *EtcdConfigStore {
-	return newEtcdConfigStore(e.Client(), e.Prefix())
+// NewConfigStore returns the store of e's client and prefix.
+func NewConfigStore(e *Store) *ConfigStore {
+	return newConfigStore(e.Client(), e.Prefix())
 }
 
-func newEtcdConfigStore(c *clientv3.Client, prefix string) *EtcdConfigStore {
-	return &EtcdConfigStore{client: c, root: prefix + "configs/", timeout: 5 * time.Second}
+func newConfigStore(c *clientv3.Client, prefix string) *ConfigStore {
+	return &ConfigStore{client: c, root: prefix + "configs/", timeout: 5 * time.Second}
 }
 
 // Get implements grain.ConfigStore: nil if addr was never created.
-func (s *EtcdConfigStore) Get(ctx context.Context, addr grain.Address) (map[string]string, error) {
+func (s *ConfigStore) Get(ctx context.Context, addr grain.Address) (map[string]string, error) {
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.client.Get(octx, s.root+addr.String())
@@ -53,7 +53,7 @@ func (s *EtcdConfigStore) Get(ctx context.Context, addr grain.Address) (map[stri
 }
 
 // Put implements grain.ConfigStore.
-func (s *EtcdConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[string]string) error {
+func (s *ConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[string]string) error {
 	if cfg == nil {
 		cfg = map[string]string{}
 	}

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"context"
@@ -30,6 +30,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -64,7 +65,7 @@ func startAuthority(t *testing.T, d acl.Document) *acl.Authority {
 }
 
 func withKey(ctx context.Context, key string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, APIKeyHeader, key)
+	return metadata.AppendToOutgoingContext(ctx, protocol.APIKeyHeader, key)
 }
 
 func askReq(to, text string) *agentsilov1.AskRequest {
@@ -73,7 +74,7 @@ func askReq(to, text string) *agentsilov1.AskRequest {
 
 func TestAPIKeysAndTheClientGrain(t *testing.T) {
 	a := startAuthority(t, acl.Document{})
-	e := startGateway(t, func(c *GatewayConfig) {
+	e := startGateway(t, func(c *Config) {
 		c.Auth.Keys = testKeys
 		c.ACL = a
 		c.Addr = "" // loopback is not required with authentication
@@ -125,7 +126,7 @@ func TestAPIKeysAndTheClientGrain(t *testing.T) {
 		t.Fatalf("own agent: %v, %v", r, err)
 	}
 	// A declared principal must be the proven one.
-	if _, err := e.cli.Ask(metadata.AppendToOutgoingContext(alice, PrincipalHeader, "bob"), askReq("Echo:x", "hi")); status.Code(err) != codes.PermissionDenied {
+	if _, err := e.cli.Ask(metadata.AppendToOutgoingContext(alice, protocol.PrincipalHeader, "bob"), askReq("Echo:x", "hi")); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("alice's key declaring bob: %v", err)
 	}
 	if _, err := e.cli.Ask(bob, askReq("Echo:y", "hi")); err != nil {
@@ -358,7 +359,7 @@ func TestMutualTLS(t *testing.T) {
 	daveCert, daveKey := p.issue(t, "dave", pkix.Name{}, []string{"dave.example"}, nil, x509.ExtKeyUsageClientAuth)
 	badCert, badKey := p.issue(t, "bad", pkix.Name{CommonName: "no spaces allowed"}, nil, nil, x509.ExtKeyUsageClientAuth)
 	a := startAuthority(t, acl.Document{})
-	e := startGateway(t, func(c *GatewayConfig) {
+	e := startGateway(t, func(c *Config) {
 		c.Auth = AuthConfig{TLSCert: p.serverCert, TLSKey: p.serverKey, TLSClientCA: p.ca}
 		c.ACL = a
 	})
@@ -441,7 +442,7 @@ func TestAuthConfig(t *testing.T) {
 		}
 	}
 	// A non-loopback gateway needs authentication or Insecure.
-	cfg := DefaultGatewayConfig()
+	cfg := DefaultConfig()
 	cfg.Addr = "0.0.0.0:7070"
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("non-loopback gateway without authentication accepted")

@@ -1,4 +1,4 @@
-package cluster
+package gateway
 
 import (
 	"context"
@@ -20,10 +20,8 @@ import (
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 )
-
-// APIKeyHeader is the gRPC metadata key that carries a client's API key.
-const APIKeyHeader = "x-api-key"
 
 // AuthConfig says how the gateway proves who its clients are. With neither
 // API keys nor client certificates it takes the principal a client declares,
@@ -74,55 +72,55 @@ func newAuthenticator(cfg AuthConfig) (*authenticator, error) {
 	if cfg.KeyFile != "" {
 		b, err := os.ReadFile(cfg.KeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: API-key file: %w", err)
+			return nil, fmt.Errorf("gateway: API-key file: %w", err)
 		}
 		var f struct {
 			Keys []APIKey `json:"keys"`
 		}
 		if err := json.Unmarshal(b, &f); err != nil {
-			return nil, fmt.Errorf("cluster: API-key file %s: %w", cfg.KeyFile, err)
+			return nil, fmt.Errorf("gateway: API-key file %s: %w", cfg.KeyFile, err)
 		}
 		if len(f.Keys) == 0 {
-			return nil, fmt.Errorf("cluster: API-key file %s has no keys", cfg.KeyFile)
+			return nil, fmt.Errorf("gateway: API-key file %s has no keys", cfg.KeyFile)
 		}
 		keys = append(append([]APIKey(nil), keys...), f.Keys...)
 	}
 	for i, k := range keys {
 		h, err := hex.DecodeString(strings.TrimSpace(k.SHA256))
 		if err != nil || len(h) != sha256.Size {
-			return nil, fmt.Errorf("cluster: API key %d (%s): sha256 must be 64 hex digits", i+1, k.Principal)
+			return nil, fmt.Errorf("gateway: API key %d (%s): sha256 must be 64 hex digits", i+1, k.Principal)
 		}
 		if !grain.ValidName(k.Principal) {
-			return nil, fmt.Errorf("cluster: API key %d: principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal)
+			return nil, fmt.Errorf("gateway: API key %d: principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal)
 		}
 		for _, g := range k.Groups {
 			if !grain.ValidName(g) {
-				return nil, fmt.Errorf("cluster: API key %d (%s): group %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal, g)
+				return nil, fmt.Errorf("gateway: API key %d (%s): group %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal, g)
 			}
 		}
 		a.keys[[sha256.Size]byte(h)] = &acl.Caller{Principal: k.Principal, Groups: k.Groups}
 	}
 	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
-		return nil, fmt.Errorf("cluster: TLS certificate and key go together (--tls-cert, --tls-key)")
+		return nil, fmt.Errorf("gateway: TLS certificate and key go together (--tls-cert, --tls-key)")
 	}
 	if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
-		return nil, fmt.Errorf("cluster: client certificates (--tls-client-ca) need the gateway to serve TLS (--tls-cert, --tls-key)")
+		return nil, fmt.Errorf("gateway: client certificates (--tls-client-ca) need the gateway to serve TLS (--tls-cert, --tls-key)")
 	}
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: TLS certificate: %w", err)
+			return nil, fmt.Errorf("gateway: TLS certificate: %w", err)
 		}
 		a.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
 	if cfg.TLSClientCA != "" {
 		pem, err := os.ReadFile(cfg.TLSClientCA)
 		if err != nil {
-			return nil, fmt.Errorf("cluster: client CA: %w", err)
+			return nil, fmt.Errorf("gateway: client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("cluster: client CA %s: no PEM certificates", cfg.TLSClientCA)
+			return nil, fmt.Errorf("gateway: client CA %s: no PEM certificates", cfg.TLSClientCA)
 		}
 		a.tls.ClientCAs = pool
 		a.tls.ClientAuth = tls.RequireAndVerifyClientCert
@@ -178,7 +176,7 @@ func (a *authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 		return nil, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
+	if v := md.Get(protocol.APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
 		if c := a.keys[sha256.Sum256([]byte(v[0]))]; c != nil {
 			return c, nil
 		}
@@ -193,9 +191,9 @@ func (a *authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 	}
 	switch {
 	case len(a.keys) > 0 && a.mtls:
-		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", APIKeyHeader)
+		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", protocol.APIKeyHeader)
 	case len(a.keys) > 0:
-		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", APIKeyHeader)
+		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
 	}
 	return nil, errs.New(codes.Unauthenticated, "no client certificate")
 }
@@ -209,7 +207,7 @@ func certCaller(cert *x509.Certificate) (*acl.Caller, error) {
 		p = cert.DNSNames[0]
 	}
 	if !grain.ValidName(p) {
-		return nil, errs.New(codes.Unauthenticated, "the client certificate names no usable principal (common name or first DNS name %q): want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(p))
+		return nil, errs.New(codes.Unauthenticated, "the client certificate names no usable principal (common name or first DNS name %q): want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
 	}
 	var groups []string
 	for _, ou := range cert.Subject.OrganizationalUnit {
@@ -232,7 +230,7 @@ func callerFor(proven *acl.Caller, declared string) (*acl.Caller, error) {
 		return &acl.Caller{Principal: p}, nil
 	}
 	if declared != "" && declared != proven.Principal {
-		return nil, errs.New(codes.PermissionDenied, "authenticated as %s, the client cannot act as %q", proven.Principal, clip(declared))
+		return nil, errs.New(codes.PermissionDenied, "authenticated as %s, the client cannot act as %q", proven.Principal, protocol.Clip(declared))
 	}
 	return proven, nil
 }
@@ -240,7 +238,7 @@ func callerFor(proven *acl.Caller, declared string) (*acl.Caller, error) {
 // declaredPrincipal is the principal metadata of a call, if any.
 func declaredPrincipal(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(PrincipalHeader); len(v) > 0 {
+	if v := md.Get(protocol.PrincipalHeader); len(v) > 0 {
 		return v[0]
 	}
 	return ""

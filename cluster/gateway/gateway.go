@@ -1,8 +1,7 @@
-package cluster
+package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,24 +23,16 @@ import (
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/tracing"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
-
-// PrincipalHeader is the gRPC metadata key that carries a self-declared
-// principal on unary calls in development mode (no authentication
-// configured). Sessions declare it in Hello.principal instead.
-const PrincipalHeader = "x-agentsilo-principal"
 
 // DefaultPrincipal is the principal of a client that declares none.
 const DefaultPrincipal = "dev"
 
-// frameOverhead is what the gRPC size limits allow above MaxMessageSize, so
-// that a message just over the limit still arrives inside its frame and is
-// answered per call with ResourceExhausted instead of breaking the stream.
-const frameOverhead = 64 << 10
-
-// GatewayConfig configures a Gateway. Start from DefaultGatewayConfig.
-type GatewayConfig struct {
+// Config configures a Gateway. Start from DefaultConfig.
+type Config struct {
 	// Silo names this silo in Welcome and ListMembers. Default: the
 	// runtime's Config().Silo.
 	Silo string
@@ -69,10 +60,6 @@ type GatewayConfig struct {
 	// ACL, if set, is enforced on every client call, and its admin service
 	// (agentsilov1.AclAdmin) is served. Nil: no access control.
 	ACL *acl.Authority
-	// GatewayAddr and PeerAddr are what ListMembers reports for this silo.
-	// Default: the listener's address, and empty.
-	GatewayAddr string
-	PeerAddr    string
 	// Cluster, if set, gives ListMembers and ListAgents the whole cluster,
 	// and session addresses name this silo so that other silos can reach
 	// them. Nil: a single silo.
@@ -93,26 +80,26 @@ type ClusterInfo interface {
 	Agents(ctx context.Context, typeName string) ([]*agentsilov1.ActivationInfo, error)
 }
 
-// DefaultGatewayConfig returns the defaults described on GatewayConfig's
+// DefaultConfig returns the defaults described on Config's
 // fields.
-func DefaultGatewayConfig() GatewayConfig {
-	return GatewayConfig{
+func DefaultConfig() Config {
+	return Config{
 		Addr:              "127.0.0.1:7070",
-		MaxMessageSize:    4 << 20,
+		MaxMessageSize:    protocol.DefaultMaxMessageSize,
 		SessionBacklog:    1000,
 		SessionBacklogAge: 2 * time.Minute,
 	}
 }
 
 // Validate reports the first invalid field.
-func (c *GatewayConfig) Validate() error {
+func (c *Config) Validate() error {
 	switch {
 	case c.MaxMessageSize < 1024:
-		return fmt.Errorf("cluster: gateway MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+		return fmt.Errorf("gateway: gateway MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
 	case c.SessionBacklog < 1:
-		return fmt.Errorf("cluster: gateway SessionBacklog %d must be at least 1", c.SessionBacklog)
+		return fmt.Errorf("gateway: gateway SessionBacklog %d must be at least 1", c.SessionBacklog)
 	case c.SessionBacklogAge <= 0:
-		return fmt.Errorf("cluster: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
+		return fmt.Errorf("gateway: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
 		if err := checkLoopback(c.Addr); err != nil {
@@ -126,7 +113,7 @@ func (c *GatewayConfig) Validate() error {
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("cluster: gateway address %q: %v", addr, err)
+		return fmt.Errorf("gateway: gateway address %q: %v", addr, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -134,7 +121,7 @@ func checkLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("cluster: gateway address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
+	return fmt.Errorf("gateway: gateway address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
 }
 
 // Gateway is the client-facing gRPC service of a silo (agentsilov1.Gateway):
@@ -142,10 +129,10 @@ func checkLoopback(addr string) error {
 // the listings. Its gRPC server also serves the standard health service and
 // server reflection.
 //
-// It implements grain.SessionRouter, so that agents reach the sessions it
-// holds; see SessionRelay for wiring it into the runtime it serves.
+// Its client sessions live in a Sessions, made before the runtime (as the
+// runtime's grain.SessionRouter) and handed to New.
 //
-// Clients are authenticated as GatewayConfig.Auth says (API keys, client
+// Clients are authenticated as Config.Auth says (API keys, client
 // certificates), or, without it, declare their principal (Hello.principal,
 // or the x-agentsilo-principal metadata on unary calls; default "dev"). With
 // an ACL, every client call is checked (see clientgrain.go).
@@ -154,19 +141,17 @@ func checkLoopback(addr string) error {
 type Gateway struct {
 	agentsilov1.UnimplementedGatewayServer
 
-	cfg    GatewayConfig
+	cfg    Config
 	rt     *grain.Runtime
 	logger *slog.Logger
 	server *grpc.Server
 	health *health.Server
 	auth   *authenticator
-	tracer tracer
+	tracer tracing.Tracer
 
 	addr atomic.Value // string: the listener's address, once serving
 
-	// mu guards sessions; it is taken before a session's mu, never after.
-	mu       sync.RWMutex
-	sessions map[string]*session
+	sessions *Sessions
 
 	drainOnce sync.Once
 	drain     chan struct{} // closed by GracefulStop: sessions end
@@ -179,11 +164,12 @@ type Gateway struct {
 	testHookDetached func(addr string)
 }
 
-// NewGateway returns a gateway for the agents of rt. If rt's Config().Sessions
-// is a *SessionRelay, it is bound to the new gateway.
-func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
-	if rt == nil {
-		return nil, errors.New("cluster: NewGateway: nil Runtime")
+// New returns a gateway for the agents of rt and the client sessions of
+// sessions (rt's SessionRouter, or a router that reaches it). It starts
+// nothing; Serve does.
+func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
+	if rt == nil || sessions == nil {
+		return nil, errs.New(codes.InvalidArgument, "gateway: New: nil Runtime or Sessions")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -200,18 +186,18 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 	}
 	g := &Gateway{
 		auth:     auth,
-		tracer:   newTracer(cfg.TracerProvider),
+		tracer:   tracing.New(cfg.TracerProvider),
 		cfg:      cfg,
 		rt:       rt,
 		logger:   cfg.Logger.With("component", "gateway"),
 		health:   health.NewServer(),
-		sessions: make(map[string]*session),
+		sessions: sessions,
 		drain:    make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	limit := cfg.MaxMessageSize + frameOverhead
+	limit := cfg.MaxMessageSize + protocol.FrameOverhead
 	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryACL),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
@@ -226,11 +212,6 @@ func NewGateway(cfg GatewayConfig, rt *grain.Runtime) (*Gateway, error) {
 	}
 	healthpb.RegisterHealthServer(g.server, g.health)
 	reflection.Register(g.server)
-	if r, ok := rt.Config().Sessions.(*SessionRelay); ok {
-		r.Set(g)
-	}
-	g.bg.Add(1)
-	go g.sweeper()
 	return g, nil
 }
 
@@ -256,6 +237,11 @@ func (g *Gateway) Serve(lis net.Listener) error {
 		return grpc.ErrServerStopped
 	default:
 	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		g.sessions.sweepLoop(g.stop)
+	}()
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return g.server.Serve(lis)
@@ -285,13 +271,17 @@ func (g *Gateway) GracefulStop() {
 
 // Stop closes the listeners and every connection at once, cancelling the
 // calls in flight, and returns when their handlers have returned. A gateway
-// holds a goroutine from NewGateway until Stop or GracefulStop.
+// holds a goroutine from New until Stop or GracefulStop.
 func (g *Gateway) Stop() {
 	g.health.Shutdown()
 	g.stopOnce.Do(func() { close(g.stop) })
 	g.server.Stop()
 	g.bg.Wait()
 }
+
+// Draining reports whether GracefulStop has begun: the gateway takes no new
+// sessions or calls.
+func (g *Gateway) Draining() bool { return g.checkDraining() != nil }
 
 // checkDraining returns Unavailable once GracefulStop has begun.
 func (g *Gateway) checkDraining() error {
@@ -309,7 +299,7 @@ func principal(p string) (string, error) {
 		return DefaultPrincipal, nil
 	}
 	if !grain.ValidName(p) {
-		return "", errs.New(codes.InvalidArgument, "principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(p))
+		return "", errs.New(codes.InvalidArgument, "principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
 	}
 	return p, nil
 }
@@ -347,8 +337,8 @@ func stamp(m *agentsilov1.AgentMessage, from string) {
 // the id the runtime gave. It runs in a server span, child of the trace the
 // client's message carries.
 func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, timeout time.Duration) (r *agentsilov1.AgentMessage, err error) {
-	ctx, span := g.tracer.start(ctx, "gateway "+kindName(m.Kind), trace.SpanKindServer, m, attribute.String("agentsilo.from", m.GetFrom()))
-	defer func() { end(span, err) }()
+	ctx, span := g.tracer.Start(ctx, "gateway "+tracing.KindName(m.Kind), trace.SpanKindServer, m, attribute.String("agentsilo.from", m.GetFrom()))
+	defer func() { tracing.End(span, err) }()
 	switch m.Kind {
 	case grain.KindRequest:
 		if timeout < 0 {
@@ -466,53 +456,15 @@ func (g *Gateway) ListMembers(ctx context.Context, _ *agentsilov1.ListMembersReq
 		ms, version := g.cfg.Cluster.Members()
 		return &agentsilov1.ListMembersResponse{Members: ms, Version: version}, nil
 	}
-	addr := g.cfg.GatewayAddr
-	if addr == "" {
-		addr, _ = g.addr.Load().(string)
-	}
+	addr, _ := g.addr.Load().(string)
 	return &agentsilov1.ListMembersResponse{
 		Members: []*agentsilov1.Member{{
 			Name:        g.cfg.Silo,
 			GatewayAddr: addr,
-			PeerAddr:    g.cfg.PeerAddr,
 			State:       "alive",
 			Self:        true,
 			Activations: uint32(max(g.rt.Len(), 0)),
 		}},
 		Version: 1,
 	}, nil
-}
-
-// SessionRelay is a grain.SessionRouter that forwards to a Gateway bound
-// later. It breaks the cycle between the runtime (which needs its
-// SessionRouter at grain.New) and the gateway (which needs the runtime):
-//
-//	relay := new(cluster.SessionRelay)
-//	rcfg.Sessions = relay
-//	rt, err := grain.New(rcfg, reg)
-//	gw, err := cluster.NewGateway(gcfg, rt) // binds relay to gw
-//
-// Before it is bound, messages to sessions are Unavailable.
-type SessionRelay struct {
-	gw atomic.Pointer[Gateway]
-}
-
-// Set binds r to g. NewGateway calls it.
-func (r *SessionRelay) Set(g *Gateway) { r.gw.Store(g) }
-
-// DeliverToSession implements grain.SessionRouter.
-func (r *SessionRelay) DeliverToSession(ctx context.Context, msg *grain.Message) error {
-	g := r.gw.Load()
-	if g == nil {
-		return errs.New(codes.Unavailable, "send to %s: the gateway is not running", msg.GetTo())
-	}
-	return g.DeliverToSession(ctx, msg)
-}
-
-// clip keeps error messages short when a client sends something huge.
-func clip(s string) string {
-	if len(s) > 80 {
-		return s[:80] + "..."
-	}
-	return s
 }

@@ -1,4 +1,4 @@
-package cluster
+package etcdstore
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
-// EtcdConfig says where a silo keeps its durable state: an external etcd
+// Config says where a silo keeps its durable state: an external etcd
 // cluster (Endpoints) or, with no endpoints, an etcd embedded in the silo.
-type EtcdConfig struct {
+type Config struct {
 	// Endpoints of an external etcd cluster (--etcd-endpoints). Empty: start
 	// an embedded etcd.
 	Endpoints []string
@@ -43,7 +43,7 @@ type EtcdConfig struct {
 	// Prefix is put before every key agentsilo writes (--etcd-prefix).
 	// Default: "/agentsilo/". It always ends in "/".
 	Prefix string
-	// DialTimeout, if positive, makes StartEtcd wait that long for a first
+	// DialTimeout, if positive, makes Start wait that long for a first
 	// connection to external endpoints and fail without one. Default: 0, do
 	// not wait: a silo starts while etcd is away, calls that need etcd return
 	// Unavailable, and the client connects when etcd is back.
@@ -53,18 +53,18 @@ type EtcdConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultEtcdConfig returns the single-machine defaults: an embedded etcd in
+// DefaultConfig returns the single-machine defaults: an embedded etcd in
 // ./data serving 127.0.0.1:2379.
-func DefaultEtcdConfig() EtcdConfig {
-	return EtcdConfig{
+func DefaultConfig() Config {
+	return Config{
 		DataDir:      "./data",
 		EmbeddedAddr: "127.0.0.1:2379",
 		Prefix:       "/agentsilo/",
 	}
 }
 
-func (c *EtcdConfig) fill() error {
-	d := DefaultEtcdConfig()
+func (c *Config) fill() error {
+	d := DefaultConfig()
 	if c.DataDir == "" {
 		c.DataDir = d.DataDir
 	}
@@ -85,27 +85,27 @@ func (c *EtcdConfig) fill() error {
 	}
 	host, port, err := net.SplitHostPort(c.EmbeddedAddr)
 	if err != nil {
-		return fmt.Errorf("cluster: embedded etcd address %q: %w", c.EmbeddedAddr, err)
+		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", c.EmbeddedAddr, err)
 	}
 	if c.EmbeddedPeerAddr == "" {
 		p, err := strconv.Atoi(port)
 		if err != nil || p < 1 || p >= 65535 {
-			return fmt.Errorf("cluster: embedded etcd address %q: bad port", c.EmbeddedAddr)
+			return fmt.Errorf("etcdstore: embedded etcd address %q: bad port", c.EmbeddedAddr)
 		}
 		c.EmbeddedPeerAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
 	}
 	if _, _, err := net.SplitHostPort(c.EmbeddedPeerAddr); err != nil {
-		return fmt.Errorf("cluster: embedded etcd peer address %q: %w", c.EmbeddedPeerAddr, err)
+		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", c.EmbeddedPeerAddr, err)
 	}
 	return nil
 }
 
-// Etcd is a silo's connection to etcd, and the embedded etcd server when it
+// Store is a silo's connection to etcd, and the embedded etcd server when it
 // runs one. Its client reconnects by itself: while etcd is unreachable, calls
 // through it fail (see etcderr.Wrap, which maps those failures to
 // Unavailable) and nothing else of the silo stops.
-type Etcd struct {
-	cfg    EtcdConfig
+type Store struct {
+	cfg    Config
 	server *embed.Etcd // nil with external endpoints
 	client *clientv3.Client
 
@@ -117,14 +117,14 @@ type Etcd struct {
 	watcher    sync.WaitGroup
 }
 
-// StartEtcd connects to etcd as cfg says. With no Endpoints it first starts
+// Start connects to etcd as cfg says. With no Endpoints it first starts
 // an embedded etcd in cfg.DataDir and waits, bounded by ctx, until it serves.
-// Close releases everything StartEtcd started.
-func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
+// Close releases everything Start started.
+func Start(ctx context.Context, cfg Config) (*Store, error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
-	e := &Etcd{cfg: cfg, stop: make(chan struct{})}
+	e := &Store{cfg: cfg, stop: make(chan struct{})}
 	endpoints := cfg.Endpoints
 	if len(endpoints) == 0 {
 		if err := e.startEmbedded(ctx); err != nil {
@@ -133,7 +133,7 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 		endpoints = []string{"http://" + cfg.EmbeddedAddr}
 	}
 	client, err := clientv3.New(clientv3.Config{
-		Context:     context.Background(), // the client outlives StartEtcd's ctx
+		Context:     context.Background(), // the client outlives Start's ctx
 		Endpoints:   endpoints,
 		DialTimeout: cfg.DialTimeout,
 		// Keepalives notice a dead connection, so the client redials.
@@ -150,17 +150,17 @@ func StartEtcd(ctx context.Context, cfg EtcdConfig) (*Etcd, error) {
 	return e, nil
 }
 
-func (e *Etcd) startEmbedded(ctx context.Context) error {
+func (e *Store) startEmbedded(ctx context.Context) error {
 	cfg := embed.NewConfig()
 	cfg.Name = "agentsilo"
 	cfg.Dir = e.cfg.DataDir
 	curl, err := url.Parse("http://" + e.cfg.EmbeddedAddr)
 	if err != nil {
-		return fmt.Errorf("cluster: embedded etcd address %q: %w", e.cfg.EmbeddedAddr, err)
+		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", e.cfg.EmbeddedAddr, err)
 	}
 	purl, err := url.Parse("http://" + e.cfg.EmbeddedPeerAddr)
 	if err != nil {
-		return fmt.Errorf("cluster: embedded etcd peer address %q: %w", e.cfg.EmbeddedPeerAddr, err)
+		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", e.cfg.EmbeddedPeerAddr, err)
 	}
 	cfg.ListenClientUrls = []url.URL{*curl}
 	cfg.AdvertiseClientUrls = []url.URL{*curl}
@@ -181,16 +181,16 @@ func (e *Etcd) startEmbedded(ctx context.Context) error {
 	cfg.AutoCompactionRetention = "1h"
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		return fmt.Errorf("cluster: start embedded etcd in %s on %s: %w", e.cfg.DataDir, e.cfg.EmbeddedAddr, err)
+		return fmt.Errorf("etcdstore: start embedded etcd in %s on %s: %w", e.cfg.DataDir, e.cfg.EmbeddedAddr, err)
 	}
 	select {
 	case <-srv.Server.ReadyNotify():
 	case err := <-srv.Err():
 		srv.Close()
-		return fmt.Errorf("cluster: embedded etcd in %s: %w", e.cfg.DataDir, err)
+		return fmt.Errorf("etcdstore: embedded etcd in %s: %w", e.cfg.DataDir, err)
 	case <-ctx.Done():
 		srv.Close()
-		return fmt.Errorf("cluster: embedded etcd in %s not ready: %w", e.cfg.DataDir, ctx.Err())
+		return fmt.Errorf("etcdstore: embedded etcd in %s not ready: %w", e.cfg.DataDir, ctx.Err())
 	}
 	e.server = srv
 	e.watcher.Add(1)
@@ -201,7 +201,7 @@ func (e *Etcd) startEmbedded(ctx context.Context) error {
 
 // watchServer logs a failure of the embedded server. The silo goes on: calls
 // that need etcd return Unavailable.
-func (e *Etcd) watchServer() {
+func (e *Store) watchServer() {
 	defer e.watcher.Done()
 	select {
 	case err, ok := <-e.server.Err():
@@ -212,13 +212,13 @@ func (e *Etcd) watchServer() {
 	}
 }
 
-func (e *Etcd) stopEmbedded() {
+func (e *Store) stopEmbedded() {
 	close(e.stop)
 	e.stopServer()
 	e.watcher.Wait()
 }
 
-func (e *Etcd) stopServer() {
+func (e *Store) stopServer() {
 	e.serverOnce.Do(func() {
 		e.closing.Store(true)
 		if e.server != nil {
@@ -229,17 +229,17 @@ func (e *Etcd) stopServer() {
 
 // Client returns the etcd client. It is safe for concurrent use and valid
 // until Close.
-func (e *Etcd) Client() *clientv3.Client { return e.client }
+func (e *Store) Client() *clientv3.Client { return e.client }
 
 // Prefix returns the key prefix, ending in "/".
-func (e *Etcd) Prefix() string { return e.cfg.Prefix }
+func (e *Store) Prefix() string { return e.cfg.Prefix }
 
 // Embedded reports whether this silo runs the etcd server it uses.
-func (e *Etcd) Embedded() bool { return e.server != nil }
+func (e *Store) Embedded() bool { return e.server != nil }
 
 // Close closes the client and stops the embedded server, if any. It may be
 // called more than once.
-func (e *Etcd) Close() error {
+func (e *Store) Close() error {
 	e.closeOnce.Do(func() {
 		if err := e.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			e.closeErr = err

@@ -1,4 +1,10 @@
-package cluster
+// Package faults injects a network partition between a silo and its peers,
+// for the cluster tests (cluster.SiloConfig.FaultInjection, `silo
+// --fault-injection`): while isolated, the silo-to-silo transport refuses and
+// breaks its connections in both directions and gossip drops every packet and
+// stream. etcd and the client gateway are not affected. It cuts connections
+// from inside the process; tests of real partitions use network namespaces.
+package faults
 
 import (
 	"context"
@@ -11,12 +17,9 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// faults injects a network partition between a silo and its peers, for the
-// cluster tests (SiloConfig.FaultInjection, `silo --fault-injection`): while
-// isolated, the silo-to-silo transport refuses and breaks its connections in
-// both directions and gossip drops every packet and stream. etcd and the
-// client gateway are not affected.
-type faults struct {
+// Faults is one silo's partition switch. Its methods are safe for
+// concurrent use.
+type Faults struct {
 	isolated atomic.Bool
 	mu       sync.Mutex
 	conns    map[net.Conn]struct{}
@@ -24,10 +27,11 @@ type faults struct {
 
 var errIsolated = errors.New("fault injection: isolated from peers")
 
-func newFaults() *faults { return &faults{conns: make(map[net.Conn]struct{})} }
+// New returns a switch that is not isolated.
+func New() *Faults { return &Faults{conns: make(map[net.Conn]struct{})} }
 
-// setIsolated cuts the silo off from its peers, or heals the cut.
-func (f *faults) setIsolated(on bool) {
+// SetIsolated cuts the silo off from its peers, or heals the cut.
+func (f *Faults) SetIsolated(on bool) {
 	f.isolated.Store(on)
 	if !on {
 		return
@@ -40,15 +44,15 @@ func (f *faults) setIsolated(on bool) {
 	f.mu.Unlock()
 }
 
-func (f *faults) track(c net.Conn) net.Conn {
+func (f *Faults) track(c net.Conn) net.Conn {
 	f.mu.Lock()
 	f.conns[c] = struct{}{}
 	f.mu.Unlock()
 	return &faultConn{Conn: c, f: f}
 }
 
-// dial is the transport's dialer.
-func (f *faults) dial(ctx context.Context, addr string) (net.Conn, error) {
+// Dial is the transport's dialer (grpc.WithContextDialer).
+func (f *Faults) Dial(ctx context.Context, addr string) (net.Conn, error) {
 	if f.isolated.Load() {
 		return nil, errIsolated
 	}
@@ -60,13 +64,13 @@ func (f *faults) dial(ctx context.Context, addr string) (net.Conn, error) {
 	return f.track(c), nil
 }
 
-// listener wraps the peer listener: while isolated, new connections are
+// Listener wraps the peer listener: while isolated, new connections are
 // closed at once.
-func (f *faults) listener(l net.Listener) net.Listener { return &faultListener{Listener: l, f: f} }
+func (f *Faults) Listener(l net.Listener) net.Listener { return &faultListener{Listener: l, f: f} }
 
 type faultListener struct {
 	net.Listener
-	f *faults
+	f *Faults
 }
 
 func (l *faultListener) Accept() (net.Conn, error) {
@@ -85,7 +89,7 @@ func (l *faultListener) Accept() (net.Conn, error) {
 
 type faultConn struct {
 	net.Conn
-	f *faults
+	f *Faults
 }
 
 func (c *faultConn) Close() error {
@@ -95,17 +99,19 @@ func (c *faultConn) Close() error {
 	return c.Conn.Close()
 }
 
-// gossipTransport wraps memberlist's network transport with the partition.
-type gossipTransport struct {
+// GossipTransport wraps memberlist's network transport with the partition.
+type GossipTransport struct {
 	inner   memberlist.NodeAwareTransport
-	f       *faults
+	f       *Faults
 	packets chan *memberlist.Packet
 	streams chan net.Conn
 	done    chan struct{}
 	wg      sync.WaitGroup
 }
 
-func newGossipTransport(f *faults, host string, port int, c *memberlist.Config) (*gossipTransport, error) {
+// NewGossipTransport returns memberlist's transport for c, bound to
+// host:port, behind f.
+func NewGossipTransport(f *Faults, host string, port int, c *memberlist.Config) (*GossipTransport, error) {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
 		BindAddrs: []string{host},
 		BindPort:  port,
@@ -114,7 +120,7 @@ func newGossipTransport(f *faults, host string, port int, c *memberlist.Config) 
 	if err != nil {
 		return nil, err
 	}
-	t := &gossipTransport{
+	t := &GossipTransport{
 		inner:   nt,
 		f:       f,
 		packets: make(chan *memberlist.Packet),
@@ -163,43 +169,43 @@ func newGossipTransport(f *faults, host string, port int, c *memberlist.Config) 
 	return t, nil
 }
 
-func (t *gossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
+func (t *GossipTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	return t.inner.FinalAdvertiseAddr(ip, port)
 }
 
-func (t *gossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
+func (t *GossipTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.f.isolated.Load() {
 		return time.Now(), nil
 	}
 	return t.inner.WriteTo(b, addr)
 }
 
-func (t *gossipTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
+func (t *GossipTransport) WriteToAddress(b []byte, addr memberlist.Address) (time.Time, error) {
 	if t.f.isolated.Load() {
 		return time.Now(), nil
 	}
 	return t.inner.WriteToAddress(b, addr)
 }
 
-func (t *gossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
+func (t *GossipTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
-func (t *gossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+func (t *GossipTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	if t.f.isolated.Load() {
 		return nil, errIsolated
 	}
 	return t.inner.DialTimeout(addr, timeout)
 }
 
-func (t *gossipTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
+func (t *GossipTransport) DialAddressTimeout(addr memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	if t.f.isolated.Load() {
 		return nil, errIsolated
 	}
 	return t.inner.DialAddressTimeout(addr, timeout)
 }
 
-func (t *gossipTransport) StreamCh() <-chan net.Conn { return t.streams }
+func (t *GossipTransport) StreamCh() <-chan net.Conn { return t.streams }
 
-func (t *gossipTransport) Shutdown() error {
+func (t *GossipTransport) Shutdown() error {
 	err := t.inner.Shutdown()
 	close(t.done)
 	t.wg.Wait()
