@@ -64,10 +64,7 @@ type siloFlags map[string]string
 
 func readSiloFlags(t *testing.T) siloFlags {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "silo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/silo").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../../cmd/silo: %v\n%s", err, out)
-	}
+	bin := buildRoot(t, "./cmd/silo")
 	// -help exits 0 today; a non-zero exit is fine as long as it lists the
 	// flags, which is checked below.
 	out, helpErr := exec.Command(bin, "-help").CombinedOutput()
@@ -96,16 +93,40 @@ func readSiloFlags(t *testing.T) siloFlags {
 	return flags
 }
 
+// repoRoot is the agentsilo repository, whose root module holds the silo.
+// This directory is a module of its own (so that Kubernetes stays out of
+// the root module's requirements), and it imports nothing of the root
+// module: it builds the root module's programs with the go command, run
+// from the root.
+const repoRoot = "../.."
+
+// buildRoot builds the main package pkg of the root module (such as
+// ./cmd/silo) and returns the binary's path.
+func buildRoot(t *testing.T, pkg string) string {
+	t.Helper()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s (in %s): %v\n%s", pkg, root, err, out)
+	}
+	return bin
+}
+
 // httpPaths returns the HTTP paths the silo serves: the patterns given to
-// Handle and HandleFunc anywhere in the module's non-test code.
+// Handle and HandleFunc anywhere in the root module's non-test code.
 func httpPaths(t *testing.T) []string {
 	t.Helper()
 	var paths []string
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "testdata" || d.Name() == "data") {
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != repoRoot || d.Name() == "testdata" || d.Name() == "data") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -145,7 +166,7 @@ func httpPaths(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	if !slices.Contains(paths, "/healthz") {
-		t.Fatalf("found no handler for /healthz in the module (found %v)", paths)
+		t.Fatalf("found no handler for /healthz in the root module (found %v)", paths)
 	}
 	return paths
 }
