@@ -296,9 +296,13 @@ func TestEveryKustomizationIsChecked(t *testing.T) {
 func TestKustomizations(t *testing.T) {
 	flags := readSiloFlags(t)
 	paths := httpPaths(t)
+	// A copy of this directory with a key file, as make-keys.sh writes it
+	// (the repository has none: TestKeysMustBeMade).
+	tr := newTree(t, "alice", "ops:admins")
 	for dir, want := range variants {
 		t.Run(dir, func(t *testing.T) {
-			o := render(t, dir)
+			o := render(t, filepath.Join(tr.dir, dir))
+			checkKeySecret(t, o, tr.keyFile)
 			checkSilo(t, o, want, flags, paths)
 			checkSelectors(t, o)
 			checkServicePorts(t, o)
@@ -761,16 +765,28 @@ func checkKeys(t *testing.T, data []byte) {
 		t.Errorf("API-key file: %v", err)
 		return
 	}
+	if len(f.Keys) == 0 {
+		t.Errorf("API-key file has no keys: the silo refuses to start with it")
+	}
 	hex := regexp.MustCompile(`^[0-9a-f]{64}$`)
 	for i, k := range f.Keys {
 		if !hex.MatchString(k.SHA256) {
 			t.Errorf("API key %d: sha256 %q is not 64 lower-case hex digits", i, k.SHA256)
 		}
-		if k.Principal == "" {
-			t.Errorf("API key %d: no principal", i)
+		if !validName.MatchString(k.Principal) {
+			t.Errorf("API key %d: principal %q is not a valid name", i, k.Principal)
+		}
+		for _, g := range k.Groups {
+			if !validName.MatchString(g) {
+				t.Errorf("API key %d: group %q is not a valid name", i, g)
+			}
 		}
 	}
 }
+
+// validName is what the silo accepts as a principal or group
+// (grain.ValidName).
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
 
 func strictJSON(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
@@ -888,6 +904,9 @@ func checkEtcd(t *testing.T, o *objects) {
 	if !found {
 		t.Errorf("no PodDisruptionBudget with maxUnavailable 1 keeps etcd's quorum")
 	}
+	for _, p := range etcdPolicyProblems(o) {
+		t.Error(p)
+	}
 }
 
 // checkSelectors: each StatefulSet selects its own pods, and each Service
@@ -931,6 +950,16 @@ func checkSelectors(t *testing.T, o *objects) {
 			continue
 		}
 		selects("PodDisruptionBudget "+pdb.Name, sel)
+	}
+	// A NetworkPolicy that selects no pod of the rendering (say, etcd's
+	// left behind by an overlay that drops etcd) protects nothing.
+	for _, np := range o.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Errorf("NetworkPolicy %s: %v", np.Name, err)
+			continue
+		}
+		selects("NetworkPolicy "+np.Name, sel)
 	}
 }
 
