@@ -6,8 +6,10 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -140,4 +142,73 @@ func TestDependencyDirections(t *testing.T) {
 			}
 		}
 	}
+}
+
+// kubernetesModule reports whether a module or package path is Kubernetes'
+// or kustomize's: the manifest test's libraries, which live in the module
+// of deploy/k8s.
+func kubernetesModule(path string) bool {
+	return strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/kustomize/")
+}
+
+// TestSDKDepsHaveNoKubernetes: the SDK links no Kubernetes package, and the
+// root module requires no Kubernetes or kustomize module, so a program that
+// imports client does not get them in its version selection (with module
+// graph pruning, a user's build reads the requirements of agentsilo's
+// go.mod, not those of a nested module such as deploy/k8s). The
+// sigs.k8s.io/json and sigs.k8s.io/yaml modules are not Kubernetes: the
+// embedded etcd's server imports them.
+func TestSDKDepsHaveNoKubernetes(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../client/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "google.golang.org/grpc") {
+		t.Fatalf("go list -deps ../client/... does not list grpc: not a dependency listing?\n%s", out)
+	}
+	for _, dep := range deps {
+		if kubernetesModule(dep) || strings.HasPrefix(dep, "sigs.k8s.io/") {
+			t.Errorf("client depends on %s", dep)
+		}
+	}
+
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := goModRequires(string(data))
+	if !slices.Contains(reqs, "google.golang.org/grpc") {
+		t.Fatalf("read no requirement of grpc from ../go.mod (read %v): the parser is wrong", reqs)
+	}
+	for _, r := range reqs {
+		if kubernetesModule(r) {
+			t.Errorf("the root go.mod requires %s: the Kubernetes libraries belong to the module of deploy/k8s", r)
+		}
+	}
+}
+
+// goModRequires returns the module paths of a go.mod's require directives,
+// in both the one-line and the block form.
+func goModRequires(gomod string) []string {
+	var reqs []string
+	block := false
+	for line := range strings.Lines(gomod) {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case block && f[0] == ")":
+			block = false
+		case block:
+			reqs = append(reqs, f[0])
+		case f[0] == "require" && len(f) == 2 && f[1] == "(":
+			block = true
+		case f[0] == "require" && len(f) >= 3:
+			reqs = append(reqs, f[1])
+		}
+	}
+	return reqs
 }
