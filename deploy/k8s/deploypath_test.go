@@ -294,7 +294,7 @@ func TestMadeKeysAuthenticate(t *testing.T) {
 	gateway, httpAddr := freePort(t), freePort(t)
 	var stderr bytes.Buffer
 	cmd := exec.Command(silo,
-		"--name", "keys", "--data-dir", filepath.Join(dir, "data"),
+		"--name", "keys", "--data-dir", filepath.Join(dir, "data"), "--examples",
 		"--gateway-addr", gateway, "--http-addr", httpAddr,
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 		"--embedded-etcd-addr", freeConsecutivePorts(t),

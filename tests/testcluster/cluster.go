@@ -343,6 +343,7 @@ func (s *Silo) args() []string {
 		"--log-format", "json",
 		"--insecure",
 		"--journal", c.journal,
+		"--examples",
 		"--peer-addr", s.PeerAddr,
 		"--gossip-addr", s.GossipAddr,
 		"--fault-injection",
