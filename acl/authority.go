@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // Config configures an Authority.
@@ -104,7 +105,7 @@ func (a *Authority) run(ctx context.Context) {
 // seed stores the seed document unless an ACL is stored, retrying while the
 // store is away.
 func (a *Authority) seed(ctx context.Context) {
-	var backoff time.Duration
+	b := retry.New(100*time.Millisecond, 3*time.Second, nil)
 	for ctx.Err() == nil {
 		_, err := a.cfg.Store.Put(ctx, *a.cfg.Seed, 0)
 		switch {
@@ -117,14 +118,8 @@ func (a *Authority) seed(ctx context.Context) {
 		case ctx.Err() != nil:
 			return
 		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), 3*time.Second)
-		a.logger.Warn("acl: seeding the ACL failed; retrying", "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
+		a.logger.Warn("acl: seeding the ACL failed; retrying", "err", err)
+		b.Wait(ctx, nil)
 	}
 }
 

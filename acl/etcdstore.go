@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // EtcdStore is the Store of a cluster: the ACL document as one JSON value
@@ -103,24 +104,19 @@ func (s *EtcdStore) Put(ctx context.Context, d Document, rev int64) (int64, erro
 
 // Watch implements Store.
 func (s *EtcdStore) Watch(ctx context.Context, f func(Document, int64)) error {
-	var backoff time.Duration
+	b := retry.New(100*time.Millisecond, 3*time.Second, nil)
 	last := int64(-1)
 	for {
 		if err := s.watchOnce(ctx, f, &last); ctx.Err() != nil {
 			return ctx.Err()
 		} else if err != nil {
-			backoff = min(max(2*backoff, 100*time.Millisecond), 3*time.Second)
-			s.logger.Warn("acl: watching the ACL in etcd failed; the last rules stay in force; retrying", "err", err, "retry_in", backoff)
-			t := time.NewTimer(backoff)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
+			s.logger.Warn("acl: watching the ACL in etcd failed; the last rules stay in force; retrying", "err", err)
+			if !b.Wait(ctx, nil) {
 				return ctx.Err()
 			}
 			continue
 		}
-		backoff = 0
+		b.Reset()
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
@@ -33,17 +33,17 @@ func freeAddr(t *testing.T) string {
 // startEtcd starts an embedded etcd and returns it with a second client on
 // it (as another silo would have), which outlives the server when a test
 // stops it.
-func startEtcd(t *testing.T) (server, other *cluster.Etcd) {
+func startEtcd(t *testing.T) (server, other *etcdstore.Store) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cfg := cluster.EtcdConfig{DataDir: t.TempDir(), EmbeddedAddr: freeAddr(t), EmbeddedPeerAddr: freeAddr(t), Prefix: "/t/", Logger: quiet}
-	server, err := cluster.StartEtcd(ctx, cfg)
+	cfg := etcdstore.Config{DataDir: t.TempDir(), EmbeddedAddr: freeAddr(t), EmbeddedPeerAddr: freeAddr(t), Prefix: "/t/", Logger: quiet}
+	server, err := etcdstore.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
-	other, err = cluster.StartEtcd(ctx, cluster.EtcdConfig{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/t/", Logger: quiet})
+	other, err = etcdstore.Start(ctx, etcdstore.Config{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/t/", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,18 +203,18 @@ func TestAuthorityBeforeLoad(t *testing.T) {
 // compile). DESIGN.md bounds it at 1 s.
 func BenchmarkChangeInForceOnAnotherSilo(b *testing.B) {
 	ctx := b.Context()
-	cfg := cluster.EtcdConfig{DataDir: b.TempDir(), EmbeddedAddr: benchAddr(b), EmbeddedPeerAddr: benchAddr(b), Prefix: "/b/", Logger: quiet}
-	server, err := cluster.StartEtcd(ctx, cfg)
+	cfg := etcdstore.Config{DataDir: b.TempDir(), EmbeddedAddr: benchAddr(b), EmbeddedPeerAddr: benchAddr(b), Prefix: "/b/", Logger: quiet}
+	server, err := etcdstore.Start(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer server.Close()
-	other, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/b/", Logger: quiet})
+	other, err := etcdstore.Start(ctx, etcdstore.Config{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/b/", Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer other.Close()
-	start := func(e *cluster.Etcd) *acl.Authority {
+	start := func(e *etcdstore.Store) *acl.Authority {
 		a, err := acl.NewAuthority(acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), quiet), Logger: quiet})
 		if err != nil {
 			b.Fatal(err)

@@ -17,7 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 )
@@ -82,15 +82,19 @@ func newSilo() (*silo, error) {
 	logger := slog.New(slog.DiscardHandler)
 	rcfg := grain.DefaultConfig()
 	rcfg.Logger = logger
-	rcfg.Sessions = new(cluster.SessionRelay)
+	gcfg := gateway.DefaultConfig()
+	gcfg.Addr = "127.0.0.1:0"
+	gcfg.Logger = logger
+	sessions, err := gateway.NewSessions(gcfg, "")
+	if err != nil {
+		return nil, err
+	}
+	rcfg.Sessions = sessions
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		return nil, err
 	}
-	gcfg := cluster.DefaultGatewayConfig()
-	gcfg.Addr = "127.0.0.1:0"
-	gcfg.Logger = logger
-	gw, err := cluster.NewGateway(gcfg, rt)
+	gw, err := gateway.New(gcfg, rt, sessions)
 	if err == nil {
 		var lis net.Listener
 		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {

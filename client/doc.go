@@ -20,5 +20,5 @@
 //
 // Ask, Send and Event run in OpenTelemetry client spans (WithTracerProvider;
 // default the global provider) and carry the W3C traceparent of the
-// caller's trace in the message, so the cluster continues it (tracing.go).
+// caller's trace in the message, so the cluster continues it (internal/tracing).
 package client

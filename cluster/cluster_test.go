@@ -11,8 +11,10 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
 // liveness counts the live activations of each address across every silo of
@@ -86,14 +88,14 @@ func (p *probe) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, 
 
 type testCluster struct {
 	t     *testing.T
-	etcd  *Etcd
+	etcd  *etcdtest.Server
 	l     *liveness
 	mu    sync.Mutex
 	silos map[string]*Silo
 }
 
 func newTestCluster(t *testing.T) *testCluster {
-	c := &testCluster{t: t, etcd: startEtcd(t, testEtcdConfig(t, t.TempDir())), l: newLiveness(), silos: make(map[string]*Silo)}
+	c := &testCluster{t: t, etcd: etcdtest.Start(t), l: newLiveness(), silos: make(map[string]*Silo)}
 	return c
 }
 
@@ -109,7 +111,7 @@ func (c *testCluster) startWith(name string, configure func(*SiloConfig, *grain.
 	cfg.Name = name
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
-	cfg.Etcd = EtcdConfig{Endpoints: []string{c.etcd.cfg.EmbeddedAddr}, Prefix: "/t"}
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{c.etcd.Endpoint()}, Prefix: "/t"}
 	cfg.Logger = testLogger()
 	if configure != nil {
 		configure(&cfg, reg)
@@ -152,7 +154,7 @@ func (c *testCluster) close() {
 	for _, n := range names {
 		c.stop(n)
 	}
-	c.etcd.Close()
+	c.etcd.Stop()
 }
 
 // waitView waits until every silo's router has exactly the named owners.
@@ -209,11 +211,11 @@ func TestClusterRoutesToOwner(t *testing.T) {
 	if n := c.l.started.Load(); n != 60 {
 		t.Fatalf("%d activations for 60 addresses", n)
 	}
-	agents, err := silos[0].router.Agents(t.Context(), "Probe")
+	agents, err := clusterInfo{r: silos[0].router, rt: silos[0].rt}.Agents(t.Context(), "Probe")
 	if err != nil || len(agents) != 60 {
 		t.Fatalf("cluster-wide agents: %d, %v", len(agents), err)
 	}
-	ms, _ := silos[1].router.Members()
+	ms, _ := clusterInfo{r: silos[1].router, rt: silos[1].rt}.Members()
 	if len(ms) != 3 {
 		t.Fatalf("members: %v", ms)
 	}

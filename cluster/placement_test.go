@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/agentsilo/agentsilo/cluster/membership"
 	"go.uber.org/goleak"
 )
 
@@ -56,9 +57,9 @@ func TestPlacementContract(t *testing.T) {
 	if got := Owner("Echo:system:a", []string{"only"}); got != "only" {
 		t.Errorf("Owner with one member = %q, want only", got)
 	}
-	v := View{Members: []MemberInfo{{Name: "silo-a"}, {Name: "silo-b"}, {Name: "silo-c"}, {Name: "silo-d"}, {Name: "silo-e"}}}
-	if got := v.Owner("Chat:alice:1"); got != "silo-d" {
-		t.Errorf("View.Owner = %q, want silo-d", got)
+	v := membership.View{Members: []membership.Member{{Name: "silo-a"}, {Name: "silo-b"}, {Name: "silo-c"}, {Name: "silo-d"}, {Name: "silo-e"}}}
+	if got := Owner("Chat:alice:1", v.Owners()); got != "silo-d" {
+		t.Errorf("membership.View.Owner = %q, want silo-d", got)
 	}
 }
 

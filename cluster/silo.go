@@ -10,7 +10,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -18,10 +17,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/grain"
-	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/faults"
+	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/reminders"
 )
 
@@ -40,7 +47,7 @@ type SiloConfig struct {
 	// second silo registering in the same one fails NewSilo. Nil: a new
 	// registry, with the Go runtime's and the process's metrics too.
 	Metrics *prometheus.Registry
-	// TracerProvider makes the silo's spans (see tracing.go). Nil:
+	// TracerProvider makes the silo's spans (see internal/tracing). Nil:
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
 	TracerProvider trace.TracerProvider
 	// Insecure lets the gateway listen on a non-loopback address without
@@ -51,7 +58,7 @@ type SiloConfig struct {
 	ShutdownTimeout time.Duration
 	// Etcd says where the silo keeps durable state: an external etcd, or an
 	// embedded one in Etcd.DataDir (the default).
-	Etcd EtcdConfig
+	Etcd etcdstore.Config
 	// MinReminderPeriod is the shortest reminder period accepted. Default:
 	// 1 min.
 	MinReminderPeriod time.Duration
@@ -68,7 +75,7 @@ type SiloConfig struct {
 	// Join lists gossip seeds, host:port or DNS names expanded to all their
 	// addresses (--join). Silos already in etcd's view are joined too.
 	Join []string
-	// LeaseTTL and FenceAfter tune the membership (see MembershipConfig).
+	// LeaseTTL and FenceAfter tune the membership (see membership.Config).
 	// Zero: the defaults, 10 s and a third of the lease.
 	LeaseTTL   time.Duration
 	FenceAfter time.Duration
@@ -79,13 +86,19 @@ type SiloConfig struct {
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
-	// Runtime configures the grain runtime; its Silo, Sessions, Configs and
-	// Reminders fields are set by the silo, and its Observer is the silo's
-	// metrics (and the Observer given, if any).
+	// Runtime configures the grain runtime. Its Silo is Name (leave it
+	// empty or equal); its Sessions, Placement, Configs and Reminders are
+	// the silo's (leave them nil); the silo's metrics observe it beside the
+	// Observer given, if any.
 	Runtime grain.Config
-	// Gateway configures the gateway; its Silo and Addr fields are set by
-	// the silo.
-	Gateway GatewayConfig
+	// Gateway configures the gateway. Its Silo is Name and its Addr is
+	// GatewayAddr (leave them empty or equal); its Insecure is Insecure
+	// or'ed, its MaxMessageSize is Runtime's, and its ACL, Cluster and
+	// TracerProvider are the silo's (leave them unset).
+	Gateway gateway.Config
+	// Clock drives membership (keepalives, fencing, the revocation grace)
+	// and routing waits. Default: the real clock. For tests.
+	Clock clock.Clock
 	// Logger receives the silo's logs; its handler is wrapped with
 	// TraceLogHandler. Default: slog.Default().
 	Logger *slog.Logger
@@ -97,18 +110,22 @@ func DefaultSiloConfig() SiloConfig {
 	if err != nil || name == "" {
 		name = "silo"
 	}
-	return SiloConfig{
+	cfg := SiloConfig{
 		Name:              name,
 		GatewayAddr:       "127.0.0.1:7070",
 		HTTPAddr:          "127.0.0.1:8080",
 		ShutdownTimeout:   30 * time.Second,
-		Etcd:              DefaultEtcdConfig(),
+		Etcd:              etcdstore.DefaultConfig(),
 		MinReminderPeriod: time.Minute,
 		PeerAddr:          "127.0.0.1:0",
 		GossipAddr:        "127.0.0.1:0",
 		Runtime:           grain.DefaultConfig(),
-		Gateway:           DefaultGatewayConfig(),
+		Gateway:           gateway.DefaultConfig(),
 	}
+	// What the silo sets from its own fields is left empty here.
+	cfg.Runtime.Silo = ""
+	cfg.Gateway.Silo, cfg.Gateway.Addr = "", ""
+	return cfg
 }
 
 // ErrFenced is reported on Silo.Err when the silo fenced itself: it could no
@@ -121,38 +138,53 @@ var ErrFenced = errors.New("fenced: the silo lost its membership lease and must 
 // silo-to-silo transport, its membership in the cluster, and its durable
 // state in etcd (reminders, agent configurations, the ACL). Its lifecycle
 // is NewSilo, Start, then Close; Err reports a failure while serving.
+//
+// Start builds the parts in dependency order, each given what it needs:
+//
+//	etcd → ACL → listeners → membership → transport → router → sessions →
+//	reminders → runtime → peer handler, view follower, gateway
+//
+// then starts them: the peer server, the membership (joining the view),
+// the view follower, the reminders, and last the HTTP endpoints and the
+// gateway.
 type Silo struct {
 	cfg    SiloConfig
 	reg    *grain.Registry
 	logger *slog.Logger
+	clk    clock.Clock
 
-	etcd      *Etcd
+	etcd      *etcdstore.Store
 	acl       *acl.Authority
+	gwLis     net.Listener
+	peerLis   net.Listener
+	httpLis   net.Listener
+	faults    *faults.Faults
+	members   *membership.Membership
+	tp        *transport.Transport
+	router    *router
 	reminders *reminders.Service
 	rt        *grain.Runtime
-	gw        *Gateway
-	gwLis     net.Listener
-	http      *http.Server
-	httpLis   net.Listener
-	tp        *Transport
-	peerLis   net.Listener
+	views     *views
+	gw        *gateway.Gateway
 	peerSrv   *grpc.Server
-	members   *Membership
-	router    *router
-	faults    *faults
-	stopc     chan struct{}
+	http      *http.Server
 	metrics   *metrics
+	joined    bool // the membership started: the silo is in the view
 
-	errc      chan error
+	stopc     chan struct{}
+	errc      chan error // the first failure while serving; later ones are logged
 	serving   sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// NewSilo checks cfg and returns a silo for the agent types of reg.
+// NewSilo checks cfg and returns a silo for the agent types of reg. It
+// fills what cfg leaves empty, and refuses, with InvalidArgument, a value
+// that the silo would have to overwrite (see SiloConfig.Runtime and
+// Gateway).
 func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if reg == nil {
-		return nil, errors.New("cluster: NewSilo: nil Registry")
+		return nil, errs.New(codes.InvalidArgument, "cluster: NewSilo: nil Registry")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -164,14 +196,28 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if cfg.Gateway.Logger == nil {
 		cfg.Gateway.Logger = cfg.Logger
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		return nil, fmt.Errorf("cluster: ShutdownTimeout %v must be positive", cfg.ShutdownTimeout)
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
 	}
-	cfg.Runtime.Silo = cfg.Name
-	cfg.Gateway.Silo = cfg.Name
-	cfg.Gateway.Addr = cfg.GatewayAddr
-	cfg.Gateway.GatewayAddr = cfg.GatewayAddr
-	cfg.Gateway.Insecure = cfg.Insecure
+	if cfg.ShutdownTimeout <= 0 {
+		return nil, errs.New(codes.InvalidArgument, "cluster: ShutdownTimeout %v must be positive", cfg.ShutdownTimeout)
+	}
+	if err := fill(&cfg.Runtime.Silo, cfg.Name, "Runtime.Silo"); err != nil {
+		return nil, err
+	}
+	if err := fill(&cfg.Gateway.Silo, cfg.Name, "Gateway.Silo"); err != nil {
+		return nil, err
+	}
+	if err := fill(&cfg.Gateway.Addr, cfg.GatewayAddr, "Gateway.Addr"); err != nil {
+		return nil, err
+	}
+	switch {
+	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs and Reminders are the silo's: leave them nil")
+	case cfg.Gateway.ACL != nil, cfg.Gateway.Cluster != nil, cfg.Gateway.TracerProvider != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Gateway's ACL, Cluster and TracerProvider are the silo's: leave them unset (use SiloConfig.TracerProvider)")
+	}
+	cfg.Gateway.Insecure = cfg.Gateway.Insecure || cfg.Insecure
 	cfg.Gateway.MaxMessageSize = cfg.Runtime.MaxMessageSize
 	if err := cfg.Runtime.Validate(); err != nil {
 		return nil, err
@@ -196,23 +242,67 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
 	}
 	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
-	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, metrics: m, errc: make(chan error, 3), stopc: make(chan struct{})}, nil
+	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, clk: cfg.Clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
 }
 
-// Start starts the silo: etcd access, the silo-to-silo transport, the
-// runtime, its membership in the cluster (it returns only once the silo is in
-// the view, bounded by ctx), then the gateway and the HTTP endpoints.
+// fill sets *field to v if it is empty, and refuses a different value.
+func fill(field *string, v, name string) error {
+	switch *field {
+	case "":
+		*field = v
+	case v:
+	default:
+		return errs.New(codes.InvalidArgument, "cluster: SiloConfig.%s is %q, but the silo's is %q: leave it empty", name, *field, v)
+	}
+	return nil
+}
+
+// Start builds the silo's parts and starts them (see Silo). It returns once
+// the silo is in the cluster's view and serves, bounded by ctx. After a
+// failed Start, everything started is stopped again.
 func (s *Silo) Start(ctx context.Context) (err error) {
 	defer func() {
 		if err != nil {
 			s.abort()
 		}
 	}()
+	if err := s.build(ctx); err != nil {
+		return err
+	}
+
+	s.serve("peer", func() error { return s.peerSrv.Serve(s.peerLis) })
+	if err := s.members.Start(ctx); err != nil {
+		return fmt.Errorf("membership: %w", err)
+	}
+	s.joined = true
+	s.views.start()
+	startReminders(s.reminders, s.rt, s.clk)
+	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
+		return fmt.Errorf("metrics: %w", err)
+	}
+	if s.http != nil {
+		s.serve("http", func() error {
+			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	s.serving.Add(1)
+	go s.watchFence()
+	return nil
+}
+
+// build makes the silo's parts, in dependency order, each constructor given
+// what it needs; nothing serves yet but the embedded etcd and the ACL's
+// watch.
+func (s *Silo) build(ctx context.Context) (err error) {
 	ecfg := s.cfg.Etcd
 	if ecfg.Logger == nil {
 		ecfg.Logger = s.logger
 	}
-	if s.etcd, err = StartEtcd(ctx, ecfg); err != nil {
+	if s.etcd, err = etcdstore.Start(ctx, ecfg); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
 	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.metrics.denied, s.logger); err != nil {
@@ -230,61 +320,14 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("http: %w", err)
 		}
 	}
-
-	// The transport, with the router as its handler; the router gets the
-	// membership once the silo has joined.
-	tcfg := TransportConfig{Self: s.cfg.Name, Logger: s.logger, MaxMessageSize: s.cfg.Runtime.MaxMessageSize}
-	var r *router
-	tcfg.Handler = handlerFunc(func() TransportHandler { return r })
 	if s.cfg.FaultInjection {
-		s.faults = newFaults()
-		s.peerLis = s.faults.listener(s.peerLis)
-		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.dial))
+		s.faults = faults.New()
+		s.peerLis = s.faults.Listener(s.peerLis)
 	}
-	if s.tp, err = NewTransport(tcfg); err != nil {
-		return err
-	}
-	// A broken stream to a peer whose port refuses connections proves it
-	// dead: the membership removes it at once.
-	var joined atomic.Pointer[Membership]
-	s.tp.hookState = func(addr string, up bool) {
-		if m := joined.Load(); m != nil && !up {
-			m.Suspect(addr)
-		}
-	}
-	r = newRouter(s.cfg.Name, nil, s.tp, s.logger)
-	r.tracer = newTracer(s.cfg.TracerProvider)
-	s.router = r
-
-	if s.reminders, err = reminders.New(ctx, reminders.Config{
-		Client:    s.etcd.Client(),
-		Prefix:    s.etcd.Prefix(),
-		MinPeriod: s.cfg.MinReminderPeriod,
-		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
-		Owns:      r.owns,
-		Logger:    s.logger,
-
-		ObserveLateness: s.metrics.observeLateness,
-	}); err != nil {
-		return fmt.Errorf("reminders: %w", err)
-	}
-	relay := new(SessionRelay)
-	rcfg := s.cfg.Runtime
-	rcfg.Sessions = sessionRouter{r: r, local: relay}
-	rcfg.Placement = r
-	rcfg.Configs = NewEtcdConfigStore(s.etcd)
-	rcfg.Reminders = s.reminders
-	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
-		return err
-	}
-	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv)
-	s.serve("peer", func() error { return s.peerSrv.Serve(s.peerLis) })
-
-	// Membership.
-	mcfg := MembershipConfig{
+	peerAddr := advertised(s.peerLis.Addr().String(), s.cfg.AdvertiseAddr)
+	if s.members, err = membership.New(membership.Config{
 		Name:        s.cfg.Name,
-		PeerAddr:    advertised(s.peerLis.Addr().String(), s.cfg.AdvertiseAddr),
+		PeerAddr:    peerAddr,
 		GatewayAddr: advertised(s.gwLis.Addr().String(), s.cfg.AdvertiseAddr),
 		GossipAddr:  s.cfg.GossipAddr,
 		Join:        s.cfg.Join,
@@ -292,46 +335,69 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		Prefix:      s.etcd.Prefix(),
 		LeaseTTL:    s.cfg.LeaseTTL,
 		FenceAfter:  s.cfg.FenceAfter,
+		Clock:       s.clk,
 		Logger:      s.logger,
 		Gossip:      s.gossipConfig,
-	}
-	if s.members, err = NewMembership(ctx, mcfg); err != nil {
+	}); err != nil {
 		return fmt.Errorf("membership: %w", err)
 	}
-	r.m = s.members
-	joined.Store(s.members)
-	leaseTTL := s.cfg.LeaseTTL
-	if leaseTTL == 0 {
-		leaseTTL = DefaultLeaseTTL
-	}
-	r.onView = func(prev, cur View) {
-		// A reminder taken over from a silo that died fires once at once
-		// if a tick fell after the dead silo may have stopped firing: at
-		// worst a lease before its removal was seen.
-		lostAt := time.Now()
-		for _, mi := range prev.Members {
-			if _, ok := cur.Member(mi.Name); !ok && !mi.Leaving {
-				lostAt = lostAt.Add(-leaseTTL)
-				break
+	tcfg := transport.Config{
+		Self:           s.cfg.Name,
+		Logger:         s.logger,
+		MaxMessageSize: s.cfg.Runtime.MaxMessageSize,
+		// A broken stream to a peer whose port refuses connections proves
+		// it dead: the membership removes it at once.
+		OnPeerState: func(addr string, up bool) {
+			if !up {
+				s.members.Suspect(addr)
 			}
-		}
-		s.reminders.Rebalance(lostAt)
+		},
 	}
-	r.start(s.rt)
-	s.reminders.Rebalance(time.Now())
-	s.reminders.Start(s.rt.Send)
-	gcfg := s.cfg.Gateway
-	gcfg.GatewayAddr = mcfg.GatewayAddr
-	gcfg.PeerAddr = mcfg.PeerAddr
-	gcfg.Cluster = r
-	gcfg.ACL = s.acl
-	gcfg.TracerProvider = s.cfg.TracerProvider
-	if s.gw, err = NewGateway(gcfg, s.rt); err != nil {
+	if s.faults != nil {
+		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.Dial))
+	}
+	if s.tp, err = transport.New(tcfg); err != nil {
 		return err
 	}
-	relay.Set(s.gw)
-	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
-		return fmt.Errorf("metrics: %w", err)
+	tracer := tracing.New(s.cfg.TracerProvider)
+	s.router = newRouter(s.cfg.Name, s.members, s.tp, tracer, s.clk, s.logger)
+	sessions, err := gateway.NewSessions(s.cfg.Gateway, s.cfg.Name)
+	if err != nil {
+		return err
+	}
+	if s.reminders, err = reminders.New(ctx, reminders.Config{
+		Client:    s.etcd.Client(),
+		Prefix:    s.etcd.Prefix(),
+		MinPeriod: s.cfg.MinReminderPeriod,
+		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
+		Owns:      s.router.owns,
+		Logger:    s.logger,
+
+		ObserveLateness: s.metrics.observeLateness,
+	}); err != nil {
+		return fmt.Errorf("reminders: %w", err)
+	}
+	rcfg := s.cfg.Runtime
+	rcfg.Sessions = sessionRouter{r: s.router, local: sessions}
+	rcfg.Placement = s.router
+	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
+	rcfg.Reminders = s.reminders
+	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
+		return err
+	}
+	leaseTTL := s.cfg.LeaseTTL
+	if leaseTTL == 0 {
+		leaseTTL = membership.DefaultLeaseTTL
+	}
+	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk))
+	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, tracer: tracer})
+	gcfg := s.cfg.Gateway
+	gcfg.Cluster = clusterInfo{r: s.router, rt: s.rt}
+	gcfg.ACL = s.acl
+	gcfg.TracerProvider = s.cfg.TracerProvider
+	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
+		return err
 	}
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
@@ -344,33 +410,8 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 			mux.HandleFunc("POST /debug/partition", s.partition)
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		s.serve("http", func() error {
-			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
 	}
-	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
-	s.serving.Add(1)
-	go s.watchFence()
 	return nil
-}
-
-// handlerFunc defers the choice of a TransportHandler to its first use.
-type handlerFunc func() TransportHandler
-
-func (h handlerFunc) HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
-	return h().HandleRequest(ctx, from, env)
-}
-
-func (h handlerFunc) HandleOneWay(ctx context.Context, from string, env *Envelope) {
-	h().HandleOneWay(ctx, from, env)
-}
-
-func (h handlerFunc) TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
-	ah, ok := h().(asyncHandler)
-	return ok && ah.TryHandleRequest(ctx, from, env, reply)
 }
 
 // gossipConfig adjusts memberlist's configuration: the advertised address,
@@ -380,7 +421,7 @@ func (s *Silo) gossipConfig(c *memberlist.Config) {
 		c.AdvertiseAddr = s.cfg.AdvertiseAddr
 	}
 	if s.faults != nil {
-		t, err := newGossipTransport(s.faults, c.BindAddr, c.BindPort, c)
+		t, err := faults.NewGossipTransport(s.faults, c.BindAddr, c.BindPort, c)
 		if err != nil {
 			s.logger.Error("fault injection: gossip transport", "err", err)
 			return
@@ -414,7 +455,7 @@ func (s *Silo) watchFence() {
 	case <-s.members.Fenced():
 		s.logger.Error("fenced", "cause", s.members.FenceCause())
 		s.gw.SetServing(false)
-		s.errc <- ErrFenced
+		s.fail(ErrFenced)
 	case <-s.stopc:
 	}
 }
@@ -426,7 +467,7 @@ func (s *Silo) partition(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, "want ?on=true or ?on=false", http.StatusBadRequest)
 		return
 	}
-	s.faults.setIsolated(on)
+	s.faults.SetIsolated(on)
 	s.logger.Warn("fault injection: partition from peers", "on", on)
 	fmt.Fprintln(w, "ok")
 }
@@ -437,18 +478,24 @@ func (s *Silo) serve(what string, f func() error) {
 	go func() {
 		defer s.serving.Done()
 		if err := f(); err != nil {
-			s.errc <- fmt.Errorf("%s: %w", what, err)
+			s.fail(fmt.Errorf("%s: %w", what, err))
 		}
 	}()
 }
 
-func (s *Silo) readyz(w http.ResponseWriter, _ *http.Request) {
-	if s.rt == nil || s.gw == nil {
-		http.Error(w, "starting", http.StatusServiceUnavailable)
-		return
+// fail reports err on Err if it is the first failure, and logs it
+// otherwise: it never blocks, so shutdown never waits for a reader of Err.
+func (s *Silo) fail(err error) {
+	select {
+	case s.errc <- err:
+	default:
+		s.logger.Error("silo failure after the first", "err", err)
 	}
-	if err := s.gw.checkDraining(); err != nil {
-		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+}
+
+func (s *Silo) readyz(w http.ResponseWriter, _ *http.Request) {
+	if s.gw.Draining() {
+		http.Error(w, "the gateway is shutting down", http.StatusServiceUnavailable)
 		return
 	}
 	if st := s.router.state.Load(); !st.self {
@@ -487,7 +534,8 @@ func (s *Silo) HTTPAddr() string {
 	return s.httpLis.Addr().String()
 }
 
-// Err delivers an error if a server of the silo fails while serving.
+// Err delivers the first error of a server of the silo that fails while
+// serving (ErrFenced if the silo fenced itself). Nobody has to read it.
 func (s *Silo) Err() <-chan error { return s.errc }
 
 // Close shuts the silo down gracefully: the gateway stops taking new work
@@ -511,20 +559,20 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	// Hand the agents over: from the view in which the record is marked
 	// leaving, every silo routes this silo's addresses to their new owners,
 	// which ask this silo to release each one before activating it.
-	fenced := false
+	fenced, joined := false, s.joined
 	if s.members != nil {
 		select {
 		case <-s.members.Fenced():
 			fenced = true
 		default:
 		}
-		if s.gw != nil {
-			s.gw.SetServing(false)
-		}
-		if !fenced {
-			if err := s.members.MarkLeaving(ctx); err != nil {
-				errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
-			}
+	}
+	if s.gw != nil {
+		s.gw.SetServing(false)
+	}
+	if joined && !fenced {
+		if err := s.members.MarkLeaving(ctx); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
 		}
 	}
 	if s.gw != nil {
@@ -556,15 +604,15 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	}
 	close(s.stopc)
 	if s.members != nil {
-		if !fenced {
+		if joined && !fenced {
 			if err := s.members.Leave(ctx); err != nil {
 				errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
 			}
 		}
 		s.members.Close()
 	}
-	if s.router != nil {
-		s.router.close()
+	if s.views != nil {
+		s.views.stop()
 	}
 	if s.peerSrv != nil {
 		s.peerSrv.Stop()
@@ -586,7 +634,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	return errors.Join(errsOut...)
 }
 
-// abort undoes a failed Start: nothing is serving yet.
+// abort undoes a failed Start.
 func (s *Silo) abort() {
 	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis} {
 		if l != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 )
 
 // aclLoadWait bounds how long a starting silo waits for the ACL's first
@@ -18,7 +19,7 @@ const aclLoadWait = 10 * time.Second
 // startACL starts the silo's view of the cluster's ACL, kept in etcd under
 // the silo's prefix and seeded from file (the --acl-file, FabrCore's "Acl"
 // JSON section) when etcd holds none yet.
-func startACL(ctx context.Context, e *Etcd, file string, onDenied func(acl.Permission), logger *slog.Logger) (*acl.Authority, error) {
+func startACL(ctx context.Context, e *etcdstore.Store, file string, onDenied func(acl.Permission), logger *slog.Logger) (*acl.Authority, error) {
 	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), OnDenied: onDenied, Logger: logger}
 	if file != "" {
 		b, err := os.ReadFile(file)

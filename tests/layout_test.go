@@ -6,8 +6,10 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -86,6 +88,129 @@ func TestNoMetricsInGrain(t *testing.T) {
 			t.Errorf("grain imports %s", dep)
 		}
 	}
+}
+
+// TestDependencyDirections pins which packages may import which, so that the
+// file tree keeps showing the architecture: the silo (cluster) wires its
+// parts, the parts do not know each other or the silo, nothing imports the
+// programs, and the SDK and the programming model link no silo.
+func TestDependencyDirections(t *testing.T) {
+	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "../...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	const mod = "github.com/agentsilo/agentsilo/"
+	// forbidden[p] lists import path prefixes (relative to the module) that
+	// package p and its subpackages may not import (with their subpackages,
+	// but for "cluster" and a path ending in "$", which are exact).
+	forbidden := map[string][]string{
+		"cluster/gateway":    {"cluster/membership", "cluster/transport", "cluster/etcdstore", "cluster"},
+		"cluster/membership": {"cluster/gateway", "cluster/transport", "cluster/etcdstore", "cluster"},
+		"cluster/transport":  {"cluster/gateway", "cluster/membership", "cluster/etcdstore", "cluster"},
+		"cluster/etcdstore":  {"cluster/gateway", "cluster/membership", "cluster/transport", "cluster"},
+		"grain":              {"cluster", "client", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
+		"client":             {"cluster", "grain$", "reminders", "acl", "internal/etcderr", "internal/etcdtest"}, // grain/errs is shared
+		"internal":           {"cluster", "client", "cmd"},
+		"acl":                {"cluster", "client"},
+		"reminders":          {"cluster", "client"},
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 0 || !strings.HasPrefix(fields[0], mod) {
+			continue
+		}
+		pkg := strings.TrimPrefix(fields[0], mod)
+		for _, imp := range fields[1:] {
+			if !strings.HasPrefix(imp, mod) {
+				continue
+			}
+			dep := strings.TrimPrefix(imp, mod)
+			if strings.HasPrefix(dep, "cmd/") {
+				t.Errorf("%s imports the program %s", pkg, dep)
+			}
+			for p, bans := range forbidden {
+				if pkg != p && !strings.HasPrefix(pkg, p+"/") {
+					continue
+				}
+				for _, ban := range bans {
+					exact := ban == "cluster" || strings.HasSuffix(ban, "$")
+					ban = strings.TrimSuffix(ban, "$")
+					if dep == ban || (!exact && strings.HasPrefix(dep, ban+"/")) {
+						t.Errorf("%s imports %s", pkg, dep)
+					}
+				}
+			}
+		}
+	}
+}
+
+// kubernetesModule reports whether a module or package path is Kubernetes'
+// or kustomize's: the manifest test's libraries, which live in the module
+// of deploy/k8s.
+func kubernetesModule(path string) bool {
+	return strings.HasPrefix(path, "k8s.io/") || strings.HasPrefix(path, "sigs.k8s.io/kustomize/")
+}
+
+// TestSDKDepsHaveNoKubernetes: the SDK links no Kubernetes package, and the
+// root module requires no Kubernetes or kustomize module, so a program that
+// imports client does not get them in its version selection (with module
+// graph pruning, a user's build reads the requirements of agentsilo's
+// go.mod, not those of a nested module such as deploy/k8s). The
+// sigs.k8s.io/json and sigs.k8s.io/yaml modules are not Kubernetes: the
+// embedded etcd's server imports them.
+func TestSDKDepsHaveNoKubernetes(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "../client/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "google.golang.org/grpc") {
+		t.Fatalf("go list -deps ../client/... does not list grpc: not a dependency listing?\n%s", out)
+	}
+	for _, dep := range deps {
+		if kubernetesModule(dep) || strings.HasPrefix(dep, "sigs.k8s.io/") {
+			t.Errorf("client depends on %s", dep)
+		}
+	}
+
+	data, err := os.ReadFile("../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := goModRequires(string(data))
+	if !slices.Contains(reqs, "google.golang.org/grpc") {
+		t.Fatalf("read no requirement of grpc from ../go.mod (read %v): the parser is wrong", reqs)
+	}
+	for _, r := range reqs {
+		if kubernetesModule(r) {
+			t.Errorf("the root go.mod requires %s: the Kubernetes libraries belong to the module of deploy/k8s", r)
+		}
+	}
+}
+
+// goModRequires returns the module paths of a go.mod's require directives,
+// in both the one-line and the block form.
+func goModRequires(gomod string) []string {
+	var reqs []string
+	block := false
+	for line := range strings.Lines(gomod) {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case block && f[0] == ")":
+			block = false
+		case block:
+			reqs = append(reqs, f[0])
+		case f[0] == "require" && len(f) == 2 && f[1] == "(":
+			block = true
+		case f[0] == "require" && len(f) >= 3:
+			reqs = append(reqs, f[1])
+		}
+	}
+	return reqs
 }
 
 // TestLayoutProtoactorBehindOneFile: grain uses protoactor-go through one adapter

@@ -66,7 +66,7 @@ func startSilo(t *testing.T, dataDir string, extra ...string) *siloProc {
 	t.Helper()
 	p := &siloProc{t: t, gateway: freePort(t), http: freePort(t)}
 	p.args = append([]string{
-		"--name", "e2e", "--data-dir", dataDir,
+		"--name", "e2e", "--data-dir", dataDir, "--examples",
 		"--gateway-addr", p.gateway, "--http-addr", p.http,
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 		// The embedded etcd serves clients on this port and peers on the next.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
 )
@@ -57,7 +58,7 @@ func startSecureSilos(t *testing.T) (a, b *cluster.Silo) {
 		{"sha256": %q, "principal": "root", "groups": ["admins"]}]}`, hashKey("alice-key"), hashKey("bob-key"), hashKey("root-key")))
 	aclFile := writeFile(t, "acl.json", `{"Rules": [{"OwnerPattern": "system", "AgentPattern": "*", "CallerPattern": "*", "Permission": "Message,Read"}]}`)
 	etcdAddr := freeAddr(t)
-	start := func(name string, etcd cluster.EtcdConfig) *cluster.Silo {
+	start := func(name string, etcd etcdstore.Config) *cluster.Silo {
 		reg := grain.NewRegistry()
 		if err := examples.Register(reg); err != nil {
 			t.Fatal(err)
@@ -94,8 +95,8 @@ func startSecureSilos(t *testing.T) (a, b *cluster.Silo) {
 		})
 		return s
 	}
-	a = start("a", cluster.EtcdConfig{DataDir: t.TempDir(), EmbeddedAddr: etcdAddr, EmbeddedPeerAddr: freeAddr(t), Prefix: "/e2e/"})
-	b = start("b", cluster.EtcdConfig{Endpoints: []string{"http://" + etcdAddr}, Prefix: "/e2e/"})
+	a = start("a", etcdstore.Config{DataDir: t.TempDir(), EmbeddedAddr: etcdAddr, EmbeddedPeerAddr: freeAddr(t), Prefix: "/e2e/"})
+	b = start("b", etcdstore.Config{Endpoints: []string{"http://" + etcdAddr}, Prefix: "/e2e/"})
 	return a, b
 }
 

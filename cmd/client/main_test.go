@@ -17,7 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 )
 
@@ -82,15 +82,19 @@ func startSilo(t *testing.T) *silo {
 	logger := slog.New(slog.DiscardHandler)
 	rcfg := grain.DefaultConfig()
 	rcfg.Logger = logger
-	rcfg.Sessions = new(cluster.SessionRelay)
+	gcfg := gateway.DefaultConfig()
+	gcfg.Addr = "127.0.0.1:0"
+	gcfg.Logger = logger
+	sessions, err := gateway.NewSessions(gcfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcfg.Sessions = sessions
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gcfg := cluster.DefaultGatewayConfig()
-	gcfg.Addr = "127.0.0.1:0"
-	gcfg.Logger = logger
-	gw, err := cluster.NewGateway(gcfg, rt)
+	gw, err := gateway.New(gcfg, rt, sessions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 )
 
@@ -99,15 +99,20 @@ func TestMutualTLSFlags(t *testing.T) {
 	logger := slog.New(slog.DiscardHandler)
 	rcfg := grain.DefaultConfig()
 	rcfg.Logger = logger
+	gcfg := gateway.DefaultConfig()
+	gcfg.Addr = ""
+	gcfg.Logger = logger
+	gcfg.Auth = gateway.AuthConfig{TLSCert: srvCert, TLSKey: srvKey, TLSClientCA: ca.file}
+	sessions, err := gateway.NewSessions(gcfg, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcfg.Sessions = sessions
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gcfg := cluster.DefaultGatewayConfig()
-	gcfg.Addr = ""
-	gcfg.Logger = logger
-	gcfg.Auth = cluster.AuthConfig{TLSCert: srvCert, TLSKey: srvKey, TLSClientCA: ca.file}
-	gw, err := cluster.NewGateway(gcfg, rt)
+	gw, err := gateway.New(gcfg, rt, sessions)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,10 +64,7 @@ type siloFlags map[string]string
 
 func readSiloFlags(t *testing.T) siloFlags {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "silo")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/silo").CombinedOutput(); err != nil {
-		t.Fatalf("go build ../../cmd/silo: %v\n%s", err, out)
-	}
+	bin := buildRoot(t, "./cmd/silo")
 	// -help exits 0 today; a non-zero exit is fine as long as it lists the
 	// flags, which is checked below.
 	out, helpErr := exec.Command(bin, "-help").CombinedOutput()
@@ -96,16 +93,40 @@ func readSiloFlags(t *testing.T) siloFlags {
 	return flags
 }
 
+// repoRoot is the agentsilo repository, whose root module holds the silo.
+// This directory is a module of its own (so that Kubernetes stays out of
+// the root module's requirements), and it imports nothing of the root
+// module: it builds the root module's programs with the go command, run
+// from the root.
+const repoRoot = "../.."
+
+// buildRoot builds the main package pkg of the root module (such as
+// ./cmd/silo) and returns the binary's path.
+func buildRoot(t *testing.T, pkg string) string {
+	t.Helper()
+	root, err := filepath.Abs(repoRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s (in %s): %v\n%s", pkg, root, err, out)
+	}
+	return bin
+}
+
 // httpPaths returns the HTTP paths the silo serves: the patterns given to
-// Handle and HandleFunc anywhere in the module's non-test code.
+// Handle and HandleFunc anywhere in the root module's non-test code.
 func httpPaths(t *testing.T) []string {
 	t.Helper()
 	var paths []string
-	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != "../.." || d.Name() == "testdata" || d.Name() == "data") {
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != repoRoot || d.Name() == "testdata" || d.Name() == "data") {
 			return filepath.SkipDir
 		}
 		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
@@ -145,7 +166,7 @@ func httpPaths(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	if !slices.Contains(paths, "/healthz") {
-		t.Fatalf("found no handler for /healthz in the module (found %v)", paths)
+		t.Fatalf("found no handler for /healthz in the root module (found %v)", paths)
 	}
 	return paths
 }
@@ -275,9 +296,13 @@ func TestEveryKustomizationIsChecked(t *testing.T) {
 func TestKustomizations(t *testing.T) {
 	flags := readSiloFlags(t)
 	paths := httpPaths(t)
+	// A copy of this directory with a key file, as make-keys.sh writes it
+	// (the repository has none: TestKeysMustBeMade).
+	tr := newTree(t, "alice", "ops:admins")
 	for dir, want := range variants {
 		t.Run(dir, func(t *testing.T) {
-			o := render(t, dir)
+			o := render(t, filepath.Join(tr.dir, dir))
+			checkKeySecret(t, o, tr.keyFile)
 			checkSilo(t, o, want, flags, paths)
 			checkSelectors(t, o)
 			checkServicePorts(t, o)
@@ -740,16 +765,28 @@ func checkKeys(t *testing.T, data []byte) {
 		t.Errorf("API-key file: %v", err)
 		return
 	}
+	if len(f.Keys) == 0 {
+		t.Errorf("API-key file has no keys: the silo refuses to start with it")
+	}
 	hex := regexp.MustCompile(`^[0-9a-f]{64}$`)
 	for i, k := range f.Keys {
 		if !hex.MatchString(k.SHA256) {
 			t.Errorf("API key %d: sha256 %q is not 64 lower-case hex digits", i, k.SHA256)
 		}
-		if k.Principal == "" {
-			t.Errorf("API key %d: no principal", i)
+		if !validName.MatchString(k.Principal) {
+			t.Errorf("API key %d: principal %q is not a valid name", i, k.Principal)
+		}
+		for _, g := range k.Groups {
+			if !validName.MatchString(g) {
+				t.Errorf("API key %d: group %q is not a valid name", i, g)
+			}
 		}
 	}
 }
+
+// validName is what the silo accepts as a principal or group
+// (grain.ValidName).
+var validName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
 
 func strictJSON(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
@@ -867,6 +904,9 @@ func checkEtcd(t *testing.T, o *objects) {
 	if !found {
 		t.Errorf("no PodDisruptionBudget with maxUnavailable 1 keeps etcd's quorum")
 	}
+	for _, p := range etcdPolicyProblems(o) {
+		t.Error(p)
+	}
 }
 
 // checkSelectors: each StatefulSet selects its own pods, and each Service
@@ -910,6 +950,16 @@ func checkSelectors(t *testing.T, o *objects) {
 			continue
 		}
 		selects("PodDisruptionBudget "+pdb.Name, sel)
+	}
+	// A NetworkPolicy that selects no pod of the rendering (say, etcd's
+	// left behind by an overlay that drops etcd) protects nothing.
+	for _, np := range o.netpols {
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			t.Errorf("NetworkPolicy %s: %v", np.Name, err)
+			continue
+		}
+		selects("NetworkPolicy "+np.Name, sel)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 )
 
@@ -126,12 +126,16 @@ func benchAuthority(n int) (*acl.Authority, error) {
 // as alice, with the ACL a (nil: none), and returns an SDK client of it.
 func benchGateway(rt *grain.Runtime, a *acl.Authority) (*client.Client, func(), error) {
 	h := sha256.Sum256([]byte(benchKey))
-	cfg := cluster.DefaultGatewayConfig()
+	cfg := gateway.DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.Auth.Keys = []cluster.APIKey{{SHA256: hex.EncodeToString(h[:]), Principal: "alice"}}
+	cfg.Auth.Keys = []gateway.APIKey{{SHA256: hex.EncodeToString(h[:]), Principal: "alice"}}
 	cfg.ACL = a
 	cfg.Logger = slog.New(slog.DiscardHandler)
-	gw, err := cluster.NewGateway(cfg, rt)
+	sessions, err := gateway.NewSessions(cfg, "")
+	if err != nil {
+		return nil, nil, err
+	}
+	gw, err := gateway.New(cfg, rt, sessions)
 	if err != nil {
 		return nil, nil, err
 	}

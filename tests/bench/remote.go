@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 )
 
@@ -138,7 +139,7 @@ func benchSilo(ctx context.Context, name, endpoint string) (*cluster.Silo, error
 	cfg.Name = name
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
-	cfg.Etcd = cluster.EtcdConfig{Endpoints: []string{endpoint}, Prefix: "/bench/"}
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{endpoint}, Prefix: "/bench/"}
 	cfg.Logger = log
 	cfg.Runtime.Logger = log
 	s, err := cluster.NewSilo(cfg, reg)
@@ -222,7 +223,7 @@ func runRemote(args []string, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ecfg := cluster.DefaultEtcdConfig()
+	ecfg := etcdstore.DefaultConfig()
 	ecfg.DataDir = dir
 	if ecfg.EmbeddedAddr, err = freePort(); err != nil {
 		return err
@@ -231,7 +232,7 @@ func runRemote(args []string, out io.Writer) error {
 		return err
 	}
 	ecfg.Logger = slog.New(slog.NewTextHandler(logOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	etcd, err := cluster.StartEtcd(ctx, ecfg)
+	etcd, err := etcdstore.Start(ctx, ecfg)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/reminders"
 )
@@ -147,7 +147,7 @@ func run(n, dueN, conc int) error {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	etcd, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{DataDir: dir, EmbeddedAddr: caddr, EmbeddedPeerAddr: paddr, Logger: logger})
+	etcd, err := etcdstore.Start(ctx, etcdstore.Config{DataDir: dir, EmbeddedAddr: caddr, EmbeddedPeerAddr: paddr, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 )
 
 // Options configures Start.
@@ -52,7 +53,7 @@ type Cluster struct {
 	journal   string
 	endpoints []string
 	prefix    string
-	etcd      *cluster.Etcd
+	etcd      *etcdstore.Store
 	silos     []*Silo
 	http      *http.Client
 
@@ -199,7 +200,7 @@ func (c *Cluster) startEtcd() {
 	}
 	ctx, cancel := context.WithTimeout(c.tb.Context(), c.opts.WaitTimeout)
 	defer cancel()
-	e, err := cluster.StartEtcd(ctx, cluster.EtcdConfig{
+	e, err := etcdstore.Start(ctx, etcdstore.Config{
 		DataDir:      filepath.Join(c.dir, "etcd"),
 		EmbeddedAddr: addr,
 		Prefix:       c.prefix,
@@ -342,6 +343,7 @@ func (s *Silo) args() []string {
 		"--log-format", "json",
 		"--insecure",
 		"--journal", c.journal,
+		"--examples",
 		"--peer-addr", s.PeerAddr,
 		"--gossip-addr", s.GossipAddr,
 		"--fault-injection",

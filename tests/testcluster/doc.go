@@ -6,7 +6,7 @@
 //
 // The silo and client binaries are built once per test binary (Build; Main
 // removes them). Etcd runs embedded in the calling process
-// (cluster.StartEtcd on free ports) unless Options.EtcdEndpoints names one;
+// (etcdstore.Start on free ports) unless Options.EtcdEndpoints names one;
 // each cluster has its own --etcd-prefix, so clusters can share an etcd.
 // Silo i is named silo-<i> and listens on its own loopback address
 // 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports

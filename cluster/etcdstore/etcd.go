@@ -1,0 +1,319 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/agentsilo/agentsilo/internal/etcderr"
+)
+
+// Config says where a silo keeps its durable state: an external etcd
+// cluster (Endpoints) or, with no endpoints, an etcd embedded in the silo.
+type Config struct {
+	// Endpoints of an external etcd cluster (--etcd-endpoints). Empty: start
+	// an embedded etcd.
+	Endpoints []string
+	// DataDir holds the embedded etcd's data (--data-dir); unused with
+	// Endpoints. Default: "./data".
+	DataDir string
+	// EmbeddedAddr is the client address of the embedded etcd
+	// (--embedded-etcd-addr), so that further local silos can point
+	// --etcd-endpoints at it. Default: 127.0.0.1:2379.
+	EmbeddedAddr string
+	// EmbeddedPeerAddr is the embedded etcd's raft peer address, which no
+	// other member uses but etcd must listen on. Default: EmbeddedAddr's host
+	// with the port after EmbeddedAddr's (127.0.0.1:2380 by default).
+	EmbeddedPeerAddr string
+	// Prefix is put before every key agentsilo writes (--etcd-prefix).
+	// Default: "/agentsilo/". It always ends in "/".
+	Prefix string
+	// DialTimeout, if positive, makes Start wait that long for a first
+	// connection to external endpoints and fail without one. Default: 0, do
+	// not wait: a silo starts while etcd is away, calls that need etcd return
+	// Unavailable, and the client connects when etcd is back.
+	DialTimeout time.Duration
+	// Logger receives the etcd logs worth seeing (warnings and errors).
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the single-machine defaults: an embedded etcd in
+// ./data serving 127.0.0.1:2379.
+func DefaultConfig() Config {
+	return Config{
+		DataDir:      "./data",
+		EmbeddedAddr: "127.0.0.1:2379",
+		Prefix:       "/agentsilo/",
+	}
+}
+
+func (c *Config) fill() error {
+	d := DefaultConfig()
+	if c.DataDir == "" {
+		c.DataDir = d.DataDir
+	}
+	if c.EmbeddedAddr == "" {
+		c.EmbeddedAddr = d.EmbeddedAddr
+	}
+	if c.Prefix == "" {
+		c.Prefix = d.Prefix
+	}
+	if !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(c.Endpoints) > 0 {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(c.EmbeddedAddr)
+	if err != nil {
+		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", c.EmbeddedAddr, err)
+	}
+	if c.EmbeddedPeerAddr == "" {
+		p, err := strconv.Atoi(port)
+		if err != nil || p < 1 || p >= 65535 {
+			return fmt.Errorf("etcdstore: embedded etcd address %q: bad port", c.EmbeddedAddr)
+		}
+		c.EmbeddedPeerAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
+	}
+	if _, _, err := net.SplitHostPort(c.EmbeddedPeerAddr); err != nil {
+		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", c.EmbeddedPeerAddr, err)
+	}
+	return nil
+}
+
+// Store is a silo's connection to etcd, and the embedded etcd server when it
+// runs one. Its client reconnects by itself: while etcd is unreachable, calls
+// through it fail (see etcderr.Wrap, which maps those failures to
+// Unavailable) and nothing else of the silo stops.
+type Store struct {
+	cfg    Config
+	server *embed.Etcd // nil with external endpoints
+	client *clientv3.Client
+
+	closeOnce  sync.Once
+	closeErr   error
+	serverOnce sync.Once // embed.Etcd.Close is not idempotent
+	closing    atomic.Bool
+	stop       chan struct{}
+	watcher    sync.WaitGroup
+}
+
+// Start connects to etcd as cfg says. With no Endpoints it first starts
+// an embedded etcd in cfg.DataDir and waits, bounded by ctx, until it serves.
+// Close releases everything Start started.
+func Start(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	e := &Store{cfg: cfg, stop: make(chan struct{})}
+	endpoints := cfg.Endpoints
+	if len(endpoints) == 0 {
+		if err := e.startEmbedded(ctx); err != nil {
+			return nil, err
+		}
+		endpoints = []string{"http://" + cfg.EmbeddedAddr}
+	}
+	client, err := clientv3.New(clientv3.Config{
+		Context:     context.Background(), // the client outlives Start's ctx
+		Endpoints:   endpoints,
+		DialTimeout: cfg.DialTimeout,
+		// Keepalives notice a dead connection, so the client redials.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Logger:               quietZap(),
+		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(ReconnectParams)},
+	})
+	if err != nil {
+		e.stopEmbedded()
+		return nil, etcderr.Wrap(fmt.Errorf("connect to etcd %v: %w", endpoints, err))
+	}
+	e.client = client
+	return e, nil
+}
+
+func (e *Store) startEmbedded(ctx context.Context) error {
+	cfg := embed.NewConfig()
+	cfg.Name = "agentsilo"
+	cfg.Dir = e.cfg.DataDir
+	curl, err := url.Parse("http://" + e.cfg.EmbeddedAddr)
+	if err != nil {
+		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", e.cfg.EmbeddedAddr, err)
+	}
+	purl, err := url.Parse("http://" + e.cfg.EmbeddedPeerAddr)
+	if err != nil {
+		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", e.cfg.EmbeddedPeerAddr, err)
+	}
+	cfg.ListenClientUrls = []url.URL{*curl}
+	cfg.AdvertiseClientUrls = []url.URL{*curl}
+	cfg.ListenPeerUrls = []url.URL{*purl}
+	cfg.AdvertisePeerUrls = []url.URL{*purl}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	// etcd logs every routine step at info and much at warn (file modes,
+	// request stats); the silo's log keeps etcd's errors, and none of the
+	// ones its own shutdown causes.
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.New(&slogCore{
+		LevelEnabler: zapcore.ErrorLevel,
+		logger:       e.cfg.Logger.With("lib", "etcd"),
+		closing:      &e.closing,
+	}))
+	// The embedded store holds small records that are rewritten rarely;
+	// compact hourly so that its history stays small.
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = "1h"
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return fmt.Errorf("etcdstore: start embedded etcd in %s on %s: %w", e.cfg.DataDir, e.cfg.EmbeddedAddr, err)
+	}
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		srv.Close()
+		return fmt.Errorf("etcdstore: embedded etcd in %s: %w", e.cfg.DataDir, err)
+	case <-ctx.Done():
+		srv.Close()
+		return fmt.Errorf("etcdstore: embedded etcd in %s not ready: %w", e.cfg.DataDir, ctx.Err())
+	}
+	e.server = srv
+	e.watcher.Add(1)
+	go e.watchServer()
+	e.cfg.Logger.Info("embedded etcd serving", "addr", e.cfg.EmbeddedAddr, "data_dir", e.cfg.DataDir)
+	return nil
+}
+
+// watchServer logs a failure of the embedded server. The silo goes on: calls
+// that need etcd return Unavailable.
+func (e *Store) watchServer() {
+	defer e.watcher.Done()
+	select {
+	case err, ok := <-e.server.Err():
+		if ok && err != nil {
+			e.cfg.Logger.Error("embedded etcd failed; calls that need etcd return Unavailable", "err", err)
+		}
+	case <-e.stop:
+	}
+}
+
+func (e *Store) stopEmbedded() {
+	close(e.stop)
+	e.stopServer()
+	e.watcher.Wait()
+}
+
+func (e *Store) stopServer() {
+	e.serverOnce.Do(func() {
+		e.closing.Store(true)
+		if e.server != nil {
+			e.server.Close()
+		}
+	})
+}
+
+// Client returns the etcd client. It is safe for concurrent use and valid
+// until Close.
+func (e *Store) Client() *clientv3.Client { return e.client }
+
+// Prefix returns the key prefix, ending in "/".
+func (e *Store) Prefix() string { return e.cfg.Prefix }
+
+// Embedded reports whether this silo runs the etcd server it uses.
+func (e *Store) Embedded() bool { return e.server != nil }
+
+// Close closes the client and stops the embedded server, if any. It may be
+// called more than once.
+func (e *Store) Close() error {
+	e.closeOnce.Do(func() {
+		if err := e.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			e.closeErr = err
+		}
+		e.stopEmbedded()
+	})
+	return e.closeErr
+}
+
+// ReconnectParams is how the etcd client redials a lost etcd: quickly at
+// first, then every 3 s at most (gRPC's default grows to 2 min, too slow for a
+// silo waiting to resume).
+var ReconnectParams = grpc.ConnectParams{
+	Backoff: backoff.Config{
+		BaseDelay:  100 * time.Millisecond,
+		Multiplier: 1.6,
+		Jitter:     0.2,
+		MaxDelay:   3 * time.Second,
+	},
+	MinConnectTimeout: 5 * time.Second,
+}
+
+// quietZap is the etcd client's logger: warnings and errors to stderr.
+func quietZap() *zap.Logger {
+	zc := zap.NewProductionConfig()
+	zc.Level = zap.NewAtomicLevelAt(zapcore.ErrorLevel)
+	zc.Sampling = nil
+	lg, err := zc.Build()
+	if err != nil {
+		return zap.NewNop()
+	}
+	return lg
+}
+
+// slogCore passes the embedded etcd's zap logs to the silo's slog logger,
+// until the server is being closed.
+type slogCore struct {
+	zapcore.LevelEnabler
+	logger  *slog.Logger
+	closing *atomic.Bool
+	fields  []zapcore.Field
+}
+
+func (c *slogCore) With(fs []zapcore.Field) zapcore.Core {
+	d := *c
+	d.fields = append(append([]zapcore.Field(nil), c.fields...), fs...)
+	return &d
+}
+
+func (c *slogCore) Check(ent zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(ent.Level) && !c.closing.Load() {
+		return ce.AddCore(ent, c)
+	}
+	return ce
+}
+
+func (c *slogCore) Write(ent zapcore.Entry, fs []zapcore.Field) error {
+	enc := zapcore.NewMapObjectEncoder()
+	for _, f := range c.fields {
+		f.AddTo(enc)
+	}
+	for _, f := range fs {
+		f.AddTo(enc)
+	}
+	attrs := make([]any, 0, 2*len(enc.Fields))
+	for k, v := range enc.Fields {
+		attrs = append(attrs, k, v)
+	}
+	level := slog.LevelError
+	if ent.Level < zapcore.ErrorLevel {
+		level = slog.LevelWarn
+	}
+	c.logger.Log(context.Background(), level, ent.Message, attrs...)
+	return nil
+}
+
+func (c *slogCore) Sync() error { return nil }

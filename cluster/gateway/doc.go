@@ -1,0 +1,28 @@
+// Package gateway is a silo's front door for clients: the
+// agentsilov1.Gateway gRPC service, with the standard health service,
+// server reflection and the ACL admin service on the same port. The silo
+// (package cluster) makes one; the Go SDK (package client) and the client
+// CLI talk to it.
+//
+// Files: gateway.go (Gateway, Config, unary calls), sessions.go (the client
+// sessions and their backlogs: the runtime's grain.SessionRouter),
+// session.go (a client's Session stream: Hello and Welcome, multiplexed
+// calls, pushes in order, re-attach with the resume token), auth.go (API
+// keys, mutual TLS, self-declared principals on loopback), clientgrain.go
+// (the client grain: every call checked against the ACL), reminders.go (the
+// reminder listing).
+//
+// Wiring: the sessions are made before the runtime, the gateway after it.
+//
+//	sessions, err := gateway.NewSessions(cfg)
+//	rcfg.Sessions = sessions
+//	rt, err := grain.New(rcfg, reg)
+//	gw, err := gateway.New(cfg, rt, sessions)
+//	go gw.Serve(lis)
+//	defer gw.GracefulStop()
+//
+// A session is addressable (`Session:<principal>:<id>`, and `...@<silo>` in
+// a cluster): agents push to it with Send. While its stream is broken it
+// keeps what it is sent (up to Config.SessionBacklog messages, for
+// SessionBacklogAge) and delivers it in order when the client re-attaches.
+package gateway

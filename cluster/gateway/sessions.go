@@ -1,0 +1,162 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// Sessions holds a gateway's client sessions and their backlogs. It is the
+// runtime's grain.SessionRouter (directly on a single silo, or behind the
+// cluster's router, which forwards to the silo holding a session), so it is
+// made before the runtime, and the gateway that serves the sessions' streams
+// after it. Its methods are safe for concurrent use.
+type Sessions struct {
+	backlog int
+	age     time.Duration
+	silo    string // named in session ids, so other silos route here; "" on a lone silo
+
+	// mu guards m; it is taken before a session's mu, never after.
+	mu sync.RWMutex
+	m  map[string]*session
+}
+
+// NewSessions returns the sessions of a gateway configured by cfg: backlogs
+// of cfg.SessionBacklog messages kept cfg.SessionBacklogAge. silo, if not
+// empty, is named in the session addresses, so that the other silos of a
+// cluster route the sessions' messages here. It starts nothing; the
+// gateway's Serve sweeps expired sessions.
+func NewSessions(cfg Config, silo string) (*Sessions, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Sessions{backlog: cfg.SessionBacklog, age: cfg.SessionBacklogAge, silo: silo, m: make(map[string]*session)}, nil
+}
+
+// open finds the session hello resumes, or opens a new one.
+func (ss *Sessions) open(c *acl.Caller, hello *agentsilov1.Hello) (*session, bool, error) {
+	p := c.Principal
+	if addr := hello.GetResumeAddress(); addr != "" {
+		ss.mu.Lock()
+		s := ss.m[addr]
+		if s != nil {
+			s.mu.Lock()
+			expired := ss.expired(s, time.Now())
+			s.mu.Unlock()
+			if expired {
+				delete(ss.m, addr)
+				s = nil
+			}
+		}
+		ss.mu.Unlock()
+		if s != nil {
+			if subtle.ConstantTimeCompare([]byte(s.token), []byte(hello.GetResumeToken())) != 1 {
+				return nil, false, errs.New(codes.PermissionDenied, "resume %s: wrong resume token", protocol.Clip(addr))
+			}
+			if s.principal != p {
+				return nil, false, errs.New(codes.PermissionDenied, "resume %s: the session belongs to another principal", protocol.Clip(addr))
+			}
+			return s, true, nil
+		}
+		// Unknown or expired: a new session, and Welcome says resumed=false.
+	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		return nil, false, errs.New(codes.Internal, "resume token: %v", err)
+	}
+	id := grain.NewID()
+	if ss.silo != "" && len(id)+1+len(ss.silo) <= 128 {
+		id += "@" + ss.silo // other silos route the session's messages here
+	}
+	s := &session{
+		addr:       grain.SessionType + ":" + p + ":" + id,
+		principal:  p,
+		caller:     c,
+		token:      hex.EncodeToString(tok[:]),
+		detachedAt: time.Now(),
+	}
+	ss.mu.Lock()
+	ss.m[s.addr] = s
+	ss.mu.Unlock()
+	return s, false, nil
+}
+
+// DeliverToSession implements grain.SessionRouter: it queues msg for the
+// session at msg.To, to be written to its stream in order, now or when the
+// client re-attaches. It never blocks. A session with SessionBacklog
+// messages not yet written refuses more with ResourceExhausted; an address
+// the gateway holds no session for is NotFound.
+func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) error {
+	if msg == nil {
+		return errs.New(codes.InvalidArgument, "nil message")
+	}
+	a, err := grain.ParseAddress(msg.To)
+	if err != nil {
+		return err
+	}
+	if a.Type != grain.SessionType {
+		return errs.New(codes.InvalidArgument, "%s is not a client session address", protocol.Clip(msg.To))
+	}
+	ss.mu.RLock()
+	s := ss.m[msg.To]
+	ss.mu.RUnlock()
+	if s == nil {
+		return errs.New(codes.NotFound, "no client session %s", protocol.Clip(msg.To))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.att == nil && ss.expired(s, time.Now()) {
+		return errs.New(codes.NotFound, "client session %s has expired", msg.To)
+	}
+	if s.pushes >= ss.backlog {
+		return errs.New(codes.ResourceExhausted, "client session %s has %d messages it has not received yet", msg.To, s.pushes)
+	}
+	s.enqueueLocked(outFrame{frame: &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Push{Push: msg}}})
+	return nil
+}
+
+// expired reports whether s has been detached longer than SessionBacklogAge.
+// s.mu is held.
+func (ss *Sessions) expired(s *session, now time.Time) bool {
+	return s.att == nil && now.Sub(s.detachedAt) > ss.age
+}
+
+// sweep forgets the sessions detached longer than SessionBacklogAge, with
+// their backlogs.
+func (ss *Sessions) sweep(now time.Time) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	for addr, s := range ss.m {
+		s.mu.Lock()
+		if ss.expired(s, now) {
+			delete(ss.m, addr)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// sweepLoop runs sweep until stop is closed.
+func (ss *Sessions) sweepLoop(stop <-chan struct{}) {
+	every := min(max(ss.age/4, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			ss.sweep(time.Now())
+		}
+	}
+}

@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// Main runs a silo program serving the agent types of reg, as `silo` does,
+// and exits: every flag of `silo` (see Program), the SILO_* environment,
+// logging, metrics, graceful shutdown on SIGTERM or SIGINT, and the exit
+// codes (0 after a clean shutdown, 2 for a usage or configuration error, 1
+// for a failure, a fenced silo included). A program of one's own agent types
+// is ten lines:
+//
+//	func main() {
+//		reg := grain.NewRegistry()
+//		if err := reg.Register("Greeter", newGreeter); err != nil {
+//			log.Fatal(err)
+//		}
+//		cluster.Main(reg)
+//	}
+func Main(reg *grain.Registry) {
+	os.Exit(Program{Registry: reg}.Run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// Program is a silo program: what Main runs, with room for a program's own
+// flags and steps. cmd/silo is one (its --demo flag registers the demo
+// agents and calls them once the silo serves).
+type Program struct {
+	// Name is the program's name in its usage line. Default: "silo".
+	Name string
+	// Registry holds the agent types the silo serves. Required.
+	Registry *grain.Registry
+	// Flags, if set, defines the program's own flags on fs, beside the
+	// silo's; they are read from SILO_* too.
+	Flags func(fs *flag.FlagSet)
+	// BeforeStart, if set, runs once the flags are parsed and before the
+	// silo is made: it may register agent types and adjust cfg. An error
+	// is a configuration error (exit code 2).
+	BeforeStart func(cfg *SiloConfig, reg *grain.Registry) error
+	// AfterStart, if set, runs once the silo serves, on the main goroutine;
+	// ctx ends at SIGTERM or SIGINT. An error is logged; the silo goes on.
+	AfterStart func(ctx context.Context, s *Silo) error
+}
+
+// Run runs the program with args (without the program name), writing usage
+// and logs to stderr and what the program prints to stdout, and returns its
+// exit code.
+func (p Program) Run(args []string, stdout, stderr io.Writer) int {
+	if p.Name == "" {
+		p.Name = "silo"
+	}
+	if p.Registry == nil {
+		fmt.Fprintln(stderr, "error: cluster.Program: no Registry")
+		return 2
+	}
+	cfg, logger, showVersion, err := p.parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
+	if showVersion {
+		fmt.Fprintf(stdout, "%s %s\n", p.Name, Version())
+		return 0
+	}
+	if p.BeforeStart != nil {
+		if err := p.BeforeStart(&cfg, p.Registry); err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	s, err := NewSilo(cfg, p.Registry)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n", err)
+		return 2
+	}
+	if err := s.Start(ctx); err != nil {
+		logger.Error("silo failed to start", "err", err)
+		return 1
+	}
+	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(p.Registry.Names(), ","))
+	if p.AfterStart != nil {
+		if err := p.AfterStart(ctx, s); err != nil {
+			logger.Error("after start", "err", err)
+		}
+	}
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+	case runErr = <-s.Err():
+		logger.Error("silo failed", "err", runErr)
+		if errors.Is(runErr, ErrFenced) {
+			// Another silo may take over this one's agents from now on:
+			// stop at once, as a crash would, rather than run their
+			// OnDeactivate. A supervisor restarts the silo, which joins
+			// again under a new lease.
+			return 1
+		}
+	}
+	stop()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.Close(sctx); err != nil {
+		logger.Error("shutdown", "err", err)
+		return 1
+	}
+	logger.Info("silo stopped")
+	if runErr != nil {
+		return 1
+	}
+	return 0
+}
+
+// parseFlags reads the flags, with SILO_* environment variables as
+// defaults.
+func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.Logger, bool, error) {
+	cfg := DefaultSiloConfig()
+	fs := flag.NewFlagSet(p.Name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Name, "name", cfg.Name, "silo name (default: the host name)")
+	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /metrics, /healthz and /readyz (empty: off)")
+	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address")
+	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
+	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "silo-to-silo transport listen address (gRPC)")
+	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
+	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
+	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
+	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
+	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
+	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
+	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
+	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
+	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on graceful shutdown")
+	fs.IntVar(&cfg.Runtime.MailboxSize, "mailbox-size", cfg.Runtime.MailboxSize, "bound of each agent's mailbox")
+	fs.IntVar(&cfg.Runtime.MaxMessageSize, "max-message-size", cfg.Runtime.MaxMessageSize, "largest message in bytes")
+	fs.DurationVar(&cfg.Runtime.AskTimeout, "ask-timeout", cfg.Runtime.AskTimeout, "default Ask deadline")
+	// Security: the ACL's seed, and how the gateway authenticates clients.
+	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
+	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
+	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
+	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	version := fs.Bool("version", false, "print the version and exit")
+	if p.Flags != nil {
+		p.Flags(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: %s [flags]\n\nEvery flag may also be set as SILO_<NAME> in the environment.\n\n", p.Name)
+		fs.PrintDefaults()
+	}
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "SILO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, nil, false, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, nil, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, nil, false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if *endpoints != "" {
+		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
+	}
+	if *join != "" {
+		cfg.Join = strings.Split(*join, ",")
+	}
+	logger, err := NewLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		return cfg, nil, false, err
+	}
+	cfg.Logger = logger
+	cfg.Runtime.Logger = logger
+	return cfg, logger, *version, nil
+}
+
+// NewLogger returns the logger of a silo program: text or JSON (format) to
+// w, at level (debug, info, warn or error). Durations are written as Go
+// durations ("1.5s"), in JSON too, where slog would write nanoseconds.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l, ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Value.Kind() == slog.KindDuration {
+			a.Value = slog.StringValue(a.Value.Duration().String())
+		}
+		return a
+	}}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// Version is agentsilo's version as the running binary records it: the
+// module version (a tag, or a pseudo-version; "(devel)" when built from a
+// checkout), with the VCS revision when there is one.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := ""
+	const mod = "github.com/agentsilo/agentsilo"
+	if bi.Main.Path == mod {
+		v = bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == mod {
+			v = d.Version
+			if d.Replace != nil {
+				v += " (replaced by " + d.Replace.Path + ")"
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" {
+			v += " " + s.Value
+		}
+	}
+	return v + " " + bi.GoVersion
+}

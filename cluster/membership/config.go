@@ -1,0 +1,101 @@
+package membership
+
+import (
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+)
+
+// DefaultLeaseTTL is the default Config.LeaseTTL.
+const DefaultLeaseTTL = 10 * time.Second
+
+// DefaultGossipPort is the gossip port of seeds given without one.
+const DefaultGossipPort = 7946
+
+// Config configures New.
+type Config struct {
+	// Name of the silo (--name), unique in the cluster:
+	// [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}.
+	Name string
+	// PeerAddr and GatewayAddr are published in the record for other silos
+	// and clients.
+	PeerAddr    string
+	GatewayAddr string
+	// GossipAddr is the memberlist bind address, IP:port (--gossip-addr);
+	// port 0 picks a free port (the record has the bound one). Default
+	// 127.0.0.1:7946.
+	GossipAddr string
+	// Join seeds (--join): IP:port, or DNS names (with or without a port),
+	// each expanded to all its addresses. Default port DefaultGossipPort.
+	Join []string
+	// Client is the etcd client; Prefix the key prefix (Etcd.Prefix()).
+	Client *clientv3.Client
+	Prefix string
+	// LeaseTTL of the silo's etcd lease. Default DefaultLeaseTTL. etcd may
+	// grant more (its minimum TTL); the bounds use what was asked.
+	LeaseTTL time.Duration
+	// FenceAfter: the silo fences itself when no keepalive has succeeded for
+	// this long. Default LeaseTTL/3; must be below LeaseTTL. Keepalives are
+	// sent every FenceAfter/4.
+	FenceAfter time.Duration
+	// Logger, default slog.Default().
+	Logger *slog.Logger
+	// Gossip, if set, adjusts the memberlist configuration after the
+	// defaults (see gossipConfig) are applied.
+	Gossip func(*memberlist.Config)
+	// Clock drives keepalives, fencing and the revocation grace. Default:
+	// the real clock.
+	Clock clock.Clock
+	// Resolver expands seed names; default net.DefaultResolver.
+	Resolver *net.Resolver
+}
+
+func (c *Config) fill() error {
+	if !grain.ValidName(c.Name) {
+		return errs.New(codes.InvalidArgument, "membership: bad silo name %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", c.Name)
+	}
+	if c.Client == nil {
+		return errs.New(codes.InvalidArgument, "membership: no etcd client")
+	}
+	if c.Prefix == "" {
+		c.Prefix = "/agentsilo/"
+	}
+	if !strings.HasSuffix(c.Prefix, "/") {
+		c.Prefix += "/"
+	}
+	if c.GossipAddr == "" {
+		c.GossipAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(DefaultGossipPort))
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.LeaseTTL < time.Second {
+		return errs.New(codes.InvalidArgument, "membership: lease TTL %v is below 1s", c.LeaseTTL)
+	}
+	if c.FenceAfter == 0 {
+		c.FenceAfter = c.LeaseTTL / 3
+	}
+	if c.FenceAfter <= 0 || c.FenceAfter >= c.LeaseTTL {
+		return errs.New(codes.InvalidArgument, "membership: FenceAfter %v must be positive and below the lease TTL %v", c.FenceAfter, c.LeaseTTL)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clock.Real{}
+	}
+	if c.Resolver == nil {
+		c.Resolver = net.DefaultResolver
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package membership
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"net"
+	"syscall"
+	"time"
+
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/retry"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+type revokeReq struct {
+	lease  clientv3.LeaseID
+	name   string
+	reason string
+	at     time.Time
+	proven bool // the silo is certainly gone: revoke without a majority
+}
+
+func (m *Membership) enqueueRevoke(r revokeReq) {
+	r.at = m.clk.Now()
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.revokeQ = append(m.revokeQ, r)
+	m.mu.Unlock()
+	select {
+	case m.revokeC <- struct{}{}:
+	default:
+	}
+}
+
+// revokeLoop revokes the leases of silos gossip declared dead. A lease that
+// is already gone is a success. Failures are retried until the lease must
+// have expired anyway.
+func (m *Membership) revokeLoop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.ctx.Done():
+			return
+		case <-m.revokeC:
+		}
+		for {
+			m.mu.Lock()
+			if len(m.revokeQ) == 0 {
+				m.mu.Unlock()
+				break
+			}
+			r := m.revokeQ[0]
+			m.revokeQ = m.revokeQ[1:]
+			m.mu.Unlock()
+			// Each on its own: one waiting for a healthy majority must not
+			// hold up one that is proven.
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.revoke(r)
+			}()
+		}
+	}
+}
+
+func (m *Membership) revoke(r revokeReq) {
+	if !r.proven {
+		// A death that gossip reports about an incarnation the silo
+		// refutes (a restarted silo sees its predecessor's leave, and
+		// answers it at once) is not a death: the refutation gets
+		// revokeGrace to arrive.
+		t := m.clk.NewTimer(revokeGrace)
+		defer t.Stop()
+	grace:
+		for {
+			m.mlMu.Lock()
+			ch := m.gossipChanged
+			m.mlMu.Unlock()
+			if m.aliveUnder(r.name, r.lease) {
+				m.log.Info("not removing a silo gossip declared dead: it is alive again", "member", r.name)
+				return
+			}
+			select {
+			case <-m.ctx.Done():
+				return
+			case <-ch:
+			case <-t.C():
+				break grace
+			}
+		}
+	}
+	b := retry.New(100*time.Millisecond, time.Second, m.clk)
+	warned := false
+	for {
+		select {
+		case <-m.fenced:
+			return // a fenced silo removes no one
+		default:
+		}
+		if !r.proven && m.aliveUnder(r.name, r.lease) {
+			m.log.Info("not removing a silo gossip declared dead: it is alive again", "member", r.name)
+			return
+		}
+		var err error
+		if m.mayRevoke(r) {
+			ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
+			_, err = m.client.Revoke(ctx, r.lease)
+			cancel()
+			switch {
+			case err == nil:
+				m.log.Info("removed a silo from the view", "member", r.name, "reason", r.reason)
+				return
+			case isLeaseNotFound(err), m.ctx.Err() != nil:
+				return
+			}
+		} else if !warned {
+			warned = true
+			m.log.Warn("not removing a silo gossip declared dead yet: this silo does not see a healthy majority of the view, so it may be the one cut off", "member", r.name)
+		}
+		// Leases are at most a few TTLs long; past that it has expired.
+		if clock.Since(m.clk, r.at) > 2*m.cfg.LeaseTTL {
+			m.log.Warn("gave up removing a dead silo; its lease expires by itself", "member", r.name, "err", err)
+			return
+		}
+		if !b.Wait(m.ctx, nil) {
+			return
+		}
+	}
+}
+
+// Suspect is told that the silo-to-silo stream to peerAddr broke. If a
+// member of the view has that peer address and it refuses connections, its
+// process is gone: its lease is revoked at once, without waiting for gossip
+// to declare it dead. (A silo that is only cut off does not refuse, and is
+// left to gossip.)
+func (m *Membership) Suspect(peerAddr string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || m.suspects[peerAddr] {
+		return
+	}
+	var target Member
+	for _, mi := range m.view.Members {
+		if mi.PeerAddr == peerAddr && mi.Name != m.cfg.Name {
+			target = mi
+		}
+	}
+	if target.Name == "" {
+		return
+	}
+	if m.suspects == nil {
+		m.suspects = make(map[string]bool)
+	}
+	m.suspects[peerAddr] = true
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		dead := Refused(m.ctx, peerAddr)
+		m.mu.Lock()
+		delete(m.suspects, peerAddr)
+		m.mu.Unlock()
+		if dead {
+			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections", proven: true})
+		}
+	}()
+}
+
+// revokeGrace is how long a silo waits, after gossip declared another dead,
+// before it removes it.
+const revokeGrace = 500 * time.Millisecond
+
+// aliveUnder reports whether gossip lists name as alive with lease.
+func (m *Membership) aliveUnder(name string, lease clientv3.LeaseID) bool {
+	m.mlMu.Lock()
+	defer m.mlMu.Unlock()
+	return m.alive[name] != "" && m.known[name] == lease
+}
+
+// mayRevoke reports whether this silo may remove the silo of r from the view:
+// only while it sees a majority of the view alive in gossip, itself
+// included, and is healthy itself, or when that silo is proven gone (restarted under a new lease, or
+// its peer port refuses connections). So a silo that is cut off from its
+// peers, but not from etcd, never removes the healthy majority; the majority
+// removes it instead, and it fences itself.
+func (m *Membership) mayRevoke(r revokeReq) bool {
+	if r.proven {
+		return true
+	}
+	m.mlMu.Lock()
+	ml := m.ml
+	alive := maps.Clone(m.alive)
+	m.mlMu.Unlock()
+	v := m.View()
+	n := 0
+	for _, mi := range v.Members {
+		if mi.Name == m.cfg.Name || (mi.Name != r.name && alive[mi.Name] != "") {
+			n++
+		}
+	}
+	// Lifeguard's health score rises when this silo's own probes go
+	// unanswered even by the peers asked to probe indirectly: the sign of
+	// a silo that is cut off itself.
+	if 2*n > len(v.Members) && ml != nil && ml.GetHealthScore() == 0 {
+		return true
+	}
+	mi, ok := v.Member(r.name)
+	return ok && mi.PeerAddr != "" && Refused(m.ctx, mi.PeerAddr)
+}
+
+// Refused reports whether a TCP connection to addr is refused: the host is
+// up and nothing listens on the port, so a silo that listened there is gone. This is the proof of death that lets
+// a survivor take over without waiting for the silo's fence.
+func Refused(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}

@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/cluster/transport"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/tracing"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// peerHandler is what the silo does with what its peers send it: runtime
+// messages of the placement protocol (release, swept, agents) and agents'
+// messages forwarded to their owner here. It is the transport's Handler.
+type peerHandler struct {
+	r      *router
+	rt     *grain.Runtime
+	tracer tracing.Tracer // the peer spans
+}
+
+var _ transport.AsyncHandler = (*peerHandler)(nil)
+
+// HandleRequest implements transport.Handler.
+func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *transport.Envelope) (*agentsilov1.AgentMessage, error) {
+	msg := env.GetMessage()
+	switch msg.GetMessageType() {
+	case msgRelease:
+		return nil, h.release(ctx, msg.GetTo(), env.GetViewVersion())
+	case msgAgents:
+		return h.agents(msg.GetMessage())
+	}
+	if grain.IsReserved(msg.GetMessageType()) {
+		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
+	}
+	h.r.catchUp(ctx, env.GetViewVersion())
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = h.tracer.Start(ctx, "peer Ask", trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
+		reply, err := h.rt.AskRemote(ctx, msg, int(env.GetHops()))
+		tracing.End(span, err)
+		return reply, err
+	}
+	return h.rt.AskRemote(ctx, msg, int(env.GetHops()))
+}
+
+// TryHandleRequest takes, without a goroutine of its own, a forwarded request
+// for a live activation here (see grain.Runtime.TryAskRemote); everything
+// else (runtime messages, a sender with a newer view, traced messages) goes
+// to HandleRequest.
+func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
+	msg := env.GetMessage()
+	if msg.GetTraceparent() != "" || h.r.state.Load().view.Version < env.GetViewVersion() {
+		return false
+	}
+	return h.rt.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
+}
+
+// HandleOneWay implements transport.Handler.
+func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transport.Envelope) {
+	msg := env.GetMessage()
+	if msg.GetMessageType() == msgSwept {
+		h.r.noteSwept(from, env.GetViewVersion())
+		return
+	}
+	h.r.catchUp(ctx, env.GetViewVersion())
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = h.tracer.Start(ctx, "peer "+tracing.KindName(msg.Kind), trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
+		defer span.End()
+	}
+	if err := h.rt.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
+		h.r.log.Debug("one-way message from a peer not delivered", "from", from, "to", msg.GetTo(), "err", err)
+	}
+}
+
+// release deactivates key for the silo that owns it in view version: once
+// this silo's view has caught up, so that it no longer routes key to itself.
+func (h *peerHandler) release(ctx context.Context, key string, version int64) error {
+	if err := h.r.waitVersion(ctx, version); err != nil {
+		return errs.New(codes.Unavailable, "release %s: view %d not reached: %v", key, version, err)
+	}
+	if h.r.Route(key) == "" && h.r.state.Load().self {
+		return errs.New(codes.FailedPrecondition, "%s is owned by %s in view %d", key, h.r.self, h.r.state.Load().view.Version)
+	}
+	return h.rt.Release(ctx, key)
+}
+
+// agents lists this silo's activations for a peer, as JSON in the reply.
+func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error) {
+	b, err := json.Marshal(activationInfos(h.rt.Activations(typeName)))
+	if err != nil {
+		return nil, errs.New(codes.Internal, "agents: %v", err)
+	}
+	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/json", Data: b}, nil
+}

@@ -1,0 +1,16 @@
+// Package transport carries messages between silos: one long-lived gRPC
+// stream (the Peer service) from each silo to each peer it sends to, with
+// requests, one-way messages and events going out on it and replies coming
+// back on the same stream. The silo (package cluster) sends with Ask and
+// Send and handles what peers send through a Handler (its router).
+//
+// Files: transport.go (Transport, Config, Handler, Ask, Send), peer.go (the
+// outbound stream to one peer: its bounded queue, its sender, reconnects),
+// batch.go (filling one stream message from the queue: batches form by
+// themselves when busy), inbound.go (the streams peers open to this silo),
+// workers.go (parked goroutines that run inbound requests).
+//
+// The peer port is trusted: what arrives on it is an agent-to-agent call,
+// without the gateway's authentication or ACL, so it must be reachable by
+// silos only.
+package transport

@@ -1,0 +1,261 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// server serves the Peer service for a Transport.
+type server struct {
+	agentsilov1.UnimplementedPeerServer
+	t *Transport
+	h Handler
+}
+
+// Stream serves one peer's stream: gRPC calls it on a goroutine per stream.
+// It writes the responses; a reader goroutine reads the peer's envelopes,
+// starts a goroutine per request and queues one-way messages for a worker
+// goroutine that handles them in order.
+func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
+	t := s.t
+	if !t.enter() {
+		return errs.New(codes.Unavailable, "silo %s: transport closed", t.cfg.Self)
+	}
+	defer t.wg.Done()
+	ctx, cancel := context.WithCancel(srv.Context())
+	defer cancel()
+	stop := context.AfterFunc(t.ctx, cancel)
+	defer stop()
+	in := &inbound{
+		t:      t,
+		h:      s.h,
+		ctx:    ctx,
+		out:    make(chan item, t.cfg.QueueSize),
+		oneway: make(chan *Envelope, t.cfg.QueueSize),
+		rdone:  make(chan struct{}),
+	}
+	if err := srv.Send(t.hello()); err != nil {
+		return err
+	}
+	// The reader ends when this handler has returned and gRPC has ended the
+	// stream, if not before; Close waits for it.
+	t.wg.Add(1)
+	go in.read(srv)
+	w := batcher{t: t, batch: &agentsilov1.PeerBatch{}}
+	for {
+		var it item
+		if w.carry.env != nil {
+			it, w.carry = w.carry, item{}
+		} else {
+			select {
+			case it = <-in.out:
+			case <-in.rdone:
+				if errors.Is(in.rerr, io.EOF) {
+					return nil
+				}
+				return in.rerr
+			case <-ctx.Done():
+				if t.ctx.Err() != nil {
+					return errs.New(codes.Unavailable, "silo %s: transport closed", t.cfg.Self)
+				}
+				return ctx.Err()
+			}
+		}
+		w.fill(it, in.out)
+		if err := w.flush(srv.Send); err != nil {
+			return err
+		}
+	}
+}
+
+// inbound is one stream a peer opened to this silo.
+type inbound struct {
+	h      Handler // what the peer's envelopes are for
+	t      *Transport
+	ctx    context.Context // ends with the stream or the transport
+	from   string          // the peer's silo name, from its hello
+	out    chan item       // responses for the writer
+	oneway chan *Envelope  // one-way messages for the worker
+	rdone  chan struct{}   // closed when the reader ends
+	rerr   error
+}
+
+func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
+	t := in.t
+	defer t.wg.Done()
+	defer close(in.rdone)
+	first, err := srv.Recv()
+	if err != nil {
+		in.rerr = err
+		return
+	}
+	if first.GetHello() == nil {
+		in.rerr = errs.New(codes.InvalidArgument, "the first batch on a peer stream must carry a hello")
+		return
+	}
+	in.from = first.Hello.Silo
+	t.wg.Add(1)
+	go in.oneWays()
+	b := first
+	for {
+		for _, e := range b.Envelopes {
+			switch e.Kind {
+			case agentsilov1.Kind_KIND_REQUEST:
+				if in.tryAsync(e) {
+					continue
+				}
+				t.wg.Add(1)
+				t.workers.run(t, func() { in.serve(e) })
+			case agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
+				select {
+				case in.oneway <- e:
+				case <-in.ctx.Done():
+					in.rerr = in.ctx.Err()
+					return
+				}
+			default:
+				t.logger.Warn("peer sent an envelope of unexpected kind", "peer", in.from, "kind", e.Kind)
+			}
+		}
+		if b, err = srv.Recv(); err != nil {
+			in.rerr = err
+			return
+		}
+	}
+}
+
+// handlerCtx returns the context of env's handler: it ends at env's
+// deadline (shared with the other envelopes due in the same tick, so no timer
+// per request) or when the transport closes; without a deadline, it is ctx,
+// which also ends with the stream. ok is false if the deadline has passed.
+func (t *Transport) handlerCtx(ctx context.Context, env *Envelope) (context.Context, context.CancelFunc, bool) {
+	if env.DeadlineUnixMs == 0 {
+		return ctx, func() {}, true
+	}
+	dl := time.UnixMilli(env.DeadlineUnixMs)
+	if !time.Now().Before(dl) {
+		return ctx, func() {}, false
+	}
+	return t.deadlines.Context(context.Background(), dl.UnixNano()), func() {}, true
+}
+
+// AsyncHandler is a Handler that can take some requests without a
+// goroutine waiting for each: TryHandleRequest returns false, having done
+// nothing, for a request it leaves to HandleRequest; when it returns true,
+// reply is called once with the result, and must not be held up for long.
+type AsyncHandler interface {
+	TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool
+}
+
+// tryAsync hands env to the handler's TryHandleRequest, if it has one and
+// takes it.
+func (in *inbound) tryAsync(env *Envelope) bool {
+	t := in.t
+	ah, ok := in.h.(AsyncHandler)
+	if !ok {
+		return false
+	}
+	ctx, _, ok := t.handlerCtx(in.ctx, env)
+	if !ok {
+		return false // answered DeadlineExceeded by serve
+	}
+	t.wg.Add(1)
+	taken := ah.TryHandleRequest(ctx, in.from, env, func(msg *agentsilov1.AgentMessage, err error) {
+		defer t.wg.Done()
+		in.respond(env, msg, err)
+	})
+	if !taken {
+		t.wg.Done()
+	}
+	return taken
+}
+
+// serve handles one request and queues its response.
+func (in *inbound) serve(env *Envelope) {
+	t := in.t
+	defer t.wg.Done()
+	ctx, cancel, ok := t.handlerCtx(in.ctx, env)
+	var msg *agentsilov1.AgentMessage
+	var err error
+	if ok {
+		msg, err = in.handle(ctx, env)
+	} else {
+		err = errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo())
+	}
+	cancel()
+	in.respond(env, msg, err)
+}
+
+// respond queues the response to the request env.
+func (in *inbound) respond(env *Envelope, msg *agentsilov1.AgentMessage, err error) {
+	t := in.t
+	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
+	size := 64
+	if err == nil && msg != nil {
+		if n := proto.Size(msg); n > t.cfg.MaxMessageSize {
+			err = errs.New(codes.ResourceExhausted, "reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
+		} else {
+			size += n
+		}
+	}
+	if err != nil {
+		code := errs.Code(err)
+		if code == codes.Unknown || code == codes.OK {
+			code = codes.Internal
+		}
+		resp.Error = &agentsilov1.Status{Code: int32(code), Message: errMessage(err)}
+	} else {
+		resp.Message = msg
+	}
+	select {
+	case in.out <- item{env: resp, size: size}:
+	case <-in.ctx.Done():
+	}
+}
+
+// handle calls HandleRequest, turning a panic into Internal.
+func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.AgentMessage, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			in.t.logger.Error("peer request handler panicked", "peer", in.from, "to", env.GetMessage().GetTo(), "panic", r)
+			msg, err = nil, errs.New(codes.Internal, "request to %s: handler panicked: %v", env.GetMessage().GetTo(), r)
+		}
+	}()
+	return in.h.HandleRequest(ctx, in.from, env)
+}
+
+// oneWays handles the stream's one-way messages in order.
+func (in *inbound) oneWays() {
+	defer in.t.wg.Done()
+	for {
+		select {
+		case env := <-in.oneway:
+			in.oneWay(env)
+		case <-in.ctx.Done():
+			return
+		}
+	}
+}
+
+func (in *inbound) oneWay(env *Envelope) {
+	ctx, cancel, ok := in.t.handlerCtx(in.ctx, env)
+	defer cancel()
+	if !ok {
+		in.t.logger.Debug("one-way message arrived after its deadline", "peer", in.from, "to", env.GetMessage().GetTo())
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			in.t.logger.Error("peer one-way handler panicked", "peer", in.from, "to", env.GetMessage().GetTo(), "panic", r)
+		}
+	}()
+	in.h.HandleOneWay(ctx, in.from, env)
+}

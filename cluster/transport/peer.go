@@ -1,0 +1,357 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/retry"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// peer returns the peer at addr, starting it if it is new.
+func (t *Transport) peer(addr string) (*peer, error) {
+	t.mu.RLock()
+	p, closed := t.peers[addr], t.closed
+	t.mu.RUnlock()
+	if p != nil {
+		return p, nil
+	}
+	if closed {
+		return nil, errTransportClosed()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil, errTransportClosed()
+	}
+	if p = t.peers[addr]; p != nil {
+		return p, nil
+	}
+	conn, err := grpc.NewClient("passthrough:///"+addr, t.dial...)
+	if err != nil {
+		return nil, errs.New(codes.InvalidArgument, "peer address %q: %v", protocol.Clip(addr), err)
+	}
+	p = &peer{
+		t:       t,
+		addr:    addr,
+		conn:    conn,
+		client:  agentsilov1.NewPeerClient(conn),
+		queue:   make(chan item, t.cfg.QueueSize),
+		pending: make(map[uint64]*call),
+		stopped: make(chan struct{}),
+	}
+	p.ctx, p.cancel = context.WithCancel(t.ctx)
+	t.peers[addr] = p
+	t.wg.Add(1)
+	go p.run()
+	return p, nil
+}
+
+// item is an envelope queued for a stream, with its approximate size and,
+// for a request, its call.
+type item struct {
+	env  *Envelope
+	size int
+	call *call
+}
+
+// call is an Ask waiting for its reply.
+type call struct {
+	done     chan result // buffered; written once, by whoever removed the call from pending
+	finished atomic.Bool // set when it was removed: a sender skips it
+}
+
+type result struct {
+	msg *agentsilov1.AgentMessage
+	err error
+}
+
+type peerState int
+
+const (
+	stateConnecting peerState = iota // asks queue until the stream is open
+	stateUp
+	stateDown // broken, waiting to retry: asks fail at once
+)
+
+// peer is the outbound side towards one peer: its queue, its sender (run)
+// and the Asks waiting for replies.
+type peer struct {
+	t       *Transport
+	addr    string
+	conn    *grpc.ClientConn
+	client  agentsilov1.PeerClient
+	ctx     context.Context // cancelled by ClosePeer or Close
+	cancel  context.CancelFunc
+	queue   chan item
+	nextID  atomic.Uint64
+	stopped chan struct{} // closed when run returns
+
+	mu      sync.Mutex
+	state   peerState
+	downErr error
+	pending map[uint64]*call
+}
+
+// usable returns Unavailable while the peer's stream is down.
+func (p *peer) usable() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == stateDown {
+		return p.downErr
+	}
+	return nil
+}
+
+// register adds a pending call, unless the peer is down.
+func (p *peer) register(id uint64, c *call) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == stateDown {
+		return p.downErr
+	}
+	p.pending[id] = c
+	return nil
+}
+
+// forget removes a pending call; false means it was completed meanwhile and
+// its result is in its done channel.
+func (p *peer) forget(id uint64) bool {
+	p.mu.Lock()
+	c := p.pending[id]
+	delete(p.pending, id)
+	p.mu.Unlock()
+	if c != nil {
+		c.finished.Store(true)
+	}
+	return c != nil
+}
+
+// complete hands a reply to the call waiting for it, if it still waits.
+func (p *peer) complete(id uint64, r result) {
+	p.mu.Lock()
+	c := p.pending[id]
+	delete(p.pending, id)
+	p.mu.Unlock()
+	if c != nil {
+		c.finished.Store(true)
+		c.done <- r
+	}
+}
+
+// enqueue queues it, waiting for room as long as ctx allows.
+func (p *peer) enqueue(ctx context.Context, it item) error {
+	select {
+	case p.queue <- it:
+	default:
+		done := ctx.Done()
+		if done == nil {
+			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue))
+		}
+		select {
+		case p.queue <- it:
+		case <-done:
+			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue)))
+		case <-p.ctx.Done():
+			return errTransportClosed()
+		}
+	}
+	if h := p.t.hookEnqueued; h != nil {
+		h(p.addr)
+	}
+	return nil
+}
+
+func (p *peer) setState(s peerState, err error) {
+	p.mu.Lock()
+	p.state, p.downErr = s, err
+	var failed map[uint64]*call
+	if s == stateDown && len(p.pending) > 0 {
+		failed, p.pending = p.pending, make(map[uint64]*call)
+	}
+	p.mu.Unlock()
+	for _, c := range failed {
+		c.finished.Store(true)
+		c.done <- result{err: err}
+	}
+	if h := p.t.cfg.OnPeerState; h != nil && s != stateConnecting {
+		h(p.addr, s == stateUp)
+	}
+}
+
+// run keeps a stream open to the peer until ClosePeer or Close, and sends
+// what is queued on it.
+func (p *peer) run() {
+	defer p.t.wg.Done()
+	defer close(p.stopped)
+	defer p.conn.Close()
+	b := retry.New(minBackoff, p.t.cfg.MaxBackoff, nil)
+	logged := false
+	for {
+		up, err := p.connectAndServe()
+		if p.ctx.Err() != nil {
+			p.setState(stateDown, errTransportClosed())
+			p.drain(errTransportClosed())
+			return
+		}
+		if up {
+			b.Reset()
+		}
+		if up || !logged {
+			p.t.logger.Warn("peer stream down", "peer", p.addr, "err", err)
+			logged = !up
+		}
+		p.setState(stateDown, errs.New(codes.Unavailable, "peer %s: stream down: %s", p.addr, errMessage(err)))
+		// Wait before retrying, failing what is queued meanwhile.
+		timer := time.NewTimer(b.Next())
+	backoff:
+		for {
+			select {
+			case <-timer.C:
+				break backoff
+			case it := <-p.queue:
+				p.drop(it)
+			case <-p.ctx.Done():
+				timer.Stop()
+				p.setState(stateDown, errTransportClosed())
+				p.drain(errTransportClosed())
+				return
+			}
+		}
+		p.setState(stateConnecting, nil)
+	}
+}
+
+// drop discards a queued envelope whose stream is down; its call, if any,
+// has already failed with the stream.
+func (p *peer) drop(it item) {
+	if it.call == nil {
+		p.t.logger.Debug("one-way message to a peer whose stream is down dropped", "peer", p.addr, "to", it.env.GetMessage().GetTo())
+	}
+}
+
+// drain drops everything queued.
+func (p *peer) drain(err error) {
+	for {
+		select {
+		case it := <-p.queue:
+			if it.call != nil && !it.call.finished.Load() {
+				p.complete(it.env.CallId, result{err: err})
+			}
+			p.drop(it)
+		default:
+			return
+		}
+	}
+}
+
+// connectAndServe opens a stream, exchanges hellos and sends until the stream
+// breaks. up reports whether the stream was open.
+func (p *peer) connectAndServe() (up bool, err error) {
+	ctx, cancel := context.WithCancel(p.ctx)
+	defer cancel()
+	timer := time.AfterFunc(p.t.cfg.ConnectTimeout, cancel)
+	stream, err := p.client.Stream(ctx)
+	if err == nil {
+		err = stream.Send(p.t.hello())
+	}
+	var first *agentsilov1.PeerBatch
+	if err == nil || errors.Is(err, io.EOF) { // io.EOF: Recv has the stream's status
+		first, err = stream.Recv()
+	}
+	if !timer.Stop() && err == nil {
+		err = errs.New(codes.DeadlineExceeded, "connect timed out")
+	}
+	if err == nil && first.GetHello() == nil {
+		err = errs.New(codes.Internal, "peer sent no hello")
+	}
+	if err != nil {
+		return false, err
+	}
+	p.t.logger.Debug("peer stream up", "peer", p.addr, "remote", first.Hello.Silo)
+	p.setState(stateUp, nil)
+	p.deliver(first)
+
+	rdone := make(chan struct{})
+	var rerr error
+	p.t.wg.Add(1)
+	go func() {
+		defer p.t.wg.Done()
+		defer close(rdone)
+		for {
+			b, err := stream.Recv()
+			if err != nil {
+				rerr = err
+				return
+			}
+			p.deliver(b)
+		}
+	}()
+	err = p.write(ctx, stream, rdone)
+	cancel()
+	<-rdone
+	if err == nil || errors.Is(err, io.EOF) {
+		err = rerr
+	}
+	return true, err
+}
+
+// deliver hands the responses in b to their calls.
+func (p *peer) deliver(b *agentsilov1.PeerBatch) {
+	for _, e := range b.GetEnvelopes() {
+		if e.Kind != agentsilov1.Kind_KIND_RESPONSE {
+			p.t.logger.Warn("peer sent a non-response on its reply stream", "peer", p.addr, "kind", e.Kind)
+			continue
+		}
+		if st := e.GetError(); st != nil {
+			code := codes.Code(st.Code)
+			if code == codes.OK {
+				code = codes.Internal
+			}
+			p.complete(e.CallId, result{err: errs.New(code, "%s", st.Message)})
+			continue
+		}
+		msg := e.Message
+		if msg == nil {
+			msg = &agentsilov1.AgentMessage{}
+		}
+		p.complete(e.CallId, result{msg: msg})
+	}
+}
+
+// write sends what is queued, in batches, until the stream breaks (rdone) or
+// ctx ends.
+func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, rdone <-chan struct{}) error {
+	w := batcher{t: p.t, batch: &agentsilov1.PeerBatch{}}
+	for {
+		var it item
+		if w.carry.env != nil {
+			it, w.carry = w.carry, item{}
+		} else {
+			select {
+			case it = <-p.queue:
+			case <-rdone:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if h := p.t.hookBeforeSend; h != nil {
+			h(p.addr)
+		}
+		w.fill(it, p.queue)
+		if err := w.flush(stream.Send); err != nil {
+			return err
+		}
+	}
+}

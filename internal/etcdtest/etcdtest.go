@@ -1,0 +1,107 @@
+// Package etcdtest starts a real embedded etcd server for tests: one member
+// on 127.0.0.1, its data in the test's temporary directory, stopped at the
+// test's cleanup. Tests that need etcd use it instead of starting their own.
+package etcdtest
+
+import (
+	"context"
+	"net/url"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+
+	"github.com/agentsilo/agentsilo/internal/testnet"
+)
+
+// Server is an embedded etcd member. Stop and Restart it to test what
+// happens while etcd is away; its data and addresses stay the same.
+type Server struct {
+	t          testing.TB
+	dir        string
+	clientAddr string
+	peerAddr   string
+	srv        *embed.Etcd
+}
+
+// Start starts a server and registers its Stop as t's cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, dir: t.TempDir(), clientAddr: testnet.FreeAddr(t), peerAddr: testnet.FreeAddr(t)}
+	s.Restart()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Addr is the client address, host:port.
+func (s *Server) Addr() string { return s.clientAddr }
+
+// Endpoint is the client URL, for clientv3.Config.Endpoints or a silo's
+// --etcd-endpoints.
+func (s *Server) Endpoint() string { return "http://" + s.clientAddr }
+
+// Restart starts the server again after Stop (Start starts it the first
+// time); it returns once the server serves.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.srv != nil {
+		return
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "test"
+	cfg.Dir = s.dir
+	cu := url.URL{Scheme: "http", Host: s.clientAddr}
+	pu := url.URL{Scheme: "http", Host: s.peerAddr}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		s.t.Fatalf("etcdtest: start: %v", err)
+	}
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		srv.Close()
+		s.t.Fatalf("etcdtest: start: %v", err)
+	case <-time.After(time.Minute):
+		srv.Close()
+		s.t.Fatal("etcdtest: the server did not become ready within a minute")
+	}
+	s.srv = srv
+}
+
+// Stop stops the server; clients see it as away until Restart.
+func (s *Server) Stop() {
+	if s.srv != nil {
+		s.srv.Close()
+		s.srv = nil
+	}
+}
+
+// Client returns a new client of the server, closed at t's cleanup. It
+// reconnects quickly after a Restart.
+func (s *Server) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{
+		Context:     context.Background(),
+		Endpoints:   []string{s.Endpoint()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: time.Second,
+		})},
+	})
+	if err != nil {
+		t.Fatalf("etcdtest: client: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}

@@ -1,0 +1,60 @@
+package retry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/agentsilo/agentsilo/internal/clock"
+)
+
+func TestBackoffDoublesToTheCapWithJitter(t *testing.T) {
+	b := New(100*time.Millisecond, time.Second, nil)
+	steps := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for i, s := range steps {
+		want := s * time.Millisecond
+		got := b.Next()
+		lo, hi := time.Duration(float64(want)*(1-Jitter)), time.Duration(float64(want)*(1+Jitter))
+		if got < lo || got > hi {
+			t.Fatalf("wait %d = %v, want %v ± %v", i, got, want, Jitter)
+		}
+	}
+	b.Reset()
+	if got := b.Next(); got > 120*time.Millisecond {
+		t.Fatalf("after Reset: %v, want about the minimum", got)
+	}
+}
+
+func TestWaitOnTheClock(t *testing.T) {
+	fake := clock.NewFake(time.Now())
+	b := New(time.Second, time.Minute, fake)
+	done := make(chan bool)
+	go func() { done <- b.Wait(context.Background(), nil) }()
+	for {
+		n, added := fake.Waiting()
+		if n > 0 {
+			break
+		}
+		<-added
+	}
+	select {
+	case <-done:
+		t.Fatal("Wait returned before the clock moved")
+	default:
+	}
+	fake.Advance(2 * time.Second)
+	if !<-done {
+		t.Fatal("Wait = false after the clock moved")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b.Wait(ctx, nil) {
+		t.Fatal("Wait = true with an ended context")
+	}
+	wake := make(chan struct{})
+	close(wake)
+	if !b.Wait(context.Background(), wake) {
+		t.Fatal("Wait = false when woken")
+	}
+}

@@ -1,0 +1,171 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// readmeBlock returns the code block of README.md after the marker line
+// <!-- name -->.
+func readmeBlock(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "<!-- "+name+" -->")
+	if !ok {
+		t.Fatalf("README.md has no <!-- %s --> block", name)
+	}
+	_, rest, _ = strings.Cut(rest, "```")
+	_, rest, _ = strings.Cut(rest, "\n")
+	block, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatalf("README.md: unterminated block after <!-- %s -->", name)
+	}
+	return block
+}
+
+// TestRunYourOwnAgents does what the README's "Run your own agents" says,
+// with a throwaway module: its main (the README's, which is
+// examples/greeter's) is built against this checkout, runs as one silo
+// that serves Greeter and no demo agents, and as a three-silo cluster
+// reached through any gateway.
+func TestRunYourOwnAgents(t *testing.T) {
+	buildBinaries(t)
+	mainGo := readmeBlock(t, "ownsilo:main")
+	example, err := os.ReadFile("../examples/greeter/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(example), strings.TrimSpace(mainGo[strings.Index(mainGo, "// Greeter"):])) {
+		t.Fatal("the README's main.go is not examples/greeter/main.go's")
+	}
+
+	mod := t.TempDir()
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	goMod := "module example.com/mysilo\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
+	sum, err := os.ReadFile("../go.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{"go.mod": []byte(goMod), "go.sum": sum, "main.go": []byte(mainGo)} {
+		if err := os.WriteFile(filepath.Join(mod, name), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bin := filepath.Join(mod, "mysilo")
+	build := exec.Command("go", "build", "-mod=mod", "-o", bin, ".")
+	build.Dir = mod
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build of the README's module: %v\n%s", err, out)
+	}
+
+	// One silo, on the embedded etcd.
+	one := startOwnSilo(t, bin, "one", filepath.Join(mod, "data-one"))
+	if out, errOut, code := runClient(t, one.gateway, "ask", "Greeter:g", "world"); code != 0 || out != "hello, world (greeting 1)" {
+		t.Fatalf("ask Greeter: exit %d, %q, %q", code, out, errOut)
+	}
+	if _, errOut, code := runClient(t, one.gateway, "ask", "Echo:e", "hi"); code != 3 || !strings.Contains(errOut, "NotFound") {
+		t.Fatalf("the demo agents are served without --demo: exit %d, %q", code, errOut)
+	}
+	one.stop(t)
+
+	// Three silos: the first runs the embedded etcd the others use.
+	s0 := startOwnSilo(t, bin, "s0", filepath.Join(mod, "data-0"))
+	s1 := startOwnSilo(t, bin, "s1", "", "--etcd-endpoints", s0.etcd, "--join", s0.gossip)
+	s2 := startOwnSilo(t, bin, "s2", "", "--etcd-endpoints", s0.etcd, "--join", s0.gossip)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, _, code := runClient(t, s2.gateway, "members")
+		if code == 0 && strings.Contains(out, "s0") && strings.Contains(out, "s1") && strings.Contains(out, "s2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("three members never seen: %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for i, s := range []*ownSilo{s0, s1, s2} {
+		out, errOut, code := runClient(t, s.gateway, "ask", "Greeter:cluster", "silo")
+		if want := "hello, silo (greeting " + string(rune('1'+i)) + ")"; code != 0 || out != want {
+			t.Fatalf("ask Greeter through %s: exit %d, %q (want %q), %q", s.name, code, out, want, errOut)
+		}
+	}
+	for _, s := range []*ownSilo{s2, s1, s0} {
+		s.stop(t)
+	}
+}
+
+type ownSilo struct {
+	name, gateway, gossip, etcd string
+	cmd                         *exec.Cmd
+	stderr                      *bytes.Buffer
+}
+
+// startOwnSilo starts bin as silo name on fresh loopback ports, with an
+// embedded etcd in dataDir unless extra points it at another etcd, and
+// waits until its gateway answers.
+func startOwnSilo(t *testing.T, bin, name, dataDir string, extra ...string) *ownSilo {
+	t.Helper()
+	s := &ownSilo{name: name, gateway: freePort(t), gossip: freePort(t), etcd: freeConsecutivePorts(t), stderr: new(bytes.Buffer)}
+	args := []string{"--name", name, "--gateway-addr", s.gateway, "--http-addr", "",
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", s.gossip, "--lease-ttl", "3s"}
+	if dataDir != "" {
+		args = append(args, "--data-dir", dataDir, "--embedded-etcd-addr", s.etcd)
+	}
+	s.cmd = exec.Command(bin, append(args, extra...)...)
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if s.cmd.ProcessState == nil {
+			s.cmd.Process.Kill()
+			s.cmd.Wait()
+		}
+	})
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if _, _, code := runClient(t, s.gateway, "members"); code == 0 {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("silo %s never served:\n%s", name, s.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop ends the silo with SIGTERM and checks that it exits 0.
+func (s *ownSilo) stop(t *testing.T) {
+	t.Helper()
+	s.cmd.Process.Signal(os.Interrupt)
+	if err := s.cmd.Wait(); err != nil {
+		t.Fatalf("silo %s: %v\n%s", s.name, err, s.stderr)
+	}
+}
+
+// runClient runs the client program against gateway.
+func runClient(t *testing.T, gateway string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(bins.client, append([]string{"--addr", gateway, "--timeout", "10s"}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	code = 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(out.String()), errOut.String(), code
+}
