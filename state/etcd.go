@@ -52,7 +52,7 @@ func (s *Etcd) Key(addr grain.Address) string { return s.root + addr.String() }
 
 // Load implements grain.StateStore.
 func (s *Etcd) Load(ctx context.Context, addr grain.Address) ([]byte, string, error) {
-	what := describe("load", addr)
+	what := opOn("load", addr)
 	octx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
 	resp, err := s.client.Get(octx, s.Key(addr))
@@ -73,7 +73,7 @@ func (s *Etcd) Load(ctx context.Context, addr grain.Address) ([]byte, string, er
 // Save implements grain.StateStore. A state over MaxEtcdState is
 // ResourceExhausted.
 func (s *Etcd) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
-	what := describe("save", addr)
+	what := opOn("save", addr)
 	if len(data) > MaxEtcdState {
 		return "", errs.New(codes.ResourceExhausted, "%s: %d bytes is over the etcd state store's limit of 1 MiB (%d bytes); keep larger state in the PostgreSQL store", what, len(data), MaxEtcdState)
 	}
@@ -100,7 +100,7 @@ func (s *Etcd) Save(ctx context.Context, addr grain.Address, data []byte, etag s
 
 // Delete implements grain.StateStore.
 func (s *Etcd) Delete(ctx context.Context, addr grain.Address, etag string) error {
-	what := describe("delete", addr)
+	what := opOn("delete", addr)
 	rev, err := parseETag(etag, what)
 	if err != nil {
 		return err
@@ -126,7 +126,7 @@ func (s *Etcd) Close() error { return nil }
 
 // fail keeps the caller's own cancellation or deadline and maps etcd's
 // failures with etcderr.Wrap (the one table; mostly Unavailable).
-func (s *Etcd) fail(ctx context.Context, what string, err error) error {
+func (s *Etcd) fail(ctx context.Context, what fmt.Stringer, err error) error {
 	if cerr := callerError(ctx, what); cerr != nil {
 		return cerr
 	}

@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
@@ -85,7 +86,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table string) (*Postgr
 		del:    `DELETE FROM ` + t + ` WHERE address = $1 AND version = $2`,
 		exists: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE address = $1)`,
 	}
-	what := "create the state table " + table
+	what := text("create the state table " + table)
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(octx, pool, func(tx pgx.Tx) error {
@@ -109,7 +110,7 @@ func (s *Postgres) Table() string { return s.table }
 
 // Load implements grain.StateStore.
 func (s *Postgres) Load(ctx context.Context, addr grain.Address) ([]byte, string, error) {
-	what := describe("load", addr)
+	what := opOn("load", addr)
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	var (
@@ -131,7 +132,7 @@ func (s *Postgres) Load(ctx context.Context, addr grain.Address) ([]byte, string
 
 // Save implements grain.StateStore.
 func (s *Postgres) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
-	what := describe("save", addr)
+	what := opOn("save", addr)
 	version, err := parseETag(etag, what)
 	if err != nil {
 		return "", err
@@ -159,7 +160,7 @@ func (s *Postgres) Save(ctx context.Context, addr grain.Address, data []byte, et
 
 // Delete implements grain.StateStore.
 func (s *Postgres) Delete(ctx context.Context, addr grain.Address, etag string) error {
-	what := describe("delete", addr)
+	what := opOn("delete", addr)
 	version, err := parseETag(etag, what)
 	if err != nil {
 		return err
@@ -201,7 +202,7 @@ func (s *Postgres) Close() error {
 // authorization failures Unauthenticated or PermissionDenied, data
 // exceptions InvalidArgument, anything else Internal); and a database that
 // cannot be reached or answered too late is Unavailable.
-func pgFail(ctx context.Context, what string, err error) error {
+func pgFail(ctx context.Context, what fmt.Stringer, err error) error {
 	if cerr := callerError(ctx, what); cerr != nil {
 		return cerr
 	}

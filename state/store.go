@@ -59,7 +59,7 @@ func Open(ctx context.Context, spec string, etcdClient *clientv3.Client, prefix 
 
 // parseETag turns an etag of this package's stores (a positive decimal
 // version; "" for none) into its number.
-func parseETag(etag, what string) (int64, error) {
+func parseETag(etag string, what fmt.Stringer) (int64, error) {
 	if etag == "" {
 		return 0, nil
 	}
@@ -71,7 +71,7 @@ func parseETag(etag, what string) (int64, error) {
 }
 
 // conflict is the error of a write whose etag is stale.
-func conflict(what, etag string) error {
+func conflict(what fmt.Stringer, etag string) error {
 	if etag == "" {
 		return errs.New(codes.Aborted, "%s: it already exists (etag \"\" says it must not): load it first", what)
 	}
@@ -80,7 +80,7 @@ func conflict(what, etag string) error {
 
 // callerError returns the caller's own cancellation or deadline as such, or
 // nil if ctx has not ended.
-func callerError(ctx context.Context, what string) error {
+func callerError(ctx context.Context, what fmt.Stringer) error {
 	cerr := ctx.Err()
 	if cerr == nil {
 		return nil
@@ -99,6 +99,17 @@ func clip(s string) string {
 	return s
 }
 
-func describe(op string, addr grain.Address) string {
-	return fmt.Sprintf("%s the state of %s", op, addr)
+// op names a store call for its errors, formatted only if there is one.
+type op struct {
+	verb string
+	addr grain.Address
 }
+
+func opOn(verb string, addr grain.Address) op { return op{verb, addr} }
+
+// text is a fixed description.
+type text string
+
+func (t text) String() string { return string(t) }
+
+func (o op) String() string { return fmt.Sprintf("%s the state of %s", o.verb, o.addr) }
