@@ -55,11 +55,14 @@ type Server struct {
 	sockDir string // removed at Close if set (a short path outside Dir)
 }
 
+// debianBins is where Debian's postgresql packages put the server binaries.
+var debianBins = "/usr/lib/postgresql/*/bin"
+
 // BinDir returns the directory of the PostgreSQL server binaries (initdb and
 // postgres): the newest /usr/lib/postgresql/<version>/bin, else the directory
 // of initdb found on PATH.
 func BinDir() (string, error) {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	dirs, _ := filepath.Glob(debianBins)
 	version := func(d string) int {
 		n, _ := strconv.Atoi(filepath.Base(filepath.Dir(d)))
 		return n
