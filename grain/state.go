@@ -283,8 +283,12 @@ func (s *State[T]) Delete(ctx context.Context) error {
 }
 
 // Update applies change to Value and saves it; on ErrConflict it loads the
-// stored state and applies change again, a few times at most. An error from
-// change ends it, unsaved.
+// stored state and applies change again, a few times at most (then it
+// returns the conflict). An error from change ends it unsaved, with Value as
+// change left it. On another error from the save (Unavailable, a timeout)
+// Value keeps the change, which may or may not be stored: Load to start
+// again from the stored state, or Update again (see Host.SaveState for how
+// the next save finds out).
 func (s *State[T]) Update(ctx context.Context, change func(v *T) error) error {
 	var err error
 	for range maxUpdateTries {
