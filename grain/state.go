@@ -117,6 +117,9 @@ func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (s
 	if st == nil {
 		return "", errNoState(a.addr)
 	}
+	if !a.rt.serving() {
+		return "", errNotServing // a fenced silo writes nothing; see Host.Serving
+	}
 	if err := a.state.lock(ctx, "save the state of "+a.key); err != nil {
 		return "", err
 	}
@@ -140,6 +143,9 @@ func (a *activation) DeleteState(ctx context.Context, etag string) error {
 	st := a.rt.cfg.State
 	if st == nil {
 		return errNoState(a.addr)
+	}
+	if !a.rt.serving() {
+		return errNotServing
 	}
 	if err := a.state.lock(ctx, "delete the state of "+a.key); err != nil {
 		return err
