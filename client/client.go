@@ -69,6 +69,9 @@ type Client struct {
 
 	nextID atomic.Uint64
 
+	// after is time.After; tests see and steer the client's pauses with it.
+	after func(time.Duration) <-chan time.Time
+
 	mu        sync.Mutex
 	cur       *stream       // nil while re-attaching
 	ready     chan struct{} // closed when a re-attach round ends
@@ -77,6 +80,7 @@ type Client struct {
 	token     string
 	principal string
 	closed    bool
+	flaps     int // streams in a row that broke before delivering a frame
 }
 
 // stream is one Session stream and the calls waiting on it.
@@ -104,7 +108,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	if len(addrs) == 0 {
 		return nil, errs.New(codes.InvalidArgument, "client: no gateway address")
 	}
-	c := &Client{opts: defaultOptions(), addrs: make([]string, len(addrs))}
+	c := &Client{opts: defaultOptions(), addrs: make([]string, len(addrs)), after: time.After}
 	for i, a := range addrs {
 		var err error
 		if c.addrs[i], err = gatewayTarget(a); err != nil {
@@ -267,10 +271,10 @@ func (c *Client) attached(st *stream, w *agentsilov1.Welcome) {
 // read reads st until it breaks, delivering results and pushes.
 func (c *Client) read(st *stream) {
 	defer c.wg.Done()
-	for {
+	for delivered := false; ; delivered = true {
 		f, err := st.s.Recv()
 		if err != nil {
-			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0)
+			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0, delivered)
 			return
 		}
 		switch f := f.Frame.(type) {
@@ -299,7 +303,8 @@ func (c *Client) read(st *stream) {
 // starts re-attaching the session. If the gateway ended the stream because it
 // is draining (drained), the calls still waiting were never started there:
 // they are sent again on the re-attached stream instead of failing.
-func (c *Client) broken(st *stream, err error, drained bool) {
+// delivered says st delivered a frame (a result or a push) before it broke.
+func (c *Client) broken(st *stream, err error, drained, delivered bool) {
 	st.cancel()
 	msg := "connection to gateway " + c.addrs[st.idx] + " lost"
 	if s := wrap(err, "").Error(); s != "" {
@@ -325,15 +330,39 @@ func (c *Client) broken(st *stream, err error, drained bool) {
 	}
 	c.cur = nil
 	c.ready = make(chan struct{})
+	if delivered {
+		c.flaps = 0
+	} else {
+		c.flaps++
+	}
 	c.wg.Add(1)
-	go c.reattach(st.idx)
+	go c.reattach(st.idx, flapDelay(c.flaps))
 }
 
-// reattach re-attaches the session, trying the gateways in turn from the one
-// after last, with backoff between rounds, until it succeeds or the client
-// closes.
-func (c *Client) reattach(last int) {
+// flapDelay is the pause before re-attaching after n streams in a row broke
+// before delivering anything: none after the first (it may just have been
+// idle), then 50 ms doubling to 5 s. A gateway that ends every stream at
+// once (one that cannot write a message it holds for the session, say) is
+// then not asked for a new stream thousands of times a second.
+func flapDelay(n int) time.Duration {
+	if n < 2 {
+		return 0
+	}
+	return min(50*time.Millisecond<<min(n-2, 7), 5*time.Second)
+}
+
+// reattach re-attaches the session, after pausing for delay, trying the
+// gateways in turn from the one after last, with backoff between rounds,
+// until it succeeds or the client closes.
+func (c *Client) reattach(last int, delay time.Duration) {
 	defer c.wg.Done()
+	if delay > 0 {
+		select {
+		case <-c.after(delay):
+		case <-c.ctx.Done():
+			return
+		}
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		var err error
@@ -368,11 +397,9 @@ func (c *Client) reattach(last int) {
 		close(c.ready)
 		c.ready = make(chan struct{})
 		c.mu.Unlock()
-		t := time.NewTimer(backoff)
 		select {
-		case <-t.C:
+		case <-c.after(backoff):
 		case <-c.ctx.Done():
-			t.Stop()
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)
