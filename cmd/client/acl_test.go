@@ -170,10 +170,10 @@ func TestACLEndToEnd(t *testing.T) {
 	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "groups"); code != 0 || out != "none\n" {
 		t.Fatalf("acl groups without groups: code %d, stdout %q", code, out)
 	}
-	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "groups"); code != 0 || !strings.Contains(out, `"groups":[]`) {
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "groups"); code != 0 || !strings.Contains(compactJSON(t, out), `"groups":[]`) {
 		t.Fatalf("acl groups -o json without groups: code %d, stdout %q", code, out)
 	}
-	if out, _, code := runClient(t, addrA, "--api-key", "alice-key", "-o", "json", "reminders", "Echo:x"); code != 0 || strings.TrimSpace(out) != `{"reminders":[]}` {
+	if out, _, code := runClient(t, addrA, "--api-key", "alice-key", "-o", "json", "reminders", "Echo:x"); code != 0 || compactJSON(t, out) != `{"reminders":[]}` {
 		t.Fatalf("reminders -o json without any: code %d, stdout %q", code, out)
 	}
 
@@ -244,7 +244,7 @@ func TestACLEndToEnd(t *testing.T) {
 	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "groups"); code != 0 || !strings.Contains(out, "premium  alice, carol\n") {
 		t.Fatalf("acl groups: code %d, stdout %q", code, out)
 	}
-	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "group", "premium"); code != 0 || strings.TrimSpace(out) != `{"name":"premium","members":[]}` {
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "group", "premium"); code != 0 || compactJSON(t, out) != `{"name":"premium","members":[]}` {
 		t.Fatalf("acl group premium (removal) -o json: code %d, stdout %q", code, out)
 	}
 	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "group", "nobody"); code != 0 || out != "group nobody removed\n" {
@@ -266,7 +266,7 @@ func TestACLEndToEnd(t *testing.T) {
 		t.Fatalf("acl rules without rules: code %d, stdout %q", code, out)
 	}
 	out, _, code = runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "rules")
-	if code != 0 || !strings.Contains(out, `"rules":[]`) || !strings.Contains(out, `"seedRule":{`) {
+	if out := compactJSON(t, out); code != 0 || !strings.Contains(out, `"rules":[]`) || !strings.Contains(out, `"seedRule":{`) {
 		t.Fatalf("acl rules -o json without rules: code %d, stdout %q", code, out)
 	}
 }

@@ -14,6 +14,17 @@ import (
 	"testing"
 )
 
+// compactJSON returns s, a JSON value, without insignificant spaces
+// (protojson varies them on purpose).
+func compactJSON(t *testing.T, s string) string {
+	t.Helper()
+	var b bytes.Buffer
+	if err := json.Compact(&b, []byte(s)); err != nil {
+		t.Fatalf("%q: %v", s, err)
+	}
+	return b.String()
+}
+
 // runStdin is runClient with stdin as the client's standard input (a pipe;
 // nil: /dev/null).
 func runStdin(t *testing.T, addr, stdin string, args ...string) (stdout, stderr string, code int) {

@@ -255,7 +255,7 @@ func TestSendEventCreateAgentsMembers(t *testing.T) {
 		t.Fatalf("agents of a type without any: code %d, stdout %q", code, out)
 	}
 	out, _, code = runClient(t, s.addr, "-o", "json", "agents", "--type", "Counter")
-	if code != 0 || strings.TrimSpace(out) != `{"agents":[]}` {
+	if code != 0 || compactJSON(t, out) != `{"agents":[]}` {
 		t.Fatalf("agents -o json of a type without any: code %d, stdout %q", code, out)
 	}
 	out, _, code = runClient(t, s.addr, "agents", "--type", "Echo")
