@@ -77,8 +77,12 @@ is none.`, aclRemove},
 or owner:alias): its own agent, the rule that matched, or default deny.
 Exits 0 if allowed, 4 if denied.`, aclCheck},
 		{"version", "", "print the client's version and build",
-			`Prints the module version, the VCS revision it was built from (if
-known) and the Go version; also client --version.`, cmdVersion},
+			`Prints agentsilo's module version (a tag, a pseudo-version, or (devel)
+from a checkout), the VCS revision it was built from (when the build
+recorded one) and the Go version, on one line as silo --version does:
+client VERSION [REVISION] GOVERSION. With -o json, also the revision's
+time, whether the work tree was modified, and the platform. Also
+client --version.`, cmdVersion},
 		{"help", "[COMMAND]", "print this usage, or a command's",
 			`Prints a command's usage and flags, as COMMAND --help does.`, cmdHelp},
 	}

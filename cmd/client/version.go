@@ -8,29 +8,50 @@ import (
 	"strings"
 )
 
+// module is agentsilo's module path.
+const module = "github.com/agentsilo/agentsilo"
+
 // buildVersion is what `client version` prints: the build information the
 // Go toolchain embedded in the binary.
 type buildVersion struct {
-	Module   string `json:"module"`
-	Version  string `json:"version"`            // "v0.1.0", or "(devel)" for a build from a work tree
-	Revision string `json:"revision,omitempty"` // VCS revision, if the build recorded it
+	Version  string `json:"version"`            // agentsilo's: a tag, a pseudo-version, or "(devel)" from a checkout
+	Revision string `json:"revision,omitempty"` // VCS revision, if the build recorded one (only for a build of agentsilo's own module)
 	Time     string `json:"time,omitempty"`     // the revision's commit time
 	Modified bool   `json:"modified,omitempty"` // the work tree had changes
 	Go       string `json:"go"`
 	Platform string `json:"platform"`
 }
 
-// versionOf reads bi (nil: no build information).
+// versionOf reads bi (nil: no build information). The client may be built
+// from agentsilo's module or, as a dependency, from another's (`go run
+// github.com/agentsilo/agentsilo/cmd/client` in a module of one's own
+// agents); then agentsilo's version is that dependency's, and the VCS
+// revision, which is the other module's, is left out.
 func versionOf(bi *debug.BuildInfo) buildVersion {
 	v := buildVersion{Version: "unknown", Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	if bi == nil {
 		return v
 	}
-	v.Module, v.Version, v.Go = bi.Main.Path, bi.Main.Version, bi.GoVersion
+	v.Go, v.Version = bi.GoVersion, ""
+	own := bi.Main.Path == module
+	if own {
+		v.Version = bi.Main.Version
+	}
+	for _, d := range bi.Deps {
+		if d.Path == module {
+			v.Version = d.Version
+			if d.Replace != nil {
+				v.Version += " (replaced by " + d.Replace.Path + ")"
+			}
+		}
+	}
 	if v.Version == "" {
 		v.Version = "(devel)"
 	}
 	for _, s := range bi.Settings {
+		if !own {
+			break
+		}
 		switch s.Key {
 		case "vcs.revision":
 			v.Revision = s.Value
@@ -43,30 +64,14 @@ func versionOf(bi *debug.BuildInfo) buildVersion {
 	return v
 }
 
-// String is the text form:
-//
-//	agentsilo client v0.1.0
-//	revision 5189f89c... (2026-11-21T10:00:00Z, modified)
-//	go1.26.8 linux/amd64
+// String is the text form, one line in the shape of `silo --version`:
+// `client VERSION [REVISION] GOVERSION`.
 func (v buildVersion) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "agentsilo client %s\n", v.Version)
+	parts := []string{"client", v.Version}
 	if v.Revision != "" {
-		var notes []string
-		if v.Time != "" {
-			notes = append(notes, v.Time)
-		}
-		if v.Modified {
-			notes = append(notes, "modified")
-		}
-		fmt.Fprintf(&b, "revision %s", v.Revision)
-		if len(notes) > 0 {
-			fmt.Fprintf(&b, " (%s)", strings.Join(notes, ", "))
-		}
-		b.WriteByte('\n')
+		parts = append(parts, v.Revision)
 	}
-	fmt.Fprintf(&b, "%s %s\n", v.Go, v.Platform)
-	return b.String()
+	return strings.Join(append(parts, v.Go), " ") + "\n"
 }
 
 // cmdVersion runs version and --version.
