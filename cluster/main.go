@@ -262,4 +262,3 @@ func Version() string {
 	}
 	return v + " " + bi.GoVersion
 }
-
