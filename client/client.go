@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +69,9 @@ type Client struct {
 
 	nextID atomic.Uint64
 
+	// after is time.After; tests see and steer the client's pauses with it.
+	after func(time.Duration) <-chan time.Time
+
 	mu        sync.Mutex
 	cur       *stream       // nil while re-attaching
 	ready     chan struct{} // closed when a re-attach round ends
@@ -74,6 +80,7 @@ type Client struct {
 	token     string
 	principal string
 	closed    bool
+	flaps     int // streams in a row that broke before delivering a frame
 }
 
 // stream is one Session stream and the calls waiting on it.
@@ -86,17 +93,38 @@ type stream struct {
 	mu    sync.Mutex
 	calls map[uint64]chan *agentsilov1.Result
 	dead  bool
+
+	done chan struct{} // closed once broken has let go of the stream
 }
 
-// Dial opens a session on the first reachable gateway of addrs (host:port).
-// ctx bounds the dial, not the Client's life; Close ends it.
+// DefaultPort is the gateway port of an address given without one.
+const DefaultPort = "7070"
+
+// Dial opens a session on the first reachable gateway of addrs: host:port,
+// or a host or IP address alone (`gw.example.com`, `10.0.0.5`, `[::1]`,
+// `::1`) for DefaultPort. ctx bounds the dial, not the Client's life; Close
+// ends it.
 func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errs.New(codes.InvalidArgument, "client: no gateway address")
 	}
-	c := &Client{opts: defaultOptions(), addrs: addrs}
+	c := &Client{opts: defaultOptions(), addrs: make([]string, len(addrs)), after: time.After}
+	for i, a := range addrs {
+		var err error
+		if c.addrs[i], err = gatewayTarget(a); err != nil {
+			return nil, err
+		}
+	}
 	for _, o := range opts {
 		o.apply(&c.opts)
+	}
+	// gRPC refuses metadata values other than printable ASCII (with
+	// Internal, at every call); say so once, here.
+	if !printableASCII(c.opts.principal) {
+		return nil, errs.New(codes.InvalidArgument, "client: principal %q: want printable ASCII", c.opts.principal)
+	}
+	if !printableASCII(c.opts.apiKey) {
+		return nil, errs.New(codes.InvalidArgument, "client: API key: want printable ASCII")
 	}
 	if c.opts.timeout <= 0 {
 		return nil, errs.New(codes.InvalidArgument, "client: timeout %v must be positive", c.opts.timeout)
@@ -113,8 +141,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithChainUnaryInterceptor(checkRequest),
 	}, c.opts.dialOpts...)
-	for _, a := range addrs {
+	for _, a := range c.addrs {
 		conn, err := grpc.NewClient(a, dialOpts...)
 		if err != nil {
 			c.closeConns()
@@ -125,7 +154,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	c.msgs = make(chan *Message, 256)
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
-	for i := range addrs {
+	for i := range c.addrs {
 		var st *stream
 		var w *agentsilov1.Welcome
 		if st, w, err = c.open(ctx, i, &agentsilov1.Hello{Principal: c.opts.principal}); err == nil {
@@ -139,6 +168,53 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 	c.cancel()
 	c.closeConns()
 	return nil, err
+}
+
+// gatewayTarget returns addr as a gRPC target: host:port as it is, a host
+// or IP address alone with DefaultPort. A target with a scheme
+// (`dns:///host:port`, `unix:///path`) is left to gRPC.
+func gatewayTarget(addr string) (string, error) {
+	addr = strings.TrimSpace(addr)
+	switch {
+	case addr == "":
+		return "", errs.New(codes.InvalidArgument, "client: empty gateway address")
+	case strings.Contains(addr, "://") || strings.HasPrefix(addr, "unix:"):
+		return addr, nil
+	}
+	if ip, err := netip.ParseAddr(addr); err == nil {
+		return net.JoinHostPort(ip.String(), DefaultPort), nil // 10.0.0.5, ::1
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		// No port (`gw.example.com`, `[::1]`), or not an address at all.
+		host = addr
+		if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+			host = host[1 : len(host)-1]
+		}
+		if strings.ContainsAny(host, "[]/ ") || (strings.Contains(host, ":") && !isIP(host)) {
+			return "", errs.New(codes.InvalidArgument, "client: gateway address %q: want host:port, or a host alone for port %s", addr, DefaultPort)
+		}
+		return net.JoinHostPort(host, DefaultPort), nil
+	}
+	if port == "" {
+		port = DefaultPort // "host:"
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+func isIP(s string) bool {
+	_, err := netip.ParseAddr(s)
+	return err == nil
+}
+
+// printableASCII reports whether s can be a gRPC metadata value.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // open opens a Session stream on gateway i and waits (bounded by ctx) for
@@ -170,7 +246,7 @@ func (c *Client) open(ctx context.Context, i int, hello *agentsilov1.Hello) (*st
 		}
 		return nil, nil, wrap(err, "gateway "+c.addrs[i])
 	}
-	return &stream{idx: i, s: s, cancel: cancel, calls: make(map[uint64]chan *agentsilov1.Result)}, f.GetWelcome(), nil
+	return &stream{idx: i, s: s, cancel: cancel, calls: make(map[uint64]chan *agentsilov1.Result), done: make(chan struct{})}, f.GetWelcome(), nil
 }
 
 // attached makes st the session's stream and starts reading it.
@@ -182,6 +258,7 @@ func (c *Client) attached(st *stream, w *agentsilov1.Welcome) {
 		return
 	}
 	c.cur = st
+	c.lastErr = nil
 	c.address, c.token, c.principal = w.Address, w.ResumeToken, w.Principal
 	if c.ready != nil {
 		close(c.ready)
@@ -194,10 +271,10 @@ func (c *Client) attached(st *stream, w *agentsilov1.Welcome) {
 // read reads st until it breaks, delivering results and pushes.
 func (c *Client) read(st *stream) {
 	defer c.wg.Done()
-	for {
+	for delivered := false; ; delivered = true {
 		f, err := st.s.Recv()
 		if err != nil {
-			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0)
+			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0, delivered)
 			return
 		}
 		switch f := f.Frame.(type) {
@@ -226,7 +303,8 @@ func (c *Client) read(st *stream) {
 // starts re-attaching the session. If the gateway ended the stream because it
 // is draining (drained), the calls still waiting were never started there:
 // they are sent again on the re-attached stream instead of failing.
-func (c *Client) broken(st *stream, err error, drained bool) {
+// delivered says st delivered a frame (a result or a push) before it broke.
+func (c *Client) broken(st *stream, err error, drained, delivered bool) {
 	st.cancel()
 	msg := "connection to gateway " + c.addrs[st.idx] + " lost"
 	if s := wrap(err, "").Error(); s != "" {
@@ -246,20 +324,45 @@ func (c *Client) broken(st *stream, err error, drained bool) {
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer close(st.done) // after c.cur let go of st: its callers wait for the next stream
 	if c.closed || c.cur != st {
 		return
 	}
 	c.cur = nil
 	c.ready = make(chan struct{})
+	if delivered {
+		c.flaps = 0
+	} else {
+		c.flaps++
+	}
 	c.wg.Add(1)
-	go c.reattach(st.idx)
+	go c.reattach(st.idx, flapDelay(c.flaps))
 }
 
-// reattach re-attaches the session, trying the gateways in turn from the one
-// after last, with backoff between rounds, until it succeeds or the client
-// closes.
-func (c *Client) reattach(last int) {
+// flapDelay is the pause before re-attaching after n streams in a row broke
+// before delivering anything: none after the first (it may just have been
+// idle), then 50 ms doubling to 5 s. A gateway that ends every stream at
+// once (one that cannot write a message it holds for the session, say) is
+// then not asked for a new stream thousands of times a second.
+func flapDelay(n int) time.Duration {
+	if n < 2 {
+		return 0
+	}
+	return min(50*time.Millisecond<<min(n-2, 7), 5*time.Second)
+}
+
+// reattach re-attaches the session, after pausing for delay, trying the
+// gateways in turn from the one after last, with backoff between rounds,
+// until it succeeds or the client closes.
+func (c *Client) reattach(last int, delay time.Duration) {
 	defer c.wg.Done()
+	if delay > 0 {
+		select {
+		case <-c.after(delay):
+		case <-c.ctx.Done():
+			return
+		}
+	}
 	backoff := 50 * time.Millisecond
 	for {
 		var err error
@@ -294,11 +397,9 @@ func (c *Client) reattach(last int) {
 		close(c.ready)
 		c.ready = make(chan struct{})
 		c.mu.Unlock()
-		t := time.NewTimer(backoff)
 		select {
-		case <-t.C:
+		case <-c.after(backoff):
 		case <-c.ctx.Done():
-			t.Stop()
 			return
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -312,7 +413,9 @@ func (c *Client) openBounded(i int, hello *agentsilov1.Hello) (*stream, *agentsi
 }
 
 // stream returns the session's stream, waiting (bounded by ctx) while it is
-// being re-attached.
+// being re-attached. It fails once a round of re-attaching that it waited
+// for failed; a round that attached a stream that broke again at once
+// (lastErr nil) is waited out.
 func (c *Client) stream(ctx context.Context) (*stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -322,7 +425,7 @@ func (c *Client) stream(ctx context.Context) (*stream, error) {
 			return nil, errs.New(codes.Unavailable, "client is closed")
 		case c.cur != nil:
 			return c.cur, nil
-		case waited:
+		case waited && c.lastErr != nil:
 			return nil, errs.New(codes.Unavailable, "no gateway reachable: %v", c.lastErr)
 		}
 		ready := c.ready // not nil while re-attaching
@@ -339,10 +442,14 @@ func (c *Client) stream(ctx context.Context) (*stream, error) {
 }
 
 // call runs m (its kind set) as a Call on the session and waits for its
-// Result.
+// Result. A message that cannot be sent as it is (too large, a string not
+// UTF-8) fails at once, and nothing is sent.
 func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 	if n := proto.Size(m); n > c.opts.maxSize {
 		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+	}
+	if err := checkUTF8(m); err != nil {
+		return nil, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -351,11 +458,11 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 	}
 	for {
 		r, again, err := c.callOnce(ctx, m)
-		if !again {
+		if !again || err != nil {
 			return r, err
 		}
-		// The gateway drained before starting the call: send it again, on
-		// the stream the session re-attaches to.
+		// The call did not go out, or the gateway drained before starting
+		// it: send it again, on the stream the session re-attaches to.
 	}
 }
 
@@ -378,7 +485,9 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 	st.mu.Lock()
 	if st.dead {
 		st.mu.Unlock()
-		return nil, true, nil // never sent: send it on the re-attached stream
+		// Never sent: send it on the re-attached stream, once broken has
+		// let go of this one.
+		return nil, true, st.waitDone(ctx, m)
 	}
 	st.calls[id] = ch
 	st.mu.Unlock()
@@ -393,9 +502,14 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 		call.TimeoutMs = max(time.Until(d).Milliseconds(), 1)
 	}
 	if err := st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Call{Call: call}}); err != nil {
-		// The stream broke before the call went out: send it again once
-		// the session re-attached.
-		return nil, true, nil
+		if !errors.Is(err, io.EOF) {
+			// gRPC refused the frame itself (and ended the stream with
+			// that): sent again, it would fail again.
+			return nil, false, wrap(err, "call "+m.GetTo())
+		}
+		// The stream broke before the call went out (its reader will
+		// have the reason): send it again once the session re-attached.
+		return nil, true, st.waitDone(ctx, m)
 	}
 	select {
 	case r := <-ch:
@@ -413,6 +527,17 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 		// Tell the gateway to stop; if the stream is gone, so is the call.
 		_ = st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: id}}})
 		return nil, false, ctxErr(ctx, "call "+m.GetTo())
+	}
+}
+
+// waitDone waits, bounded by ctx, until broken has let go of st, so that a
+// call sent again finds the next stream instead of st.
+func (st *stream) waitDone(ctx context.Context, m *Message) error {
+	select {
+	case <-st.done:
+		return nil
+	case <-ctx.Done():
+		return ctxErr(ctx, "call "+m.GetTo())
 	}
 }
 

@@ -9,10 +9,12 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -462,4 +464,58 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// A gateway that ends the session's stream each time at once (here: it
+// cannot write a push it holds for the session, whose text is not UTF-8)
+// makes the client pause before each new stream, longer each time, instead
+// of asking it for thousands a second. The first break is re-attached at
+// once.
+func TestFlappingStreamBacksOff(t *testing.T) {
+	s := start(t)
+	// Without pauses the client would open streams without end: give up
+	// after a thousand.
+	var streams atomic.Int64
+	tooMany := make(chan struct{})
+	count := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if streams.Add(1) == 1000 {
+			close(tooMany)
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	})
+	c := dial(t, []string{s.addr}, client.WithDialOptions(count))
+	var (
+		mu     sync.Mutex
+		pauses []time.Duration
+	)
+	four := make(chan struct{})
+	client.SetAfter(c, func(d time.Duration) <-chan time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		pauses = append(pauses, d)
+		switch len(pauses) {
+		case 4:
+			close(four)
+			return nil // pause until Close
+		case 1, 2, 3:
+			fired := make(chan time.Time, 1)
+			fired <- time.Time{}
+			return fired
+		}
+		return nil
+	})
+	if err := s.rt.Send(t.Context(), &grain.Message{To: c.Address(), From: "Echo:dev:e", Message: "not UTF-8: \xff"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-four:
+	case <-tooMany:
+		t.Fatal("a thousand streams opened without four pauses")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
+	if fmt.Sprint(pauses) != fmt.Sprint(want) {
+		t.Fatalf("pauses %v, want %v", pauses, want)
+	}
 }

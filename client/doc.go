@@ -18,6 +18,11 @@
 // and the other sentinels, or read it with status.Code. The package links no
 // part of the silo: only the wire protocol and the error table.
 //
+// A gateway address without a port is DefaultPort (7070). What a call would
+// send is checked first: a message over WithMaxMessageSize is
+// ResourceExhausted, a string field that is not valid UTF-8 is
+// InvalidArgument (encode.go), and nothing is sent.
+//
 // Ask, Send and Event run in OpenTelemetry client spans (WithTracerProvider;
 // default the global provider) and carry the W3C traceparent of the
 // caller's trace in the message, so the cluster continues it (internal/tracing).

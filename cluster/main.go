@@ -152,6 +152,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.StringVar(&cfg.StateStore, "state-store", cfg.StateStore, "where agents' state is kept: etcd (the silo's), or a postgres:// URL (prefer SILO_STATE_STORE for a URL with a password)")
 	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
 	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on graceful shutdown")

@@ -30,6 +30,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/faults"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/reminders"
+	"github.com/agentsilo/agentsilo/state"
 )
 
 // SiloConfig configures a Silo. Start from DefaultSiloConfig.
@@ -59,6 +60,10 @@ type SiloConfig struct {
 	// Etcd says where the silo keeps durable state: an external etcd, or an
 	// embedded one in Etcd.DataDir (the default).
 	Etcd etcdstore.Config
+	// StateStore says where agents' state (Host.LoadState, SaveState) is
+	// kept (--state-store): "" or "etcd" for the silo's etcd, or a
+	// postgres:// URL for PostgreSQL (see package state).
+	StateStore string
 	// MinReminderPeriod is the shortest reminder period accepted. Default:
 	// 1 min.
 	MinReminderPeriod time.Duration
@@ -87,7 +92,7 @@ type SiloConfig struct {
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
 	// Runtime configures the grain runtime. Its Silo is Name (leave it
-	// empty or equal); its Sessions, Placement, Configs and Reminders are
+	// empty or equal); its Sessions, Placement, Configs, Reminders and State are
 	// the silo's (leave them nil); the silo's metrics observe it beside the
 	// Observer given, if any.
 	Runtime grain.Config
@@ -163,6 +168,7 @@ type Silo struct {
 	tp        *transport.Transport
 	router    *router
 	reminders *reminders.Service
+	state     state.Store
 	rt        *grain.Runtime
 	views     *views
 	gw        *gateway.Gateway
@@ -212,8 +218,8 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil:
-		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs and Reminders are the silo's: leave them nil")
+	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders and State are the silo's: leave them nil (StateStore chooses the state store)")
 	case cfg.Gateway.ACL != nil, cfg.Gateway.Cluster != nil, cfg.Gateway.TracerProvider != nil:
 		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Gateway's ACL, Cluster and TracerProvider are the silo's: leave them unset (use SiloConfig.TracerProvider)")
 	}
@@ -377,7 +383,11 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}); err != nil {
 		return fmt.Errorf("reminders: %w", err)
 	}
+	if s.state, err = state.Open(ctx, s.cfg.StateStore, s.etcd.Client(), s.etcd.Prefix()); err != nil {
+		return fmt.Errorf("state store: %w", err)
+	}
 	rcfg := s.cfg.Runtime
+	rcfg.State = s.state
 	rcfg.Sessions = sessionRouter{r: s.router, local: sessions}
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
@@ -600,6 +610,11 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if s.rt != nil {
 		if err := s.rt.Close(ctx); err != nil {
 			errsOut = append(errsOut, err)
+		}
+	}
+	if s.state != nil {
+		if err := s.state.Close(); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("state store: %w", err))
 		}
 	}
 	close(s.stopc)

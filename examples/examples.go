@@ -3,7 +3,8 @@
 // one part of the programming model:
 //
 //   - Echo replies with what it got (request/response).
-//   - Counter keeps a count in memory (state without locks, one turn at a time).
+//   - Counter keeps a count in the silo's state store (durable state with
+//     etags: the count survives deactivation, crashes and moves).
 //   - Progress pushes three "thinking" one-way messages to its caller, then
 //     replies (pushing to a client session).
 //   - Pipeline asks two agents in sequence (agent-to-agent Ask, configuration
@@ -30,7 +31,7 @@ import (
 func Register(reg *grain.Registry) error {
 	for name, f := range map[string]grain.Factory{
 		"Echo":     func(grain.Host) (grain.Agent, error) { return Echo{}, nil },
-		"Counter":  func(grain.Host) (grain.Agent, error) { return &Counter{}, nil },
+		"Counter":  func(h grain.Host) (grain.Agent, error) { return &Counter{count: grain.NewState[int64](h)}, nil },
 		"Progress": func(h grain.Host) (grain.Agent, error) { return &Progress{host: h}, nil },
 		"Pipeline": func(h grain.Host) (grain.Agent, error) { return &Pipeline{host: h}, nil },
 		"FanOut":   func(h grain.Host) (grain.Agent, error) { return &FanOut{host: h}, nil },
@@ -56,25 +57,36 @@ func (Echo) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, erro
 // Counter counts in memory. "get" replies with the count, "reset" sets it to
 // zero, anything else (an Ask or a Send) adds one, or N for "add N". The count
 // lives as long as the activation.
-type Counter struct{ n int64 }
+type Counter struct{ count *grain.State[int64] }
 
-// OnMessage implements grain.Agent.
-func (c *Counter) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+// OnActivate implements grain.Activator: the count is loaded once per
+// activation.
+func (c *Counter) OnActivate(ctx context.Context) error { return c.count.Load(ctx) }
+
+// OnMessage implements grain.Agent. Every change is saved before the reply,
+// with the etag loaded, so a reply is never a count that was not stored.
+func (c *Counter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	var change func(n *int64) error
 	switch cmd, arg, _ := strings.Cut(strings.TrimSpace(m.Message), " "); cmd {
 	case "get":
 	case "reset":
-		c.n = 0
+		change = func(n *int64) error { *n = 0; return nil }
 	case "add":
 		d, err := strconv.ParseInt(arg, 10, 64)
 		if err != nil {
 			return nil, errs.New(codes.InvalidArgument, "add %q: want a number", arg)
 		}
-		c.n += d
+		change = func(n *int64) error { *n += d; return nil }
 	default:
-		c.n++
+		change = func(n *int64) error { *n++; return nil }
+	}
+	if change != nil {
+		if err := c.count.Update(ctx, change); err != nil {
+			return nil, err
+		}
 	}
 	r := m.Response()
-	r.Message = strconv.FormatInt(c.n, 10)
+	r.Message = strconv.FormatInt(c.count.Value, 10)
 	return r, nil
 }
 

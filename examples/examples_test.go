@@ -27,6 +27,7 @@ func TestDemoAgents(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := grain.DefaultConfig()
+	cfg.State = grain.NewMemoryStateStore() // Counter keeps its count there
 	p := pusher{got: make(chan *grain.Message, 10)}
 	cfg.Sessions = p
 	rt, err := grain.New(cfg, reg)

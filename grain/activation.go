@@ -86,6 +86,7 @@ type activation struct {
 	gone        bool                 // deactivated; guarded by exec
 	failed      atomic.Int32         // a Reason set by a turn that must end the activation
 	ended       atomic.Bool          // finished (see Runtime.waitEnded)
+	state       stateCursor          // see state.go
 }
 
 var _ Host = (*activation)(nil)

@@ -75,8 +75,8 @@ func (r Reason) String() string {
 }
 
 // Host is what an activation gets from the runtime: its identity and the ways
-// to reach other agents. Ask, Send, Event, Broadcast, Config and the reminder
-// methods may be called from any goroutine; RegisterTimer, StopTimer and
+// to reach other agents. Ask, Send, Event, Broadcast, Config, the reminder
+// and the state methods may be called from any goroutine; RegisterTimer, StopTimer and
 // Deactivate only from the activation's own turn.
 type Host interface {
 	// Address is the activation's own address.
@@ -135,6 +135,23 @@ type Host interface {
 	// Config returns the configuration stored by CreateAgent for this agent
 	// (nil if it was never created), read when first asked for.
 	Config(ctx context.Context) (map[string]string, error)
+
+	// LoadState reads this agent's state from the silo's state store (see
+	// StateStore): its bytes and etag, or nil and "" if it has none.
+	LoadState(ctx context.Context) (data []byte, etag string, err error)
+	// SaveState writes this agent's state if the stored version is still the
+	// one etag names ("": there must be none yet) and returns the new etag.
+	// A stale etag is ErrConflict (Aborted): load again and retry. After a
+	// save whose outcome is unknown (a timeout, Unavailable), the next save
+	// or delete first reads the stored etag back: if the lost write did land,
+	// the etag the agent holds is taken as the one it made; if another writer
+	// came in between, the call is ErrConflict. See LoadJSON and State for
+	// JSON-encoded values.
+	SaveState(ctx context.Context, data []byte, etag string) (newETag string, err error)
+	// DeleteState removes this agent's state if the stored version is the
+	// one etag names (ErrConflict if not). Deleting absent state with etag
+	// "" succeeds.
+	DeleteState(ctx context.Context, etag string) error
 	// Logger returns a logger that names the agent.
 	Logger() *slog.Logger
 }

@@ -34,6 +34,10 @@ type Config struct {
 	// Reminders stores and fires durable reminders. Nil: the reminder
 	// methods of Host return Unavailable.
 	Reminders ReminderService
+	// State keeps agents' state (Host.LoadState, SaveState, DeleteState);
+	// package state has the etcd and PostgreSQL stores. Nil: those methods
+	// return FailedPrecondition.
+	State StateStore
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter

@@ -22,7 +22,8 @@
 //	}
 //
 // Agents reach each other through their Host (Ask, Send, Event, Broadcast),
-// get timers (RegisterTimer), and may implement Activator, EventHandler and
+// get timers (RegisterTimer), keep state that outlives the activation
+// (LoadState, SaveState, State[T]), and may implement Activator, EventHandler and
 // Deactivator for the other lifecycle callbacks. Errors carry gRPC codes; see
 // package errs.
 package grain

@@ -51,15 +51,16 @@ func TestOnePackageDoc(t *testing.T) {
 	}
 }
 
-// TestNoEtcdInSDK: the programming model and the client SDK do not link etcd
-// (or anything of the silo), so an SDK user does not link a database server.
+// TestNoEtcdInSDK: the programming model and the client SDK do not link etcd,
+// the PostgreSQL driver (or anything of the silo), so an SDK user does not
+// link a database server or client.
 func TestNoEtcdInSDK(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "../grain/...", "../client/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "go.etcd.io/") || strings.HasPrefix(dep, "github.com/hashicorp/memberlist") {
+		if strings.HasPrefix(dep, "go.etcd.io/") || strings.HasPrefix(dep, "github.com/jackc/") || strings.HasPrefix(dep, "github.com/hashicorp/memberlist") {
 			t.Errorf("grain or client depends on %s", dep)
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -13,39 +14,36 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-const aclUsage = `acl rules            list the rules in order (the first that matches decides)
-  acl add --owner P [--agent P] --caller P --perm LIST [--at N]
-                       add a rule (at position N, 1 first; default last)
-  acl update ID --owner P [--agent P] --caller P --perm LIST
-                       replace a rule
-  acl remove ID        remove a rule
-  acl groups           list the groups
-  acl group NAME MEMBER...
-                       set a group's members (none: remove the group)
-  acl check --caller C --perm P [--group G]... AGENT
-                       explain a decision (AGENT is Type:owner:alias or owner:alias)`
+// aclUsage writes the usage of the acl commands.
+func aclUsage(w io.Writer) {
+	fmt.Fprintln(w, "usage: client acl SUBCOMMAND [args] [flags]")
+	fmt.Fprintln(w, "\nThe cluster's access control list; changing it needs Admin on system:acl\nor membership of group admins.\n\nsubcommands:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range commands {
+		if sub, ok := strings.CutPrefix(c.name, "acl "); ok {
+			fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(sub+" "+shortArgs(c.args)), c.summary)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nRun 'client help acl SUBCOMMAND' for a subcommand's flags.")
+}
 
 // cmdACL runs the acl subcommands.
 func cmdACL(g *globals, args []string) error {
 	if len(args) == 0 {
 		return usagef("acl: want rules, add, update, remove, groups, group or check")
 	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "rules":
-		return aclRules(g, args)
-	case "add", "update":
-		return aclPut(g, sub, args)
-	case "remove", "rm":
-		return aclRemove(g, args)
-	case "groups":
-		return aclGroups(g, args)
-	case "group":
-		return aclGroup(g, args)
-	case "check":
-		return aclCheck(g, args)
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return helpRequest{newFlagSet("acl", g)}
+	case "rm":
+		args = append([]string{"remove"}, args[1:]...)
 	}
-	return usagef("acl: unknown subcommand %q", sub)
+	c, rest := lookup(append([]string{"acl"}, args...))
+	if c == nil {
+		return usagef("acl: unknown subcommand %q", args[0])
+	}
+	return c.run(g, c.name, rest)
 }
 
 func noArgs(fs string, pos []string) error {
@@ -55,12 +53,12 @@ func noArgs(fs string, pos []string) error {
 	return nil
 }
 
-func aclRules(g *globals, args []string) error {
-	pos, err := parse(newFlagSet("acl rules", g), args)
+func aclRules(g *globals, name string, args []string) error {
+	pos, err := parse(newFlagSet(name, g), args)
 	if err != nil {
 		return err
 	}
-	if err := noArgs("acl rules", pos); err != nil {
+	if err := noArgs(name, pos); err != nil {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
@@ -69,15 +67,14 @@ func aclRules(g *globals, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, &agentsilov1.ListRulesResponse{Rules: rules, SeedRule: seed, Revision: rev})
+			g.printList(&agentsilov1.ListRulesResponse{Rules: rules, SeedRule: seed, Revision: rev})
 			return nil
 		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "POS\tID\tOWNER\tAGENT\tCALLER\tPERMISSION")
-		for i, r := range rules {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\n", i+1, r.Id, r.OwnerPattern, r.AgentPattern, r.CallerPattern, r.Permission)
-		}
-		if err := tw.Flush(); err != nil {
+		err = g.table("POS\tID\tOWNER\tAGENT\tCALLER\tPERMISSION", len(rules), func(w io.Writer, i int) {
+			r := rules[i]
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\n", i+1, r.Id, r.OwnerPattern, r.AgentPattern, r.CallerPattern, r.Permission)
+		})
+		if err != nil {
 			return err
 		}
 		if seed != nil {
@@ -87,14 +84,18 @@ func aclRules(g *globals, args []string) error {
 	})
 }
 
-func aclPut(g *globals, sub string, args []string) error {
-	fs := newFlagSet("acl "+sub, g)
+func aclPut(g *globals, name string, args []string) error {
+	sub := strings.TrimPrefix(name, "acl ")
+	fs := newFlagSet(name, g)
 	r := &client.ACLRule{}
-	fs.StringVar(&r.OwnerPattern, "owner", "", "owner pattern: *, prefix* or a name")
-	fs.StringVar(&r.AgentPattern, "agent", "*", "agent (alias) pattern: *, prefix* or a name")
-	fs.StringVar(&r.CallerPattern, "caller", "", "caller pattern: *, group:NAME or a principal")
-	fs.StringVar(&r.Permission, "perm", "", "permissions: Message, Configure, Read, Admin, All, None; comma-separated")
-	at := fs.Int("at", 0, "position, 1 for the first (default: last)")
+	fs.StringVar(&r.OwnerPattern, "owner", "", "owner `pattern`: *, prefix* or a name (required)")
+	fs.StringVar(&r.AgentPattern, "agent", "*", "agent (alias) `pattern`: *, prefix* or a name")
+	fs.StringVar(&r.CallerPattern, "caller", "", "caller `pattern`: *, group:NAME or a principal (required)")
+	fs.StringVar(&r.Permission, "perm", "", "`permissions`: Message, Configure, Read, Admin, All, None; comma-separated (required)")
+	at := new(int)
+	if sub == "add" {
+		fs.IntVar(at, "at", 0, "`position`, 1 for the first (default: last)")
+	}
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -120,7 +121,11 @@ func aclPut(g *globals, sub string, args []string) error {
 			if err := c.UpdateACLRule(ctx, r, 0); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "updated rule %d\n", r.Id)
+			if g.output == "json" {
+				g.printJSON(g.stdout, &agentsilov1.UpdateRuleResponse{Rule: r})
+			} else {
+				fmt.Fprintf(g.stdout, "updated rule %d\n", r.Id)
+			}
 			return nil
 		}
 		added, p, err := c.AddACLRule(ctx, r, *at, 0)
@@ -136,8 +141,8 @@ func aclPut(g *globals, sub string, args []string) error {
 	})
 }
 
-func aclRemove(g *globals, args []string) error {
-	pos, err := parse(newFlagSet("acl remove", g), args)
+func aclRemove(g *globals, name string, args []string) error {
+	pos, err := parse(newFlagSet(name, g), args)
 	if err != nil {
 		return err
 	}
@@ -149,16 +154,24 @@ func aclRemove(g *globals, args []string) error {
 		return usagef("acl remove: rule ID %q: want a number", pos[0])
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		return c.RemoveACLRule(ctx, id, 0)
+		if err := c.RemoveACLRule(ctx, id, 0); err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.RemoveRuleRequest{Id: id})
+		} else {
+			fmt.Fprintf(g.stdout, "removed rule %d\n", id)
+		}
+		return nil
 	})
 }
 
-func aclGroups(g *globals, args []string) error {
-	pos, err := parse(newFlagSet("acl groups", g), args)
+func aclGroups(g *globals, name string, args []string) error {
+	pos, err := parse(newFlagSet(name, g), args)
 	if err != nil {
 		return err
 	}
-	if err := noArgs("acl groups", pos); err != nil {
+	if err := noArgs(name, pos); err != nil {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
@@ -172,28 +185,37 @@ func aclGroups(g *globals, args []string) error {
 			for _, n := range names {
 				out.Groups = append(out.Groups, &agentsilov1.AclGroup{Name: n, Members: groups[n]})
 			}
-			g.printJSON(g.stdout, out)
+			g.printList(out)
 			return nil
 		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "GROUP\tMEMBERS")
-		for _, n := range names {
-			fmt.Fprintf(tw, "%s\t%s\n", n, strings.Join(groups[n], ","))
-		}
-		return tw.Flush()
+		return g.table("GROUP\tMEMBERS", len(names), func(w io.Writer, i int) {
+			fmt.Fprintf(w, "%s\t%s\n", names[i], strings.Join(groups[names[i]], ", "))
+		})
 	})
 }
 
-func aclGroup(g *globals, args []string) error {
-	pos, err := parse(newFlagSet("acl group", g), args)
+func aclGroup(g *globals, name string, args []string) error {
+	pos, err := parse(newFlagSet(name, g), args)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
 		return usagef("acl group: want NAME MEMBER...")
 	}
+	group, members := pos[0], pos[1:]
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		return c.SetACLGroup(ctx, pos[0], pos[1:], 0)
+		if err := c.SetACLGroup(ctx, group, members, 0); err != nil {
+			return err
+		}
+		switch {
+		case g.output == "json":
+			g.printList(&agentsilov1.AclGroup{Name: group, Members: members})
+		case len(members) == 0:
+			fmt.Fprintf(g.stdout, "group %s removed\n", group)
+		default:
+			fmt.Fprintf(g.stdout, "group %s: %s\n", group, strings.Join(members, ", "))
+		}
+		return nil
 	})
 }
 
@@ -203,12 +225,16 @@ type stringList []string
 func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
-func aclCheck(g *globals, args []string) error {
-	fs := newFlagSet("acl check", g)
-	caller := fs.String("caller", "", "the principal to check for")
-	perm := fs.String("perm", "", "the permission: Message, Configure, Read or Admin")
+// aclDenied is acl check's exit status for a denial: that of
+// PermissionDenied.
+const aclDenied = exitStatus(4)
+
+func aclCheck(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	caller := fs.String("caller", "", "the `principal` to check for (required)")
+	perm := fs.String("perm", "", "the `permission`: Message, Configure, Read or Admin (required)")
 	var groups stringList
-	fs.Var(&groups, "group", "a group the caller's credentials give it (repeatable)")
+	fs.Var(&groups, "group", "a `group` the caller's credentials give it (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -223,20 +249,28 @@ func aclCheck(g *globals, args []string) error {
 		}
 		if g.output == "json" {
 			g.printJSON(g.stdout, r)
-			return nil
+		} else {
+			g.printVerdict(r)
 		}
-		verdict := "denied"
-		if r.Allowed {
-			verdict = "allowed"
-		}
-		switch {
-		case r.Rule != nil && r.Position == 0:
-			fmt.Fprintf(g.stdout, "%s: the seed rule %s:%s -> %s -> %s (no rules set)\n", verdict, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
-		case r.Rule != nil:
-			fmt.Fprintf(g.stdout, "%s: rule %d at position %d: %s:%s -> %s -> %s\n", verdict, r.Rule.Id, r.Position, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
-		default:
-			fmt.Fprintf(g.stdout, "%s: %s\n", verdict, r.Reason)
+		if !r.Allowed {
+			return aclDenied
 		}
 		return nil
 	})
+}
+
+// printVerdict writes acl check's answer in text.
+func (g *globals) printVerdict(r *agentsilov1.CheckResponse) {
+	verdict := "denied"
+	if r.Allowed {
+		verdict = "allowed"
+	}
+	switch {
+	case r.Rule != nil && r.Position == 0:
+		fmt.Fprintf(g.stdout, "%s: the seed rule %s:%s -> %s -> %s (no rules set)\n", verdict, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
+	case r.Rule != nil:
+		fmt.Fprintf(g.stdout, "%s: rule %d at position %d: %s:%s -> %s -> %s\n", verdict, r.Rule.Id, r.Position, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
+	default:
+		fmt.Fprintf(g.stdout, "%s: %s\n", verdict, r.Reason)
+	}
 }

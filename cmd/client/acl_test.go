@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -162,6 +163,20 @@ func TestACLEndToEnd(t *testing.T) {
 	if out, err := cmd.Output(); err != nil || string(out) != "hi\n" {
 		t.Fatalf("AGENTSILO_API_KEY: %q, %v", out, err)
 	}
+	// Empty listings say so; in JSON, the list is there and empty.
+	if out, errOut, code := runClient(t, addrA, "--api-key", "alice-key", "reminders", "Echo:x"); code != 0 || out != "none\n" {
+		t.Fatalf("reminders of an agent without any: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "groups"); code != 0 || out != "none\n" {
+		t.Fatalf("acl groups without groups: code %d, stdout %q", code, out)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "groups"); code != 0 || !strings.Contains(compactJSON(t, out), `"groups":[]`) {
+		t.Fatalf("acl groups -o json without groups: code %d, stdout %q", code, out)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "alice-key", "-o", "json", "reminders", "Echo:x"); code != 0 || compactJSON(t, out) != `{"reminders":[]}` {
+		t.Fatalf("reminders -o json without any: code %d, stdout %q", code, out)
+	}
+
 	// A non-admin cannot change the rules.
 	if _, errOut, code := runClient(t, addrA, "--api-key", "alice-key", "acl", "add", "--owner", "bob", "--caller", "alice", "--perm", "Message"); code != 4 ||
 		!strings.Contains(errOut, "PermissionDenied") {
@@ -187,14 +202,24 @@ func TestACLEndToEnd(t *testing.T) {
 	if code != 0 || out != "allowed: rule 2 at position 1: bob:* -> alice -> Message,Read\n" {
 		t.Fatalf("acl check: code %d, stdout %q", code, out)
 	}
-	out, _, code = runClient(t, addrB, "--api-key", "root-key", "acl", "check", "--caller", "bob", "--perm", "Message", "alice:x")
-	if code != 0 || out != "denied: default deny\n" {
-		t.Fatalf("acl check: code %d, stdout %q", code, out)
+	// A denial is the answer, on stdout, and exit status 4, as
+	// PermissionDenied's.
+	out, errOut, code = runClient(t, addrB, "--api-key", "root-key", "acl", "check", "--caller", "bob", "--perm", "Message", "alice:x")
+	if code != 4 || out != "denied: default deny\n" || errOut != "" {
+		t.Fatalf("acl check denied: code %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	out, _, code = runClient(t, addrB, "--api-key", "root-key", "-o", "json", "acl", "check", "--caller", "bob", "--perm", "Message", "alice:x")
+	var verdict struct {
+		Allowed bool
+		Reason  string
+	}
+	if err := json.Unmarshal([]byte(out), &verdict); code != 4 || err != nil || verdict.Allowed || verdict.Reason != "default deny" {
+		t.Fatalf("acl check -o json denied: code %d, stdout %q, %v", code, out, err)
 	}
 
 	// root removes it through silo b; silo a denies again.
-	if _, errOut, code := runClient(t, addrB, "--api-key", "root-key", "acl", "remove", "2"); code != 0 {
-		t.Fatalf("acl remove: code %d, stderr %q", code, errOut)
+	if out, errOut, code := runClient(t, addrB, "--api-key", "root-key", "acl", "remove", "2"); code != 0 || out != "removed rule 2\n" {
+		t.Fatalf("acl remove: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	aliceA := dialKey(t, addrA, "alice-key")
 	waitFor(t, aliceA, "Echo:bob:x", client.ErrPermissionDenied)
@@ -206,16 +231,42 @@ func TestACLEndToEnd(t *testing.T) {
 	}
 
 	// Groups, through the CLI.
-	if _, errOut, code := runClient(t, addrA, "--api-key", "root-key", "acl", "group", "admins", "bob"); code != 0 {
-		t.Fatalf("acl group: code %d, stderr %q", code, errOut)
+	if out, errOut, code := runClient(t, addrA, "--api-key", "root-key", "acl", "group", "admins", "bob"); code != 0 || out != "group admins: bob\n" {
+		t.Fatalf("acl group: code %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if out, _, code := runClient(t, addrA, "--api-key", "bob-key", "acl", "groups"); code != 0 || strings.Join(strings.Fields(out), " ") != "GROUP MEMBERS admins bob" {
 		t.Fatalf("acl groups by bob, now in admins: code %d, stdout %q", code, out)
+	}
+
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "group", "premium", "alice", "carol"); code != 0 || out != "group premium: alice, carol\n" {
+		t.Fatalf("acl group premium: code %d, stdout %q", code, out)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "groups"); code != 0 || !strings.Contains(out, "premium  alice, carol\n") {
+		t.Fatalf("acl groups: code %d, stdout %q", code, out)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "group", "premium"); code != 0 || compactJSON(t, out) != `{"name":"premium","members":[]}` {
+		t.Fatalf("acl group premium (removal) -o json: code %d, stdout %q", code, out)
+	}
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "group", "nobody"); code != 0 || out != "group nobody removed\n" {
+		t.Fatalf("acl group removal: code %d, stdout %q", code, out)
 	}
 
 	// A forged from is ignored.
 	r, err := aliceA.Ask(t.Context(), "Who:w", &client.Message{From: "Echo:bob:y"})
 	if err != nil || r.Message != aliceA.Address() {
 		t.Fatalf("forged from: %v, %v; want %s", r, err, aliceA.Address())
+	}
+
+	// Without rules, the listing says none, and which seed rule applies.
+	if out, _, code := runClient(t, addrA, "--api-key", "root-key", "acl", "remove", "1"); code != 0 || out != "removed rule 1\n" {
+		t.Fatalf("acl remove 1: code %d, stdout %q", code, out)
+	}
+	out, _, code = runClient(t, addrA, "--api-key", "root-key", "acl", "rules")
+	if code != 0 || out != "none\n(no rules set: the seed rule system:* -> * -> Message,Read applies)\n" {
+		t.Fatalf("acl rules without rules: code %d, stdout %q", code, out)
+	}
+	out, _, code = runClient(t, addrA, "--api-key", "root-key", "-o", "json", "acl", "rules")
+	if out := compactJSON(t, out); code != 0 || !strings.Contains(out, `"rules":[]`) || !strings.Contains(out, `"seedRule":{`) {
+		t.Fatalf("acl rules -o json without rules: code %d, stdout %q", code, out)
 	}
 }

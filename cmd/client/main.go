@@ -9,12 +9,18 @@
 //	client members
 //	client --api-key $KEY acl add --owner bob --agent 'shared-*' --caller alice --perm Message
 //	client acl check --caller alice --perm Message Echo:bob:shared-1
+//	git log -1 | client ask Summarizer:s   # the message from stdin
+//	client help ask                          # a command's usage and flags
 //
 // Global flags may come before or after the command; --addr and --api-key
 // default to $AGENTSILO_ADDR and $AGENTSILO_API_KEY. Exit codes: 0 ok; 2
 // usage or InvalidArgument; 3 NotFound; 4 Unauthenticated or
-// PermissionDenied; 5 DeadlineExceeded or Unavailable; 1 anything else.
-// Errors go to stderr as `error: <code>: <message>`.
+// PermissionDenied, and a denial from acl check; 5 DeadlineExceeded or
+// Unavailable; 1 anything else. Errors go to stderr as
+// `error: <code>: <message>`.
+//
+// The commands are listed in help.go, each with its help; each runs in a
+// cmd function of its own (acl ones in acl.go).
 package main
 
 import (
@@ -41,35 +47,8 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-var usage = fmt.Sprintf(`usage: client [global flags] COMMAND [args] [flags]
-
-commands:
-  ask AGENT TEXT [--type T] [--channel C] [--data-file F --data-type T] [--state k=v]...
-                       send a request; print the reply (messages the agent
-                       pushes meanwhile go to stderr)
-  send AGENT TEXT [...]  send a one-way message (same flags as ask)
-  event AGENT TEXT [...] send an event (same flags as ask)
-  listen               print the messages pushed to this session until interrupted
-  create AGENT [--config k=v]...
-                       store an agent's configuration
-  agents [--type T]    list the active agents
-  members              list the silos of the cluster
-  reminders AGENT      list an agent's durable reminders
-  %s
-
-global flags:
-  --addr LIST          gateway addresses, comma-separated ($AGENTSILO_ADDR; default 127.0.0.1:7070)
-  --api-key KEY        API key ($AGENTSILO_API_KEY)
-  --as PRINCIPAL       principal to declare to a development gateway (its default: dev)
-  --tls-ca FILE        CA certificates to verify the gateway (enables TLS)
-  --tls-cert FILE, --tls-key FILE
-                       client certificate and key (enables TLS)
-  --timeout D          bound on each call (default 30s)
-  -o text|json         output format (default text)
-`, aclUsage)
-
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
 // globals are the flags every command takes.
@@ -78,11 +57,12 @@ type globals struct {
 	tlsCA, tlsCert, tlsKey string
 	timeout                time.Duration
 	output                 string
+	stdin                  io.Reader
 	stdout, stderr         io.Writer
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
-	fs.StringVar(&g.addr, "addr", g.addr, "gateway addresses, comma-separated")
+	fs.StringVar(&g.addr, "addr", g.addr, "gateway addresses, comma-separated (host:port, or a host for port 7070)")
 	fs.StringVar(&g.apiKey, "api-key", g.apiKey, "API key")
 	fs.StringVar(&g.as, "as", g.as, "principal to declare")
 	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "CA certificates file")
@@ -99,11 +79,18 @@ func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
 
-func run(args []string, stdout, stderr io.Writer) int {
+// exitStatus ends the program with that status and prints nothing more: the
+// command printed its answer already (acl check's denial).
+type exitStatus int
+
+func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	g := &globals{
 		addr:    "127.0.0.1:7070",
 		timeout: 30 * time.Second,
 		output:  "text",
+		stdin:   stdin,
 		stdout:  stdout,
 		stderr:  stderr,
 	}
@@ -113,15 +100,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 	g.apiKey = os.Getenv("AGENTSILO_API_KEY")
 
 	err := dispatch(g, args)
-	var ue usageError
+	var (
+		ue usageError
+		hr helpRequest
+		es exitStatus
+	)
 	switch {
 	case err == nil:
 		return 0
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(stderr, usage)
+	case errors.As(err, &hr):
+		printHelp(stdout, hr.fs)
 		return 0
+	case errors.As(err, &es):
+		return int(es)
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "error: %s\nrun 'client -h' for usage\n", ue.msg)
+		fmt.Fprintf(stderr, "error: %s\nrun 'client --help' for usage\n", ue.msg)
 		return 2
 	}
 	code := errs.Code(err)
@@ -153,32 +146,24 @@ func exitCode(c codes.Code) int {
 
 func dispatch(g *globals, args []string) error {
 	fs := newFlagSet("client", g)
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
-		return flagError(err)
+		return flagError(fs, err)
+	}
+	if *version {
+		return cmdVersion(g, "version", fs.Args())
 	}
 	if fs.NArg() == 0 {
 		return usagef("no command")
 	}
-	cmd, rest := fs.Arg(0), fs.Args()[1:]
-	switch cmd {
-	case "ask", "send", "event":
-		return cmdMessage(g, cmd, rest)
-	case "listen":
-		return cmdListen(g, rest)
-	case "create":
-		return cmdCreate(g, rest)
-	case "agents":
-		return cmdAgents(g, rest)
-	case "members":
-		return cmdMembers(g, rest)
-	case "reminders":
-		return cmdReminders(g, rest)
-	case "acl":
-		return cmdACL(g, rest)
-	case "help":
-		return flag.ErrHelp
+	if fs.Arg(0) == "acl" {
+		return cmdACL(g, fs.Args()[1:])
 	}
-	return usagef("unknown command %q", cmd)
+	c, rest := lookup(fs.Args())
+	if c == nil {
+		return usagef("unknown command %q", fs.Arg(0))
+	}
+	return c.run(g, c.name, rest)
 }
 
 func newFlagSet(name string, g *globals) *flag.FlagSet {
@@ -188,9 +173,11 @@ func newFlagSet(name string, g *globals) *flag.FlagSet {
 	return fs
 }
 
-func flagError(err error) error {
+// flagError turns an error of fs.Parse into a help request or a usage
+// error.
+func flagError(fs *flag.FlagSet, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
-		return err
+		return helpRequest{fs}
 	}
 	return usagef("%v", err)
 }
@@ -201,7 +188,7 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
-			return nil, flagError(err)
+			return nil, flagError(fs, err)
 		}
 		used := len(args) - fs.NArg()
 		if used > 0 && args[used-1] == "--" {
@@ -229,10 +216,18 @@ func (p pairs) Set(s string) error {
 	return nil
 }
 
+// checkOutput checks the -o flag.
+func (g *globals) checkOutput() error {
+	if g.output != "text" && g.output != "json" {
+		return usagef("-o %q: want text or json", g.output)
+	}
+	return nil
+}
+
 // dial checks the global flags and opens a session.
 func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Client, error) {
-	if g.output != "text" && g.output != "json" {
-		return nil, usagef("-o %q: want text or json", g.output)
+	if err := g.checkOutput(); err != nil {
+		return nil, err
 	}
 	if g.timeout <= 0 {
 		return nil, usagef("--timeout %v: must be positive", g.timeout)
@@ -304,7 +299,17 @@ func (g *globals) printPush(w io.Writer, m *client.Message) {
 }
 
 func (g *globals) printJSON(w io.Writer, m proto.Message) {
-	b, err := protojson.Marshal(m)
+	g.marshalJSON(w, protojson.MarshalOptions{}, m)
+}
+
+// printList writes a listing's response as JSON with its list always
+// present, `[]` when empty (and every field of each item, zero or not).
+func (g *globals) printList(m proto.Message) {
+	g.marshalJSON(g.stdout, protojson.MarshalOptions{EmitDefaultValues: true}, m)
+}
+
+func (g *globals) marshalJSON(w io.Writer, o protojson.MarshalOptions, m proto.Message) {
+	b, err := o.Marshal(m)
 	if err != nil {
 		fmt.Fprintf(g.stderr, "error: %v\n", err)
 		return
@@ -312,9 +317,66 @@ func (g *globals) printJSON(w io.Writer, m proto.Message) {
 	fmt.Fprintf(w, "%s\n", b)
 }
 
+// table writes a listing in text: "none" without rows, else the header and
+// the rows, tab-separated, aligned.
+func (g *globals) table(header string, rows int, row func(w io.Writer, i int)) error {
+	if rows == 0 {
+		_, err := fmt.Fprintln(g.stdout, "none")
+		return err
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for i := range rows {
+		row(tw, i)
+	}
+	return tw.Flush()
+}
+
 // signalContext is cancelled by SIGINT or SIGTERM.
 func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// maxStdin bounds the message read from stdin: the gateway's default
+// largest message.
+const maxStdin = 4 << 20
+
+// text returns the message of ask, send and event: the words of TEXT joined
+// by spaces; stdin for "-", or for no TEXT when stdin is not a terminal (a
+// pipe or a file), less one trailing newline. No TEXT with nothing piped
+// (a terminal, /dev/null, no stdin at all) is a usage error, rather than an
+// empty message.
+func (g *globals) text(cmd string, words []string) (string, error) {
+	switch {
+	case len(words) == 1 && words[0] == "-":
+	case len(words) > 0:
+		return strings.Join(words, " "), nil
+	case !piped(g.stdin):
+		return "", usagef("%s: want AGENT TEXT (or the text on stdin: pipe it, or give - to read it)", cmd)
+	}
+	b, err := io.ReadAll(io.LimitReader(g.stdin, maxStdin+1))
+	if err != nil {
+		return "", usagef("%s: reading stdin: %v", cmd, err)
+	}
+	if len(b) > maxStdin {
+		return "", errs.New(codes.ResourceExhausted, "the message on stdin exceeds %d bytes", maxStdin)
+	}
+	s := string(b)
+	s = strings.TrimSuffix(s, "\n")
+	s = strings.TrimSuffix(s, "\r")
+	return s, nil
+}
+
+// piped reports whether r has input for us: it is not a character device
+// (a terminal, /dev/null) nor a file that cannot be examined (a closed
+// stdin).
+func piped(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return r != nil
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice == 0
 }
 
 // cmdMessage runs ask, send and event.
@@ -322,11 +384,11 @@ func cmdMessage(g *globals, cmd string, args []string) error {
 	fs := newFlagSet(cmd, g)
 	m := &client.Message{State: map[string]string{}}
 	var dataFile string
-	fs.StringVar(&m.MessageType, "type", "", "message type")
-	fs.StringVar(&m.Channel, "channel", "", "channel")
-	fs.StringVar(&dataFile, "data-file", "", "file whose bytes are the message's data")
-	fs.StringVar(&m.DataType, "data-type", "", "type of the data (MIME type or schema name)")
-	fs.Var(pairs(m.State), "state", "state entry k=v (repeatable)")
+	fs.StringVar(&m.MessageType, "type", "", "the message's `type`")
+	fs.StringVar(&m.Channel, "channel", "", "the message's `channel`")
+	fs.StringVar(&dataFile, "data-file", "", "`file` whose bytes are the message's data")
+	fs.StringVar(&m.DataType, "data-type", "", "`type` of the data (MIME type or schema name); needs --data-file")
+	fs.Var(pairs(m.State), "state", "state entry `k=v` (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -335,13 +397,15 @@ func cmdMessage(g *globals, cmd string, args []string) error {
 		return usagef("%s: want AGENT TEXT", cmd)
 	}
 	to := pos[0]
-	m.Message = strings.Join(pos[1:], " ")
 	if dataFile != "" {
 		if m.Data, err = os.ReadFile(dataFile); err != nil {
 			return usagef("--data-file: %v", err)
 		}
 	} else if m.DataType != "" {
 		return usagef("--data-type needs --data-file")
+	}
+	if m.Message, err = g.text(cmd, pos[1:]); err != nil {
+		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -369,14 +433,14 @@ func cmdMessage(g *globals, cmd string, args []string) error {
 	return nil
 }
 
-func cmdListen(g *globals, args []string) error {
-	fs := newFlagSet("listen", g)
+func cmdListen(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usagef("listen: unexpected argument %q", pos[0])
+	if err := noArgs(name, pos); err != nil {
+		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -390,10 +454,10 @@ func cmdListen(g *globals, args []string) error {
 	return nil
 }
 
-func cmdCreate(g *globals, args []string) error {
-	fs := newFlagSet("create", g)
+func cmdCreate(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
 	cfg := map[string]string{}
-	fs.Var(pairs(cfg), "config", "configuration entry k=v (repeatable)")
+	fs.Var(pairs(cfg), "config", "configuration entry `k=v` (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -415,15 +479,15 @@ func cmdCreate(g *globals, args []string) error {
 	})
 }
 
-func cmdAgents(g *globals, args []string) error {
-	fs := newFlagSet("agents", g)
-	typ := fs.String("type", "", "list only agents of this type")
+func cmdAgents(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	typ := fs.String("type", "", "list only agents of this `type`")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usagef("agents: unexpected argument %q", pos[0])
+	if err := noArgs(name, pos); err != nil {
+		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		agents, err := c.Agents(ctx, *typ)
@@ -431,27 +495,25 @@ func cmdAgents(g *globals, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, &agentsilov1.ListAgentsResponse{Agents: agents})
+			g.printList(&agentsilov1.ListAgentsResponse{Agents: agents})
 			return nil
 		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "ADDRESS\tSILO\tMAILBOX\tACTIVATED\tLAST ACTIVE")
-		for _, a := range agents {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", a.Address, a.Silo, a.MailboxDepth,
+		return g.table("ADDRESS\tSILO\tMAILBOX\tACTIVATED\tLAST ACTIVE", len(agents), func(w io.Writer, i int) {
+			a := agents[i]
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", a.Address, a.Silo, a.MailboxDepth,
 				a.ActivatedAt.AsTime().Local().Format(time.DateTime), a.LastActive.AsTime().Local().Format(time.DateTime))
-		}
-		return tw.Flush()
+		})
 	})
 }
 
-func cmdMembers(g *globals, args []string) error {
-	fs := newFlagSet("members", g)
+func cmdMembers(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
-		return usagef("members: unexpected argument %q", pos[0])
+	if err := noArgs(name, pos); err != nil {
+		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		members, err := c.Members(ctx)
@@ -459,19 +521,17 @@ func cmdMembers(g *globals, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, &agentsilov1.ListMembersResponse{Members: members})
+			g.printList(&agentsilov1.ListMembersResponse{Members: members})
 			return nil
 		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tSTATE\tGATEWAY\tPEER\tACTIVATIONS")
-		for _, m := range members {
+		return g.table("NAME\tSTATE\tGATEWAY\tPEER\tACTIVATIONS", len(members), func(w io.Writer, i int) {
+			m := members[i]
 			name := m.Name
 			if m.Self {
 				name += " (self)"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", name, m.State, m.GatewayAddr, m.PeerAddr, m.Activations)
-		}
-		return tw.Flush()
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\n", name, m.State, m.GatewayAddr, m.PeerAddr, m.Activations)
+		})
 	})
 }
 
@@ -488,8 +548,8 @@ func (g *globals) with(f func(ctx context.Context, c *client.Client) error) erro
 	return f(ctx, c)
 }
 
-func cmdReminders(g *globals, args []string) error {
-	fs := newFlagSet("reminders", g)
+func cmdReminders(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -503,14 +563,12 @@ func cmdReminders(g *globals, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, &agentsilov1.ListRemindersResponse{Reminders: rs})
+			g.printList(&agentsilov1.ListRemindersResponse{Reminders: rs})
 			return nil
 		}
-		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE")
-		for _, r := range rs {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
-		}
-		return tw.Flush()
+		return g.table("NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE", len(rs), func(w io.Writer, i int) {
+			r := rs[i]
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
+		})
 	})
 }

@@ -52,6 +52,16 @@ type silo struct {
 
 func startSilo(t *testing.T) *silo {
 	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return startSiloOn(t, lis)
+}
+
+// startSiloOn is startSilo with its gateway serving lis.
+func startSiloOn(t *testing.T, lis net.Listener) *silo {
+	t.Helper()
 	reg := grain.NewRegistry()
 	agents := map[string]agentFunc{
 		"Echo": func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
@@ -96,10 +106,7 @@ func startSilo(t *testing.T) *silo {
 	}
 	gw, err := gateway.New(gcfg, rt, sessions)
 	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+		lis.Close()
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
@@ -242,6 +249,14 @@ func TestSendEventCreateAgentsMembers(t *testing.T) {
 	out, _, code := runClient(t, s.addr, "--as", "alice", "create", "Echo:cfg", "--config", "a=1", "--config", "b=2")
 	if code != 0 || out != "Echo:alice:cfg\n" {
 		t.Fatalf("create: code %d, stdout %q", code, out)
+	}
+	out, _, code = runClient(t, s.addr, "agents", "--type", "Counter")
+	if code != 0 || out != "none\n" {
+		t.Fatalf("agents of a type without any: code %d, stdout %q", code, out)
+	}
+	out, _, code = runClient(t, s.addr, "-o", "json", "agents", "--type", "Counter")
+	if code != 0 || compactJSON(t, out) != `{"agents":[]}` {
+		t.Fatalf("agents -o json of a type without any: code %d, stdout %q", code, out)
 	}
 	out, _, code = runClient(t, s.addr, "agents", "--type", "Echo")
 	if code != 0 || !strings.Contains(out, "Echo:dev:a") || !strings.Contains(out, "Echo:dev:b") || !strings.HasPrefix(out, "ADDRESS") {

@@ -45,6 +45,12 @@ var (
 	ErrResourceExhausted = &Error{code: codes.ResourceExhausted}
 	ErrUnavailable       = &Error{code: codes.Unavailable}
 	ErrInternal          = &Error{code: codes.Internal}
+	// ErrAborted: a write lost a race, such as a state save with a stale
+	// etag (grain.ErrConflict is the same sentinel).
+	ErrAborted = &Error{code: codes.Aborted}
+	// ErrFailedPrecondition: the silo is not set up for the call, such as
+	// agent state on a silo without a state store.
+	ErrFailedPrecondition = &Error{code: codes.FailedPrecondition}
 )
 
 // New returns an error with code and a formatted message.

@@ -1,11 +1,19 @@
 // Package etcdtest starts a real embedded etcd server for tests: one member
 // on 127.0.0.1, its data in the test's temporary directory, stopped at the
-// test's cleanup. Tests that need etcd use it instead of starting their own.
+// test's cleanup (Start), or for benchmark programs (Run). Tests that need
+// etcd use it instead of starting their own.
+//
+//	cli := etcdtest.Start(t).Client(t)
+//	_, err := cli.Put(t.Context(), "k", "v")
 package etcdtest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net"
 	"net/url"
+	"os"
 	"testing"
 	"time"
 
@@ -104,4 +112,78 @@ func (s *Server) Client(t testing.TB) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// Running is an etcd that Run started for a program (a benchmark), with a
+// client of it.
+type Running struct {
+	srv      *embed.Etcd
+	client   *clientv3.Client
+	endpoint string
+}
+
+// Run starts an etcd keeping its data in dir (created if missing) on free
+// loopback ports and waits, bounded by ctx, until it serves. Close stops it.
+func Run(ctx context.Context, dir string) (*Running, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	var addrs [2]string
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = l.Addr().String()
+		l.Close()
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdtest"
+	cfg.Dir = dir
+	cu := url.URL{Scheme: "http", Host: addrs[0]}
+	pu := url.URL{Scheme: "http", Host: addrs[1]}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop()) // failures come back as errors
+	srv, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("etcdtest: start etcd: %w", err)
+	}
+	select {
+	case <-srv.Server.ReadyNotify():
+	case err := <-srv.Err():
+		srv.Close()
+		return nil, fmt.Errorf("etcdtest: etcd failed: %w", err)
+	case <-ctx.Done():
+		srv.Close()
+		return nil, fmt.Errorf("etcdtest: waiting for etcd: %w", ctx.Err())
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{cu.String()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+		Context:     context.WithoutCancel(ctx),
+	})
+	if err != nil {
+		srv.Close()
+		return nil, fmt.Errorf("etcdtest: client: %w", err)
+	}
+	return &Running{srv: srv, client: cli, endpoint: cu.String()}, nil
+}
+
+// Client returns the etcd's client; Close closes it.
+func (r *Running) Client() *clientv3.Client { return r.client }
+
+// Endpoint returns the client URL, e.g. http://127.0.0.1:41234.
+func (r *Running) Endpoint() string { return r.endpoint }
+
+// Close closes the client and stops the server.
+func (r *Running) Close() error {
+	err := r.client.Close()
+	r.srv.Close()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
 }

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// A cmdSpec is one command of the CLI: what `client help NAME` and `client
+// NAME --help` print about it, and how it runs. Its flags are those its run
+// function registers on the flag set it parses with (newFlagSet(name)).
+type cmdSpec struct {
+	name    string // "ask", "acl check"
+	args    string // what follows the name in a synopsis: "AGENT [TEXT...|-]"
+	summary string // one line, for the list of commands
+	doc     string // the rest of its help: what it does, what it prints
+	run     func(g *globals, name string, args []string) error
+}
+
+// commands are the CLI's commands, in the order of the usage (set by init:
+// the run functions refer to it through the help).
+var commands []*cmdSpec
+
+func init() {
+	msg := func(what string) string {
+		return what + `
+
+AGENT is Type:owner:alias, or Type:alias for one of your own. TEXT is
+the message, its words joined by spaces; "-" reads it from stdin, and so
+does no TEXT when stdin is not a terminal (a pipe or a file; one trailing
+newline is dropped). No TEXT with nothing piped is a usage error. A text
+that is not UTF-8 is InvalidArgument (exit 2): bytes go in --data-file.`
+	}
+	commands = []*cmdSpec{
+		{"ask", "AGENT [TEXT...|-]", "send a request; print the reply",
+			msg(`Prints the reply's text (-o json: the whole reply). Messages the agent
+pushes to this session meanwhile go to stderr.`), cmdMessage},
+		{"send", "AGENT [TEXT...|-]", "send a one-way message",
+			msg(`Returns once the agent's mailbox has taken it; prints nothing.`), cmdMessage},
+		{"event", "AGENT [TEXT...|-]", "send an event",
+			msg(`The agent handles it with OnEvent; prints nothing.`), cmdMessage},
+		{"listen", "", "print the messages pushed to this session until interrupted",
+			`Prints the session's address on stderr, then every message agents push
+to it on stdout, until SIGINT or SIGTERM.`, cmdListen},
+		{"create", "AGENT", "store an agent's configuration",
+			`Stores the configuration (--config, repeatable) that the agent's
+activations read; prints the agent's canonical address.`, cmdCreate},
+		{"agents", "", "list the active agents",
+			`Lists the agents active in the cluster that you may read; "none" if
+there are none (-o json: an empty list).`, cmdAgents},
+		{"members", "", "list the silos of the cluster",
+			`Lists the silos as the gateway sees them.`, cmdMembers},
+		{"reminders", "AGENT", "list an agent's durable reminders",
+			`Lists the agent's reminders; "none" if it has none (-o json: an empty
+list).`, cmdReminders},
+		{"acl rules", "", "list the ACL's rules in order, with their ids",
+			`The first rule that matches a call decides it. While no rules are set,
+prints "none" and the seed rule that applies instead.`, aclRules},
+		{"acl add", "--owner P --caller P --perm LIST [--agent P] [--at N]", "add a rule",
+			`Adds a rule at position N (1 is first; default last) and prints its id
+and position. Patterns: *, prefix* or a name; the caller also group:NAME.
+Permissions: Message, Configure, Read, Admin, All, None, or a list such as
+Message,Read.`, aclPut},
+		{"acl update", "ID --owner P --caller P --perm LIST [--agent P]", "replace a rule",
+			`Replaces the rule with id ID (see acl rules).`, aclPut},
+		{"acl remove", "ID", "remove a rule",
+			`Removes the rule with id ID (see acl rules); NotFound (exit 3) if there
+is none.`, aclRemove},
+		{"acl groups", "", "list the groups",
+			`Lists the ACL's groups and their members; "none" if there are none.`, aclGroups},
+		{"acl group", "NAME [MEMBER...]", "set a group's members",
+			`Sets the members of group NAME; with no MEMBER, removes the group.`, aclGroup},
+		{"acl check", "--caller C --perm P [--group G]... AGENT", "explain an ACL decision",
+			`Explains whether caller C holds permission P on AGENT (Type:owner:alias
+or owner:alias): its own agent, the rule that matched, or default deny.
+Exits 0 if allowed, 4 if denied.`, aclCheck},
+		{"version", "", "print the client's version and build",
+			`Prints agentsilo's module version (a tag, a pseudo-version, or (devel)
+from a checkout), the VCS revision it was built from (when the build
+recorded one) and the Go version, on one line as silo --version does:
+client VERSION [REVISION] GOVERSION. With -o json, also the revision's
+time, whether the work tree was modified, and the platform. Also
+client --version.`, cmdVersion},
+		{"help", "[COMMAND]", "print this usage, or a command's",
+			`Prints a command's usage and flags, as COMMAND --help does.`, cmdHelp},
+	}
+}
+
+// lookup returns the command named by the first words of args (`acl`
+// `check`), and the rest of args; nil if there is none.
+func lookup(args []string) (*cmdSpec, []string) {
+	for _, c := range commands {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			return c, args[len(words):]
+		}
+	}
+	return nil, args
+}
+
+// helpRequest is what a command's flag parsing returns for -h or --help:
+// run prints the command's help and exits 0.
+type helpRequest struct {
+	fs *flag.FlagSet
+}
+
+func (helpRequest) Error() string { return "help requested" }
+
+// usage writes the CLI's usage.
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: client [global flags] COMMAND [args] [flags]")
+	fmt.Fprintln(w, "\ncommands:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, c := range commands {
+		fmt.Fprintf(tw, "  %s\t%s\n", strings.TrimSpace(c.name+" "+shortArgs(c.args)), c.summary)
+	}
+	tw.Flush()
+	fmt.Fprint(w, `
+global flags, before or after the command:
+  --addr LIST          gateway addresses, comma-separated: host:port, or a host
+                       alone for port 7070 ($AGENTSILO_ADDR; default 127.0.0.1:7070)
+  --api-key KEY        API key ($AGENTSILO_API_KEY)
+  --as PRINCIPAL       principal to declare to a development gateway (its default: dev)
+  --tls-ca FILE        CA certificates to verify the gateway (enables TLS)
+  --tls-cert FILE, --tls-key FILE
+                       client certificate and key (enables TLS)
+  --timeout D          bound on each call (default 30s)
+  -o text|json         output format (default text)
+  --version            print the version and exit
+
+Run 'client help COMMAND' or 'client COMMAND --help' for a command's flags.
+Exit codes: 0 ok; 2 usage or InvalidArgument; 3 NotFound; 4 Unauthenticated
+or PermissionDenied (and acl check: denied); 5 DeadlineExceeded or
+Unavailable; 1 anything else. Errors go to stderr as 'error: CODE: MESSAGE'.
+`)
+}
+
+// shortArgs is a synopsis's positional arguments, for the list of
+// commands: "--owner P [--at N] ID" gives "ID".
+func shortArgs(args string) string {
+	var pos []string
+	words := strings.Fields(args)
+	for i := 0; i < len(words); i++ {
+		switch w := words[i]; {
+		case strings.HasPrefix(w, "--"):
+			i++ // and its value
+		case strings.HasPrefix(w, "[--"):
+			for i < len(words) && !strings.Contains(words[i], "]") {
+				i++
+			}
+		default:
+			pos = append(pos, w)
+		}
+	}
+	return strings.Join(pos, " ")
+}
+
+// printHelp writes the help of the command whose flag set is fs.
+func printHelp(w io.Writer, fs *flag.FlagSet) {
+	c, _ := lookup(strings.Fields(fs.Name()))
+	switch {
+	case fs.Name() == "acl":
+		aclUsage(w)
+		return
+	case c == nil:
+		usage(w)
+		return
+	}
+	fmt.Fprintf(w, "usage: client %s [flags]\n\n%s\n\n%s\n", strings.TrimSpace(c.name+" "+c.args), capitalize(c.summary)+".", c.doc)
+	global := flag.NewFlagSet("", flag.ContinueOnError)
+	new(globals).register(global)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		if global.Lookup(f.Name) != nil {
+			return
+		}
+		if n == 0 {
+			fmt.Fprintln(w, "\nflags:")
+		}
+		n++
+		value, text := flag.UnquoteUsage(f)
+		if value != "" {
+			value = " " + value
+		}
+		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+			text += fmt.Sprintf(" (default %s)", d)
+		}
+		fmt.Fprintf(tw, "  --%s%s\t%s\n", f.Name, value, text)
+	})
+	tw.Flush()
+	fmt.Fprintln(w, "\nThe global flags work here too: see client --help.")
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// cmdHelp prints the usage, or a command's help.
+func cmdHelp(g *globals, name string, args []string) error {
+	args, err := parse(newFlagSet(name, g), args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(args) == 0:
+		usage(g.stdout)
+		return nil
+	case len(args) == 1 && args[0] == "acl":
+		aclUsage(g.stdout)
+		return nil
+	}
+	c, rest := lookup(args)
+	if c == nil || len(rest) > 0 {
+		return usagef("help: unknown command %q", strings.Join(args, " "))
+	}
+	return c.run(g, c.name, []string{"--help"})
+}
