@@ -16,10 +16,12 @@ import (
 // type's description and skills, the three interfaces of its endpoint
 // (JSON-RPC and HTTP+JSON of spec 1.0 at the endpoint, JSON-RPC 0.3 at
 // endpoint/v0.3), the capabilities (streaming, push notifications) and the
-// security schemes of the silo's authentication. The JSON served carries
-// the 0.3 fields too (url, preferredTransport, additionalInterfaces), so
-// 0.3 clients read the same card. The directory card at the root lists
-// every type's skills instead, each with its endpoint pattern.
+// security schemes of the silo's authentication. 0.3 clients find the
+// card at their endpoint's well-known path (endpoint/v0.3/...), in the
+// SDK's compatible form: the 0.3 fields (url, preferredTransport,
+// additionalInterfaces, 0.3 security schemes) beside the 1.0 ones. The
+// directory card at the root lists every type's skills instead, each with
+// its endpoint pattern.
 
 // ioModes are the media types an endpoint takes and gives: text, JSON data
 // (a data part), and anything else as raw bytes.

@@ -16,8 +16,9 @@ import (
 //	GET  /.well-known/agent-card.json                  the directory card
 //	GET  /a2a                                          the agent types, as JSON
 //	     /a2a/{Type}/{owner}/{alias}                   the agent's endpoint: JSON-RPC 1.0 (POST)
-//	GET  /a2a/{Type}/{owner}/{alias}/.well-known/agent-card.json   its card
+//	GET  /a2a/{Type}/{owner}/{alias}/.well-known/agent-card.json   its card (spec 1.0)
 //	     /a2a/{Type}/{owner}/{alias}/v0.3              JSON-RPC 0.3 (POST)
+//	GET  /a2a/{Type}/{owner}/{alias}/v0.3/.well-known/agent-card.json   its card for 0.3 clients
 //	     /a2a/{Type}/{owner}/{alias}/...               HTTP+JSON 1.0 (/message:send, /tasks/{id}, ...)
 
 const (
@@ -103,8 +104,12 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "agent type "+agent.Type+" is not registered")
 		return
 	}
-	if rest == wellKnownCard {
+	switch rest {
+	case wellKnownCard:
 		s.cards.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
+		return
+	case v03Path + wellKnownCard:
+		s.cards03.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
 		return
 	}
 	c := &call{agent: agent}

@@ -66,7 +66,8 @@ type Server struct {
 	jsonrpc http.Handler // spec 1.0 JSON-RPC
 	rest    http.Handler // spec 1.0 HTTP+JSON
 	v03     http.Handler // spec 0.3 JSON-RPC (the SDK's compat handler)
-	cards   http.Handler // agent cards, with the 0.3 fields
+	cards   http.Handler // agent cards
+	cards03 http.Handler // agent cards for 0.3 clients (the 0.3 fields beside the 1.0 ones)
 	dirCard http.Handler // the directory card
 	http    *http.Server
 
@@ -139,7 +140,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s.jsonrpc = a2asrv.NewJSONRPCHandler(s.handler)
 	s.rest = a2asrv.NewRESTHandler(s.handler)
 	s.v03 = a2av0.NewJSONRPCHandler(s.handler)
-	s.cards = a2asrv.NewAgentCardHandler(a2av0.NewAgentCardProducer(cardProducer{s: s}))
+	s.cards = a2asrv.NewAgentCardHandler(cardProducer{s: s})
+	s.cards03 = a2asrv.NewAgentCardHandler(a2av0.NewAgentCardProducer(cardProducer{s: s}))
 	s.dirCard = a2asrv.NewAgentCardHandler(cardProducer{s: s})
 	s.http = &http.Server{
 		Handler:           s.routes(),
