@@ -332,7 +332,7 @@ func parsePageToken(s string) (pageToken, error) {
 	if len(s) > 512 {
 		return pageToken{}, bad
 	}
-	b, err := base64.RawURLEncoding.DecodeString(s)
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
 	if err != nil {
 		return pageToken{}, bad
 	}
