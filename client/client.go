@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -363,7 +364,7 @@ func (c *Client) reattach(last int, delay time.Duration) {
 			return
 		}
 	}
-	backoff := 50 * time.Millisecond
+	b := retry.New(50*time.Millisecond, 5*time.Second, nil) // waits through c.after
 	for {
 		var err error
 		for n := 1; n <= len(c.addrs); n++ {
@@ -398,11 +399,10 @@ func (c *Client) reattach(last int, delay time.Duration) {
 		c.ready = make(chan struct{})
 		c.mu.Unlock()
 		select {
-		case <-c.after(backoff):
+		case <-c.after(b.Next()):
 		case <-c.ctx.Done():
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

@@ -144,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		e.stopEmbedded()
-		return nil, etcderr.Wrap(fmt.Errorf("connect to etcd %v: %w", endpoints, err))
+		return nil, etcderr.FromCall(ctx, err, "connect to etcd %v", endpoints)
 	}
 	e.client = client
 	return e, nil
