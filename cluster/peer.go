@@ -3,10 +3,12 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/grain"
@@ -36,6 +38,17 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return nil, h.release(ctx, msg.GetTo(), env.GetViewVersion())
 	case msgAgents:
 		return h.agents(msg.GetMessage())
+	case msgCount:
+		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
+	case msgTypes:
+		return h.types()
+	case msgDeactivate:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		a, err := grain.ParseAddress(msg.GetTo())
+		if err != nil {
+			return nil, err
+		}
+		return nil, h.rt.Deactivate(ctx, a)
 	}
 	if grain.IsReserved(msg.GetMessageType()) {
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
@@ -100,4 +113,17 @@ func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error)
 		return nil, errs.New(codes.Internal, "agents: %v", err)
 	}
 	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/json", Data: b}, nil
+}
+
+// types lists this silo's agent types for a peer.
+func (h *peerHandler) types() (*agentsilov1.AgentMessage, error) {
+	l := &agentsilov1.ListTypesResponse{}
+	for _, t := range h.rt.Registry().Types() {
+		l.Types = append(l.Types, t.Proto())
+	}
+	b, err := proto.Marshal(l)
+	if err != nil {
+		return nil, errs.New(codes.Internal, "types: %v", err)
+	}
+	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/protobuf", Data: b}, nil
 }

@@ -66,3 +66,13 @@ func (s *ConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[strin
 	}
 	return nil
 }
+
+// Delete implements grain.ConfigStore.
+func (s *ConfigStore) Delete(ctx context.Context, addr grain.Address) error {
+	octx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := s.client.Delete(octx, s.root+addr.String()); err != nil {
+		return etcderr.FromCall(ctx, err, "delete the configuration of %s", addr)
+	}
+	return nil
+}

@@ -73,8 +73,15 @@ type Config struct {
 
 // ClusterInfo is what a gateway needs to know of the cluster around it.
 type ClusterInfo interface {
-	// Members returns the silos of the current view and its version.
-	Members() ([]*agentsilov1.Member, int64)
+	// Members returns the silos of the current view, each with its count
+	// of activations, and the view's version. With an error it returns what
+	// it could gather.
+	Members(ctx context.Context) ([]*agentsilov1.Member, int64, error)
+	// Types lists the agent types the silos host, by name.
+	Types(ctx context.Context) ([]*agentsilov1.AgentType, error)
+	// Deactivate ends the activation of addr (canonical) on the silo that
+	// holds it, if any, after its current turn.
+	Deactivate(ctx context.Context, addr string) error
 	// Agents lists the activations of every silo, of one type if typeName
 	// is not empty. With an error it returns what it could gather.
 	Agents(ctx context.Context, typeName string) ([]*agentsilov1.ActivationInfo, error)
@@ -430,7 +437,7 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 		if err != nil {
 			return nil, err
 		}
-		return &agentsilov1.ListAgentsResponse{Agents: out}, nil
+		return &agentsilov1.ListAgentsResponse{Agents: ownedBy(req.GetOwner(), out)}, nil
 	}
 	acts := g.rt.Activations(req.GetType())
 	out := make([]*agentsilov1.ActivationInfo, 0, len(acts))
@@ -443,7 +450,7 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 			MailboxDepth: uint32(max(a.MailboxDepth, 0)),
 		})
 	}
-	return &agentsilov1.ListAgentsResponse{Agents: out}, nil
+	return &agentsilov1.ListAgentsResponse{Agents: ownedBy(req.GetOwner(), out)}, nil
 }
 
 // ListMembers implements agentsilov1.GatewayServer. A single silo is a
@@ -453,7 +460,10 @@ func (g *Gateway) ListMembers(ctx context.Context, _ *agentsilov1.ListMembersReq
 		return nil, err
 	}
 	if g.cfg.Cluster != nil {
-		ms, version := g.cfg.Cluster.Members()
+		ms, version, err := g.cfg.Cluster.Members(ctx)
+		if err != nil && len(ms) == 0 {
+			return nil, err
+		}
 		return &agentsilov1.ListMembersResponse{Members: ms, Version: version}, nil
 	}
 	addr, _ := g.addr.Load().(string)
