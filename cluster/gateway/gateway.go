@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -102,11 +101,11 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	switch {
 	case c.MaxMessageSize < 1024:
-		return fmt.Errorf("gateway: gateway MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+		return errs.New(codes.InvalidArgument, "gateway: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
 	case c.SessionBacklog < 1:
-		return fmt.Errorf("gateway: gateway SessionBacklog %d must be at least 1", c.SessionBacklog)
+		return errs.New(codes.InvalidArgument, "gateway: SessionBacklog %d must be at least 1", c.SessionBacklog)
 	case c.SessionBacklogAge <= 0:
-		return fmt.Errorf("gateway: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
+		return errs.New(codes.InvalidArgument, "gateway: SessionBacklogAge %v must be positive", c.SessionBacklogAge)
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
 		if err := checkLoopback(c.Addr); err != nil {
@@ -120,7 +119,7 @@ func (c *Config) Validate() error {
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("gateway: gateway address %q: %v", addr, err)
+		return errs.New(codes.InvalidArgument, "gateway: address %q: %v", addr, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -128,7 +127,7 @@ func checkLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("gateway: gateway address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
+	return errs.New(codes.InvalidArgument, "gateway: address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
 }
 
 // Gateway is the client-facing gRPC service of a silo (agentsilov1.Gateway):
