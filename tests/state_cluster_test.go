@@ -124,8 +124,9 @@ func stateChurn(t *testing.T, stateStore string) {
 // TestClusterStateFencedSave: a silo paused (SIGSTOP) between loading an
 // agent's state and saving it loses the agent to another silo, which writes
 // the state; resumed, the paused silo's save fails (Unavailable: it is
-// fenced; or Aborted, had the write reached the store) and the silo exits.
-// The other silo's write stands, as every silo reads it afterwards, and the
+// fenced; or Aborted, had the write reached the store), or never runs
+// because the silo exits first, and the held Ask fails either way. The
+// other silo's write stands, as every silo reads it afterwards, and the
 // journal shows no two activations of the agent at once.
 func TestClusterStateFencedSave(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3})
@@ -179,15 +180,22 @@ func TestClusterStateFencedSave(t *testing.T) {
 	} else {
 		t.Logf("the held Ask on %s: %v", pausedName, err)
 	}
-	// The held turn went on once resumed, and its save was refused.
+	// Resumed, the silo runs its held turn and exits: both start at once,
+	// and the exit may come first (a fenced silo stops as a crash would).
+	// So the held save may not have run; if it did, it was refused.
 	saves := probeSaves(t, c.Silo(paused).LogPath, addr, "stale")
-	if len(saves) != 1 {
-		t.Fatalf("%s logged %d saves of %q, want the held one: %v", pausedName, len(saves), "stale", saves)
+	if len(saves) > 1 {
+		t.Errorf("%s logged %d saves of %q, want the held one at most: %v", pausedName, len(saves), "stale", saves)
 	}
-	if code := saves[0]["code"]; code != codes.Unavailable.String() && code != codes.Aborted.String() {
-		t.Errorf("the held save on %s returned %v, want Unavailable (fenced) or Aborted (a conflict)", pausedName, saves[0])
+	for _, save := range saves {
+		if code := save["code"]; code != codes.Unavailable.String() && code != codes.Aborted.String() {
+			t.Errorf("the held save on %s returned %v, want Unavailable (fenced) or Aborted (a conflict)", pausedName, save)
+		}
+		t.Logf("the held save on the fenced %s: %v: %v", pausedName, save["code"], save["err"])
 	}
-	t.Logf("the held save on the fenced %s: %v: %v", pausedName, saves[0]["code"], saves[0]["err"])
+	if len(saves) == 0 {
+		t.Logf("%s exited before its held turn reached the save", pausedName)
+	}
 
 	if got, err := ask(survivor, "get"); err != nil || got != "survivor" {
 		t.Errorf("get via %s = %q, %v; want the survivor's write", c.Silo(survivor).Name, got, err)
