@@ -54,3 +54,9 @@ type agentFunc func(ctx context.Context, m *grain.Message) (*grain.Message, erro
 func (f agentFunc) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	return f(ctx, m)
 }
+
+// newTestRegistry returns an empty registry.
+func newTestRegistry(t *testing.T) *grain.Registry {
+	t.Helper()
+	return grain.NewRegistry()
+}
