@@ -29,6 +29,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/faults"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
@@ -109,8 +110,9 @@ type SiloConfig struct {
 	// type A2A (a2a.RemoteType, remote A2A agents as agents) unless the
 	// registry has one.
 	A2A a2a.Config
-	// Clock drives membership (keepalives, fencing, the revocation grace)
-	// and routing waits. Default: the real clock. For tests.
+	// Clock drives membership (keepalives, fencing, the revocation grace),
+	// routing waits, reminders, and the runtime's idle collection and timers
+	// (unless Runtime.Clock is set). Default: the real clock. For tests.
 	Clock clock.Clock
 	// Logger receives the silo's logs; its handler is wrapped with
 	// TraceLogHandler. Default: slog.Default().
@@ -216,6 +218,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.Runtime.Clock == nil {
+		cfg.Runtime.Clock = cfg.Clock
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		return nil, errs.New(codes.InvalidArgument, "cluster: ShutdownTimeout %v must be positive", cfg.ShutdownTimeout)
@@ -403,6 +408,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		MinPeriod: s.cfg.MinReminderPeriod,
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
 		Owns:      s.router.owns,
+		Clock:     s.clk,
 		Logger:    s.logger,
 
 		ObserveLateness: s.metrics.observeLateness,
@@ -433,7 +439,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk))
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, tracer: tracer})
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer})
 	gcfg := s.cfg.Gateway
 	gcfg.Cluster = clusterInfo{r: s.router, rt: s.rt}
 	gcfg.ACL = s.acl

@@ -20,7 +20,7 @@ type envelope struct {
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
 	reply chan result     // buffered; nil unless msg is a REQUEST (or done is set)
 	// done, if set, takes a REQUEST's result instead of reply (see
-	// Runtime.TryAskRemote); it is called once, from the activation's
+	// Runtime.tryAskRemote); it is called once, from the activation's
 	// goroutine or the runtime's.
 	done func(*Message, error)
 	// For a request whose ctx has neither deadline nor Done: the default

@@ -10,6 +10,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -70,7 +71,7 @@ func DefaultConfig() Config {
 		AskTimeout:        30 * time.Second,
 		IdleTimeout:       15 * time.Minute,
 		DeactivateTimeout: 10 * time.Second,
-		MaxMessageSize:    4 << 20,
+		MaxMessageSize:    protocol.DefaultMaxMessageSize,
 	}
 }
 
@@ -105,6 +106,8 @@ type ConfigStore interface {
 	Get(ctx context.Context, addr Address) (map[string]string, error)
 	// Put stores the configuration of addr, replacing any earlier one.
 	Put(ctx context.Context, addr Address, cfg map[string]string) error
+	// Delete removes the configuration of addr, if any.
+	Delete(ctx context.Context, addr Address) error
 }
 
 // MemoryConfigStore is a ConfigStore in memory: the default of a single silo
@@ -131,6 +134,14 @@ func (s *MemoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfgs[addr] = clone(cfg)
+	return nil
+}
+
+// Delete implements ConfigStore.
+func (s *MemoryConfigStore) Delete(_ context.Context, addr Address) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cfgs, addr)
 	return nil
 }
 

@@ -147,7 +147,7 @@ func (rt *Runtime) Activations(typeName string) []ActivationInfo {
 				Address:      a.addr,
 				Silo:         rt.cfg.Silo,
 				ActivatedAt:  time.Unix(0, a.activatedAt),
-				LastActive:   time.Unix(0, a.lastActive.Load()),
+				LastActive:   time.Unix(0, max(a.lastActive.Load(), a.activatedAt)), // the coarse clock may lag
 				MailboxDepth: a.mb.UserMessageCount(),
 			})
 		}

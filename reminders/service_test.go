@@ -98,11 +98,11 @@ func TestSurvivesRestartMissedTicksFireOnce(t *testing.T) {
 	h.fired(s, 1, &seen)
 	s.Close()
 	h.cli.Close()
-	h.etcd.stop()
+	h.etcd.Stop()
 
 	h.clk.Advance(5*time.Minute + 10*time.Second) // five ticks missed while down
-	h.etcd.start()
-	h.cli = h.etcd.client()
+	h.etcd.Restart()
+	h.cli = h.etcd.Client(h.t)
 	s = h.start(h.config())
 	h.loaded(s)
 	seen = 0
@@ -126,7 +126,7 @@ func TestEtcdDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.loaded(s)
-	h.etcd.stop() // etcd waits up to 7 s for the watch stream to end
+	h.etcd.Stop() // etcd waits up to 7 s for the watch stream to end
 
 	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: time.Minute}); errs.Code(err) != codes.Unavailable {
 		t.Fatalf("Register with etcd down = %v, want Unavailable", err)
@@ -141,12 +141,12 @@ func TestEtcdDown(t *testing.T) {
 	h.clk.Advance(3*time.Minute + time.Second)
 	h.fired(s, 1, &seen)
 
-	h.etcd.start()
+	h.etcd.Restart()
 	waitFor(t, "Register to work again", func() bool {
 		return s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: 2 * time.Minute}) == nil
 	})
 	// Another silo's write reaches this one through the resumed watch.
-	other := h.etcd.client()
+	other := h.etcd.Client(h.t)
 	if _, err := other.Put(h.ctx, "/test/reminders/Ticker:acme:t2/w", `{"period_ms":60000,"due_unix_ms":1}`); err != nil {
 		t.Fatal(err)
 	}
