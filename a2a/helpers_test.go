@@ -3,12 +3,8 @@ package a2a_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"os"
 	"testing"
-	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
@@ -22,29 +18,13 @@ import (
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
-
-// waitTimeout bounds every wait on a condition; nothing is timed.
-const waitTimeout = 45 * time.Second
 
 // TestMain checks that no test leaves a goroutine behind once its silos
 // closed (they close at each test's cleanup, after the test's own defers).
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakOptions()...)
-}
-
-func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode.func1"),
-	}
-}
-
-func testLogger() *slog.Logger {
-	if os.Getenv("AGENTSILO_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
 }
 
 // startSilo starts an in-process silo with the demo and test agents and
@@ -64,7 +44,7 @@ func startSilo(t *testing.T, e *etcdtest.Server, name, prefix string, configure 
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: prefix}
-	cfg.Logger = testLogger()
+	cfg.Logger = testutil.Logger()
 	cfg.A2A.Addr = "127.0.0.1:0"
 	if configure != nil {
 		configure(&cfg)
@@ -187,17 +167,8 @@ func artifactText(task *spec.Task) string {
 	return s
 }
 
-// waitFor polls cond until it holds, failing after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
+// waitFor waits for cond (testutil.WaitFor).
+func waitFor(t *testing.T, what string, cond func() bool) { testutil.WaitFor(t, what, cond) }
 
 // isErr reports whether err is (wraps) target.
 func isErr(err, target error) bool { return errors.Is(err, target) }
