@@ -154,7 +154,11 @@ func (q *queues) CreateReader(ctx context.Context, id spec.TaskID) (eventqueue.R
 	// A send starts its execution here (see work.Write), after this
 	// reader exists.
 	if method == "SendMessage" || method == "SendStreamingMessage" || q.runningHere(id) {
-		return &localReader{q: q, id: id, b: q.attach(id, false)}, nil
+		b := q.attach(id, false)
+		b.mu.Lock()
+		at := len(b.log)
+		b.mu.Unlock()
+		return &localReader{q: q, id: id, b: b, at: at}, nil
 	}
 	return q.remote(ctx, id)
 }
@@ -214,10 +218,10 @@ func (w *localWriter) Close() error {
 	return nil
 }
 
-// localReader reads a broker's log from its start: what came before the
-// reader was made is in the snapshot the SDK's subscription reads from the
-// store after making it, and the subscription skips events of versions its
-// snapshot covers.
+// localReader reads a broker's log from where it was when the reader was
+// made: what came before is in the snapshot the SDK's subscription reads
+// from the store after making the reader (and the subscription skips
+// events of versions its snapshot covers).
 type localReader struct {
 	q    *queues
 	id   spec.TaskID
