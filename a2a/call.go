@@ -19,6 +19,10 @@ type call struct {
 	caller *acl.Caller
 	agent  grain.Address
 	err    error // authentication failed: the guard refuses every method
+	// blocking is set by the guard for a non-streaming SendMessage: its
+	// caller waits for the result only, so the executor stores the result
+	// and the final state in one write (a task snapshot).
+	blocking bool
 }
 
 type callKey struct{}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -58,6 +60,9 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			yield(nil, err)
 			return
 		}
+		// view follows the task as the SDK stores it, for a final snapshot.
+		view := &taskView{}
+		yield = view.tracking(yield)
 		if ec.StoredTask == nil {
 			t := spec.NewSubmittedTask(ec, ec.Message)
 			now := time.Now().UTC()
@@ -65,15 +70,18 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			if !yield(t, nil) {
 				return
 			}
-		} else if !yield(spec.NewStatusUpdateEvent(ec, spec.TaskStateWorking, nil), nil) {
-			return
+		} else {
+			view.t = copyTask(ec.StoredTask)
+			if !yield(spec.NewStatusUpdateEvent(ec, spec.TaskStateWorking, nil), nil) {
+				return
+			}
 		}
-		e.turn(ctx, ec, c, msg, yield)
+		e.turn(ctx, ec, c, msg, view, yield)
 	}
 }
 
 // turn asks the agent and yields what comes of it.
-func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message, yield func(spec.Event, error) bool) {
+func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message, view *taskView, yield func(spec.Event, error) bool) {
 	box := e.s.inboxes.open(c.caller.Principal)
 	defer e.s.inboxes.close(box)
 	msg.To = c.agent.String()
@@ -115,7 +123,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 			}
 		case r := <-done:
 			if pushes() {
-				e.finish(tctx, ec, r.reply, r.err, yield)
+				e.finish(tctx, ec, c, view, r.reply, r.err, yield)
 			}
 			return
 		}
@@ -123,7 +131,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 }
 
 // finish yields the events that end a turn.
-func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, reply *grain.Message, err error, yield func(spec.Event, error) bool) {
+func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, c *call, view *taskView, reply *grain.Message, err error, yield func(spec.Event, error) bool) {
 	status := func(s spec.TaskState, m *spec.Message) bool {
 		return yield(spec.NewStatusUpdateEvent(ec, s, m), nil)
 	}
@@ -169,10 +177,94 @@ func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, repl
 		ev.Artifact.Name = "reply"
 		ev.Artifact.Metadata = stateMap(reply)
 		ev.LastChunk = true
+		if c.blocking && view.t != nil {
+			// Nobody streams: the artifact and the final state in one
+			// write, the task as the SDK would have stored it after both.
+			view.apply(ev)
+			view.apply(spec.NewStatusUpdateEvent(ec, spec.TaskStateCompleted, nil))
+			yield(view.t, nil)
+			return
+		}
 		if yield(ev, nil) {
 			status(spec.TaskStateCompleted, nil)
 		}
 	}
+}
+
+// taskView is a task as the SDK's task store holds it after the events an
+// execution yielded, kept by applying them as the SDK does (its
+// taskupdate rules: a status replaces the status, whose message moves to
+// the history, and merges its metadata; an artifact event adds the
+// artifact or, appending, its parts).
+type taskView struct{ t *spec.Task }
+
+// tracking wraps yield so that the view follows what is yielded.
+func (v *taskView) tracking(yield func(spec.Event, error) bool) func(spec.Event, error) bool {
+	return func(ev spec.Event, err error) bool {
+		if err == nil {
+			v.apply(ev)
+		}
+		return yield(ev, err)
+	}
+}
+
+func (v *taskView) apply(ev spec.Event) {
+	switch e := ev.(type) {
+	case *spec.Task:
+		v.t = copyTask(e)
+	case *spec.TaskStatusUpdateEvent:
+		if v.t == nil {
+			return
+		}
+		if v.t.Status.Message != nil {
+			v.t.History = append(v.t.History, v.t.Status.Message)
+		}
+		if e.Metadata != nil {
+			if v.t.Metadata == nil {
+				v.t.Metadata = make(map[string]any)
+			}
+			for k, val := range e.Metadata {
+				v.t.Metadata[k] = val
+			}
+		}
+		v.t.Status = e.Status
+	case *spec.TaskArtifactUpdateEvent:
+		if v.t == nil || e.Artifact == nil {
+			return
+		}
+		for _, a := range v.t.Artifacts {
+			if a.ID == e.Artifact.ID {
+				if e.Append {
+					a.Parts = append(slices.Clone(a.Parts), e.Artifact.Parts...)
+					for k, val := range e.Artifact.Metadata {
+						if a.Metadata == nil {
+							a.Metadata = make(map[string]any)
+						}
+						a.Metadata[k] = val
+					}
+				} else {
+					*a = *e.Artifact
+				}
+				return
+			}
+		}
+		a := *e.Artifact
+		v.t.Artifacts = append(v.t.Artifacts, &a)
+	}
+}
+
+// copyTask copies what the view changes of a task: its slices and maps of
+// its own.
+func copyTask(t *spec.Task) *spec.Task {
+	c := *t
+	c.History = slices.Clone(t.History)
+	c.Artifacts = make([]*spec.Artifact, len(t.Artifacts))
+	for i, a := range t.Artifacts {
+		ac := *a
+		c.Artifacts[i] = &ac
+	}
+	c.Metadata = maps.Clone(t.Metadata)
+	return &c
 }
 
 // streamState tracks the artifacts a turn streams.

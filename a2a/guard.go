@@ -41,6 +41,7 @@ func (g guard) Before(ctx context.Context, cc *a2asrv.CallContext, req *a2asrv.R
 		return ctx, nil, specError(c.err)
 	}
 	cc.User = &a2asrv.User{Name: c.caller.Principal, Authenticated: g.s.auth.Enabled()}
+	c.blocking = cc.Method() == "SendMessage"
 	need := acl.Read
 	switch cc.Method() {
 	case "SendMessage", "SendStreamingMessage", "CancelTask", "CreateTaskPushConfig", "DeleteTaskPushConfig":

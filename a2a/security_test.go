@@ -171,7 +171,8 @@ func TestPushNotifications(t *testing.T) {
 	if err := json.Unmarshal(last, &sr); err != nil {
 		t.Fatalf("push body %s: %v", last, err)
 	}
-	if u, ok := sr.Event.(*spec.TaskStatusUpdateEvent); !ok || u.Status.State != spec.TaskStateCompleted {
+	// A blocking send's result and final state are one write: a task.
+	if u, ok := sr.Event.(*spec.Task); !ok || u.Status.State != spec.TaskStateCompleted || artifactText(u) != "notify me" {
 		t.Fatalf("last push: %s", last)
 	}
 }
