@@ -239,25 +239,16 @@ func TestKillMidTurn(t *testing.T) {
 // silo with its 1.0 JSON-RPC and HTTP+JSON transports and its legacy 0.3
 // JSON-RPC transport (tests/a2ajs/client.mjs).
 func TestJSClient(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatal("node (v20 or later) is needed: the JavaScript SDK is the independent A2A client of this test")
-	}
 	_, file, _, _ := runtime.Caller(0)
 	dir := filepath.Join(filepath.Dir(file), "..", "a2ajs")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@a2a-js", "sdk")); err != nil {
-		// .ci/run installs it; a fresh checkout gets it here.
-		if out, err := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund").CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s (needs the npm registry once): %v\n%s", dir, err, out)
-		}
-	}
+	installJS(t, dir)
 	keys := filepath.Join(t.TempDir(), "keys.json")
 	if err := os.WriteFile(keys, []byte(`{"keys": [{"sha256": "`+sha256Hex("alice-key")+`", "principal": "alice"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	e := etcdtest.Start(t)
 	s := startSilo(t, e, "/js/", "js", nil, "--auth-file", keys)
-	cmd := exec.Command(node, filepath.Join(dir, "client.mjs"), "http://"+s.a2a, "alice-key")
+	cmd := exec.Command("node", filepath.Join(dir, "client.mjs"), "http://"+s.a2a, "alice-key")
 	out, err := cmd.CombinedOutput()
 	t.Logf("node client.mjs:\n%s", out)
 	if err != nil {
@@ -265,5 +256,91 @@ func TestJSClient(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "\nall ok") || strings.Count(string(out), "\nok ") < 38 {
 		t.Fatalf("the JavaScript client did not run every check")
+	}
+}
+
+// readmeBlock returns the code block of README.md after <!-- name -->.
+func readmeBlock(t *testing.T, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(b), "<!-- "+name+" -->\n```")
+	if !ok {
+		t.Fatalf("README.md has no <!-- %s --> block", name)
+	}
+	_, after, _ = strings.Cut(after, "\n")
+	block, _, ok := strings.Cut(after, "\n```")
+	if !ok {
+		t.Fatalf("README.md: unterminated block after <!-- %s -->", name)
+	}
+	return block + "\n"
+}
+
+// The README's A2A clients, the Go SDK's and the JavaScript SDK's, run as
+// written against a silo with the demo agents (at the silo's address
+// instead of the README's 127.0.0.1:9090).
+func TestReadmeClients(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "/readme/", "readme", nil)
+	addr := func(src string) string { return strings.ReplaceAll(src, "127.0.0.1:9090", s.a2a) }
+
+	// Go: a module of its own, on the a2a-go version this module pins.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(addr(readmeBlock(t, "a2a:go"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ver, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/a2aproject/a2a-go/v2").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"mod", "init", "example.com/hello"},
+		{"get", "github.com/a2aproject/a2a-go/v2@" + strings.TrimSpace(string(ver))},
+		{"mod", "tidy"},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %v: %v\n%s", args, err, out)
+		}
+	}
+	cmd := exec.Command("go", "run", ".")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	want := "TASK_STATE_WORKING thinking 1/3 about \"plan a trip\"\nTASK_STATE_WORKING thinking 2/3 about \"plan a trip\"\nTASK_STATE_WORKING thinking 3/3 about \"plan a trip\"\nartifact: done: plan a trip\nTASK_STATE_COMPLETED\n"
+	if err != nil || string(out) != want {
+		t.Fatalf("the README's Go client: %v\n%s\nwant\n%s", err, out, want)
+	}
+
+	// JavaScript: beside tests/a2ajs's node_modules.
+	_, file, _, _ := runtime.Caller(0)
+	js := filepath.Join(filepath.Dir(file), "..", "a2ajs")
+	installJS(t, js)
+	script := filepath.Join(js, "readme-hello.mjs")
+	if err := os.WriteFile(script, []byte(addr(readmeBlock(t, "a2a:js"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(script)
+	out, err = exec.Command("node", script).CombinedOutput()
+	if err != nil || string(out) != "3 hi from JS\n" {
+		t.Fatalf("the README's JavaScript client: %v\n%s", err, out)
+	}
+}
+
+// installJS runs npm ci in dir if its node_modules lacks the SDK (.ci/run
+// runs it; a fresh checkout gets it here).
+func installJS(t *testing.T, dir string) {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Fatal("node (v20 or later) is needed: the JavaScript SDK is the independent A2A client of these tests")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@a2a-js", "sdk")); err == nil {
+		return
+	}
+	if out, err := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund").CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s (needs the npm registry once): %v\n%s", dir, err, out)
 	}
 }
