@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -157,4 +158,42 @@ func release(t *testing.T, gc *client.Client) {
 	if _, err := gc.Ask(t.Context(), "Block:dev:gate", &client.Message{Message: "release"}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A silo that shuts down with a turn still running gives the turn until
+// its shutdown deadline, then fails the task with the reason.
+func TestShutdownMidTurn(t *testing.T) {
+	e := etcdtest.Start(t)
+	s1 := startSilo(t, e, "s1", "/down/", nil)
+	s2 := startSilo(t, e, "s2", "/down/", nil)
+	dev := map[string]string{"x-agentsilo-principal": "dev"}
+	c1 := dial(t, s1, "Block/dev/down", "JSONRPC", dev)
+	c2 := dial(t, s2, "Block/dev/down", "JSONRPC", dev)
+	var id spec.TaskID
+	for ev, err := range c1.SendStreamingMessage(t.Context(), text("wait")) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, ok := ev.(*spec.TaskStatusUpdateEvent); ok && v.Status.Message != nil && partsText(v.Status.Message.Parts) == "started" {
+			id = v.TaskID
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	closedEarly[s1] = true
+	err := s1.Close(ctx)
+	if err == nil || !strings.Contains(err.Error(), "a2a: close: executions still running") {
+		t.Fatalf("s1's close: %v, want the A2A execution it cut", err)
+	}
+	got, err := c2.GetTask(t.Context(), &spec.GetTaskRequest{ID: id})
+	if err != nil || got.Status.State != spec.TaskStateFailed || !strings.Contains(statusText(got), "Unavailable: silo s1 shut down during the turn") {
+		t.Fatalf("the task after s1's shutdown: %+v %v", got, err)
+	}
+	gc, err := client.Dial(t.Context(), []string{s2.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	release(t, gc)
 }

@@ -205,13 +205,21 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.running.Wait()
 		close(done)
 	}()
+	// The executions get two thirds of the time left: the silo's other
+	// parts close after this, within the same deadline.
+	wait := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, dl.Add(-time.Until(dl)/3))
+		defer cancel()
+	}
 	var errOut error
 	select {
 	case <-done:
-	case <-ctx.Done():
-		errOut = fmt.Errorf("a2a: close: executions still running: %w", ctx.Err())
+	case <-wait.Done():
+		errOut = fmt.Errorf("a2a: close: executions still running at the deadline: their tasks fail: %w", wait.Err())
 		s.turns.all(errShutdown)
-		t := time.NewTimer(5 * time.Second)
+		t := time.NewTimer(max(time.Until(deadlineOr(ctx, time.Now().Add(5*time.Second))), 0))
 		select {
 		case <-done:
 		case <-t.C:
@@ -234,4 +242,12 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.bg.Wait()
 	return errOut
+}
+
+// deadlineOr is ctx's deadline, or def without one.
+func deadlineOr(ctx context.Context, def time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return def
 }
