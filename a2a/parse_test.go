@@ -189,3 +189,31 @@ func TestValidID(t *testing.T) {
 		}
 	}
 }
+
+// Without authentication, callers declare their principal: only on
+// loopback, unless Insecure.
+func TestConfigLoopbackOnly(t *testing.T) {
+	c := DefaultConfig()
+	c.Addr = "0.0.0.0:9090"
+	if err := c.Validate(); err == nil {
+		t.Fatal("a non-loopback address without authentication was accepted")
+	}
+	for _, ok := range []func(*Config){
+		func(c *Config) { c.Addr = "127.0.0.1:9090" },
+		func(c *Config) { c.Addr = "[::1]:9090" },
+		func(c *Config) { c.Insecure = true },
+		func(c *Config) { c.Auth.KeyFile = "keys.json" },
+	} {
+		c := DefaultConfig()
+		c.Addr = "0.0.0.0:9090"
+		ok(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("refused: %v", err)
+		}
+	}
+	c = DefaultConfig()
+	c.PublicURL = "ftp://x"
+	if err := c.Validate(); err == nil {
+		t.Error("an ftp public URL was accepted")
+	}
+}
