@@ -23,6 +23,9 @@ type call struct {
 	// caller waits for the result only, so the executor stores the result
 	// and the final state in one write (a task snapshot).
 	blocking bool
+	// traceparent is the request's W3C trace context, if any: the Ask
+	// continues its trace.
+	traceparent string
 }
 
 type callKey struct{}

@@ -87,6 +87,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	msg.To = c.agent.String()
 	msg.From = box.addr
 	msg.Kind = grain.KindRequest
+	msg.Traceparent = c.traceparent
 	msg.State = map[string]string{StateContextID: ec.ContextID, StateTaskID: string(ec.TaskID)}
 
 	tctx, cancel := context.WithCancelCause(ctx)

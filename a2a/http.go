@@ -112,7 +112,10 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		s.cards03.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
 		return
 	}
-	c := &call{agent: agent}
+	c := &call{agent: agent, traceparent: r.Header.Get("traceparent")}
+	if len(c.traceparent) != 55 {
+		c.traceparent = "" // not a version-00 traceparent
+	}
 	if c.caller, c.err = s.auth.Authenticate(r); c.err == nil && c.caller.Principal == "" {
 		c.err = errors.New("no principal")
 	}
