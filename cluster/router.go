@@ -53,8 +53,9 @@ const (
 // it:
 //   - a member that left the view without leaving gracefully, and that
 //     ranked above this silo for the address, must be certainly fenced
-//     (Membership.TakeoverAt), or proven dead: a connection to its peer
-//     address is refused, so its process is gone;
+//     (Membership.TakeoverAt), or proven dead by two independent signals
+//     (Membership.ProvenDead: its peer port refuses connections and gossip
+//     declared it dead);
 //   - every other member that has not reported that it swept (applied the
 //     current view and deactivated what it no longer owns) is asked to
 //     release the address: it first catches up with the asker's view, then
@@ -264,9 +265,10 @@ func (r *router) sweptLast(name string) bool {
 	return ok && r.swept[name] >= last
 }
 
-// provenDead reports whether the departed silo's process is certainly gone:
-// its peer address refuses connections (nothing listens there any more).
-// A silo that is only cut off does not refuse, and is waited for.
+// provenDead reports whether the departed silo's process is certainly gone
+// (membership.Membership.ProvenDead: its peer port refuses connections and
+// gossip declared it dead). A silo that is only cut off, or behind a
+// firewall that answers with resets, is waited for.
 func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	if d.PeerAddr == "" || d.Name == r.self {
 		return false
@@ -277,12 +279,12 @@ func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	if ok && (p.dead || clock.Since(r.clk, p.at) < 250*time.Millisecond) {
 		return p.dead // one dial serves the claims of a quarter second
 	}
-	dead := membership.Refused(ctx, d.PeerAddr)
+	dead := r.m.ProvenDead(ctx, d)
 	r.smu.Lock()
 	r.probes[d] = dialProbe{dead: dead, at: r.clk.Now()}
 	r.smu.Unlock()
 	if dead && !p.dead {
-		r.log.Info("a departed silo is proven dead (its peer port refuses connections); taking over without waiting for its fence", "silo", d.Name)
+		r.log.Info("a departed silo is proven dead (its peer port refuses connections and gossip declared it dead); taking over without waiting for its fence", "silo", d.Name)
 	}
 	return dead
 }

@@ -133,10 +133,11 @@ func (m *Membership) revoke(r revokeReq) {
 }
 
 // Suspect is told that the silo-to-silo stream to peerAddr broke. If a
-// member of the view has that peer address and it refuses connections, its
-// process is gone: its lease is revoked at once, without waiting for gossip
-// to declare it dead. (A silo that is only cut off does not refuse, and is
-// left to gossip.)
+// member of the view has that peer address and it is proven dead (its peer
+// port refuses connections and gossip no longer lists it alive; see
+// ProvenDead), its lease is revoked at once, without waiting for a healthy
+// majority. A reset alone is not enough: that member is left to gossip
+// detection, and its addresses to its fence.
 func (m *Membership) Suspect(peerAddr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -159,14 +160,39 @@ func (m *Membership) Suspect(peerAddr string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		dead := Refused(m.ctx, peerAddr)
+		dead := m.provenDead(m.ctx, target.Name, clientv3.LeaseID(target.LeaseID), peerAddr)
 		m.mu.Lock()
 		delete(m.suspects, peerAddr)
 		m.mu.Unlock()
-		if dead {
-			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections", proven: true})
+		switch {
+		case dead:
+			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections and gossip declared it dead", proven: true})
+		case m.aliveUnder(target.Name, clientv3.LeaseID(target.LeaseID)) && Refused(m.ctx, peerAddr):
+			m.log.Warn("a member's peer port refuses connections, but gossip lists it alive: no proof of death; it keeps its place until gossip declares it dead", "member", target.Name)
 		}
 	}()
+}
+
+// ProvenDead reports whether the process of the departed member d is
+// certainly gone, so that its addresses may be taken over before its fence:
+// two independent signals must agree. Its peer port refuses connections
+// (Refused), and gossip does not list it alive under the lease of its
+// record (SWIM declared it dead, which takes direct and indirect UDP probes
+// failing, or it came back under a new lease). A TCP reset alone, from a
+// firewall or from a process whose peer listener failed while it still
+// holds its lease, proves nothing.
+func (m *Membership) ProvenDead(ctx context.Context, d Departure) bool {
+	if d.Name == m.cfg.Name || d.PeerAddr == "" {
+		return false
+	}
+	return m.provenDead(ctx, d.Name, d.Lease, d.PeerAddr)
+}
+
+func (m *Membership) provenDead(ctx context.Context, name string, lease clientv3.LeaseID, peerAddr string) bool {
+	if lease == 0 || m.aliveUnder(name, lease) {
+		return false
+	}
+	return Refused(ctx, peerAddr)
 }
 
 // revokeGrace is how long a silo waits, after gossip declared another dead,
@@ -183,7 +209,7 @@ func (m *Membership) aliveUnder(name string, lease clientv3.LeaseID) bool {
 // mayRevoke reports whether this silo may remove the silo of r from the view:
 // only while it sees a majority of the view alive in gossip, itself
 // included, and is healthy itself, or when that silo is proven gone (restarted under a new lease, or
-// its peer port refuses connections). So a silo that is cut off from its
+// it is ProvenDead). So a silo that is cut off from its
 // peers, but not from etcd, never removes the healthy majority; the majority
 // removes it instead, and it fences itself.
 func (m *Membership) mayRevoke(r revokeReq) bool {
@@ -208,12 +234,12 @@ func (m *Membership) mayRevoke(r revokeReq) bool {
 		return true
 	}
 	mi, ok := v.Member(r.name)
-	return ok && mi.PeerAddr != "" && Refused(m.ctx, mi.PeerAddr)
+	return ok && mi.PeerAddr != "" && m.provenDead(m.ctx, r.name, r.lease, mi.PeerAddr)
 }
 
-// Refused reports whether a TCP connection to addr is refused: the host is
-// up and nothing listens on the port, so a silo that listened there is gone. This is the proof of death that lets
-// a survivor take over without waiting for the silo's fence.
+// Refused reports whether a TCP connection to addr is refused (a reset):
+// nothing listens on the port, or a firewall rejects the connection. It is
+// one of the two signals of ProvenDead, never a proof of death alone.
 func Refused(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()
