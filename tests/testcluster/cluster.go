@@ -376,6 +376,7 @@ func (s *Silo) start() error {
 		return err
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	fmt.Fprintf(logf, "=== testcluster %s: pid %d started\n", time.Now().Format(time.RFC3339Nano), p.pid)
 	go func() {
 		err := cmd.Wait()
 		p.exitedAt = time.Now()
@@ -553,12 +554,20 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 // Journal returns the path of the journal the silos' Journal agents write.
 func (c *Cluster) Journal() string { return c.journal }
 
-// Lives returns, by pid, how each ended silo process lived, for
-// ReadJournal.
+// Lives returns, by pid, how each silo process lived, for ReadJournal: the
+// ended ones, and the fences (from the silos' logs) of those still running.
 func (c *Cluster) Lives() map[int]Life {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.lives)
+	lives := maps.Clone(c.lives)
+	c.mu.Unlock()
+	for _, s := range c.silos {
+		for pid, fences := range fencesIn(s.LogPath) {
+			l := lives[pid]
+			l.Fenced = fences
+			lives[pid] = l
+		}
+	}
+	return lives
 }
 
 // printLogsOnFailure prints the tail of every silo's log if the test failed.
