@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -342,11 +343,34 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		ctx, span = r.tracer.Start(ctx, "forward "+tracing.KindName(msg.Kind), trace.SpanKindClient, msg, attribute.String("agentsilo.silo", silo))
 		defer func() { tracing.End(span, err) }()
 	}
-	env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
-	if msg.Kind == agentsilov1.Kind_KIND_REQUEST {
-		return r.tp.Ask(ctx, mi.PeerAddr, env)
+	if msg.Kind != agentsilov1.Kind_KIND_REQUEST {
+		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
+		return nil, r.tp.Send(ctx, mi.PeerAddr, env)
 	}
-	return nil, r.tp.Send(ctx, mi.PeerAddr, env)
+	// A request the peer certainly never received (its stream was down, or
+	// broke before the request was written) is sent again, within its
+	// deadline: to the same silo once its stream is back, or routed again
+	// (grain.ErrMoved) once a newer view moves the address elsewhere. One
+	// that may have reached the peer fails (Unavailable, saying so): it
+	// may have run.
+	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
+	for {
+		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
+		resp, err := r.tp.Ask(ctx, mi.PeerAddr, env)
+		if !errors.Is(err, transport.ErrNotDelivered) {
+			return resp, err
+		}
+		if !r.backoff(ctx, b) {
+			return nil, errs.New(codes.Unavailable, "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
+		}
+		st = r.state.Load()
+		if Owner(msg.To, st.owners) != silo {
+			return nil, grain.ErrMoved
+		}
+		if mi, ok = st.view.Member(silo); !ok {
+			return nil, grain.ErrMoved
+		}
+	}
 }
 
 // waitVersion waits until this silo's view is at least version.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -115,7 +116,7 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	// The load goes on through the survivors.
 	l.waitOK(t, l.ok.Load()+200)
 	l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
-	t.Logf("kill -9 under load: %d asks answered, %d failed %v, e.g. %v; %d agents moved; latest return %v after a deadline", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample(), len(moved), time.Duration(l.late.Load()))
+	t.Logf("kill -9 under load: %d asks answered, %d failed %v (%d of them in flight on the victim: they may have run), e.g. %v; %d agents moved; latest return %v after a deadline", l.ok.Load(), l.failed.Load(), l.codeCounts(), l.mayHaveRun.Load(), l.sample(), len(moved), time.Duration(l.late.Load()))
 	c.CheckJournal()
 }
 
@@ -221,6 +222,7 @@ func TestClusterPartition(t *testing.T) {
 // sessions), with a deadline per call.
 type load struct {
 	ok, failed atomic.Int64
+	mayHaveRun atomic.Int64 // failed Asks that were in flight on a silo that died: they may have run
 	late       atomic.Int64 // the longest an Ask returned after its deadline, ns (logged, not asserted)
 	cancel     context.CancelFunc
 	done       chan struct{}
@@ -268,6 +270,9 @@ func startLoad(t *testing.T, c *testcluster.Cluster, addrs []string, workers int
 					return // stopped: this call's failure is ours
 				}
 				l.failed.Add(1)
+				if strings.Contains(err.Error(), "may have run") {
+					l.mayHaveRun.Add(1)
+				}
 				l.mu.Lock()
 				l.codes[errs.Code(err)]++
 				if len(l.errs) < 10 {
