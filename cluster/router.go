@@ -55,8 +55,8 @@ const (
 //   - a member that left the view without leaving gracefully, and that
 //     ranked above this silo for the address, must be certainly fenced
 //     (Membership.TakeoverAt), or proven dead by two independent signals
-//     (Membership.ProvenDead: its peer port refuses connections and gossip
-//     declared it dead);
+//     (Membership.ProvenDead: its peer port refused connections and etcd
+//     showed its lease unrenewed);
 //   - every other member that has not reported that it swept (applied the
 //     current view and deactivated what it no longer owns) is asked to
 //     release the address: it first catches up with the asker's view, then
@@ -267,9 +267,9 @@ func (r *router) sweptLast(name string) bool {
 }
 
 // provenDead reports whether the departed silo's process is certainly gone
-// (membership.Membership.ProvenDead: its peer port refuses connections and
-// gossip declared it dead). A silo that is only cut off, or behind a
-// firewall that answers with resets, is waited for.
+// (membership.Membership.ProvenDead: its peer port refused connections
+// and etcd showed its lease unrenewed). A silo that is only cut off, or
+// behind a firewall that answers with resets, is waited for.
 func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	if d.PeerAddr == "" || d.Name == r.self {
 		return false
@@ -285,7 +285,7 @@ func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	r.probes[d] = dialProbe{dead: dead, at: r.clk.Now()}
 	r.smu.Unlock()
 	if dead && !p.dead {
-		r.log.Info("a departed silo is proven dead (its peer port refuses connections and gossip declared it dead); taking over without waiting for its fence", "silo", d.Name)
+		r.log.Info("a departed silo is proven dead (its peer port refused connections and its lease went unrenewed); taking over without waiting for its fence", "silo", d.Name)
 	}
 	return dead
 }

@@ -237,3 +237,50 @@ func (w *leaseWatch) waitRenewed(t *testing.T) {
 		}
 	}
 }
+
+// TestNetnsCut: a silo in a network namespace of its own is cut off from
+// its peers for real (testcluster.Cut: packets dropped both ways, rejected
+// with TCP resets and ICMP, or dropped one way) while clients ask, and it
+// still reaches etcd. It is removed, fences itself (a reset is no proof of
+// death: its lease is still renewed), and is taken over only after its
+// fence (journal-checked: no overlaps). Healed, it is back under a new
+// lease in the same process.
+func TestNetnsCut(t *testing.T) {
+	for _, how := range []testcluster.Cut{testcluster.Drop, testcluster.Reset, testcluster.OneWay} {
+		t.Run(how.String(), func(t *testing.T) {
+			c := testcluster.Start(t, testcluster.Options{Silos: 3, Netns: true})
+			addrs := journalAddrs("cut", 60)
+			c.WaitOwners(addrs...)
+			const victim = 2
+			pid := c.PID(victim)
+			l := startLoad(t, c, addrs, 6, 2*time.Second)
+			l.waitOK(t, 200)
+			c.Cut(victim, how)
+			c.WaitLog(victim, `"msg":"fenced"`)
+			if how == testcluster.Reset {
+				for i := range victim {
+					c.WaitLog(i, "no proof of death yet")
+				}
+			}
+			// The survivors took its agents over meanwhile (the load asks
+			// them); a new silo in its process may join and be removed
+			// again while the cut lasts.
+			l.waitOK(t, l.ok.Load()+200)
+			c.Cut(victim, testcluster.Heal)
+			c.WaitMembers(c.Len())
+			c.WaitOwners(addrs...)
+			l.waitOK(t, l.ok.Load()+200)
+			l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
+			t.Logf("%v: %d asks answered, %d failed %v", how, l.ok.Load(), l.failed.Load(), l.codeCounts())
+			if c.PID(victim) != pid || !c.Running(victim) {
+				t.Errorf("%s: process %d replaced: want it to start its silo again itself", c.Silo(victim).Name, pid)
+			}
+			for i := range victim {
+				if strings.Contains(c.LogTail(i, 5000), "proven dead") {
+					t.Errorf("%s took a live silo for proven dead", c.Silo(i).Name)
+				}
+			}
+			c.CheckJournal()
+		})
+	}
+}

@@ -38,10 +38,12 @@ func LeaseBound(ttl time.Duration) time.Duration {
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
 // renews its lease while the renewals succeed: a quarter of the bound, at
-// most 2 s, so that an etcd leader election (a second or two) costs a few
-// renewals out of many. A failed renewal is retried after a quarter of that.
+// most 1 s, so that an etcd leader election (a second or two) costs a few
+// renewals out of many, and a lease left unrenewed for two intervals is a
+// sign of death (see ProvenDead). A failed renewal is retried after a
+// quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {
-	return min(fence/4, 2*time.Second)
+	return min(fence/4, time.Second)
 }
 
 // DefaultGossipPort is the gossip port of seeds given without one.

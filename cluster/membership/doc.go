@@ -51,7 +51,7 @@
 // s+LeaseBound(TTL): TTL less 1% for the rate of its clock against the
 // leader's, and 250 ms of slack (9.65 s for the default TTL of 10 s). TTL
 // is what the silo asked (whole seconds), or less if a keepalive reports
-// less. Keepalives go every KeepAliveInterval (2 s by default) and a
+// less. Keepalives go every KeepAliveInterval (1 s by default) and a
 // failed one is retried at a quarter of that, each call bounded so that
 // one that hangs leaves room for the next: an etcd leader election or an
 // outage shorter than the bound (minus an interval's worth of bad luck)
@@ -76,14 +76,22 @@
 // # Proof of death
 //
 // A removed member's addresses may be taken over before its fence only if
-// its process is proven gone by two independent signals: its peer port
-// refuses connections (Refused: a TCP reset), and gossip no longer lists it
-// alive under its lease (SWIM's direct and indirect UDP probes failed, or
-// it came back under a new lease). A reset alone proves nothing: a
-// firewall may answer with resets, or the peer listener may have failed in
-// a process that still holds its lease and serves. Gossip alone proves
-// nothing either: a silo cut off from its peers may still reach etcd. See
-// ProvenDead.
+// its process is proven gone by two independent signals, both seen while
+// its lease still existed: its peer port refuses connections (Refused: a
+// TCP reset), and etcd shows its lease unrenewed for more than two of its
+// keepalive intervals (remaining TTL, in whole seconds, plus one second,
+// that far below the granted TTL), which a silo that runs and reaches
+// etcd never lets happen. The silo that sees both writes the proof under
+// <prefix>dead/<lease> and then revokes the lease; every silo's takeover
+// reads the proof (ProvenDead). A reset alone proves nothing: a firewall
+// may answer with resets, or the peer listener may have failed in a
+// process that still holds its lease and serves. Gossip proves nothing
+// either: a firewall that rejects everything makes SWIM declare a live
+// silo dead. What the rule does not cover is a silo cut off by resets from
+// its peers and, at the same time, from etcd, yet still reached by
+// clients: it serves until its fence while its lease is taken as dead.
+// A killed silo is proven dead about 3 s after its last renewal (keepalive
+// interval 1 s); a hung or cut-off one is taken over after its fence.
 //
 // # Leaving
 //

@@ -55,8 +55,9 @@ type Membership struct {
 	closed   bool
 	fenceErr error
 	revokeQ  []revokeReq
-	suspects map[string]bool // peer addresses being checked by Suspect
-	revokeC  chan struct{}   // signals revokeQ, buffered 1
+	suspects map[string]bool           // peer addresses being checked by Suspect
+	proven   map[clientv3.LeaseID]bool // leases this silo proved dead (recordProof)
+	revokeC  chan struct{}             // signals revokeQ, buffered 1
 
 	fenced    chan struct{}
 	fenceOnce sync.Once
@@ -120,6 +121,7 @@ func New(cfg Config) (*Membership, error) {
 		changed:       make(chan struct{}),
 		subs:          make(map[int]chan View),
 		departed:      make(map[string]departure),
+		proven:        make(map[clientv3.LeaseID]bool),
 		revokeC:       make(chan struct{}, 1),
 		fenced:        make(chan struct{}),
 		known:         make(map[string]clientv3.LeaseID),
