@@ -581,7 +581,8 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 func (c *Cluster) Journal() string { return c.journal }
 
 // Lives returns, by pid, how each silo process lived, for ReadJournal: the
-// ended ones, and the fences (from the silos' logs) of those still running.
+// ended ones, and the fences (from the silos' logs) and last freeze of
+// those still running.
 func (c *Cluster) Lives() map[int]Life {
 	c.mu.Lock()
 	lives := maps.Clone(c.lives)
@@ -592,6 +593,13 @@ func (c *Cluster) Lives() map[int]Life {
 			l.Fenced = fences
 			lives[pid] = l
 		}
+		s.mu.Lock()
+		if p := s.proc; p != nil && p.running() && !p.froze.IsZero() {
+			l := lives[p.pid]
+			l.Froze = p.froze
+			lives[p.pid] = l
+		}
+		s.mu.Unlock()
 	}
 	return lives
 }

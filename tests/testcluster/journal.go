@@ -24,8 +24,9 @@ type Life struct {
 	// nothing, and thawed, whatever turn it ran is in the journal.
 	Froze time.Time
 	// Fenced are the times the process's silo logged that it fenced
-	// itself: its activations from before ended then (or at their last
-	// journal line, if later), though the process goes on with a new silo.
+	// itself: its activations from before ended then (or at the freeze
+	// before it, or at their last journal line, if later), though the
+	// process goes on with a new silo. Died is zero while it runs.
 	Fenced []time.Time
 }
 
@@ -175,6 +176,11 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		life, ok := lives[a.PID]
 		if j := slices.IndexFunc(life.Fenced, func(f time.Time) bool { return !f.Before(a.Start) }); j >= 0 {
 			a.End = life.Fenced[j]
+			if fz := life.Froze; !fz.IsZero() && a.Start.Before(fz) && fz.Before(a.End) {
+				// Frozen, then fenced on resume: it ran nothing after the
+				// freeze but what the journal shows.
+				a.End = fz
+			}
 			if a.Last.After(a.End) {
 				a.End = a.Last
 			}
