@@ -217,6 +217,9 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 		}
 		return
 	}
+	if env.msg.Topic != "" {
+		reply, err = outcomeReply(env.msg, reply, err)
+	}
 	if err != nil {
 		env.complete(result{err: err})
 		return

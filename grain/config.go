@@ -39,6 +39,10 @@ type Config struct {
 	// package state has the etcd and PostgreSQL stores. Nil: those methods
 	// return FailedPrecondition.
 	State StateStore
+	// Topics publishes and keeps subscriptions (Host.Publish, Subscribe,
+	// Unsubscribe); package topics implements it. Nil: those methods
+	// return Unavailable.
+	Topics TopicService
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter

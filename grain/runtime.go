@@ -312,8 +312,8 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 			}
 		}
 	}
-	if stamp || msg.Id == "" {
-		msg.Id = newIDAt(now)
+	if (stamp && msg.Topic == "") || msg.Id == "" {
+		msg.Id = newIDAt(now) // a topic delivery keeps its published id
 	}
 	if t != nil {
 		msg.CallChainId = t.chain

@@ -332,10 +332,12 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 }
 
 // stamp makes m come from the client at from: a from set by the client is
-// ignored, and the runtime starts a new call chain.
+// ignored, the runtime starts a new call chain, and the topic fields are
+// the runtime's.
 func stamp(m *agentsilov1.AgentMessage, from string) {
 	m.From = from
 	m.CallChainId = ""
+	m.Topic, m.Subscription = "", "" // only the runtime delivers for topics
 }
 
 // dispatch runs one client message through the runtime: an Ask for a REQUEST,
