@@ -432,18 +432,19 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 		verGets = append(verGets, clientv3.OpGet(s.verKey(o), clientv3.WithKeysOnly()))
 	}
 	type part struct {
-		it     *Item
-		idem   bool // the op is the item's idempotent nested txn
-		values []string
+		it   *Item
+		idem bool // the op is the item's idempotent nested txn
 	}
 	var (
-		ops   []clientv3.Op
-		parts []part
-		nops  int
-		bytes int
+		ops      []clientv3.Op
+		parts    []part
+		finished []*Item // items whose every op is in ops
+		nops     int
+		bytes    int
+		pending  = len(items) > 0
 	)
 	commit := func() error {
-		if len(ops) == 0 {
+		if len(ops) == 0 && !pending {
 			return nil
 		}
 		octx, cancel := bound(ctx, s.OpTimeout)
@@ -452,7 +453,9 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 		if err != nil {
 			return etcderr.FromCall(ctx, err, "publish")
 		}
-		s.txns.Add(1)
+		if len(ops) > 0 {
+			s.txns.Add(1)
+		}
 		if !tr.Succeeded {
 			cur := make(map[string]int64, len(owners))
 			for i, o := range owners {
@@ -478,7 +481,10 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 				}
 			}
 		}
-		ops, parts, nops, bytes = nil, nil, 0, 0
+		for _, it := range finished {
+			it.Done = true
+		}
+		ops, parts, finished, nops, bytes, pending = nil, nil, nil, 0, 0, false
 		return nil
 	}
 	for _, it := range items {
@@ -488,33 +494,34 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 		}
 		subs := it.Subs
 		first := true
-		for len(subs) > 0 {
+		for first || len(subs) > 0 {
 			// As many of the item's copies as fit in this transaction (at
 			// least one; a new transaction if none fits).
-			room := s.MaxOps - nops - 1
-			if first && it.IdemKey != "" {
+			idem := first && it.IdemKey != ""
+			room := s.MaxOps - nops
+			if idem {
 				room-- // its key
 			}
 			n := min(len(subs), max(room, 0))
-			if fit := (s.MaxBytes - bytes) / max(len(val)+64, 1); n > fit {
-				n = fit
+			if fit := (s.MaxBytes - bytes) / (len(val) + 64); n > fit {
+				n = max(fit, 0)
 			}
-			if n <= 0 {
-				if len(ops) == 0 {
-					n = 1 // alone, it has to go
-				} else {
+			if n == 0 && len(subs) > 0 || room <= 0 {
+				if len(ops) > 0 {
 					if err := commit(); err != nil {
 						return err
 					}
+					pending = true
 					continue
 				}
+				n = min(len(subs), 1) // alone, it has to go
 			}
 			puts := make([]clientv3.Op, 0, n+1)
 			for _, id := range subs[:n] {
 				puts = append(puts, clientv3.OpPut(s.queuePrefix(id)+s.newKey(), string(val)))
 			}
 			subs = subs[n:]
-			if first && it.IdemKey != "" {
+			if idem {
 				ik := s.idemKey(it.IdemKey)
 				puts = append(puts, clientv3.OpPut(ik, it.Entry.GetMessage().GetId(), clientv3.WithLease(lease)))
 				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)}, puts, []clientv3.Op{clientv3.OpGet(ik)}))
@@ -529,6 +536,8 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 			nops += len(puts)
 			bytes += n * (len(val) + 64)
 		}
+		finished = append(finished, it)
+		pending = true
 	}
 	return commit()
 }

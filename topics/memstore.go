@@ -218,6 +218,7 @@ func (s *MemStore) Append(ctx context.Context, items []*Item, versions map[strin
 	}
 	queued := false
 	for _, it := range items {
+		it.Done = true
 		if it.IdemKey != "" {
 			if r, ok := s.idem[it.IdemKey]; ok {
 				it.Duplicate, it.DuplicateOf = true, r.id

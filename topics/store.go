@@ -88,6 +88,9 @@ type Item struct {
 	// and DuplicateOf is the first's message id.
 	Duplicate   bool
 	DuplicateOf string
+	// Done is set by Append once the item is durable (or a duplicate),
+	// also when a later part of the same Append fails.
+	Done bool
 }
 
 // QueueEvent is a change of a queue (see Store.FollowQueue).
