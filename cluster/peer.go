@@ -42,6 +42,8 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
 	case msgTypes:
 		return h.types()
+	case msgBroadcast:
+		return h.broadcast(ctx, msg)
 	case msgDeactivate:
 		h.r.catchUp(ctx, env.GetViewVersion())
 		a, err := grain.ParseAddress(msg.GetTo())

@@ -362,7 +362,12 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 		msg.Kind = KindOneWay
 	}
 	msg.From = a.key
-	return a.rt.broadcast(ctx, a, pattern, msg)
+	n, err := a.rt.broadcast(ctx, a.addr.Owner, a.key, pattern, msg)
+	if err != nil || a.rt.cfg.Broadcast == nil {
+		return n, err
+	}
+	m, err := a.rt.cfg.Broadcast(ctx, pattern, msg)
+	return n + m, err
 }
 
 func (a *activation) Deactivate() { a.failed.Store(int32(ReasonRequested)) }

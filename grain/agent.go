@@ -107,8 +107,9 @@ type Host interface {
 	Event(ctx context.Context, to string, msg *Message) error
 	// Broadcast sends msg (an EVENT if its kind is KIND_EVENT, else ONE_WAY)
 	// to every active agent whose address matches the glob pattern (path.Match
-	// syntax, e.g. "Worker:acme:*"), except the sender, and returns how many it
-	// reached.
+	// syntax, e.g. "Worker:acme:*"), except the sender, on every silo of the
+	// cluster, and returns how many it reached. Agents that are not active
+	// are not activated. With an error it returns how many it reached.
 	Broadcast(ctx context.Context, pattern string, msg *Message) (int, error)
 
 	// RegisterTimer delivers a ONE_WAY message of messageType with text

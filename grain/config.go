@@ -43,6 +43,11 @@ type Config struct {
 	// Unsubscribe); package topics implements it. Nil: those methods
 	// return Unavailable.
 	Topics TopicService
+	// Broadcast, if set, takes a Host.Broadcast to the other silos of a
+	// cluster (the agents of this silo are reached by the runtime) and
+	// returns how many agents it reached there. Nil: a broadcast reaches
+	// this silo's agents only.
+	Broadcast func(ctx context.Context, pattern string, msg *Message) (int, error)
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter

@@ -540,14 +540,15 @@ func (rt *Runtime) sweepNow(ctx context.Context) error {
 	}
 }
 
-// broadcast delivers msg to every live activation matching pattern.
-func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern string, msg *Message) (int, error) {
+// broadcast delivers msg to every live activation here matching pattern,
+// except the sender's (fromKey), on behalf of owner.
+func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string, msg *Message) (int, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
 	}
 	var targets []string
 	rt.dir.each(func(a *activation) {
-		if a != from {
+		if a.key != fromKey {
 			if ok, _ := path.Match(pattern, a.key); ok {
 				targets = append(targets, a.key)
 			}
@@ -557,12 +558,27 @@ func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern stri
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
-		if err := rt.tell(ctx, from.addr.Owner, m, 0); err != nil {
+		if err := rt.tell(ctx, owner, m, 0); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// BroadcastLocal delivers msg (an EVENT if its kind is KIND_EVENT, else
+// ONE_WAY) to every activation of this silo whose address matches the
+// glob pattern, except the sender's (msg.From), and returns how many it
+// reached. The silo calls it for a broadcast that another silo, or a
+// client, started.
+func (rt *Runtime) BroadcastLocal(ctx context.Context, pattern string, msg *Message) (int, error) {
+	if msg == nil {
+		return 0, errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	return rt.broadcast(ctx, ownerOf(msg.From), msg.From, pattern, msg)
 }
 
 func isSession(to string) bool {

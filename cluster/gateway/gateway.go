@@ -24,6 +24,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/tracing"
+	"github.com/agentsilo/agentsilo/topics"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -63,6 +64,12 @@ type Config struct {
 	// and session addresses name this silo so that other silos can reach
 	// them. Nil: a single silo.
 	Cluster ClusterInfo
+	// Topics, if set, serves the Topics service (agentsilov1.Topics, see
+	// topics.go) beside the Gateway service. Nil: not served.
+	Topics *topics.Service
+	// Broadcast, if set, reaches the agents of the whole cluster matching a
+	// pattern, for the Topics service's Broadcast.
+	Broadcast func(ctx context.Context, pattern string, msg *agentsilov1.AgentMessage) (int, error)
 	// TracerProvider makes the server span of each client call (see
 	// tracing.go). Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -215,6 +222,9 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	agentsilov1.RegisterGatewayServer(g.server, g)
 	if cfg.ACL != nil {
 		agentsilov1.RegisterAclAdminServer(g.server, acl.NewAdminServer(cfg.ACL))
+	}
+	if cfg.Topics != nil || cfg.Broadcast != nil {
+		agentsilov1.RegisterTopicsServer(g.server, topicServer{g: g})
 	}
 	healthpb.RegisterHealthServer(g.server, g.health)
 	reflection.Register(g.server)

@@ -29,7 +29,11 @@ type PublishRequest struct {
 	Message *AgentMessage `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
 	// timeout_ms bounds the wait for room in full backlogs; 0: the call's
 	// deadline, else 30 s.
-	TimeoutMs     int64 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// publisher is the caller's session address (Client.Address): the
+	// messages of one publisher reach each subscription in the order
+	// published. Empty: the publish is a publisher of its own.
+	Publisher     string `protobuf:"bytes,4,opt,name=publisher,proto3" json:"publisher,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -83,6 +87,13 @@ func (x *PublishRequest) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *PublishRequest) GetPublisher() string {
+	if x != nil {
+		return x.Publisher
+	}
+	return ""
 }
 
 type PublishResponse struct {
@@ -1229,12 +1240,13 @@ var File_agentsilo_v1_topics_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_topics_proto_rawDesc = "" +
 	"\n" +
-	"\x19agentsilo/v1/topics.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"{\n" +
+	"\x19agentsilo/v1/topics.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/message.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x01\n" +
 	"\x0ePublishRequest\x12\x14\n" +
 	"\x05topic\x18\x01 \x01(\tR\x05topic\x124\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.agentsilo.v1.AgentMessageR\amessage\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"e\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\x12\x1c\n" +
+	"\tpublisher\x18\x04 \x01(\tR\tpublisher\"e\n" +
 	"\x0fPublishResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
 	"\rsubscriptions\x18\x02 \x01(\rR\rsubscriptions\x12\x1c\n" +
