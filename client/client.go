@@ -83,6 +83,9 @@ type Client struct {
 	principal string
 	closed    bool
 	flaps     int // streams in a row that broke before delivering a frame
+
+	pubOnce sync.Once
+	pub     string // see publisher
 }
 
 // stream is one Session stream and the calls waiting on it.
