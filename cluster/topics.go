@@ -12,8 +12,8 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/topics"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/topics"
 )
 
 // Topics in a silo: the topics.Service keeps its subscriptions and queues
@@ -123,7 +123,7 @@ func newTopicMetrics(reg prometheus.Registerer) (*topicMetrics, error) {
 		}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentsilo_topic_deliveries_total",
-			Help: "Deliveries of subscriptions' messages by this silo, by outcome: ack, retry (the handler asked), error (another failure), poison.",
+			Help: "Deliveries of subscriptions' messages by this silo, by outcome: ack, retry (the handler asked), error (another failure), unavailable (not counted as an attempt), poison.",
 		}, []string{"outcome"}),
 		dead: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentsilo_topic_dead_letters_total",
@@ -131,7 +131,7 @@ func newTopicMetrics(reg prometheus.Registerer) (*topicMetrics, error) {
 		}),
 		outcomes: map[string]prometheus.Counter{},
 	}
-	for _, o := range []string{"ack", "retry", "error", "poison"} {
+	for _, o := range []string{"ack", "retry", "error", "unavailable", "poison"} {
 		m.outcomes[o] = m.deliveries.WithLabelValues(o)
 	}
 	for _, c := range []prometheus.Collector{m.published, m.copies, m.deliveries, m.dead} {

@@ -70,7 +70,8 @@ type Observer interface {
 	// Published: a message was queued for subs subscriptions.
 	Published(subs int)
 	// Delivered: a delivery ended with outcome "ack", "retry" (the handler
-	// asked for it), "error" (another failure) or "poison".
+	// asked for it), "error" (another failure), "unavailable" (retried
+	// without counting an attempt) or "poison".
 	Delivered(outcome string)
 	// DeadLettered: a message became a dead letter.
 	DeadLettered()

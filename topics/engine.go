@@ -28,6 +28,9 @@ import (
 //	Retry, other errors  attempts+1, written to the store with the
 //	                     not-before time (Retry's, else the backoff); at
 //	                     MaxAttempts, a dead letter
+//	Unavailable          (the agent's silo is unreachable, or the handler
+//	                     said so) retried after the backoff, in memory,
+//	                     without counting an attempt
 //	Poison               a dead letter
 //
 // So a publisher's messages reach a subscription in the order published,
@@ -71,6 +74,10 @@ type item struct {
 	gone bool   // removed from the lane while in flight
 	dead string // a dead letter's reason, while writing it failed
 	last string // the last error, for a dead letter written again
+	// unavailable counts deliveries in a row that failed with Unavailable
+	// (the agent's silo unreachable): they are retried with backoff but
+	// not counted as attempts.
+	unavailable int
 }
 
 type lane struct {
@@ -304,6 +311,21 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, "poison: "+oe.Reason, out.Error())
 		return
 	}
+	if oe == nil && errs.Code(out) == codes.Unavailable {
+		if obs != nil {
+			obs.Delivered("unavailable")
+		}
+		e.s.stats.unavailable.Add(1)
+		e.mu.Lock()
+		it.unavailable++
+		ne := proto.Clone(it.e).(*Entry)
+		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
+		it.e = ne
+		e.mu.Unlock()
+		e.release(it)
+		return
+	}
+	it.unavailable = 0
 	attempts := int(it.e.GetAttempts()) + 1
 	wait := retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, attempts)
 	outcome := "error"

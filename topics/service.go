@@ -45,7 +45,7 @@ type Service struct {
 	deliver Deliver
 	closed  bool
 
-	stats struct{ published, acked, retried, failed, dead atomic.Uint64 }
+	stats struct{ published, acked, retried, failed, unavailable, dead atomic.Uint64 }
 }
 
 // pubReq is one publish waiting for the batcher.
@@ -223,7 +223,7 @@ func (s *Service) stopLater(e *engine) {
 
 // Stats counts what the Service did.
 type Stats struct {
-	Published, Acked, Retried, Failed, DeadLettered uint64
+	Published, Acked, Retried, Failed, Unavailable, DeadLettered uint64
 	// Engines is the number of subscriptions this silo delivers.
 	Engines int
 }
@@ -238,6 +238,7 @@ func (s *Service) Stats() Stats {
 		Acked:        s.stats.acked.Load(),
 		Retried:      s.stats.retried.Load(),
 		Failed:       s.stats.failed.Load(),
+		Unavailable:  s.stats.unavailable.Load(),
 		DeadLettered: s.stats.dead.Load(),
 		Engines:      n,
 	}

@@ -245,7 +245,7 @@ func TestDeadLetters(t *testing.T) {
 		case m.Message == "bad":
 			return grain.Poison("cannot parse")
 		case m.Message == "down":
-			return errs.New(codes.Unavailable, "backend down")
+			return errors.New("backend down")
 		}
 		return nil
 	}
@@ -451,5 +451,35 @@ func TestNoWindowAfterSubscribe(t *testing.T) {
 	got := h.a.wait(t, "the delivery", func(got []*grain.Message) bool { return len(got) == 1 })
 	if got[0].Id != id {
 		t.Fatalf("delivered %s, published %s", got[0].Id, id)
+	}
+}
+
+// Unavailable (the agent's silo is unreachable) is retried without
+// counting an attempt, so no dead letter comes of a silo's death.
+func TestUnavailableIsNotAnAttempt(t *testing.T) {
+	h := newHarness(t, nil)
+	var mu sync.Mutex
+	calls := 0
+	h.a.handle = func(m *grain.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if calls++; calls <= 4 {
+			return errs.New(codes.Unavailable, "silo gone")
+		}
+		return nil
+	}
+	s := h.service(nil)
+	h.subscribe(s, "W:acme:w", "work", "jobs", 2)
+	h.publish(s, "P:acme:p", "jobs", "x")
+	for i := 1; i <= 4; i++ {
+		waitStats(t, s, "an unavailable delivery", func(st Stats) bool { return st.Unavailable == uint64(i) })
+		h.clk.Advance(10 * time.Second)
+	}
+	got := h.a.wait(t, "the ack", func(got []*grain.Message) bool { return len(got) == 5 })
+	waitStats(t, s, "the ack", func(st Stats) bool { return st.Acked == 1 && st.DeadLettered == 0 })
+	for _, m := range got {
+		if m.Attempt != 1 {
+			t.Fatalf("attempt %d: Unavailable counted as an attempt", m.Attempt)
+		}
 	}
 }

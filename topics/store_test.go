@@ -239,7 +239,7 @@ func TestStore(t *testing.T) {
 }
 
 func entryMsg(text string) *grain.Message { return &grain.Message{Message: text, From: "P:acme:p"} }
-func entry(text string) *Entry           { return &Entry{Message: entryMsg(text)} }
+func entry(text string) *Entry            { return &Entry{Message: entryMsg(text)} }
 func entryID(text, id string) *Entry {
 	e := entry(text)
 	e.Message.Id = id

@@ -24,8 +24,8 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/tracing"
-	"github.com/agentsilo/agentsilo/topics"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/topics"
 )
 
 // DefaultPrincipal is the principal of a client that declares none.

@@ -15,8 +15,8 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/tracing"
-	"github.com/agentsilo/agentsilo/topics"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/topics"
 )
 
 // topicServer is the Topics service (agentsilov1.Topics) of a gateway: it
