@@ -12,7 +12,9 @@
 // 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports
 // picked free at Start and kept across restarts. Each silo joins the others'
 // gossip addresses, runs with --fault-injection, registers the Journal agent
-// type (package examples) on a journal file shared by the cluster, and logs
+// type (package examples) on a journal file shared by the cluster (and the
+// TopicSink subscriber on the file TopicSink names; ReadTopicSink reads
+// it), and logs
 // (JSON) to a file in the test's temporary directory; when the test fails,
 // the tail of every silo's log is printed.
 //
