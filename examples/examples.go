@@ -69,9 +69,11 @@ func (Echo) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, erro
 	return r, nil
 }
 
-// Counter counts in memory. "get" replies with the count, "reset" sets it to
+// Counter counts durably. "get" replies with the count, "reset" sets it to
 // zero, anything else (an Ask or a Send) adds one, or N for "add N". The count
-// lives as long as the activation.
+// lives in the silo's state store (grain.State), so it survives deactivation,
+// crashes and moves; a change is saved, with the etag loaded, before the
+// reply.
 type Counter struct{ count *grain.State[int64] }
 
 // OnActivate implements grain.Activator: the count is loaded once per
