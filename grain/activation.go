@@ -28,6 +28,9 @@ type envelope struct {
 	expired  <-chan struct{}
 	deadline time.Time
 	now      int64 // when the request was sent (Unix ns); stamps the reply's id
+	// idem, if set, is the idempotency key this envelope's message was the
+	// first to bring (see idempotency.go): its result is recorded there.
+	idem *idemEntry
 }
 
 // envelopes recycles the envelopes (and reply channels) of requests whose
@@ -39,6 +42,9 @@ func (env *envelope) isRequest() bool { return env.reply != nil || env.done != n
 
 // complete gives a request its result.
 func (env *envelope) complete(r result) {
+	if env.idem != nil {
+		env.idem.finish(r)
+	}
 	if env.done != nil {
 		env.done(r.msg, r.err)
 		return

@@ -30,6 +30,13 @@ type Config struct {
 	// MaxMessageSize bounds a message's encoded size; larger is
 	// ResourceExhausted. Default: 4 MiB.
 	MaxMessageSize int
+	// IdempotencyWindow is how long the runtime remembers the idempotency
+	// key of a message it handed to a receiver (see Message.IdempotencyKey
+	// and idempotency.go). Default: 10 min.
+	IdempotencyWindow time.Duration
+	// IdempotencyKeys bounds the keys remembered; past it the oldest are
+	// forgotten first. Default: 10000.
+	IdempotencyKeys int
 	// Configs stores CreateAgent's configurations. Default: an in-memory store.
 	Configs ConfigStore
 	// Reminders stores and fires durable reminders. Nil: the reminder
@@ -81,6 +88,8 @@ func DefaultConfig() Config {
 		IdleTimeout:       15 * time.Minute,
 		DeactivateTimeout: 10 * time.Second,
 		MaxMessageSize:    protocol.DefaultMaxMessageSize,
+		IdempotencyWindow: 10 * time.Minute,
+		IdempotencyKeys:   10000,
 	}
 }
 
@@ -97,6 +106,14 @@ func (c *Config) Validate() error {
 		return errs.New(codes.InvalidArgument, "grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
 	case c.MaxMessageSize < 1024:
 		return errs.New(codes.InvalidArgument, "grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+	case c.IdempotencyWindow < 0 || c.IdempotencyKeys < 0:
+		return errs.New(codes.InvalidArgument, "grain: IdempotencyWindow and IdempotencyKeys must not be negative")
+	}
+	if c.IdempotencyWindow == 0 {
+		c.IdempotencyWindow = 10 * time.Minute
+	}
+	if c.IdempotencyKeys == 0 {
+		c.IdempotencyKeys = 10000
 	}
 	return nil
 }

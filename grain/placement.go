@@ -130,7 +130,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 // activation's goroutine (or the runtime's), so it must not block for long.
 // Otherwise it returns false and has done nothing: use askRemote.
 func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
-	if msg == nil || msg.Id == "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
+	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
 		return false
 	}
 	a := rt.dir.get(msg.To)

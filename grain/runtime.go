@@ -34,6 +34,7 @@ type Runtime struct {
 	dispatcher *dispatcher
 
 	dir       directory
+	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
 	count     atomic.Int64
@@ -76,6 +77,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt.dispatcher = newDispatcher(300)
 	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
+	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
 	// The sweep timer exists before New returns, so that a test's fake clock
@@ -333,6 +335,28 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 // activating it if needed, or runs it at once if it re-enters a waiting call
 // chain.
 func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) error {
+	if env.msg.IdempotencyKey != "" && env.idem == nil {
+		e, dup := rt.idem.begin(idemKey(env.msg), rt.clock.Now().UnixNano())
+		if dup {
+			answerDuplicate(e, env)
+			return nil
+		}
+		env.idem = e
+		err := rt.post(ctx, a, env)
+		switch {
+		case err != nil:
+			env.idem = nil
+			e.finish(result{err: err})
+		case !env.isRequest():
+			e.finish(result{}) // handed over: that is all a one-way message gets
+		}
+		return err
+	}
+	return rt.post(ctx, a, env)
+}
+
+// post is deliver without the idempotency check.
+func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error {
 	for ; ; a = nil {
 		if a == nil {
 			var err error
