@@ -50,6 +50,9 @@ type Config struct {
 	// SessionBacklogAge is how long a disconnected session is kept, with its
 	// backlog, for the client to re-attach. Default: 2 min.
 	SessionBacklogAge time.Duration
+	// Limits bound what one client can make the gateway hold (see
+	// limits.go). Default: DefaultLimits().
+	Limits Limits
 	// Insecure lets the gateway accept self-declared principals on a
 	// non-loopback address (--insecure). Without authentication (Auth) the
 	// gateway otherwise only serves loopback.
@@ -88,6 +91,7 @@ func DefaultConfig() Config {
 		MaxMessageSize:    protocol.DefaultMaxMessageSize,
 		SessionBacklog:    1000,
 		SessionBacklogAge: 2 * time.Minute,
+		Limits:            DefaultLimits(),
 	}
 }
 
@@ -100,6 +104,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("gateway: gateway SessionBacklog %d must be at least 1", c.SessionBacklog)
 	case c.SessionBacklogAge <= 0:
 		return fmt.Errorf("gateway: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
 		if err := checkLoopback(c.Addr); err != nil {
@@ -151,7 +158,9 @@ type Gateway struct {
 
 	addr atomic.Value // string: the listener's address, once serving
 
-	sessions *Sessions
+	sessions   *Sessions
+	principals *principals // calls and pending Hellos per principal (limits.go)
+	conns      conns       // the client connections (limits.go)
 
 	drainOnce sync.Once
 	drain     chan struct{} // closed by GracefulStop: sessions end
@@ -162,6 +171,10 @@ type Gateway struct {
 	// testHookDetached, if set, is called when a stream detaches from a
 	// session.
 	testHookDetached func(addr string)
+	// testHookStalled and testHookStallEnd, if set, are called when a
+	// session stream stops being read for lack of room, and when it is
+	// ended for not reading its results (see limits.go).
+	testHookStalled, testHookStallEnd func(addr string)
 }
 
 // New returns a gateway for the agents of rt and the client sessions of
@@ -195,10 +208,11 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 		drain:    make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
+	g.principals = newPrincipals(cfg.Limits)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + protocol.FrameOverhead
-	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryACL),
+	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryLimit, g.unaryACL),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
@@ -242,6 +256,7 @@ func (g *Gateway) Serve(lis net.Listener) error {
 		defer g.bg.Done()
 		g.sessions.sweepLoop(g.stop)
 	}()
+	lis = g.conns.listener(lis)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return g.server.Serve(lis)
