@@ -39,11 +39,11 @@ func ruleFromProto(r *agentsilov1.AclRule) (Rule, error) {
 	}
 	p, err := ParsePermission(r.GetPermission())
 	if err != nil {
-		return Rule{}, errs.New(codes.InvalidArgument, "%v", err)
+		return Rule{}, err // InvalidArgument
 	}
 	out := Rule{ID: r.GetId(), OwnerPattern: r.GetOwnerPattern(), AgentPattern: r.GetAgentPattern(), CallerPattern: r.GetCallerPattern(), Permission: p}
 	if err := out.Validate(); err != nil {
-		return Rule{}, errs.New(codes.InvalidArgument, "%v", err)
+		return Rule{}, err // InvalidArgument
 	}
 	return out, nil
 }

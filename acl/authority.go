@@ -56,11 +56,11 @@ type Authority struct {
 // NewAuthority checks cfg and returns an Authority; Start begins watching.
 func NewAuthority(cfg Config) (*Authority, error) {
 	if cfg.Store == nil {
-		return nil, errors.New("acl: NewAuthority: nil Store")
+		return nil, errs.New(codes.InvalidArgument, "acl: NewAuthority: nil Store")
 	}
 	if cfg.Seed != nil {
 		if err := cfg.Seed.Validate(); err != nil {
-			return nil, err
+			return nil, err // InvalidArgument
 		}
 		seed := cfg.Seed.Clone()
 		seed.normalize()
@@ -90,7 +90,7 @@ func (a *Authority) Start(ctx context.Context) error {
 	case <-a.loaded:
 		return nil
 	case <-ctx.Done():
-		return errs.New(codes.Unavailable, "acl: not loaded yet: %v", ctx.Err())
+		return errs.Wrap(codes.Unavailable, ctx.Err(), "acl: not loaded yet")
 	}
 }
 
@@ -236,7 +236,7 @@ func (a *Authority) Update(ctx context.Context, rev int64, f func(d *Document) e
 			return Document{}, 0, err
 		}
 		if err := d.Validate(); err != nil {
-			return Document{}, 0, errs.New(codes.InvalidArgument, "%v", err)
+			return Document{}, 0, err // InvalidArgument
 		}
 		next, err := a.cfg.Store.Put(ctx, d, cur)
 		if errors.Is(err, ErrConflict) && rev == 0 && attempt < 16 {
@@ -263,7 +263,7 @@ func (a *Authority) WaitRevision(ctx context.Context, rev int64) error {
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return errs.New(errs.Code(ctx.Err()), "acl: waiting for revision %d to be in force: %v", rev, ctx.Err())
+			return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "acl: waiting for revision %d to be in force", rev)
 		}
 	}
 }

@@ -3,8 +3,6 @@ package acl
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -59,7 +57,7 @@ func (s *EtcdStore) get(ctx context.Context) (Document, int64, int64, error) {
 	defer cancel()
 	resp, err := s.client.Get(octx, s.key)
 	if err != nil {
-		return Document{}, 0, 0, etcdError(ctx, "read the ACL", err)
+		return Document{}, 0, 0, etcderr.FromCall(ctx, err, "acl: read the ACL")
 	}
 	if len(resp.Kvs) == 0 {
 		return Document{}, 0, resp.Header.Revision, nil
@@ -75,10 +73,10 @@ func (s *EtcdStore) get(ctx context.Context) (Document, int64, int64, error) {
 func decodeDocument(b []byte) (Document, error) {
 	var d Document
 	if err := json.Unmarshal(b, &d); err != nil {
-		return Document{}, errs.New(codes.Internal, "acl: the stored ACL is unreadable: %v", err)
+		return Document{}, errs.Wrap(codes.Internal, err, "acl: the stored ACL is unreadable")
 	}
 	if err := d.Validate(); err != nil {
-		return Document{}, errs.New(codes.Internal, "acl: the stored ACL is invalid: %v", err)
+		return Document{}, errs.Wrap(codes.Internal, err, "acl: the stored ACL is invalid")
 	}
 	return d, nil
 }
@@ -87,7 +85,7 @@ func decodeDocument(b []byte) (Document, error) {
 func (s *EtcdStore) Put(ctx context.Context, d Document, rev int64) (int64, error) {
 	b, err := json.Marshal(d)
 	if err != nil {
-		return 0, errs.New(codes.Internal, "acl: encode: %v", err)
+		return 0, errs.Wrap(codes.Internal, err, "acl: encode")
 	}
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
@@ -96,7 +94,7 @@ func (s *EtcdStore) Put(ctx context.Context, d Document, rev int64) (int64, erro
 		Then(clientv3.OpPut(s.key, string(b))).
 		Commit()
 	if err != nil {
-		return 0, etcdError(ctx, "store the ACL", err)
+		return 0, etcderr.FromCall(ctx, err, "acl: store the ACL")
 	}
 	if !resp.Succeeded {
 		return 0, ErrConflict
@@ -159,17 +157,4 @@ func (s *EtcdStore) watchOnce(ctx context.Context, f func(Document, int64), last
 		return nil
 	}
 	return errs.New(codes.Unavailable, "acl: the etcd watch ended")
-}
-
-// etcdError keeps the caller's own cancellation or deadline and maps etcd's
-// failures with etcderr.Wrap (the one table; mostly Unavailable).
-func etcdError(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		code := codes.Canceled
-		if errors.Is(cerr, context.DeadlineExceeded) {
-			code = codes.DeadlineExceeded
-		}
-		return errs.New(code, "acl: %s: %v", what, cerr)
-	}
-	return etcderr.Wrap(fmt.Errorf("acl: %s: %w", what, err))
 }

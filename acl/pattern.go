@@ -1,8 +1,11 @@
 package acl
 
 import (
-	"fmt"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Patterns match owners and aliases (OwnerPattern, AgentPattern): `*` matches
@@ -18,18 +21,18 @@ type pattern struct {
 
 func compilePattern(what, s string) (pattern, error) {
 	if s == "" {
-		return pattern{}, fmt.Errorf("%s: empty pattern; want *, prefix* or a name", what)
+		return pattern{}, errs.New(codes.InvalidArgument, "%s: empty pattern; want *, prefix* or a name", what)
 	}
 	if len(s) > maxNameLen+1 {
-		return pattern{}, fmt.Errorf("%s %q: longer than %d characters", what, clip(s), maxNameLen+1)
+		return pattern{}, errs.New(codes.InvalidArgument, "%s %q: longer than %d characters", what, clip(s), maxNameLen+1)
 	}
 	lit, star := strings.CutSuffix(s, "*")
 	for i := 0; i < len(lit); i++ {
 		if !nameChar(lit[i]) {
 			if lit[i] == '*' {
-				return pattern{}, fmt.Errorf("%s %q: `*` may only end a pattern", what, clip(s))
+				return pattern{}, errs.New(codes.InvalidArgument, "%s %q: `*` may only end a pattern", what, clip(s))
 			}
-			return pattern{}, fmt.Errorf("%s %q: bad character %q; want [A-Za-z0-9_.@-] and a final *", what, clip(s), lit[i])
+			return pattern{}, errs.New(codes.InvalidArgument, "%s %q: bad character %q; want [A-Za-z0-9_.@-] and a final *", what, clip(s), lit[i])
 		}
 	}
 	return pattern{lit: strings.ToLower(lit), exact: !star}, nil
@@ -129,15 +132,15 @@ func compileCaller(s string) (callerPattern, error) {
 	case strings.HasPrefix(s, GroupPrefix):
 		g := s[len(GroupPrefix):]
 		if !validName(g) {
-			return callerPattern{}, fmt.Errorf("CallerPattern %q: bad group name; want group:[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(s))
+			return callerPattern{}, errs.New(codes.InvalidArgument, "CallerPattern %q: bad group name; want group:[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(s))
 		}
 		return callerPattern{kind: callerGroup, lit: strings.ToLower(g), group: g}, nil
 	case validName(s):
 		return callerPattern{kind: callerExact, lit: strings.ToLower(s)}, nil
 	case s == "":
-		return callerPattern{}, fmt.Errorf("CallerPattern: empty; want *, group:NAME or a principal")
+		return callerPattern{}, errs.New(codes.InvalidArgument, "CallerPattern: empty; want *, group:NAME or a principal")
 	}
-	return callerPattern{}, fmt.Errorf("CallerPattern %q: want *, group:NAME or a principal ([A-Za-z0-9][A-Za-z0-9_.@-]{0,127})", clip(s))
+	return callerPattern{}, errs.New(codes.InvalidArgument, "CallerPattern %q: want *, group:NAME or a principal ([A-Za-z0-9][A-Za-z0-9_.@-]{0,127})", clip(s))
 }
 
 func clip(s string) string {

@@ -2,9 +2,12 @@ package acl
 
 import (
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Permission is a set of permission flags, FabrCore's AclPermission.
@@ -67,19 +70,19 @@ func (p Permission) Has(need Permission) bool { return p&need == need }
 // "None", or a number from 0 to 15. "|" separates as "," does.
 func ParsePermission(s string) (Permission, error) {
 	if len(s) > 256 {
-		return 0, fmt.Errorf("permission %q: too long", s[:64]+"...")
+		return 0, errs.New(codes.InvalidArgument, "permission %q: too long", s[:64]+"...")
 	}
 	if t := strings.TrimSpace(s); t != "" && t[0] >= '0' && t[0] <= '9' {
 		n, err := strconv.ParseUint(t, 10, 8)
 		if err != nil || Permission(n)&^All != 0 {
-			return 0, fmt.Errorf("permission %q: a number must be 0 to 15", s)
+			return 0, errs.New(codes.InvalidArgument, "permission %q: a number must be 0 to 15", s)
 		}
 		return Permission(n), nil
 	}
 	var p Permission
 	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '|' })
 	if len(parts) == 0 {
-		return 0, fmt.Errorf("permission %q: want a list of Message, Configure, Read, Admin, or All or None", s)
+		return 0, errs.New(codes.InvalidArgument, "permission %q: want a list of Message, Configure, Read, Admin, or All or None", s)
 	}
 	for _, part := range parts {
 		part = strings.TrimSpace(part)
@@ -97,7 +100,7 @@ func ParsePermission(s string) (Permission, error) {
 				}
 			}
 			if !found {
-				return 0, fmt.Errorf("permission %q: unknown flag %q; want Message, Configure, Read, Admin, All or None", s, part)
+				return 0, errs.New(codes.InvalidArgument, "permission %q: unknown flag %q; want Message, Configure, Read, Admin, All or None", s, part)
 			}
 		}
 	}
@@ -113,7 +116,7 @@ func (p *Permission) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &s); err != nil {
 		var n uint8
 		if err := json.Unmarshal(b, &n); err != nil {
-			return fmt.Errorf("permission %s: want a string such as \"Message,Read\" or a number", b)
+			return errs.New(codes.InvalidArgument, "permission %s: want a string such as \"Message,Read\" or a number", b)
 		}
 		s = strconv.Itoa(int(n))
 	}

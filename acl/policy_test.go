@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 func TestParsePermission(t *testing.T) {
@@ -219,8 +223,8 @@ func TestParseDocument(t *testing.T) {
 		`{"Groups": {"g": ["bad member"]}}`,
 		`[`,
 	} {
-		if _, err := ParseDocument([]byte(bad)); err == nil {
-			t.Errorf("ParseDocument(%s) accepted", bad)
+		if _, err := ParseDocument([]byte(bad)); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("ParseDocument(%s) = %v, want InvalidArgument", bad, err)
 		}
 	}
 }
@@ -232,6 +236,25 @@ func TestParseRule(t *testing.T) {
 	}
 	if r.String() != "system:* -> * -> Message,Read" {
 		t.Fatalf("String = %q", r.String())
+	}
+	for _, bad := range []string{"a:b -> c", "ab -> c -> Read", "a:b -> c -> Write", "a:b -> x y -> Read", "a*b:* -> c -> Read"} {
+		if _, err := ParseRule(bad); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("ParseRule(%q) = %v, want InvalidArgument", bad, err)
+		}
+	}
+}
+
+// Configuration errors are InvalidArgument.
+func TestConfigErrorsAreInvalidArgument(t *testing.T) {
+	if _, err := NewAuthority(Config{}); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("NewAuthority without a Store = %v, want InvalidArgument", err)
+	}
+	seed := Document{Rules: []Rule{{OwnerPattern: "a", AgentPattern: "*", CallerPattern: "", Permission: All}}}
+	if _, err := NewAuthority(Config{Store: NewMemStore(), Seed: &seed}); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "rule 1") {
+		t.Errorf("NewAuthority with a bad seed = %v, want InvalidArgument naming rule 1", err)
+	}
+	if _, err := Compile(seed); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("Compile of a bad document = %v, want InvalidArgument", err)
 	}
 }
 

@@ -3,11 +3,14 @@ package acl
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"maps"
 	"slices"
 	"sort"
 	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Rule grants Permission to the callers matching CallerPattern on the agents
@@ -40,7 +43,7 @@ func (r Rule) Validate() error {
 		return err
 	}
 	if r.Permission&^All != 0 {
-		return fmt.Errorf("permission %d: want flags within All (15)", r.Permission)
+		return errs.New(codes.InvalidArgument, "permission %d: want flags within All (15)", r.Permission)
 	}
 	return nil
 }
@@ -77,22 +80,22 @@ func (d Document) Validate() error {
 	ids := make(map[uint64]bool, len(d.Rules))
 	for i, r := range d.Rules {
 		if err := r.Validate(); err != nil {
-			return fmt.Errorf("rule %d: %w", i+1, err)
+			return errs.Wrap(codes.InvalidArgument, err, "rule %d", i+1)
 		}
 		if r.ID != 0 {
 			if ids[r.ID] {
-				return fmt.Errorf("rule %d: id %d repeats", i+1, r.ID)
+				return errs.New(codes.InvalidArgument, "rule %d: id %d repeats", i+1, r.ID)
 			}
 			ids[r.ID] = true
 		}
 	}
 	for _, g := range slices.Sorted(maps.Keys(d.Groups)) {
 		if !validName(g) {
-			return fmt.Errorf("group %q: bad name; want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(g))
+			return errs.New(codes.InvalidArgument, "group %q: bad name; want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(g))
 		}
 		for _, m := range d.Groups[g] {
 			if !validName(m) {
-				return fmt.Errorf("group %s: bad member %q; want a principal", g, clip(m))
+				return errs.New(codes.InvalidArgument, "group %s: bad member %q; want a principal", g, clip(m))
 			}
 		}
 	}
@@ -131,11 +134,11 @@ func ParseDocument(b []byte) (Document, error) {
 	} else {
 		dec := json.NewDecoder(bytes.NewReader(b))
 		if err := dec.Decode(&d); err != nil {
-			return Document{}, fmt.Errorf("acl: %w", err)
+			return Document{}, errs.Wrap(codes.InvalidArgument, err, "acl")
 		}
 	}
 	if err := d.Validate(); err != nil {
-		return Document{}, fmt.Errorf("acl: %w", err)
+		return Document{}, errs.Wrap(codes.InvalidArgument, err, "acl")
 	}
 	d.normalize()
 	return d, nil
@@ -146,11 +149,11 @@ func ParseDocument(b []byte) (Document, error) {
 func ParseRule(s string) (Rule, error) {
 	parts := strings.Split(s, "->")
 	if len(parts) != 3 {
-		return Rule{}, fmt.Errorf("rule %q: want owner:agent -> caller -> permission", clip(s))
+		return Rule{}, errs.New(codes.InvalidArgument, "rule %q: want owner:agent -> caller -> permission", clip(s))
 	}
 	owner, agent, ok := strings.Cut(strings.TrimSpace(parts[0]), ":")
 	if !ok {
-		return Rule{}, fmt.Errorf("rule %q: want owner:agent before the first ->", clip(s))
+		return Rule{}, errs.New(codes.InvalidArgument, "rule %q: want owner:agent before the first ->", clip(s))
 	}
 	p, err := ParsePermission(parts[2])
 	if err != nil {

@@ -46,7 +46,7 @@ func NewMemStore() *MemStore { return &MemStore{changed: make(chan struct{})} }
 // Get implements Store.
 func (s *MemStore) Get(ctx context.Context) (Document, int64, error) {
 	if err := ctx.Err(); err != nil {
-		return Document{}, 0, errs.New(errs.Code(err), "acl: %v", err)
+		return Document{}, 0, errs.Wrap(errs.Code(err), err, "acl")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -56,7 +56,7 @@ func (s *MemStore) Get(ctx context.Context) (Document, int64, error) {
 // Put implements Store.
 func (s *MemStore) Put(ctx context.Context, d Document, rev int64) (int64, error) {
 	if err := ctx.Err(); err != nil {
-		return 0, errs.New(errs.Code(err), "acl: %v", err)
+		return 0, errs.Wrap(errs.Code(err), err, "acl")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -4,52 +4,31 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var quiet = slog.New(slog.DiscardHandler)
 
-func freeAddr(t *testing.T) string {
+// startEtcd starts an embedded etcd and returns it with two clients on it,
+// as two silos would have.
+func startEtcd(t *testing.T) (srv *etcdtest.Server, one, other *clientv3.Client) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	srv = etcdtest.Start(t)
+	return srv, srv.Client(t), srv.Client(t)
 }
 
-// startEtcd starts an embedded etcd and returns it with a second client on
-// it (as another silo would have), which outlives the server when a test
-// stops it.
-func startEtcd(t *testing.T) (server, other *etcdstore.Store) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	cfg := etcdstore.Config{DataDir: t.TempDir(), EmbeddedAddr: freeAddr(t), EmbeddedPeerAddr: freeAddr(t), Prefix: "/t/", Logger: quiet}
-	server, err := etcdstore.Start(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close() })
-	other, err = etcdstore.Start(ctx, etcdstore.Config{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/t/", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { other.Close() })
-	return server, other
-}
+const prefix = "/t/"
 
 var rule1 = acl.Rule{OwnerPattern: "bob", AgentPattern: "*", CallerPattern: "alice", Permission: acl.Message}
 
@@ -100,8 +79,8 @@ func testStore(t *testing.T, s acl.Store) {
 func TestMemStore(t *testing.T) { testStore(t, acl.NewMemStore()) }
 
 func TestEtcdStore(t *testing.T) {
-	_, e := startEtcd(t)
-	testStore(t, acl.NewEtcdStore(e.Client(), e.Prefix(), quiet))
+	_, _, cli := startEtcd(t)
+	testStore(t, acl.NewEtcdStore(cli, prefix, quiet))
 }
 
 func mustParse(t *testing.T, s string) acl.Document {
@@ -133,11 +112,11 @@ func startAuthority(t *testing.T, s acl.Store, seed *acl.Document) *acl.Authorit
 // it; losing etcd keeps the last rules in force and fails changes with
 // Unavailable.
 func TestAuthorityOnEtcd(t *testing.T) {
-	server, e := startEtcd(t)
+	srv, one, two := startEtcd(t)
 	seed := mustParse(t, `{"Rules": [{"OwnerPattern": "bob", "AgentPattern": "shared-*", "CallerPattern": "group:friends", "Permission": "Message"}], "Groups": {"friends": ["alice"]}}`)
-	a1 := startAuthority(t, acl.NewEtcdStore(server.Client(), server.Prefix(), quiet), &seed)
+	a1 := startAuthority(t, acl.NewEtcdStore(one, prefix, quiet), &seed)
 	other := mustParse(t, `{"Rules": []}`)
-	a2 := startAuthority(t, acl.NewEtcdStore(e.Client(), e.Prefix(), quiet).WithTimeout(300*time.Millisecond), &other)
+	a2 := startAuthority(t, acl.NewEtcdStore(two, prefix, quiet).WithTimeout(300*time.Millisecond), &other)
 
 	alice := &acl.Caller{Principal: "alice"}
 	for _, a := range []*acl.Authority{a1, a2} {
@@ -169,9 +148,7 @@ func TestAuthorityOnEtcd(t *testing.T) {
 
 	// etcd goes away: checks go on with the last rules; changes are
 	// Unavailable.
-	if err := server.Close(); err != nil {
-		t.Fatal(err)
-	}
+	srv.Stop()
 	if err := a2.Authorize(alice, "X", "bob", "private", acl.Message); err != nil {
 		t.Fatalf("without etcd: %v", err)
 	}
@@ -203,19 +180,10 @@ func TestAuthorityBeforeLoad(t *testing.T) {
 // compile). DESIGN.md bounds it at 1 s.
 func BenchmarkChangeInForceOnAnotherSilo(b *testing.B) {
 	ctx := b.Context()
-	cfg := etcdstore.Config{DataDir: b.TempDir(), EmbeddedAddr: benchAddr(b), EmbeddedPeerAddr: benchAddr(b), Prefix: "/b/", Logger: quiet}
-	server, err := etcdstore.Start(ctx, cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer server.Close()
-	other, err := etcdstore.Start(ctx, etcdstore.Config{Endpoints: []string{"http://" + cfg.EmbeddedAddr}, Prefix: "/b/", Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer other.Close()
-	start := func(e *etcdstore.Store) *acl.Authority {
-		a, err := acl.NewAuthority(acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), quiet), Logger: quiet})
+	srv := etcdtest.Start(b)
+	server, other := srv.Client(b), srv.Client(b)
+	start := func(cli *clientv3.Client) *acl.Authority {
+		a, err := acl.NewAuthority(acl.Config{Store: acl.NewEtcdStore(cli, "/b/", quiet), Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -239,13 +207,4 @@ func BenchmarkChangeInForceOnAnotherSilo(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-}
-
-func benchAddr(b *testing.B) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

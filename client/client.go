@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -38,12 +40,12 @@ var (
 	ErrResourceExhausted = errs.ErrResourceExhausted
 	ErrUnavailable       = errs.ErrUnavailable
 	ErrInternal          = errs.ErrInternal
-)
-
-// The metadata keys the client sends.
-const (
-	principalHeader = "x-agentsilo-principal"
-	apiKeyHeader    = "x-api-key"
+	// ErrAborted: a conditional write (DeleteState with an etag) found
+	// another version.
+	ErrAborted = errs.ErrAborted
+	// ErrFailedPrecondition: the silo cannot do it as configured (a silo
+	// without a state store, say).
+	ErrFailedPrecondition = errs.ErrFailedPrecondition
 )
 
 // frameOverhead is what the gRPC size limits allow above the message size.
@@ -98,7 +100,7 @@ type stream struct {
 }
 
 // DefaultPort is the gateway port of an address given without one.
-const DefaultPort = "7070"
+const DefaultPort = protocol.DefaultGatewayPort
 
 // Dial opens a session on the first reachable gateway of addrs: host:port,
 // or a host or IP address alone (`gw.example.com`, `10.0.0.5`, `[::1]`,
@@ -274,7 +276,7 @@ func (c *Client) read(st *stream) {
 	for delivered := false; ; delivered = true {
 		f, err := st.s.Recv()
 		if err != nil {
-			c.broken(st, err, len(st.s.Trailer().Get(drainedTrailer)) > 0, delivered)
+			c.broken(st, err, len(st.s.Trailer().Get(protocol.DrainedTrailer)) > 0, delivered)
 			return
 		}
 		switch f := f.Frame.(type) {
@@ -363,7 +365,7 @@ func (c *Client) reattach(last int, delay time.Duration) {
 			return
 		}
 	}
-	backoff := 50 * time.Millisecond
+	b := retry.New(50*time.Millisecond, 5*time.Second, nil) // waits through c.after
 	for {
 		var err error
 		for n := 1; n <= len(c.addrs); n++ {
@@ -398,11 +400,10 @@ func (c *Client) reattach(last int, delay time.Duration) {
 		c.ready = make(chan struct{})
 		c.mu.Unlock()
 		select {
-		case <-c.after(backoff):
+		case <-c.after(b.Next()):
 		case <-c.ctx.Done():
 			return
 		}
-		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 
@@ -469,9 +470,6 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 // resend is the result a call gets when the gateway it was sent to drained
 // without starting it.
 var resend = &agentsilov1.Result{}
-
-// drainedTrailer is cluster.DrainedTrailer (the SDK does not import cluster).
-const drainedTrailer = "x-agentsilo-drained"
 
 // callOnce sends m on the current stream and waits for its result; again
 // says the call was not started and must be sent again.
@@ -680,10 +678,10 @@ func (c *Client) connIndex() int {
 func (c *Client) metadata(ctx context.Context) context.Context {
 	var kv []string
 	if c.opts.principal != "" {
-		kv = append(kv, principalHeader, c.opts.principal)
+		kv = append(kv, protocol.PrincipalHeader, c.opts.principal)
 	}
 	if c.opts.apiKey != "" {
-		kv = append(kv, apiKeyHeader, c.opts.apiKey)
+		kv = append(kv, protocol.APIKeyHeader, c.opts.apiKey)
 	}
 	if len(kv) == 0 {
 		return ctx

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"time"
 
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
@@ -28,7 +29,7 @@ type options struct {
 func defaultOptions() options {
 	return options{
 		timeout: 30 * time.Second,
-		maxSize: 4 << 20,
+		maxSize: protocol.DefaultMaxMessageSize,
 	}
 }
 

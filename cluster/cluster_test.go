@@ -215,9 +215,39 @@ func TestClusterRoutesToOwner(t *testing.T) {
 	if err != nil || len(agents) != 60 {
 		t.Fatalf("cluster-wide agents: %d, %v", len(agents), err)
 	}
-	ms, _ := clusterInfo{r: silos[1].router, rt: silos[1].rt}.Members()
-	if len(ms) != 3 {
-		t.Fatalf("members: %v", ms)
+	ms, _, err := clusterInfo{r: silos[1].router, rt: silos[1].rt}.Members(t.Context())
+	if err != nil || len(ms) != 3 {
+		t.Fatalf("members: %v, %v", ms, err)
+	}
+	for _, m := range ms { // every silo's count, not only the answering one's
+		if int(m.Activations) != hosts[m.Name] {
+			t.Errorf("member %s reports %d activations, it hosts %d", m.Name, m.Activations, hosts[m.Name])
+		}
+	}
+	types, err := clusterInfo{r: silos[2].router, rt: silos[2].rt}.Types(t.Context())
+	if err != nil || len(types) != 1 || types[0].GetName() != "Probe" {
+		t.Fatalf("types: %v, %v", types, err)
+	}
+	// Deactivate through a silo that does not hold the agent: the owner
+	// ends it, and the next message activates it again.
+	var far string
+	for i := range 60 {
+		if to := fmt.Sprintf("Probe:test:a%d", i); Owner(to, names) != "s1" {
+			far = to
+			break
+		}
+	}
+	if err := (clusterInfo{r: silos[0].router, rt: silos[0].rt}).Deactivate(t.Context(), far); err != nil {
+		t.Fatalf("deactivate %s: %v", far, err)
+	}
+	c.l.mu.Lock()
+	live := c.l.live[far]
+	c.l.mu.Unlock()
+	if live != 0 {
+		t.Fatalf("%s still live after Deactivate returned", far)
+	}
+	if _, err := ask(t.Context(), silos[0], far); err != nil || c.l.started.Load() != 61 {
+		t.Fatalf("after deactivation: %v, %d activations (want 61)", err, c.l.started.Load())
 	}
 	_, err = ask(t.Context(), silos[0], "Nope:test:x")
 	if errs.Code(err) != codes.NotFound {

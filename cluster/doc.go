@@ -24,7 +24,7 @@
 // asks the router where the address lives (router.Route); for another silo,
 // router.Forward sends it on the peer stream (transport.Transport.Ask); the
 // owner's transport hands it to peerHandler.HandleRequest, which gives it to
-// its runtime (grain.Runtime.AskRemote): the activation is claimed
+// its runtime (siloapi.Runtime.AskRemote, the runtime's silo-only API): the activation is claimed
 // (router.Claim) if it is not live, runs the turn, and the reply travels
 // back the same way.
 package cluster

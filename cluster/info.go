@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentsilo/agentsilo/cluster/membership"
@@ -17,55 +19,70 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// clusterAgents lists the activations of every silo in the view.
-// clusterInfo is what the gateway learns of the cluster (its ClusterInfo):
-// the members of the router's view and the activations of every silo.
+// clusterInfo is what the gateway learns of, and does to, the cluster (its
+// gateway.ClusterInfo): the members of the router's view with their
+// activation counts, every silo's activations and agent types, and
+// deactivating an agent wherever it lives. What another silo knows is asked
+// over the transport with runtime messages (peer.go answers them).
 type clusterInfo struct {
 	r  *router
 	rt *grain.Runtime
 }
 
-func (c clusterInfo) clusterAgents(ctx context.Context, typeName string) ([]ActivationRecord, error) {
+// askPeers sends the runtime message msgType (with text) to every other
+// silo of the view, concurrently, and gives each reply to each, from the
+// calling goroutine. Failures are joined, naming their silo.
+func (c clusterInfo) askPeers(ctx context.Context, msgType, text string, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
 	r := c.r
 	st := r.state.Load()
-	out := activationInfos(c.rt.Activations(typeName))
-	type part struct {
-		recs []ActivationRecord
-		err  error
-	}
 	var peers []membership.Member
 	for _, mi := range st.view.Members {
 		if mi.Name != r.self {
 			peers = append(peers, mi)
 		}
 	}
-	parts := make(chan part, len(peers))
+	type answer struct {
+		silo  string
+		reply *agentsilov1.AgentMessage
+		err   error
+	}
+	answers := make(chan answer, len(peers))
 	for _, mi := range peers {
 		go func() {
 			reply, err := r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{
-				Message:     &agentsilov1.AgentMessage{MessageType: msgAgents, Message: typeName, From: r.self},
+				Message:     &agentsilov1.AgentMessage{MessageType: msgType, Message: text, From: r.self},
 				ViewVersion: st.view.Version,
 			})
-			var recs []ActivationRecord
-			if err == nil {
-				err = json.Unmarshal(reply.GetData(), &recs)
-			}
-			if err != nil {
-				err = errs.New(codes.Unavailable, "agents of silo %s: %v", mi.Name, errs.FromStatus(err))
-			}
-			parts <- part{recs, err}
+			answers <- answer{mi.Name, reply, err}
 		}()
 	}
 	var errList []error
 	for range peers {
-		p := <-parts
-		out = append(out, p.recs...)
-		if p.err != nil {
-			errList = append(errList, p.err)
+		a := <-answers
+		err := a.err
+		if err == nil {
+			err = each(a.silo, a.reply)
+		}
+		if err != nil {
+			errList = append(errList, errs.New(codes.Unavailable, "silo %s: %v", a.silo, errs.FromStatus(err)))
 		}
 	}
+	return errors.Join(errList...)
+}
+
+// clusterAgents lists the activations of every silo in the view.
+func (c clusterInfo) clusterAgents(ctx context.Context, typeName string) ([]ActivationRecord, error) {
+	out := activationInfos(c.rt.Activations(typeName))
+	err := c.askPeers(ctx, msgAgents, typeName, func(_ string, reply *agentsilov1.AgentMessage) error {
+		var recs []ActivationRecord
+		if err := json.Unmarshal(reply.GetData(), &recs); err != nil {
+			return err
+		}
+		out = append(out, recs...)
+		return nil
+	})
 	sort.Slice(out, func(i, j int) bool { return out[i].Address < out[j].Address })
-	return out, errors.Join(errList...)
+	return out, err
 }
 
 // ActivationRecord is one activation as silos exchange it.
@@ -91,10 +108,17 @@ func activationInfos(as []grain.ActivationInfo) []ActivationRecord {
 	return out
 }
 
-// Members implements gateway.ClusterInfo.
-func (c clusterInfo) Members() ([]*agentsilov1.Member, int64) {
+// Members implements gateway.ClusterInfo: each member with its count of
+// activations, as that silo reports it.
+func (c clusterInfo) Members(ctx context.Context) ([]*agentsilov1.Member, int64, error) {
 	r := c.r
 	st := r.state.Load()
+	counts := map[string]uint32{r.self: uint32(max(c.rt.Len(), 0))}
+	err := c.askPeers(ctx, msgCount, "", func(silo string, reply *agentsilov1.AgentMessage) error {
+		n, err := strconv.ParseUint(reply.GetMessage(), 10, 32)
+		counts[silo] = uint32(n)
+		return err
+	})
 	out := make([]*agentsilov1.Member, 0, len(st.view.Members))
 	for _, mi := range st.view.Members {
 		m := &agentsilov1.Member{
@@ -103,16 +127,14 @@ func (c clusterInfo) Members() ([]*agentsilov1.Member, int64) {
 			PeerAddr:    mi.PeerAddr,
 			State:       "alive",
 			Self:        mi.Name == r.self,
+			Activations: counts[mi.Name],
 		}
 		if mi.Leaving {
 			m.State = "leaving"
 		}
-		if m.Self {
-			m.Activations = uint32(max(c.rt.Len(), 0))
-		}
 		out = append(out, m)
 	}
-	return out, st.view.Version
+	return out, st.view.Version, err
 }
 
 // Agents implements gateway.ClusterInfo.
@@ -129,4 +151,56 @@ func (c clusterInfo) Agents(ctx context.Context, typeName string) ([]*agentsilov
 		}
 	}
 	return out, err
+}
+
+// Types implements gateway.ClusterInfo: the union of the silos' types; where
+// two silos disagree about a type (a rolling upgrade), this silo's wins,
+// then the first silo's by name.
+func (c clusterInfo) Types(ctx context.Context) ([]*agentsilov1.AgentType, error) {
+	byName := make(map[string]*agentsilov1.AgentType)
+	for _, t := range c.rt.Registry().Types() {
+		byName[t.Name] = t.Proto()
+	}
+	err := c.askPeers(ctx, msgTypes, "", func(_ string, reply *agentsilov1.AgentMessage) error {
+		var l agentsilov1.ListTypesResponse
+		if err := proto.Unmarshal(reply.GetData(), &l); err != nil {
+			return err
+		}
+		for _, t := range l.GetTypes() {
+			if _, ok := byName[t.GetName()]; !ok {
+				byName[t.GetName()] = t
+			}
+		}
+		return nil
+	})
+	out := make([]*agentsilov1.AgentType, 0, len(byName))
+	for _, t := range byName {
+		out = append(out, t)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, err
+}
+
+// Deactivate implements gateway.ClusterInfo: the silo that owns addr in this
+// silo's view deactivates it (after catching up to this view).
+func (c clusterInfo) Deactivate(ctx context.Context, addr string) error {
+	r := c.r
+	owner := r.Route(addr)
+	a, err := grain.ParseAddress(addr)
+	if err != nil {
+		return err
+	}
+	if owner == "" {
+		return c.rt.Deactivate(ctx, a)
+	}
+	st := r.state.Load()
+	mi, ok := st.view.Member(owner)
+	if !ok {
+		return errs.New(codes.Unavailable, "deactivate %s: its silo %s is not in the view", addr, owner)
+	}
+	_, err = r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{
+		Message:     &agentsilov1.AgentMessage{MessageType: msgDeactivate, To: addr, From: r.self},
+		ViewVersion: st.view.Version,
+	})
+	return err
 }

@@ -96,7 +96,7 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 		logger.Error("silo failed to start", "err", err)
 		return 1
 	}
-	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(p.Registry.Types(), ","))
+	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(p.Registry.Names(), ","))
 	if p.AfterStart != nil {
 		if err := p.AfterStart(ctx, s); err != nil {
 			logger.Error("after start", "err", err)

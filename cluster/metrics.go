@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,7 +97,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	empty := map[string]*typeMetrics{}
 	m.types.Store(&empty)
-	for _, c := range []prometheus.Collector{m.calls, m.duration, m.aclDenials, m.lateness} {
+	build := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "agentsilo_build_info",
+		Help: "1, labelled with the version of agentsilo this silo runs (see silo --version) and the Go version.",
+	}, []string{"version", "goversion"})
+	build.WithLabelValues(Version(), runtime.Version()).Set(1)
+	for _, c := range []prometheus.Collector{m.calls, m.duration, m.aclDenials, m.lateness, build} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -94,7 +95,7 @@ func (a *ticker) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		a.ticks.Add(1)
 		return nil, nil
 	}
-	if err := a.h.RegisterReminder(ctx, "r", 200*time.Millisecond, "tick", ""); err != nil {
+	if err := a.h.RegisterReminder(ctx, "r", 200*time.Millisecond, 200*time.Millisecond, "tick", ""); err != nil {
 		return nil, err
 	}
 	return m.Response(), nil
@@ -153,6 +154,9 @@ func TestMetrics(t *testing.T) {
 		durations += x
 		if _, found := value(fams[i], "go_goroutines"); !found {
 			t.Errorf("%s: no Go runtime metrics", s.cfg.Name)
+		}
+		if x, _ := value(fams[i], "agentsilo_build_info", "version", Version(), "goversion", runtime.Version()); x != 1 {
+			t.Errorf("%s: agentsilo_build_info{version=%q} = %v, want 1", s.cfg.Name, Version(), x)
 		}
 	}
 	if ok != n || activations != n || durations != n {

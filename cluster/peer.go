@@ -3,14 +3,17 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -21,7 +24,8 @@ import (
 type peerHandler struct {
 	r      *router
 	rt     *grain.Runtime
-	tracer tracing.Tracer // the peer spans
+	silo   siloapi.Runtime // rt's silo-only API
+	tracer tracing.Tracer  // the peer spans
 }
 
 var _ transport.AsyncHandler = (*peerHandler)(nil)
@@ -34,6 +38,17 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return nil, h.release(ctx, msg.GetTo(), env.GetViewVersion())
 	case msgAgents:
 		return h.agents(msg.GetMessage())
+	case msgCount:
+		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
+	case msgTypes:
+		return h.types()
+	case msgDeactivate:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		a, err := grain.ParseAddress(msg.GetTo())
+		if err != nil {
+			return nil, err
+		}
+		return nil, h.rt.Deactivate(ctx, a)
 	}
 	if grain.IsReserved(msg.GetMessageType()) {
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
@@ -42,15 +57,15 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 	if msg.GetTraceparent() != "" {
 		var span trace.Span
 		ctx, span = h.tracer.Start(ctx, "peer Ask", trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
-		reply, err := h.rt.AskRemote(ctx, msg, int(env.GetHops()))
+		reply, err := h.silo.AskRemote(ctx, msg, int(env.GetHops()))
 		tracing.End(span, err)
 		return reply, err
 	}
-	return h.rt.AskRemote(ctx, msg, int(env.GetHops()))
+	return h.silo.AskRemote(ctx, msg, int(env.GetHops()))
 }
 
 // TryHandleRequest takes, without a goroutine of its own, a forwarded request
-// for a live activation here (see grain.Runtime.TryAskRemote); everything
+// for a live activation here (see siloapi.Runtime.TryAskRemote); everything
 // else (runtime messages, a sender with a newer view, traced messages) goes
 // to HandleRequest.
 func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
@@ -58,7 +73,7 @@ func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *trans
 	if msg.GetTraceparent() != "" || h.r.state.Load().view.Version < env.GetViewVersion() {
 		return false
 	}
-	return h.rt.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
+	return h.silo.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
 }
 
 // HandleOneWay implements transport.Handler.
@@ -74,7 +89,7 @@ func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transp
 		ctx, span = h.tracer.Start(ctx, "peer "+tracing.KindName(msg.Kind), trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
 		defer span.End()
 	}
-	if err := h.rt.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
+	if err := h.silo.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
 		h.r.log.Debug("one-way message from a peer not delivered", "from", from, "to", msg.GetTo(), "err", err)
 	}
 }
@@ -88,7 +103,7 @@ func (h *peerHandler) release(ctx context.Context, key string, version int64) er
 	if h.r.Route(key) == "" && h.r.state.Load().self {
 		return errs.New(codes.FailedPrecondition, "%s is owned by %s in view %d", key, h.r.self, h.r.state.Load().view.Version)
 	}
-	return h.rt.Release(ctx, key)
+	return h.silo.Release(ctx, key)
 }
 
 // agents lists this silo's activations for a peer, as JSON in the reply.
@@ -98,4 +113,17 @@ func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error)
 		return nil, errs.New(codes.Internal, "agents: %v", err)
 	}
 	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/json", Data: b}, nil
+}
+
+// types lists this silo's agent types for a peer.
+func (h *peerHandler) types() (*agentsilov1.AgentMessage, error) {
+	l := &agentsilov1.ListTypesResponse{}
+	for _, t := range h.rt.Registry().Types() {
+		l.Types = append(l.Types, t.Proto())
+	}
+	b, err := proto.Marshal(l)
+	if err != nil {
+		return nil, errs.New(codes.Internal, "types: %v", err)
+	}
+	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/protobuf", Data: b}, nil
 }

@@ -35,6 +35,12 @@ const (
 	msgSwept = grain.ReservedPrefix + "swept"
 	// msgAgents asks a silo for its activations (Message: a type or "").
 	msgAgents = grain.ReservedPrefix + "agents"
+	// msgCount asks a silo for its number of activations.
+	msgCount = grain.ReservedPrefix + "count"
+	// msgTypes asks a silo for its agent types.
+	msgTypes = grain.ReservedPrefix + "types"
+	// msgDeactivate asks the silo that owns To to deactivate it, if active.
+	msgDeactivate = grain.ReservedPrefix + "deactivate"
 )
 
 // router places addresses over the membership view and carries messages

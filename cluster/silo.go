@@ -28,6 +28,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/faults"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
@@ -101,8 +102,9 @@ type SiloConfig struct {
 	// or'ed, its MaxMessageSize is Runtime's, and its ACL, Cluster and
 	// TracerProvider are the silo's (leave them unset).
 	Gateway gateway.Config
-	// Clock drives membership (keepalives, fencing, the revocation grace)
-	// and routing waits. Default: the real clock. For tests.
+	// Clock drives membership (keepalives, fencing, the revocation grace),
+	// routing waits, reminders, and the runtime's idle collection and timers
+	// (unless Runtime.Clock is set). Default: the real clock. For tests.
 	Clock clock.Clock
 	// Logger receives the silo's logs; its handler is wrapped with
 	// TraceLogHandler. Default: slog.Default().
@@ -204,6 +206,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
+	}
+	if cfg.Runtime.Clock == nil {
+		cfg.Runtime.Clock = cfg.Clock
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		return nil, errs.New(codes.InvalidArgument, "cluster: ShutdownTimeout %v must be positive", cfg.ShutdownTimeout)
@@ -377,6 +382,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		MinPeriod: s.cfg.MinReminderPeriod,
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
 		Owns:      s.router.owns,
+		Clock:     s.clk,
 		Logger:    s.logger,
 
 		ObserveLateness: s.metrics.observeLateness,
@@ -401,7 +407,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk))
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, tracer: tracer})
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer})
 	gcfg := s.cfg.Gateway
 	gcfg.Cluster = clusterInfo{r: s.router, rt: s.rt}
 	gcfg.ACL = s.acl

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/internal/testnet"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -33,7 +33,7 @@ func TestSiloLifecycle(t *testing.T) {
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Etcd.DataDir = t.TempDir()
-	cfg.Etcd.EmbeddedAddr, cfg.Etcd.EmbeddedPeerAddr = testnet.FreeAddr(t), testnet.FreeAddr(t)
+	cfg.Etcd.EmbeddedAddr, cfg.Etcd.EmbeddedPeerAddr = testutil.FreeAddr(t), testutil.FreeAddr(t)
 	s, err := NewSilo(cfg, reg)
 	if err != nil {
 		t.Fatal(err)

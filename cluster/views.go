@@ -8,6 +8,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -84,7 +85,7 @@ func (f *views) stop() {
 // sweep deactivates what v moved away and tells the peers.
 func (f *views) sweep(v membership.View) {
 	r := f.r
-	if err := f.rt.Rehome(f.ctx, func(key string) bool { return r.Route(key) == "" }); err != nil {
+	if err := siloapi.Of(f.rt).Rehome(f.ctx, func(key string) bool { return r.Route(key) == "" }); err != nil {
 		return // closing
 	}
 	for _, mi := range v.Members {

@@ -27,17 +27,32 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
-// Register adds every demo type to reg.
+// Register adds every demo type to reg, with its description and skills.
 func Register(reg *grain.Registry) error {
-	for name, f := range map[string]grain.Factory{
-		"Echo":     func(grain.Host) (grain.Agent, error) { return Echo{}, nil },
-		"Counter":  func(h grain.Host) (grain.Agent, error) { return &Counter{count: grain.NewState[int64](h)}, nil },
-		"Progress": func(h grain.Host) (grain.Agent, error) { return &Progress{host: h}, nil },
-		"Pipeline": func(h grain.Host) (grain.Agent, error) { return &Pipeline{host: h}, nil },
-		"FanOut":   func(h grain.Host) (grain.Agent, error) { return &FanOut{host: h}, nil },
-		"Ticker":   func(h grain.Host) (grain.Agent, error) { return &Ticker{host: h}, nil },
+	for _, t := range []struct {
+		f    grain.Factory
+		info grain.TypeInfo
+	}{
+		{func(grain.Host) (grain.Agent, error) { return Echo{}, nil }, grain.TypeInfo{Name: "Echo",
+			Description: "Replies with the text it was sent.",
+			Skills:      []grain.Skill{{Name: "echo", Description: "repeats a message", Tags: []string{"test", "echo"}, Examples: []string{"hello"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &Counter{count: grain.NewState[int64](h)}, nil }, grain.TypeInfo{Name: "Counter",
+			Description: "Counts, durably: its count lives in the state store.",
+			Skills:      []grain.Skill{{Name: "count", Description: "adds one, adds n, reads or resets the count", Tags: []string{"counting", "state"}, Examples: []string{"", "add 5", "get", "reset"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &Progress{host: h}, nil }, grain.TypeInfo{Name: "Progress",
+			Description: "Pushes three progress lines to its caller, then replies.",
+			Skills:      []grain.Skill{{Name: "think", Description: "reports progress while it works", Tags: []string{"streaming"}, Examples: []string{"plan a trip"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &Pipeline{host: h}, nil }, grain.TypeInfo{Name: "Pipeline",
+			Description: "Asks the agents of its configured stages in turn.",
+			Skills:      []grain.Skill{{Name: "chain", Description: "passes a message through agents", Tags: []string{"orchestration"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &FanOut{host: h}, nil }, grain.TypeInfo{Name: "FanOut",
+			Description: "Asks N agents at once and merges their replies.",
+			Skills:      []grain.Skill{{Name: "scatter", Description: "parallel asks", Tags: []string{"orchestration"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &Ticker{host: h}, nil }, grain.TypeInfo{Name: "Ticker",
+			Description: "Counts the ticks of a durable reminder.",
+			Skills:      []grain.Skill{{Name: "tick", Description: "start PERIOD [DUE], stop, count", Tags: []string{"reminders"}, Examples: []string{"start 1m", "count"}}}}},
 	} {
-		if err := reg.Register(name, f); err != nil {
+		if err := reg.Register(t.info.Name, t.f, t.info); err != nil {
 			return err
 		}
 	}
@@ -54,9 +69,11 @@ func (Echo) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, erro
 	return r, nil
 }
 
-// Counter counts in memory. "get" replies with the count, "reset" sets it to
+// Counter counts durably. "get" replies with the count, "reset" sets it to
 // zero, anything else (an Ask or a Send) adds one, or N for "add N". The count
-// lives as long as the activation.
+// lives in the silo's state store (grain.State), so it survives deactivation,
+// crashes and moves; a change is saved, with the etag loaded, before the
+// reply.
 type Counter struct{ count *grain.State[int64] }
 
 // OnActivate implements grain.Activator: the count is loaded once per

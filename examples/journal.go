@@ -32,16 +32,17 @@ var errNotServing = errs.New(codes.Unavailable, "journal: the silo no longer ser
 // an activation whose process died without an "end" line ends when the
 // process died.
 //
-// Journal is registered only when a silo runs with the hidden --journal flag.
+// Journal (with StateProbe, which journals the same way) is registered only
+// when a silo runs with the hidden --journal flag.
 type Journal struct {
 	host grain.Host
 	file *os.File
 }
 
-// RegisterJournal registers the Journal type on reg, appending to the file at
-// path (created if missing). The file stays open for the life of the process.
-// Every line is one write(2) on a file opened with O_APPEND, so lines of
-// several processes never interleave.
+// RegisterJournal registers the Journal and StateProbe types on reg, both
+// appending to the file at path (created if missing). The file stays open
+// for the life of the process. Every line is one write(2) on a file opened
+// with O_APPEND, so lines of several processes never interleave.
 func RegisterJournal(reg *grain.Registry, path string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
@@ -50,6 +51,11 @@ func RegisterJournal(reg *grain.Registry, path string) error {
 	err = reg.Register(JournalType, func(h grain.Host) (grain.Agent, error) {
 		return &Journal{host: h, file: f}, nil
 	})
+	if err == nil {
+		err = reg.Register(StateProbeType, func(h grain.Host) (grain.Agent, error) {
+			return &StateProbe{Journal{host: h, file: f}}, nil
+		})
+	}
 	if err != nil {
 		f.Close()
 	}

@@ -78,6 +78,7 @@ func TestTicker(t *testing.T) {
 		}
 		return r.Message, nil
 	}
+	before := time.Now()
 	if got, err := ask("start 90s"); err != nil || got != `reminder "tick" every 1m30s` {
 		t.Fatalf("start 90s = %q, %v", got, err)
 	}
@@ -92,6 +93,22 @@ func TestTicker(t *testing.T) {
 	}
 	if got, err := ask("count"); err != nil || got != "2" {
 		t.Fatalf("count = %q, %v; want 2", got, err)
+	}
+	if !r.Due.After(before.Add(89 * time.Second)) {
+		t.Fatalf("start 90s: first due %v, want a period after %v", r.Due, before)
+	}
+	// A due time of 0: the first tick is due now.
+	before = time.Now()
+	if got, err := ask("start 90s 0s"); err != nil || got != `reminder "tick" every 1m30s, first in 0s` {
+		t.Fatalf("start 90s 0s = %q, %v", got, err)
+	}
+	if r, _ := rems.get(ticker + "/tick"); r.Due.Before(before) || r.Due.After(time.Now()) || r.Period != 90*time.Second {
+		t.Fatalf("start 90s 0s registered %+v; want due between %v and now", r, before)
+	}
+	for _, bad := range []string{"start 90s -1s", "start 90s soon"} {
+		if _, err := ask(bad); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s = %v, want InvalidArgument", bad, err)
+		}
 	}
 	if _, err := ask("start 10s"); errs.Code(err) != codes.InvalidArgument {
 		t.Errorf("start 10s = %v, want the service's InvalidArgument", err)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
@@ -21,7 +20,7 @@ type envelope struct {
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
 	reply chan result     // buffered; nil unless msg is a REQUEST (or done is set)
 	// done, if set, takes a REQUEST's result instead of reply (see
-	// Runtime.TryAskRemote); it is called once, from the activation's
+	// Runtime.tryAskRemote); it is called once, from the activation's
 	// goroutine or the runtime's.
 	done func(*Message, error)
 	// For a request whose ctx has neither deadline nor Done: the default
@@ -65,20 +64,21 @@ type deactivation struct {
 	reason Reason
 }
 
-// activation is one live agent: a protoactor actor with our mailbox. It is
-// also the agent's Host.
+// activation is one live agent: a protoactor actor (see actor.go) with our
+// mailbox. It is also the agent's Host.
 type activation struct {
 	rt    *Runtime
 	addr  Address
 	key   string // addr.String()
 	agent Agent
 	mb    mailbox
-	pid   *actor.PID
+	proc  process // protoactor's (actor.go)
 
 	exec        sync.Mutex           // see turn.go
 	cur         atomic.Pointer[turn] // the mailbox turn in progress
 	waiters     atomic.Int32         // turns waiting in Ask
 	lastActive  atomic.Int64         // Unix ns, coarse
+	idle        int64                // idle timeout (ns): the type's, else the silo's
 	deactivate  atomic.Int32         // a pending Reason, 0 if none
 	activatedAt int64                // Unix ns
 	timers      map[string]*timer    // touched only in turn
@@ -91,9 +91,10 @@ type activation struct {
 
 var _ Host = (*activation)(nil)
 
-// Receive implements actor.Actor. It runs on the mailbox's goroutine.
-func (a *activation) Receive(c actor.Context) {
-	switch m := c.Message().(type) {
+// receive handles one message of the mailbox (see Receive). It runs on the
+// mailbox's goroutine.
+func (a *activation) receive(msg any) {
+	switch m := msg.(type) {
 	case *envelope:
 		a.lastActive.Store(a.rt.now.Load())
 		a.handle(m)
@@ -101,7 +102,7 @@ func (a *activation) Receive(c actor.Context) {
 		a.tick(m)
 	case *deactivation:
 		a.deactivate.Store(0)
-		if m.reason == ReasonIdle && (a.mb.UserMessageCount() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.rt.cfg.IdleTimeout.Nanoseconds()) {
+		if m.reason == ReasonIdle && (a.mb.UserMessageCount() > 0 || a.rt.now.Load()-a.lastActive.Load() < a.idle) {
 			return // used again since the request
 		}
 		a.finish(m.reason)
@@ -191,7 +192,7 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 				a.failed.Store(int32(ReasonRequested))
 				a.started = false // OnDeactivate is not run for a failed activation
 				if errs.Code(err) == codes.Unknown {
-					err = errs.New(codes.Internal, "agent %s: activate: %v", a.key, err)
+					err = errs.Wrap(codes.Internal, err, "agent %s: activate", a.key)
 				}
 				return nil, err
 			}
@@ -301,7 +302,7 @@ func (a *activation) finish(reason Reason) {
 	}
 	sh.mu.Unlock()
 	release()
-	rt.system.Root.Stop(a.pid)
+	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
@@ -374,7 +375,7 @@ type timer struct {
 	name, messageType, message string
 	period                     time.Duration
 	mu                         sync.Mutex // guards t: the timer's own callback re-arms it
-	t                          *time.Timer
+	t                          Timer
 	queued                     atomic.Bool
 	stopped                    atomic.Bool
 }
@@ -393,7 +394,7 @@ func (a *activation) RegisterTimer(name string, due, period time.Duration, messa
 	tm := &timer{name: name, messageType: messageType, message: message, period: period}
 	tm.mu.Lock()
 	defer tm.mu.Unlock()
-	tm.t = time.AfterFunc(due, func() {
+	tm.t = a.rt.clock.AfterFunc(due, func() {
 		if tm.stopped.Load() {
 			return
 		}

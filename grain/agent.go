@@ -3,12 +3,7 @@ package grain
 import (
 	"context"
 	"log/slog"
-	"sync"
 	"time"
-
-	"google.golang.org/grpc/codes"
-
-	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Agent is the one method every agent type implements. The runtime calls it
@@ -127,10 +122,11 @@ type Host interface {
 	// Deactivate ends this activation after the current turn.
 	Deactivate()
 
-	// RegisterReminder creates or replaces a durable reminder (see Reminder),
-	// first due one period from now. The period must be at least the silo's
-	// minimum (--min-reminder-period, 1 min by default).
-	RegisterReminder(ctx context.Context, name string, period time.Duration, messageType, message string) error
+	// RegisterReminder creates or replaces a durable reminder (see Reminder):
+	// its first tick is due after due (0: at once), then every period. The
+	// period must be at least the silo's minimum (--min-reminder-period,
+	// 1 min by default); a negative due is InvalidArgument.
+	RegisterReminder(ctx context.Context, name string, due, period time.Duration, messageType, message string) error
 	// UnregisterReminder removes a reminder of this agent.
 	UnregisterReminder(ctx context.Context, name string) error
 	// Reminders lists this agent's reminders.
@@ -165,52 +161,3 @@ type Host interface {
 // factory may run for a spare that is discarded before it activates. Do
 // set-up in OnActivate, which runs once per activation.
 type Factory func(host Host) (Agent, error)
-
-// Registry maps agent type names to factories. It is safe for concurrent use.
-type Registry struct {
-	mu    sync.RWMutex
-	types map[string]Factory
-}
-
-// NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{types: make(map[string]Factory)} }
-
-// Register adds an agent type. The name must be a valid type name, not the
-// reserved SessionType, and not registered already.
-func (r *Registry) Register(typeName string, f Factory) error {
-	if !ValidType(typeName) {
-		return errs.New(codes.InvalidArgument, "agent type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(typeName))
-	}
-	if typeName == SessionType {
-		return errs.New(codes.InvalidArgument, "agent type %q is reserved for client sessions", typeName)
-	}
-	if f == nil {
-		return errs.New(codes.InvalidArgument, "agent type %q: nil factory", typeName)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.types[typeName]; ok {
-		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
-	}
-	r.types[typeName] = f
-	return nil
-}
-
-// Lookup returns the factory of typeName.
-func (r *Registry) Lookup(typeName string) (Factory, bool) {
-	r.mu.RLock()
-	f, ok := r.types[typeName]
-	r.mu.RUnlock()
-	return f, ok
-}
-
-// Types returns the registered type names, in no particular order.
-func (r *Registry) Types() []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out := make([]string, 0, len(r.types))
-	for t := range r.types {
-		out = append(out, t)
-	}
-	return out
-}

@@ -2,10 +2,15 @@ package grain
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -45,7 +50,18 @@ type Config struct {
 	Observer Observer
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Clock is the time of idle collection, timers and activation times
+	// (Ask deadlines and latencies are measured on the real clock). Tests
+	// give a fake one (package internal/clock). Default: the real clock.
+	Clock Clock
 }
+
+// Clock is a replaceable time source: Now, NewTimer and AfterFunc, as in
+// package time. Its methods are called concurrently.
+type Clock = clock.Clock
+
+// Timer is a timer of a Clock.
+type Timer = clock.Timer
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
@@ -55,23 +71,23 @@ func DefaultConfig() Config {
 		AskTimeout:        30 * time.Second,
 		IdleTimeout:       15 * time.Minute,
 		DeactivateTimeout: 10 * time.Second,
-		MaxMessageSize:    4 << 20,
+		MaxMessageSize:    protocol.DefaultMaxMessageSize,
 	}
 }
 
-// Validate reports the first invalid field.
+// Validate reports the first invalid field, as InvalidArgument.
 func (c *Config) Validate() error {
 	switch {
 	case c.MailboxSize < 1:
-		return fmt.Errorf("grain: MailboxSize %d must be at least 1", c.MailboxSize)
+		return errs.New(codes.InvalidArgument, "grain: MailboxSize %d must be at least 1", c.MailboxSize)
 	case c.AskTimeout <= 0:
-		return fmt.Errorf("grain: AskTimeout %v must be positive", c.AskTimeout)
+		return errs.New(codes.InvalidArgument, "grain: AskTimeout %v must be positive", c.AskTimeout)
 	case c.IdleTimeout <= 0:
-		return fmt.Errorf("grain: IdleTimeout %v must be positive", c.IdleTimeout)
+		return errs.New(codes.InvalidArgument, "grain: IdleTimeout %v must be positive", c.IdleTimeout)
 	case c.DeactivateTimeout <= 0:
-		return fmt.Errorf("grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
+		return errs.New(codes.InvalidArgument, "grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
 	case c.MaxMessageSize < 1024:
-		return fmt.Errorf("grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+		return errs.New(codes.InvalidArgument, "grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
 	}
 	return nil
 }
@@ -90,6 +106,8 @@ type ConfigStore interface {
 	Get(ctx context.Context, addr Address) (map[string]string, error)
 	// Put stores the configuration of addr, replacing any earlier one.
 	Put(ctx context.Context, addr Address, cfg map[string]string) error
+	// Delete removes the configuration of addr, if any.
+	Delete(ctx context.Context, addr Address) error
 }
 
 // MemoryConfigStore is a ConfigStore in memory: the default of a single silo
@@ -116,6 +134,14 @@ func (s *MemoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfgs[addr] = clone(cfg)
+	return nil
+}
+
+// Delete implements ConfigStore.
+func (s *MemoryConfigStore) Delete(_ context.Context, addr Address) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.cfgs, addr)
 	return nil
 }
 

@@ -4,12 +4,11 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-
-	"github.com/asynkron/protoactor-go/actor"
 )
 
-// mailbox is the protoactor-go Mailbox of one activation. It differs from
-// protoactor's own mailboxes in two ways that agentsilo needs:
+// mailbox is the protoactor-go Mailbox of one activation (plugged in by
+// actor.go). It differs from protoactor's own mailboxes in two ways that
+// agentsilo needs:
 //
 //   - it is bounded with backpressure: post waits for room under the sender's
 //     context instead of dropping or spinning;
@@ -31,12 +30,10 @@ type mailbox struct {
 	limit   int32
 	waiting chan struct{} // closed when room frees up; made when a sender waits
 
-	invoker    actor.MessageInvoker
-	dispatcher actor.Dispatcher
+	invoker    messageInvoker // set by RegisterHandlers (actor.go)
+	dispatcher scheduler
 	runFn      func() // m.run, bound once
 }
-
-var _ actor.Mailbox = (*mailbox)(nil)
 
 // errClosed means the activation is gone; the sender looks it up again.
 var errClosed = errors.New("grain: activation closed")
@@ -92,13 +89,6 @@ func (m *mailbox) PostSystemMessage(msg any) {
 	m.sys = append(m.sys, msg)
 	m.scheduleLocked()
 	m.mu.Unlock()
-}
-
-// RegisterHandlers implements actor.Mailbox.
-func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
-	m.invoker = invoker
-	m.dispatcher = dispatcher
-	m.runFn = m.run
 }
 
 // start lets a held mailbox run what it queued meanwhile.

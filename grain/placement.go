@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // Placement places addresses across the silos of a cluster. A Runtime
@@ -65,10 +66,10 @@ var ErrMoved = errs.New(codes.Unavailable, "address moved to another silo")
 // address moved while it was being delivered.
 const maxReroutes = 4
 
-// AskRemote runs a REQUEST that another silo forwarded here after hops
+// askRemote runs a REQUEST that another silo forwarded here after hops
 // silos: like Ask, but msg keeps its id and call chain, and its sender is not
 // checked (silos trust each other). Package cluster calls it.
-func (rt *Runtime) AskRemote(ctx context.Context, msg *Message, hops int) (*Message, error) {
+func (rt *Runtime) askRemote(ctx context.Context, msg *Message, hops int) (*Message, error) {
 	if msg == nil {
 		return nil, errs.New(codes.InvalidArgument, "nil message")
 	}
@@ -76,9 +77,9 @@ func (rt *Runtime) AskRemote(ctx context.Context, msg *Message, hops int) (*Mess
 	return rt.ask(ctx, ownerOf(msg.From), msg, hops)
 }
 
-// SendRemote delivers a ONE_WAY message or EVENT that another silo forwarded
+// sendRemote delivers a ONE_WAY message or EVENT that another silo forwarded
 // here after hops silos.
-func (rt *Runtime) SendRemote(ctx context.Context, msg *Message, hops int) error {
+func (rt *Runtime) sendRemote(ctx context.Context, msg *Message, hops int) error {
 	if msg == nil {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}
@@ -88,14 +89,14 @@ func (rt *Runtime) SendRemote(ctx context.Context, msg *Message, hops int) error
 	return rt.tell(ctx, ownerOf(msg.From), msg, hops)
 }
 
-// TryAskRemote is AskRemote without a goroutine waiting for the reply, for
+// tryAskRemote is askRemote without a goroutine waiting for the reply, for
 // the common case: msg, a REQUEST another silo forwarded (id and call chain
 // set), is for a live activation owned here that it can join at once (not a
 // call that re-enters a waiting turn, room in the mailbox). Then it queues msg
 // and returns true, and done gets the reply or error later, from the
 // activation's goroutine (or the runtime's), so it must not block for long.
-// Otherwise it returns false and has done nothing: use AskRemote.
-func (rt *Runtime) TryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
+// Otherwise it returns false and has done nothing: use askRemote.
+func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
 	if msg == nil || msg.Id == "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
 		return false
 	}
@@ -123,11 +124,11 @@ func (rt *Runtime) TryAskRemote(ctx context.Context, msg *Message, hops int, don
 // closedChan makes a mailbox post give up at once instead of waiting for room.
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Rehome deactivates, each after its current turn and the messages queued
+// rehome deactivates, each after its current turn and the messages queued
 // before it, the activations for which keep returns false, and returns once
 // they have all ended (their OnDeactivate ran) or ctx ends. Package cluster
 // calls it when the view moves addresses away from this silo.
-func (rt *Runtime) Rehome(ctx context.Context, keep func(key string) bool) error {
+func (rt *Runtime) rehome(ctx context.Context, keep func(key string) bool) error {
 	var moving []*activation
 	rt.dir.each(func(a *activation) {
 		if !keep(a.key) {
@@ -145,17 +146,30 @@ func (rt *Runtime) Rehome(ctx context.Context, keep func(key string) bool) error
 	return nil
 }
 
-// Release deactivates the activation of key, if there is one, and returns
+// release deactivates the activation of key, if there is one, and returns
 // once it has ended or ctx ends. Package cluster calls it when the silo that
 // now owns key asks for it; the caller makes sure that this silo no longer
 // routes key to itself, so no new activation can start meanwhile.
-func (rt *Runtime) Release(ctx context.Context, key string) error {
+func (rt *Runtime) release(ctx context.Context, key string) error {
+	return rt.deactivate(ctx, key, ReasonMoved)
+}
+
+// Deactivate ends the activation of addr on this silo, if there is one,
+// after its current turn (OnDeactivate gets ReasonRequested), and returns
+// once it has ended or ctx ends. An agent that is not active here is left
+// alone. In a cluster, the gateway's Deactivate reaches the silo that holds
+// the agent.
+func (rt *Runtime) Deactivate(ctx context.Context, addr Address) error {
+	return rt.deactivate(ctx, addr.String(), ReasonRequested)
+}
+
+func (rt *Runtime) deactivate(ctx context.Context, key string, why Reason) error {
 	for {
 		a := rt.dir.get(key)
 		if a == nil {
 			return nil
 		}
-		a.requestDeactivation(ReasonMoved)
+		a.requestDeactivation(why)
 		if err := rt.waitEnded(ctx, a); err != nil {
 			return err
 		}
@@ -262,4 +276,29 @@ func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 			return err
 		}
 	}
+}
+
+// siloRuntime is rt's silo-only API (package siloapi).
+type siloRuntime struct{ rt *Runtime }
+
+func (s siloRuntime) AskRemote(ctx context.Context, msg *Message, hops int) (*Message, error) {
+	return s.rt.askRemote(ctx, msg, hops)
+}
+
+func (s siloRuntime) SendRemote(ctx context.Context, msg *Message, hops int) error {
+	return s.rt.sendRemote(ctx, msg, hops)
+}
+
+func (s siloRuntime) TryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
+	return s.rt.tryAskRemote(ctx, msg, hops, done)
+}
+
+func (s siloRuntime) Rehome(ctx context.Context, keep func(key string) bool) error {
+	return s.rt.rehome(ctx, keep)
+}
+
+func (s siloRuntime) Release(ctx context.Context, key string) error { return s.rt.release(ctx, key) }
+
+func init() {
+	siloapi.Of = func(rt any) siloapi.Runtime { return siloRuntime{rt.(*Runtime)} }
 }

@@ -51,9 +51,9 @@ func (s siloPlacement) Serving() bool { return true }
 func (s siloPlacement) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
 	rt := s.p.rts[silo]
 	if m.Kind == KindRequest {
-		return rt.AskRemote(ctx, m, hops+1)
+		return rt.askRemote(ctx, m, hops+1)
 	}
-	return nil, rt.SendRemote(ctx, m, hops+1)
+	return nil, rt.sendRemote(ctx, m, hops+1)
 }
 
 // move makes silo the owner of every address, as a view change does, and
@@ -64,7 +64,7 @@ func (p *twoSilos) move(t *testing.T, silo string) {
 	old := p.owner
 	p.owner = silo
 	p.mu.Unlock()
-	if err := p.rts[old].Rehome(t.Context(), func(string) bool { return false }); err != nil {
+	if err := p.rts[old].rehome(t.Context(), func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -180,7 +180,7 @@ func TestReleaseWaitsForTheEnd(t *testing.T) {
 	if _, err := rt.Ask(t.Context(), &Message{To: "E:o:x", From: "Client:o:c"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := rt.Release(t.Context(), "E:o:x"); err != nil {
+	if err := rt.release(t.Context(), "E:o:x"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -200,15 +200,15 @@ func TestTryAskRemote(t *testing.T) {
 	msg := func(text string) *Message {
 		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
 	}
-	if rt.TryAskRemote(t.Context(), msg("a"), 1, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg("a"), 1, func(*Message, error) { t.Error("done called") }) {
 		t.Fatal("taken without a live activation")
 	}
-	if _, err := rt.AskRemote(t.Context(), msg("warm"), 1); err != nil {
+	if _, err := rt.askRemote(t.Context(), msg("warm"), 1); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan *Message, 1)
 	m := msg("b")
-	if !rt.TryAskRemote(t.Context(), m, 1, func(r *Message, err error) {
+	if !rt.tryAskRemote(t.Context(), m, 1, func(r *Message, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -220,7 +220,7 @@ func TestTryAskRemote(t *testing.T) {
 	if r.GetMessage() != "b" || r.GetCorrelationId() != m.Id || r.GetKind() != KindResponse {
 		t.Fatalf("reply %v", r)
 	}
-	if rt.TryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, nil) {
+	if rt.tryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, nil) {
 		t.Fatal("a reserved message type was taken")
 	}
 }

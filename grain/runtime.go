@@ -5,18 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"path"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/deadline"
 )
 
@@ -30,14 +30,8 @@ type Runtime struct {
 	reg    *Registry
 	logger *slog.Logger
 
-	system     *actor.ActorSystem
-	props      *actor.Props
+	engine     *engine // protoactor (actor.go)
 	dispatcher *dispatcher
-	// spawnMu hands the activation being spawned to the shared Props'
-	// producers, so that no Props is allocated per activation.
-	spawnMu  sync.Mutex
-	spawning *activation
-	seq      atomic.Uint64
 
 	dir       directory
 	deadlines deadline.Slots
@@ -50,7 +44,9 @@ type Runtime struct {
 	base    context.Context // cancelled by Close; parent of one-way turns
 	cancel  context.CancelFunc
 	closing atomic.Bool
-	now     atomic.Int64 // coarse clock (Unix ns), advanced by the collector
+	clock   clock.Clock        // cfg.Clock: idle collection, timers, activation times
+	now     atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
+	sweeps  chan chan struct{} // see sweepNow
 	stop    chan struct{}
 	stopped sync.WaitGroup
 }
@@ -61,7 +57,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 		return nil, err
 	}
 	if reg == nil {
-		return nil, errors.New("grain: nil Registry")
+		return nil, errs.New(codes.InvalidArgument, "grain: nil Registry")
 	}
 	if cfg.Configs == nil {
 		cfg.Configs = NewMemoryConfigStore()
@@ -72,22 +68,19 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = "local"
 	}
-	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, stop: make(chan struct{})}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
+	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
-	rt.system = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
-		// protoactor logs routine events at Info; keep only its warnings.
-		return slog.New(warnOnly{cfg.Logger.Handler()}).With("lib", "protoactor")
-	}))
 	rt.dispatcher = newDispatcher(300)
-	rt.props = actor.PropsFromProducer(
-		func() actor.Actor { return rt.spawning },
-		actor.WithMailbox(func() actor.Mailbox { return &rt.spawning.mb }),
-		actor.WithDispatcher(rt.dispatcher),
-	)
+	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
-	rt.now.Store(time.Now().UnixNano())
+	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
-	go rt.collect()
+	// The sweep timer exists before New returns, so that a test's fake clock
+	// moved after New fires it.
+	go rt.collect(rt.clock.NewTimer(sweepEvery(cfg.IdleTimeout)))
 	return rt, nil
 }
 
@@ -128,7 +121,7 @@ func (rt *Runtime) CreateAgent(ctx context.Context, owner, addr string, cfg map[
 		return Address{}, err
 	}
 	if _, ok := rt.reg.Lookup(a.Type); !ok {
-		return Address{}, errs.New(codes.NotFound, "agent type %q is not registered", a.Type)
+		return Address{}, rt.reg.unknown(a.Type)
 	}
 	if err := rt.cfg.Configs.Put(ctx, a, cfg); err != nil {
 		return Address{}, err
@@ -154,7 +147,7 @@ func (rt *Runtime) Activations(typeName string) []ActivationInfo {
 				Address:      a.addr,
 				Silo:         rt.cfg.Silo,
 				ActivatedAt:  time.Unix(0, a.activatedAt),
-				LastActive:   time.Unix(0, a.lastActive.Load()),
+				LastActive:   time.Unix(0, max(a.lastActive.Load(), a.activatedAt)), // the coarse clock may lag
 				MailboxDepth: a.mb.UserMessageCount(),
 			})
 		}
@@ -189,7 +182,7 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	}
 	rt.cancel()
 	rt.deadlines.Close()
-	rt.system.Shutdown()
+	rt.engine.shutdown()
 	if err == nil {
 		rt.dispatcher.close()
 	}
@@ -315,7 +308,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		msg.To = addr.String()
 		if addr.Type != SessionType {
 			if _, ok := rt.reg.Lookup(addr.Type); !ok {
-				return nil, errs.New(codes.NotFound, "agent type %q is not registered", addr.Type)
+				return nil, rt.reg.unknown(addr.Type)
 			}
 		}
 	}
@@ -432,14 +425,21 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
-	factory, ok := rt.reg.Lookup(addr.Type)
-	if !ok {
-		return nil, errs.New(codes.NotFound, "agent type %q is not registered", addr.Type)
+	typ := rt.reg.lookup(addr.Type)
+	if typ == nil {
+		return nil, rt.reg.unknown(addr.Type)
 	}
-	a = &activation{rt: rt, addr: addr, key: key}
+	factory := typ.factory
+	a = &activation{rt: rt, addr: addr, key: key, idle: int64(rt.cfg.IdleTimeout)}
 	a.mb.limit = int32(rt.cfg.MailboxSize)
+	if n := typ.info.MailboxSize; n > 0 {
+		a.mb.limit = int32(min(n, math.MaxInt32))
+	}
+	if d := typ.info.IdleTimeout; d > 0 {
+		a.idle = int64(d)
+	}
 	a.mb.held = true
-	now := time.Now().UnixNano()
+	now := rt.clock.Now().UnixNano()
 	a.activatedAt = now
 	a.lastActive.Store(now)
 	func() {
@@ -455,21 +455,12 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	}
 	if err != nil {
 		if errs.Code(err) == codes.Unknown {
-			err = errs.New(codes.Internal, "agent %s: factory: %v", key, err)
+			err = errs.Wrap(codes.Internal, err, "agent %s: factory", key)
 		}
 		return nil, err
 	}
-	// The shared Props' producers take the activation from rt.spawning: the
-	// handoff keeps protoactor from needing a Props per activation. The
-	// spawn only allocates and registers; the mailbox is held, so nothing is
-	// scheduled while spawnMu is held.
-	rt.spawnMu.Lock()
-	rt.spawning = a
-	a.pid, err = rt.system.Root.SpawnNamed(rt.props, strconv.FormatUint(rt.seq.Add(1), 36))
-	rt.spawning = nil
-	rt.spawnMu.Unlock()
-	if err != nil {
-		return nil, errs.New(codes.Internal, "agent %s: spawn: %v", key, err)
+	if a.proc, err = rt.engine.spawn(a); err != nil {
+		return nil, errs.Wrap(codes.Internal, err, "agent %s: spawn", key)
 	}
 	rt.live.Add(1)
 	rt.count.Add(1)
@@ -480,32 +471,72 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
-	rt.system.Root.Stop(a.pid)
+	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
 }
 
-// collect advances the coarse clock and deactivates idle activations.
-func (rt *Runtime) collect() {
+// collect runs the idle collection: a sweep each time t fires (see
+// sweepEvery) or a test asks for one (sweepNow), until Close.
+func (rt *Runtime) collect(t clock.Timer) {
 	defer rt.stopped.Done()
-	every := min(max(rt.cfg.IdleTimeout/4, time.Millisecond), time.Second)
-	tick := time.NewTicker(every)
-	defer tick.Stop()
-	idle := rt.cfg.IdleTimeout.Nanoseconds()
+	defer t.Stop()
 	for {
+		var swept chan struct{}
 		select {
 		case <-rt.stop:
 			return
-		case <-tick.C:
+		case <-t.C():
+		case swept = <-rt.sweeps:
 		}
-		now := time.Now().UnixNano()
-		rt.now.Store(now)
-		rt.dir.each(func(a *activation) {
-			if now-a.lastActive.Load() >= idle {
-				a.requestDeactivation(ReasonIdle)
-			}
-		})
+		t.Reset(rt.sweep())
+		if swept != nil {
+			close(swept)
+		}
+	}
+}
+
+// sweep advances the coarse clock to the Clock's time, asks every activation
+// idle for its type's idle timeout to deactivate, and returns the wait until
+// the next sweep.
+func (rt *Runtime) sweep() time.Duration {
+	now := rt.clock.Now().UnixNano()
+	rt.now.Store(now)
+	shortest := rt.cfg.IdleTimeout
+	rt.dir.each(func(a *activation) {
+		if now-a.lastActive.Load() >= a.idle {
+			a.requestDeactivation(ReasonIdle)
+		}
+		shortest = min(shortest, time.Duration(a.idle))
+	})
+	return sweepEvery(shortest)
+}
+
+// sweepEvery is the time between sweeps for the shortest idle timeout in
+// use: a quarter of it, within 1 ms and 1 s, so that an activation ends at
+// most a quarter (or a second) after it became idle.
+func sweepEvery(idle time.Duration) time.Duration {
+	return min(max(idle/4, time.Millisecond), time.Second)
+}
+
+// sweepNow runs a sweep at the Clock's present time and returns once it is
+// done: the deactivations it asked for are queued. Tests with a fake clock
+// call it after moving the clock, instead of waiting for the sweep timer.
+func (rt *Runtime) sweepNow(ctx context.Context) error {
+	swept := make(chan struct{})
+	select {
+	case rt.sweeps <- swept:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-rt.stop:
+		return errs.New(codes.Unavailable, "runtime closed")
+	}
+	select {
+	case <-swept:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -559,13 +590,3 @@ func ctxError(ctx context.Context, what string) error {
 	}
 	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
 }
-
-// warnOnly drops records below Warn.
-type warnOnly struct{ slog.Handler }
-
-func (h warnOnly) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn && h.Handler.Enabled(ctx, l)
-}
-
-func (h warnOnly) WithAttrs(as []slog.Attr) slog.Handler { return warnOnly{h.Handler.WithAttrs(as)} }
-func (h warnOnly) WithGroup(g string) slog.Handler       { return warnOnly{h.Handler.WithGroup(g)} }

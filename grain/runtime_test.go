@@ -14,8 +14,11 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -68,6 +71,12 @@ func newRuntime(t *testing.T, cfg Config, types map[string]Factory) *Runtime {
 			t.Fatal(err)
 		}
 	}
+	return startRuntime(t, cfg, reg)
+}
+
+// startRuntime starts a runtime for reg and closes it at the end of the test.
+func startRuntime(t *testing.T, cfg Config, reg *Registry) *Runtime {
+	t.Helper()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler) // tests panic on purpose
 	}
@@ -508,26 +517,236 @@ func journaled(j *journal, onMessage func(h Host, ctx context.Context, m *Messag
 }
 
 // TestIdleDeactivation: an idle activation ends with ReasonIdle and the next
-// message activates it again.
+// message activates it again; a message in time keeps it. The clock is a
+// fake one that the test moves.
 func TestIdleDeactivation(t *testing.T) {
 	var j journal
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.IdleTimeout = 20 * time.Millisecond
+	cfg.Clock = clk
+	cfg.IdleTimeout = 15 * time.Minute
+	ended := make(chan Reason, 10)
 	rt := newRuntime(t, cfg, map[string]Factory{
-		"Idle": journaled(&j, func(_ Host, _ context.Context, m *Message) (*Message, error) { return reply(m, "ok") }),
+		"Idle": notifyEnd(ended, journaled(&j, func(_ Host, _ context.Context, m *Message) (*Message, error) { return reply(m, "ok") })),
 	})
-	if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
-		t.Fatal(err)
+	askOK := func() {
+		t.Helper()
+		if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for rt.Len() != 0 {
-		waitABit()
+	askOK()
+	// Not idle for long enough; then a message restarts the idle time.
+	for range 2 {
+		clk.Advance(cfg.IdleTimeout - time.Second)
+		sweep(t, rt)
+		askOK() // queued behind a deactivation, if the sweep had asked for one
 	}
-	if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
-		t.Fatal(err)
+	if events, _ := j.snapshot(); fmt.Sprint(events) != "[start]" {
+		t.Fatalf("events %v before the idle timeout, want [start]", events)
 	}
+	clk.Advance(cfg.IdleTimeout)
+	sweep(t, rt)
+	if r := waitEnded(t, ended); r != ReasonIdle {
+		t.Fatalf("ended with %v, want idle", r)
+	}
+	askOK()
 	events, bad := j.snapshot()
-	if len(bad) > 0 || len(events) < 3 || events[0] != "start" || events[1] != "end:idle" || events[2] != "start" {
+	if len(bad) > 0 || fmt.Sprint(events) != "[start end:idle start]" {
 		t.Fatalf("events %v, overlapping %v", events, bad)
+	}
+}
+
+// TestIdleSweepOnTheClock: the runtime's own sweep timer runs on its Clock.
+func TestIdleSweepOnTheClock(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	cfg := DefaultConfig()
+	cfg.Clock = clk
+	ended := make(chan Reason, 10)
+	rt := newRuntime(t, cfg, map[string]Factory{"Idle": notifyEnd(ended, echoFactory)})
+	if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(cfg.IdleTimeout + sweepEvery(cfg.IdleTimeout))
+	if r := waitEnded(t, ended); r != ReasonIdle {
+		t.Fatalf("ended with %v, want idle", r)
+	}
+}
+
+// TestTypeIdleTimeout: a type's IdleTimeout overrides the silo's, both
+// ways.
+func TestTypeIdleTimeout(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	cfg := DefaultConfig()
+	cfg.Clock = clk
+	cfg.IdleTimeout = 10 * time.Minute
+	ended := make(chan string, 10)
+	end := func(f Factory) Factory {
+		return func(h Host) (Agent, error) {
+			a, err := f(h)
+			if err != nil {
+				return nil, err
+			}
+			return &funcAgent{onMessage: a.OnMessage, onDeactivate: func(_ context.Context, r Reason) { ended <- h.Address().Type + ":" + r.String() }}, nil
+		}
+	}
+	reg := NewRegistry()
+	for _, tc := range []struct {
+		name string
+		idle time.Duration
+	}{{"Short", time.Minute}, {"Default", 0}, {"Long", time.Hour}} {
+		if err := reg.Register(tc.name, end(echoFactory), TypeInfo{IdleTimeout: tc.idle}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := startRuntime(t, cfg, reg)
+	for _, typ := range []string{"Short", "Default", "Long"} {
+		if _, err := ask(t, rt, typ+":a:b", "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		ends    string
+	}{{time.Minute, "Short:idle"}, {9 * time.Minute, "Default:idle"}, {50 * time.Minute, "Long:idle"}} {
+		clk.Advance(step.advance - time.Second)
+		sweep(t, rt)
+		clk.Advance(time.Second)
+		sweep(t, rt)
+		select {
+		case got := <-ended:
+			if got != step.ends {
+				t.Fatalf("after %v more: %s ended, want %s", step.advance, got, step.ends)
+			}
+		case <-t.Context().Done():
+			t.Fatalf("after %v more: nothing ended, want %s", step.advance, step.ends)
+		}
+	}
+	waitUntil(t, "no live activation", func() bool { return rt.Len() == 0 })
+	select {
+	case got := <-ended:
+		t.Fatalf("%s ended as well", got)
+	default:
+	}
+}
+
+// TestTypeMailboxSize: a type's MailboxSize bounds its mailboxes instead of
+// the silo's.
+func TestTypeMailboxSize(t *testing.T) {
+	block, entered := make(chan struct{}), make(chan struct{}, 2)
+	blocking := func(Host) (Agent, error) {
+		return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {
+			if m.Message == "block" {
+				entered <- struct{}{}
+				<-block
+			}
+			return nil, nil
+		}}, nil
+	}
+	reg := NewRegistry()
+	if err := reg.Register("Small", blocking, TypeInfo{MailboxSize: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("Big", blocking); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.MailboxSize = 5
+	rt := startRuntime(t, cfg, reg)
+	send := func(ctx context.Context, to, text string) error {
+		return rt.Send(ctx, &Message{From: "Session:a:s", To: to, Message: text})
+	}
+	for _, to := range []string{"Small:a:s", "Big:a:b"} {
+		if err := send(t.Context(), to, "block"); err != nil {
+			t.Fatal(err)
+		}
+		<-entered // out of the mailbox, blocking the activation
+	}
+	// Big takes the silo's 5; Small only its 2, then the sender waits.
+	for i := range 5 {
+		if err := send(t.Context(), "Big:a:b", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 2 {
+		if err := send(t.Context(), "Small:a:s", strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- send(ctx, "Small:a:s", "over") }()
+	small := rt.dir.get("Small:a:s")
+	waitUntil(t, "a sender waiting for room in Small's mailbox", func() bool {
+		small.mb.mu.Lock()
+		defer small.mb.mu.Unlock()
+		return small.mb.waiting != nil
+	})
+	big := rt.dir.get("Big:a:b")
+	big.mb.mu.Lock()
+	bigWaits := big.mb.waiting != nil
+	big.mb.mu.Unlock()
+	if bigWaits {
+		t.Fatal("a sender waits for room in Big's mailbox")
+	}
+	cancel()
+	wantCode(t, <-done, codes.Canceled, "cancel")
+	close(block)
+}
+
+// notifyEnd makes f's agents report the reason their activation ended.
+func notifyEnd(ended chan<- Reason, f Factory) Factory {
+	return func(h Host) (Agent, error) {
+		a, err := f(h)
+		if err != nil {
+			return nil, err
+		}
+		fa, ok := a.(*funcAgent)
+		if !ok {
+			fa = &funcAgent{onMessage: a.OnMessage}
+		}
+		prev := fa.onDeactivate
+		fa.onDeactivate = func(ctx context.Context, r Reason) {
+			if prev != nil {
+				prev(ctx, r)
+			}
+			ended <- r
+		}
+		return fa, nil
+	}
+}
+
+// sweep runs an idle sweep at the fake clock's time and waits for it.
+func sweep(t *testing.T, rt *Runtime) {
+	t.Helper()
+	if err := rt.sweepNow(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitEnded waits for an activation to end, bounded by the test's deadline.
+func waitEnded(t *testing.T, ended <-chan Reason) Reason {
+	t.Helper()
+	select {
+	case r := <-ended:
+		return r
+	case <-t.Context().Done():
+		t.Fatal("no activation ended")
+		return 0
+	}
+}
+
+// waitUntil polls cond, a named condition another goroutine makes true,
+// bounded by the test's deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-t.Context().Done():
+			t.Fatalf("gave up waiting for %s", what)
+		default:
+			waitABit()
+		}
 	}
 }
 
@@ -677,6 +896,96 @@ func TestRegistry(t *testing.T) {
 	if err := reg.Register("Echo", echoFactory); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Fatalf("duplicate Register = %v", err)
 	}
+	for _, bad := range [][]TypeInfo{
+		{{Name: "Other"}},
+		{{MailboxSize: -1}},
+		{{IdleTimeout: -time.Second}},
+		{{Skills: []Skill{{Description: "no name"}}}},
+		{{Skills: []Skill{{Name: "a"}, {Name: "a"}}}},
+		{{Skills: []Skill{{Name: "a", Tags: []string{" "}}}}},
+		{{}, {}},
+	} {
+		if err := reg.Register("Bad", echoFactory, bad...); !errors.Is(err, errs.ErrInvalidArgument) {
+			t.Errorf("Register with %+v = %v, want InvalidArgument", bad, err)
+		}
+	}
+	if _, ok := reg.Lookup("Bad"); ok {
+		t.Fatal("a refused type was registered")
+	}
+}
+
+// Types returns every type's metadata, by name, as copies.
+func TestRegistryTypes(t *testing.T) {
+	reg := NewRegistry()
+	planner := TypeInfo{
+		Description: "Plans trips.",
+		Skills: []Skill{
+			{Name: "plan", Description: "Plans a trip.", Tags: []string{"travel", "Planning"}, Examples: []string{"plan a trip to Rome"}},
+			{Name: "book", Tags: []string{"travel"}},
+		},
+		MailboxSize: 10,
+		IdleTimeout: time.Minute,
+	}
+	for name, info := range map[string][]TypeInfo{"Planner": {planner}, "Echo": nil, "Zed": {{Name: "Zed", Description: "last"}}} {
+		if err := reg.Register(name, echoFactory, info...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planner.Skills[0].Tags[0] = "changed after Register"
+	types := reg.Types()
+	var names []string
+	for _, ti := range types {
+		names = append(names, ti.Name)
+	}
+	if fmt.Sprint(names) != "[Echo Planner Zed]" || fmt.Sprint(reg.Names()) != "[Echo Planner Zed]" {
+		t.Fatalf("Types %v, Names %v; want [Echo Planner Zed]", names, reg.Names())
+	}
+	p := types[1]
+	if p.Description != "Plans trips." || len(p.Skills) != 2 || p.Skills[0].Tags[0] != "travel" || p.Skills[0].Examples[0] != "plan a trip to Rome" || p.MailboxSize != 10 || p.IdleTimeout != time.Minute {
+		t.Fatalf("Planner = %+v", p)
+	}
+	if !p.HasTag("planning") || p.HasTag("cooking") || types[0].HasTag("travel") {
+		t.Fatal("HasTag")
+	}
+	p.Skills[0].Name = "changed by a caller"
+	if info, ok := reg.Info("Planner"); !ok || info.Skills[0].Name != "plan" {
+		t.Fatalf("Info = %+v, %v: a caller changed the registry", info, ok)
+	}
+	if types[2].Description != "last" {
+		t.Fatalf("Zed = %+v", types[2])
+	}
+	want := &agentsilov1.AgentType{Name: "Planner", Description: "Plans trips.", Skills: []*agentsilov1.Skill{
+		{Name: "plan", Description: "Plans a trip.", Tags: []string{"travel", "Planning"}, Examples: []string{"plan a trip to Rome"}},
+		{Name: "book", Tags: []string{"travel"}},
+	}}
+	if info, _ := reg.Info("Planner"); !proto.Equal(info.Proto(), want) {
+		t.Fatalf("Proto = %v\nwant %v", info.Proto(), want)
+	}
+}
+
+// An unknown type's NotFound names the known types, at most ten of them.
+func TestUnknownTypeNamesTheKnown(t *testing.T) {
+	rt := newRuntime(t, DefaultConfig(), map[string]Factory{"Echo": echoFactory, "Counter": echoFactory})
+	_, err := ask(t, rt, "Nope:a:b", "x")
+	wantCode(t, err, codes.NotFound, `agent type "Nope" is not registered; known types: Counter, Echo`)
+	if _, err := rt.CreateAgent(t.Context(), "a", "Nope:b", nil); !strings.Contains(fmt.Sprint(err), "known types: Counter, Echo") {
+		t.Fatalf("CreateAgent = %v", err)
+	}
+
+	reg := NewRegistry()
+	for i := range 13 {
+		if err := reg.Register(fmt.Sprintf("T%02d", i), echoFactory); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = reg.unknown("Nope")
+	want := `agent type "Nope" is not registered; known types: T00, T01, T02, T03, T04, T05, T06, T07, T08, T09 …and 3 more (` + "`client types`" + ` lists them)`
+	if err.Error() != want || errs.Code(err) != codes.NotFound {
+		t.Fatalf("unknown = %q,\nwant %q", err, want)
+	}
+	if err := NewRegistry().unknown("Nope"); !strings.Contains(err.Error(), "no agent types are registered") {
+		t.Fatalf("unknown on an empty registry = %q", err)
+	}
 }
 
 func TestNewID(t *testing.T) {
@@ -696,4 +1005,91 @@ func TestNewID(t *testing.T) {
 		}
 		prev = id[:13]
 	}
+}
+
+// Configuration errors are InvalidArgument.
+func TestConfigErrorsAreInvalidArgument(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.MailboxSize = 0 },
+		func(c *Config) { c.AskTimeout = 0 },
+		func(c *Config) { c.IdleTimeout = -time.Second },
+		func(c *Config) { c.DeactivateTimeout = 0 },
+		func(c *Config) { c.MaxMessageSize = 10 },
+	} {
+		cfg := DefaultConfig()
+		mod(&cfg)
+		if err := cfg.Validate(); errs.Code(err) != codes.InvalidArgument {
+			t.Errorf("Validate(%+v) = %v, want InvalidArgument", cfg, err)
+		}
+		if _, err := New(cfg, NewRegistry()); !errors.Is(err, errs.ErrInvalidArgument) {
+			t.Errorf("New(%+v) = %v, want InvalidArgument", cfg, err)
+		}
+	}
+	if _, err := New(DefaultConfig(), nil); errs.Code(err) != codes.InvalidArgument {
+		t.Errorf("New with a nil Registry = %v, want InvalidArgument", err)
+	}
+}
+
+// memReminders records what a Host registers.
+type memReminders struct {
+	mu sync.Mutex
+	rs map[string]Reminder
+}
+
+func (m *memReminders) Register(_ context.Context, a Address, r Reminder) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.rs[a.String()+"/"+r.Name] = r
+	return nil
+}
+
+func (m *memReminders) Unregister(context.Context, Address, string) error { return nil }
+
+func (m *memReminders) List(context.Context, Address) ([]Reminder, error) { return nil, nil }
+
+// RegisterReminder gives the service a first due time after due on the
+// runtime's clock.
+func TestRegisterReminderDue(t *testing.T) {
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	rems := &memReminders{rs: map[string]Reminder{}}
+	cfg := DefaultConfig()
+	cfg.Clock, cfg.Reminders = clk, rems
+	rt := newRuntime(t, cfg, map[string]Factory{
+		"R": func(h Host) (Agent, error) {
+			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {
+				due, err := time.ParseDuration(m.Message)
+				if err != nil {
+					return nil, err
+				}
+				return nil, h.RegisterReminder(ctx, "r"+m.Message, due, time.Minute, "tick", "payload")
+			}}, nil
+		},
+	})
+	for _, due := range []string{"0s", "10s"} {
+		if _, err := ask(t, rt, "R:a:b", due); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rems.mu.Lock()
+	now, soon := rems.rs["R:a:b/r0s"], rems.rs["R:a:b/r10s"]
+	rems.mu.Unlock()
+	want := Reminder{Name: "r0s", Period: time.Minute, MessageType: "tick", Message: "payload", Due: clk.Now()}
+	if now != want {
+		t.Fatalf("due 0: registered %+v, want %+v", now, want)
+	}
+	if !soon.Due.Equal(clk.Now().Add(10 * time.Second)) {
+		t.Fatalf("due 10s: first due %v, want %v", soon.Due, clk.Now().Add(10*time.Second))
+	}
+	_, err := ask(t, rt, "R:a:b", "-1s")
+	wantCode(t, err, codes.InvalidArgument, "negative due time")
+
+	noSvc := newRuntime(t, DefaultConfig(), map[string]Factory{
+		"R": func(h Host) (Agent, error) {
+			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {
+				return nil, h.RegisterReminder(ctx, "r", 0, time.Minute, "tick", "")
+			}}, nil
+		},
+	})
+	_, err = ask(t, noSvc, "R:a:b", "")
+	wantCode(t, err, codes.Unavailable, "not configured")
 }

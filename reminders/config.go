@@ -2,15 +2,15 @@ package reminders
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // Config configures a Service. Client is required; every other
@@ -77,7 +77,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate fills in defaults for zero fields and reports the first invalid one.
+// Validate fills in defaults for zero fields and reports the first invalid
+// one, as InvalidArgument.
 func (c *Config) Validate() error {
 	d := DefaultConfig()
 	if c.Prefix == "" {
@@ -112,17 +113,17 @@ func (c *Config) Validate() error {
 	}
 	switch {
 	case c.Client == nil:
-		return errors.New("reminders: Config.Client is nil")
+		return errs.New(codes.InvalidArgument, "reminders: Config.Client is nil")
 	case c.MinPeriod < 0:
-		return fmt.Errorf("reminders: MinPeriod %v is negative", c.MinPeriod)
+		return errs.New(codes.InvalidArgument, "reminders: MinPeriod %v is negative", c.MinPeriod)
 	case c.MaxPayload < 0:
-		return fmt.Errorf("reminders: MaxPayload %d is negative", c.MaxPayload)
+		return errs.New(codes.InvalidArgument, "reminders: MaxPayload %d is negative", c.MaxPayload)
 	case c.Concurrency < 1:
-		return fmt.Errorf("reminders: Concurrency %d must be at least 1", c.Concurrency)
+		return errs.New(codes.InvalidArgument, "reminders: Concurrency %d must be at least 1", c.Concurrency)
 	case c.DeliverTimeout < 0, c.OpTimeout < 0:
-		return errors.New("reminders: timeouts must be positive")
+		return errs.New(codes.InvalidArgument, "reminders: timeouts must be positive")
 	case c.PageSize < 1:
-		return fmt.Errorf("reminders: PageSize %d must be at least 1", c.PageSize)
+		return errs.New(codes.InvalidArgument, "reminders: PageSize %d must be at least 1", c.PageSize)
 	}
 	return nil
 }

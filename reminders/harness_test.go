@@ -2,114 +2,35 @@ package reminders
 
 import (
 	"context"
-	"net"
-	"net/url"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/goleak"
-	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-// testEtcd is an embedded etcd on loopback ports of its own that a test can
-// stop and start again on the same data directory.
-type testEtcd struct {
-	t          testing.TB
-	dir        string
-	clientAddr string
-	peerAddr   string
-	srv        *embed.Etcd
-}
-
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func newTestEtcd(t testing.TB) *testEtcd {
-	e := &testEtcd{t: t, dir: t.TempDir(), clientAddr: freePort(t), peerAddr: freePort(t)}
-	e.start()
-	t.Cleanup(e.stop)
-	return e
-}
-
-func (e *testEtcd) start() {
-	e.t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "test"
-	cfg.Dir = e.dir
-	cu, _ := url.Parse("http://" + e.clientAddr)
-	pu, _ := url.Parse("http://" + e.peerAddr)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.LogLevel = "error"
-	srv, err := embed.StartEtcd(cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	select {
-	case <-srv.Server.ReadyNotify():
-	case err := <-srv.Err():
-		e.t.Fatal(err)
-	}
-	e.srv = srv
-}
-
-func (e *testEtcd) stop() {
-	if e.srv != nil {
-		e.srv.Close()
-		e.srv = nil
-	}
-}
-
-func (e *testEtcd) client() *clientv3.Client {
-	e.t.Helper()
-	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"http://" + e.clientAddr},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second},
-			MinConnectTimeout: time.Second,
-		})},
-	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { c.Close() })
-	return c
-}
 
 // harness runs Services on a test etcd with a fake clock and collects what
 // they deliver.
 type harness struct {
 	t    *testing.T
 	ctx  context.Context // the test's context, bounded so that a bug fails instead of hanging
-	etcd *testEtcd
+	etcd *etcdtest.Server
 	cli  *clientv3.Client
-	clk  *fakeClock
+	clk  *clock.Fake
 	got  chan *grain.Message
 }
 
 func newHarness(t *testing.T) *harness {
-	e := newTestEtcd(t)
+	e := etcdtest.Start(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	return &harness{t: t, ctx: ctx, etcd: e, cli: e.client(), clk: newFakeClock(time.Unix(1_700_000_000, 0)), got: make(chan *grain.Message, 1000)}
+	return &harness{t: t, ctx: ctx, etcd: e, cli: e.Client(t), clk: clock.NewFake(time.Unix(1_700_000_000, 0)), got: make(chan *grain.Message, 1000)}
 }
 
 func (h *harness) config() Config {

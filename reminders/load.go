@@ -3,12 +3,14 @@ package reminders
 import (
 	"context"
 	"errors"
-	"github.com/agentsilo/agentsilo/internal/etcderr"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 func prefixOpt(prefix string) []clientv3.OpOption {
@@ -25,7 +27,8 @@ var errCompacted = errors.New("reminders: watch revision compacted")
 func (s *Service) sync() {
 	defer s.wg.Done()
 	first := true
-	var backoff time.Duration
+	// Retries run on real time: they are not part of the schedule.
+	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
 	for s.ctx.Err() == nil {
 		catchUp := s.cfg.Clock.Now() // a reload fires nothing that is not due
 		if first {
@@ -36,9 +39,8 @@ func (s *Service) sync() {
 			if s.ctx.Err() != nil {
 				return
 			}
-			backoff = s.backoff(backoff)
-			s.cfg.Logger.Warn("reminders: loading from etcd failed; retrying", "err", etcderr.Wrap(err), "retry_in", backoff)
-			if !s.sleep(backoff) {
+			s.cfg.Logger.Warn("reminders: loading from etcd failed; retrying", "err", etcderr.Wrap(err))
+			if !b.Wait(s.ctx, nil) {
 				return
 			}
 			continue
@@ -47,16 +49,15 @@ func (s *Service) sync() {
 			close(s.loaded)
 			first = false
 		}
-		backoff = 0
+		b.Reset()
 		from := rev + 1
 		for s.ctx.Err() == nil {
 			from, err = s.watch(from)
 			if errors.Is(err, errCompacted) || s.ctx.Err() != nil {
 				break
 			}
-			backoff = s.backoff(backoff)
-			s.cfg.Logger.Warn("reminders: watching etcd failed; resuming", "err", etcderr.Wrap(err), "from_revision", from, "retry_in", backoff)
-			if !s.sleep(backoff) {
+			s.cfg.Logger.Warn("reminders: watching etcd failed; resuming", "err", etcderr.Wrap(err), "from_revision", from)
+			if !b.Wait(s.ctx, nil) {
 				return
 			}
 		}
@@ -181,22 +182,4 @@ func (s *Service) watch(from int64) (int64, error) {
 		return from, err
 	}
 	return from, errors.New("reminders: watch closed")
-}
-
-// backoff doubles the wait between retries, from 100 ms up to 5 s.
-func (s *Service) backoff(d time.Duration) time.Duration {
-	return min(max(2*d, 100*time.Millisecond), 5*time.Second)
-}
-
-// sleep waits d (real time: retries are not part of the schedule) or until
-// Close; it reports whether the Service is still open.
-func (s *Service) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-s.stop:
-		return false
-	}
 }

@@ -36,9 +36,20 @@ func lastTick(r grain.Reminder, now time.Time) (t time.Time, ok bool) {
 	return r.Due.Add(now.Sub(r.Due) / r.Period * r.Period), true
 }
 
+// firstTickPending reports whether r's first tick, at r.Due, is due at now
+// and still its latest: a reminder registered with no delay (a Due of now,
+// or just before it once stored in milliseconds), or learned of from etcd
+// within a period of its first tick. Nobody has fired that tick: only the
+// owner fires, and it learns of a reminder's state once (by Register or by
+// the watch; a revision already known is skipped).
+func firstTickPending(r grain.Reminder, now time.Time) bool {
+	return !r.Due.After(now) && now.Sub(r.Due) < r.Period
+}
+
 // putLocked records r under key at etcd revision rev, unless the Service
 // already knows a newer state of the key, and schedules it if owned. A tick
-// between catchUpAfter and now fires once at once (see scheduleLocked). It
+// between catchUpAfter and now fires once at once (see scheduleLocked), and
+// so does a first tick that is due already (see firstTickPending). It
 // reports whether the heap's head changed.
 func (s *Service) putLocked(key string, addr grain.Address, r grain.Reminder, rev int64, catchUpAfter, now time.Time) bool {
 	if t, ok := s.tombs[key]; ok && t >= rev {
@@ -58,6 +69,9 @@ func (s *Service) putLocked(key string, addr grain.Address, r grain.Reminder, re
 			s.heap.remove(e)
 		}
 		return false
+	}
+	if firstTickPending(r, now) {
+		catchUpAfter = r.Due.Add(-time.Nanosecond)
 	}
 	s.scheduleLocked(e, now, catchUpAfter)
 	return e.idx == 0

@@ -2,8 +2,6 @@ package reminders
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -153,7 +151,10 @@ func (s *Service) Rebalance(lostAt time.Time) {
 }
 
 // Register implements grain.ReminderService: it creates or replaces the
-// reminder r.Name of addr, first due at r.Due (one period from now if zero).
+// reminder r.Name of addr, first due at r.Due (one period from now if zero),
+// then every period. A first tick that is due already (r.Due is now, or in
+// the last period) fires at once; etcd is written here and by Unregister
+// only, never per tick.
 // Errors: InvalidArgument (bad address or name, period under MinPeriod),
 // ResourceExhausted (payload over MaxPayload), NotFound (unknown agent type),
 // Unavailable (etcd unreachable).
@@ -163,14 +164,14 @@ func (s *Service) Register(ctx context.Context, addr grain.Address, r grain.Remi
 	}
 	val, err := encode(r)
 	if err != nil {
-		return errs.New(codes.Internal, "reminder %q: %v", r.Name, err)
+		return errs.Wrap(codes.Internal, err, "reminder %q", r.Name)
 	}
 	key := s.keys.of(addr, r.Name)
 	octx, cancel := s.op(ctx)
 	defer cancel()
 	resp, err := s.cfg.Client.Put(octx, key, string(val))
 	if err != nil {
-		return s.fail(ctx, fmt.Sprintf("register reminder %q of %s", r.Name, addr), err)
+		return etcderr.FromCall(ctx, err, "register reminder %q of %s", r.Name, addr)
 	}
 	s.mu.Lock()
 	now := s.cfg.Clock.Now()
@@ -199,7 +200,7 @@ func (s *Service) Unregister(ctx context.Context, addr grain.Address, name strin
 	defer cancel()
 	resp, err := s.cfg.Client.Delete(octx, key)
 	if err != nil {
-		return s.fail(ctx, fmt.Sprintf("unregister reminder %q of %s", name, addr), err)
+		return etcderr.FromCall(ctx, err, "unregister reminder %q of %s", name, addr)
 	}
 	s.mu.Lock()
 	s.deleteLocked(key, resp.Header.Revision, true)
@@ -223,7 +224,7 @@ func (s *Service) List(ctx context.Context, addr grain.Address) ([]grain.Reminde
 	defer cancel()
 	resp, err := s.cfg.Client.Get(octx, s.keys.agent(addr), prefixOpt(s.keys.agent(addr))...)
 	if err != nil {
-		return nil, s.fail(ctx, fmt.Sprintf("list reminders of %s", addr), err)
+		return nil, etcderr.FromCall(ctx, err, "list reminders of %s", addr)
 	}
 	out := make([]grain.Reminder, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -293,19 +294,6 @@ func (s *Service) open() error {
 // with Unavailable instead of a hang.
 func (s *Service) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.OpTimeout)
-}
-
-// fail maps an etcd failure: the caller's own cancellation or deadline keeps
-// its code; everything else goes through etcderr.Wrap (mostly Unavailable).
-func (s *Service) fail(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		code := codes.Canceled
-		if errors.Is(cerr, context.DeadlineExceeded) {
-			code = codes.DeadlineExceeded
-		}
-		return errs.New(code, "%s: %v", what, cerr)
-	}
-	return etcderr.Wrap(fmt.Errorf("%s: %w", what, err))
 }
 
 func (s *Service) owns(addr grain.Address) bool {

@@ -98,11 +98,11 @@ func TestSurvivesRestartMissedTicksFireOnce(t *testing.T) {
 	h.fired(s, 1, &seen)
 	s.Close()
 	h.cli.Close()
-	h.etcd.stop()
+	h.etcd.Stop()
 
 	h.clk.Advance(5*time.Minute + 10*time.Second) // five ticks missed while down
-	h.etcd.start()
-	h.cli = h.etcd.client()
+	h.etcd.Restart()
+	h.cli = h.etcd.Client(h.t)
 	s = h.start(h.config())
 	h.loaded(s)
 	seen = 0
@@ -126,7 +126,7 @@ func TestEtcdDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.loaded(s)
-	h.etcd.stop() // etcd waits up to 7 s for the watch stream to end
+	h.etcd.Stop() // etcd waits up to 7 s for the watch stream to end
 
 	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: time.Minute}); errs.Code(err) != codes.Unavailable {
 		t.Fatalf("Register with etcd down = %v, want Unavailable", err)
@@ -141,12 +141,12 @@ func TestEtcdDown(t *testing.T) {
 	h.clk.Advance(3*time.Minute + time.Second)
 	h.fired(s, 1, &seen)
 
-	h.etcd.start()
+	h.etcd.Restart()
 	waitFor(t, "Register to work again", func() bool {
 		return s.Register(h.ctx, agent, grain.Reminder{Name: "other", Period: 2 * time.Minute}) == nil
 	})
 	// Another silo's write reaches this one through the resumed watch.
-	other := h.etcd.client()
+	other := h.etcd.Client(h.t)
 	if _, err := other.Put(h.ctx, "/test/reminders/Ticker:acme:t2/w", `{"period_ms":60000,"due_unix_ms":1}`); err != nil {
 		t.Fatal(err)
 	}
@@ -286,4 +286,77 @@ func TestLoadsInPages(t *testing.T) {
 	h.clk.Advance(time.Minute)
 	var seen uint64
 	h.fired(s2, n+1, &seen)
+}
+
+// The first tick comes after the due time given, at once for a due time of
+// now, then every period; etcd is written once, at Register.
+func TestDueTime(t *testing.T) {
+	h := newHarness(t)
+	s := h.start(h.config())
+	h.loaded(s)
+	now := h.clk.Now()
+	rev := func() int64 {
+		resp, err := h.cli.Get(h.ctx, "/test/reminders/", prefixOpt("/test/reminders/")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "now", Period: time.Minute, MessageType: "now", Due: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "soon", Period: time.Minute, MessageType: "soon", Due: now.Add(10 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	written := rev()
+	var seen uint64
+	if msgs := h.fired(s, 1, &seen); msgs[0].MessageType != "now" {
+		t.Fatalf("fired %q at once, want now", msgs[0].MessageType)
+	}
+	h.clk.Advance(10*time.Second - time.Millisecond)
+	h.fired(s, 1, &seen)
+	h.clk.Advance(time.Millisecond)
+	if msgs := h.fired(s, 2, &seen); msgs[0].MessageType != "soon" {
+		t.Fatalf("fired %q after 10s, want soon", msgs[0].MessageType)
+	}
+	h.clk.Advance(50 * time.Second) // now + 1m: "now" again
+	if msgs := h.fired(s, 3, &seen); msgs[0].MessageType != "now" {
+		t.Fatalf("fired %q after 1m, want now", msgs[0].MessageType)
+	}
+	h.clk.Advance(10 * time.Second) // now + 1m10s: "soon" again
+	if msgs := h.fired(s, 4, &seen); msgs[0].MessageType != "soon" {
+		t.Fatalf("fired %q after 1m10s, want soon", msgs[0].MessageType)
+	}
+	if got := rev(); got != written {
+		t.Fatalf("etcd revision %d after ticks, want %d: ticks wrote to etcd", got, written)
+	}
+	// A Due long past (more than a period) is not a first tick: no catch-up
+	// on Register, the schedule goes on from it.
+	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "old", Period: time.Minute, MessageType: "old", Due: now.Add(-time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	h.fired(s, 4, &seen)
+	h.clk.Advance(50 * time.Second) // now + 2m: now and old
+	h.fired(s, 6, &seen)
+}
+
+// A reminder due at once, registered by a silo that does not own the agent,
+// fires at once on the silo that owns it, which learns of it by the watch.
+func TestDueNowOnTheOwner(t *testing.T) {
+	h := newHarness(t)
+	cfgA, cfgB := h.config(), h.config()
+	cfgA.Owns = func(grain.Address) bool { return false }
+	cfgB.Owns = func(grain.Address) bool { return true }
+	a, b := h.start(cfgA), h.start(cfgB)
+	h.loaded(a)
+	h.loaded(b)
+	if err := a.Register(h.ctx, agent, grain.Reminder{Name: "now", Period: time.Minute, Due: h.clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "B to see A's reminder", func() bool { return b.Stats().Scheduled == 1 })
+	var seenA, seenB uint64
+	h.fired(b, 1, &seenB)
+	h.fired(a, 0, &seenA)
+	h.clk.Advance(time.Minute)
+	h.fired(b, 2, &seenB)
 }

@@ -17,7 +17,6 @@ import (
 // again after it was deactivated.
 func TestTickerOnRuntime(t *testing.T) {
 	h := newHarness(t)
-	h.clk = newFakeClock(time.Now()) // the host sets Due from the wall clock
 	reg := grain.NewRegistry()
 	if err := examples.Register(reg); err != nil {
 		t.Fatal(err)
@@ -30,6 +29,7 @@ func TestTickerOnRuntime(t *testing.T) {
 	svc := h.start(cfg)
 	gcfg := grain.DefaultConfig()
 	gcfg.Reminders = svc
+	gcfg.Clock = h.clk // the host sets Due from its clock
 	rt, err := grain.New(gcfg, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,6 +72,16 @@ func TestTickerOnRuntime(t *testing.T) {
 	if got, err := ask("count"); err != nil || got != "1" {
 		t.Fatalf("count = %q, %v; want 1", got, err)
 	}
+	// Registered again, due at once: a tick without the clock moving.
+	if got, err := ask("start 1m 0s"); err != nil || got != `reminder "tick" every 1m0s, first in 0s` {
+		t.Fatalf("start 1m 0s = %q, %v", got, err)
+	}
+	if err := <-delivered; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ask("count"); err != nil || got != "2" {
+		t.Fatalf("count = %q, %v; want 2", got, err)
+	}
 	if _, err := ask("stop"); err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +89,7 @@ func TestTickerOnRuntime(t *testing.T) {
 	if err := svc.flush(h.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := svc.Stats().Fired; n != 1 {
-		t.Fatalf("fired %d ticks after stop, want 1 in all", n)
+	if n := svc.Stats().Fired; n != 2 {
+		t.Fatalf("fired %d ticks after stop, want 2 in all", n)
 	}
 }

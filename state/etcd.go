@@ -125,10 +125,7 @@ func (s *Etcd) Delete(ctx context.Context, addr grain.Address, etag string) erro
 func (s *Etcd) Close() error { return nil }
 
 // fail keeps the caller's own cancellation or deadline and maps etcd's
-// failures with etcderr.Wrap (the one table; mostly Unavailable).
+// failures with the one table (etcderr.FromCall; mostly Unavailable).
 func (s *Etcd) fail(ctx context.Context, what fmt.Stringer, err error) error {
-	if cerr := callerError(ctx, what); cerr != nil {
-		return cerr
-	}
-	return etcderr.Wrap(fmt.Errorf("%s: %w", what, err))
+	return etcderr.FromCall(ctx, err, "%s", what)
 }

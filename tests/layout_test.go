@@ -213,3 +213,38 @@ func goModRequires(gomod string) []string {
 	}
 	return reqs
 }
+
+// TestLayoutProtoactorBehindOneFile: grain uses protoactor-go through one adapter
+// file, grain/actor.go, and nothing else in the module imports it.
+func TestLayoutProtoactorBehindOneFile(t *testing.T) {
+	var importers []string
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "testdata" || d.Name() == "data") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if strings.HasPrefix(strings.Trim(imp.Path.Value, `"`), "github.com/asynkron/") {
+				rel, _ := filepath.Rel("..", path)
+				importers = append(importers, filepath.ToSlash(rel))
+				break
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(importers) != 1 || importers[0] != "grain/actor.go" {
+		t.Fatalf("files importing github.com/asynkron/: %v, want [grain/actor.go]", importers)
+	}
+}

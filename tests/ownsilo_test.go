@@ -69,6 +69,10 @@ func TestRunYourOwnAgents(t *testing.T) {
 		t.Fatalf("go build of the README's module: %v\n%s", err, out)
 	}
 
+	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.HasPrefix(string(out), "silo ") || !strings.Contains(string(out), "replaced by") {
+		t.Fatalf("--version: %q, %v", out, err)
+	}
+
 	// One silo, on the embedded etcd.
 	one := startOwnSilo(t, bin, "one", filepath.Join(mod, "data-one"))
 	if out, errOut, code := runClient(t, one.gateway, "ask", "Greeter:g", "world"); code != 0 || out != "hello, world (greeting 1)" {

@@ -3,8 +3,6 @@ package etcdstore
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,7 +38,7 @@ func (s *ConfigStore) Get(ctx context.Context, addr grain.Address) (map[string]s
 	defer cancel()
 	resp, err := s.client.Get(octx, s.root+addr.String())
 	if err != nil {
-		return nil, storeError(ctx, fmt.Sprintf("read the configuration of %s", addr), err)
+		return nil, etcderr.FromCall(ctx, err, "read the configuration of %s", addr)
 	}
 	if len(resp.Kvs) == 0 {
 		return nil, nil
@@ -64,20 +62,17 @@ func (s *ConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[strin
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	if _, err := s.client.Put(octx, s.root+addr.String(), string(b)); err != nil {
-		return storeError(ctx, fmt.Sprintf("store the configuration of %s", addr), err)
+		return etcderr.FromCall(ctx, err, "store the configuration of %s", addr)
 	}
 	return nil
 }
 
-// storeError keeps the caller's own cancellation or deadline and maps etcd's
-// failures with etcderr.Wrap (the one table; mostly Unavailable).
-func storeError(ctx context.Context, what string, err error) error {
-	if cerr := ctx.Err(); cerr != nil {
-		code := codes.Canceled
-		if errors.Is(cerr, context.DeadlineExceeded) {
-			code = codes.DeadlineExceeded
-		}
-		return errs.New(code, "%s: %v", what, cerr)
+// Delete implements grain.ConfigStore.
+func (s *ConfigStore) Delete(ctx context.Context, addr grain.Address) error {
+	octx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if _, err := s.client.Delete(octx, s.root+addr.String()); err != nil {
+		return etcderr.FromCall(ctx, err, "delete the configuration of %s", addr)
 	}
-	return etcderr.Wrap(fmt.Errorf("%s: %w", what, err))
+	return nil
 }

@@ -19,7 +19,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
@@ -85,17 +87,17 @@ func (c *Config) fill() error {
 	}
 	host, port, err := net.SplitHostPort(c.EmbeddedAddr)
 	if err != nil {
-		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", c.EmbeddedAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %v", c.EmbeddedAddr, err)
 	}
 	if c.EmbeddedPeerAddr == "" {
 		p, err := strconv.Atoi(port)
 		if err != nil || p < 1 || p >= 65535 {
-			return fmt.Errorf("etcdstore: embedded etcd address %q: bad port", c.EmbeddedAddr)
+			return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: bad port", c.EmbeddedAddr)
 		}
 		c.EmbeddedPeerAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
 	}
 	if _, _, err := net.SplitHostPort(c.EmbeddedPeerAddr); err != nil {
-		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", c.EmbeddedPeerAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %v", c.EmbeddedPeerAddr, err)
 	}
 	return nil
 }
@@ -144,7 +146,7 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		e.stopEmbedded()
-		return nil, etcderr.Wrap(fmt.Errorf("connect to etcd %v: %w", endpoints, err))
+		return nil, etcderr.FromCall(ctx, err, "connect to etcd %v", endpoints)
 	}
 	e.client = client
 	return e, nil
@@ -156,11 +158,11 @@ func (e *Store) startEmbedded(ctx context.Context) error {
 	cfg.Dir = e.cfg.DataDir
 	curl, err := url.Parse("http://" + e.cfg.EmbeddedAddr)
 	if err != nil {
-		return fmt.Errorf("etcdstore: embedded etcd address %q: %w", e.cfg.EmbeddedAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %v", e.cfg.EmbeddedAddr, err)
 	}
 	purl, err := url.Parse("http://" + e.cfg.EmbeddedPeerAddr)
 	if err != nil {
-		return fmt.Errorf("etcdstore: embedded etcd peer address %q: %w", e.cfg.EmbeddedPeerAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %v", e.cfg.EmbeddedPeerAddr, err)
 	}
 	cfg.ListenClientUrls = []url.URL{*curl}
 	cfg.AdvertiseClientUrls = []url.URL{*curl}

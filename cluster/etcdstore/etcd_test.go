@@ -11,11 +11,11 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
-	"github.com/agentsilo/agentsilo/internal/testnet"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 func testEtcdConfig(t *testing.T, dir string) Config {
-	return Config{DataDir: dir, EmbeddedAddr: testnet.FreeAddr(t), EmbeddedPeerAddr: testnet.FreeAddr(t), Prefix: "/t"}
+	return Config{DataDir: dir, EmbeddedAddr: testutil.FreeAddr(t), EmbeddedPeerAddr: testutil.FreeAddr(t), Prefix: "/t"}
 }
 
 func startEtcd(t *testing.T, cfg Config) *Store {
@@ -133,7 +133,7 @@ func TestEtcdConfigStore(t *testing.T) {
 // Unavailable, nothing hangs or crashes.
 func TestExternalEtcdAway(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	e := startEtcd(t, Config{Endpoints: []string{"http://" + testnet.FreeAddr(t)}})
+	e := startEtcd(t, Config{Endpoints: []string{"http://" + testutil.FreeAddr(t)}})
 	defer e.Close()
 	store := NewConfigStore(e)
 	store.timeout = 300 * time.Millisecond

@@ -21,8 +21,13 @@ import (
 //
 //	Ask, Send, Event         Message on the target
 //	CreateAgent              Configure, on another owner's agent
-//	ListReminders            Read on the agent
-//	ListAgents               Read: the listing keeps what the caller may read
+//	ListReminders, GetConfig, GetState           Read on the agent
+//	DeleteConfig, DeleteState, Deactivate,
+//	UnregisterReminder                           Configure on the agent
+//	ListAgents               Read: the listing keeps what the caller may
+//	                         read (operators, who may administer the ACL,
+//	                         see every activation)
+//	ListTypes, ListMembers   any authenticated caller
 //
 // The sender (from) is always the client grain's own address: what a client
 // puts there is overwritten (stamp).
@@ -84,9 +89,19 @@ func (g *Gateway) unaryACL(ctx context.Context, req any, info *grpc.UnaryServerI
 			check = g.authorize(c, a, acl.Configure)
 		}
 	case *agentsilov1.ListRemindersRequest:
-		if a, err := grain.Resolve(r.GetAgent(), c.Principal); err == nil {
-			check = g.authorize(c, a, acl.Read)
-		}
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Read)
+	case *agentsilov1.GetConfigRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Read)
+	case *agentsilov1.GetStateRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Read)
+	case *agentsilov1.DeleteConfigRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Configure)
+	case *agentsilov1.DeleteStateRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Configure)
+	case *agentsilov1.DeactivateRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Configure)
+	case *agentsilov1.UnregisterReminderRequest:
+		check = g.authorizeAgent(c, r.GetAgent(), acl.Configure)
 	case *agentsilov1.ListAgentsRequest:
 		resp, err := h(ctx, req)
 		if l, ok := resp.(*agentsilov1.ListAgentsResponse); ok && err == nil {
@@ -100,9 +115,22 @@ func (g *Gateway) unaryACL(ctx context.Context, req any, info *grpc.UnaryServerI
 	return h(ctx, req)
 }
 
-// readable keeps the activations that c may read.
+// authorizeAgent checks that c holds need on agent (an address, resolved
+// for c); a malformed address is left for the handler to report.
+func (g *Gateway) authorizeAgent(c *acl.Caller, agent string, need acl.Permission) error {
+	a, err := grain.Resolve(agent, c.Principal)
+	if err != nil {
+		return nil
+	}
+	return g.authorize(c, a, need)
+}
+
+// readable keeps the activations that c may read. Operators (those who may
+// administer the ACL: Admin on system:acl, or group admins) read them all.
+// Read on system:* does not make an operator: the seed rule gives it to
+// everyone.
 func (g *Gateway) readable(c *acl.Caller, in []*agentsilov1.ActivationInfo) []*agentsilov1.ActivationInfo {
-	if g.cfg.ACL == nil {
+	if g.cfg.ACL == nil || g.cfg.ACL.AuthorizeAdmin(c) == nil {
 		return in
 	}
 	out := in[:0]

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -76,8 +75,15 @@ type Config struct {
 
 // ClusterInfo is what a gateway needs to know of the cluster around it.
 type ClusterInfo interface {
-	// Members returns the silos of the current view and its version.
-	Members() ([]*agentsilov1.Member, int64)
+	// Members returns the silos of the current view, each with its count
+	// of activations, and the view's version. With an error it returns what
+	// it could gather.
+	Members(ctx context.Context) ([]*agentsilov1.Member, int64, error)
+	// Types lists the agent types the silos host, by name.
+	Types(ctx context.Context) ([]*agentsilov1.AgentType, error)
+	// Deactivate ends the activation of addr (canonical) on the silo that
+	// holds it, if any, after its current turn.
+	Deactivate(ctx context.Context, addr string) error
 	// Agents lists the activations of every silo, of one type if typeName
 	// is not empty. With an error it returns what it could gather.
 	Agents(ctx context.Context, typeName string) ([]*agentsilov1.ActivationInfo, error)
@@ -99,11 +105,11 @@ func DefaultConfig() Config {
 func (c *Config) Validate() error {
 	switch {
 	case c.MaxMessageSize < 1024:
-		return fmt.Errorf("gateway: gateway MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+		return errs.New(codes.InvalidArgument, "gateway: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
 	case c.SessionBacklog < 1:
-		return fmt.Errorf("gateway: gateway SessionBacklog %d must be at least 1", c.SessionBacklog)
+		return errs.New(codes.InvalidArgument, "gateway: SessionBacklog %d must be at least 1", c.SessionBacklog)
 	case c.SessionBacklogAge <= 0:
-		return fmt.Errorf("gateway: gateway SessionBacklogAge %v must be positive", c.SessionBacklogAge)
+		return errs.New(codes.InvalidArgument, "gateway: SessionBacklogAge %v must be positive", c.SessionBacklogAge)
 	}
 	if err := c.Limits.validate(); err != nil {
 		return err
@@ -120,7 +126,7 @@ func (c *Config) Validate() error {
 func checkLoopback(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("gateway: gateway address %q: %v", addr, err)
+		return errs.New(codes.InvalidArgument, "gateway: address %q: %v", addr, err)
 	}
 	if host == "localhost" {
 		return nil
@@ -128,7 +134,7 @@ func checkLoopback(addr string) error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("gateway: gateway address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
+	return errs.New(codes.InvalidArgument, "gateway: address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
 }
 
 // Gateway is the client-facing gRPC service of a silo (agentsilov1.Gateway):
@@ -445,7 +451,7 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 		if err != nil {
 			return nil, err
 		}
-		return &agentsilov1.ListAgentsResponse{Agents: out}, nil
+		return &agentsilov1.ListAgentsResponse{Agents: ownedBy(req.GetOwner(), out)}, nil
 	}
 	acts := g.rt.Activations(req.GetType())
 	out := make([]*agentsilov1.ActivationInfo, 0, len(acts))
@@ -458,7 +464,7 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 			MailboxDepth: uint32(max(a.MailboxDepth, 0)),
 		})
 	}
-	return &agentsilov1.ListAgentsResponse{Agents: out}, nil
+	return &agentsilov1.ListAgentsResponse{Agents: ownedBy(req.GetOwner(), out)}, nil
 }
 
 // ListMembers implements agentsilov1.GatewayServer. A single silo is a
@@ -468,7 +474,10 @@ func (g *Gateway) ListMembers(ctx context.Context, _ *agentsilov1.ListMembersReq
 		return nil, err
 	}
 	if g.cfg.Cluster != nil {
-		ms, version := g.cfg.Cluster.Members()
+		ms, version, err := g.cfg.Cluster.Members(ctx)
+		if err != nil && len(ms) == 0 {
+			return nil, err
+		}
 		return &agentsilov1.ListMembersResponse{Members: ms, Version: version}, nil
 	}
 	addr, _ := g.addr.Load().(string)

@@ -154,7 +154,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	m.validUntil.Store(int64(cfg.FenceAfter))
 	grant, err := m.client.Grant(ctx, int64((cfg.LeaseTTL+time.Second-1)/time.Second))
 	if err != nil {
-		return m.etcdErr(ctx, "grant lease", err)
+		return etcderr.FromCall(ctx, err, "membership: grant lease")
 	}
 	m.lease = grant.ID
 	m.wg.Add(3)
@@ -214,7 +214,7 @@ func (m *Membership) Start(ctx context.Context) error {
 			Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).
 			Else(clientv3.OpGet(m.key)).Commit()
 		if err != nil {
-			return m.etcdErr(ctx, "write member record", err)
+			return etcderr.FromCall(ctx, err, "membership: write member record")
 		}
 		if tx.Succeeded {
 			break
@@ -233,13 +233,6 @@ func (m *Membership) Start(ctx context.Context) error {
 	ok = true
 	m.log.Info("joined the cluster", "gossip_addr", m.self.GossipAddr, "lease", fmt.Sprintf("%x", int64(m.lease)), "members", len(m.View().Members))
 	return nil
-}
-
-func (m *Membership) etcdErr(ctx context.Context, what string, err error) error {
-	if ctx.Err() != nil {
-		return errs.New(errs.Code(etcderr.Wrap(ctx.Err())), "membership: %s: %v", what, ctx.Err())
-	}
-	return etcderr.Wrap(fmt.Errorf("membership: %s: %w", what, err))
 }
 
 // abort undoes a failed New.
@@ -284,7 +277,7 @@ func (m *Membership) MarkLeaving(ctx context.Context) error {
 		If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
 		Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
 	if err != nil {
-		return m.etcdErr(ctx, "mark record leaving", err)
+		return etcderr.FromCall(ctx, err, "membership: mark record leaving")
 	}
 	if !tx.Succeeded {
 		return errs.New(codes.FailedPrecondition, "membership: the silo's record is gone")
@@ -318,11 +311,11 @@ func (m *Membership) Leave(ctx context.Context) error {
 			If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
 			Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
 		if err != nil {
-			errList = append(errList, m.etcdErr(ctx, "mark record leaving", err))
+			errList = append(errList, etcderr.FromCall(ctx, err, "membership: mark record leaving"))
 		}
 	}
 	if _, err := m.client.Revoke(ctx, m.lease); err != nil && !isLeaseNotFound(err) {
-		errList = append(errList, m.etcdErr(ctx, "revoke lease", err))
+		errList = append(errList, etcderr.FromCall(ctx, err, "membership: revoke lease"))
 	}
 	timeout := 2 * time.Second
 	if dl, ok := ctx.Deadline(); ok {

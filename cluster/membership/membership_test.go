@@ -2,10 +2,8 @@ package membership
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -18,29 +16,18 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
-// waitTimeout bounds every wait on a condition: generous, so that a slow
-// machine does not fail the tests; conditions are awaited, never timed.
-const waitTimeout = 45 * time.Second
+const waitTimeout = testutil.WaitTimeout
 
-// leakOptions are goleak's options for membership tests. memberlist's
-// Shutdown does not wait for a probe in flight: that goroutine ends by
-// itself within a probe interval (scaled by Lifeguard's awareness), so it
-// is not a leak.
-func leakOptions() []goleak.Option {
-	return []goleak.Option{
-		goleak.IgnoreCurrent(),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
-		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode.func1"),
-	}
-}
+func leakOptions() []goleak.Option { return testutil.LeakOptions() }
 
-func testLogger() *slog.Logger {
-	if os.Getenv("AGENTSILO_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+func testLogger() *slog.Logger { return testutil.Logger() }
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testutil.WaitFor(t, what, cond)
 }
 
 func newTestMember(t *testing.T, cli *clientv3.Client, name string, ttl time.Duration, join ...string) *Membership {
@@ -81,20 +68,6 @@ func startMember(t *testing.T, cfg Config) *Membership {
 func verifyNoLeaks(t *testing.T) {
 	opts := leakOptions()
 	t.Cleanup(func() { goleak.VerifyNone(t, opts...) })
-}
-
-// waitFor polls cond until it holds, failing the test after waitTimeout.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		<-tick.C
-	}
 }
 
 // waitMembers waits until every membership's view has exactly want and all

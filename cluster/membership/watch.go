@@ -233,7 +233,7 @@ func (m *Membership) waitFor(ctx context.Context, cond func() bool) error {
 		case <-m.fenced:
 			return errs.New(codes.Unavailable, "membership: fenced while joining: %v", m.FenceCause())
 		case <-ctx.Done():
-			return errs.New(errs.Code(etcderr.Wrap(ctx.Err())), "membership: waiting for the view: %v", ctx.Err())
+			return etcderr.FromCall(ctx, ctx.Err(), "membership: waiting for the view")
 		}
 	}
 }

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -163,13 +162,13 @@ func New(cfg Config) (*Transport, error) {
 	}
 	switch {
 	case cfg.MaxMessageSize < 1024:
-		return nil, fmt.Errorf("transport: transport MaxMessageSize %d must be at least 1024", cfg.MaxMessageSize)
+		return nil, errs.New(codes.InvalidArgument, "transport: MaxMessageSize %d must be at least 1024", cfg.MaxMessageSize)
 	case cfg.QueueSize < 1:
-		return nil, fmt.Errorf("transport: transport QueueSize %d must be at least 1", cfg.QueueSize)
+		return nil, errs.New(codes.InvalidArgument, "transport: QueueSize %d must be at least 1", cfg.QueueSize)
 	case cfg.MaxBatch < 1:
-		return nil, fmt.Errorf("transport: transport MaxBatch %d must be at least 1", cfg.MaxBatch)
+		return nil, errs.New(codes.InvalidArgument, "transport: MaxBatch %d must be at least 1", cfg.MaxBatch)
 	case cfg.ConnectTimeout < 0 || cfg.MaxBackoff < 0:
-		return nil, errors.New("transport: transport ConnectTimeout and MaxBackoff must not be negative")
+		return nil, errs.New(codes.InvalidArgument, "transport: ConnectTimeout and MaxBackoff must not be negative")
 	}
 	t := &Transport{
 		cfg:    cfg,

@@ -48,10 +48,33 @@ to it on stdout, until SIGINT or SIGTERM.`, cmdListen},
 			`Stores the configuration (--config, repeatable) that the agent's
 activations read; prints the agent's canonical address.`, cmdCreate},
 		{"agents", "", "list the active agents",
-			`Lists the agents active in the cluster that you may read; "none" if
-there are none (-o json: an empty list).`, cmdAgents},
+			`Lists the agents active in the cluster that you may read (--owner,
+--type filter them); an operator (one who may administer the ACL: Admin
+on system:acl, or group admins) sees every one. "none" if there are none
+(-o json: an empty list).`, cmdAgents},
+		{"types", "", "list the agent types the cluster hosts",
+			`Lists the agent types of every silo with their descriptions and skills;
+--skill TAG keeps those with a skill carrying the tag.`, cmdTypes},
 		{"members", "", "list the silos of the cluster",
 			`Lists the silos as the gateway sees them.`, cmdMembers},
+		{"reminders remove", "AGENT NAME", "unregister one of an agent's reminders",
+			`Removes the reminder NAME of AGENT (needs Configure on it); NotFound
+(exit 3) if it has none of that name.`, cmdReminderRemove},
+		{"config delete", "AGENT", "delete an agent's stored configuration",
+			`Removes what create stored for AGENT (needs Configure on it).`, cmdConfigDelete},
+		{"config", "AGENT", "show an agent's stored configuration",
+			`Prints the configuration create stored for AGENT, one k=v a line
+(needs Read on it); "none" if nothing was stored.`, cmdConfig},
+		{"state delete", "AGENT", "delete an agent's stored state",
+			`Removes AGENT's state (needs Configure on it); with --etag, only if
+the stored state is still that version (else Aborted, exit 1).`, cmdStateDelete},
+		{"state", "AGENT", "show an agent's stored state and etag",
+			`Prints AGENT's etag on stderr and its state on stdout (needs Read on
+it); "none" if it has none. -o json prints both, the data base64.`, cmdState},
+		{"deactivate", "AGENT", "end an agent's activation",
+			`Ends AGENT's activation after its current turn, wherever it lives
+(needs Configure on it); its next message activates it again. An agent
+that is not active is left alone.`, cmdDeactivate},
 		{"reminders", "AGENT", "list an agent's durable reminders",
 			`Lists the agent's reminders; "none" if it has none (-o json: an empty
 list).`, cmdReminders},

@@ -482,6 +482,7 @@ func cmdCreate(g *globals, name string, args []string) error {
 func cmdAgents(g *globals, name string, args []string) error {
 	fs := newFlagSet(name, g)
 	typ := fs.String("type", "", "list only agents of this `type`")
+	owner := fs.String("owner", "", "list only agents of this `owner`")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -490,7 +491,7 @@ func cmdAgents(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		agents, err := c.Agents(ctx, *typ)
+		agents, err := c.AgentsOf(ctx, *owner, *typ)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,13 @@
 //
 //	if errors.Is(err, errs.ErrNotFound) { ... }
 //	if status.Code(err) == codes.NotFound { ... }
+//
+// An error that has a cause keeps it: Wrap gives it a code and a message and
+// still answers errors.Is and errors.As for the cause.
+//
+//	err := errs.Wrap(codes.Unavailable, ctxErr, "etcd unavailable: list reminders")
+//	errors.Is(err, errs.ErrUnavailable)    // true: the code's sentinel
+//	errors.Is(err, context.DeadlineExceeded) // true: the cause
 package errs
 
 import (
@@ -18,11 +25,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Error is an error with a gRPC status code. It satisfies status.FromError
-// (through GRPCStatus) and errors.Is against the sentinels below.
+// Error is an error with a gRPC status code, and possibly a cause (see
+// Wrap). It satisfies status.FromError (through GRPCStatus) and errors.Is
+// against the sentinels below.
 type Error struct {
-	code codes.Code
-	msg  string
+	code  codes.Code
+	msg   string
+	cause error // nil, or what Unwrap returns
 }
 
 // Sentinels, one per code agentsilo uses. errors.Is(err, ErrNotFound) is true
@@ -52,19 +61,51 @@ func New(code codes.Code, format string, args ...any) error {
 	return &Error{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
-// Error returns the message.
-func (e *Error) Error() string {
-	if e.msg == "" {
-		return e.code.String()
+// Wrap returns an error with code whose message is the formatted message,
+// then ": " and cause's. The result keeps cause: errors.Is and errors.As see
+// it (and Unwrap returns it), while Code, status.Code and errors.Is against
+// the sentinels see code. If cause carries another agentsilo code (an *Error
+// in its chain), code wins everywhere: errors.Is(err, ErrX) is true only for
+// code's sentinel, and cause stays reachable through errors.Is and errors.As
+// but not through the sentinels. A nil cause gives what New gives.
+func Wrap(code codes.Code, cause error, format string, args ...any) error {
+	e := New(code, format, args...).(*Error)
+	if cause == nil {
+		return e
 	}
-	return e.msg
+	var inner *Error
+	if errors.As(cause, &inner) && inner.code != code {
+		cause = otherCode{cause}
+	}
+	e.cause = cause
+	return e
+}
+
+// Error returns the message, followed by the cause's.
+func (e *Error) Error() string {
+	if m := e.Message(); m != "" {
+		return m
+	}
+	return e.code.String()
 }
 
 // Code returns the gRPC code.
 func (e *Error) Code() codes.Code { return e.code }
 
-// Message returns the message without the code.
-func (e *Error) Message() string { return e.msg }
+// Message returns the message without the code: Wrap's message and the
+// cause's.
+func (e *Error) Message() string {
+	switch {
+	case e.cause == nil:
+		return e.msg
+	case e.msg == "":
+		return e.cause.Error()
+	}
+	return e.msg + ": " + e.cause.Error()
+}
+
+// Unwrap returns the cause given to Wrap, or nil.
+func (e *Error) Unwrap() error { return e.cause }
 
 // GRPCStatus makes status.FromError and status.Code understand Error.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.code, e.Error()) }
@@ -72,8 +113,26 @@ func (e *Error) GRPCStatus() *status.Status { return status.New(e.code, e.Error(
 // Is reports whether target is the sentinel of e's code.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
-	return ok && t.msg == "" && t.code == e.code
+	return ok && t.sentinel() && t.code == e.code
 }
+
+func (e *Error) sentinel() bool { return e.msg == "" && e.cause == nil }
+
+// otherCode holds a cause that carries another code than the *Error wrapping
+// it: errors.Is and errors.As reach into it, except for the sentinels, so
+// that the outer code is the only one errors.Is reports.
+type otherCode struct{ err error }
+
+func (o otherCode) Error() string { return o.err.Error() }
+
+func (o otherCode) Is(target error) bool {
+	if t, ok := target.(*Error); ok && t.sentinel() {
+		return false
+	}
+	return errors.Is(o.err, target)
+}
+
+func (o otherCode) As(target any) bool { return errors.As(o.err, target) }
 
 // Code returns the gRPC code of err: OK for nil, the code of an *Error or a
 // gRPC status error, DeadlineExceeded and Canceled for the context errors, and
@@ -100,7 +159,7 @@ func Code(err error) codes.Code {
 
 // FromStatus turns a gRPC status error (as a gRPC call returns it) into an
 // *Error, so that errors.Is works on it; nil stays nil and other errors get
-// their Code. The message is kept as is.
+// their Code, and are kept as the cause. The message is kept as is.
 func FromStatus(err error) error {
 	if err == nil {
 		return nil
@@ -112,5 +171,5 @@ func FromStatus(err error) error {
 	if st, ok := status.FromError(err); ok {
 		return &Error{code: st.Code(), msg: st.Message()}
 	}
-	return &Error{code: Code(err), msg: err.Error()}
+	return &Error{code: Code(err), cause: err}
 }

@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/agentsilo/agentsilo/internal/testnet"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // Server is an embedded etcd member. Stop and Restart it to test what
@@ -39,7 +39,7 @@ type Server struct {
 // Start starts a server and registers its Stop as t's cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), clientAddr: testnet.FreeAddr(t), peerAddr: testnet.FreeAddr(t)}
+	s := &Server{t: t, dir: t.TempDir(), clientAddr: testutil.FreeAddr(t), peerAddr: testutil.FreeAddr(t)}
 	s.Restart()
 	t.Cleanup(s.Stop)
 	return s

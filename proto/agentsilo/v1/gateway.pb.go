@@ -869,7 +869,9 @@ func (x *CreateAgentResponse) GetAddress() string {
 type ListAgentsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// type filters by agent type; empty lists all.
-	Type          string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
+	// owner filters by the agents' owner; empty lists all the caller may read.
+	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -907,6 +909,13 @@ func (*ListAgentsRequest) Descriptor() ([]byte, []int) {
 func (x *ListAgentsRequest) GetType() string {
 	if x != nil {
 		return x.Type
+	}
+	return ""
+}
+
+func (x *ListAgentsRequest) GetOwner() string {
+	if x != nil {
+		return x.Owner
 	}
 	return ""
 }
@@ -1371,6 +1380,824 @@ func (x *ListRemindersResponse) GetReminders() []*ReminderInfo {
 	return nil
 }
 
+type ListTypesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// skill_tag, if set, keeps the types with a skill carrying this tag
+	// (compared without regard to case).
+	SkillTag      string `protobuf:"bytes,1,opt,name=skill_tag,json=skillTag,proto3" json:"skill_tag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesRequest) Reset() {
+	*x = ListTypesRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesRequest) ProtoMessage() {}
+
+func (x *ListTypesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesRequest.ProtoReflect.Descriptor instead.
+func (*ListTypesRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListTypesRequest) GetSkillTag() string {
+	if x != nil {
+		return x.SkillTag
+	}
+	return ""
+}
+
+type ListTypesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// types, by name.
+	Types         []*AgentType `protobuf:"bytes,1,rep,name=types,proto3" json:"types,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTypesResponse) Reset() {
+	*x = ListTypesResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTypesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTypesResponse) ProtoMessage() {}
+
+func (x *ListTypesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTypesResponse.ProtoReflect.Descriptor instead.
+func (*ListTypesResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ListTypesResponse) GetTypes() []*AgentType {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+// AgentType describes a registered agent type (grain.TypeInfo).
+type AgentType struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is the type name, the first part of its agents' addresses.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// description says what agents of the type do.
+	Description   string   `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Skills        []*Skill `protobuf:"bytes,3,rep,name=skills,proto3" json:"skills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentType) Reset() {
+	*x = AgentType{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentType) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentType) ProtoMessage() {}
+
+func (x *AgentType) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentType.ProtoReflect.Descriptor instead.
+func (*AgentType) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *AgentType) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentType) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *AgentType) GetSkills() []*Skill {
+	if x != nil {
+		return x.Skills
+	}
+	return nil
+}
+
+// Skill is one thing an agent type can do (after A2A's AgentSkill).
+type Skill struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name identifies the skill within its type.
+	Name        string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Description string `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	// tags are keywords to find the skill by.
+	Tags []string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
+	// examples are requests the skill handles.
+	Examples      []string `protobuf:"bytes,4,rep,name=examples,proto3" json:"examples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Skill) Reset() {
+	*x = Skill{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Skill) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Skill) ProtoMessage() {}
+
+func (x *Skill) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Skill.ProtoReflect.Descriptor instead.
+func (*Skill) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Skill) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Skill) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *Skill) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *Skill) GetExamples() []string {
+	if x != nil {
+		return x.Examples
+	}
+	return nil
+}
+
+type GetConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agent is the agent's address (Type:owner:alias, or Type:alias for the
+	// caller's own).
+	Agent         string `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetConfigRequest) Reset() {
+	*x = GetConfigRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigRequest) ProtoMessage() {}
+
+func (x *GetConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigRequest.ProtoReflect.Descriptor instead.
+func (*GetConfigRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *GetConfigRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type GetConfigResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// address is the agent's canonical address.
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// config is what CreateAgent stored; found is false if nothing was.
+	Config        map[string]string `protobuf:"bytes,2,rep,name=config,proto3" json:"config,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Found         bool              `protobuf:"varint,3,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetConfigResponse) Reset() {
+	*x = GetConfigResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetConfigResponse) ProtoMessage() {}
+
+func (x *GetConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetConfigResponse.ProtoReflect.Descriptor instead.
+func (*GetConfigResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *GetConfigResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *GetConfigResponse) GetConfig() map[string]string {
+	if x != nil {
+		return x.Config
+	}
+	return nil
+}
+
+func (x *GetConfigResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+type DeleteConfigRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConfigRequest) Reset() {
+	*x = DeleteConfigRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConfigRequest) ProtoMessage() {}
+
+func (x *DeleteConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConfigRequest.ProtoReflect.Descriptor instead.
+func (*DeleteConfigRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *DeleteConfigRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type DeleteConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteConfigResponse) Reset() {
+	*x = DeleteConfigResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteConfigResponse) ProtoMessage() {}
+
+func (x *DeleteConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteConfigResponse.ProtoReflect.Descriptor instead.
+func (*DeleteConfigResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *DeleteConfigResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type DeactivateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeactivateRequest) Reset() {
+	*x = DeactivateRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeactivateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeactivateRequest) ProtoMessage() {}
+
+func (x *DeactivateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeactivateRequest.ProtoReflect.Descriptor instead.
+func (*DeactivateRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *DeactivateRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type DeactivateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeactivateResponse) Reset() {
+	*x = DeactivateResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeactivateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeactivateResponse) ProtoMessage() {}
+
+func (x *DeactivateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeactivateResponse.ProtoReflect.Descriptor instead.
+func (*DeactivateResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DeactivateResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type UnregisterReminderRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Agent string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// name is the reminder's name.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterReminderRequest) Reset() {
+	*x = UnregisterReminderRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterReminderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterReminderRequest) ProtoMessage() {}
+
+func (x *UnregisterReminderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterReminderRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterReminderRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *UnregisterReminderRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *UnregisterReminderRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type UnregisterReminderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterReminderResponse) Reset() {
+	*x = UnregisterReminderResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterReminderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterReminderResponse) ProtoMessage() {}
+
+func (x *UnregisterReminderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterReminderResponse.ProtoReflect.Descriptor instead.
+func (*UnregisterReminderResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *UnregisterReminderResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+type GetStateRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Agent         string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStateRequest) Reset() {
+	*x = GetStateRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStateRequest) ProtoMessage() {}
+
+func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
+func (*GetStateRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *GetStateRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+type GetStateResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// data is the stored state; found is false if the agent has none.
+	Data []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// etag names the stored version.
+	Etag          string `protobuf:"bytes,3,opt,name=etag,proto3" json:"etag,omitempty"`
+	Found         bool   `protobuf:"varint,4,opt,name=found,proto3" json:"found,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStateResponse) Reset() {
+	*x = GetStateResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStateResponse) ProtoMessage() {}
+
+func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
+func (*GetStateResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetStateResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *GetStateResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *GetStateResponse) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+func (x *GetStateResponse) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+type DeleteStateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Agent string                 `protobuf:"bytes,1,opt,name=agent,proto3" json:"agent,omitempty"`
+	// etag, if set, deletes only that version.
+	Etag          string `protobuf:"bytes,2,opt,name=etag,proto3" json:"etag,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteStateRequest) Reset() {
+	*x = DeleteStateRequest{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteStateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteStateRequest) ProtoMessage() {}
+
+func (x *DeleteStateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteStateRequest.ProtoReflect.Descriptor instead.
+func (*DeleteStateRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *DeleteStateRequest) GetAgent() string {
+	if x != nil {
+		return x.Agent
+	}
+	return ""
+}
+
+func (x *DeleteStateRequest) GetEtag() string {
+	if x != nil {
+		return x.Etag
+	}
+	return ""
+}
+
+type DeleteStateResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteStateResponse) Reset() {
+	*x = DeleteStateResponse{}
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteStateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteStateResponse) ProtoMessage() {}
+
+func (x *DeleteStateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_gateway_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteStateResponse.ProtoReflect.Descriptor instead.
+func (*DeleteStateResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_gateway_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *DeleteStateResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 var File_agentsilo_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_gateway_proto_rawDesc = "" +
@@ -1428,9 +2255,10 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"/\n" +
 	"\x13CreateAgentResponse\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"'\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\"=\n" +
 	"\x11ListAgentsRequest\x12\x12\n" +
-	"\x04type\x18\x01 \x01(\tR\x04type\"\xdf\x01\n" +
+	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\"\xdf\x01\n" +
 	"\x0eActivationInfo\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04silo\x18\x02 \x01(\tR\x04silo\x12=\n" +
@@ -1460,7 +2288,54 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage\x12,\n" +
 	"\x03due\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x03due\"Q\n" +
 	"\x15ListRemindersResponse\x128\n" +
-	"\treminders\x18\x01 \x03(\v2\x1a.agentsilo.v1.ReminderInfoR\treminders2\x9c\x04\n" +
+	"\treminders\x18\x01 \x03(\v2\x1a.agentsilo.v1.ReminderInfoR\treminders\"/\n" +
+	"\x10ListTypesRequest\x12\x1b\n" +
+	"\tskill_tag\x18\x01 \x01(\tR\bskillTag\"B\n" +
+	"\x11ListTypesResponse\x12-\n" +
+	"\x05types\x18\x01 \x03(\v2\x17.agentsilo.v1.AgentTypeR\x05types\"n\n" +
+	"\tAgentType\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
+	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\"m\n" +
+	"\x05Skill\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
+	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
+	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x1a\n" +
+	"\bexamples\x18\x04 \x03(\tR\bexamples\"(\n" +
+	"\x10GetConfigRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"\xc3\x01\n" +
+	"\x11GetConfigResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12C\n" +
+	"\x06config\x18\x02 \x03(\v2+.agentsilo.v1.GetConfigResponse.ConfigEntryR\x06config\x12\x14\n" +
+	"\x05found\x18\x03 \x01(\bR\x05found\x1a9\n" +
+	"\vConfigEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"+\n" +
+	"\x13DeleteConfigRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"0\n" +
+	"\x14DeleteConfigResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\")\n" +
+	"\x11DeactivateRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\".\n" +
+	"\x12DeactivateResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\"E\n" +
+	"\x19UnregisterReminderRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"6\n" +
+	"\x1aUnregisterReminderResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\"'\n" +
+	"\x0fGetStateRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"j\n" +
+	"\x10GetStateResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x12\n" +
+	"\x04etag\x18\x03 \x01(\tR\x04etag\x12\x14\n" +
+	"\x05found\x18\x04 \x01(\bR\x05found\">\n" +
+	"\x12DeleteStateRequest\x12\x14\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
+	"\x04etag\x18\x02 \x01(\tR\x04etag\"/\n" +
+	"\x13DeleteStateResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress2\xe8\b\n" +
 	"\aGateway\x12C\n" +
 	"\aSession\x12\x19.agentsilo.v1.ClientFrame\x1a\x19.agentsilo.v1.ServerFrame(\x010\x01\x12:\n" +
 	"\x03Ask\x12\x18.agentsilo.v1.AskRequest\x1a\x19.agentsilo.v1.AskResponse\x12=\n" +
@@ -1469,7 +2344,15 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"ListAgents\x12\x1f.agentsilo.v1.ListAgentsRequest\x1a .agentsilo.v1.ListAgentsResponse\x12R\n" +
 	"\vListMembers\x12 .agentsilo.v1.ListMembersRequest\x1a!.agentsilo.v1.ListMembersResponse\x12X\n" +
-	"\rListReminders\x12\".agentsilo.v1.ListRemindersRequest\x1a#.agentsilo.v1.ListRemindersResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
+	"\rListReminders\x12\".agentsilo.v1.ListRemindersRequest\x1a#.agentsilo.v1.ListRemindersResponse\x12L\n" +
+	"\tListTypes\x12\x1e.agentsilo.v1.ListTypesRequest\x1a\x1f.agentsilo.v1.ListTypesResponse\x12L\n" +
+	"\tGetConfig\x12\x1e.agentsilo.v1.GetConfigRequest\x1a\x1f.agentsilo.v1.GetConfigResponse\x12U\n" +
+	"\fDeleteConfig\x12!.agentsilo.v1.DeleteConfigRequest\x1a\".agentsilo.v1.DeleteConfigResponse\x12O\n" +
+	"\n" +
+	"Deactivate\x12\x1f.agentsilo.v1.DeactivateRequest\x1a .agentsilo.v1.DeactivateResponse\x12g\n" +
+	"\x12UnregisterReminder\x12'.agentsilo.v1.UnregisterReminderRequest\x1a(.agentsilo.v1.UnregisterReminderResponse\x12I\n" +
+	"\bGetState\x12\x1d.agentsilo.v1.GetStateRequest\x1a\x1e.agentsilo.v1.GetStateResponse\x12R\n" +
+	"\vDeleteState\x12 .agentsilo.v1.DeleteStateRequest\x1a!.agentsilo.v1.DeleteStateResponseB?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
 var (
 	file_agentsilo_v1_gateway_proto_rawDescOnce sync.Once
@@ -1483,35 +2366,52 @@ func file_agentsilo_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_agentsilo_v1_gateway_proto_rawDescData
 }
 
-var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agentsilo_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_agentsilo_v1_gateway_proto_goTypes = []any{
-	(*ClientFrame)(nil),           // 0: agentsilo.v1.ClientFrame
-	(*ServerFrame)(nil),           // 1: agentsilo.v1.ServerFrame
-	(*Hello)(nil),                 // 2: agentsilo.v1.Hello
-	(*Welcome)(nil),               // 3: agentsilo.v1.Welcome
-	(*Call)(nil),                  // 4: agentsilo.v1.Call
-	(*Cancel)(nil),                // 5: agentsilo.v1.Cancel
-	(*Result)(nil),                // 6: agentsilo.v1.Result
-	(*Status)(nil),                // 7: agentsilo.v1.Status
-	(*AskRequest)(nil),            // 8: agentsilo.v1.AskRequest
-	(*AskResponse)(nil),           // 9: agentsilo.v1.AskResponse
-	(*SendRequest)(nil),           // 10: agentsilo.v1.SendRequest
-	(*SendResponse)(nil),          // 11: agentsilo.v1.SendResponse
-	(*CreateAgentRequest)(nil),    // 12: agentsilo.v1.CreateAgentRequest
-	(*CreateAgentResponse)(nil),   // 13: agentsilo.v1.CreateAgentResponse
-	(*ListAgentsRequest)(nil),     // 14: agentsilo.v1.ListAgentsRequest
-	(*ActivationInfo)(nil),        // 15: agentsilo.v1.ActivationInfo
-	(*ListAgentsResponse)(nil),    // 16: agentsilo.v1.ListAgentsResponse
-	(*ListMembersRequest)(nil),    // 17: agentsilo.v1.ListMembersRequest
-	(*Member)(nil),                // 18: agentsilo.v1.Member
-	(*ListMembersResponse)(nil),   // 19: agentsilo.v1.ListMembersResponse
-	(*ListRemindersRequest)(nil),  // 20: agentsilo.v1.ListRemindersRequest
-	(*ReminderInfo)(nil),          // 21: agentsilo.v1.ReminderInfo
-	(*ListRemindersResponse)(nil), // 22: agentsilo.v1.ListRemindersResponse
-	nil,                           // 23: agentsilo.v1.CreateAgentRequest.ConfigEntry
-	(*AgentMessage)(nil),          // 24: agentsilo.v1.AgentMessage
-	(*timestamppb.Timestamp)(nil), // 25: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 26: google.protobuf.Duration
+	(*ClientFrame)(nil),                // 0: agentsilo.v1.ClientFrame
+	(*ServerFrame)(nil),                // 1: agentsilo.v1.ServerFrame
+	(*Hello)(nil),                      // 2: agentsilo.v1.Hello
+	(*Welcome)(nil),                    // 3: agentsilo.v1.Welcome
+	(*Call)(nil),                       // 4: agentsilo.v1.Call
+	(*Cancel)(nil),                     // 5: agentsilo.v1.Cancel
+	(*Result)(nil),                     // 6: agentsilo.v1.Result
+	(*Status)(nil),                     // 7: agentsilo.v1.Status
+	(*AskRequest)(nil),                 // 8: agentsilo.v1.AskRequest
+	(*AskResponse)(nil),                // 9: agentsilo.v1.AskResponse
+	(*SendRequest)(nil),                // 10: agentsilo.v1.SendRequest
+	(*SendResponse)(nil),               // 11: agentsilo.v1.SendResponse
+	(*CreateAgentRequest)(nil),         // 12: agentsilo.v1.CreateAgentRequest
+	(*CreateAgentResponse)(nil),        // 13: agentsilo.v1.CreateAgentResponse
+	(*ListAgentsRequest)(nil),          // 14: agentsilo.v1.ListAgentsRequest
+	(*ActivationInfo)(nil),             // 15: agentsilo.v1.ActivationInfo
+	(*ListAgentsResponse)(nil),         // 16: agentsilo.v1.ListAgentsResponse
+	(*ListMembersRequest)(nil),         // 17: agentsilo.v1.ListMembersRequest
+	(*Member)(nil),                     // 18: agentsilo.v1.Member
+	(*ListMembersResponse)(nil),        // 19: agentsilo.v1.ListMembersResponse
+	(*ListRemindersRequest)(nil),       // 20: agentsilo.v1.ListRemindersRequest
+	(*ReminderInfo)(nil),               // 21: agentsilo.v1.ReminderInfo
+	(*ListRemindersResponse)(nil),      // 22: agentsilo.v1.ListRemindersResponse
+	(*ListTypesRequest)(nil),           // 23: agentsilo.v1.ListTypesRequest
+	(*ListTypesResponse)(nil),          // 24: agentsilo.v1.ListTypesResponse
+	(*AgentType)(nil),                  // 25: agentsilo.v1.AgentType
+	(*Skill)(nil),                      // 26: agentsilo.v1.Skill
+	(*GetConfigRequest)(nil),           // 27: agentsilo.v1.GetConfigRequest
+	(*GetConfigResponse)(nil),          // 28: agentsilo.v1.GetConfigResponse
+	(*DeleteConfigRequest)(nil),        // 29: agentsilo.v1.DeleteConfigRequest
+	(*DeleteConfigResponse)(nil),       // 30: agentsilo.v1.DeleteConfigResponse
+	(*DeactivateRequest)(nil),          // 31: agentsilo.v1.DeactivateRequest
+	(*DeactivateResponse)(nil),         // 32: agentsilo.v1.DeactivateResponse
+	(*UnregisterReminderRequest)(nil),  // 33: agentsilo.v1.UnregisterReminderRequest
+	(*UnregisterReminderResponse)(nil), // 34: agentsilo.v1.UnregisterReminderResponse
+	(*GetStateRequest)(nil),            // 35: agentsilo.v1.GetStateRequest
+	(*GetStateResponse)(nil),           // 36: agentsilo.v1.GetStateResponse
+	(*DeleteStateRequest)(nil),         // 37: agentsilo.v1.DeleteStateRequest
+	(*DeleteStateResponse)(nil),        // 38: agentsilo.v1.DeleteStateResponse
+	nil,                                // 39: agentsilo.v1.CreateAgentRequest.ConfigEntry
+	nil,                                // 40: agentsilo.v1.GetConfigResponse.ConfigEntry
+	(*AgentMessage)(nil),               // 41: agentsilo.v1.AgentMessage
+	(*timestamppb.Timestamp)(nil),      // 42: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),        // 43: google.protobuf.Duration
 }
 var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	2,  // 0: agentsilo.v1.ClientFrame.hello:type_name -> agentsilo.v1.Hello
@@ -1519,40 +2419,57 @@ var file_agentsilo_v1_gateway_proto_depIdxs = []int32{
 	5,  // 2: agentsilo.v1.ClientFrame.cancel:type_name -> agentsilo.v1.Cancel
 	3,  // 3: agentsilo.v1.ServerFrame.welcome:type_name -> agentsilo.v1.Welcome
 	6,  // 4: agentsilo.v1.ServerFrame.result:type_name -> agentsilo.v1.Result
-	24, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
-	24, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
+	41, // 5: agentsilo.v1.ServerFrame.push:type_name -> agentsilo.v1.AgentMessage
+	41, // 6: agentsilo.v1.Call.message:type_name -> agentsilo.v1.AgentMessage
+	41, // 7: agentsilo.v1.Result.message:type_name -> agentsilo.v1.AgentMessage
 	7,  // 8: agentsilo.v1.Result.error:type_name -> agentsilo.v1.Status
-	24, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
-	24, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
-	23, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
-	25, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
-	25, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
+	41, // 9: agentsilo.v1.AskRequest.message:type_name -> agentsilo.v1.AgentMessage
+	41, // 10: agentsilo.v1.AskResponse.message:type_name -> agentsilo.v1.AgentMessage
+	41, // 11: agentsilo.v1.SendRequest.message:type_name -> agentsilo.v1.AgentMessage
+	39, // 12: agentsilo.v1.CreateAgentRequest.config:type_name -> agentsilo.v1.CreateAgentRequest.ConfigEntry
+	42, // 13: agentsilo.v1.ActivationInfo.activated_at:type_name -> google.protobuf.Timestamp
+	42, // 14: agentsilo.v1.ActivationInfo.last_active:type_name -> google.protobuf.Timestamp
 	15, // 15: agentsilo.v1.ListAgentsResponse.agents:type_name -> agentsilo.v1.ActivationInfo
 	18, // 16: agentsilo.v1.ListMembersResponse.members:type_name -> agentsilo.v1.Member
-	26, // 17: agentsilo.v1.ReminderInfo.period:type_name -> google.protobuf.Duration
-	25, // 18: agentsilo.v1.ReminderInfo.due:type_name -> google.protobuf.Timestamp
+	43, // 17: agentsilo.v1.ReminderInfo.period:type_name -> google.protobuf.Duration
+	42, // 18: agentsilo.v1.ReminderInfo.due:type_name -> google.protobuf.Timestamp
 	21, // 19: agentsilo.v1.ListRemindersResponse.reminders:type_name -> agentsilo.v1.ReminderInfo
-	0,  // 20: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
-	8,  // 21: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
-	10, // 22: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
-	12, // 23: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
-	14, // 24: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
-	17, // 25: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
-	20, // 26: agentsilo.v1.Gateway.ListReminders:input_type -> agentsilo.v1.ListRemindersRequest
-	1,  // 27: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
-	9,  // 28: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
-	11, // 29: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
-	13, // 30: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
-	16, // 31: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
-	19, // 32: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
-	22, // 33: agentsilo.v1.Gateway.ListReminders:output_type -> agentsilo.v1.ListRemindersResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	25, // 20: agentsilo.v1.ListTypesResponse.types:type_name -> agentsilo.v1.AgentType
+	26, // 21: agentsilo.v1.AgentType.skills:type_name -> agentsilo.v1.Skill
+	40, // 22: agentsilo.v1.GetConfigResponse.config:type_name -> agentsilo.v1.GetConfigResponse.ConfigEntry
+	0,  // 23: agentsilo.v1.Gateway.Session:input_type -> agentsilo.v1.ClientFrame
+	8,  // 24: agentsilo.v1.Gateway.Ask:input_type -> agentsilo.v1.AskRequest
+	10, // 25: agentsilo.v1.Gateway.Send:input_type -> agentsilo.v1.SendRequest
+	12, // 26: agentsilo.v1.Gateway.CreateAgent:input_type -> agentsilo.v1.CreateAgentRequest
+	14, // 27: agentsilo.v1.Gateway.ListAgents:input_type -> agentsilo.v1.ListAgentsRequest
+	17, // 28: agentsilo.v1.Gateway.ListMembers:input_type -> agentsilo.v1.ListMembersRequest
+	20, // 29: agentsilo.v1.Gateway.ListReminders:input_type -> agentsilo.v1.ListRemindersRequest
+	23, // 30: agentsilo.v1.Gateway.ListTypes:input_type -> agentsilo.v1.ListTypesRequest
+	27, // 31: agentsilo.v1.Gateway.GetConfig:input_type -> agentsilo.v1.GetConfigRequest
+	29, // 32: agentsilo.v1.Gateway.DeleteConfig:input_type -> agentsilo.v1.DeleteConfigRequest
+	31, // 33: agentsilo.v1.Gateway.Deactivate:input_type -> agentsilo.v1.DeactivateRequest
+	33, // 34: agentsilo.v1.Gateway.UnregisterReminder:input_type -> agentsilo.v1.UnregisterReminderRequest
+	35, // 35: agentsilo.v1.Gateway.GetState:input_type -> agentsilo.v1.GetStateRequest
+	37, // 36: agentsilo.v1.Gateway.DeleteState:input_type -> agentsilo.v1.DeleteStateRequest
+	1,  // 37: agentsilo.v1.Gateway.Session:output_type -> agentsilo.v1.ServerFrame
+	9,  // 38: agentsilo.v1.Gateway.Ask:output_type -> agentsilo.v1.AskResponse
+	11, // 39: agentsilo.v1.Gateway.Send:output_type -> agentsilo.v1.SendResponse
+	13, // 40: agentsilo.v1.Gateway.CreateAgent:output_type -> agentsilo.v1.CreateAgentResponse
+	16, // 41: agentsilo.v1.Gateway.ListAgents:output_type -> agentsilo.v1.ListAgentsResponse
+	19, // 42: agentsilo.v1.Gateway.ListMembers:output_type -> agentsilo.v1.ListMembersResponse
+	22, // 43: agentsilo.v1.Gateway.ListReminders:output_type -> agentsilo.v1.ListRemindersResponse
+	24, // 44: agentsilo.v1.Gateway.ListTypes:output_type -> agentsilo.v1.ListTypesResponse
+	28, // 45: agentsilo.v1.Gateway.GetConfig:output_type -> agentsilo.v1.GetConfigResponse
+	30, // 46: agentsilo.v1.Gateway.DeleteConfig:output_type -> agentsilo.v1.DeleteConfigResponse
+	32, // 47: agentsilo.v1.Gateway.Deactivate:output_type -> agentsilo.v1.DeactivateResponse
+	34, // 48: agentsilo.v1.Gateway.UnregisterReminder:output_type -> agentsilo.v1.UnregisterReminderResponse
+	36, // 49: agentsilo.v1.Gateway.GetState:output_type -> agentsilo.v1.GetStateResponse
+	38, // 50: agentsilo.v1.Gateway.DeleteState:output_type -> agentsilo.v1.DeleteStateResponse
+	37, // [37:51] is the sub-list for method output_type
+	23, // [23:37] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_agentsilo_v1_gateway_proto_init() }
@@ -1577,7 +2494,7 @@ func file_agentsilo_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsilo_v1_gateway_proto_rawDesc), len(file_agentsilo_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,13 +19,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Gateway_Session_FullMethodName       = "/agentsilo.v1.Gateway/Session"
-	Gateway_Ask_FullMethodName           = "/agentsilo.v1.Gateway/Ask"
-	Gateway_Send_FullMethodName          = "/agentsilo.v1.Gateway/Send"
-	Gateway_CreateAgent_FullMethodName   = "/agentsilo.v1.Gateway/CreateAgent"
-	Gateway_ListAgents_FullMethodName    = "/agentsilo.v1.Gateway/ListAgents"
-	Gateway_ListMembers_FullMethodName   = "/agentsilo.v1.Gateway/ListMembers"
-	Gateway_ListReminders_FullMethodName = "/agentsilo.v1.Gateway/ListReminders"
+	Gateway_Session_FullMethodName            = "/agentsilo.v1.Gateway/Session"
+	Gateway_Ask_FullMethodName                = "/agentsilo.v1.Gateway/Ask"
+	Gateway_Send_FullMethodName               = "/agentsilo.v1.Gateway/Send"
+	Gateway_CreateAgent_FullMethodName        = "/agentsilo.v1.Gateway/CreateAgent"
+	Gateway_ListAgents_FullMethodName         = "/agentsilo.v1.Gateway/ListAgents"
+	Gateway_ListMembers_FullMethodName        = "/agentsilo.v1.Gateway/ListMembers"
+	Gateway_ListReminders_FullMethodName      = "/agentsilo.v1.Gateway/ListReminders"
+	Gateway_ListTypes_FullMethodName          = "/agentsilo.v1.Gateway/ListTypes"
+	Gateway_GetConfig_FullMethodName          = "/agentsilo.v1.Gateway/GetConfig"
+	Gateway_DeleteConfig_FullMethodName       = "/agentsilo.v1.Gateway/DeleteConfig"
+	Gateway_Deactivate_FullMethodName         = "/agentsilo.v1.Gateway/Deactivate"
+	Gateway_UnregisterReminder_FullMethodName = "/agentsilo.v1.Gateway/UnregisterReminder"
+	Gateway_GetState_FullMethodName           = "/agentsilo.v1.Gateway/GetState"
+	Gateway_DeleteState_FullMethodName        = "/agentsilo.v1.Gateway/DeleteState"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -56,6 +63,25 @@ type GatewayClient interface {
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	// ListReminders lists an agent's durable reminders.
 	ListReminders(ctx context.Context, in *ListRemindersRequest, opts ...grpc.CallOption) (*ListRemindersResponse, error)
+	// ListTypes lists the agent types the silos host, with what they are for
+	// and their skills, by name.
+	ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error)
+	// GetConfig returns an agent's stored configuration (needs Read).
+	GetConfig(ctx context.Context, in *GetConfigRequest, opts ...grpc.CallOption) (*GetConfigResponse, error)
+	// DeleteConfig removes an agent's stored configuration (needs Configure).
+	DeleteConfig(ctx context.Context, in *DeleteConfigRequest, opts ...grpc.CallOption) (*DeleteConfigResponse, error)
+	// Deactivate ends an agent's activation, wherever it lives, after its
+	// current turn (needs Configure). An agent that is not active is left
+	// alone: it is not activated to be deactivated.
+	Deactivate(ctx context.Context, in *DeactivateRequest, opts ...grpc.CallOption) (*DeactivateResponse, error)
+	// UnregisterReminder removes one of an agent's durable reminders (needs
+	// Configure).
+	UnregisterReminder(ctx context.Context, in *UnregisterReminderRequest, opts ...grpc.CallOption) (*UnregisterReminderResponse, error)
+	// GetState returns an agent's stored state and its etag (needs Read).
+	GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error)
+	// DeleteState removes an agent's stored state (needs Configure): with an
+	// etag, only if the stored state is still that version (else Aborted).
+	DeleteState(ctx context.Context, in *DeleteStateRequest, opts ...grpc.CallOption) (*DeleteStateResponse, error)
 }
 
 type gatewayClient struct {
@@ -139,6 +165,76 @@ func (c *gatewayClient) ListReminders(ctx context.Context, in *ListRemindersRequ
 	return out, nil
 }
 
+func (c *gatewayClient) ListTypes(ctx context.Context, in *ListTypesRequest, opts ...grpc.CallOption) (*ListTypesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListTypesResponse)
+	err := c.cc.Invoke(ctx, Gateway_ListTypes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetConfig(ctx context.Context, in *GetConfigRequest, opts ...grpc.CallOption) (*GetConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetConfigResponse)
+	err := c.cc.Invoke(ctx, Gateway_GetConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) DeleteConfig(ctx context.Context, in *DeleteConfigRequest, opts ...grpc.CallOption) (*DeleteConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteConfigResponse)
+	err := c.cc.Invoke(ctx, Gateway_DeleteConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) Deactivate(ctx context.Context, in *DeactivateRequest, opts ...grpc.CallOption) (*DeactivateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeactivateResponse)
+	err := c.cc.Invoke(ctx, Gateway_Deactivate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) UnregisterReminder(ctx context.Context, in *UnregisterReminderRequest, opts ...grpc.CallOption) (*UnregisterReminderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UnregisterReminderResponse)
+	err := c.cc.Invoke(ctx, Gateway_UnregisterReminder_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) GetState(ctx context.Context, in *GetStateRequest, opts ...grpc.CallOption) (*GetStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStateResponse)
+	err := c.cc.Invoke(ctx, Gateway_GetState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *gatewayClient) DeleteState(ctx context.Context, in *DeleteStateRequest, opts ...grpc.CallOption) (*DeleteStateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteStateResponse)
+	err := c.cc.Invoke(ctx, Gateway_DeleteState_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -167,6 +263,25 @@ type GatewayServer interface {
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	// ListReminders lists an agent's durable reminders.
 	ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error)
+	// ListTypes lists the agent types the silos host, with what they are for
+	// and their skills, by name.
+	ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error)
+	// GetConfig returns an agent's stored configuration (needs Read).
+	GetConfig(context.Context, *GetConfigRequest) (*GetConfigResponse, error)
+	// DeleteConfig removes an agent's stored configuration (needs Configure).
+	DeleteConfig(context.Context, *DeleteConfigRequest) (*DeleteConfigResponse, error)
+	// Deactivate ends an agent's activation, wherever it lives, after its
+	// current turn (needs Configure). An agent that is not active is left
+	// alone: it is not activated to be deactivated.
+	Deactivate(context.Context, *DeactivateRequest) (*DeactivateResponse, error)
+	// UnregisterReminder removes one of an agent's durable reminders (needs
+	// Configure).
+	UnregisterReminder(context.Context, *UnregisterReminderRequest) (*UnregisterReminderResponse, error)
+	// GetState returns an agent's stored state and its etag (needs Read).
+	GetState(context.Context, *GetStateRequest) (*GetStateResponse, error)
+	// DeleteState removes an agent's stored state (needs Configure): with an
+	// etag, only if the stored state is still that version (else Aborted).
+	DeleteState(context.Context, *DeleteStateRequest) (*DeleteStateResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -197,6 +312,27 @@ func (UnimplementedGatewayServer) ListMembers(context.Context, *ListMembersReque
 }
 func (UnimplementedGatewayServer) ListReminders(context.Context, *ListRemindersRequest) (*ListRemindersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListReminders not implemented")
+}
+func (UnimplementedGatewayServer) ListTypes(context.Context, *ListTypesRequest) (*ListTypesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListTypes not implemented")
+}
+func (UnimplementedGatewayServer) GetConfig(context.Context, *GetConfigRequest) (*GetConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetConfig not implemented")
+}
+func (UnimplementedGatewayServer) DeleteConfig(context.Context, *DeleteConfigRequest) (*DeleteConfigResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteConfig not implemented")
+}
+func (UnimplementedGatewayServer) Deactivate(context.Context, *DeactivateRequest) (*DeactivateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Deactivate not implemented")
+}
+func (UnimplementedGatewayServer) UnregisterReminder(context.Context, *UnregisterReminderRequest) (*UnregisterReminderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterReminder not implemented")
+}
+func (UnimplementedGatewayServer) GetState(context.Context, *GetStateRequest) (*GetStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetState not implemented")
+}
+func (UnimplementedGatewayServer) DeleteState(context.Context, *DeleteStateRequest) (*DeleteStateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteState not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -334,6 +470,132 @@ func _Gateway_ListReminders_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ListTypes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListTypesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ListTypes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ListTypes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ListTypes(ctx, req.(*ListTypesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetConfig(ctx, req.(*GetConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_DeleteConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).DeleteConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_DeleteConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).DeleteConfig(ctx, req.(*DeleteConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_Deactivate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeactivateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).Deactivate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_Deactivate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).Deactivate(ctx, req.(*DeactivateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_UnregisterReminder_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterReminderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).UnregisterReminder(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_UnregisterReminder_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).UnregisterReminder(ctx, req.(*UnregisterReminderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_GetState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).GetState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_GetState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).GetState(ctx, req.(*GetStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Gateway_DeleteState_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteStateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).DeleteState(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_DeleteState_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).DeleteState(ctx, req.(*DeleteStateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -364,6 +626,34 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListReminders",
 			Handler:    _Gateway_ListReminders_Handler,
+		},
+		{
+			MethodName: "ListTypes",
+			Handler:    _Gateway_ListTypes_Handler,
+		},
+		{
+			MethodName: "GetConfig",
+			Handler:    _Gateway_GetConfig_Handler,
+		},
+		{
+			MethodName: "DeleteConfig",
+			Handler:    _Gateway_DeleteConfig_Handler,
+		},
+		{
+			MethodName: "Deactivate",
+			Handler:    _Gateway_Deactivate_Handler,
+		},
+		{
+			MethodName: "UnregisterReminder",
+			Handler:    _Gateway_UnregisterReminder_Handler,
+		},
+		{
+			MethodName: "GetState",
+			Handler:    _Gateway_GetState_Handler,
+		},
+		{
+			MethodName: "DeleteState",
+			Handler:    _Gateway_DeleteState_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

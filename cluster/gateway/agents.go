@@ -1,0 +1,193 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// The agent lifecycle and discovery calls: types, an agent's stored
+// configuration and state, deactivation, reminders. Each resolves the agent's
+// address for the caller; the client grain (clientgrain.go) checks the
+// permission each needs before the handler runs.
+
+// resolve is the canonical address of agent for the unary caller.
+func resolve(ctx context.Context, agent string) (grain.Address, error) {
+	p, err := unaryPrincipal(ctx)
+	if err != nil {
+		return grain.Address{}, err
+	}
+	return grain.Resolve(agent, p)
+}
+
+// ListTypes implements agentsilov1.GatewayServer: the types of every silo
+// (a silo of a rolling upgrade may host types the others do not yet).
+func (g *Gateway) ListTypes(ctx context.Context, req *agentsilov1.ListTypesRequest) (*agentsilov1.ListTypesResponse, error) {
+	if _, err := unaryPrincipal(ctx); err != nil {
+		return nil, err
+	}
+	var types []*agentsilov1.AgentType
+	if g.cfg.Cluster != nil {
+		var err error
+		if types, err = g.cfg.Cluster.Types(ctx); err != nil && len(types) == 0 {
+			return nil, err
+		}
+	} else {
+		for _, t := range g.rt.Registry().Types() {
+			types = append(types, t.Proto())
+		}
+	}
+	out := &agentsilov1.ListTypesResponse{}
+	for _, t := range types {
+		if tag := req.GetSkillTag(); tag == "" || hasTag(t, tag) {
+			out.Types = append(out.Types, t)
+		}
+	}
+	return out, nil
+}
+
+// GetConfig implements agentsilov1.GatewayServer.
+func (g *Gateway) GetConfig(ctx context.Context, req *agentsilov1.GetConfigRequest) (*agentsilov1.GetConfigResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	cs := g.rt.Config().Configs
+	if cs == nil {
+		return nil, errs.New(codes.Unavailable, "agent configurations are not kept on silo %s", g.cfg.Silo)
+	}
+	cfg, err := cs.Get(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return &agentsilov1.GetConfigResponse{Address: a.String(), Config: cfg, Found: cfg != nil}, nil
+}
+
+// DeleteConfig implements agentsilov1.GatewayServer.
+func (g *Gateway) DeleteConfig(ctx context.Context, req *agentsilov1.DeleteConfigRequest) (*agentsilov1.DeleteConfigResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	cs := g.rt.Config().Configs
+	if cs == nil {
+		return nil, errs.New(codes.Unavailable, "agent configurations are not kept on silo %s", g.cfg.Silo)
+	}
+	if err := cs.Delete(ctx, a); err != nil {
+		return nil, err
+	}
+	return &agentsilov1.DeleteConfigResponse{Address: a.String()}, nil
+}
+
+// Deactivate implements agentsilov1.GatewayServer.
+func (g *Gateway) Deactivate(ctx context.Context, req *agentsilov1.DeactivateRequest) (*agentsilov1.DeactivateResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	if a.Type == grain.SessionType {
+		return nil, errs.New(codes.InvalidArgument, "%s is a client session, not an agent", a)
+	}
+	if g.cfg.Cluster != nil {
+		err = g.cfg.Cluster.Deactivate(ctx, a.String())
+	} else {
+		err = g.rt.Deactivate(ctx, a)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &agentsilov1.DeactivateResponse{Address: a.String()}, nil
+}
+
+// UnregisterReminder implements agentsilov1.GatewayServer.
+func (g *Gateway) UnregisterReminder(ctx context.Context, req *agentsilov1.UnregisterReminderRequest) (*agentsilov1.UnregisterReminderResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	svc := g.rt.Config().Reminders
+	if svc == nil {
+		return nil, errs.New(codes.Unavailable, "reminders are not configured on silo %s", g.cfg.Silo)
+	}
+	if err := svc.Unregister(ctx, a, req.GetName()); err != nil {
+		return nil, err
+	}
+	return &agentsilov1.UnregisterReminderResponse{Address: a.String()}, nil
+}
+
+// GetState implements agentsilov1.GatewayServer.
+func (g *Gateway) GetState(ctx context.Context, req *agentsilov1.GetStateRequest) (*agentsilov1.GetStateResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	st := g.rt.Config().State
+	if st == nil {
+		return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+	}
+	data, etag, err := st.Load(ctx, a)
+	if err != nil {
+		return nil, err
+	}
+	return &agentsilov1.GetStateResponse{Address: a.String(), Data: data, Etag: etag, Found: etag != ""}, nil
+}
+
+// DeleteState implements agentsilov1.GatewayServer. Without an etag it
+// deletes whatever version is stored.
+func (g *Gateway) DeleteState(ctx context.Context, req *agentsilov1.DeleteStateRequest) (*agentsilov1.DeleteStateResponse, error) {
+	a, err := resolve(ctx, req.GetAgent())
+	if err != nil {
+		return nil, err
+	}
+	st := g.rt.Config().State
+	if st == nil {
+		return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+	}
+	etag := req.GetEtag()
+	if etag == "" {
+		if _, etag, err = st.Load(ctx, a); err != nil {
+			return nil, err
+		}
+		if etag == "" {
+			return &agentsilov1.DeleteStateResponse{Address: a.String()}, nil
+		}
+	}
+	if err := st.Delete(ctx, a, etag); err != nil {
+		return nil, err
+	}
+	return &agentsilov1.DeleteStateResponse{Address: a.String()}, nil
+}
+
+// ownedBy keeps the activations of owner (case-insensitive, as the ACL
+// compares owners); empty keeps all.
+func ownedBy(owner string, in []*agentsilov1.ActivationInfo) []*agentsilov1.ActivationInfo {
+	if owner == "" {
+		return in
+	}
+	out := in[:0]
+	for _, ai := range in {
+		if a, err := grain.ParseAddress(ai.GetAddress()); err == nil && strings.EqualFold(a.Owner, owner) {
+			out = append(out, ai)
+		}
+	}
+	clear(in[len(out):])
+	return out
+}
+
+// hasTag reports whether a skill of t carries tag, compared without regard
+// to case.
+func hasTag(t *agentsilov1.AgentType, tag string) bool {
+	for _, sk := range t.GetSkills() {
+		for _, x := range sk.GetTags() {
+			if strings.EqualFold(x, tag) {
+				return true
+			}
+		}
+	}
+	return false
+}

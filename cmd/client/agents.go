@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/agentsilo/agentsilo/client"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// The agent lifecycle and discovery commands: types, config, state,
+// deactivate, reminders remove.
+
+func cmdTypes(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	tag := fs.String("skill", "", "list only types with a skill carrying this `tag`")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(name, pos); err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		types, err := c.Types(ctx, *tag)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printList(&agentsilov1.ListTypesResponse{Types: types})
+			return nil
+		}
+		return g.table("TYPE\tDESCRIPTION\tSKILLS", len(types), func(w io.Writer, i int) {
+			t := types[i]
+			var skills []string
+			for _, sk := range t.GetSkills() {
+				s := sk.GetName()
+				if len(sk.GetTags()) > 0 {
+					s += " [" + strings.Join(sk.GetTags(), ",") + "]"
+				}
+				skills = append(skills, s)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\n", t.GetName(), t.GetDescription(), strings.Join(skills, "; "))
+		})
+	})
+}
+
+// oneAgent parses a command that takes exactly one AGENT.
+func oneAgent(g *globals, name string, args []string, flags func(*flag.FlagSet)) (string, error) {
+	fs := newFlagSet(name, g)
+	if flags != nil {
+		flags(fs)
+	}
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if len(pos) != 1 {
+		return "", usagef("%s: want one AGENT", name)
+	}
+	return pos[0], nil
+}
+
+func cmdConfig(g *globals, name string, args []string) error {
+	agent, err := oneAgent(g, name, args, nil)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		cfg, found, err := c.Config(ctx, agent)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.GetConfigResponse{Address: agent, Config: cfg, Found: found})
+			return nil
+		}
+		if !found {
+			fmt.Fprintln(g.stdout, "none")
+			return nil
+		}
+		keys := make([]string, 0, len(cfg))
+		for k := range cfg {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(g.stdout, "%s=%s\n", k, cfg[k])
+		}
+		return nil
+	})
+}
+
+func cmdConfigDelete(g *globals, name string, args []string) error {
+	agent, err := oneAgent(g, name, args, nil)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := c.DeleteConfig(ctx, agent); err != nil {
+			return err
+		}
+		g.done("deleted the configuration of %s", agent)
+		return nil
+	})
+}
+
+func cmdState(g *globals, name string, args []string) error {
+	agent, err := oneAgent(g, name, args, nil)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		data, etag, err := c.State(ctx, agent)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, &agentsilov1.GetStateResponse{Address: agent, Data: data, Etag: etag, Found: etag != ""})
+			return nil
+		}
+		if etag == "" {
+			fmt.Fprintln(g.stdout, "none")
+			return nil
+		}
+		fmt.Fprintf(g.stderr, "etag %s\n", etag)
+		g.stdout.Write(data)
+		if len(data) > 0 && data[len(data)-1] != '\n' {
+			fmt.Fprintln(g.stdout)
+		}
+		return nil
+	})
+}
+
+func cmdStateDelete(g *globals, name string, args []string) error {
+	var etag *string
+	agent, err := oneAgent(g, name, args, func(fs *flag.FlagSet) {
+		etag = fs.String("etag", "", "delete only this `version`")
+	})
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := c.DeleteState(ctx, agent, *etag); err != nil {
+			return err
+		}
+		g.done("deleted the state of %s", agent)
+		return nil
+	})
+}
+
+func cmdDeactivate(g *globals, name string, args []string) error {
+	agent, err := oneAgent(g, name, args, nil)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := c.Deactivate(ctx, agent); err != nil {
+			return err
+		}
+		g.done("deactivated %s", agent)
+		return nil
+	})
+}
+
+func cmdReminderRemove(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("%s: want AGENT NAME", name)
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := c.UnregisterReminder(ctx, pos[0], pos[1]); err != nil {
+			return err
+		}
+		g.done("removed reminder %s of %s", pos[1], pos[0])
+		return nil
+	})
+}
+
+// done says what a command did, in text mode; -o json prints {}.
+func (g *globals) done(format string, args ...any) {
+	if g.output == "json" {
+		fmt.Fprintln(g.stdout, "{}")
+		return
+	}
+	fmt.Fprintf(g.stdout, format+"\n", args...)
+}

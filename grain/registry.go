@@ -1,0 +1,230 @@
+package grain
+
+import (
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// TypeInfo describes a registered agent type: what it is for, the skills
+// it offers (for clients and other agents that choose an agent by what it
+// can do), and settings of its activations that override the silo's. Give
+// one to Registry.Register; Registry.Types returns them.
+type TypeInfo struct {
+	// Name is the type name. Register fills it in; if set, it must be the
+	// name registered.
+	Name string
+	// Description says what agents of the type do, in a sentence or two.
+	Description string
+	// Skills are what the type can do, by name; names are unique in a type.
+	Skills []Skill
+	// MailboxSize, if not 0, bounds the mailbox of each activation of the
+	// type instead of Config.MailboxSize.
+	MailboxSize int
+	// IdleTimeout, if not 0, deactivates an activation of the type that had
+	// no message for this long instead of Config.IdleTimeout.
+	IdleTimeout time.Duration
+}
+
+// Skill is one thing an agent type can do (after A2A's AgentSkill).
+type Skill struct {
+	// Name identifies the skill within its type: not empty, unique.
+	Name string
+	// Description says what the skill does.
+	Description string
+	// Tags are keywords to find the skill by, e.g. "planning".
+	Tags []string
+	// Examples are requests the skill handles, e.g. "plan a trip to Rome".
+	Examples []string
+}
+
+// HasTag reports whether one of the type's skills carries tag (ignoring case).
+func (ti TypeInfo) HasTag(tag string) bool {
+	for _, s := range ti.Skills {
+		for _, t := range s.Tags {
+			if strings.EqualFold(t, tag) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Proto returns ti's wire form, as the gateway's ListTypes answers it (the
+// per-type settings stay on the silo).
+func (ti TypeInfo) Proto() *agentsilov1.AgentType {
+	out := &agentsilov1.AgentType{Name: ti.Name, Description: ti.Description}
+	for _, s := range ti.Skills {
+		out.Skills = append(out.Skills, &agentsilov1.Skill{
+			Name:        s.Name,
+			Description: s.Description,
+			Tags:        slices.Clone(s.Tags),
+			Examples:    slices.Clone(s.Examples),
+		})
+	}
+	return out
+}
+
+func (ti TypeInfo) clone() TypeInfo {
+	ti.Skills = slices.Clone(ti.Skills)
+	for i := range ti.Skills {
+		ti.Skills[i].Tags = slices.Clone(ti.Skills[i].Tags)
+		ti.Skills[i].Examples = slices.Clone(ti.Skills[i].Examples)
+	}
+	return ti
+}
+
+func (ti TypeInfo) validate(typeName string) error {
+	switch {
+	case ti.Name != "" && ti.Name != typeName:
+		return errs.New(codes.InvalidArgument, "agent type %q: TypeInfo names another type, %q", typeName, clip(ti.Name))
+	case ti.MailboxSize < 0:
+		return errs.New(codes.InvalidArgument, "agent type %q: MailboxSize %d is negative", typeName, ti.MailboxSize)
+	case ti.IdleTimeout < 0:
+		return errs.New(codes.InvalidArgument, "agent type %q: IdleTimeout %v is negative", typeName, ti.IdleTimeout)
+	}
+	seen := make(map[string]bool, len(ti.Skills))
+	for i, s := range ti.Skills {
+		if strings.TrimSpace(s.Name) == "" {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %d has no name", typeName, i+1)
+		}
+		if seen[s.Name] {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q appears twice", typeName, clip(s.Name))
+		}
+		seen[s.Name] = true
+		for _, t := range s.Tags {
+			if strings.TrimSpace(t) == "" {
+				return errs.New(codes.InvalidArgument, "agent type %q: skill %q has an empty tag", typeName, clip(s.Name))
+			}
+		}
+	}
+	return nil
+}
+
+// Registry maps agent type names to factories and their TypeInfo. It is
+// safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	types map[string]*registered
+}
+
+type registered struct {
+	factory Factory
+	info    TypeInfo
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{types: make(map[string]*registered)} }
+
+// Register adds an agent type, with its TypeInfo if given (at most one):
+//
+//	reg.Register("Planner", newPlanner, grain.TypeInfo{
+//		Description: "Plans trips.",
+//		Skills:      []grain.Skill{{Name: "plan", Tags: []string{"travel"}, Examples: []string{"plan a trip to Rome"}}},
+//		IdleTimeout: time.Minute,
+//	})
+//
+// The name must be a valid type name, not the reserved SessionType, and not
+// registered already; errors are InvalidArgument.
+func (r *Registry) Register(typeName string, f Factory, info ...TypeInfo) error {
+	if !ValidType(typeName) {
+		return errs.New(codes.InvalidArgument, "agent type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(typeName))
+	}
+	if typeName == SessionType {
+		return errs.New(codes.InvalidArgument, "agent type %q is reserved for client sessions", typeName)
+	}
+	if f == nil {
+		return errs.New(codes.InvalidArgument, "agent type %q: nil factory", typeName)
+	}
+	var ti TypeInfo
+	switch len(info) {
+	case 0:
+	case 1:
+		if err := info[0].validate(typeName); err != nil {
+			return err
+		}
+		ti = info[0].clone()
+	default:
+		return errs.New(codes.InvalidArgument, "agent type %q: %d TypeInfos, want at most one", typeName, len(info))
+	}
+	ti.Name = typeName
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.types[typeName]; ok {
+		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
+	}
+	r.types[typeName] = &registered{factory: f, info: ti}
+	return nil
+}
+
+// Lookup returns the factory of typeName.
+func (r *Registry) Lookup(typeName string) (Factory, bool) {
+	e := r.lookup(typeName)
+	if e == nil {
+		return nil, false
+	}
+	return e.factory, true
+}
+
+// Info returns the TypeInfo of typeName.
+func (r *Registry) Info(typeName string) (TypeInfo, bool) {
+	e := r.lookup(typeName)
+	if e == nil {
+		return TypeInfo{}, false
+	}
+	return e.info.clone(), true
+}
+
+func (r *Registry) lookup(typeName string) *registered {
+	r.mu.RLock()
+	e := r.types[typeName]
+	r.mu.RUnlock()
+	return e
+}
+
+// Types returns the registered types with their TypeInfo, sorted by name.
+func (r *Registry) Types() []TypeInfo {
+	r.mu.RLock()
+	out := make([]TypeInfo, 0, len(r.types))
+	for _, e := range r.types {
+		out = append(out, e.info.clone())
+	}
+	r.mu.RUnlock()
+	slices.SortFunc(out, func(a, b TypeInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Names returns the registered type names, sorted.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	out := make([]string, 0, len(r.types))
+	for name := range r.types {
+		out = append(out, name)
+	}
+	r.mu.RUnlock()
+	slices.Sort(out)
+	return out
+}
+
+// maxNamed bounds the type names an unknown type's error lists.
+const maxNamed = 10
+
+// unknown is the NotFound error of an unregistered type: it names the
+// registered types, the first maxNamed of them.
+func (r *Registry) unknown(typeName string) error {
+	names := r.Names()
+	switch {
+	case len(names) == 0:
+		return errs.New(codes.NotFound, "agent type %q is not registered; no agent types are registered on this silo", clip(typeName))
+	case len(names) > maxNamed:
+		return errs.New(codes.NotFound, "agent type %q is not registered; known types: %s …and %d more (`client types` lists them)",
+			clip(typeName), strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
+	}
+	return errs.New(codes.NotFound, "agent type %q is not registered; known types: %s", clip(typeName), strings.Join(names, ", "))
+}
