@@ -218,7 +218,7 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + protocol.FrameOverhead
-	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryLimit, g.unaryACL),
+	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(unaryDecoded, g.unaryLimit, g.unaryACL), grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
@@ -370,7 +370,11 @@ func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, tim
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		return g.rt.Ask(ctx, m)
+		r, err := g.rt.Ask(ctx, m)
+		if err == nil {
+			err = checkReply(r)
+		}
+		return r, err
 	case grain.KindOneWay, grain.KindEvent:
 		if err := g.rt.Send(ctx, m); err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -211,6 +212,9 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
+	if err := decodeError(first); err != nil {
+		return err
+	}
 	hello := first.GetHello()
 	if hello == nil {
 		return errs.New(codes.InvalidArgument, "the first frame of a session must be a Hello")
@@ -350,6 +354,15 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 				return errs.New(codes.ResourceExhausted, "session %s: the client has read no result for %v while %d calls were pending", s.addr, limits.StallTimeout, limits.SessionPending)
 			}
 		case f := <-in:
+			if err := decodeError(f); err != nil {
+				// A Call whose id could be read fails alone; a frame that
+				// says nothing readable ends the stream.
+				if c := f.GetCall(); c != nil {
+					s.result(att, 0, errResult(c.GetCallId(), err))
+					continue
+				}
+				return err
+			}
 			switch f := f.Frame.(type) {
 			case *agentsilov1.ClientFrame_Call:
 				g.startCall(ctx, s, att, f.Call, &calls)
@@ -457,8 +470,13 @@ func (g *Gateway) write(ctx context.Context, s *session, att *attachment) {
 			}
 		}
 		if err := att.stream.Send(f.frame); err != nil {
-			if f.att == nil {
+			// A push goes back for the next stream, unless it is what
+			// failed: a frame that does not encode (checked when queued, so
+			// this is a defence) would fail every later stream too.
+			if f.att == nil && !frameFault(err) {
 				s.unread(f)
+			} else if f.att == nil {
+				g.logger.Error("push dropped: it cannot be written", "session", s.addr, "err", err)
 			}
 			return
 		}
@@ -516,6 +534,16 @@ func (g *Gateway) call(ctx context.Context, s *session, c *agentsilov1.Call) *ag
 		return errResult(c.GetCallId(), err)
 	}
 	return &agentsilov1.Result{CallId: c.GetCallId(), Message: r}
+}
+
+// frameFault reports whether a Send failed for the frame itself (gRPC could
+// not encode it, or it is over the size limit) rather than for the stream.
+func frameFault(err error) bool {
+	switch status.Code(err) {
+	case codes.Internal, codes.ResourceExhausted:
+		return true
+	}
+	return false
 }
 
 func errResult(id uint64, err error) *agentsilov1.Result {

@@ -162,6 +162,9 @@ func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) erro
 	if a.Type != grain.SessionType {
 		return errs.New(codes.InvalidArgument, "%s is not a client session address", protocol.Clip(msg.To))
 	}
+	if err := protocol.CheckMessage(msg); err != nil {
+		return err // a push that cannot be encoded would end the session's stream
+	}
 	ss.mu.RLock()
 	s := ss.m[msg.To]
 	ss.mu.RUnlock()

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -202,6 +203,10 @@ func (in *inbound) respond(env *Envelope, msg *agentsilov1.AgentMessage, err err
 	if err == nil && msg != nil {
 		if n := proto.Size(msg); n > t.cfg.MaxMessageSize {
 			err = errs.New(codes.ResourceExhausted, "reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
+		} else if cerr := protocol.CheckMessage(msg); cerr != nil {
+			// It would fail its batch and break the stream: the caller gets
+			// the handler's fault instead.
+			err = errs.New(codes.Internal, "reply of %s cannot be sent: %s", protocol.Clip(msg.GetFrom()), errMessage(cerr))
 		} else {
 			size += n
 		}

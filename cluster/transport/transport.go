@@ -343,7 +343,8 @@ func (t *Transport) Close() {
 	t.wg.Wait()
 }
 
-// check validates env and returns its message's size.
+// check validates env (a message of at most MaxMessageSize that encodes)
+// and returns its message's size.
 func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	if env == nil || env.Message == nil {
 		return 0, errs.New(codes.InvalidArgument, "envelope without a message")
@@ -351,6 +352,11 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	size := proto.Size(env.Message)
 	if size > t.cfg.MaxMessageSize {
 		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", size, t.cfg.MaxMessageSize)
+	}
+	// Checked here, alone: a message that does not encode would fail the
+	// whole batch it joined, and break the stream.
+	if err := protocol.CheckMessage(env.Message); err != nil {
+		return 0, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		if ms := dl.UnixMilli(); env.DeadlineUnixMs == 0 || ms < env.DeadlineUnixMs {
