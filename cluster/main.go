@@ -161,6 +161,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.Runtime.AskTimeout, "ask-timeout", cfg.Runtime.AskTimeout, "default Ask deadline")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
 	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.BoolVar(&cfg.TrustedAgents, "trusted-agents", cfg.TrustedAgents, "do not check agents' messages to other owners' agents against the principal of their call chain (an agent then lends its rights to whoever makes it call)")
 	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")

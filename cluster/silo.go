@@ -92,6 +92,12 @@ type SiloConfig struct {
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
+	// TrustedAgents turns off the check of agents' messages to other
+	// owners' agents (--trusted-agents): an agent may then message any
+	// agent, with its own rights lent to whoever made it call. By default
+	// such a message is checked against the ACL as the principal that
+	// started its call chain (see grain.Authorizer).
+	TrustedAgents bool
 	// Runtime configures the grain runtime. Its Silo is Name (leave it
 	// empty or equal); its Sessions, Placement, Configs, Reminders and State are
 	// the silo's (leave them nil); the silo's metrics observe it beside the
@@ -223,8 +229,8 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil:
-		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders and State are the silo's: leave them nil (StateStore chooses the state store)")
+	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil, cfg.Runtime.Authorizer != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders, State and Authorizer are the silo's: leave them nil (StateStore chooses the state store, TrustedAgents turns the Authorizer off)")
 	case cfg.Gateway.ACL != nil, cfg.Gateway.Cluster != nil, cfg.Gateway.TracerProvider != nil:
 		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Gateway's ACL, Cluster and TracerProvider are the silo's: leave them unset (use SiloConfig.TracerProvider)")
 	}
@@ -398,6 +404,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
+	if !s.cfg.TrustedAgents {
+		rcfg.Authorizer = aclAuthorizer{s.acl}
+	}
 	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
 		return err
 	}

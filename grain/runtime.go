@@ -557,6 +557,9 @@ func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern stri
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
+		if from.onBehalf(ctx, m) != nil {
+			continue // a target the call chain may not message is not reached
+		}
 		if err := rt.tell(ctx, from.addr.Owner, m, 0); err != nil {
 			return n, err
 		}

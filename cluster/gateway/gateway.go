@@ -346,10 +346,16 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 	return nil
 }
 
-// stamp makes m come from the client at from: a from set by the client is
-// ignored, and the runtime starts a new call chain.
+// stamp makes m come from the client at from, on behalf of the client's
+// principal (the owner of from), which the messages of its call chain carry
+// on: a from or on_behalf_of set by the client is ignored, and the runtime
+// starts a new call chain.
 func stamp(m *agentsilov1.AgentMessage, from string) {
 	m.From = from
+	m.OnBehalfOf = ""
+	if a, err := grain.ParseAddress(from); err == nil {
+		m.OnBehalfOf = a.Owner
+	}
 	m.CallChainId = ""
 }
 
