@@ -53,8 +53,16 @@ type SiloConfig struct {
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
 	TracerProvider trace.TracerProvider
 	// Insecure lets the gateway listen on a non-loopback address without
-	// authentication.
+	// authentication, and the peer and gossip ports without mutual TLS and
+	// a gossip key (--insecure; see security.go).
 	Insecure bool
+	// PeerTLS secures the silo-to-silo transport with mutual TLS
+	// (--peer-tls-cert, --peer-tls-key, --peer-tls-ca, --peer-tls-name).
+	PeerTLS PeerTLSConfig
+	// GossipKeyFile encrypts gossip with memberlist's key ring: base64 keys
+	// of 16, 24 or 32 bytes, one a line, the first used to encrypt
+	// (--gossip-key-file). Read again when it changes.
+	GossipKeyFile string
 	// ShutdownTimeout bounds Close when the caller's context has no deadline.
 	// Default: 30 s.
 	ShutdownTimeout time.Duration
@@ -248,6 +256,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if cfg.GossipAddr == "" {
 		cfg.GossipAddr = "127.0.0.1:0"
 	}
+	if err := checkExposure(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 		if err := registerRuntimeCollectors(cfg.Metrics); err != nil {
@@ -292,6 +303,11 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("membership: %w", err)
 	}
 	s.joined = true
+	if s.cfg.PeerTLS.Enabled() && s.cfg.GossipKeyFile != "" {
+		s.logger.Info("silos authenticated: peer port with mutual TLS, gossip encrypted", describeSecurity(&s.cfg)...)
+	} else {
+		s.logger.Warn("silos not all authenticated: the peer and gossip ports take anyone who reaches them", describeSecurity(&s.cfg)...)
+	}
 	s.views.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
@@ -355,6 +371,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		Clock:       s.clk,
 		Logger:      s.logger,
 		Gossip:      s.gossipConfig,
+		KeyFile:     s.cfg.GossipKeyFile,
 	}); err != nil {
 		return fmt.Errorf("membership: %w", err)
 	}
@@ -373,6 +390,10 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.faults != nil {
 		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.Dial))
 	}
+	if tcfg.TLS, err = s.cfg.PeerTLS.open(); err != nil {
+		return err
+	}
+	tcfg.TLSName = s.cfg.PeerTLS.Name
 	if s.tp, err = transport.New(tcfg); err != nil {
 		return err
 	}

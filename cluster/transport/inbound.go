@@ -102,6 +102,11 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 		in.rerr = errs.New(codes.InvalidArgument, "the first batch on a peer stream must carry a hello")
 		return
 	}
+	if err := t.checkPeer(srv.Context(), first.Hello.Silo); err != nil {
+		t.logger.Warn("peer stream refused", "err", err)
+		in.rerr = err
+		return
+	}
 	in.from = first.Hello.Silo
 	t.wg.Add(1)
 	go in.oneWays()
