@@ -157,6 +157,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.StringVar(&cfg.Etcd.CAFile, "etcd-ca", "", "CA certificates (PEM) that verify the external etcd's certificate: TLS to etcd")
+	fs.StringVar(&cfg.Etcd.CertFile, "etcd-cert", "", "client certificate (PEM) for an etcd that requires one (TLS)")
+	fs.StringVar(&cfg.Etcd.KeyFile, "etcd-key", "", "the key (PEM) of --etcd-cert")
+	fs.StringVar(&cfg.Etcd.Username, "etcd-user", "", "etcd user, for an etcd with auth enabled; the password comes from SILO_ETCD_PASSWORD or --etcd-password-file")
+	etcdPasswordFile := fs.String("etcd-password-file", "", "file holding the password of --etcd-user (one trailing newline is dropped)")
 	fs.StringVar(&cfg.StateStore, "state-store", cfg.StateStore, "where agents' state is kept: etcd (the silo's), or a postgres:// URL (prefer SILO_STATE_STORE for a URL with a password)")
 	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
 	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
@@ -205,6 +210,15 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	}
 	if *endpoints != "" {
 		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
+	}
+	// The password is never a flag, so that it shows in no process list.
+	cfg.Etcd.Password = os.Getenv("SILO_ETCD_PASSWORD")
+	if *etcdPasswordFile != "" {
+		b, err := os.ReadFile(*etcdPasswordFile)
+		if err != nil {
+			return cfg, nil, false, fmt.Errorf("--etcd-password-file: %v", err)
+		}
+		cfg.Etcd.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	}
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")

@@ -64,6 +64,9 @@ func checkExposure(cfg *SiloConfig) error {
 	if !cfg.PeerTLS.Enabled() && !loopback(cfg.PeerAddr) {
 		return errs.New(codes.InvalidArgument, "cluster: peer address %q is not loopback: without mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) anyone who reaches it can act as any agent; give them, or --insecure", cfg.PeerAddr)
 	}
+	if len(cfg.Etcd.Endpoints) == 0 && cfg.Etcd.EmbeddedAddr != "" && !loopback(cfg.Etcd.EmbeddedAddr) {
+		return errs.New(codes.InvalidArgument, "cluster: embedded etcd address %q is not loopback: the embedded etcd has neither TLS nor users, so anyone who reaches it can rewrite the cluster's membership, ACL and reminders; run an etcd of your own with TLS (--etcd-endpoints, --etcd-ca, ...), or give --insecure", cfg.Etcd.EmbeddedAddr)
+	}
 	if cfg.GossipKeyFile == "" && !loopback(cfg.GossipAddr) {
 		return errs.New(codes.InvalidArgument, "cluster: gossip address %q is not loopback: without a gossip key (--gossip-key-file) anyone who reaches it can join the gossip group and declare silos dead; give one, or --insecure", cfg.GossipAddr)
 	}
