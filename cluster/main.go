@@ -96,7 +96,7 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 		logger.Error("silo failed to start", "err", err)
 		return 1
 	}
-	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(p.Registry.Names(), ","))
+	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "types", strings.Join(p.Registry.Names(), ","))
 	if p.AfterStart != nil {
 		if err := p.AfterStart(ctx, s); err != nil {
 			logger.Error("after start", "err", err)
@@ -180,6 +180,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.IntVar(&cfg.Gateway.Limits.MaxSessionsPerPrincipal, "max-sessions-per-principal", cfg.Gateway.Limits.MaxSessionsPerPrincipal, "client sessions one principal may hold (past it, a new one replaces its session detached longest, or is refused)")
 	fs.IntVar(&cfg.Gateway.Limits.MaxCallsPerPrincipal, "max-calls-per-principal", cfg.Gateway.Limits.MaxCallsPerPrincipal, "calls one principal may have in flight through the gateway (past it: ResourceExhausted)")
 	fs.DurationVar(&cfg.Gateway.Limits.HelloTimeout, "hello-timeout", cfg.Gateway.Limits.HelloTimeout, "a session stream that sends no Hello within this is closed")
+	// A2A: every agent as an A2A agent (package a2a).
+	fs.StringVar(&cfg.A2A.Addr, "a2a-addr", cfg.A2A.Addr, "A2A listen address (HTTP; HTTPS with --tls-cert), empty: off")
+	fs.StringVar(&cfg.A2A.PublicURL, "a2a-public-url", cfg.A2A.PublicURL, "base URL written in agent cards (default: the scheme and host of each request)")
+	fs.DurationVar(&cfg.A2A.TaskTimeout, "a2a-task-timeout", cfg.A2A.TaskTimeout, "bound of one agent turn for A2A")
+	fs.BoolVar(&cfg.A2A.AllowPrivateNetworks, "a2a-allow-private-networks", cfg.A2A.AllowPrivateNetworks, "let push notifications and the A2A agent type reach loopback and private addresses (off: SSRF guard)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
@@ -116,6 +117,13 @@ type SiloConfig struct {
 	// or'ed, its MaxMessageSize is Runtime's, and its ACL, Cluster and
 	// TracerProvider are the silo's (leave them unset).
 	Gateway gateway.Config
+	// A2A configures the A2A server (package a2a): every agent as an A2A
+	// agent at A2A.Addr (--a2a-addr; empty: off). Its Silo is Name, and its
+	// Auth and Insecure are the gateway's when left empty (the same
+	// --auth-file and TLS flags). With it on, the silo registers the agent
+	// type A2A (a2a.RemoteType, remote A2A agents as agents) unless the
+	// registry has one.
+	A2A a2a.Config
 	// Clock drives membership (keepalives, fencing, the revocation grace),
 	// routing waits, reminders, and the runtime's idle collection and timers
 	// (unless Runtime.Clock is set). Default: the real clock. For tests.
@@ -142,6 +150,7 @@ func DefaultSiloConfig() SiloConfig {
 		GossipAddr:        "127.0.0.1:0",
 		Runtime:           grain.DefaultConfig(),
 		Gateway:           gateway.DefaultConfig(),
+		A2A:               a2a.DefaultConfig(),
 	}
 	// What the silo sets from its own fields is left empty here.
 	cfg.Runtime.Silo = ""
@@ -188,6 +197,9 @@ type Silo struct {
 	rt        *grain.Runtime
 	views     *views
 	gw        *gateway.Gateway
+	a2a       *a2a.Server // nil unless A2A.Addr is set
+	a2aLis    net.Listener
+	inboxes   *a2a.Inboxes
 	peerSrv   *grpc.Server
 	http      *http.Server
 	metrics   *metrics
@@ -270,6 +282,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
 	}
 	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
+	if err := configureA2A(&cfg, reg); err != nil {
+		return nil, err
+	}
 	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, clk: cfg.Clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
 }
 
@@ -322,6 +337,12 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		})
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	if s.a2a != nil {
+		if err := s.a2a.Start(ctx); err != nil {
+			return fmt.Errorf("a2a: %w", err)
+		}
+		s.serve("a2a", func() error { return s.a2a.Serve(s.a2aLis) })
+	}
 	s.serving.Add(1)
 	go s.watchFence()
 	return nil
@@ -351,6 +372,11 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.cfg.HTTPAddr != "" {
 		if s.httpLis, err = lc.Listen(ctx, "tcp", s.cfg.HTTPAddr); err != nil {
 			return fmt.Errorf("http: %w", err)
+		}
+	}
+	if s.cfg.A2A.Addr != "" {
+		if s.a2aLis, err = lc.Listen(ctx, "tcp", s.cfg.A2A.Addr); err != nil {
+			return fmt.Errorf("a2a: %w", err)
 		}
 	}
 	if s.cfg.FaultInjection {
@@ -421,7 +447,13 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	rcfg := s.cfg.Runtime
 	rcfg.State = s.state
-	rcfg.Sessions = sessionRouter{r: s.router, local: sessions}
+	var local grain.SessionRouter = sessions
+	if s.a2aLis != nil {
+		// What agents push to an A2A turn's sender reaches the turn.
+		s.inboxes = a2a.NewInboxes(s.cfg.Name, sessions)
+		local = s.inboxes
+	}
+	rcfg.Sessions = sessionRouter{r: s.router, local: local}
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
@@ -444,6 +476,13 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	gcfg.TracerProvider = s.cfg.TracerProvider
 	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
 		return err
+	}
+	if s.a2aLis != nil {
+		acfg := s.cfg.A2A
+		acfg.Logger = s.logger
+		if s.a2a, err = a2a.New(acfg, a2a.Deps{Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix(), Inboxes: s.inboxes}); err != nil {
+			return err
+		}
 	}
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
@@ -572,6 +611,14 @@ func (s *Silo) GatewayAddr() string {
 	return s.gwLis.Addr().String()
 }
 
+// A2AAddr returns the address the A2A server listens on, or "" if off.
+func (s *Silo) A2AAddr() string {
+	if s.a2aLis == nil {
+		return ""
+	}
+	return s.a2aLis.Addr().String()
+}
+
 // HTTPAddr returns the address of the HTTP endpoints, or "" if off.
 func (s *Silo) HTTPAddr() string {
 	if s.httpLis == nil {
@@ -635,6 +682,12 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, fmt.Errorf("gateway drain: %w", ctx.Err()))
 		}
 	}
+	if s.a2a != nil {
+		// Its turns run in the runtime: before the runtime closes.
+		if err := s.a2a.Close(ctx); err != nil {
+			errsOut = append(errsOut, err)
+		}
+	}
 	if s.acl != nil {
 		s.acl.Close()
 	}
@@ -687,10 +740,41 @@ func (s *Silo) shutdown(ctx context.Context) error {
 
 // abort undoes a failed Start.
 func (s *Silo) abort() {
-	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis} {
+	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis, s.a2aLis} {
 		if l != nil {
 			l.Close()
 		}
 	}
 	s.Close(context.Background())
+}
+
+// configureA2A fills what the A2A server takes from the silo (its name,
+// the gateway's authentication) and registers the A2A agent type, when
+// A2A is on.
+func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
+	if cfg.A2A.Addr == "" {
+		return nil
+	}
+	if err := fill(&cfg.A2A.Silo, cfg.Name, "A2A.Silo"); err != nil {
+		return err
+	}
+	if a := cfg.A2A.Auth; a.KeyFile == "" && len(a.Keys) == 0 && a.TLSCert == "" && a.TLSClientCA == "" {
+		cfg.A2A.Auth = cfg.Gateway.Auth
+	}
+	cfg.A2A.Insecure = cfg.A2A.Insecure || cfg.Insecure
+	if cfg.LeaseTTL > 0 && cfg.A2A.LeaseTTL == a2a.DefaultConfig().LeaseTTL {
+		cfg.A2A.LeaseTTL = cfg.LeaseTTL // --lease-ttl: the same liveness for both
+	}
+	if cfg.A2A.Version == "" || cfg.A2A.Version == a2a.DefaultConfig().Version {
+		cfg.A2A.Version = Version()
+	}
+	if err := cfg.A2A.Validate(); err != nil {
+		return errs.Wrap(codes.InvalidArgument, err, "cluster")
+	}
+	if _, ok := reg.Lookup(a2a.RemoteType); !ok {
+		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

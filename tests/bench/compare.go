@@ -26,7 +26,10 @@ var rowPairs = []struct {
 	{"local", "cluster-local", 64},
 	{"activation", "activation", 1},
 	{"activation", "activation", 64},
-	// Later issue: {"grpc-stream", "grpc-stream", 1|64}, {"remote", "cluster-remote", 1|64}.
+	{"grpc-stream", "grpc-stream", 1},
+	{"remote", "cluster-remote", 1},
+	{"grpc-stream", "grpc-stream", 64},
+	{"remote", "cluster-remote", 64},
 }
 
 // passResult is one pass of both sides.
@@ -40,7 +43,9 @@ type passResult struct {
 // passes.
 func runCompare(args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	passes := fs.Int("passes", 1, "passes; each runs local and memory on both sides")
+	passes := fs.Int("passes", 1, "passes; each runs local, memory and the two-process cross-silo rows on both sides")
+	noRemote := fs.Bool("no-remote", false, "leave out the two-process cross-silo rows")
+	portBase := fs.Int("peer-port-base", 17100, "first of the loopback ports the peer's two-node run uses (base+1 to base+20)")
 	peerDir := fs.String("peer", "", "directory of the peer benchmark (default: $PEER_DIR, else ../shared/peers/protoactor beside the repo)")
 	outDir := fs.String("out", "", "where to keep raw JSON lines and logs (default tests/bench/results/<stamp>)")
 	from := fs.String("from", "", "print the tables of an earlier compare's -out directory instead of running")
@@ -103,9 +108,25 @@ func runCompare(args []string, out io.Writer) error {
 			{"peer", peerBin, []string{"mem", "-grains", strconv.Itoa(*grains)}, peer},
 			{"ours", self, []string{"memory", "-grains", strconv.Itoa(*grains)}, ours},
 		}
+		if !*noRemote {
+			b := *portBase
+			ports := []string{"-remote-a", strconv.Itoa(b + 1), "-remote-b", strconv.Itoa(b + 2), "-am-a", strconv.Itoa(b + 11), "-am-b", strconv.Itoa(b + 12), "-addr", "127.0.0.1:" + strconv.Itoa(b+20)}
+			steps = append(steps,
+				struct {
+					side, bin string
+					args      []string
+					file      string
+				}{"peer", "", append([]string{"node-a"}, ports...), peer},
+				struct {
+					side, bin string
+					args      []string
+					file      string
+				}{"ours", self, []string{"remote", "-rounds", strconv.Itoa(*rounds), "-warmup", warmup.String(), "-window", window.String()}, ours})
+		}
 		if p%2 == 1 { // alternate which side goes first, so drift favours neither
-			steps[0], steps[1] = steps[1], steps[0]
-			steps[2], steps[3] = steps[3], steps[2]
+			for i := 0; i+1 < len(steps); i += 2 {
+				steps[i], steps[i+1] = steps[i+1], steps[i]
+			}
 		}
 		for _, f := range []string{ours, peer} {
 			if err := os.WriteFile(f, nil, 0o644); err != nil {
@@ -115,7 +136,13 @@ func runCompare(args []string, out io.Writer) error {
 		for _, s := range steps {
 			logf("compare: pass %s/%d: %s %s (loadavg %s)", name, *passes, s.side, strings.Join(s.args, " "), loadavg())
 			c0 := cpuTimes()
-			if err := runStep(s.bin, s.args, s.file, filepath.Join(*outDir, s.side+"-"+name+".log")); err != nil {
+			var err error
+			if s.side == "peer" && s.args[0] == "node-a" {
+				err = runPeerNodes(peerBin, s.args[1:], s.file, filepath.Join(*outDir, s.side+"-"+name+".log"))
+			} else {
+				err = runStep(s.bin, s.args, s.file, filepath.Join(*outDir, s.side+"-"+name+".log"))
+			}
+			if err != nil {
 				return fmt.Errorf("pass %s, %s %s: %w", name, s.side, s.args[0], err)
 			}
 			logf("compare: pass %s: %s %s done; CPU steal by the hypervisor during it: %s", name, s.side, s.args[0], stealShare(c0, cpuTimes()))
@@ -130,6 +157,28 @@ func runCompare(args []string, out io.Writer) error {
 		dir, time.Now().UTC().Format(time.RFC3339), runtime.Version(), runtime.NumCPU(), runtime.GOMAXPROCS(0), loadavg(), *outDir)
 	printCompare(out, results)
 	return nil
+}
+
+// runPeerNodes runs the peer's two-process rows as its run.sh does: node-b
+// in the background (its own cluster member and the raw gRPC echo server),
+// node-a driving, with their stderr appended to log and node-a's JSON lines
+// to jsonl.
+func runPeerNodes(bin string, ports []string, jsonl, log string) error {
+	lf, err := os.OpenFile(log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lf.Close()
+	b := exec.Command(bin, append(append([]string{"node-b"}, ports...), "-lifetime", "300s")...)
+	b.Stderr = lf
+	if err := b.Start(); err != nil {
+		return err
+	}
+	defer func() {
+		b.Process.Kill()
+		b.Wait()
+	}()
+	return runStep(bin, append([]string{"node-a"}, ports...), jsonl, log)
 }
 
 // runStep runs one measuring process, appending its stdout to jsonl and its
@@ -319,7 +368,7 @@ func printCompare(out io.Writer, passes []passResult) {
 
 func printTable(out io.Writer, t table) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row (ours | peer)\tN\tours/s\tpeer/s\tours/peer\tp50 µs\tpeer\tp99 µs\tpeer\tp99.9 µs\tpeer\tvs chan\tpeer\t")
+	fmt.Fprintln(tw, "row (ours | peer)\tN\tours/s\tpeer/s\tours/peer\tp50 µs\tpeer\tp99 µs\tpeer\tp99.9 µs\tpeer\tvs anchor\tpeer\t")
 	for i, rp := range rowPairs {
 		o, q := t.rows[i][0], t.rows[i][1]
 		name := rp.ours
@@ -332,7 +381,6 @@ func printTable(out io.Writer, t table) {
 			opt(o.ok, us(o.p999)), opt(q.ok, us(q.p999)),
 			opt(o.vsChan > 0, pct(o.vsChan)), opt(q.vsChan > 0, pct(q.vsChan)))
 	}
-	fmt.Fprintln(tw, "grpc-stream, remote | cluster-remote\t1,64\t(later issue)\t\t\t\t\t\t\t\t\t\t\t")
 	tw.Flush()
 	o, q := t.mem[0], t.mem[1]
 	if o.ok || q.ok {
@@ -362,6 +410,16 @@ func printTargets(out io.Writer, t table) {
 			}
 		case rp.ours == "activation":
 			check(t.rateX[i] >= 3, "activation N=%d rate >= 3x peer's: x%.2f", rp.n, t.rateX[i])
+		case rp.ours == "remote":
+			check(o.ok && o.vsChan >= 1, "remote N=%d rate >= 1.0x the raw gRPC stream: %s", rp.n, pct(o.vsChan))
+			if rp.n == 64 {
+				check(t.rateX[i] >= 2.5, "remote N=64 rate >= 2.5x peer's cluster-remote: x%.2f", t.rateX[i])
+			}
+			if rp.n == 1 {
+				if a := t.rows[i-1][0]; a.ok && o.ok && a.p50 > 0 {
+					check(o.p50 <= 1.2*a.p50, "remote N=1 p50 <= 1.2x the raw stream's: x%.2f", o.p50/a.p50)
+				}
+			}
 		}
 	}
 	o, q := t.mem[0], t.mem[1]

@@ -6,6 +6,8 @@
 //	go run ./tests/bench local     chan anchor vs local Ask (interleaved), then activation rate
 //	go run ./tests/bench memory    heap bytes per idle activation (fresh process)
 //	go run ./tests/bench acl       Ask through a gateway, ACL off vs on (interleaved)
+//	go run ./tests/bench gateway   raw gRPC unary anchor vs an SDK Ask through a gateway (interleaved)
+//	go run ./tests/bench scale     local Ask among 1,000 vs 1,000,000 idle activations; heap per activation
 //	go run ./tests/bench compare   runs the peer and ours, prints a side-by-side table
 //	go run ./tests/bench report    tables from JSON lines (stdin or files)
 //
@@ -53,6 +55,8 @@ const usage = `usage: go run ./tests/bench <suite> [flags]
   local     chan anchor vs local Ask, interleaved (N=1,64); then activation rate
   memory    heap bytes per idle activation, 100,000 activations (fresh process)
   acl       end-to-end Ask through a gateway, ACL off vs on (1,000 rules), interleaved
+  gateway   raw gRPC unary call vs an SDK Ask through a gateway, interleaved
+  scale     local Ask among 1,000 then 1,000,000 idle activations; heap per activation
   compare   run the Proto.Actor peer and ours in one go; side-by-side table
   report    tables from JSON lines of local/memory/compare (stdin or files)
   remote    raw gRPC stream ping-pong vs cross-silo Ask, interleaved (N=1,64), two processes
@@ -80,6 +84,10 @@ func main() {
 		err = runMemory(args, os.Stdout)
 	case "acl":
 		err = runACL(args, os.Stdout)
+	case "gateway":
+		err = runGateway(args, os.Stdout)
+	case "scale":
+		err = runScale(args, os.Stdout)
 	case "compare":
 		err = runCompare(args, os.Stdout)
 	case "report":
