@@ -86,6 +86,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	defer e.s.inboxes.close(box)
 	msg.To = c.agent.String()
 	msg.From = box.addr
+	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
 	msg.Kind = grain.KindRequest
 	msg.Traceparent = c.traceparent
 	msg.State = map[string]string{StateContextID: ec.ContextID, StateTaskID: string(ec.TaskID)}

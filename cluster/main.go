@@ -165,11 +165,16 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "silo name (default: the host name)")
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /metrics, /healthz and /readyz (empty: off)")
-	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address")
+	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address, and serve non-loopback peer and gossip addresses without mutual TLS and a gossip key")
 	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "silo-to-silo transport listen address (gRPC)")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
+	fs.StringVar(&cfg.PeerTLS.CertFile, "peer-tls-cert", "", "the silo's certificate (PEM) for mutual TLS with the other silos; it must name the silo (--name) or --peer-tls-name")
+	fs.StringVar(&cfg.PeerTLS.KeyFile, "peer-tls-key", "", "the key (PEM) of --peer-tls-cert")
+	fs.StringVar(&cfg.PeerTLS.CAFile, "peer-tls-ca", "", "CA certificates (PEM) that sign the silos' certificates")
+	fs.StringVar(&cfg.PeerTLS.Name, "peer-tls-name", "", "a name the silos' certificates may carry instead of each silo's own (one certificate shared by every silo)")
+	fs.StringVar(&cfg.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one a line, the first used to encrypt; re-read when it changes")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself when no renewal succeeded for the lease's TTL less 1% and 250 ms, and starts again under a new lease")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
@@ -177,6 +182,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.StringVar(&cfg.Etcd.CAFile, "etcd-ca", "", "CA certificates (PEM) that verify the external etcd's certificate: TLS to etcd")
+	fs.StringVar(&cfg.Etcd.CertFile, "etcd-cert", "", "client certificate (PEM) for an etcd that requires one (TLS)")
+	fs.StringVar(&cfg.Etcd.KeyFile, "etcd-key", "", "the key (PEM) of --etcd-cert")
+	fs.StringVar(&cfg.Etcd.Username, "etcd-user", "", "etcd user, for an etcd with auth enabled; the password comes from SILO_ETCD_PASSWORD or --etcd-password-file")
+	etcdPasswordFile := fs.String("etcd-password-file", "", "file holding the password of --etcd-user (one trailing newline is dropped)")
 	fs.StringVar(&cfg.StateStore, "state-store", cfg.StateStore, "where agents' state is kept: etcd (the silo's), or a postgres:// URL (prefer SILO_STATE_STORE for a URL with a password)")
 	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
 	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
@@ -191,10 +201,15 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
 	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.BoolVar(&cfg.TrustedAgents, "trusted-agents", cfg.TrustedAgents, "do not check agents' messages to other owners' agents against the principal of their call chain (an agent then lends its rights to whoever makes it call)")
 	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
+	// Limits: what one client, and one principal, can make the gateway hold.
+	fs.IntVar(&cfg.Gateway.Limits.MaxSessionsPerPrincipal, "max-sessions-per-principal", cfg.Gateway.Limits.MaxSessionsPerPrincipal, "client sessions one principal may hold (past it, a new one replaces its session detached longest, or is refused)")
+	fs.IntVar(&cfg.Gateway.Limits.MaxCallsPerPrincipal, "max-calls-per-principal", cfg.Gateway.Limits.MaxCallsPerPrincipal, "calls one principal may have in flight through the gateway (past it: ResourceExhausted)")
+	fs.DurationVar(&cfg.Gateway.Limits.HelloTimeout, "hello-timeout", cfg.Gateway.Limits.HelloTimeout, "a session stream that sends no Hello within this is closed")
 	// A2A: every agent as an A2A agent (package a2a).
 	fs.StringVar(&cfg.A2A.Addr, "a2a-addr", cfg.A2A.Addr, "A2A listen address (HTTP; HTTPS with --tls-cert), empty: off")
 	fs.StringVar(&cfg.A2A.PublicURL, "a2a-public-url", cfg.A2A.PublicURL, "base URL written in agent cards (default: the scheme and host of each request)")
@@ -230,6 +245,15 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	}
 	if *endpoints != "" {
 		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
+	}
+	// The password is never a flag, so that it shows in no process list.
+	cfg.Etcd.Password = os.Getenv("SILO_ETCD_PASSWORD")
+	if *etcdPasswordFile != "" {
+		b, err := os.ReadFile(*etcdPasswordFile)
+		if err != nil {
+			return cfg, nil, false, fmt.Errorf("--etcd-password-file: %v", err)
+		}
+		cfg.Etcd.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	}
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")

@@ -55,8 +55,16 @@ type SiloConfig struct {
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
 	TracerProvider trace.TracerProvider
 	// Insecure lets the gateway listen on a non-loopback address without
-	// authentication.
+	// authentication, and the peer and gossip ports without mutual TLS and
+	// a gossip key (--insecure; see security.go).
 	Insecure bool
+	// PeerTLS secures the silo-to-silo transport with mutual TLS
+	// (--peer-tls-cert, --peer-tls-key, --peer-tls-ca, --peer-tls-name).
+	PeerTLS PeerTLSConfig
+	// GossipKeyFile encrypts gossip with memberlist's key ring: base64 keys
+	// of 16, 24 or 32 bytes, one a line, the first used to encrypt
+	// (--gossip-key-file). Read again when it changes.
+	GossipKeyFile string
 	// ShutdownTimeout bounds Close when the caller's context has no deadline.
 	// Default: 30 s.
 	ShutdownTimeout time.Duration
@@ -94,6 +102,12 @@ type SiloConfig struct {
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
+	// TrustedAgents turns off the check of agents' messages to other
+	// owners' agents (--trusted-agents): an agent may then message any
+	// agent, with its own rights lent to whoever made it call. By default
+	// such a message is checked against the ACL as the principal that
+	// started its call chain (see grain.Authorizer).
+	TrustedAgents bool
 	// Runtime configures the grain runtime. Its Silo is Name (leave it
 	// empty or equal); its Sessions, Placement, Configs, Reminders and State are
 	// the silo's (leave them nil); the silo's metrics observe it beside the
@@ -244,8 +258,8 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil:
-		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders and State are the silo's: leave them nil (StateStore chooses the state store)")
+	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil, cfg.Runtime.Authorizer != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders, State and Authorizer are the silo's: leave them nil (StateStore chooses the state store, TrustedAgents turns the Authorizer off)")
 	case cfg.Topics.Store != nil, cfg.Topics.Owns != nil, cfg.Topics.Known != nil, cfg.Topics.Observe != nil, cfg.Topics.Clock != nil, cfg.Topics.Logger != nil:
 		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Topics's Store, Owns, Known, Observe, Clock and Logger are the silo's: leave them unset")
 	case cfg.Runtime.Topics != nil, cfg.Runtime.Broadcast != nil:
@@ -266,6 +280,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	}
 	if cfg.GossipAddr == "" {
 		cfg.GossipAddr = "127.0.0.1:0"
+	}
+	if err := checkExposure(&cfg); err != nil {
+		return nil, err
 	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
@@ -314,6 +331,11 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("membership: %w", err)
 	}
 	s.joined = true
+	if s.cfg.PeerTLS.Enabled() && s.cfg.GossipKeyFile != "" {
+		s.logger.Info("silos authenticated: peer port with mutual TLS, gossip encrypted", describeSecurity(&s.cfg)...)
+	} else {
+		s.logger.Warn("silos not all authenticated: the peer and gossip ports take anyone who reaches them", describeSecurity(&s.cfg)...)
+	}
 	s.views.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	s.topics.Start(s.rt.Ask)
@@ -389,6 +411,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		Clock:       s.clk,
 		Logger:      s.logger,
 		Gossip:      s.gossipConfig,
+		KeyFile:     s.cfg.GossipKeyFile,
 	}); err != nil {
 		return fmt.Errorf("membership: %w", err)
 	}
@@ -407,6 +430,10 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.faults != nil {
 		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.Dial))
 	}
+	if tcfg.TLS, err = s.cfg.PeerTLS.open(); err != nil {
+		return err
+	}
+	tcfg.TLSName = s.cfg.PeerTLS.Name
 	if s.tp, err = transport.New(tcfg); err != nil {
 		return err
 	}
@@ -451,6 +478,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	info := clusterInfo{r: s.router}
 	rcfg.Broadcast = func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
 		return info.broadcastPeers(ctx, pattern, msg)
+	}
+	if !s.cfg.TrustedAgents {
+		rcfg.Authorizer = aclAuthorizer{s.acl}
 	}
 	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
 		return err

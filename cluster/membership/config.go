@@ -83,6 +83,10 @@ type Config struct {
 	FenceAfter time.Duration
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// KeyFile, if set, encrypts gossip with the keys of this file
+	// (--gossip-key-file; see keyring.go), read again when it changes.
+	// Empty: gossip is plaintext and unauthenticated.
+	KeyFile string
 	// Gossip, if set, adjusts the memberlist configuration after the
 	// defaults (see gossipConfig) are applied.
 	Gossip func(*memberlist.Config)

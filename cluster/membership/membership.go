@@ -38,6 +38,7 @@ type Membership struct {
 	fenceAfter time.Duration
 	self       Member
 	ml         *memberlist.Memberlist
+	keys       *keyring // nil: gossip in the clear
 
 	ctx    context.Context // background work; cancelled by Close
 	cancel context.CancelFunc
@@ -129,6 +130,11 @@ func New(cfg Config) (*Membership, error) {
 		gossipChanged: make(chan struct{}),
 		retired:       make(map[clientv3.LeaseID]bool),
 	}
+	if cfg.KeyFile != "" {
+		if m.keys, err = newKeyring(cfg.KeyFile); err != nil {
+			return nil, errs.New(codes.InvalidArgument, "%v", err)
+		}
+	}
 	m.key = m.dir + cfg.Name
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -167,6 +173,12 @@ func (m *Membership) Start(ctx context.Context) error {
 
 	// Gossip.
 	mc := m.gossipConfig(m.gossipHost, m.gossipPort)
+	if m.keys != nil {
+		mc.Keyring = m.keys.ring
+		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+		m.wg.Add(1)
+		go m.keyringLoop()
+	}
 	if cfg.Gossip != nil {
 		cfg.Gossip(mc)
 	}

@@ -289,6 +289,9 @@ func (p *peer) connectAndServe() (up bool, err error) {
 	if err == nil && first.GetHello() == nil {
 		err = errs.New(codes.Internal, "peer sent no hello")
 	}
+	if err == nil {
+		err = p.t.checkPeer(stream.Context(), first.GetHello().GetSilo())
+	}
 	if err != nil {
 		return false, err
 	}
