@@ -466,8 +466,9 @@ func (p *proxy) cut() {
 	p.conns = nil
 }
 
-// A gateway that ends the session's stream each time at once (here: it
-// cannot write a push it holds for the session, whose text is not UTF-8)
+// A gateway that ends the session's stream each time at once (here: every
+// stream breaks right after its Welcome, as one did that could not write a
+// push it held for the session, before gateways checked pushes)
 // makes the client pause before each new stream, longer each time, instead
 // of asking it for thousands a second. The first break is re-attached at
 // once.
@@ -476,12 +477,17 @@ func TestFlappingStreamBacksOff(t *testing.T) {
 	// Without pauses the client would open streams without end: give up
 	// after a thousand.
 	var streams atomic.Int64
+	var breaking atomic.Bool
 	tooMany := make(chan struct{})
 	count := grpc.WithChainStreamInterceptor(func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
 		if streams.Add(1) == 1000 {
 			close(tooMany)
 		}
-		return streamer(ctx, desc, cc, method, opts...)
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return &breakingStream{ClientStream: cs, breaking: &breaking}, nil
 	})
 	c := dial(t, []string{s.addr}, client.WithDialOptions(count))
 	var (
@@ -504,7 +510,9 @@ func TestFlappingStreamBacksOff(t *testing.T) {
 		}
 		return nil
 	})
-	if err := s.rt.Send(t.Context(), &grain.Message{To: c.Address(), From: "Echo:dev:e", Message: "not UTF-8: \xff"}); err != nil {
+	// Break the session's stream, and every one after it.
+	breaking.Store(true)
+	if err := s.rt.Send(t.Context(), &grain.Message{To: c.Address(), From: "Echo:dev:e", Message: "break"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -518,4 +526,19 @@ func TestFlappingStreamBacksOff(t *testing.T) {
 	if fmt.Sprint(pauses) != fmt.Sprint(want) {
 		t.Fatalf("pauses %v, want %v", pauses, want)
 	}
+}
+
+// breakingStream breaks, once breaking is set, at any message but its first
+// (a session's Welcome): see TestFlappingStreamBacksOff.
+type breakingStream struct {
+	grpc.ClientStream
+	breaking *atomic.Bool
+	n        int
+}
+
+func (s *breakingStream) RecvMsg(m any) error {
+	if s.n++; s.n > 1 && s.breaking.Load() {
+		return status.Error(codes.Unavailable, "broken by the test")
+	}
+	return s.ClientStream.RecvMsg(m)
 }

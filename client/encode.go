@@ -2,15 +2,11 @@ package client
 
 import (
 	"context"
-	"fmt"
-	"unicode/utf8"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
 // Every message the client sends is checked before anything is sent. A
@@ -25,59 +21,7 @@ import (
 
 // checkUTF8 returns an InvalidArgument error naming the first string field
 // of m, in nested messages, lists and maps too, that is not valid UTF-8.
-func checkUTF8(m proto.Message) error {
-	if path := badUTF8(m.ProtoReflect()); path != "" {
-		return errs.New(codes.InvalidArgument, "%s is not valid UTF-8 (text fields must be; bytes go in data)", path)
-	}
-	return nil
-}
-
-// badUTF8 returns the path of the first string in m that is not valid
-// UTF-8 (`message`, `state["k"]`, `files[1]`, `rule.owner_pattern`), or "".
-func badUTF8(m protoreflect.Message) (path string) {
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := string(fd.Name())
-		switch {
-		case fd.IsMap():
-			v.Map().Range(func(k protoreflect.MapKey, mv protoreflect.Value) bool {
-				key := k.String()
-				if fd.MapKey().Kind() == protoreflect.StringKind && !utf8.ValidString(key) {
-					path = fmt.Sprintf("%s key %q", name, key)
-				} else if bad, rest := badValue(fd.MapValue(), mv); bad {
-					path = fmt.Sprintf("%s[%q]%s", name, key, rest)
-				}
-				return path == ""
-			})
-		case fd.IsList():
-			for i, l := 0, v.List(); i < l.Len() && path == ""; i++ {
-				if bad, rest := badValue(fd, l.Get(i)); bad {
-					path = fmt.Sprintf("%s[%d]%s", name, i, rest)
-				}
-			}
-		default:
-			if bad, rest := badValue(fd, v); bad {
-				path = name + rest
-			}
-		}
-		return path == ""
-	})
-	return path
-}
-
-// badValue says whether v, a value of field fd, is or holds a string that
-// is not valid UTF-8, and, if that string is in a nested message, the rest
-// of its path (".field...").
-func badValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) (bad bool, rest string) {
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		return !utf8.ValidString(v.String()), ""
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		if p := badUTF8(v.Message()); p != "" {
-			return true, "." + p
-		}
-	}
-	return false, ""
-}
+func checkUTF8(m proto.Message) error { return protocol.CheckUTF8(m) }
 
 // checkRequest is the unary interceptor of every connection: it checks a
 // request with checkUTF8 before it is sent.

@@ -12,16 +12,19 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // Main runs a silo program serving the agent types of reg, as `silo` does,
 // and exits: every flag of `silo` (see Program), the SILO_* environment,
 // logging, metrics, graceful shutdown on SIGTERM or SIGINT, and the exit
 // codes (0 after a clean shutdown, 2 for a usage or configuration error, 1
-// for a failure, a fenced silo included). A program of one's own agent types
+// for a failure). A fenced silo does not exit: it is torn down without
+// running OnDeactivate and started again under a new lease. A program of one's own agent types
 // is ten lines:
 //
 //	func main() {
@@ -50,7 +53,8 @@ type Program struct {
 	// silo is made: it may register agent types and adjust cfg. An error
 	// is a configuration error (exit code 2).
 	BeforeStart func(cfg *SiloConfig, reg *grain.Registry) error
-	// AfterStart, if set, runs once the silo serves, on the main goroutine;
+	// AfterStart, if set, runs once the first silo serves (not again after
+	// a fence), on the main goroutine;
 	// ctx ends at SIGTERM or SIGINT. An error is logged; the silo goes on.
 	AfterStart func(ctx context.Context, s *Silo) error
 }
@@ -87,48 +91,69 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	s, err := NewSilo(cfg, p.Registry)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 2
-	}
-	if err := s.Start(ctx); err != nil {
-		logger.Error("silo failed to start", "err", err)
-		return 1
-	}
-	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "types", strings.Join(p.Registry.Names(), ","))
-	if p.AfterStart != nil {
-		if err := p.AfterStart(ctx, s); err != nil {
-			logger.Error("after start", "err", err)
+	// A fenced silo is torn down as a crash would end it (its activations
+	// run no OnDeactivate: another silo may own them already) and a new one
+	// starts in its place, under a new lease, as soon as etcd answers and
+	// the old record is gone: the cluster recovers from a long etcd outage
+	// without a supervisor.
+	b := retry.New(time.Second, 10*time.Second, nil)
+	for incarnation := 0; ; incarnation++ {
+		s, err := NewSilo(cfg, p.Registry)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 2
 		}
-	}
+		if err := s.Start(ctx); err != nil {
+			if incarnation == 0 || ctx.Err() != nil {
+				logger.Error("silo failed to start", "err", err)
+				return 1
+			}
+			logger.Warn("silo failed to start again after fencing; retrying", "err", err)
+			if !b.Wait(ctx, nil) {
+				return 1
+			}
+			continue
+		}
+		b.Reset()
+		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
+		if p.AfterStart != nil && incarnation == 0 {
+			if err := p.AfterStart(ctx, s); err != nil {
+				logger.Error("after start", "err", err)
+			}
+		}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	case runErr = <-s.Err():
-		logger.Error("silo failed", "err", runErr)
-		if errors.Is(runErr, ErrFenced) {
-			// Another silo may take over this one's agents from now on:
-			// stop at once, as a crash would, rather than run their
-			// OnDeactivate. A supervisor restarts the silo, which joins
-			// again under a new lease.
+		var runErr error
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+		case runErr = <-s.Err():
+			logger.Error("silo failed", "err", runErr)
+		}
+		if errors.Is(runErr, ErrFenced) && ctx.Err() == nil {
+			// Fenced: Close runs no OnDeactivate and does not leave.
+			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			err := s.Close(sctx)
+			cancel()
+			if err != nil {
+				logger.Warn("tearing down the fenced silo", "err", err)
+			}
+			logger.Info("starting the silo again under a new lease after fencing")
+			continue
+		}
+		stop()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		err = s.Close(sctx)
+		cancel()
+		if err != nil {
+			logger.Error("shutdown", "err", err)
 			return 1
 		}
+		logger.Info("silo stopped")
+		if runErr != nil {
+			return 1
+		}
+		return 0
 	}
-	stop()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := s.Close(sctx); err != nil {
-		logger.Error("shutdown", "err", err)
-		return 1
-	}
-	logger.Info("silo stopped")
-	if runErr != nil {
-		return 1
-	}
-	return 0
 }
 
 // parseFlags reads the flags, with SILO_* environment variables as
@@ -140,18 +165,28 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "silo name (default: the host name)")
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /metrics, /healthz and /readyz (empty: off)")
-	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address")
+	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address, and serve non-loopback peer and gossip addresses without mutual TLS and a gossip key")
 	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "silo-to-silo transport listen address (gRPC)")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
+	fs.StringVar(&cfg.PeerTLS.CertFile, "peer-tls-cert", "", "the silo's certificate (PEM) for mutual TLS with the other silos; it must name the silo (--name) or --peer-tls-name")
+	fs.StringVar(&cfg.PeerTLS.KeyFile, "peer-tls-key", "", "the key (PEM) of --peer-tls-cert")
+	fs.StringVar(&cfg.PeerTLS.CAFile, "peer-tls-ca", "", "CA certificates (PEM) that sign the silos' certificates")
+	fs.StringVar(&cfg.PeerTLS.Name, "peer-tls-name", "", "a name the silos' certificates may carry instead of each silo's own (one certificate shared by every silo)")
+	fs.StringVar(&cfg.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one a line, the first used to encrypt; re-read when it changes")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself when no renewal succeeded for the lease's TTL less 1% and 250 ms, and starts again under a new lease")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.StringVar(&cfg.Etcd.CAFile, "etcd-ca", "", "CA certificates (PEM) that verify the external etcd's certificate: TLS to etcd")
+	fs.StringVar(&cfg.Etcd.CertFile, "etcd-cert", "", "client certificate (PEM) for an etcd that requires one (TLS)")
+	fs.StringVar(&cfg.Etcd.KeyFile, "etcd-key", "", "the key (PEM) of --etcd-cert")
+	fs.StringVar(&cfg.Etcd.Username, "etcd-user", "", "etcd user, for an etcd with auth enabled; the password comes from SILO_ETCD_PASSWORD or --etcd-password-file")
+	etcdPasswordFile := fs.String("etcd-password-file", "", "file holding the password of --etcd-user (one trailing newline is dropped)")
 	fs.StringVar(&cfg.StateStore, "state-store", cfg.StateStore, "where agents' state is kept: etcd (the silo's), or a postgres:// URL (prefer SILO_STATE_STORE for a URL with a password)")
 	fs.DurationVar(&cfg.MinReminderPeriod, "min-reminder-period", cfg.MinReminderPeriod, "shortest reminder period accepted (lower only for tests)")
 	fs.DurationVar(&cfg.Runtime.IdleTimeout, "idle-timeout", cfg.Runtime.IdleTimeout, "deactivate an agent after this long without messages")
@@ -166,10 +201,20 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
 	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.BoolVar(&cfg.TrustedAgents, "trusted-agents", cfg.TrustedAgents, "do not check agents' messages to other owners' agents against the principal of their call chain (an agent then lends its rights to whoever makes it call)")
 	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
+	// Limits: what one client, and one principal, can make the gateway hold.
+	fs.IntVar(&cfg.Gateway.Limits.MaxSessionsPerPrincipal, "max-sessions-per-principal", cfg.Gateway.Limits.MaxSessionsPerPrincipal, "client sessions one principal may hold (past it, a new one replaces its session detached longest, or is refused)")
+	fs.IntVar(&cfg.Gateway.Limits.MaxCallsPerPrincipal, "max-calls-per-principal", cfg.Gateway.Limits.MaxCallsPerPrincipal, "calls one principal may have in flight through the gateway (past it: ResourceExhausted)")
+	fs.DurationVar(&cfg.Gateway.Limits.HelloTimeout, "hello-timeout", cfg.Gateway.Limits.HelloTimeout, "a session stream that sends no Hello within this is closed")
+	// A2A: every agent as an A2A agent (package a2a).
+	fs.StringVar(&cfg.A2A.Addr, "a2a-addr", cfg.A2A.Addr, "A2A listen address (HTTP; HTTPS with --tls-cert), empty: off")
+	fs.StringVar(&cfg.A2A.PublicURL, "a2a-public-url", cfg.A2A.PublicURL, "base URL written in agent cards (default: the scheme and host of each request)")
+	fs.DurationVar(&cfg.A2A.TaskTimeout, "a2a-task-timeout", cfg.A2A.TaskTimeout, "bound of one agent turn for A2A")
+	fs.BoolVar(&cfg.A2A.AllowPrivateNetworks, "a2a-allow-private-networks", cfg.A2A.AllowPrivateNetworks, "let push notifications and the A2A agent type reach loopback and private addresses (off: SSRF guard)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
@@ -200,6 +245,15 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	}
 	if *endpoints != "" {
 		cfg.Etcd.Endpoints = strings.Split(*endpoints, ",")
+	}
+	// The password is never a flag, so that it shows in no process list.
+	cfg.Etcd.Password = os.Getenv("SILO_ETCD_PASSWORD")
+	if *etcdPasswordFile != "" {
+		b, err := os.ReadFile(*etcdPasswordFile)
+		if err != nil {
+			return cfg, nil, false, fmt.Errorf("--etcd-password-file: %v", err)
+		}
+		cfg.Etcd.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	}
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")

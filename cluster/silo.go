@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
@@ -54,8 +55,16 @@ type SiloConfig struct {
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
 	TracerProvider trace.TracerProvider
 	// Insecure lets the gateway listen on a non-loopback address without
-	// authentication.
+	// authentication, and the peer and gossip ports without mutual TLS and
+	// a gossip key (--insecure; see security.go).
 	Insecure bool
+	// PeerTLS secures the silo-to-silo transport with mutual TLS
+	// (--peer-tls-cert, --peer-tls-key, --peer-tls-ca, --peer-tls-name).
+	PeerTLS PeerTLSConfig
+	// GossipKeyFile encrypts gossip with memberlist's key ring: base64 keys
+	// of 16, 24 or 32 bytes, one a line, the first used to encrypt
+	// (--gossip-key-file). Read again when it changes.
+	GossipKeyFile string
 	// ShutdownTimeout bounds Close when the caller's context has no deadline.
 	// Default: 30 s.
 	ShutdownTimeout time.Duration
@@ -83,7 +92,7 @@ type SiloConfig struct {
 	// addresses (--join). Silos already in etcd's view are joined too.
 	Join []string
 	// LeaseTTL and FenceAfter tune the membership (see membership.Config).
-	// Zero: the defaults, 10 s and a third of the lease.
+	// Zero: the defaults, 10 s and membership.LeaseBound of the lease.
 	LeaseTTL   time.Duration
 	FenceAfter time.Duration
 	// FaultInjection serves POST /debug/partition?on=true|false on HTTPAddr,
@@ -93,6 +102,12 @@ type SiloConfig struct {
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
 	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
 	ACLFile string
+	// TrustedAgents turns off the check of agents' messages to other
+	// owners' agents (--trusted-agents): an agent may then message any
+	// agent, with its own rights lent to whoever made it call. By default
+	// such a message is checked against the ACL as the principal that
+	// started its call chain (see grain.Authorizer).
+	TrustedAgents bool
 	// Runtime configures the grain runtime. Its Silo is Name (leave it
 	// empty or equal); its Sessions, Placement, Configs, Reminders and State are
 	// the silo's (leave them nil); the silo's metrics observe it beside the
@@ -107,6 +122,13 @@ type SiloConfig struct {
 	// or'ed, its MaxMessageSize is Runtime's, and its ACL, Cluster and
 	// TracerProvider are the silo's (leave them unset).
 	Gateway gateway.Config
+	// A2A configures the A2A server (package a2a): every agent as an A2A
+	// agent at A2A.Addr (--a2a-addr; empty: off). Its Silo is Name, and its
+	// Auth and Insecure are the gateway's when left empty (the same
+	// --auth-file and TLS flags). With it on, the silo registers the agent
+	// type A2A (a2a.RemoteType, remote A2A agents as agents) unless the
+	// registry has one.
+	A2A a2a.Config
 	// Clock drives membership (keepalives, fencing, the revocation grace),
 	// routing waits, reminders, and the runtime's idle collection and timers
 	// (unless Runtime.Clock is set). Default: the real clock. For tests.
@@ -133,6 +155,7 @@ func DefaultSiloConfig() SiloConfig {
 		GossipAddr:        "127.0.0.1:0",
 		Runtime:           grain.DefaultConfig(),
 		Gateway:           gateway.DefaultConfig(),
+		A2A:               a2a.DefaultConfig(),
 		Topics:            topics.DefaultConfig(),
 	}
 	cfg.Topics.Clock = nil
@@ -144,7 +167,8 @@ func DefaultSiloConfig() SiloConfig {
 
 // ErrFenced is reported on Silo.Err when the silo fenced itself: it could no
 // longer be sure it holds its place in the membership view, so another silo
-// may take over its agents. The silo must stop at once: `silo` exits.
+// may take over its agents. The silo must stop at once: Program tears it
+// down (no OnDeactivate runs) and starts a new one under a new lease.
 var ErrFenced = errors.New("fenced: the silo lost its membership lease and must stop serving")
 
 // Silo is one agentsilo server: the grain runtime, the client gateway in
@@ -182,6 +206,9 @@ type Silo struct {
 	rt        *grain.Runtime
 	views     *views
 	gw        *gateway.Gateway
+	a2a       *a2a.Server // nil unless A2A.Addr is set
+	a2aLis    net.Listener
+	inboxes   *a2a.Inboxes
 	peerSrv   *grpc.Server
 	http      *http.Server
 	metrics   *metrics
@@ -231,8 +258,8 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, err
 	}
 	switch {
-	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil:
-		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders and State are the silo's: leave them nil (StateStore chooses the state store)")
+	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil, cfg.Runtime.Authorizer != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders, State and Authorizer are the silo's: leave them nil (StateStore chooses the state store, TrustedAgents turns the Authorizer off)")
 	case cfg.Topics.Store != nil, cfg.Topics.Owns != nil, cfg.Topics.Known != nil, cfg.Topics.Observe != nil, cfg.Topics.Clock != nil, cfg.Topics.Logger != nil:
 		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Topics's Store, Owns, Known, Observe, Clock and Logger are the silo's: leave them unset")
 	case cfg.Runtime.Topics != nil, cfg.Runtime.Broadcast != nil:
@@ -254,6 +281,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if cfg.GossipAddr == "" {
 		cfg.GossipAddr = "127.0.0.1:0"
 	}
+	if err := checkExposure(&cfg); err != nil {
+		return nil, err
+	}
 	if cfg.Metrics == nil {
 		cfg.Metrics = prometheus.NewRegistry()
 		if err := registerRuntimeCollectors(cfg.Metrics); err != nil {
@@ -265,6 +295,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
 	}
 	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
+	if err := configureA2A(&cfg, reg); err != nil {
+		return nil, err
+	}
 	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, clk: cfg.Clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
 }
 
@@ -298,6 +331,11 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("membership: %w", err)
 	}
 	s.joined = true
+	if s.cfg.PeerTLS.Enabled() && s.cfg.GossipKeyFile != "" {
+		s.logger.Info("silos authenticated: peer port with mutual TLS, gossip encrypted", describeSecurity(&s.cfg)...)
+	} else {
+		s.logger.Warn("silos not all authenticated: the peer and gossip ports take anyone who reaches them", describeSecurity(&s.cfg)...)
+	}
 	s.views.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	s.topics.Start(s.rt.Ask)
@@ -313,6 +351,12 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		})
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	if s.a2a != nil {
+		if err := s.a2a.Start(ctx); err != nil {
+			return fmt.Errorf("a2a: %w", err)
+		}
+		s.serve("a2a", func() error { return s.a2a.Serve(s.a2aLis) })
+	}
 	s.serving.Add(1)
 	go s.watchFence()
 	return nil
@@ -344,6 +388,11 @@ func (s *Silo) build(ctx context.Context) (err error) {
 			return fmt.Errorf("http: %w", err)
 		}
 	}
+	if s.cfg.A2A.Addr != "" {
+		if s.a2aLis, err = lc.Listen(ctx, "tcp", s.cfg.A2A.Addr); err != nil {
+			return fmt.Errorf("a2a: %w", err)
+		}
+	}
 	if s.cfg.FaultInjection {
 		s.faults = faults.New()
 		s.peerLis = s.faults.Listener(s.peerLis)
@@ -362,6 +411,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		Clock:       s.clk,
 		Logger:      s.logger,
 		Gossip:      s.gossipConfig,
+		KeyFile:     s.cfg.GossipKeyFile,
 	}); err != nil {
 		return fmt.Errorf("membership: %w", err)
 	}
@@ -380,6 +430,10 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.faults != nil {
 		tcfg.DialOptions = append(tcfg.DialOptions, grpc.WithContextDialer(s.faults.Dial))
 	}
+	if tcfg.TLS, err = s.cfg.PeerTLS.open(); err != nil {
+		return err
+	}
+	tcfg.TLSName = s.cfg.PeerTLS.Name
 	if s.tp, err = transport.New(tcfg); err != nil {
 		return err
 	}
@@ -407,7 +461,13 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	rcfg := s.cfg.Runtime
 	rcfg.State = s.state
-	rcfg.Sessions = sessionRouter{r: s.router, local: sessions}
+	var local grain.SessionRouter = sessions
+	if s.a2aLis != nil {
+		// What agents push to an A2A turn's sender reaches the turn.
+		s.inboxes = a2a.NewInboxes(s.cfg.Name, sessions)
+		local = s.inboxes
+	}
+	rcfg.Sessions = sessionRouter{r: s.router, local: local}
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
@@ -418,6 +478,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	info := clusterInfo{r: s.router}
 	rcfg.Broadcast = func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
 		return info.broadcastPeers(ctx, pattern, msg)
+	}
+	if !s.cfg.TrustedAgents {
+		rcfg.Authorizer = aclAuthorizer{s.acl}
 	}
 	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
 		return err
@@ -438,6 +501,13 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	gcfg.TracerProvider = s.cfg.TracerProvider
 	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
 		return err
+	}
+	if s.a2aLis != nil {
+		acfg := s.cfg.A2A
+		acfg.Logger = s.logger
+		if s.a2a, err = a2a.New(acfg, a2a.Deps{Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix(), Inboxes: s.inboxes}); err != nil {
+			return err
+		}
 	}
 	if s.httpLis != nil {
 		mux := http.NewServeMux()
@@ -566,6 +636,14 @@ func (s *Silo) GatewayAddr() string {
 	return s.gwLis.Addr().String()
 }
 
+// A2AAddr returns the address the A2A server listens on, or "" if off.
+func (s *Silo) A2AAddr() string {
+	if s.a2aLis == nil {
+		return ""
+	}
+	return s.a2aLis.Addr().String()
+}
+
 // HTTPAddr returns the address of the HTTP endpoints, or "" if off.
 func (s *Silo) HTTPAddr() string {
 	if s.httpLis == nil {
@@ -629,6 +707,12 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, fmt.Errorf("gateway drain: %w", ctx.Err()))
 		}
 	}
+	if s.a2a != nil {
+		// Its turns run in the runtime: before the runtime closes.
+		if err := s.a2a.Close(ctx); err != nil {
+			errsOut = append(errsOut, err)
+		}
+	}
 	if s.acl != nil {
 		s.acl.Close()
 	}
@@ -686,10 +770,41 @@ func (s *Silo) shutdown(ctx context.Context) error {
 
 // abort undoes a failed Start.
 func (s *Silo) abort() {
-	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis} {
+	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis, s.a2aLis} {
 		if l != nil {
 			l.Close()
 		}
 	}
 	s.Close(context.Background())
+}
+
+// configureA2A fills what the A2A server takes from the silo (its name,
+// the gateway's authentication) and registers the A2A agent type, when
+// A2A is on.
+func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
+	if cfg.A2A.Addr == "" {
+		return nil
+	}
+	if err := fill(&cfg.A2A.Silo, cfg.Name, "A2A.Silo"); err != nil {
+		return err
+	}
+	if a := cfg.A2A.Auth; a.KeyFile == "" && len(a.Keys) == 0 && a.TLSCert == "" && a.TLSClientCA == "" {
+		cfg.A2A.Auth = cfg.Gateway.Auth
+	}
+	cfg.A2A.Insecure = cfg.A2A.Insecure || cfg.Insecure
+	if cfg.LeaseTTL > 0 && cfg.A2A.LeaseTTL == a2a.DefaultConfig().LeaseTTL {
+		cfg.A2A.LeaseTTL = cfg.LeaseTTL // --lease-ttl: the same liveness for both
+	}
+	if cfg.A2A.Version == "" || cfg.A2A.Version == a2a.DefaultConfig().Version {
+		cfg.A2A.Version = Version()
+	}
+	if err := cfg.A2A.Validate(); err != nil {
+		return errs.Wrap(codes.InvalidArgument, err, "cluster")
+	}
+	if _, ok := reg.Lookup(a2a.RemoteType); !ok {
+		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

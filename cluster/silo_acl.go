@@ -9,6 +9,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 // aclLoadWait bounds how long a starting silo waits for the ACL's first
@@ -46,4 +47,14 @@ func startACL(ctx context.Context, e *etcdstore.Store, file string, onDenied fun
 		logger.Warn("acl: not loaded from etcd yet; serving, and other owners' agents are Unavailable until it is", "err", err)
 	}
 	return a, nil
+}
+
+// aclAuthorizer checks agents' messages to other owners' agents against
+// the ACL, as the principal of their call chain (grain.Authorizer): the
+// principal's groups are the ACL's (those of its credentials stay at the
+// gateway).
+type aclAuthorizer struct{ a *acl.Authority }
+
+func (z aclAuthorizer) AuthorizeMessage(_ context.Context, principal string, to grain.Address) error {
+	return z.a.Authorize(&acl.Caller{Principal: principal}, to.Type, to.Owner, to.Alias, acl.Message)
 }

@@ -341,6 +341,9 @@ func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message
 		return nil, errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindRequest
+	if err := a.onBehalf(ctx, msg); err != nil {
+		return nil, err
+	}
 	return a.rt.ask(ctx, a.addr.Owner, msg, 0)
 }
 
@@ -349,6 +352,9 @@ func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindOneWay
+	if err := a.onBehalf(ctx, msg); err != nil {
+		return err
+	}
 	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
 }
 
@@ -357,6 +363,9 @@ func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.To, msg.From, msg.Kind = to, a.key, KindEvent
+	if err := a.onBehalf(ctx, msg); err != nil {
+		return err
+	}
 	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
 }
 
@@ -368,6 +377,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 		msg.Kind = KindOneWay
 	}
 	msg.From = a.key
+	msg.OnBehalfOf = a.principal(ctx)
 	n, err := a.rt.broadcast(ctx, a.addr.Owner, a.key, pattern, msg)
 	if err != nil || a.rt.cfg.Broadcast == nil {
 		return n, err
@@ -456,7 +466,7 @@ func (a *activation) tick(tm *timer) {
 		return
 	}
 	a.lastActive.Store(a.rt.now.Load())
-	msg := &Message{Id: NewID(), To: a.key, From: a.key, Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
+	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.addr.Owner, Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
 	msg.CallChainId = msg.Id
 	a.handle(&envelope{msg: msg})
 }

@@ -99,6 +99,10 @@ type Host interface {
 	// a turn, the request joins that turn's call chain, and requests of the
 	// same chain may enter this activation while it waits (so A asks B, B asks
 	// A completes instead of deadlocking); other messages wait their turn.
+	// What Ask, Send, Event and Broadcast send is on behalf of the turn's
+	// principal (msg.OnBehalfOf is set by the runtime): to another owner's
+	// agent it needs that principal's Message permission (PermissionDenied
+	// otherwise; see Authorizer).
 	Ask(ctx context.Context, to string, msg *Message) (*Message, error)
 	// Send delivers a ONE_WAY message. It returns once the message is queued
 	// (waiting for room in a full mailbox, bounded by ctx).
@@ -107,9 +111,11 @@ type Host interface {
 	Event(ctx context.Context, to string, msg *Message) error
 	// Broadcast sends msg (an EVENT if its kind is KIND_EVENT, else ONE_WAY)
 	// to every active agent whose address matches the glob pattern (path.Match
-	// syntax, e.g. "Worker:acme:*"), except the sender, on every silo of the
-	// cluster, and returns how many it reached. Agents that are not active
-	// are not activated. With an error it returns how many it reached.
+	// syntax, e.g. "Worker:acme:*"), except the sender and the agents of
+	// other owners that the call chain's principal may not message (see
+	// Authorizer), on every silo of the cluster, and returns how many it
+	// reached. Agents that are not active are not activated. With an error
+	// it returns how many it reached.
 	Broadcast(ctx context.Context, pattern string, msg *Message) (int, error)
 
 	// RegisterTimer delivers a ONE_WAY message of messageType with text

@@ -61,6 +61,11 @@ type Config struct {
 	// Placement places addresses across a cluster's silos. Nil: every
 	// address is hosted here.
 	Placement Placement
+	// Authorizer, if set, checks each message an agent sends to another
+	// owner's agent against the principal of its call chain (see
+	// authorize.go). Nil: agents' messages are not checked (trusted
+	// agents).
+	Authorizer Authorizer
 	// Observer, if set, is told of every message handled or refused, for
 	// metrics (see Observer). Nil: nothing is observed.
 	Observer Observer

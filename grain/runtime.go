@@ -232,8 +232,15 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		for i := 0; ; i++ {
 			silo := p.Route(msg.To)
 			if silo != "" {
+				// ErrMoved: the placement did not deliver it, and a newer
+				// view moved the address: route it again.
+				r, err := rt.forward(ctx, silo, msg, hops)
+				if errors.Is(err, ErrMoved) && i < maxReroutes {
+					a = nil
+					continue
+				}
 				env.release()
-				return rt.forward(ctx, silo, msg, hops)
+				return r, err
 			}
 			err := rt.deliver(ctx, a, env)
 			if err == nil {
@@ -565,7 +572,9 @@ func (rt *Runtime) sweepNow(ctx context.Context) error {
 }
 
 // broadcast delivers msg to every live activation here matching pattern,
-// except the sender's (fromKey), on behalf of owner.
+// except the sender's (fromKey), sent by an agent of owner on behalf of
+// msg.OnBehalfOf; another owner's agents that principal may not message are
+// left out.
 func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string, msg *Message) (int, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
@@ -582,6 +591,9 @@ func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
+		if !rt.mayReach(ctx, owner, m) {
+			continue // a target the call chain may not message is not reached
+		}
 		if err := rt.tell(ctx, owner, m, 0); err != nil {
 			return n, err
 		}
@@ -629,4 +641,27 @@ func ctxError(ctx context.Context, what string) error {
 		return errs.New(codes.Canceled, "%s: cancelled", what)
 	}
 	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
+}
+
+// mayReach reports whether m, sent by an agent of owner on behalf of
+// m.OnBehalfOf (owner if none), may reach m.To: always for the sender's own
+// owner and the principal's, else as the Authorizer says.
+func (rt *Runtime) mayReach(ctx context.Context, owner string, m *Message) bool {
+	az := rt.cfg.Authorizer
+	if az == nil {
+		return true
+	}
+	p := m.OnBehalfOf
+	if p == "" {
+		p = owner
+	}
+	toOwner := ownerOf(m.To)
+	if toOwner == "" || toOwner == owner || toOwner == p {
+		return true
+	}
+	to, err := Resolve(m.To, owner)
+	if err != nil {
+		return true
+	}
+	return az.AuthorizeMessage(ctx, p, to) == nil
 }

@@ -137,7 +137,8 @@ func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) 
 			f(now.Sub(e.next))
 		}
 		a := e.addr.String()
-		batch = append(batch, &grain.Message{From: a, To: a, MessageType: e.r.MessageType, Message: e.r.Message})
+		// A tick is the agent's own: on behalf of its owner.
+		batch = append(batch, &grain.Message{From: a, To: a, OnBehalfOf: e.addr.Owner, MessageType: e.r.MessageType, Message: e.r.Message})
 		e.next = nextAfter(e.r, now)
 		heap.Fix(&s.heap, 0)
 	}

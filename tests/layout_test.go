@@ -60,7 +60,7 @@ func TestNoEtcdInSDK(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasPrefix(dep, "go.etcd.io/") || strings.HasPrefix(dep, "github.com/jackc/") || strings.HasPrefix(dep, "github.com/hashicorp/memberlist") {
+		if strings.HasPrefix(dep, "go.etcd.io/") || strings.HasPrefix(dep, "github.com/jackc/") || strings.HasPrefix(dep, "github.com/hashicorp/memberlist") || strings.HasPrefix(dep, "github.com/a2aproject/") {
 			t.Errorf("grain or client depends on %s", dep)
 		}
 	}
@@ -114,6 +114,7 @@ func TestDependencyDirections(t *testing.T) {
 		"internal":           {"cluster", "client", "cmd"},
 		"acl":                {"cluster", "client"},
 		"reminders":          {"cluster", "client"},
+		"a2a":                {"cluster", "client"},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)

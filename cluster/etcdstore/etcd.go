@@ -2,11 +2,14 @@ package etcdstore
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +53,17 @@ type Config struct {
 	// not wait: a silo starts while etcd is away, calls that need etcd return
 	// Unavailable, and the client connects when etcd is back.
 	DialTimeout time.Duration
+	// CAFile, CertFile and KeyFile secure the connection to an external etcd
+	// with TLS (--etcd-ca, --etcd-cert, --etcd-key): CAFile verifies etcd's
+	// certificate (default: the system's roots), CertFile and KeyFile are
+	// the client certificate etcd may require (--client-cert-auth). Any of
+	// them turns TLS on; an endpoint without a scheme is then reached over
+	// TLS too.
+	CAFile, CertFile, KeyFile string
+	// Username and Password authenticate the silo to an external etcd with
+	// auth enabled (--etcd-user; the password from SILO_ETCD_PASSWORD or
+	// --etcd-password-file).
+	Username, Password string
 	// Logger receives the etcd logs worth seeing (warnings and errors).
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -82,8 +96,17 @@ func (c *Config) fill() error {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if (c.CertFile == "") != (c.KeyFile == "") {
+		return errs.New(codes.InvalidArgument, "etcdstore: an etcd client certificate and its key go together (--etcd-cert, --etcd-key)")
+	}
+	if (c.Username == "") != (c.Password == "") {
+		return errs.New(codes.InvalidArgument, "etcdstore: an etcd user needs a password and a password a user (--etcd-user, SILO_ETCD_PASSWORD or --etcd-password-file)")
+	}
 	if len(c.Endpoints) > 0 {
 		return nil
+	}
+	if c.secured() {
+		return errs.New(codes.InvalidArgument, "etcdstore: etcd TLS and user are for an external etcd (--etcd-endpoints); the embedded one serves its silo on %s without them", c.EmbeddedAddr)
 	}
 	host, port, err := net.SplitHostPort(c.EmbeddedAddr)
 	if err != nil {
@@ -134,9 +157,17 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		endpoints = []string{"http://" + cfg.EmbeddedAddr}
 	}
+	tlsConfig, err := cfg.tlsConfig()
+	if err != nil {
+		e.stopEmbedded()
+		return nil, err
+	}
 	client, err := clientv3.New(clientv3.Config{
 		Context:     context.Background(), // the client outlives Start's ctx
 		Endpoints:   endpoints,
+		TLS:         tlsConfig,
+		Username:    cfg.Username,
+		Password:    cfg.Password,
 		DialTimeout: cfg.DialTimeout,
 		// Keepalives notice a dead connection, so the client redials.
 		DialKeepAliveTime:    10 * time.Second,
@@ -319,3 +350,34 @@ func (c *slogCore) Write(ent zapcore.Entry, fs []zapcore.Field) error {
 }
 
 func (c *slogCore) Sync() error { return nil }
+
+// secured reports whether c asks for TLS or a user.
+func (c *Config) secured() bool {
+	return c.CAFile != "" || c.CertFile != "" || c.KeyFile != "" || c.Username != ""
+}
+
+// tlsConfig is the client's TLS configuration, or nil without TLS.
+func (c *Config) tlsConfig() (*tls.Config, error) {
+	if c.CAFile == "" && c.CertFile == "" {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.CAFile != "" {
+		pem, err := os.ReadFile(c.CAFile)
+		if err != nil {
+			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd CA: %v", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd CA %s holds no PEM certificate", c.CAFile)
+		}
+	}
+	if c.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd client certificate: %v", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}

@@ -50,6 +50,9 @@ type Config struct {
 	// SessionBacklogAge is how long a disconnected session is kept, with its
 	// backlog, for the client to re-attach. Default: 2 min.
 	SessionBacklogAge time.Duration
+	// Limits bound what one client can make the gateway hold (see
+	// limits.go). Default: DefaultLimits().
+	Limits Limits
 	// Insecure lets the gateway accept self-declared principals on a
 	// non-loopback address (--insecure). Without authentication (Auth) the
 	// gateway otherwise only serves loopback.
@@ -101,6 +104,7 @@ func DefaultConfig() Config {
 		MaxMessageSize:    protocol.DefaultMaxMessageSize,
 		SessionBacklog:    1000,
 		SessionBacklogAge: 2 * time.Minute,
+		Limits:            DefaultLimits(),
 	}
 }
 
@@ -113,6 +117,9 @@ func (c *Config) Validate() error {
 		return errs.New(codes.InvalidArgument, "gateway: SessionBacklog %d must be at least 1", c.SessionBacklog)
 	case c.SessionBacklogAge <= 0:
 		return errs.New(codes.InvalidArgument, "gateway: SessionBacklogAge %v must be positive", c.SessionBacklogAge)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
 		if err := checkLoopback(c.Addr); err != nil {
@@ -164,7 +171,9 @@ type Gateway struct {
 
 	addr atomic.Value // string: the listener's address, once serving
 
-	sessions *Sessions
+	sessions   *Sessions
+	principals *principals // calls and pending Hellos per principal (limits.go)
+	conns      conns       // the client connections (limits.go)
 
 	drainOnce sync.Once
 	drain     chan struct{} // closed by GracefulStop: sessions end
@@ -175,6 +184,10 @@ type Gateway struct {
 	// testHookDetached, if set, is called when a stream detaches from a
 	// session.
 	testHookDetached func(addr string)
+	// testHookStalled and testHookStallEnd, if set, are called when a
+	// session stream stops being read for lack of room, and when it is
+	// ended for not reading its results (see limits.go).
+	testHookStalled, testHookStallEnd func(addr string)
 }
 
 // New returns a gateway for the agents of rt and the client sessions of
@@ -208,10 +221,11 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 		drain:    make(chan struct{}),
 		stop:     make(chan struct{}),
 	}
+	g.principals = newPrincipals(cfg.Limits)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + protocol.FrameOverhead
-	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(g.unaryACL),
+	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(unaryDecoded, g.unaryLimit, g.unaryACL), grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
@@ -258,6 +272,7 @@ func (g *Gateway) Serve(lis net.Listener) error {
 		defer g.bg.Done()
 		g.sessions.sweepLoop(g.stop)
 	}()
+	lis = g.conns.listener(lis)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	return g.server.Serve(lis)
@@ -341,11 +356,16 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 	return nil
 }
 
-// stamp makes m come from the client at from: a from set by the client is
-// ignored, the runtime starts a new call chain, and the topic fields are
-// the runtime's.
+// stamp makes m come from the client at from, on behalf of the client's
+// principal (the owner of from), which the messages of its call chain carry
+// on: a from or on_behalf_of set by the client is ignored, the runtime
+// starts a new call chain, and the topic fields are the runtime's.
 func stamp(m *agentsilov1.AgentMessage, from string) {
 	m.From = from
+	m.OnBehalfOf = ""
+	if a, err := grain.ParseAddress(from); err == nil {
+		m.OnBehalfOf = a.Owner
+	}
 	m.CallChainId = ""
 	m.Topic, m.Subscription = "", "" // only the runtime delivers for topics
 }
@@ -367,7 +387,11 @@ func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, tim
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		return g.rt.Ask(ctx, m)
+		r, err := g.rt.Ask(ctx, m)
+		if err == nil {
+			err = checkReply(r)
+		}
+		return r, err
 	case grain.KindOneWay, grain.KindEvent:
 		if err := g.rt.Send(ctx, m); err != nil {
 			return nil, err

@@ -35,6 +35,7 @@ import (
 //   - Slow reports on started, waits for its context to end (or release),
 //     then reports on cancelled.
 //   - Panic panics; Fail returns FailedPrecondition.
+//   - BadUTF8 replies with a text that is not UTF-8.
 type testEnv struct {
 	gw   *Gateway
 	rt   *grain.Runtime
@@ -47,7 +48,7 @@ type testEnv struct {
 	detached  chan string   // session addresses as streams detach
 }
 
-func startGateway(t *testing.T, configure func(*Config)) *testEnv {
+func startGateway(t testing.TB, configure func(*Config)) *testEnv {
 	t.Helper()
 	leaks := goleak.IgnoreCurrent()
 	t.Cleanup(func() { goleak.VerifyNone(t, leaks) })
@@ -117,6 +118,11 @@ func startGateway(t *testing.T, configure func(*Config)) *testEnv {
 	})
 	register("Fail", func(grain.Host, context.Context, *grain.Message) (*grain.Message, error) {
 		return nil, errs.New(codes.FailedPrecondition, "not now")
+	})
+	register("BadUTF8", func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
+		r := m.Response()
+		r.Message = "\xff" + m.Message
+		return r, nil
 	})
 
 	rcfg := grain.DefaultConfig()

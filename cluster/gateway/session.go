@@ -9,6 +9,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain/errs"
@@ -35,6 +37,7 @@ type session struct {
 	mu         sync.Mutex
 	queue      []outFrame
 	pushes     int         // pushes in queue
+	pushBytes  int         // their encoded size
 	att        *attachment // nil while detached
 	detachedAt time.Time
 }
@@ -44,6 +47,7 @@ type session struct {
 type outFrame struct {
 	frame *agentsilov1.ServerFrame
 	att   *attachment
+	size  int // the encoded size of its message or result
 }
 
 // An attachment is one Session stream attached to a session.
@@ -56,6 +60,15 @@ type attachment struct {
 
 	mu    sync.Mutex
 	calls map[uint64]context.CancelFunc
+
+	// The stream's budget (see limits.go), guarded by the session's mu:
+	// calls in flight plus results queued (pending, of pendingBytes), the
+	// results queued alone, and when the writer last took a frame.
+	pending      int
+	pendingBytes int
+	results      int
+	lastTaken    time.Time
+	room         chan struct{} // cap 1: pending went down
 }
 
 func newAttachment(stream agentsilov1.Gateway_SessionServer) *attachment {
@@ -66,6 +79,8 @@ func newAttachment(stream agentsilov1.Gateway_SessionServer) *attachment {
 		flush:      make(chan struct{}),
 		writerDone: make(chan struct{}),
 		calls:      make(map[uint64]context.CancelFunc),
+		lastTaken:  time.Now(),
+		room:       make(chan struct{}, 1),
 	}
 }
 
@@ -81,20 +96,65 @@ func (s *session) enqueueLocked(f outFrame) {
 	s.queue = append(s.queue, f)
 	if f.att == nil {
 		s.pushes++
+		s.pushBytes += f.size
 	}
 	if s.att != nil {
 		s.att.signal()
 	}
 }
 
-// result queues the result of a call made on att, unless att is no longer
-// attached.
-func (s *session) result(att *attachment, r *agentsilov1.Result) {
+// begin counts a call of size bytes in flight on att.
+func (s *session) begin(att *attachment, size int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.att == att {
-		s.enqueueLocked(outFrame{frame: &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Result{Result: r}}, att: att})
+	att.pending++
+	att.pendingBytes += size
+}
+
+// result queues the result of a call made on att, unless att is no longer
+// attached, and stops counting the call's message of size bytes (0 for a
+// call never counted by begin): the result counts until it is written.
+func (s *session) result(att *attachment, size int, r *agentsilov1.Result) {
+	f := &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Result{Result: r}}
+	n := proto.Size(f)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if size > 0 {
+		att.pending--
+		att.pendingBytes -= size
+		att.freed()
 	}
+	if s.att == att {
+		att.pending++
+		att.pendingBytes += n
+		att.results++
+		s.enqueueLocked(outFrame{frame: f, att: att, size: n})
+	}
+}
+
+// freed wakes the stream's reader if it waits for room. The session's mu is
+// held.
+func (a *attachment) freed() {
+	select {
+	case a.room <- struct{}{}:
+	default:
+	}
+}
+
+// hasRoom reports whether att may start another call: it is under both
+// bounds (so the bytes may exceed the bound by one call).
+func (s *session) hasRoom(att *attachment, l *Limits) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return att.pending < l.SessionPending && att.pendingBytes < l.SessionPendingBytes
+}
+
+// stalled reports whether att has results waiting while its writer has
+// taken no frame for d: its client does not read.
+func (s *session) stalled(att *attachment, d time.Duration) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return att.results > 0 && time.Since(att.lastTaken) >= d
 }
 
 // next pops the next frame for att to write. Results of other attachments
@@ -110,8 +170,15 @@ func (s *session) next(att *attachment) (outFrame, bool) {
 		switch f.att {
 		case nil:
 			s.pushes--
+			s.pushBytes -= f.size
+			att.lastTaken = time.Now()
 			return f, true
 		case att:
+			att.pending--
+			att.pendingBytes -= f.size
+			att.results--
+			att.lastTaken = time.Now()
+			att.freed()
 			return f, true
 		}
 	}
@@ -124,13 +191,28 @@ func (s *session) unread(f outFrame) {
 	defer s.mu.Unlock()
 	s.queue = append([]outFrame{f}, s.queue...)
 	s.pushes++
+	s.pushBytes += f.size
 }
 
 // Session implements agentsilov1.GatewayServer: a client's long-lived stream.
 func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	ctx := stream.Context()
-	first, err := stream.Recv()
+	// A stream whose credentials prove its principal counts against that
+	// principal's streams awaiting a Hello until it has sent one.
+	helloDone := func() {}
+	if c := acl.CallerFrom(ctx); c != nil {
+		done, err := g.principals.hello(c.Principal)
+		if err != nil {
+			return err
+		}
+		helloDone = done
+	}
+	first, err := g.recvHello(ctx, stream)
+	helloDone()
 	if err != nil {
+		return err
+	}
+	if err := decodeError(first); err != nil {
 		return err
 	}
 	hello := first.GetHello()
@@ -154,11 +236,27 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var calls sync.WaitGroup
-	defer func() {
+	cleanup := func() {
 		cancel()
 		calls.Wait()
 		<-att.writerDone
 		g.detach(s, att)
+	}
+	// A stream ended because its client does not read returns at once: its
+	// writer may be stuck in Send until the stream ends, so the clean-up
+	// waits for it after the handler has returned.
+	stalled := false
+	defer func() {
+		if !stalled {
+			cleanup()
+			return
+		}
+		g.bg.Add(1)
+		go func() {
+			defer g.bg.Done()
+			cleanup()
+			g.cutOff(stream.Context())
+		}()
 	}()
 	err = stream.Send(&agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Welcome{Welcome: &agentsilov1.Welcome{
 		Address:     s.addr,
@@ -201,7 +299,32 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 		<-att.writerDone
 		return err
 	}
+	limits := &g.cfg.Limits
+	var stall *time.Timer
+	defer func() {
+		if stall != nil {
+			stall.Stop()
+		}
+	}()
 	for {
+		// Over its budget, the stream's frames are not read (HTTP/2 flow
+		// control holds the client back) until calls end and results are
+		// written; a client that reads nothing meanwhile is cut off.
+		in := frames
+		var stallC <-chan time.Time
+		if !s.hasRoom(att, limits) {
+			in = nil
+			if stall == nil {
+				stall = time.NewTimer(limits.StallTimeout)
+				if g.testHookStalled != nil {
+					g.testHookStalled(s.addr)
+				}
+			}
+			stallC = stall.C
+		} else if stall != nil {
+			stall.Stop()
+			stall = nil
+		}
 		select {
 		case err := <-readErr:
 			if errors.Is(err, io.EOF) {
@@ -219,7 +342,27 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 			// send them again through another gateway.
 			stream.SetTrailer(metadata.Pairs(protocol.DrainedTrailer, "1"))
 			return finish(g.checkDraining())
-		case f := <-frames:
+		case <-att.room:
+		case <-stallC:
+			stall = nil
+			if s.stalled(att, limits.StallTimeout) {
+				g.logger.Warn("session stream ended: its client reads none of its results", "session", s.addr, "after", limits.StallTimeout)
+				if g.testHookStallEnd != nil {
+					g.testHookStallEnd(s.addr)
+				}
+				stalled = true
+				return errs.New(codes.ResourceExhausted, "session %s: the client has read no result for %v while %d calls were pending", s.addr, limits.StallTimeout, limits.SessionPending)
+			}
+		case f := <-in:
+			if err := decodeError(f); err != nil {
+				// A Call whose id could be read fails alone; a frame that
+				// says nothing readable ends the stream.
+				if c := f.GetCall(); c != nil {
+					s.result(att, 0, errResult(c.GetCallId(), err))
+					continue
+				}
+				return err
+			}
 			switch f := f.Frame.(type) {
 			case *agentsilov1.ClientFrame_Call:
 				g.startCall(ctx, s, att, f.Call, &calls)
@@ -233,6 +376,33 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 				return errs.New(codes.InvalidArgument, "unexpected frame %T after Hello", f)
 			}
 		}
+	}
+}
+
+// recvHello reads the first frame of a session stream, which must come
+// within Limits.HelloTimeout. On a timeout its reader goroutine is left to
+// end with the stream.
+func (g *Gateway) recvHello(ctx context.Context, stream agentsilov1.Gateway_SessionServer) (*agentsilov1.ClientFrame, error) {
+	type recv struct {
+		f   *agentsilov1.ClientFrame
+		err error
+	}
+	ch := make(chan recv, 1)
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		f, err := stream.Recv()
+		ch <- recv{f, err}
+	}()
+	t := time.NewTimer(g.cfg.Limits.HelloTimeout)
+	defer t.Stop()
+	select {
+	case r := <-ch:
+		return r.f, r.err
+	case <-t.C:
+		return nil, errs.New(codes.DeadlineExceeded, "no Hello within %v of opening the session stream", g.cfg.Limits.HelloTimeout)
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
 }
 
@@ -300,35 +470,51 @@ func (g *Gateway) write(ctx context.Context, s *session, att *attachment) {
 			}
 		}
 		if err := att.stream.Send(f.frame); err != nil {
-			if f.att == nil {
+			// A push goes back for the next stream, unless it is what
+			// failed: a frame that does not encode (checked when queued, so
+			// this is a defence) would fail every later stream too.
+			if f.att == nil && !frameFault(err) {
 				s.unread(f)
+			} else if f.att == nil {
+				g.logger.Error("push dropped: it cannot be written", "session", s.addr, "err", err)
 			}
 			return
 		}
 	}
 }
 
-// startCall runs one Call of a session on its own goroutine.
+// startCall runs one Call of a session on its own goroutine. The call
+// counts against the session stream's budget until its result is written,
+// and against its principal's calls until it returns.
 func (g *Gateway) startCall(ctx context.Context, s *session, att *attachment, c *agentsilov1.Call, calls *sync.WaitGroup) {
 	id := c.GetCallId()
 	att.mu.Lock()
 	if _, dup := att.calls[id]; dup {
 		att.mu.Unlock()
-		s.result(att, errResult(id, errs.New(codes.InvalidArgument, "call %d is already in flight", id)))
+		s.result(att, 0, errResult(id, errs.New(codes.InvalidArgument, "call %d is already in flight", id)))
+		return
+	}
+	done, err := g.principals.call(s.principal)
+	if err != nil {
+		att.mu.Unlock()
+		s.result(att, 0, errResult(id, err))
 		return
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	att.calls[id] = cancel
 	att.mu.Unlock()
+	size := max(proto.Size(c), 1)
+	s.begin(att, size)
 	calls.Add(1)
 	go func() {
 		defer calls.Done()
 		r := g.call(ctx, s, c)
+		done()
 		att.mu.Lock()
 		delete(att.calls, id)
 		att.mu.Unlock()
 		cancel()
-		s.result(att, r)
+		s.result(att, size, r)
 	}()
 }
 
@@ -348,6 +534,16 @@ func (g *Gateway) call(ctx context.Context, s *session, c *agentsilov1.Call) *ag
 		return errResult(c.GetCallId(), err)
 	}
 	return &agentsilov1.Result{CallId: c.GetCallId(), Message: r}
+}
+
+// frameFault reports whether a Send failed for the frame itself (gRPC could
+// not encode it, or it is over the size limit) rather than for the stream.
+func frameFault(err error) bool {
+	switch status.Code(err) {
+	case codes.Internal, codes.ResourceExhausted:
+		return true
+	}
+	return false
 }
 
 func errResult(id uint64, err error) *agentsilov1.Result {

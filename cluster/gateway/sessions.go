@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
@@ -23,13 +24,17 @@ import (
 // made before the runtime, and the gateway that serves the sessions' streams
 // after it. Its methods are safe for concurrent use.
 type Sessions struct {
-	backlog int
-	age     time.Duration
-	silo    string // named in session ids, so other silos route here; "" on a lone silo
+	backlog      int
+	backlogBytes int
+	age          time.Duration
+	perPrincipal int    // Limits.MaxSessionsPerPrincipal
+	silo         string // named in session ids, so other silos route here; "" on a lone silo
 
-	// mu guards m; it is taken before a session's mu, never after.
-	mu sync.RWMutex
-	m  map[string]*session
+	// mu guards m and count; it is taken before a session's mu, never
+	// after.
+	mu    sync.RWMutex
+	m     map[string]*session
+	count map[string]int // sessions in m per principal
 }
 
 // NewSessions returns the sessions of a gateway configured by cfg: backlogs
@@ -41,7 +46,52 @@ func NewSessions(cfg Config, silo string) (*Sessions, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Sessions{backlog: cfg.SessionBacklog, age: cfg.SessionBacklogAge, silo: silo, m: make(map[string]*session)}, nil
+	return &Sessions{
+		backlog:      cfg.SessionBacklog,
+		backlogBytes: cfg.Limits.SessionBacklogBytes,
+		age:          cfg.SessionBacklogAge,
+		perPrincipal: cfg.Limits.MaxSessionsPerPrincipal,
+		silo:         silo,
+		m:            make(map[string]*session),
+		count:        make(map[string]int),
+	}, nil
+}
+
+// removeLocked forgets s. ss.mu is held.
+func (ss *Sessions) removeLocked(s *session) {
+	if ss.m[s.addr] != s {
+		return
+	}
+	delete(ss.m, s.addr)
+	if ss.count[s.principal]--; ss.count[s.principal] <= 0 {
+		delete(ss.count, s.principal)
+	}
+}
+
+// makeRoomLocked makes room for one more session of principal p: at the
+// limit, the session of p detached longest is forgotten, with its backlog;
+// with every one attached, it is ResourceExhausted. ss.mu is held.
+func (ss *Sessions) makeRoomLocked(p string) error {
+	if ss.count[p] < ss.perPrincipal {
+		return nil
+	}
+	var oldest *session
+	var since time.Time
+	for _, s := range ss.m {
+		if s.principal != p {
+			continue
+		}
+		s.mu.Lock()
+		if s.att == nil && (oldest == nil || s.detachedAt.Before(since)) {
+			oldest, since = s, s.detachedAt
+		}
+		s.mu.Unlock()
+	}
+	if oldest == nil {
+		return errs.New(codes.ResourceExhausted, "principal %s holds %d attached sessions (the gateway's limit)", p, ss.count[p])
+	}
+	ss.removeLocked(oldest)
+	return nil
 }
 
 // open finds the session hello resumes, or opens a new one.
@@ -55,7 +105,7 @@ func (ss *Sessions) open(c *acl.Caller, hello *agentsilov1.Hello) (*session, boo
 			expired := ss.expired(s, time.Now())
 			s.mu.Unlock()
 			if expired {
-				delete(ss.m, addr)
+				ss.removeLocked(s)
 				s = nil
 			}
 		}
@@ -87,8 +137,12 @@ func (ss *Sessions) open(c *acl.Caller, hello *agentsilov1.Hello) (*session, boo
 		detachedAt: time.Now(),
 	}
 	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if err := ss.makeRoomLocked(p); err != nil {
+		return nil, false, err
+	}
 	ss.m[s.addr] = s
-	ss.mu.Unlock()
+	ss.count[p]++
 	return s, false, nil
 }
 
@@ -108,6 +162,9 @@ func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) erro
 	if a.Type != grain.SessionType {
 		return errs.New(codes.InvalidArgument, "%s is not a client session address", protocol.Clip(msg.To))
 	}
+	if err := protocol.CheckMessage(msg); err != nil {
+		return err // a push that cannot be encoded would end the session's stream
+	}
 	ss.mu.RLock()
 	s := ss.m[msg.To]
 	ss.mu.RUnlock()
@@ -122,7 +179,11 @@ func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) erro
 	if s.pushes >= ss.backlog {
 		return errs.New(codes.ResourceExhausted, "client session %s has %d messages it has not received yet", msg.To, s.pushes)
 	}
-	s.enqueueLocked(outFrame{frame: &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Push{Push: msg}}})
+	n := proto.Size(msg)
+	if s.pushes > 0 && s.pushBytes+n > ss.backlogBytes {
+		return errs.New(codes.ResourceExhausted, "client session %s has %d bytes of messages it has not received yet", msg.To, s.pushBytes)
+	}
+	s.enqueueLocked(outFrame{frame: &agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Push{Push: msg}}, size: n})
 	return nil
 }
 
@@ -137,10 +198,10 @@ func (ss *Sessions) expired(s *session, now time.Time) bool {
 func (ss *Sessions) sweep(now time.Time) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	for addr, s := range ss.m {
+	for _, s := range ss.m {
 		s.mu.Lock()
 		if ss.expired(s, now) {
-			delete(ss.m, addr)
+			ss.removeLocked(s)
 		}
 		s.mu.Unlock()
 	}

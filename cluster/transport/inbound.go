@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -117,6 +118,11 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	}
 	if first.GetHello() == nil {
 		in.rerr = errs.New(codes.InvalidArgument, "the first batch on a peer stream must carry a hello")
+		return
+	}
+	if err := t.checkPeer(srv.Context(), first.Hello.Silo); err != nil {
+		t.logger.Warn("peer stream refused", "err", err)
+		in.rerr = err
 		return
 	}
 	in.from = first.Hello.Silo
@@ -263,6 +269,10 @@ func (in *inbound) respond(env *Envelope, msg *agentsilov1.AgentMessage, err err
 	if err == nil && msg != nil {
 		if n := proto.Size(msg); n > t.cfg.MaxMessageSize {
 			err = errs.New(codes.ResourceExhausted, "reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
+		} else if cerr := protocol.CheckMessage(msg); cerr != nil {
+			// It would fail its batch and break the stream: the caller gets
+			// the handler's fault instead.
+			err = errs.New(codes.Internal, "reply of %s cannot be sent: %s", protocol.Clip(msg.GetFrom()), errMessage(cerr))
 		} else {
 			size += n
 		}

@@ -11,11 +11,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
+	grpcpeer "google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/certs"
 	"github.com/agentsilo/agentsilo/internal/deadline"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -81,6 +84,14 @@ type Config struct {
 	// (after them, so they win): e.g. transport credentials. The default is
 	// an insecure connection.
 	DialOptions []grpc.DialOption
+	// TLS, if set, secures the streams with mutual TLS: both ends present a
+	// certificate of its CA, and each end's certificate must name the silo
+	// its hello names (as a DNS name or common name), or TLSName if that is
+	// set. Without it the streams are plaintext and unauthenticated.
+	TLS *certs.Reloader
+	// TLSName, with TLS, is a name every silo's certificate may carry
+	// instead of its own (one certificate shared by the silos of a cluster).
+	TLSName string
 	// OnPeerState, if set, is called when the stream to a peer comes up
 	// (up) or breaks (!up), on the peer's sender goroutine: it must not
 	// block. The silo tells its membership of broken streams through it.
@@ -108,10 +119,13 @@ type Stats struct {
 // everything queued (up to MaxBatch envelopes) into one stream message: when
 // idle, an envelope goes out at once; when busy, batches form by themselves.
 // A slow or dead peer fills only its own queue. When a peer's stream breaks,
-// its pending Asks fail at once with Unavailable (the caller may retry), and
+// its pending Asks fail at once with Unavailable, those never written to the
+// stream marked ErrNotDelivered (the caller may send them again: the peer
+// never saw them) and the others saying that they may have run, and
 // the transport reopens the stream in the background, waiting 50 ms, then
 // twice as long after each failed attempt, up to MaxBackoff. While it waits,
-// Asks and Sends to that peer fail at once with Unavailable; while an attempt
+// Asks (ErrNotDelivered) and Sends to that peer fail at once with
+// Unavailable; while an attempt
 // is under way (at most ConnectTimeout), they queue. The transport keeps
 // retrying a peer until ClosePeer: the silo calls it when the peer leaves the
 // view.
@@ -180,8 +194,12 @@ func New(cfg Config) (*Transport, error) {
 		limit:  cfg.MaxMessageSize + protocol.FrameOverhead,
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS.ClientConfig())
+	}
 	t.dial = append([]grpc.DialOption{
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.limit), grpc.MaxCallSendMsgSize(t.limit)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.MaxBackoff},
@@ -200,12 +218,37 @@ const minBackoff = 50 * time.Millisecond
 // MaxMessageSize, and a keepalive policy that accepts the transport's pings
 // (gRPC's default policy would end idle peer streams).
 func (t *Transport) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(t.limit),
 		grpc.MaxSendMsgSize(t.limit),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
+	if t.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(t.cfg.TLS.ServerConfig())))
+	}
+	return opts
+}
+
+// checkPeer checks, with TLS on, that the certificate of the other end of
+// the stream of ctx names silo, the name its hello gave (or Config.TLSName).
+func (t *Transport) checkPeer(ctx context.Context, silo string) error {
+	if t.cfg.TLS == nil {
+		return nil
+	}
+	p, ok := grpcpeer.FromContext(ctx)
+	if !ok {
+		return errs.New(codes.Unauthenticated, "peer %q: no peer information", protocol.Clip(silo))
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(info.State.PeerCertificates) == 0 {
+		return errs.New(codes.Unauthenticated, "peer %q at %s: no TLS certificate", protocol.Clip(silo), p.Addr)
+	}
+	cert := info.State.PeerCertificates[0]
+	if certs.NameOK(cert, silo) || (t.cfg.TLSName != "" && certs.NameOK(cert, t.cfg.TLSName)) {
+		return nil
+	}
+	return errs.New(codes.Unauthenticated, "peer at %s says it is silo %q, but its certificate names %v", p.Addr, protocol.Clip(silo), certs.Names(cert))
 }
 
 // Register serves the Peer service on s, the silo's peer server, which
@@ -346,7 +389,8 @@ func (t *Transport) Close() {
 	t.wg.Wait()
 }
 
-// check validates env and returns its message's size.
+// check validates env (a message of at most MaxMessageSize that encodes)
+// and returns its message's size.
 func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	if env == nil || env.Message == nil {
 		return 0, errs.New(codes.InvalidArgument, "envelope without a message")
@@ -354,6 +398,11 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	size := proto.Size(env.Message)
 	if size > t.cfg.MaxMessageSize {
 		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", size, t.cfg.MaxMessageSize)
+	}
+	// Checked here, alone: a message that does not encode would fail the
+	// whole batch it joined, and break the stream.
+	if err := protocol.CheckMessage(env.Message); err != nil {
+		return 0, err
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		if ms := dl.UnixMilli(); env.DeadlineUnixMs == 0 || ms < env.DeadlineUnixMs {
@@ -392,6 +441,19 @@ func (t *Transport) count(n int) {
 		}
 	}
 }
+
+// ErrNotDelivered is matched (errors.Is) by the errors of Asks that were
+// certainly not delivered: the peer's stream broke, or was down, before the
+// request was written to it. Such an Ask may be sent again, to this peer or
+// another, without running twice. Its code is Unavailable.
+var ErrNotDelivered = errors.New("not delivered")
+
+// notDelivered marks err as ErrNotDelivered, keeping its code.
+type notDelivered struct{ err error }
+
+func (e notDelivered) Error() string        { return e.err.Error() + " (the request was not delivered)" }
+func (e notDelivered) Unwrap() error        { return e.err }
+func (e notDelivered) Is(target error) bool { return target == ErrNotDelivered }
 
 func errTransportClosed() error { return errs.New(codes.Unavailable, "transport closed") }
 

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -442,13 +444,21 @@ func TestTransportDeadPeer(t *testing.T) {
 	}
 	b.stop()
 	for range n {
-		wantCode(t, <-errc, codes.Unavailable)
+		// Delivered (b started them): they may have run.
+		err := <-errc
+		wantCode(t, err, codes.Unavailable)
+		if errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), "may have run") {
+			t.Errorf("an Ask b received failed with %v: want no ErrNotDelivered, and saying it may have run", err)
+		}
 	}
 	if r, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil || r.Message != "echo:c" {
 		t.Fatalf("ask c after b died: %v, %v", r, err)
 	}
 	_, err := a.tr.Ask(ctx, b.addr, requestEnv("b"))
 	wantCode(t, err, codes.Unavailable)
+	if !errors.Is(err, ErrNotDelivered) {
+		t.Errorf("an Ask to a peer whose stream is down failed with %v, want ErrNotDelivered", err)
+	}
 }
 
 func TestTransportReconnect(t *testing.T) {
@@ -664,5 +674,65 @@ func BenchmarkTransport(b *testing.B) {
 				_ = s.CloseSend()
 			}
 		})
+	}
+}
+
+// TestTransportBadUTF8: a message that cannot be encoded fails its own call
+// with InvalidArgument before it joins a batch, and a reply that cannot be
+// encoded is the call's Internal error; the stream, and the calls around
+// them, go on. Before, either broke the peer stream (the whole batch
+// failed to encode) and failed every call in flight on it.
+func TestTransportBadUTF8(t *testing.T) {
+	checkLeaks(t)
+	hb := &testHandler{}
+	hb.request = func(_ context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+		r := env.Message.Response()
+		r.Message = "echo:" + env.Message.Message
+		if env.Message.Message == "bad reply" {
+			r.Message = "\xff"
+		}
+		return r, nil
+	}
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	var downs atomic.Int32
+	a := startSilo(t, "a", "127.0.0.1:0", nil, func(c *Config) {
+		c.OnPeerState = func(_ string, up bool) {
+			if !up {
+				downs.Add(1)
+			}
+		}
+	}, nil)
+	ctx := context.Background()
+	if _, err := a.tr.Ask(ctx, b.addr, requestEnv("warm up")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	errc := make(chan error, n)
+	for i := range n {
+		go func() {
+			r, err := a.tr.Ask(ctx, b.addr, requestEnv(fmt.Sprint(i)))
+			if err == nil && r.Message != fmt.Sprint("echo:", i) {
+				err = fmt.Errorf("ask %d: reply %q", i, r.Message)
+			}
+			errc <- err
+		}()
+	}
+	bad := requestEnv("x")
+	bad.Message.State = map[string]string{"k": "\xfe"}
+	_, err := a.tr.Ask(ctx, b.addr, bad)
+	wantCode(t, err, codes.InvalidArgument)
+	wantCode(t, a.tr.Send(ctx, b.addr, requestEnv("\xff")), codes.InvalidArgument)
+	_, err = a.tr.Ask(ctx, b.addr, requestEnv("bad reply"))
+	wantCode(t, err, codes.Internal)
+	for range n {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.tr.Ask(ctx, b.addr, requestEnv("after")); err != nil {
+		t.Fatal(err)
+	}
+	if d := downs.Load(); d != 0 {
+		t.Fatalf("the stream broke %d times", d)
 	}
 }

@@ -220,6 +220,7 @@ type localFlags struct {
 	yield      bool
 	prof       profFlags
 	nodeB      []string // remote: flags for node-b
+	peerTLS    bool     // remote: also a pair of silos with mutual TLS
 }
 
 func parseLocalFlags(args []string) (*localFlags, error) {
@@ -238,6 +239,7 @@ func parseLocalFlags(args []string) (*localFlags, error) {
 	fs.StringVar(&lf.run, "run", "", "run stamp to put in every JSON line")
 	fs.BoolVar(&lf.yield, "yield", false, "experiment: callers call runtime.Gosched between calls (not part of the peer's method)")
 	lf.prof.register(fs)
+	fs.BoolVar(&lf.peerTLS, "peer-tls", false, "remote: also run a second pair of silos with peer mutual TLS, and measure its cross-silo Ask against the plain pair's, interleaved")
 	fs.Func("node-b-cpuprofile", "remote: write a CPU profile of node-b to this file", func(s string) error {
 		lf.nodeB = append(lf.nodeB, "-cpuprofile", s)
 		return nil

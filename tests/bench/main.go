@@ -32,7 +32,9 @@
 // runs 5 rounds of (grpc-stream window, remote window): grpc-stream is one
 // Int64Value each way on one bidirectional gRPC stream to node-b, shared by
 // the callers (as the peer's); remote is an Ask from this silo's runtime to
-// one of 1,000 agents that node-b owns.
+// one of 1,000 agents that node-b owns. With -peer-tls it also starts a second pair of
+// silos whose peer port serves mutual TLS, and runs rounds of (remote
+// window, remote-mtls window): what mutual TLS costs a cross-silo Ask.
 package main
 
 import (

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/certs/certstest"
 )
 
 // The raw gRPC anchor: one bidirectional stream method whose messages are
@@ -130,6 +132,39 @@ func (c *echoClient) caller(w int) callFunc {
 
 // benchSilo starts a silo with the bench agent types on etcd at endpoint.
 func benchSilo(ctx context.Context, name, endpoint string) (*cluster.Silo, error) {
+	return benchSiloTLS(ctx, name, endpoint, "/bench/", cluster.PeerTLSConfig{})
+}
+
+// tlsPrefix is the etcd prefix of the pair of silos with peer mutual TLS:
+// a cluster of its own beside the plain one.
+const tlsPrefix = "/bench-tls/"
+
+// peerTLSFiles are the certificate files of silo name in dir (see
+// writePeerCerts).
+func peerTLSFiles(dir, name string) cluster.PeerTLSConfig {
+	return cluster.PeerTLSConfig{
+		CertFile: filepath.Join(dir, name+".crt"),
+		KeyFile:  filepath.Join(dir, name+".key"),
+		CAFile:   filepath.Join(dir, "peer_CA.crt"),
+	}
+}
+
+// writePeerCerts makes a CA and the certificates of silos a and b in dir.
+func writePeerCerts(dir string) error {
+	ca, err := certstest.NewCA(dir, "peer CA")
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, _, err := ca.Issue(name, []string{name}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// benchSiloTLS is benchSilo on etcd prefix prefix, with peer TLS tls.
+func benchSiloTLS(ctx context.Context, name, endpoint, prefix string, tls cluster.PeerTLSConfig) (*cluster.Silo, error) {
 	reg := grain.NewRegistry()
 	if err := reg.Register(typeBench, func(grain.Host) (grain.Agent, error) { return &benchAgent{}, nil }); err != nil {
 		return nil, err
@@ -139,7 +174,8 @@ func benchSilo(ctx context.Context, name, endpoint string) (*cluster.Silo, error
 	cfg.Name = name
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
-	cfg.Etcd = etcdstore.Config{Endpoints: []string{endpoint}, Prefix: "/bench/"}
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{endpoint}, Prefix: prefix}
+	cfg.PeerTLS = tls
 	cfg.Logger = log
 	cfg.Runtime.Logger = log
 	s, err := cluster.NewSilo(cfg, reg)
@@ -158,6 +194,7 @@ func benchSilo(ctx context.Context, name, endpoint string) (*cluster.Silo, error
 func runNodeB(args []string) error {
 	fs := flag.NewFlagSet("node-b", flag.ContinueOnError)
 	endpoint := fs.String("etcd", "", "etcd endpoint")
+	tlsDir := fs.String("peer-tls-dir", "", "also start a silo with peer mutual TLS, with the certificates in this directory")
 	lifetime := fs.Duration("lifetime", 10*time.Minute, "exit after this long whatever happens")
 	var prof profFlags
 	prof.register(fs)
@@ -180,6 +217,17 @@ func runNodeB(args []string) error {
 		defer ccancel()
 		s.Close(cctx)
 	}()
+	if *tlsDir != "" {
+		st, err := benchSiloTLS(ctx, "b", *endpoint, tlsPrefix, peerTLSFiles(*tlsDir, "b"))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			st.Close(cctx)
+		}()
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
@@ -243,7 +291,14 @@ func runRemote(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, append([]string{"node-b", "-etcd", endpoint}, lf.nodeB...)...)
+	nodeB := append([]string{"node-b", "-etcd", endpoint}, lf.nodeB...)
+	if lf.peerTLS {
+		if err := writePeerCerts(dir); err != nil {
+			return err
+		}
+		nodeB = append(nodeB, "-peer-tls-dir", dir)
+	}
+	cmd := exec.Command(self, nodeB...)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
@@ -289,19 +344,25 @@ func runRemote(args []string, out io.Writer) error {
 		}
 	}
 	rt := a.Runtime()
-	// The first calls may race node-b's view of node-a: retry until every
-	// agent answered once.
-	for {
-		if _, err := activateAll(rt, addrs, 8); err == nil {
-			break
-		} else if ctx.Err() != nil {
+	if err := activateRemote(ctx, rt, addrs); err != nil {
+		return err
+	}
+	var tlsRT *grain.Runtime
+	if lf.peerTLS {
+		at, err := benchSiloTLS(ctx, "a", endpoint, tlsPrefix, peerTLSFiles(dir, "a"))
+		if err != nil {
+			return err
+		}
+		defer func() {
+			cctx, ccancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer ccancel()
+			at.Close(cctx)
+		}()
+		tlsRT = at.Runtime()
+		if err := activateRemote(ctx, tlsRT, addrs); err != nil {
 			return err
 		}
 	}
-	if n := rt.Len(); n != 0 {
-		return fmt.Errorf("%d of the remote agents were activated on node-a", n)
-	}
-	logf("remote: %d agents activated on node-b", len(addrs))
 	echo, err := dialEcho(ctx, echoAddr)
 	if err != nil {
 		return err
@@ -320,6 +381,33 @@ func runRemote(args []string, out io.Writer) error {
 			echo.caller, localCaller(rt, addrs, n))
 		emit(out, anchor.row(lf.run))
 		emit(out, subject.row(lf.run))
+		if tlsRT != nil {
+			// What mutual TLS costs: the plain pair is the anchor.
+			plain := &series{bench: "remote", n: n}
+			secured := &series{bench: "remote-mtls", n: n, anchor: "remote"}
+			interleave(lf.rounds, lf.warmup, lf.window, lf.yield, n, plain, secured,
+				localCaller(rt, addrs, n), localCaller(tlsRT, addrs, n))
+			emit(out, plain.row(lf.run))
+			emit(out, secured.row(lf.run))
+		}
 	}
+	return nil
+}
+
+// activateRemote makes every agent of addrs answer once from rt's silo, and
+// checks that none of them is hosted there. The first calls may race the
+// other silo's view of this one: they are retried.
+func activateRemote(ctx context.Context, rt *grain.Runtime, addrs []string) error {
+	for {
+		if _, err := activateAll(rt, addrs, 8); err == nil {
+			break
+		} else if ctx.Err() != nil {
+			return err
+		}
+	}
+	if n := rt.Len(); n != 0 {
+		return fmt.Errorf("%d of the remote agents were activated on node-a", n)
+	}
+	logf("remote: %d agents activated on node-b", len(addrs))
 	return nil
 }

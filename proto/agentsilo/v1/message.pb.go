@@ -97,8 +97,12 @@ type AgentMessage struct {
 	// from is the sender's address, set by the runtime: an agent's address or a
 	// client session's address. A value set by a client is ignored.
 	From string `protobuf:"bytes,3,opt,name=from,proto3" json:"from,omitempty"`
-	// on_behalf_of names the principal a message is sent for, when it differs
-	// from the sender's owner.
+	// on_behalf_of names the principal that started the message's call chain,
+	// set by the runtime: a client's principal (set by the gateway), inherited
+	// by what agents send while handling the chain's messages, or the agent's
+	// owner for timers, reminders and messages sent outside a turn. An
+	// agent's message to another owner's agent is checked against it. A value
+	// set by a client or an agent is ignored.
 	OnBehalfOf string `protobuf:"bytes,4,opt,name=on_behalf_of,json=onBehalfOf,proto3" json:"on_behalf_of,omitempty"`
 	Channel    string `protobuf:"bytes,5,opt,name=channel,proto3" json:"channel,omitempty"`
 	// message_type names what the message is; types beginning with `_silo.` are

@@ -1,0 +1,93 @@
+package a2a
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/agentsilo/agentsilo/cluster/gateway"
+)
+
+// Config configures a Server. Start from DefaultConfig.
+type Config struct {
+	// Addr is the HTTP listen address (--a2a-addr). Empty: no A2A server.
+	Addr string
+	// PublicURL is the base URL clients reach this server at, as written in
+	// agent cards (--a2a-public-url), e.g. https://agents.example.com.
+	// Empty: the scheme and Host of each request.
+	PublicURL string
+	// Auth is how callers are authenticated: the gateway's API keys, TLS
+	// certificate and client CA (the same flags). Without API keys or
+	// client certificates, callers declare their principal in the
+	// x-agentsilo-principal header, which is allowed only on loopback
+	// (or with Insecure).
+	Auth gateway.AuthConfig
+	// Insecure lets a server without authentication listen on a
+	// non-loopback address (the silo's --insecure).
+	Insecure bool
+	// AllowPrivateNetworks turns off the SSRF guard of what the silo sends
+	// out for A2A: push notifications and the A2A agent type's calls to
+	// remote agents may then reach loopback, private and link-local
+	// addresses (--a2a-allow-private-networks). For development and
+	// trusted networks only. Default: off, such addresses are refused.
+	AllowPrivateNetworks bool
+	// LeaseTTL is the TTL of the etcd lease that marks this silo alive to
+	// the others: when it expires (the silo died), the tasks it was
+	// running are failed by the survivors. Default: 10 s.
+	LeaseTTL time.Duration
+	// TaskTimeout bounds one turn of an agent for A2A: the deadline of the
+	// Ask that a message becomes (--a2a-task-timeout). Default: 10 min.
+	TaskTimeout time.Duration
+	// Version is the agent version written in cards (agentsilo's).
+	Version string
+	// Silo names this silo (in its push inbox addresses and its tasks).
+	Silo string
+	// Logger receives the server's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns the defaults described on Config's fields.
+func DefaultConfig() Config {
+	return Config{LeaseTTL: 10 * time.Second, TaskTimeout: 10 * time.Minute, Version: "dev"}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	if c.LeaseTTL < 2*time.Second {
+		return fmt.Errorf("a2a: LeaseTTL %v must be at least 2s", c.LeaseTTL)
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("a2a: public URL %q: want http(s)://host[:port][/path]", c.PublicURL)
+		}
+	}
+	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
+		if err := checkLoopback(c.Addr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLoopback returns an error unless addr (host:port) is a loopback
+// address.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("a2a: address %q: %v", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("a2a: address %q is not loopback: without authentication callers declare their principal, so the A2A server serves only loopback unless --insecure is set", addr)
+}
+
+// baseURL returns the public base URL without a trailing slash.
+func (c *Config) baseURL() string { return strings.TrimRight(c.PublicURL, "/") }

@@ -1,0 +1,29 @@
+// Package a2a makes every agent of an agentsilo cluster an A2A agent
+// (the Agent2Agent protocol, spec 1.0, with 0.3 JSON-RPC for older
+// clients), and lets agents call A2A agents outside the cluster.
+//
+// The protocol layer is the official Go SDK's (github.com/a2aproject/a2a-go/v2):
+// its request handler in cluster mode, its JSON-RPC, HTTP+JSON and 0.3
+// compatibility transports, its agent card handler and its push sender.
+// This package gives it what makes a silo cluster of it:
+//
+//	executor.go   the AgentExecutor: a message is an Ask to the endpoint's
+//	              agent on behalf of the caller; pushes become events
+//	taskstore.go  the task store in etcd (version = mod revision), shared by all silos
+//	eventqueue.go the event queues: in memory on the silo running an
+//	              execution, a watch on the task's key everywhere else
+//	work.go       the work queue: executions run on the silo that took the request
+//	ctl.go        leases, departed silos' tasks failed, cancels across silos
+//	pushstore.go  push notification configs in etcd
+//	inbox.go      the turn's sender address that collects what the agent pushes
+//	http.go       the paths: endpoints, cards, the directory
+//	guard.go      authentication (the gateway's) and the ACL per method
+//	card.go       agent cards from the registry's TypeInfo
+//	remote.go     the built-in agent type A2A, a remote A2A agent as an agent
+//
+// A silo serves it with --a2a-addr (cluster.SiloConfig.A2A); the README's
+// section "A2A" describes the mapping and how to call it:
+//
+//	go run ./cmd/silo --demo --a2a-addr 127.0.0.1:9090
+//	curl http://127.0.0.1:9090/a2a/Echo/dev/e1/.well-known/agent-card.json
+package a2a

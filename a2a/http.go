@@ -1,0 +1,179 @@
+package a2a
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// The paths the server answers:
+//
+//	GET  /.well-known/agent-card.json                  the directory card
+//	GET  /a2a                                          the agent types, as JSON
+//	     /a2a/{Type}/{owner}/{alias}                   the agent's endpoint: JSON-RPC 1.0 (POST)
+//	GET  /a2a/{Type}/{owner}/{alias}/.well-known/agent-card.json   its card (spec 1.0)
+//	     /a2a/{Type}/{owner}/{alias}/v0.3              JSON-RPC 0.3 (POST)
+//	GET  /a2a/{Type}/{owner}/{alias}/v0.3/.well-known/agent-card.json   its card for 0.3 clients
+//	     /a2a/{Type}/{owner}/{alias}/...               HTTP+JSON 1.0 (/message:send, /tasks/{id}, ...)
+
+const (
+	wellKnownCard = "/.well-known/agent-card.json"
+	endpointRoot  = "/a2a"
+	v03Path       = "/v0.3"
+)
+
+// endpointPath is the path of an agent's endpoint. Types, owners and
+// aliases are made of characters a path segment takes as they are.
+func endpointPath(a grain.Address) string {
+	return endpointRoot + "/" + a.Type + "/" + a.Owner + "/" + a.Alias
+}
+
+var errNotEndpoint = errors.New("not an agent endpoint: want /a2a/{Type}/{owner}/{alias}")
+
+// parseEndpoint splits a request path under /a2a/ into the agent it
+// addresses and the rest ("" or "/..."). It refuses anything but a valid
+// canonical address: no empty, dot or escaped segments.
+func parseEndpoint(path string) (grain.Address, string, error) {
+	p, ok := strings.CutPrefix(path, endpointRoot+"/")
+	if !ok {
+		return grain.Address{}, "", errNotEndpoint
+	}
+	parts := strings.SplitN(p, "/", 4)
+	if len(parts) < 3 {
+		return grain.Address{}, "", errNotEndpoint
+	}
+	for _, seg := range parts[:3] {
+		if strings.ContainsRune(seg, ':') {
+			return grain.Address{}, "", errNotEndpoint
+		}
+	}
+	a, err := grain.ParseAddress(parts[0] + ":" + parts[1] + ":" + parts[2])
+	if err != nil {
+		return grain.Address{}, "", err
+	}
+	rest := ""
+	if len(parts) == 4 {
+		rest = "/" + parts[3]
+	}
+	return a, rest, nil
+}
+
+// routes is the server's HTTP handler.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(wellKnownCard, func(w http.ResponseWriter, r *http.Request) {
+		s.dirCard.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r)})))
+	})
+	mux.HandleFunc("GET "+endpointRoot, s.types)
+	mux.HandleFunc("GET "+endpointRoot+"/{$}", s.types)
+	mux.HandleFunc(endpointRoot+"/", s.endpoint)
+	return mux
+}
+
+// baseOf is the base URL of the server as r reached it.
+func (s *Server) baseOf(r *http.Request) string {
+	if b := s.cfg.baseURL(); b != "" {
+		return b
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}
+
+// endpoint serves an agent's endpoint, its card and its REST paths.
+func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
+	if r.URL.RawPath != "" {
+		// An escaped path would be read one way here and another by the
+		// SDK's router: accept only plain paths.
+		httpError(w, http.StatusNotFound, "escaped characters in the path")
+		return
+	}
+	agent, rest, err := parseEndpoint(r.URL.Path)
+	if err != nil {
+		httpError(w, http.StatusNotFound, err.Error())
+		return
+	}
+	if _, ok := s.reg.Info(agent.Type); !ok {
+		httpError(w, http.StatusNotFound, "agent type "+agent.Type+" is not registered")
+		return
+	}
+	switch rest {
+	case wellKnownCard:
+		s.cards.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
+		return
+	case v03Path + wellKnownCard:
+		s.cards03.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
+		return
+	}
+	c := &call{agent: agent, traceparent: r.Header.Get("traceparent")}
+	if len(c.traceparent) != 55 {
+		c.traceparent = "" // not a version-00 traceparent
+	}
+	if c.caller, c.err = s.auth.Authenticate(r); c.err == nil && c.caller.Principal == "" {
+		c.err = errors.New("no principal")
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
+	r = r.WithContext(withCall(r.Context(), c))
+	switch rest {
+	case "":
+		s.jsonrpc.ServeHTTP(w, r)
+	case v03Path:
+		s.v03.ServeHTTP(w, r)
+	default:
+		r2 := r.Clone(r.Context())
+		r2.URL.Path = rest
+		r2.URL.RawPath = ""
+		s.rest.ServeHTTP(w, r2)
+	}
+}
+
+// typeInfo is a type in the GET /a2a listing.
+type typeInfo struct {
+	Name        string      `json:"name"`
+	Description string      `json:"description,omitempty"`
+	Skills      []typeSkill `json:"skills"`
+	Endpoint    string      `json:"endpoint"`
+}
+
+type typeSkill struct {
+	Name        string   `json:"name"`
+	Description string   `json:"description,omitempty"`
+	Tags        []string `json:"tags,omitempty"`
+	Examples    []string `json:"examples,omitempty"`
+}
+
+// types serves GET /a2a: the registered types with their skills, from the
+// registry's TypeInfo, optionally those with a skill tagged ?skill=TAG.
+func (s *Server) types(w http.ResponseWriter, r *http.Request) {
+	tag := r.URL.Query().Get("skill")
+	base := s.baseOf(r)
+	out := struct {
+		Types []typeInfo `json:"types"`
+	}{Types: []typeInfo{}}
+	for _, ti := range s.reg.Types() {
+		if tag != "" && !ti.HasTag(tag) {
+			continue
+		}
+		t := typeInfo{Name: ti.Name, Description: ti.Description, Skills: []typeSkill{}, Endpoint: base + endpointRoot + "/" + url.PathEscape(ti.Name) + "/{owner}/{alias}"}
+		for _, sk := range ti.Skills {
+			t.Skills = append(t.Skills, typeSkill(sk))
+		}
+		out.Types = append(out.Types, t)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
+}
+
+// httpError writes a JSON error outside the protocol's methods.
+func httpError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"code": code, "message": msg}})
+}

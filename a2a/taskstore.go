@@ -1,0 +1,384 @@
+package a2a
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/internal/etcderr"
+)
+
+// taskStore is the SDK's taskstore.Store in etcd, shared by every silo:
+// one key per task (see call.go's layout), its JSON taskRecord as value,
+// its mod revision as the task's version (optimistic concurrency: an
+// update names the revision it read and fails with
+// ErrConcurrentModification if another write came in between).
+//
+// A task is reachable only through its agent's endpoint and by the
+// principal that created it: the key is made of the call's agent and
+// principal (callFrom), so another caller's Get finds nothing
+// (ErrTaskNotFound, as the spec asks).
+//
+// Each write also records what it applied (a status or artifact event), so
+// that a watch on the key is a complete, ordered stream of a task's events
+// for subscribers on other silos (remoteReader), and, in the same
+// transaction, keeps the task's marker under a2a/active/ while the task is
+// being worked on (see activeState), for the reaper.
+//
+// Methods are safe for concurrent use.
+type taskStore struct {
+	cli    *clientv3.Client
+	prefix string
+	silo   string
+	lease  func() clientv3.LeaseID // this silo's A2A lease, named in active markers
+}
+
+// taskRecord is a task's value in etcd.
+type taskRecord struct {
+	Task  *spec.Task `json:"task"`
+	User  string     `json:"user"`
+	Agent string     `json:"agent"`
+	// Kind says what the write applied: "" for a whole task (a create, a
+	// task snapshot, a failure the SDK recorded), "status", "artifact", or
+	// "message" (a user message added to the history).
+	Kind  string          `json:"kind,omitempty"`
+	Event json.RawMessage `json:"event,omitempty"`
+}
+
+// activeRecord is a task's marker while it is worked on.
+type activeRecord struct {
+	Key   string `json:"key"`
+	Silo  string `json:"silo"`
+	Lease int64  `json:"lease"`
+}
+
+// activeState reports whether a task in state s is being worked on by a
+// silo, which must then be alive: submitted, working, and the transient
+// auth-required. Terminal states and input-required rest.
+func activeState(s spec.TaskState) bool {
+	return s == spec.TaskStateSubmitted || s == spec.TaskStateWorking || s == spec.TaskStateAuthRequired
+}
+
+var _ taskstore.Store = (*taskStore)(nil)
+
+// Create implements taskstore.Store.
+func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.TaskVersion, error) {
+	if task == nil {
+		return 0, invalidParams("no task")
+	}
+	key := taskKey(ctx, s.prefix, task.ID)
+	if key == "" {
+		return 0, spec.ErrTaskNotFound
+	}
+	rec := s.record(ctx, task)
+	rev, _, err := s.write(ctx, key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), rec, task.ID)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return 0, taskstore.ErrTaskAlreadyExists
+	}
+	return taskstore.TaskVersion(rev), nil
+}
+
+// Update implements taskstore.Store.
+func (s *taskStore) Update(ctx context.Context, req *taskstore.UpdateRequest) (taskstore.TaskVersion, error) {
+	if req == nil || req.Task == nil {
+		return 0, invalidParams("no task")
+	}
+	key := taskKey(ctx, s.prefix, req.Task.ID)
+	if key == "" {
+		return 0, spec.ErrTaskNotFound
+	}
+	rec := s.record(ctx, req.Task)
+	var err error
+	if rec.Kind, rec.Event, err = eventRecord(req.Event); err != nil {
+		return 0, err
+	}
+	cond := clientv3.Compare(clientv3.CreateRevision(key), ">", 0)
+	if req.PrevVersion != taskstore.TaskVersionMissing {
+		cond = clientv3.Compare(clientv3.ModRevision(key), "=", int64(req.PrevVersion))
+	}
+	rev, exists, err := s.write(ctx, key, cond, rec, req.Task.ID)
+	switch {
+	case err != nil:
+		return 0, err
+	case rev == 0 && !exists:
+		return 0, spec.ErrTaskNotFound
+	case rev == 0:
+		return 0, taskstore.ErrConcurrentModification
+	}
+	return taskstore.TaskVersion(rev), nil
+}
+
+// record is the value of task written by the call of ctx.
+func (s *taskStore) record(ctx context.Context, task *spec.Task) taskRecord {
+	c := callFrom(ctx)
+	return taskRecord{Task: task, User: c.caller.Principal, Agent: c.agent.String()}
+}
+
+// eventRecord says what an update applied.
+func eventRecord(ev spec.Event) (string, json.RawMessage, error) {
+	var kind string
+	switch ev.(type) {
+	case nil, *spec.Task:
+		return "", nil, nil
+	case *spec.Message:
+		return "message", nil, nil
+	case *spec.TaskStatusUpdateEvent:
+		kind = "status"
+	case *spec.TaskArtifactUpdateEvent:
+		kind = "artifact"
+	default:
+		return "", nil, fmt.Errorf("a2a: task store: unexpected event %T", ev)
+	}
+	b, err := json.Marshal(spec.StreamResponse{Event: ev})
+	return kind, b, err
+}
+
+// write puts rec at key if cond holds, and sets or clears the task's active
+// marker in the same transaction. It returns the new revision, or 0 if
+// cond failed and then whether the key exists.
+func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, rec taskRecord, id spec.TaskID) (rev int64, exists bool, err error) {
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return 0, false, fmt.Errorf("a2a: task store: %w", err)
+	}
+	ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
+	ops = append(ops, s.markerOp(key, id, rec.Task.Status.State))
+	resp, err := s.cli.Txn(ctx).If(cond).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return 0, false, etcderr.FromCall(ctx, err, "a2a: task store: write task %s", id)
+	}
+	if resp.Succeeded {
+		return resp.Header.Revision, true, nil
+	}
+	exists = len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().Kvs) > 0
+	return 0, exists, nil
+}
+
+// markerOp sets the active marker of a task in state st, or removes it.
+func (s *taskStore) markerOp(key string, id spec.TaskID, st spec.TaskState) clientv3.Op {
+	akey := s.prefix + activeDir + string(id)
+	if !activeState(st) {
+		return clientv3.OpDelete(akey)
+	}
+	b, _ := json.Marshal(activeRecord{Key: key, Silo: s.silo, Lease: int64(s.lease())})
+	return clientv3.OpPut(akey, string(b))
+}
+
+// Get implements taskstore.Store.
+func (s *taskStore) Get(ctx context.Context, id spec.TaskID) (*taskstore.StoredTask, error) {
+	key := taskKey(ctx, s.prefix, id)
+	if key == "" {
+		return nil, spec.ErrTaskNotFound
+	}
+	rec, rev, err := s.get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	return &taskstore.StoredTask{Task: rec.Task, Version: taskstore.TaskVersion(rev), User: rec.User}, nil
+}
+
+// get reads the record at key: ErrTaskNotFound if there is none.
+func (s *taskStore) get(ctx context.Context, key string) (*taskRecord, int64, error) {
+	resp, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return nil, 0, etcderr.FromCall(ctx, err, "a2a: task store: get task")
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, spec.ErrTaskNotFound
+	}
+	rec, err := decodeRecord(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, 0, err
+	}
+	return rec, resp.Kvs[0].ModRevision, nil
+}
+
+func decodeRecord(b []byte) (*taskRecord, error) {
+	var rec taskRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("a2a: task store: corrupt task: %w", err)
+	}
+	if rec.Task == nil {
+		return nil, errors.New("a2a: task store: corrupt task: no task")
+	}
+	return &rec, nil
+}
+
+// List implements taskstore.Store: the caller's tasks with the call's
+// agent, most recently updated first.
+func (s *taskStore) List(ctx context.Context, req *spec.ListTasksRequest) (*spec.ListTasksResponse, error) {
+	c := callFrom(ctx)
+	if c == nil {
+		return nil, spec.ErrUnauthenticated
+	}
+	if req == nil {
+		req = &spec.ListTasksRequest{}
+	}
+	size := req.PageSize
+	switch {
+	case size == 0:
+		size = 50
+	case size < 1 || size > 100:
+		return nil, invalidParams("pageSize %d: want 1 to 100", size)
+	}
+	if req.HistoryLength != nil && *req.HistoryLength < 0 {
+		return nil, invalidParams("historyLength %d is negative", *req.HistoryLength)
+	}
+	var after pageToken
+	if req.PageToken != "" {
+		var err error
+		if after, err = parsePageToken(req.PageToken); err != nil {
+			return nil, err
+		}
+	}
+	prefix := taskPrefix(s.prefix, c.agent, c.caller.Principal)
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcderr.FromCall(ctx, err, "a2a: task store: list tasks")
+	}
+	type entry struct {
+		task *spec.Task
+		rev  int64
+	}
+	var all []entry
+	for _, kv := range resp.Kvs {
+		rec, err := decodeRecord(kv.Value)
+		if err != nil {
+			return nil, err
+		}
+		t := rec.Task
+		if req.ContextID != "" && t.ContextID != req.ContextID ||
+			req.Status != spec.TaskStateUnspecified && t.Status.State != req.Status ||
+			req.StatusTimestampAfter != nil && (t.Status.Timestamp == nil || t.Status.Timestamp.Before(*req.StatusTimestampAfter)) {
+			continue
+		}
+		all = append(all, entry{t, kv.ModRevision})
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		if c := cmp.Compare(b.rev, a.rev); c != 0 {
+			return c
+		}
+		return strings.Compare(string(b.task.ID), string(a.task.ID))
+	})
+	start := 0
+	if req.PageToken != "" {
+		start = len(all)
+		for i, e := range all {
+			if e.rev < after.rev || e.rev == after.rev && string(e.task.ID) < after.id {
+				start = i
+				break
+			}
+		}
+	}
+	out := &spec.ListTasksResponse{Tasks: []*spec.Task{}, TotalSize: len(all), PageSize: size}
+	page := all[start:]
+	if len(page) > size {
+		last := page[size-1]
+		out.NextPageToken = pageToken{rev: last.rev, id: string(last.task.ID)}.String()
+		page = page[:size]
+	}
+	for _, e := range page {
+		t := e.task
+		trimHistory(t, req.HistoryLength, 100)
+		if !req.IncludeArtifacts {
+			t.Artifacts = nil
+		}
+		out.Tasks = append(out.Tasks, t)
+	}
+	return out, nil
+}
+
+// trimHistory keeps the last n messages of t's history (def without n).
+func trimHistory(t *spec.Task, n *int, def int) {
+	keep := def
+	if n != nil {
+		keep = *n
+	}
+	if keep == 0 {
+		t.History = []*spec.Message{}
+	} else if keep > 0 && len(t.History) > keep {
+		t.History = t.History[len(t.History)-keep:]
+	}
+}
+
+// pageToken is where a listing page ends: the last task's revision and id.
+type pageToken struct {
+	rev int64
+	id  string
+}
+
+func (p pageToken) String() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(p.rev, 10) + ":" + p.id))
+}
+
+// parsePageToken parses a token String made: InvalidParams for anything
+// else.
+func parsePageToken(s string) (pageToken, error) {
+	bad := invalidParams("invalid pageToken")
+	if len(s) > 512 {
+		return pageToken{}, bad
+	}
+	b, err := base64.RawURLEncoding.Strict().DecodeString(s)
+	if err != nil {
+		return pageToken{}, bad
+	}
+	revs, id, ok := strings.Cut(string(b), ":")
+	rev, err := strconv.ParseInt(revs, 10, 64)
+	if !ok || err != nil || rev <= 0 || !validID(id) {
+		return pageToken{}, bad
+	}
+	return pageToken{rev: rev, id: id}, nil
+}
+
+// failActive ends a task that its silo left while it was worked on: if the
+// task at key is still in an active state at the revision read, it is
+// failed with reason, and its marker removed. Another silo doing the same
+// at once loses the compare and does nothing.
+func (s *taskStore) failActive(ctx context.Context, akey string, a activeRecord, reason string) error {
+	rec, rev, err := s.get(ctx, a.Key)
+	if errors.Is(err, spec.ErrTaskNotFound) {
+		_, err = s.cli.Delete(ctx, akey)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	t := rec.Task
+	if !activeState(t.Status.State) {
+		_, err = s.cli.Delete(ctx, akey)
+		return err
+	}
+	now := time.Now().UTC()
+	ev := spec.NewStatusUpdateEvent(t, spec.TaskStateFailed, spec.NewMessageForTask(spec.MessageRoleAgent, t, spec.NewTextPart(reason)))
+	ev.Status.Message.Metadata = map[string]any{metaCode: "Unavailable"}
+	ev.Status.Timestamp = &now
+	if t.Status.Message != nil {
+		t.History = append(t.History, t.Status.Message)
+	}
+	t.Status = ev.Status
+	rec.Kind, rec.Event, err = eventRecord(ev)
+	if err != nil {
+		return err
+	}
+	val, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.Key), "=", rev)).
+		Then(clientv3.OpPut(a.Key, string(val)), clientv3.OpDelete(akey)).Commit()
+	return err
+}
