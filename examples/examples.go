@@ -11,6 +11,8 @@
 //     read lazily).
 //   - FanOut asks N agents in parallel and merges their replies.
 //   - Ticker registers a durable reminder and counts its ticks.
+//   - Inbox subscribes to topics and shows each outcome of a delivery
+//     (acknowledge, retry, poison).
 package examples
 
 import (
@@ -51,6 +53,9 @@ func Register(reg *grain.Registry) error {
 		{func(h grain.Host) (grain.Agent, error) { return &Ticker{host: h}, nil }, grain.TypeInfo{Name: "Ticker",
 			Description: "Counts the ticks of a durable reminder.",
 			Skills:      []grain.Skill{{Name: "tick", Description: "start PERIOD [DUE], stop, count", Tags: []string{"reminders"}, Examples: []string{"start 1m", "count"}}}}},
+		{func(h grain.Host) (grain.Agent, error) { return &Inbox{host: h}, nil }, grain.TypeInfo{Name: "Inbox",
+			Description: "Takes the messages of its topic subscriptions: acknowledges, retries or declares poison.",
+			Skills:      []grain.Skill{{Name: "subscribe", Description: "subscribe NAME PATTERN, count", Tags: []string{"topics"}, Examples: []string{"subscribe orders orders.#", "count"}}}}},
 	} {
 		if err := reg.Register(t.info.Name, t.f, t.info); err != nil {
 			return err

@@ -52,6 +52,8 @@ type Config struct {
 	// MaxBatch bounds the publishes written in one Store.Append. Default:
 	// 256.
 	MaxBatch int
+	// MaxAppends bounds the Store.Appends in flight at once. Default: 4.
+	MaxAppends int
 	// QueueSize bounds the publishes waiting for the batcher. Default:
 	// 10000.
 	QueueSize int
@@ -89,6 +91,7 @@ func DefaultConfig() Config {
 		MaxInflight:    64,
 		PublishTimeout: 30 * time.Second,
 		MaxBatch:       256,
+		MaxAppends:     4,
 		QueueSize:      10000,
 		Clock:          clock.Real{},
 	}
@@ -117,6 +120,7 @@ func (c *Config) Validate() error {
 	fill(&c.MaxInflight, d.MaxInflight)
 	fill(&c.MaxBatch, d.MaxBatch)
 	fill(&c.QueueSize, d.QueueSize)
+	fill(&c.MaxAppends, d.MaxAppends)
 	fillD(&c.RetryMin, d.RetryMin)
 	fillD(&c.RetryMax, d.RetryMax)
 	fillD(&c.AckTimeout, d.AckTimeout)
@@ -130,7 +134,7 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return errs.New(codes.InvalidArgument, "topics: Config.Store is nil")
-	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1:
+	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1, c.MaxAppends < 1:
 		return errs.New(codes.InvalidArgument, "topics: sizes and bounds must be positive")
 	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit:
 		return errs.New(codes.InvalidArgument, "topics: MaxAttempts %d: want 1 to %d", c.MaxAttempts, MaxAttemptsLimit)

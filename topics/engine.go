@@ -24,7 +24,8 @@ import (
 // deliver at once. Settling a delivery:
 //
 //	acknowledged (nil)   the entry leaves the lane; its key is removed from
-//	                     the store in a batch (the acker)
+//	                     the store in a batch, with other subscriptions'
+//	                     (Service.acker)
 //	Retry, other errors  attempts+1, written to the store with the
 //	                     not-before time (Retry's, else the backoff); at
 //	                     MaxAttempts, a dead letter
@@ -50,7 +51,7 @@ type engine struct {
 	cancel  context.CancelFunc
 	dcancel context.CancelFunc
 	wake    chan struct{} // the dispatcher: something may be ready
-	ackWake chan struct{} // the acker: acks or the full flag to write
+	ackWake chan struct{} // the flagger: the full flag to write
 	wg      sync.WaitGroup
 
 	mu       sync.Mutex
@@ -59,8 +60,7 @@ type engine struct {
 	lanes    map[string]*lane
 	n        int // entries queued
 	inflight int
-	rr       int      // the member to deliver to next
-	acks     []string // acknowledged keys not yet removed from the store
+	rr       int // the member to deliver to next
 	wantFull bool
 	isFull   bool // as last written (or read from the registry)
 }
@@ -108,7 +108,7 @@ func (e *engine) start() {
 		e.s.cfg.Store.FollowQueue(e.ctx, e.id, e.onEvent)
 	}()
 	go e.dispatcher()
-	go e.acker()
+	go e.flagger()
 }
 
 // stop ends the following and the dispatching; wait waits for the
@@ -295,10 +295,9 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.inflight--
 		it.busy = false
 		e.removeLocked(it)
-		e.acks = append(e.acks, it.key)
 		e.checkFullLocked()
 		e.mu.Unlock()
-		poke(e.ackWake)
+		e.s.ack(e.id, it.key)
 		poke(e.wake)
 		return
 	case e.dctx.Err() != nil:
@@ -413,76 +412,42 @@ func (e *engine) kill(it *item, member, reason, last string) {
 	poke(e.wake)
 }
 
-// acker removes acknowledged keys from the store in batches, and writes
-// the full flag; at stop, once the deliveries in flight are settled, it
-// writes what is left.
-func (e *engine) acker() {
+// flagger writes the full flag of the backlog when it changes.
+func (e *engine) flagger() {
 	defer e.wg.Done()
 	b := retry.New(100*time.Millisecond, 2*time.Second, nil)
 	for {
 		select {
 		case <-e.ackWake:
 		case <-e.ctx.Done():
-			// The deliveries still in flight settle into acks: wait for them
-			// (bounded by their AckTimeout), then write.
-			for e.settling() {
-				select {
-				case <-e.ackWake:
-				case <-time.After(10 * time.Millisecond):
-				}
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			e.flush(ctx)
-			cancel()
 			return
 		}
 		if !e.flush(e.ctx) {
-			if !b.Wait(e.ctx, nil) {
-				continue
+			if b.Wait(e.ctx, nil) {
+				poke(e.ackWake)
 			}
-			poke(e.ackWake)
 		} else {
 			b.Reset()
 		}
 	}
 }
 
-// settling reports whether deliveries are still in flight.
-func (e *engine) settling() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.inflight > 0 && e.dctx.Err() == nil
-}
-
-// flush writes the acknowledgments and the full flag; false if the store
-// failed (what failed is kept for the next flush).
+// flush writes the full flag; false if the store failed.
 func (e *engine) flush(ctx context.Context) bool {
 	e.mu.Lock()
-	acks := e.acks
-	e.acks = nil
 	want, is := e.wantFull, e.isFull
 	e.mu.Unlock()
-	ok := true
-	if len(acks) > 0 {
-		if err := e.s.cfg.Store.Ack(ctx, e.id, acks); err != nil {
-			e.s.cfg.Logger.Warn("topics: could not remove acknowledged messages; retrying", "subscription", e.id, "err", err)
-			e.mu.Lock()
-			e.acks = append(acks, e.acks...)
-			e.mu.Unlock()
-			ok = false
-		}
+	if want == is {
+		return true
 	}
-	if want != is {
-		if err := e.s.cfg.Store.SetFull(ctx, e.id, want); err != nil {
-			e.s.cfg.Logger.Warn("topics: could not mark the backlog", "subscription", e.id, "full", want, "err", err)
-			ok = false
-		} else {
-			e.mu.Lock()
-			e.isFull = want
-			e.mu.Unlock()
-		}
+	if err := e.s.cfg.Store.SetFull(ctx, e.id, want); err != nil {
+		e.s.cfg.Logger.Warn("topics: could not mark the backlog", "subscription", e.id, "full", want, "err", err)
+		return false
 	}
-	return ok
+	e.mu.Lock()
+	e.isFull = want
+	e.mu.Unlock()
+	return true
 }
 
 // clipErr is an error's text, bounded for storage.

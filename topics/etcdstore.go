@@ -579,12 +579,16 @@ func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEven
 }
 
 // Ack implements Store.
-func (s *EtcdStore) Ack(ctx context.Context, id string, keys []string) error {
-	for len(keys) > 0 {
-		n := min(len(keys), s.MaxOps)
-		ops := make([]clientv3.Op, n)
-		for i, k := range keys[:n] {
-			ops[i] = clientv3.OpDelete(s.queuePrefix(id) + k)
+func (s *EtcdStore) Ack(ctx context.Context, acks []AckKey) error {
+	for len(acks) > 0 {
+		n := min(len(acks), s.MaxOps)
+		ops := make([]clientv3.Op, 0, n)
+		seen := make(map[AckKey]bool, n)
+		for _, a := range acks[:n] {
+			if !seen[a] { // etcd refuses a key twice in one transaction
+				seen[a] = true
+				ops = append(ops, clientv3.OpDelete(s.queuePrefix(a.Sub)+a.Key))
+			}
 		}
 		octx, cancel := bound(ctx, s.OpTimeout)
 		_, err := s.cli.Txn(octx).Then(ops...).Commit()
@@ -593,7 +597,7 @@ func (s *EtcdStore) Ack(ctx context.Context, id string, keys []string) error {
 			return etcderr.FromCall(ctx, err, "acknowledge")
 		}
 		s.txns.Add(1)
-		keys = keys[n:]
+		acks = acks[n:]
 	}
 	return nil
 }

@@ -295,12 +295,11 @@ func (q *memQueue) remove(k string) (*Entry, bool) {
 }
 
 // Ack implements Store.
-func (s *MemStore) Ack(ctx context.Context, id string, keys []string) error {
+func (s *MemStore) Ack(ctx context.Context, acks []AckKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	q := s.queue(id)
-	for _, k := range keys {
-		q.remove(k)
+	for _, a := range acks {
+		s.queue(a.Sub).remove(a.Key)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -40,10 +41,16 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the registry follower, the batcher, engines' stops
 
+	ackMu   sync.Mutex
+	acks    []AckKey      // acknowledged, not yet removed from the store
+	ackWake chan struct{} // the acker: acks to write
+
 	mu      sync.Mutex // guards engines, deliver, closed
 	engines map[string]*engine
 	deliver Deliver
 	closed  bool
+
+	ackerDone chan struct{}
 
 	stats struct{ published, acked, retried, failed, unavailable, dead atomic.Uint64 }
 }
@@ -77,6 +84,7 @@ func New(cfg Config) (*Service, error) {
 		loaded:  make(chan struct{}),
 		pubq:    make(chan *pubReq, cfg.QueueSize),
 		engines: make(map[string]*engine),
+		ackWake: make(chan struct{}, 1),
 	}
 	s.reg.Store(NewRegistry(nil, nil, nil, nil))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -93,7 +101,61 @@ func New(cfg Config) (*Service, error) {
 		})
 	}()
 	go s.batcher()
+	s.ackerDone = make(chan struct{})
+	go s.acker()
 	return s, nil
+}
+
+// ack queues the removal of an acknowledged entry.
+func (s *Service) ack(sub, key string) {
+	s.ackMu.Lock()
+	s.acks = append(s.acks, AckKey{Sub: sub, Key: key})
+	s.ackMu.Unlock()
+	poke(s.ackWake)
+}
+
+// acker removes acknowledged entries from the store: all that are waiting,
+// in one Store.Ack (which splits them into transactions), whatever their
+// subscription; what accumulates while it writes goes in the next. At
+// Close, once the engines have stopped, it writes what is left.
+func (s *Service) acker() {
+	defer close(s.ackerDone)
+	b := retry.New(100*time.Millisecond, 2*time.Second, nil)
+	for {
+		select {
+		case <-s.ackWake:
+		case <-s.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			s.flushAcks(ctx)
+			cancel()
+			return
+		}
+		if s.flushAcks(s.ctx) {
+			b.Reset()
+		} else if b.Wait(s.ctx, nil) {
+			poke(s.ackWake)
+		}
+	}
+}
+
+// flushAcks writes the acks waiting; false if the store failed (they wait
+// for the next flush).
+func (s *Service) flushAcks(ctx context.Context) bool {
+	s.ackMu.Lock()
+	acks := s.acks
+	s.acks = nil
+	s.ackMu.Unlock()
+	if len(acks) == 0 {
+		return true
+	}
+	if err := s.cfg.Store.Ack(ctx, acks); err != nil {
+		s.cfg.Logger.Warn("topics: could not remove acknowledged messages; retrying", "n", len(acks), "err", err)
+		s.ackMu.Lock()
+		s.acks = append(acks, s.acks...)
+		s.ackMu.Unlock()
+		return false
+	}
+	return true
 }
 
 // Loaded is closed once the registry of subscriptions has been read.
@@ -147,6 +209,7 @@ func (s *Service) Close(ctx context.Context) error {
 	}
 	s.cancel()
 	s.wg.Wait()
+	<-s.ackerDone
 	return err
 }
 
@@ -362,10 +425,23 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 }
 
 // batcher writes the publishes in the order they came, as many as are
-// waiting (up to MaxBatch) per Store.Append.
+// waiting (up to MaxBatch) per Store.Append, with up to MaxAppends appends
+// in flight: while they are, publishes queue and make the next batch
+// bigger. Publishes in different batches in flight at once overlapped in
+// time (a publisher's Publish returns only once its batch is durable), so a
+// publisher that waits for each Publish keeps its order.
 func (s *Service) batcher() {
 	defer s.wg.Done()
+	slots := make(chan struct{}, s.cfg.MaxAppends)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
 	for {
+		select {
+		case slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.failPending(errs.New(codes.Unavailable, "topics: closed"))
+			return
+		}
 		var batch []*pubReq
 		select {
 		case r := <-s.pubq:
@@ -383,7 +459,12 @@ func (s *Service) batcher() {
 				break more
 			}
 		}
-		s.commit(batch)
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-slots }()
+			s.commit(batch)
+		}()
 	}
 }
 

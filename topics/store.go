@@ -55,9 +55,9 @@ type Store interface {
 	// ends; it retries while the store is away. An event with Reset set
 	// comes first and after each reload: forget what you had.
 	FollowQueue(ctx context.Context, id string, f func(QueueEvent))
-	// Ack removes entries from subscription id's queue; keys already gone
-	// are no error.
-	Ack(ctx context.Context, id string, keys []string) error
+	// Ack removes acknowledged entries from their subscriptions' queues;
+	// keys already gone are no error.
+	Ack(ctx context.Context, acks []AckKey) error
 	// Update replaces the delivery state of a queued entry, keeping its
 	// place; NotFound if it is gone.
 	Update(ctx context.Context, id, key string, e *Entry) error
@@ -92,6 +92,9 @@ type Item struct {
 	// also when a later part of the same Append fails.
 	Done bool
 }
+
+// AckKey names an acknowledged entry: its subscription and key.
+type AckKey struct{ Sub, Key string }
 
 // QueueEvent is a change of a queue (see Store.FollowQueue).
 type QueueEvent struct {

@@ -174,10 +174,12 @@ func TestStore(t *testing.T) {
 		}
 		work.texts(t, 21)
 		// Acks, updates, dead letters, replay, drop.
-		if err := s.Ack(ctx, "acme:work", []string{work.key(t, "m0-0"), work.key(t, "m0-1"), "gone"}); err != nil {
+		acks := []AckKey{{"acme:work", work.key(t, "m0-0")}, {"acme:work", work.key(t, "m0-1")}, {"acme:work", "gone"}, {"acme:work", work.key(t, "m0-1")}, {"acme:audit", audit.key(t, "m0-0")}}
+		if err := s.Ack(ctx, acks); err != nil {
 			t.Fatal(err)
 		}
 		work.texts(t, 19)
+		audit.texts(t, 19)
 		k := work.key(t, "m0-2")
 		if err := s.Update(ctx, "acme:work", k, &Entry{Message: entryMsg("m0-2"), Attempts: 2, LastError: "boom"}); err != nil {
 			t.Fatal(err)

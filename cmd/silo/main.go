@@ -43,7 +43,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Registry: grain.NewRegistry(),
 		Flags: func(fs *flag.FlagSet) {
 			withDemo = fs.Bool("demo", false, "register the demo agents of package examples and, once serving, call them through the gateway and print what they answer")
-			withExamples = fs.Bool("examples", false, "register the demo agents of package examples (Echo, Counter, Progress, Pipeline, FanOut, Ticker)")
+			withExamples = fs.Bool("examples", false, "register the demo agents of package examples (Echo, Counter, Progress, Pipeline, FanOut, Ticker, Inbox)")
 		},
 		BeforeStart: func(_ *cluster.SiloConfig, reg *grain.Registry) error {
 			if *withDemo || *withExamples {

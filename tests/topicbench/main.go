@@ -1,0 +1,481 @@
+// Command topicbench measures durable publish/subscribe, as issue 13 asks,
+// beside NATS JetStream doing the same work in the same run, and prints one
+// JSON object per line (the fields of `go run ./tests/bench`):
+//
+//   - topics-publish-to-ack: messages published per second until every
+//     subscription acknowledged every one (with -subs 1 and 10 durable
+//     subscriptions, each one agent), published by -p SDK clients with -w
+//     publishes in flight each, through a silo's gateway; a publish returns
+//     once the message is in etcd.
+//   - topics-e2e-latency: from the publish call to the subscriber's handler,
+//     p50 and p99.
+//   - topics-etcd-writes: etcd revisions (write transactions) per message
+//     published, acknowledgments included.
+//   - jetstream-*: the same on a nats-server (-nats-server, Debian's
+//     nats-server package) with JetStream on file storage: a stream with
+//     interest retention (a message goes once every consumer acknowledged
+//     it), one durable pull consumer per subscription acknowledging each
+//     message, publishers waiting for the PubAck.
+//
+// The silo runs in this process, on an etcd embedded in it (etcd writes
+// each commit to its WAL with fsync; JetStream's file store, in the Debian
+// 2.9 server, does not sync each message: the anchor is the faster on that
+// count). The two run alternately, -passes times; the median pass is
+// reported.
+//
+// Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+)
+
+func main() {
+	n := flag.Int("n", 10000, "messages published per pass")
+	pubs := flag.Int("p", 8, "publishers (SDK clients, NATS connections)")
+	window := flag.Int("w", 16, "publishes in flight per publisher")
+	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
+	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
+	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	flag.Parse()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "error:", err)
+			os.Exit(1)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	if err := run(*n, *pubs, *window, *passes, *natsBin); err != nil {
+		pprof.StopCPUProfile()
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+type row struct {
+	Bench      string  `json:"bench"`
+	N          int     `json:"n"`
+	Subs       int     `json:"subs"`
+	RateMedian float64 `json:"rate_median,omitempty"`
+	P50us      float64 `json:"p50_us,omitempty"`
+	P99us      float64 `json:"p99_us,omitempty"`
+	Value      float64 `json:"value,omitempty"`
+	Note       string  `json:"note,omitempty"`
+}
+
+func emit(r row) {
+	b, _ := json.Marshal(r)
+	fmt.Println(string(b))
+}
+
+// result is one pass of one system.
+type result struct {
+	rate     float64 // messages per second, published to all acknowledged
+	p50, p99 time.Duration
+	writes   float64 // etcd revisions per message (agentsilo only)
+}
+
+// recorder collects the deliveries of a pass: latencies, and a signal when
+// each subscription has seen every message.
+type recorder struct {
+	mu    sync.Mutex
+	lat   []time.Duration
+	seen  map[string]map[string]bool // subscription -> message ids
+	want  int
+	subs  int
+	done  chan struct{}
+	fired bool
+}
+
+func newRecorder(n, subs int) *recorder {
+	return &recorder{want: n, subs: subs, seen: map[string]map[string]bool{}, done: make(chan struct{}), lat: make([]time.Duration, 0, n*subs)}
+}
+
+func (r *recorder) got(sub, id string, sent int64) {
+	now := time.Now().UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen[sub] == nil {
+		r.seen[sub] = map[string]bool{}
+	}
+	if r.seen[sub][id] {
+		return // a redelivery
+	}
+	r.seen[sub][id] = true
+	r.lat = append(r.lat, time.Duration(now-sent))
+	if r.fired || len(r.seen) < r.subs {
+		return
+	}
+	for _, s := range r.seen {
+		if len(s) < r.want {
+			return
+		}
+	}
+	r.fired = true
+	close(r.done)
+}
+
+func (r *recorder) percentiles() (p50, p99 time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slices.Sort(r.lat)
+	if len(r.lat) == 0 {
+		return 0, 0
+	}
+	return r.lat[len(r.lat)/2], r.lat[len(r.lat)*99/100]
+}
+
+// publishAll runs pubs publishers with window publishes in flight each,
+// n messages in all.
+func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errc := make(chan error, pubs*window)
+	for p := range pubs {
+		for range window {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					if err := publish(p, i); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+func run(n, pubs, window, passes int, natsBin string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "topicbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	etcd, err := etcdtest.Run(ctx, filepath.Join(dir, "etcd"))
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	ns, err := startNATS(ctx, natsBin, filepath.Join(dir, "nats"))
+	if err != nil {
+		return err
+	}
+	defer ns.stop()
+	for _, subs := range []int{1, 10} {
+		var ours, theirs []result
+		for pass := range passes {
+			r, err := benchSilo(ctx, etcd, n, subs, pubs, window, fmt.Sprintf("/bench%d-%d/", subs, pass))
+			if err != nil {
+				return fmt.Errorf("agentsilo, %d subscriptions: %w", subs, err)
+			}
+			ours = append(ours, r)
+			r, err = benchJetStream(ctx, ns.url, n, subs, pubs, window, fmt.Sprintf("B%d_%d", subs, pass))
+			if err != nil {
+				return fmt.Errorf("jetstream, %d subscriptions: %w", subs, err)
+			}
+			theirs = append(theirs, r)
+		}
+		o, t := median(ours), median(theirs)
+		emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate})
+		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate, Note: fmt.Sprintf("agentsilo/jetstream x%.2f", o.rate/t.rate)})
+		emit(row{Bench: "topics-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
+		emit(row{Bench: "jetstream-e2e-latency", N: n, Subs: subs, P50us: us(t.p50), P99us: us(t.p99)})
+		emit(row{Bench: "topics-etcd-writes", N: n, Subs: subs, Value: o.writes, Note: "etcd revisions per message published, acknowledgments included"})
+	}
+	return nil
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+
+func median(rs []result) result {
+	slices.SortFunc(rs, func(a, b result) int {
+		switch {
+		case a.rate < b.rate:
+			return -1
+		case a.rate > b.rate:
+			return 1
+		}
+		return 0
+	})
+	return rs[len(rs)/2]
+}
+
+// benchSilo runs one pass on a silo of this process.
+func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, window int, prefix string) (result, error) {
+	rec := newRecorder(n, subs)
+	reg := grain.NewRegistry()
+	err := reg.Register("BenchSink", func(grain.Host) (grain.Agent, error) {
+		return agent(func(_ context.Context, m *grain.Message) (*grain.Message, error) {
+			sent, _ := strconv.ParseInt(m.State["t"], 10, 64)
+			rec.got(m.Subscription, m.Id, sent)
+			return nil, nil
+		}), nil
+	})
+	if err != nil {
+		return result{}, err
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "bench"
+	cfg.GatewayAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: prefix}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Topics.MaxBacklog = n + 1
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		return result{}, err
+	}
+	if err := s.Start(ctx); err != nil {
+		return result{}, err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.Close(cctx)
+	}()
+	clients := make([]*client.Client, pubs)
+	for i := range clients {
+		if clients[i], err = client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("bench")); err != nil {
+			return result{}, err
+		}
+		defer clients[i].Close()
+	}
+	for i := range subs {
+		if _, err := clients[0].Subscribe(ctx, fmt.Sprintf("BenchSink:bench:s%d", i), fmt.Sprintf("s%d", i), "bench.#", 0); err != nil {
+			return result{}, err
+		}
+	}
+	payload := string(make([]byte, 128))
+	rev0, err := etcdRev(ctx, etcd)
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions\n", subs)
+	err = publishAll(ctx, n, pubs, window, func(p, i int) error {
+		m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
+		_, err := clients[p].Publish(ctx, "bench.orders.created", m)
+		return err
+	})
+	if err != nil {
+		return result{}, err
+	}
+	select {
+	case <-rec.done:
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	// The acknowledgments are written in batches after the handler
+	// returned: wait for the queues to be empty before reading the
+	// revision.
+	if err := waitEmpty(ctx, etcd, prefix); err != nil {
+		return result{}, err
+	}
+	rev1, err := etcdRev(ctx, etcd)
+	if err != nil {
+		return result{}, err
+	}
+	p50, p99 := rec.percentiles()
+	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
+}
+
+type agent func(ctx context.Context, m *grain.Message) (*grain.Message, error)
+
+func (f agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	return f(ctx, m)
+}
+
+func etcdRev(ctx context.Context, e *etcdtest.Running) (int64, error) {
+	r, err := e.Client().Get(ctx, "/", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return r.Header.Revision, nil
+}
+
+// waitEmpty waits until no message is queued under prefix.
+func waitEmpty(ctx context.Context, e *etcdtest.Running, prefix string) error {
+	for {
+		r, err := e.Client().Get(ctx, prefix+"topics/q/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return err
+		}
+		if r.Count == 0 {
+			return nil
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// natsServer is a nats-server process with JetStream.
+type natsServer struct {
+	cmd *exec.Cmd
+	url string
+}
+
+func startNATS(ctx context.Context, bin, dir string) (*natsServer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(bin, "-js", "-sd", dir, "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s (apt-get install nats-server): %w", bin, err)
+	}
+	ns := &natsServer{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	for {
+		nc, err := nats.Connect(ns.url)
+		if err == nil {
+			nc.Close()
+			return ns, nil
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			ns.stop()
+			return nil, fmt.Errorf("nats-server did not come up: %w", err)
+		}
+	}
+}
+
+func (ns *natsServer) stop() {
+	ns.cmd.Process.Kill()
+	ns.cmd.Wait()
+}
+
+// benchJetStream runs one pass on JetStream.
+func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, stream string) (result, error) {
+	rec := newRecorder(n, subs)
+	conns := make([]*nats.Conn, pubs)
+	jss := make([]nats.JetStreamContext, pubs)
+	for i := range conns {
+		nc, err := nats.Connect(url)
+		if err != nil {
+			return result{}, err
+		}
+		defer nc.Close()
+		conns[i] = nc
+		if jss[i], err = nc.JetStream(nats.MaxWait(30 * time.Second)); err != nil {
+			return result{}, err
+		}
+	}
+	subject := stream + ".orders.created"
+	if _, err := jss[0].AddStream(&nats.StreamConfig{
+		Name:      stream,
+		Subjects:  []string{stream + ".>"},
+		Storage:   nats.FileStorage,
+		Retention: nats.InterestPolicy,
+	}); err != nil {
+		return result{}, err
+	}
+	defer jss[0].DeleteStream(stream)
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for i := range subs {
+		name := fmt.Sprintf("c%d", i)
+		sc, err := nats.Connect(url)
+		if err != nil {
+			return result{}, err
+		}
+		defer sc.Close()
+		js, err := sc.JetStream()
+		if err != nil {
+			return result{}, err
+		}
+		sub, err := js.PullSubscribe(subject, name, nats.AckExplicit(), nats.BindStream(stream))
+		if err != nil {
+			return result{}, err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for cctx.Err() == nil {
+				msgs, err := sub.Fetch(256, nats.MaxWait(200*time.Millisecond))
+				if err != nil && len(msgs) == 0 {
+					continue
+				}
+				for _, m := range msgs {
+					sent, _ := strconv.ParseInt(m.Header.Get("t"), 10, 64)
+					meta, _ := m.Metadata()
+					rec.got(name, strconv.FormatUint(meta.Sequence.Stream, 10), sent)
+					m.Ack()
+				}
+			}
+		}()
+	}
+	payload := make([]byte, 128)
+	start := time.Now()
+	fmt.Fprintf(os.Stderr, "topicbench: jetstream, %d subscriptions\n", subs)
+	err := publishAll(ctx, n, pubs, window, func(p, i int) error {
+		m := nats.NewMsg(subject)
+		m.Data = payload
+		m.Header.Set("t", strconv.FormatInt(time.Now().UnixNano(), 10))
+		_, err := jss[p].PublishMsg(m)
+		return err
+	})
+	if err != nil {
+		return result{}, err
+	}
+	select {
+	case <-rec.done:
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+	elapsed := time.Since(start)
+	p50, p99 := rec.percentiles()
+	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99}, nil
+}
