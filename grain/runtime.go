@@ -34,6 +34,7 @@ type Runtime struct {
 	dispatcher *dispatcher
 
 	dir       directory
+	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
 	count     atomic.Int64
@@ -76,6 +77,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt.dispatcher = newDispatcher(300)
 	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
+	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
 	// The sweep timer exists before New returns, so that a test's fake clock
@@ -230,8 +232,15 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		for i := 0; ; i++ {
 			silo := p.Route(msg.To)
 			if silo != "" {
+				// ErrMoved: the placement did not deliver it, and a newer
+				// view moved the address: route it again.
+				r, err := rt.forward(ctx, silo, msg, hops)
+				if errors.Is(err, ErrMoved) && i < maxReroutes {
+					a = nil
+					continue
+				}
 				env.release()
-				return rt.forward(ctx, silo, msg, hops)
+				return r, err
 			}
 			err := rt.deliver(ctx, a, env)
 			if err == nil {
@@ -312,8 +321,8 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 			}
 		}
 	}
-	if stamp || msg.Id == "" {
-		msg.Id = newIDAt(now)
+	if (stamp && msg.Topic == "") || msg.Id == "" {
+		msg.Id = newIDAt(now) // a topic delivery keeps its published id
 	}
 	if t != nil {
 		msg.CallChainId = t.chain
@@ -333,6 +342,28 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 // activating it if needed, or runs it at once if it re-enters a waiting call
 // chain.
 func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) error {
+	if env.msg.IdempotencyKey != "" && env.idem == nil {
+		e, dup := rt.idem.begin(idemKey(env.msg), rt.clock.Now().UnixNano())
+		if dup {
+			answerDuplicate(e, env)
+			return nil
+		}
+		env.idem = e
+		err := rt.post(ctx, a, env)
+		switch {
+		case err != nil:
+			env.idem = nil
+			e.finish(result{err: err})
+		case !env.isRequest():
+			e.finish(result{}) // handed over: that is all a one-way message gets
+		}
+		return err
+	}
+	return rt.post(ctx, a, env)
+}
+
+// post is deliver without the idempotency check.
+func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error {
 	for ; ; a = nil {
 		if a == nil {
 			var err error
@@ -540,14 +571,17 @@ func (rt *Runtime) sweepNow(ctx context.Context) error {
 	}
 }
 
-// broadcast delivers msg to every live activation matching pattern.
-func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern string, msg *Message) (int, error) {
+// broadcast delivers msg to every live activation here matching pattern,
+// except the sender's (fromKey), sent by an agent of owner on behalf of
+// msg.OnBehalfOf; another owner's agents that principal may not message are
+// left out.
+func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string, msg *Message) (int, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
 	}
 	var targets []string
 	rt.dir.each(func(a *activation) {
-		if a != from {
+		if a.key != fromKey {
 			if ok, _ := path.Match(pattern, a.key); ok {
 				targets = append(targets, a.key)
 			}
@@ -557,15 +591,30 @@ func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern stri
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
-		if from.onBehalf(ctx, m) != nil {
+		if !rt.mayReach(ctx, owner, m) {
 			continue // a target the call chain may not message is not reached
 		}
-		if err := rt.tell(ctx, from.addr.Owner, m, 0); err != nil {
+		if err := rt.tell(ctx, owner, m, 0); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// BroadcastLocal delivers msg (an EVENT if its kind is KIND_EVENT, else
+// ONE_WAY) to every activation of this silo whose address matches the
+// glob pattern, except the sender's (msg.From), and returns how many it
+// reached. The silo calls it for a broadcast that another silo, or a
+// client, started.
+func (rt *Runtime) BroadcastLocal(ctx context.Context, pattern string, msg *Message) (int, error) {
+	if msg == nil {
+		return 0, errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	return rt.broadcast(ctx, ownerOf(msg.From), msg.From, pattern, msg)
 }
 
 func isSession(to string) bool {
@@ -592,4 +641,27 @@ func ctxError(ctx context.Context, what string) error {
 		return errs.New(codes.Canceled, "%s: cancelled", what)
 	}
 	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
+}
+
+// mayReach reports whether m, sent by an agent of owner on behalf of
+// m.OnBehalfOf (owner if none), may reach m.To: always for the sender's own
+// owner and the principal's, else as the Authorizer says.
+func (rt *Runtime) mayReach(ctx context.Context, owner string, m *Message) bool {
+	az := rt.cfg.Authorizer
+	if az == nil {
+		return true
+	}
+	p := m.OnBehalfOf
+	if p == "" {
+		p = owner
+	}
+	toOwner := ownerOf(m.To)
+	if toOwner == "" || toOwner == owner || toOwner == p {
+		return true
+	}
+	to, err := Resolve(m.To, owner)
+	if err != nil {
+		return true
+	}
+	return az.AuthorizeMessage(ctx, p, to) == nil
 }

@@ -36,18 +36,21 @@ type Handler interface {
 	// whose errs code travels back to the caller; an error without a code
 	// becomes Internal, and so does a panic). Each request runs on a
 	// goroutine of its own, concurrently with every other request and
-	// one-way message, so a slow handler never holds up the stream. ctx ends
+	// one-way message, so a slow handler never holds up the stream; a
+	// Handler that is also an OrderedHandler gets requests there instead,
+	// in order with one-way messages. ctx ends
 	// at the request's deadline (env.DeadlineUnixMs; a request without one:
 	// when the stream from the peer breaks) or when the transport closes; a handler must return
 	// soon after ctx ends, as Close waits for it.
 	HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
-	// HandleOneWay handles a ONE_WAY message or an EVENT. The one-way
-	// envelopes of one inbound stream (that is, from one peer) are handled one
-	// at a time, in the order the peer sent them, on one goroutine per
-	// stream, concurrently with requests and with other peers' streams. It
-	// should only hand the message on (a mailbox post, which may wait briefly
-	// for room): while it runs, the next one-way messages from that peer
-	// queue, and once that queue is full the peer's whole stream waits. ctx
+	// HandleOneWay handles a ONE_WAY message or an EVENT. The envelopes of
+	// one inbound stream (that is, from one peer) go to one of the stream's
+	// lanes by their receiver's address, and each lane's are handled one at
+	// a time, in the order the peer sent them, on one goroutine per lane,
+	// concurrently with the other lanes and other peers' streams. It should
+	// only hand the message on (a mailbox post, which may wait briefly for
+	// room): while it runs, the lane's next envelopes queue, and once that
+	// queue is full the peer's whole stream waits. ctx
 	// ends at the envelope's deadline if it has one, when the stream breaks,
 	// or when the transport closes.
 	HandleOneWay(ctx context.Context, from string, env *Envelope)
@@ -116,10 +119,13 @@ type Stats struct {
 // everything queued (up to MaxBatch envelopes) into one stream message: when
 // idle, an envelope goes out at once; when busy, batches form by themselves.
 // A slow or dead peer fills only its own queue. When a peer's stream breaks,
-// its pending Asks fail at once with Unavailable (the caller may retry), and
+// its pending Asks fail at once with Unavailable, those never written to the
+// stream marked ErrNotDelivered (the caller may send them again: the peer
+// never saw them) and the others saying that they may have run, and
 // the transport reopens the stream in the background, waiting 50 ms, then
 // twice as long after each failed attempt, up to MaxBackoff. While it waits,
-// Asks and Sends to that peer fail at once with Unavailable; while an attempt
+// Asks (ErrNotDelivered) and Sends to that peer fail at once with
+// Unavailable; while an attempt
 // is under way (at most ConnectTimeout), they queue. The transport keeps
 // retrying a peer until ClosePeer: the silo calls it when the peer leaves the
 // view.
@@ -435,6 +441,19 @@ func (t *Transport) count(n int) {
 		}
 	}
 }
+
+// ErrNotDelivered is matched (errors.Is) by the errors of Asks that were
+// certainly not delivered: the peer's stream broke, or was down, before the
+// request was written to it. Such an Ask may be sent again, to this peer or
+// another, without running twice. Its code is Unavailable.
+var ErrNotDelivered = errors.New("not delivered")
+
+// notDelivered marks err as ErrNotDelivered, keeping its code.
+type notDelivered struct{ err error }
+
+func (e notDelivered) Error() string        { return e.err.Error() + " (the request was not delivered)" }
+func (e notDelivered) Unwrap() error        { return e.err }
+func (e notDelivered) Is(target error) bool { return target == ErrNotDelivered }
 
 func errTransportClosed() error { return errs.New(codes.Unavailable, "transport closed") }
 
