@@ -279,6 +279,13 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	}
 	msg := proto.Clone(it.e.GetMessage()).(*grain.Message)
 	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, grain.KindRequest, e.id, it.e.GetAttempts()+1
+	// A delivery acts for the subscriber's owner, whoever published (see
+	// grain.Authorizer): a publisher cannot lend its principal, nor claim
+	// another, through a subscription.
+	msg.OnBehalfOf = ""
+	if a, err := grain.ParseAddress(member); err == nil {
+		msg.OnBehalfOf = a.Owner
+	}
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
 	reply, err := e.s.deliverTo(ctx, msg)
 	cancel()

@@ -376,6 +376,7 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 	m := proto.Clone(msg).(*grain.Message)
 	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
 	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
+	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
 	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
 		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
 	}

@@ -483,3 +483,18 @@ func TestUnavailableIsNotAnAttempt(t *testing.T) {
 		}
 	}
 }
+
+// A delivery is on behalf of its subscriber's owner: not of the publisher,
+// and not of a principal the published message claims.
+func TestDeliveryOnBehalfOfSubscriber(t *testing.T) {
+	h := newHarness(t, NewMemStore(nil, 0))
+	s := h.service(nil)
+	h.subscribe(s, "Relay:mallory:r", "in", "mallory:in", 0)
+	if _, err := s.Publish(t.Context(), "Session:mallory:s", "mallory:in", &grain.Message{Message: "x", OnBehalfOf: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	got := h.a.wait(t, "the delivery", func(got []*grain.Message) bool { return len(got) == 1 })
+	if p := got[0].OnBehalfOf; p != "mallory" {
+		t.Fatalf("delivery on behalf of %q, want the subscriber's owner mallory", p)
+	}
+}
