@@ -16,15 +16,18 @@
 // they move), peer.go (what peers send this silo), sessions.go (messages for
 // client sessions on other silos), info.go (the cluster as the gateway lists
 // it), reminders.go (reminders follow ownership), silo_acl.go (the ACL kept in
-// etcd), metrics.go, logging.go (observability).
+// etcd, and the grain.Authorizer that checks agents' messages to other
+// owners against it), security.go (mutual TLS between silos, the gossip
+// key, and the refusal to expose the peer and gossip ports without them),
+// metrics.go, logging.go (observability).
 //
 // One Ask from a client, end to end: the SDK sends it on its session stream
 // (package client); the gateway authenticates the client, checks the ACL and
 // hands it to the runtime (gateway.Gateway.Session, dispatch); the runtime
 // asks the router where the address lives (router.Route); for another silo,
 // router.Forward sends it on the peer stream (transport.Transport.Ask); the
-// owner's transport hands it to peerHandler.HandleRequest, which gives it to
-// its runtime (siloapi.Runtime.AskRemote, the runtime's silo-only API): the activation is claimed
+// owner's transport (over mutual TLS, the peer's certificate naming it) hands
+// it to peerHandler.HandleRequest, which gives it to its runtime (siloapi.Runtime.AskRemote, the runtime's silo-only API): the activation is claimed
 // (router.Claim) if it is not live, runs the turn, and the reply travels
 // back the same way.
 package cluster

@@ -10,7 +10,10 @@
 // calls, pushes in order, re-attach with the resume token), auth.go (API
 // keys, mutual TLS, self-declared principals on loopback), clientgrain.go
 // (the client grain: every call checked against the ACL), reminders.go (the
-// reminder listing).
+// reminder listing), limits.go (what one client and one principal can make
+// the gateway hold: pending results, sessions, calls, the Hello deadline),
+// codec.go (an undecodable request is InvalidArgument, a frame that cannot
+// be encoded never breaks a stream).
 //
 // Wiring: the sessions are made before the runtime, the gateway after it.
 //

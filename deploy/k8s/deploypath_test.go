@@ -48,9 +48,9 @@ type tree struct {
 	keys    map[string]string // principal -> the key make-keys.sh printed
 }
 
-// newTree copies this directory's kustomizations and script (leaving out
-// any keys.json a developer made here) and, given principals, runs
-// make-keys.sh in the copy as the docs say.
+// newTree copies this directory's kustomizations and scripts (leaving out
+// any keys.json and tls/ a developer made here), runs make-certs.sh in the
+// copy and, given principals, make-keys.sh, as the docs say.
 func newTree(t *testing.T, principals ...string) *tree {
 	t.Helper()
 	tr := &tree{root: t.TempDir()}
@@ -60,7 +60,7 @@ func newTree(t *testing.T, principals ...string) *tree {
 			return err
 		}
 		if d.IsDir() {
-			if path != "." && strings.HasPrefix(d.Name(), ".") {
+			if path != "." && strings.HasPrefix(d.Name(), ".") || filepath.ToSlash(path) == "base/tls" {
 				return filepath.SkipDir
 			}
 			return os.MkdirAll(filepath.Join(tr.dir, path), 0o755)
@@ -80,6 +80,9 @@ func newTree(t *testing.T, principals ...string) *tree {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(tr.dir, "make-certs.sh")).CombinedOutput(); err != nil {
+		t.Fatalf("make-certs.sh: %v\n%s", err, out)
 	}
 	if len(principals) > 0 {
 		tr.keys = tr.makeKeys(t, principals...)
@@ -284,7 +287,8 @@ func checkMadeKeys(t *testing.T, data []byte, keys map[string]string, groups map
 // TestMadeKeysAuthenticate runs the real silo on a key file make-keys.sh
 // wrote (and added to with -a), and calls it with the real client and the
 // keys the script printed: each authenticates as its principal with its
-// groups; another key does not.
+// groups; another key does not. The silo takes make-certs.sh's peer
+// certificate and gossip key too.
 func TestMadeKeysAuthenticate(t *testing.T) {
 	tr := newTree(t, "alice", "ops:admins")
 	more := tr.makeKeys(t, "-a", "bob")
@@ -298,7 +302,13 @@ func TestMadeKeysAuthenticate(t *testing.T) {
 		"--gateway-addr", gateway, "--http-addr", httpAddr,
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 		"--embedded-etcd-addr", freeConsecutivePorts(t),
-		"--auth-file", filepath.Join(tr.dir, "base", "keys.json"))
+		"--auth-file", filepath.Join(tr.dir, "base", "keys.json"),
+		// And what make-certs.sh wrote, as the base passes it.
+		"--peer-tls-cert", filepath.Join(tr.dir, "base", "tls", "peer.crt"),
+		"--peer-tls-key", filepath.Join(tr.dir, "base", "tls", "peer.key"),
+		"--peer-tls-ca", filepath.Join(tr.dir, "base", "tls", "peer-ca.crt"),
+		"--peer-tls-name", "silo-peers",
+		"--gossip-key-file", filepath.Join(tr.dir, "base", "tls", "gossip.key"))
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -54,7 +54,7 @@ type variant struct {
 // variants lists every kustomization under this directory (TestEveryKustomizationIsChecked).
 var variants = map[string]variant{
 	"base":                   {etcd: true},
-	"overlays/external-etcd": {},
+	"overlays/external-etcd": {external: []string{"silo-etcd-client"}},
 	"overlays/tls":           {etcd: true, tls: true, external: []string{"silo-tls"}},
 }
 
@@ -531,6 +531,9 @@ func checkSilo(t *testing.T, o *objects, want variant, flags siloFlags, paths []
 			t.Errorf("--etcd-endpoints: %q is not scheme://host:port", ep)
 			continue
 		}
+		if u.Scheme != "https" {
+			t.Errorf("--etcd-endpoints: %s is not https: the silos speak TLS to etcd", ep)
+		}
 		if want.etcd {
 			checkEtcdEndpoint(t, o, u)
 		} else if sts, _, _ := strings.Cut(u.Hostname(), "-"); o.statefulSets[sts] != nil {
@@ -615,8 +618,11 @@ func checkSilo(t *testing.T, o *objects, want variant, flags siloFlags, paths []
 	}
 
 	// Files: each lies in a mounted volume, under a key that the ConfigMap
-	// or Secret has; the ACL seed and the key file parse.
-	for _, flag := range []string{"acl-file", "auth-file", "tls-cert", "tls-key", "tls-client-ca"} {
+	// or Secret has; the ACL seed and the key file parse; the silos' own
+	// credentials (peer TLS, gossip key, etcd client) are always there.
+	files := map[string][]byte{}
+	for _, flag := range []string{"acl-file", "auth-file", "tls-cert", "tls-key", "tls-client-ca",
+		"peer-tls-cert", "peer-tls-key", "peer-tls-ca", "gossip-key-file", "etcd-ca", "etcd-cert", "etcd-key"} {
 		path, ok := args[flag]
 		if wantFlag := !strings.HasPrefix(flag, "tls-") || want.tls; ok != wantFlag {
 			t.Errorf("--%s given: %v, want %v", flag, ok, wantFlag)
@@ -625,6 +631,9 @@ func checkSilo(t *testing.T, o *objects, want variant, flags siloFlags, paths []
 			continue
 		}
 		data, ok := mountedFile(t, s, c, o, want, path)
+		if ok {
+			files[flag] = data
+		}
 		switch {
 		case !ok:
 		case flag == "acl-file":
@@ -634,7 +643,11 @@ func checkSilo(t *testing.T, o *objects, want variant, flags siloFlags, paths []
 		}
 	}
 	if _, ok := args["insecure"]; ok {
-		t.Errorf("--insecure is set: the gateway would accept self-declared principals")
+		t.Errorf("--insecure is set: the gateway would accept self-declared principals, and the peer and gossip ports anyone")
+	}
+	checkSiloCredentials(t, args, files)
+	if want.etcd {
+		checkEtcdTLS(t, o, args, files)
 	}
 
 	// GOMEMLIMIT below the memory limit.
@@ -875,7 +888,7 @@ func checkEtcd(t *testing.T, o *objects) {
 	}
 	for i, m := range cluster {
 		name := fmt.Sprintf("%s-%d", sts.Name, i)
-		if want := fmt.Sprintf("%s=http://%s.%s:", name, name, sts.Spec.ServiceName); !strings.HasPrefix(m, want) {
+		if want := fmt.Sprintf("%s=https://%s.%s:", name, name, sts.Spec.ServiceName); !strings.HasPrefix(m, want) {
 			t.Errorf("etcd --initial-cluster member %q: want %s<peer port>", m, want)
 			continue
 		}

@@ -87,6 +87,7 @@ func CheckMessage(m *agentsilov1.AgentMessage) error {
 		{"channel", m.Channel}, {"message_type", m.MessageType}, {"message", m.Message},
 		{"data_type", m.DataType}, {"correlation_id", m.CorrelationId},
 		{"traceparent", m.Traceparent}, {"call_chain_id", m.CallChainId},
+		{"topic", m.Topic}, {"subscription", m.Subscription}, {"idempotency_key", m.IdempotencyKey},
 	} {
 		if !utf8.ValidString(f.v) {
 			return badUTF8Error(f.name)
