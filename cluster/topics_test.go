@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -191,4 +193,68 @@ func TestClusterTopics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// The Topics service's ACL checks: Message on a topic to publish to it,
+// Read to subscribe to it, Configure on another's agent, Read and
+// Configure on another's subscription.
+func TestClusterTopicsACL(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	k := &sink{}
+	aclFile := t.TempDir() + "/acl.json"
+	doc := `{"Rules": [
+		{"OwnerPattern": "acme", "AgentPattern": "orders*", "CallerPattern": "bob", "Permission": "Message"},
+		{"OwnerPattern": "acme", "AgentPattern": "news*", "CallerPattern": "bob", "Permission": "Read"},
+		{"OwnerPattern": "acme", "AgentPattern": "audit", "CallerPattern": "bob", "Permission": "Read"}
+	]}`
+	if err := os.WriteFile(aclFile, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
+		k.register(t, reg)
+		cfg.ACLFile = aclFile
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	dial := func(who string) *client.Client {
+		cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	acme, bob := dial("acme"), dial("bob")
+	defer acme.Close()
+	defer bob.Close()
+	if _, err := acme.Subscribe(ctx, "Sink:acme:a", "audit", "orders.#", 0); err != nil {
+		t.Fatal(err)
+	}
+	denied := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, client.ErrPermissionDenied) {
+			t.Errorf("%s: %v, want PermissionDenied", what, err)
+		}
+	}
+	if _, err := bob.Publish(ctx, "acme:orders.created", &client.Message{Message: "from bob"}); err != nil {
+		t.Errorf("bob publishes to acme:orders.created (Message on orders*): %v", err)
+	}
+	_, err := bob.Publish(ctx, "acme:secret.x", &client.Message{})
+	denied("bob publishes to acme:secret.x", err)
+	_, err = bob.Subscribe(ctx, "Sink:bob:b", "mine", "acme:orders.#", 0)
+	denied("bob subscribes to acme:orders.# with Message only", err)
+	if _, err := bob.Subscribe(ctx, "Sink:bob:b", "mine", "acme:news.*", 0); err != nil {
+		t.Errorf("bob subscribes to acme:news.* (Read on news*): %v", err)
+	}
+	_, err = bob.Subscribe(ctx, "Sink:acme:x", "theirs", "bob:x", 0)
+	denied("bob subscribes acme's agent", err)
+	if _, _, err := bob.DeadLetters(ctx, "acme:audit", "", 10); err != nil {
+		t.Errorf("bob reads acme:audit's dead letters (Read on audit): %v", err)
+	}
+	_, err = bob.DropDeadLetters(ctx, "acme:audit")
+	denied("bob drops acme:audit's dead letters", err)
+	_, err = bob.Broadcast(ctx, "Sink:*:*", &client.Message{})
+	denied("bob broadcasts to every owner", err)
+	k.wait(t, "bob's publish delivered", func(got []*grain.Message) bool { return len(got) == 1 && got[0].Message == "from bob" })
 }

@@ -33,6 +33,11 @@ type Config struct {
 	// is stored once per matching subscription); larger is
 	// ResourceExhausted. Default: 256 KiB.
 	MaxMessageSize int
+	// MaxSubscriptions bounds the subscriptions of one owner; Subscribe
+	// past it is ResourceExhausted. Default: 1000.
+	MaxSubscriptions int
+	// MaxMembers bounds the agents of one subscription. Default: 1000.
+	MaxMembers int
 	// MaxAttempts is a subscription's default bound on deliveries of a
 	// message before it becomes a dead letter. Default: 5.
 	MaxAttempts int
@@ -82,18 +87,20 @@ type Observer interface {
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
 	return Config{
-		MaxBacklog:     1000,
-		MaxMessageSize: 256 << 10,
-		MaxAttempts:    5,
-		RetryMin:       time.Second,
-		RetryMax:       time.Minute,
-		AckTimeout:     30 * time.Second,
-		MaxInflight:    64,
-		PublishTimeout: 30 * time.Second,
-		MaxBatch:       256,
-		MaxAppends:     4,
-		QueueSize:      10000,
-		Clock:          clock.Real{},
+		MaxBacklog:       1000,
+		MaxMessageSize:   256 << 10,
+		MaxAttempts:      5,
+		MaxSubscriptions: 1000,
+		MaxMembers:       1000,
+		RetryMin:         time.Second,
+		RetryMax:         time.Minute,
+		AckTimeout:       30 * time.Second,
+		MaxInflight:      64,
+		PublishTimeout:   30 * time.Second,
+		MaxBatch:         256,
+		MaxAppends:       4,
+		QueueSize:        10000,
+		Clock:            clock.Real{},
 	}
 }
 
@@ -117,6 +124,8 @@ func (c *Config) Validate() error {
 	fill(&c.MaxBacklog, d.MaxBacklog)
 	fill(&c.MaxMessageSize, d.MaxMessageSize)
 	fill(&c.MaxAttempts, d.MaxAttempts)
+	fill(&c.MaxSubscriptions, d.MaxSubscriptions)
+	fill(&c.MaxMembers, d.MaxMembers)
 	fill(&c.MaxInflight, d.MaxInflight)
 	fill(&c.MaxBatch, d.MaxBatch)
 	fill(&c.QueueSize, d.QueueSize)
@@ -134,6 +143,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.Store == nil:
 		return errs.New(codes.InvalidArgument, "topics: Config.Store is nil")
+	case c.MaxSubscriptions < 1, c.MaxMembers < 1:
+		return errs.New(codes.InvalidArgument, "topics: MaxSubscriptions and MaxMembers must be positive")
 	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1, c.MaxAppends < 1:
 		return errs.New(codes.InvalidArgument, "topics: sizes and bounds must be positive")
 	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit:

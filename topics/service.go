@@ -609,6 +609,16 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 	case maxAttempts < 0 || maxAttempts > MaxAttemptsLimit:
 		return nil, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", maxAttempts, MaxAttemptsLimit)
 	}
+	// The bounds are checked against this silo's registry: concurrent
+	// subscribes through several silos may pass them by a few.
+	r := s.reg.Load()
+	if sub := r.Subs[id]; sub == nil {
+		if n := len(r.Owned(agent.Owner)); n >= s.cfg.MaxSubscriptions {
+			return nil, errs.New(codes.ResourceExhausted, "%s has %d subscriptions, the most allowed", agent.Owner, n)
+		}
+	} else if len(sub.Members) >= s.cfg.MaxMembers {
+		return nil, errs.New(codes.ResourceExhausted, "subscription %s has %d agents, the most allowed", id, len(sub.Members))
+	}
 	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
 	return s.cfg.Store.Subscribe(ctx, rec, agent.String())
 }

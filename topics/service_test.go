@@ -498,3 +498,23 @@ func TestDeliveryOnBehalfOfSubscriber(t *testing.T) {
 		t.Fatalf("delivery on behalf of %q, want the subscriber's owner mallory", p)
 	}
 }
+
+// Subscriptions per owner and agents per subscription are bounded.
+func TestSubscriptionBounds(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.service(func(c *Config) { c.MaxSubscriptions = 2; c.MaxMembers = 2 })
+	h.subscribe(s, "W:acme:a", "one", "x", 0)
+	h.subscribe(s, "W:acme:b", "one", "x", 0)
+	h.subscribe(s, "W:acme:a", "two", "x", 0)
+	ctx := t.Context()
+	if err := s.waitRegistry(ctx, func(r *Registry) bool { return len(r.Owned("acme")) == 2 && len(r.Subs["acme:one"].Members) == 2 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Subscribe(ctx, addr("W:acme:c"), "one", "x", 0); errs.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a third member: %v, want ResourceExhausted", err)
+	}
+	if err := s.Subscribe(ctx, addr("W:acme:c"), "three", "x", 0); errs.Code(err) != codes.ResourceExhausted {
+		t.Errorf("a third subscription: %v, want ResourceExhausted", err)
+	}
+	h.subscribe(s, "W:bob:c", "three", "x", 0) // another owner's
+}

@@ -58,3 +58,20 @@ func TestWaitOnTheClock(t *testing.T) {
 		t.Fatal("Wait = false when woken")
 	}
 }
+
+// Delay doubles from min per failure, caps at max, and jitters by at most
+// Jitter either way.
+func TestDelay(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want time.Duration
+	}{{1, time.Second}, {2, 2 * time.Second}, {3, 4 * time.Second}, {4, 8 * time.Second}, {10, 8 * time.Second}, {0, time.Second}} {
+		for range 100 {
+			d := Delay(time.Second, 8*time.Second, tc.n)
+			lo, hi := time.Duration(float64(tc.want)*(1-Jitter)), time.Duration(float64(tc.want)*(1+Jitter))
+			if d < lo || d > hi {
+				t.Fatalf("Delay(1s, 8s, %d) = %v, want within %v..%v", tc.n, d, lo, hi)
+			}
+		}
+	}
+}
