@@ -12,16 +12,19 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // Main runs a silo program serving the agent types of reg, as `silo` does,
 // and exits: every flag of `silo` (see Program), the SILO_* environment,
 // logging, metrics, graceful shutdown on SIGTERM or SIGINT, and the exit
 // codes (0 after a clean shutdown, 2 for a usage or configuration error, 1
-// for a failure, a fenced silo included). A program of one's own agent types
+// for a failure). A fenced silo does not exit: it is torn down without
+// running OnDeactivate and started again under a new lease. A program of one's own agent types
 // is ten lines:
 //
 //	func main() {
@@ -50,7 +53,8 @@ type Program struct {
 	// silo is made: it may register agent types and adjust cfg. An error
 	// is a configuration error (exit code 2).
 	BeforeStart func(cfg *SiloConfig, reg *grain.Registry) error
-	// AfterStart, if set, runs once the silo serves, on the main goroutine;
+	// AfterStart, if set, runs once the first silo serves (not again after
+	// a fence), on the main goroutine;
 	// ctx ends at SIGTERM or SIGINT. An error is logged; the silo goes on.
 	AfterStart func(ctx context.Context, s *Silo) error
 }
@@ -87,48 +91,69 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	s, err := NewSilo(cfg, p.Registry)
-	if err != nil {
-		fmt.Fprintf(stderr, "error: %v\n", err)
-		return 2
-	}
-	if err := s.Start(ctx); err != nil {
-		logger.Error("silo failed to start", "err", err)
-		return 1
-	}
-	logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "types", strings.Join(p.Registry.Names(), ","))
-	if p.AfterStart != nil {
-		if err := p.AfterStart(ctx, s); err != nil {
-			logger.Error("after start", "err", err)
+	// A fenced silo is torn down as a crash would end it (its activations
+	// run no OnDeactivate: another silo may own them already) and a new one
+	// starts in its place, under a new lease, as soon as etcd answers and
+	// the old record is gone: the cluster recovers from a long etcd outage
+	// without a supervisor.
+	b := retry.New(time.Second, 10*time.Second, nil)
+	for incarnation := 0; ; incarnation++ {
+		s, err := NewSilo(cfg, p.Registry)
+		if err != nil {
+			fmt.Fprintf(stderr, "error: %v\n", err)
+			return 2
 		}
-	}
+		if err := s.Start(ctx); err != nil {
+			if incarnation == 0 || ctx.Err() != nil {
+				logger.Error("silo failed to start", "err", err)
+				return 1
+			}
+			logger.Warn("silo failed to start again after fencing; retrying", "err", err)
+			if !b.Wait(ctx, nil) {
+				return 1
+			}
+			continue
+		}
+		b.Reset()
+		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
+		if p.AfterStart != nil && incarnation == 0 {
+			if err := p.AfterStart(ctx, s); err != nil {
+				logger.Error("after start", "err", err)
+			}
+		}
 
-	var runErr error
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
-	case runErr = <-s.Err():
-		logger.Error("silo failed", "err", runErr)
-		if errors.Is(runErr, ErrFenced) {
-			// Another silo may take over this one's agents from now on:
-			// stop at once, as a crash would, rather than run their
-			// OnDeactivate. A supervisor restarts the silo, which joins
-			// again under a new lease.
+		var runErr error
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+		case runErr = <-s.Err():
+			logger.Error("silo failed", "err", runErr)
+		}
+		if errors.Is(runErr, ErrFenced) && ctx.Err() == nil {
+			// Fenced: Close runs no OnDeactivate and does not leave.
+			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			err := s.Close(sctx)
+			cancel()
+			if err != nil {
+				logger.Warn("tearing down the fenced silo", "err", err)
+			}
+			logger.Info("starting the silo again under a new lease after fencing")
+			continue
+		}
+		stop()
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		err = s.Close(sctx)
+		cancel()
+		if err != nil {
+			logger.Error("shutdown", "err", err)
 			return 1
 		}
+		logger.Info("silo stopped")
+		if runErr != nil {
+			return 1
+		}
+		return 0
 	}
-	stop()
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	if err := s.Close(sctx); err != nil {
-		logger.Error("shutdown", "err", err)
-		return 1
-	}
-	logger.Info("silo stopped")
-	if runErr != nil {
-		return 1
-	}
-	return 0
 }
 
 // parseFlags reads the flags, with SILO_* environment variables as
@@ -146,7 +171,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "gossip (memberlist) bind address, IP:port, UDP and TCP")
 	fs.StringVar(&cfg.AdvertiseAddr, "advertise-addr", "", "IP that other silos and clients reach this silo at (default: the listen addresses' hosts)")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself after a third of it without renewal")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself when no renewal succeeded for the lease's TTL less 1% and 250 ms, and starts again under a new lease")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -53,8 +54,9 @@ const (
 // it:
 //   - a member that left the view without leaving gracefully, and that
 //     ranked above this silo for the address, must be certainly fenced
-//     (Membership.TakeoverAt), or proven dead: a connection to its peer
-//     address is refused, so its process is gone;
+//     (Membership.TakeoverAt), or proven dead by two independent signals
+//     (Membership.ProvenDead: its peer port refused connections and etcd
+//     showed its lease unrenewed);
 //   - every other member that has not reported that it swept (applied the
 //     current view and deactivated what it no longer owns) is asked to
 //     release the address: it first catches up with the asker's view, then
@@ -264,9 +266,10 @@ func (r *router) sweptLast(name string) bool {
 	return ok && r.swept[name] >= last
 }
 
-// provenDead reports whether the departed silo's process is certainly gone:
-// its peer address refuses connections (nothing listens there any more).
-// A silo that is only cut off does not refuse, and is waited for.
+// provenDead reports whether the departed silo's process is certainly gone
+// (membership.Membership.ProvenDead: its peer port refused connections
+// and etcd showed its lease unrenewed). A silo that is only cut off, or
+// behind a firewall that answers with resets, is waited for.
 func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	if d.PeerAddr == "" || d.Name == r.self {
 		return false
@@ -277,12 +280,12 @@ func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	if ok && (p.dead || clock.Since(r.clk, p.at) < 250*time.Millisecond) {
 		return p.dead // one dial serves the claims of a quarter second
 	}
-	dead := membership.Refused(ctx, d.PeerAddr)
+	dead := r.m.ProvenDead(ctx, d)
 	r.smu.Lock()
 	r.probes[d] = dialProbe{dead: dead, at: r.clk.Now()}
 	r.smu.Unlock()
 	if dead && !p.dead {
-		r.log.Info("a departed silo is proven dead (its peer port refuses connections); taking over without waiting for its fence", "silo", d.Name)
+		r.log.Info("a departed silo is proven dead (its peer port refused connections and its lease went unrenewed); taking over without waiting for its fence", "silo", d.Name)
 	}
 	return dead
 }
@@ -340,11 +343,34 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		ctx, span = r.tracer.Start(ctx, "forward "+tracing.KindName(msg.Kind), trace.SpanKindClient, msg, attribute.String("agentsilo.silo", silo))
 		defer func() { tracing.End(span, err) }()
 	}
-	env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
-	if msg.Kind == agentsilov1.Kind_KIND_REQUEST {
-		return r.tp.Ask(ctx, mi.PeerAddr, env)
+	if msg.Kind != agentsilov1.Kind_KIND_REQUEST {
+		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
+		return nil, r.tp.Send(ctx, mi.PeerAddr, env)
 	}
-	return nil, r.tp.Send(ctx, mi.PeerAddr, env)
+	// A request the peer certainly never received (its stream was down, or
+	// broke before the request was written) is sent again, within its
+	// deadline: to the same silo once its stream is back, or routed again
+	// (grain.ErrMoved) once a newer view moves the address elsewhere. One
+	// that may have reached the peer fails (Unavailable, saying so): it
+	// may have run.
+	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
+	for {
+		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
+		resp, err := r.tp.Ask(ctx, mi.PeerAddr, env)
+		if !errors.Is(err, transport.ErrNotDelivered) {
+			return resp, err
+		}
+		if !r.backoff(ctx, b) {
+			return nil, errs.New(codes.Unavailable, "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
+		}
+		st = r.state.Load()
+		if Owner(msg.To, st.owners) != silo {
+			return nil, grain.ErrMoved
+		}
+		if mi, ok = st.view.Member(silo); !ok {
+			return nil, grain.ErrMoved
+		}
+	}
 }
 
 // waitVersion waits until this silo's view is at least version.

@@ -83,7 +83,7 @@ type SiloConfig struct {
 	// addresses (--join). Silos already in etcd's view are joined too.
 	Join []string
 	// LeaseTTL and FenceAfter tune the membership (see membership.Config).
-	// Zero: the defaults, 10 s and a third of the lease.
+	// Zero: the defaults, 10 s and membership.LeaseBound of the lease.
 	LeaseTTL   time.Duration
 	FenceAfter time.Duration
 	// FaultInjection serves POST /debug/partition?on=true|false on HTTPAddr,
@@ -146,7 +146,8 @@ func DefaultSiloConfig() SiloConfig {
 
 // ErrFenced is reported on Silo.Err when the silo fenced itself: it could no
 // longer be sure it holds its place in the membership view, so another silo
-// may take over its agents. The silo must stop at once: `silo` exits.
+// may take over its agents. The silo must stop at once: Program tears it
+// down (no OnDeactivate runs) and starts a new one under a new lease.
 var ErrFenced = errors.New("fenced: the silo lost its membership lease and must stop serving")
 
 // Silo is one agentsilo server: the grain runtime, the client gateway in

@@ -40,7 +40,9 @@ type Placement interface {
 	// Forward delivers msg, a REQUEST, ONE_WAY or EVENT already stamped by
 	// the runtime, to silo, and returns the reply of a REQUEST. hops counts
 	// the silos msg has passed through before this one (0 for a message
-	// that started here).
+	// that started here). A REQUEST that Forward certainly did not deliver,
+	// and whose address a newer view moved away from silo, returns
+	// ErrMoved: the runtime routes it again.
 	Forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error)
 	// Serving reports whether this silo may run turns at all. It turns
 	// false for good once the silo may have lost its place in the cluster

@@ -230,8 +230,15 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		for i := 0; ; i++ {
 			silo := p.Route(msg.To)
 			if silo != "" {
+				// ErrMoved: the placement did not deliver it, and a newer
+				// view moved the address: route it again.
+				r, err := rt.forward(ctx, silo, msg, hops)
+				if errors.Is(err, ErrMoved) && i < maxReroutes {
+					a = nil
+					continue
+				}
 				env.release()
-				return rt.forward(ctx, silo, msg, hops)
+				return r, err
 			}
 			err := rt.deliver(ctx, a, env)
 			if err == nil {

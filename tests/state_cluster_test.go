@@ -170,19 +170,19 @@ func TestClusterStateFencedSave(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	pid := c.PID(paused)
 	c.Thaw(paused)
-	if code := c.WaitExited(paused); code == 0 {
-		t.Errorf("%s exited 0 after it resumed fenced, want a non-zero code", pausedName)
-	}
+	// Resumed, it finds itself fenced and its process starts a new silo.
+	c.WaitLog(paused, `"msg":"fenced"`)
 	// The held Ask ends by its 60 s deadline at the latest.
 	if err := <-held; err == nil {
 		t.Errorf("the held Ask on %s succeeded: its save landed after the agent moved", pausedName)
 	} else {
 		t.Logf("the held Ask on %s: %v", pausedName, err)
 	}
-	// Resumed, the silo runs its held turn and exits: both start at once,
-	// and the exit may come first (a fenced silo stops as a crash would).
-	// So the held save may not have run; if it did, it was refused.
+	// Resumed, the silo runs its held turn and is torn down: both start at
+	// once, and the teardown may come first (a fenced silo stops as a crash
+	// would). So the held save may not have run; if it did, it was refused.
 	saves := probeSaves(t, c.Silo(paused).LogPath, addr, "stale")
 	if len(saves) > 1 {
 		t.Errorf("%s logged %d saves of %q, want the held one at most: %v", pausedName, len(saves), "stale", saves)
@@ -194,13 +194,17 @@ func TestClusterStateFencedSave(t *testing.T) {
 		t.Logf("the held save on the fenced %s: %v: %v", pausedName, save["code"], save["err"])
 	}
 	if len(saves) == 0 {
-		t.Logf("%s exited before its held turn reached the save", pausedName)
+		t.Logf("%s was torn down before its held turn reached the save", pausedName)
 	}
 
 	if got, err := ask(survivor, "get"); err != nil || got != "survivor" {
 		t.Errorf("get via %s = %q, %v; want the survivor's write", c.Silo(survivor).Name, got, err)
 	}
-	c.Restart(paused)
+	c.WaitLog(paused, `"incarnation":1`)
+	c.WaitReady(paused)
+	if c.PID(paused) != pid {
+		t.Errorf("%s: process %d replaced by %d: want it to start its silo again itself", pausedName, pid, c.PID(paused))
+	}
 	c.WaitMembers(c.Len())
 	for i := range clients {
 		clients[i] = c.Client(t, i) // the old client of the restarted silo may be backing off

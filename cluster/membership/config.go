@@ -19,6 +19,33 @@ import (
 // DefaultLeaseTTL is the default Config.LeaseTTL.
 const DefaultLeaseTTL = 10 * time.Second
 
+// Clock drift and slack of the fence bound (see LeaseBound and the package
+// doc): monotonic clocks that NTP slews run at most 500 ppm off; 1% covers
+// them twenty times over, and the fixed slack covers the time between the
+// check of the bound and the stop of a turn that starts just before it.
+const (
+	fenceDriftDivisor = 100 // 1%
+	fenceSlack        = 250 * time.Millisecond
+)
+
+// LeaseBound returns how long after a successful keepalive was sent a silo
+// may go on serving: the lease's TTL ttl (which etcd restarted no earlier
+// than the send) less 1% for the rate of this host's clock against the etcd
+// leader's and a fixed slack of 250 ms. For the default TTL of 10 s: 9.65 s.
+func LeaseBound(ttl time.Duration) time.Duration {
+	return ttl - ttl/fenceDriftDivisor - fenceSlack
+}
+
+// KeepAliveInterval returns how often a silo with the fence bound fence
+// renews its lease while the renewals succeed: a quarter of the bound, at
+// most 1 s, so that an etcd leader election (a second or two) costs a few
+// renewals out of many, and a lease left unrenewed for two intervals is a
+// sign of death (see ProvenDead). A failed renewal is retried after a
+// quarter of that.
+func KeepAliveInterval(fence time.Duration) time.Duration {
+	return min(fence/4, time.Second)
+}
+
 // DefaultGossipPort is the gossip port of seeds given without one.
 const DefaultGossipPort = 7946
 
@@ -41,12 +68,18 @@ type Config struct {
 	// Client is the etcd client; Prefix the key prefix (Etcd.Prefix()).
 	Client *clientv3.Client
 	Prefix string
-	// LeaseTTL of the silo's etcd lease. Default DefaultLeaseTTL. etcd may
-	// grant more (its minimum TTL); the bounds use what was asked.
+	// LeaseTTL of the silo's etcd lease, rounded up to whole seconds as etcd
+	// counts them. Default DefaultLeaseTTL. etcd may grant more (its minimum
+	// TTL); the bounds use what was asked, or less if a keepalive reports
+	// less.
 	LeaseTTL time.Duration
 	// FenceAfter: the silo fences itself when no keepalive has succeeded for
-	// this long. Default LeaseTTL/3; must be below LeaseTTL. Keepalives are
-	// sent every FenceAfter/4.
+	// this long. Default, and upper bound: LeaseBound(LeaseTTL), as long as
+	// the lease certainly lives after a keepalive (see the package doc), so
+	// an etcd outage or leader change shorter than that fences nothing. A
+	// shorter FenceAfter makes the takeover of a silo removed by detection
+	// faster, at the price of fencing on shorter etcd outages. Keepalives
+	// are sent every KeepAliveInterval(FenceAfter).
 	FenceAfter time.Duration
 	// Logger, default slog.Default().
 	Logger *slog.Logger
@@ -82,12 +115,14 @@ func (c *Config) fill() error {
 	if c.LeaseTTL < time.Second {
 		return errs.New(codes.InvalidArgument, "membership: lease TTL %v is below 1s", c.LeaseTTL)
 	}
+	c.LeaseTTL = (c.LeaseTTL + time.Second - 1).Truncate(time.Second)
 	if c.FenceAfter == 0 {
-		c.FenceAfter = c.LeaseTTL / 3
+		c.FenceAfter = LeaseBound(c.LeaseTTL)
 	}
 	if c.FenceAfter <= 0 || c.FenceAfter >= c.LeaseTTL {
 		return errs.New(codes.InvalidArgument, "membership: FenceAfter %v must be positive and below the lease TTL %v", c.FenceAfter, c.LeaseTTL)
 	}
+	c.FenceAfter = min(c.FenceAfter, LeaseBound(c.LeaseTTL))
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -36,16 +36,62 @@
 //
 // A silo fences itself (Fenced is closed, Valid turns false) when a
 // keepalive says its lease is gone, when its record leaves the view without
-// Leave, or when no keepalive has succeeded for FenceAfter (default a third
-// of the lease TTL). The bound: the silo notes time s before it sends a
-// keepalive; if it succeeds, etcd renewed the lease after s, so the lease
-// lives until s+TTL at least. The silo stops at (last good s)+FenceAfter,
-// before that. Valid checks this on the monotonic clock at every turn, so a
-// silo paused past its fence (SIGSTOP, a long GC) runs nothing when it
-// resumes. Hence TakeoverAt: a member removed without Leave is certainly
-// fenced FenceAfter (its own, from its record) after its removal was seen.
-// A fenced Membership is final; the silo exits and comes back as a new
-// incarnation.
+// Leave, or when its lease may have expired: no keepalive has succeeded
+// within the fence bound (FenceAfter) after the last successful one was
+// sent.
+//
+// The bound is the time the lease can really last. The silo notes time s
+// (its monotonic clock) before it sends a keepalive. If the keepalive
+// succeeds, the etcd leader renewed the lease after s, to its full TTL, so
+// the lease lives until s+TTL at least by the leader's clock: a leader
+// change only extends leases (the new leader restarts every lease's TTL,
+// plus an election timeout, when it takes over), and a lease is revoked
+// only by its silo's Leave or by another silo's detection, which the silo
+// learns from its next keepalive or its view. So the silo may serve until
+// s+LeaseBound(TTL): TTL less 1% for the rate of its clock against the
+// leader's, and 250 ms of slack (9.65 s for the default TTL of 10 s). TTL
+// is what the silo asked (whole seconds), or less if a keepalive reports
+// less. Keepalives go every KeepAliveInterval (1 s by default) and a
+// failed one is retried at a quarter of that, each call bounded so that
+// one that hangs leaves room for the next: an etcd leader election or an
+// outage shorter than the bound (minus an interval's worth of bad luck)
+// fences nothing. Config.FenceAfter may only shorten the bound.
+//
+// Valid checks the bound on the monotonic clock at every turn, so a silo
+// paused past its fence (SIGSTOP, a long GC) runs nothing when it resumes.
+// Hence TakeoverAt: a member removed without Leave is certainly fenced
+// FenceAfter (its own, from its record) after its removal was seen, since
+// its last successful keepalive was sent before the removal. A lease that
+// expired (etcd unreachable for longer than the bound) is the same case:
+// the silo fenced before the expiry, which comes before anyone sees it.
+// Detection therefore pays for etcd tolerance: a hung silo is taken over
+// gossip detection plus its fence after it hung, unless it is proven dead
+// (see below).
+//
+// A fenced Membership is final. The silo program (cluster.Program) tears
+// the silo down without running OnDeactivate and starts a new one, with a
+// new Membership and a new lease, which joins once etcd answers and the old
+// record is gone.
+//
+// # Proof of death
+//
+// A removed member's addresses may be taken over before its fence only if
+// its process is proven gone by two independent signals, both seen while
+// its lease still existed: its peer port refuses connections (Refused: a
+// TCP reset), and etcd shows its lease unrenewed for more than two of its
+// keepalive intervals (remaining TTL, in whole seconds, plus one second,
+// that far below the granted TTL), which a silo that runs and reaches
+// etcd never lets happen. The silo that sees both writes the proof under
+// <prefix>dead/<lease> and then revokes the lease; every silo's takeover
+// reads the proof (ProvenDead). A reset alone proves nothing: a firewall
+// may answer with resets, or the peer listener may have failed in a
+// process that still holds its lease and serves. Gossip proves nothing
+// either: a firewall that rejects everything makes SWIM declare a live
+// silo dead. What the rule does not cover is a silo cut off by resets from
+// its peers and, at the same time, from etcd, yet still reached by
+// clients: it serves until its fence while its lease is taken as dead.
+// A killed silo is proven dead about 3 s after its last renewal (keepalive
+// interval 1 s); a hung or cut-off one is taken over after its fence.
 //
 // # Leaving
 //

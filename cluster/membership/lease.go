@@ -21,7 +21,7 @@ func (m *Membership) Pending() []Departure {
 			continue
 		}
 		if at := d.at.Add(d.fence); !d.graceful && at.After(now) {
-			out = append(out, Departure{Name: name, PeerAddr: d.peer, At: at})
+			out = append(out, Departure{Name: name, PeerAddr: d.peer, Lease: d.lease, At: at})
 		}
 	}
 	return out
@@ -90,12 +90,15 @@ func (m *Membership) isLeaving() bool {
 	return m.leaving
 }
 
-// keepAlive renews the lease every FenceAfter/4 and fences the silo as
-// described on Membership. sent is when the lease grant was sent.
+// keepAlive renews the lease every KeepAliveInterval and fences the silo
+// as described in the package doc. sent is when the lease grant was sent.
+// Each success moves the fence to its send time plus the bound: the silo's
+// FenceAfter, or less if etcd reports a shorter TTL than was asked.
 func (m *Membership) keepAlive(sent time.Time) {
 	defer m.wg.Done()
-	interval := m.fenceAfter / 4
-	lastOK := sent
+	interval := KeepAliveInterval(m.fenceAfter)
+	retry := max(interval/4, 50*time.Millisecond)
+	deadline := sent.Add(m.fenceAfter)
 	t := m.clk.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -107,21 +110,25 @@ func (m *Membership) keepAlive(sent time.Time) {
 		if m.isLeaving() {
 			return
 		}
-		deadline := lastOK.Add(m.fenceAfter)
 		now := m.clk.Now()
 		if !now.Before(deadline) {
-			m.fence(fmt.Errorf("no lease keepalive succeeded for %v", m.fenceAfter))
+			m.fence(fmt.Errorf("no lease keepalive succeeded in time: the lease may have expired (fence bound %v after the last successful keepalive was sent)", m.fenceAfter))
 			return
 		}
 		// The call is bounded in durations, not instants: the clock may be
-		// a test's.
-		ctx, cancel := context.WithTimeout(m.ctx, min(m.fenceAfter/2, deadline.Sub(now)))
+		// a test's. A call that hangs (etcd unreachable, its packets
+		// dropped) must leave room for the next attempts.
+		ctx, cancel := context.WithTimeout(m.ctx, min(interval, deadline.Sub(now)))
 		resp, err := m.client.KeepAliveOnce(ctx, m.lease)
 		cancel()
+		next := now.Add(interval)
 		switch {
 		case err == nil && resp.TTL > 0:
-			lastOK = now
-			m.validUntil.Store(int64(lastOK.Add(m.fenceAfter).Sub(m.epoch)))
+			bound := min(m.fenceAfter, LeaseBound(time.Duration(resp.TTL)*time.Second))
+			if d := now.Add(bound); d.After(deadline) {
+				deadline = d
+			}
+			m.validUntil.Store(int64(deadline.Sub(m.epoch)))
 		case m.ctx.Err() != nil:
 			return
 		case err == nil || isLeaseNotFound(err):
@@ -131,10 +138,10 @@ func (m *Membership) keepAlive(sent time.Time) {
 			m.fence(errors.New("the silo's lease was revoked or expired"))
 			return
 		default:
-			m.log.Warn("lease keepalive failed", "err", err, "fence_in", lastOK.Add(m.fenceAfter).Sub(now))
+			m.log.Warn("lease keepalive failed", "err", err, "fence_in", deadline.Sub(now))
+			next = now.Add(retry)
 		}
-		next := minTime(now.Add(interval), lastOK.Add(m.fenceAfter))
-		t.Reset(max(next.Sub(m.clk.Now()), 0))
+		t.Reset(max(minTime(next, deadline).Sub(m.clk.Now()), 0))
 	}
 }
 

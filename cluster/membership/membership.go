@@ -55,14 +55,15 @@ type Membership struct {
 	closed   bool
 	fenceErr error
 	revokeQ  []revokeReq
-	suspects map[string]bool // peer addresses being checked by Suspect
-	revokeC  chan struct{}   // signals revokeQ, buffered 1
+	suspects map[string]bool           // peer addresses being checked by Suspect
+	proven   map[clientv3.LeaseID]bool // leases this silo proved dead (recordProof)
+	revokeC  chan struct{}             // signals revokeQ, buffered 1
 
 	fenced    chan struct{}
 	fenceOnce sync.Once
 	// epoch and validUntil bound when the silo may still act as a member:
-	// validUntil is the last successful keepalive's send time plus
-	// FenceAfter, in ns since epoch, on the monotonic clock. Valid reads
+	// validUntil is the last successful keepalive's send time plus the
+	// fence bound (FenceAfter), in ns since epoch, on the monotonic clock. Valid reads
 	// them on every turn, so a silo that was paused (a long GC, a stopped
 	// VM) past its fence runs nothing more, even before its fencing timer
 	// has had a chance to fire.
@@ -88,6 +89,7 @@ type departure struct {
 	graceful bool
 	fence    time.Duration
 	peer     string // the departed silo's peer address
+	lease    clientv3.LeaseID
 }
 
 // New checks cfg and returns the silo's membership, not yet joined: it
@@ -119,6 +121,7 @@ func New(cfg Config) (*Membership, error) {
 		changed:       make(chan struct{}),
 		subs:          make(map[int]chan View),
 		departed:      make(map[string]departure),
+		proven:        make(map[clientv3.LeaseID]bool),
 		revokeC:       make(chan struct{}, 1),
 		fenced:        make(chan struct{}),
 		known:         make(map[string]clientv3.LeaseID),
@@ -152,7 +155,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	sent := m.clk.Now()
 	m.epoch = sent
 	m.validUntil.Store(int64(cfg.FenceAfter))
-	grant, err := m.client.Grant(ctx, int64((cfg.LeaseTTL+time.Second-1)/time.Second))
+	grant, err := m.client.Grant(ctx, int64(cfg.LeaseTTL/time.Second))
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "membership: grant lease")
 	}

@@ -399,3 +399,31 @@ func waitTimer(t *testing.T, fake *clock.Fake) {
 	t.Helper()
 	waitFor(t, "a timer", func() bool { n, _ := fake.Waiting(); return n > 0 })
 }
+
+// The fence bound is the lease's real life: its TTL (whole seconds) less 1%
+// and 250 ms; a FenceAfter of one's own may only shorten it.
+func TestMembershipFenceBound(t *testing.T) {
+	if got, want := LeaseBound(10*time.Second), 9650*time.Millisecond; got != want {
+		t.Errorf("LeaseBound(10s) = %v, want %v", got, want)
+	}
+	cli := &clientv3.Client{} // fill only checks that there is one
+	for _, tc := range []struct {
+		ttl, fence, want time.Duration
+	}{
+		{0, 0, LeaseBound(DefaultLeaseTTL)},
+		{2500 * time.Millisecond, 0, LeaseBound(3 * time.Second)},
+		{10 * time.Second, 2 * time.Second, 2 * time.Second},
+		{2500 * time.Millisecond, 2900 * time.Millisecond, LeaseBound(3 * time.Second)},
+	} {
+		cfg := Config{Name: "a", Client: cli, LeaseTTL: tc.ttl, FenceAfter: tc.fence}
+		if err := cfg.fill(); err != nil {
+			t.Fatalf("fill(ttl %v, fence %v): %v", tc.ttl, tc.fence, err)
+		}
+		if cfg.FenceAfter != tc.want {
+			t.Errorf("ttl %v, fence %v: FenceAfter = %v, want %v", tc.ttl, tc.fence, cfg.FenceAfter, tc.want)
+		}
+		if iv := KeepAliveInterval(cfg.FenceAfter); iv <= 0 || iv > time.Second || 2*iv >= cfg.FenceAfter {
+			t.Errorf("KeepAliveInterval(%v) = %v", cfg.FenceAfter, iv)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"syscall"
@@ -93,6 +94,14 @@ func (m *Membership) revoke(r revokeReq) {
 			}
 		}
 	}
+	if !r.proven {
+		// A silo whose peer port refuses connections is probably gone: if
+		// etcd shows its lease unrenewed too, prove it, so that its
+		// addresses are taken over at once rather than after its fence.
+		if mi, ok := m.View().Member(r.name); ok && mi.LeaseID == int64(r.lease) && m.awaitProof(mi) {
+			r.proven = true
+		}
+	}
 	b := retry.New(100*time.Millisecond, time.Second, m.clk)
 	warned := false
 	for {
@@ -133,10 +142,11 @@ func (m *Membership) revoke(r revokeReq) {
 }
 
 // Suspect is told that the silo-to-silo stream to peerAddr broke. If a
-// member of the view has that peer address and it refuses connections, its
-// process is gone: its lease is revoked at once, without waiting for gossip
-// to declare it dead. (A silo that is only cut off does not refuse, and is
-// left to gossip.)
+// member of the view has that peer address and it is proven dead (its peer
+// port refuses connections and etcd shows its lease unrenewed; see
+// ProvenDead), its lease is revoked, without waiting for a healthy
+// majority. A reset alone is not enough: that member is left to gossip
+// detection, and its addresses to its fence.
 func (m *Membership) Suspect(peerAddr string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -159,14 +169,135 @@ func (m *Membership) Suspect(peerAddr string) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		dead := Refused(m.ctx, peerAddr)
+		dead := m.awaitProof(target)
 		m.mu.Lock()
 		delete(m.suspects, peerAddr)
 		m.mu.Unlock()
 		if dead {
-			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections", proven: true})
+			m.enqueueRevoke(revokeReq{lease: clientv3.LeaseID(target.LeaseID), name: target.Name, reason: "its peer port refuses connections and its lease is no longer renewed", proven: true})
 		}
 	}()
+}
+
+// awaitProof checks, while target's record is in the view and its peer
+// port refuses connections, whether its lease has stopped being renewed:
+// until it is proven dead (true, with the proof written), or until it no
+// longer refuses, leaves the view, or has certainly fenced anyway.
+func (m *Membership) awaitProof(target Member) bool {
+	lease := clientv3.LeaseID(target.LeaseID)
+	if lease == 0 || target.PeerAddr == "" {
+		return false
+	}
+	limit := m.clk.NewTimer(fenceOf(target, m.fenceAfter))
+	defer limit.Stop()
+	warned := false
+	for {
+		if mi, in := m.View().Member(target.Name); !in || mi.LeaseID != target.LeaseID {
+			return false
+		}
+		if !Refused(m.ctx, target.PeerAddr) {
+			return false
+		}
+		switch m.unrenewed(m.ctx, lease, fenceOf(target, m.fenceAfter)) {
+		case proofYes:
+			m.recordProof(lease, target.Name)
+			return true
+		case proofGone:
+			return false
+		}
+		if !warned {
+			warned = true
+			m.log.Warn("a member's peer port refuses connections, but its lease is still renewed: no proof of death yet", "member", target.Name)
+		}
+		t := m.clk.NewTimer(250 * time.Millisecond)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return false
+		case <-limit.C():
+			t.Stop()
+			return false
+		case <-t.C():
+		}
+	}
+}
+
+type proof int
+
+const (
+	proofNo   proof = iota // renewed recently, or etcd did not answer
+	proofYes               // not renewed for two keepalive intervals
+	proofGone              // the lease is gone (revoked or expired)
+)
+
+// unrenewed asks etcd whether lease, of a silo with fence bound fence, has
+// gone unrenewed for more than two of that silo's keepalive intervals: its
+// remaining TTL (whole seconds, rounded down, so one more second is
+// allowed for) is that far below its granted TTL. A silo that runs and
+// reaches etcd renews it every interval.
+func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) proof {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := m.client.TimeToLive(ctx, lease)
+	switch {
+	case err != nil && isLeaseNotFound(err):
+		return proofGone
+	case err != nil:
+		return proofNo
+	case r.TTL <= 0:
+		return proofGone
+	}
+	since := time.Duration(r.GrantedTTL-r.TTL)*time.Second - time.Second
+	if since > 2*KeepAliveInterval(fence) {
+		return proofYes
+	}
+	return proofNo
+}
+
+// recordProof writes that the silo of lease is proven dead, under
+// <prefix>dead/<lease in hex>, bound to this silo's lease: the others read
+// it (ProvenDead) once the lease is gone and can no longer be asked.
+func (m *Membership) recordProof(lease clientv3.LeaseID, name string) {
+	ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
+	defer cancel()
+	if _, err := m.client.Put(ctx, m.proofKey(lease), name, clientv3.WithLease(m.lease)); err != nil {
+		m.log.Warn("could not record a proof of death", "member", name, "err", err)
+		return
+	}
+	m.mu.Lock()
+	m.proven[lease] = true
+	m.mu.Unlock()
+}
+
+func (m *Membership) proofKey(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%sdead/%x", m.cfg.Prefix, int64(lease))
+}
+
+// ProvenDead reports whether the process of the departed member d is
+// certainly gone, so that its addresses may be taken over before its fence.
+// Two independent signals must have agreed while its lease still existed:
+// its peer port refused connections (Refused), and etcd showed its lease
+// unrenewed for more than two of its keepalive intervals (a silo that runs
+// and reaches etcd renews it every interval). The silo that saw both
+// recorded the proof in etcd before it revoked the lease; ProvenDead reads
+// it. A TCP reset alone (a firewall, or a peer listener that failed in a
+// process that still holds its lease) proves nothing, and neither does
+// gossip: a firewall that rejects everything makes gossip declare a live
+// silo dead.
+func (m *Membership) ProvenDead(ctx context.Context, d Departure) bool {
+	if d.Name == m.cfg.Name || d.Lease == 0 {
+		return false
+	}
+	m.mu.Lock()
+	proven := m.proven[d.Lease]
+	m.mu.Unlock()
+	if proven {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := m.client.Get(ctx, m.proofKey(d.Lease), clientv3.WithCountOnly())
+	return err == nil && r.Count > 0
 }
 
 // revokeGrace is how long a silo waits, after gossip declared another dead,
@@ -183,7 +314,7 @@ func (m *Membership) aliveUnder(name string, lease clientv3.LeaseID) bool {
 // mayRevoke reports whether this silo may remove the silo of r from the view:
 // only while it sees a majority of the view alive in gossip, itself
 // included, and is healthy itself, or when that silo is proven gone (restarted under a new lease, or
-// its peer port refuses connections). So a silo that is cut off from its
+// ProvenDead). So a silo that is cut off from its
 // peers, but not from etcd, never removes the healthy majority; the majority
 // removes it instead, and it fences itself.
 func (m *Membership) mayRevoke(r revokeReq) bool {
@@ -207,13 +338,12 @@ func (m *Membership) mayRevoke(r revokeReq) bool {
 	if 2*n > len(v.Members) && ml != nil && ml.GetHealthScore() == 0 {
 		return true
 	}
-	mi, ok := v.Member(r.name)
-	return ok && mi.PeerAddr != "" && Refused(m.ctx, mi.PeerAddr)
+	return false
 }
 
-// Refused reports whether a TCP connection to addr is refused: the host is
-// up and nothing listens on the port, so a silo that listened there is gone. This is the proof of death that lets
-// a survivor take over without waiting for the silo's fence.
+// Refused reports whether a TCP connection to addr is refused (a reset):
+// nothing listens on the port, or a firewall rejects the connection. It is
+// one of the two signals of ProvenDead, never a proof of death alone.
 func Refused(ctx context.Context, addr string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	defer cancel()

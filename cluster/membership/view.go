@@ -3,6 +3,8 @@ package membership
 import (
 	"sort"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Member is one silo's record in the membership view.
@@ -65,5 +67,7 @@ func (v View) Owners() []string {
 type Departure struct {
 	Name     string
 	PeerAddr string
-	At       time.Time
+	// Lease is the lease of the departed member's record.
+	Lease clientv3.LeaseID
+	At    time.Time
 }

@@ -113,7 +113,7 @@ func (m *Membership) replace(members map[string]Member, rev int64) {
 	now := m.clk.Now()
 	for name, mi := range old {
 		if _, ok := members[name]; !ok {
-			m.departed[name] = departure{at: now, graceful: mi.Leaving, fence: fenceOf(mi, m.fenceAfter), peer: mi.PeerAddr}
+			m.departed[name] = departure{at: now, graceful: mi.Leaving, fence: fenceOf(mi, m.fenceAfter), peer: mi.PeerAddr, lease: clientv3.LeaseID(mi.LeaseID)}
 		}
 	}
 	m.publish(members, max(rev, m.view.Version))
@@ -141,6 +141,7 @@ func (m *Membership) apply(events []*clientv3.Event) {
 				d.fence = fenceOf(old, m.fenceAfter)
 				d.graceful = old.Leaving
 				d.peer = old.PeerAddr
+				d.lease = clientv3.LeaseID(old.LeaseID)
 			}
 			if ev.PrevKv != nil {
 				var prev Member
@@ -148,6 +149,7 @@ func (m *Membership) apply(events []*clientv3.Event) {
 					d.graceful = prev.Leaving
 					d.fence = fenceOf(prev, m.fenceAfter)
 					d.peer = prev.PeerAddr
+					d.lease = clientv3.LeaseID(prev.LeaseID)
 				}
 			}
 			m.departed[name] = d

@@ -42,7 +42,7 @@ func (w *batcher) fill(it item, q chan item) {
 }
 
 func (w *batcher) add(it item) {
-	if it.call != nil && it.call.finished.Load() {
+	if it.call != nil && (it.call.finished.Load() || !it.call.fate.CompareAndSwap(callQueued, callWritten)) {
 		return
 	}
 	w.batch.Envelopes = append(w.batch.Envelopes, it.env)

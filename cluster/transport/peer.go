@@ -69,7 +69,17 @@ type item struct {
 type call struct {
 	done     chan result // buffered; written once, by whoever removed the call from pending
 	finished atomic.Bool // set when it was removed: a sender skips it
+	// fate decides, once, between the sender and a broken stream: callQueued
+	// until the sender takes it for a batch (callWritten: it may reach the
+	// peer) or the stream breaks first (callUnsent: it never will).
+	fate atomic.Int32
 }
+
+const (
+	callQueued int32 = iota
+	callWritten
+	callUnsent
+)
 
 type result struct {
 	msg *agentsilov1.AgentMessage
@@ -118,7 +128,7 @@ func (p *peer) register(id uint64, c *call) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state == stateDown {
-		return p.downErr
+		return notDelivered{p.downErr}
 	}
 	p.pending[id] = c
 	return nil
@@ -182,7 +192,11 @@ func (p *peer) setState(s peerState, err error) {
 	p.mu.Unlock()
 	for _, c := range failed {
 		c.finished.Store(true)
-		c.done <- result{err: err}
+		if c.fate.CompareAndSwap(callQueued, callUnsent) {
+			c.done <- result{err: notDelivered{err}}
+		} else {
+			c.done <- result{err: errs.New(errs.Code(err), "%v; the request may have run", err)}
+		}
 	}
 	if h := p.t.cfg.OnPeerState; h != nil && s != stateConnecting {
 		h(p.addr, s == stateUp)

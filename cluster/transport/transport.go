@@ -105,10 +105,13 @@ type Stats struct {
 // everything queued (up to MaxBatch envelopes) into one stream message: when
 // idle, an envelope goes out at once; when busy, batches form by themselves.
 // A slow or dead peer fills only its own queue. When a peer's stream breaks,
-// its pending Asks fail at once with Unavailable (the caller may retry), and
+// its pending Asks fail at once with Unavailable, those never written to the
+// stream marked ErrNotDelivered (the caller may send them again: the peer
+// never saw them) and the others saying that they may have run, and
 // the transport reopens the stream in the background, waiting 50 ms, then
 // twice as long after each failed attempt, up to MaxBackoff. While it waits,
-// Asks and Sends to that peer fail at once with Unavailable; while an attempt
+// Asks (ErrNotDelivered) and Sends to that peer fail at once with
+// Unavailable; while an attempt
 // is under way (at most ConnectTimeout), they queue. The transport keeps
 // retrying a peer until ClosePeer: the silo calls it when the peer leaves the
 // view.
@@ -389,6 +392,19 @@ func (t *Transport) count(n int) {
 		}
 	}
 }
+
+// ErrNotDelivered is matched (errors.Is) by the errors of Asks that were
+// certainly not delivered: the peer's stream broke, or was down, before the
+// request was written to it. Such an Ask may be sent again, to this peer or
+// another, without running twice. Its code is Unavailable.
+var ErrNotDelivered = errors.New("not delivered")
+
+// notDelivered marks err as ErrNotDelivered, keeping its code.
+type notDelivered struct{ err error }
+
+func (e notDelivered) Error() string        { return e.err.Error() + " (the request was not delivered)" }
+func (e notDelivered) Unwrap() error        { return e.err }
+func (e notDelivered) Is(target error) bool { return target == ErrNotDelivered }
 
 func errTransportClosed() error { return errs.New(codes.Unavailable, "transport closed") }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -442,13 +443,21 @@ func TestTransportDeadPeer(t *testing.T) {
 	}
 	b.stop()
 	for range n {
-		wantCode(t, <-errc, codes.Unavailable)
+		// Delivered (b started them): they may have run.
+		err := <-errc
+		wantCode(t, err, codes.Unavailable)
+		if errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), "may have run") {
+			t.Errorf("an Ask b received failed with %v: want no ErrNotDelivered, and saying it may have run", err)
+		}
 	}
 	if r, err := a.tr.Ask(ctx, c.addr, requestEnv("c")); err != nil || r.Message != "echo:c" {
 		t.Fatalf("ask c after b died: %v, %v", r, err)
 	}
 	_, err := a.tr.Ask(ctx, b.addr, requestEnv("b"))
 	wantCode(t, err, codes.Unavailable)
+	if !errors.Is(err, ErrNotDelivered) {
+		t.Errorf("an Ask to a peer whose stream is down failed with %v, want ErrNotDelivered", err)
+	}
 }
 
 func TestTransportReconnect(t *testing.T) {

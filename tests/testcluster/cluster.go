@@ -41,6 +41,13 @@ type Options struct {
 	// NoWait makes Start return once the processes are started, without
 	// waiting for them to be ready and to agree on the members.
 	NoWait bool
+	// Netns runs each silo in a network namespace of its own, joined to a
+	// bridge in the test's namespace by a veth pair (see Cut), instead of
+	// on loopback addresses; the embedded etcd listens on the bridge. It
+	// needs root, iproute2 and nftables; without them Start fails the test
+	// saying so. The namespaces, links and bridge are deleted when the test
+	// ends.
+	Netns bool
 }
 
 // Cluster is a set of silo processes sharing an etcd and a journal. See the
@@ -55,6 +62,7 @@ type Cluster struct {
 	prefix    string
 	etcd      *etcdstore.Store
 	silos     []*Silo
+	netns     *netns // with Options.Netns
 	http      *http.Client
 
 	mu     sync.Mutex
@@ -143,6 +151,9 @@ func Start(tb TB, opts Options) *Cluster {
 	}
 	// Cleanups run last first: the log tails (on failure) print after the
 	// silos are stopped, and etcd closes after the silos.
+	if opts.Netns {
+		c.setupNetns(opts.Silos)
+	}
 	c.endpoints = opts.EtcdEndpoints
 	if len(c.endpoints) == 0 {
 		c.startEtcd()
@@ -168,6 +179,13 @@ func Start(tb TB, opts Options) *Cluster {
 	for i := range opts.Silos {
 		s := &Silo{Index: i, Name: fmt.Sprintf("silo-%d", i), IP: siloIP(i), c: c}
 		s.LogPath = filepath.Join(c.dir, s.Name+".log")
+		if c.netns != nil {
+			// A namespace of its own: every port is free.
+			s.IP = c.netns.siloIP(i)
+			s.GatewayAddr, s.PeerAddr, s.HTTPAddr, s.GossipAddr = s.IP+":7070", s.IP+":7071", s.IP+":8080", s.IP+":7946"
+			c.silos = append(c.silos, s)
+			continue
+		}
 		s.GatewayAddr = pick(freeTCP, s.IP)
 		s.PeerAddr = pick(freeTCP, s.IP)
 		s.HTTPAddr = pick(freeTCP, s.IP)
@@ -190,7 +208,11 @@ func Start(tb TB, opts Options) *Cluster {
 
 func (c *Cluster) startEtcd() {
 	c.tb.Helper()
-	addr, err := freeConsecutive("127.0.0.1")
+	ip := "127.0.0.1"
+	if c.netns != nil {
+		ip = c.netns.hostIP()
+	}
+	addr, err := freeConsecutive(ip)
 	if err != nil {
 		c.tb.Fatalf("%v", err)
 	}
@@ -368,6 +390,10 @@ func (s *Silo) start() error {
 	args := s.args()
 	fmt.Fprintf(logf, "=== testcluster %s: %s %s\n", time.Now().Format(time.RFC3339Nano), s.c.bins.Silo, strings.Join(args, " "))
 	cmd := exec.Command(s.c.bins.Silo, args...)
+	if nw := s.c.netns; nw != nil {
+		// ip netns exec enters the namespace and execs the silo: same pid.
+		cmd = exec.Command("ip", append([]string{"netns", "exec", nw.names[s.Index], s.c.bins.Silo}, args...)...)
+	}
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = siloEnv()
 	setParentDeathSignal(cmd)
@@ -376,6 +402,7 @@ func (s *Silo) start() error {
 		return err
 	}
 	p := &process{cmd: cmd, pid: cmd.Process.Pid, done: make(chan struct{})}
+	fmt.Fprintf(logf, "=== testcluster %s: pid %d started\n", time.Now().Format(time.RFC3339Nano), p.pid)
 	go func() {
 		err := cmd.Wait()
 		p.exitedAt = time.Now()
@@ -553,12 +580,28 @@ func (c *Cluster) Client(tb TB, silos ...int) *client.Client {
 // Journal returns the path of the journal the silos' Journal agents write.
 func (c *Cluster) Journal() string { return c.journal }
 
-// Lives returns, by pid, how each ended silo process lived, for
-// ReadJournal.
+// Lives returns, by pid, how each silo process lived, for ReadJournal: the
+// ended ones, and the fences (from the silos' logs) and last freeze of
+// those still running.
 func (c *Cluster) Lives() map[int]Life {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.lives)
+	lives := maps.Clone(c.lives)
+	c.mu.Unlock()
+	for _, s := range c.silos {
+		for pid, fences := range fencesIn(s.LogPath) {
+			l := lives[pid]
+			l.Fenced = fences
+			lives[pid] = l
+		}
+		s.mu.Lock()
+		if p := s.proc; p != nil && p.running() && !p.froze.IsZero() {
+			l := lives[p.pid]
+			l.Froze = p.froze
+			lives[p.pid] = l
+		}
+		s.mu.Unlock()
+	}
+	return lives
 }
 
 // printLogsOnFailure prints the tail of every silo's log if the test failed.

@@ -2,8 +2,10 @@ package testcluster
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -21,6 +23,42 @@ type Life struct {
 	// last journal line after the freeze, or at the freeze: frozen, it ran
 	// nothing, and thawed, whatever turn it ran is in the journal.
 	Froze time.Time
+	// Fenced are the times the process's silo logged that it fenced
+	// itself: its activations from before ended then (or at the freeze
+	// before it, or at their last journal line, if later), though the
+	// process goes on with a new silo. Died is zero while it runs.
+	Fenced []time.Time
+}
+
+// fencesIn reads a silo's log: the times each of its processes (by pid)
+// logged "fenced".
+func fencesIn(path string) map[int][]time.Time {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	out := map[int][]time.Time{}
+	pid := 0
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "=== testcluster "); ok {
+			var ts string
+			var n int
+			if _, err := fmt.Sscanf(rest, "%s pid %d started", &ts, &n); err == nil {
+				pid = n
+			}
+			continue
+		}
+		if pid == 0 || !strings.Contains(line, `"msg":"fenced"`) {
+			continue
+		}
+		var rec struct {
+			Time time.Time `json:"time"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && !rec.Time.IsZero() {
+			out[pid] = append(out[pid], rec.Time)
+		}
+	}
+	return out
 }
 
 // Activation is one activation of an address, read from the journal that
@@ -136,8 +174,20 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 			continue
 		}
 		life, ok := lives[a.PID]
+		if j := slices.IndexFunc(life.Fenced, func(f time.Time) bool { return !f.Before(a.Start) }); j >= 0 {
+			a.End = life.Fenced[j]
+			if fz := life.Froze; !fz.IsZero() && a.Start.Before(fz) && fz.Before(a.End) {
+				// Frozen, then fenced on resume: it ran nothing after the
+				// freeze but what the journal shows.
+				a.End = fz
+			}
+			if a.Last.After(a.End) {
+				a.End = a.Last
+			}
+			continue
+		}
 		switch {
-		case !ok: // the process may still run
+		case !ok || life.Died.IsZero(): // the process may still run
 		case !life.Froze.IsZero() && a.Start.Before(life.Froze):
 			a.End = life.Froze
 			if a.Last.After(a.End) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -237,4 +238,26 @@ func (c *Cluster) WaitOwners(addrs ...string) {
 	for _, a := range addrs {
 		c.WaitOwner(a, c.Owner(a))
 	}
+}
+
+// WaitLog waits until silo i's log (across its processes) has a line that
+// contains s, and returns the first such line.
+func (c *Cluster) WaitLog(i int, s string) string {
+	c.tb.Helper()
+	path := c.Silo(i).LogPath
+	var found string
+	c.waitFor(fmt.Sprintf("%q in %s's log", s, c.Silo(i).Name), func(context.Context) (bool, string) {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false, err.Error()
+		}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			if strings.Contains(line, s) {
+				found = line
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	return found
 }
