@@ -83,6 +83,9 @@ type Client struct {
 	principal string
 	closed    bool
 	flaps     int // streams in a row that broke before delivering a frame
+
+	pubOnce sync.Once
+	pub     string // see publisher
 }
 
 // stream is one Session stream and the calls waiting on it.
@@ -444,7 +447,8 @@ func (c *Client) stream(ctx context.Context) (*stream, error) {
 
 // call runs m (its kind set) as a Call on the session and waits for its
 // Result. A message that cannot be sent as it is (too large, a string not
-// UTF-8) fails at once, and nothing is sent.
+// UTF-8) fails at once, and nothing is sent. A message with an idempotency
+// key that fails with Unavailable is sent again until ctx ends.
 func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 	if n := proto.Size(m); n > c.opts.maxSize {
 		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
@@ -457,8 +461,19 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
 		defer cancel()
 	}
+	var b *retry.Backoff
 	for {
 		r, again, err := c.callOnce(ctx, m)
+		if err != nil && m.GetIdempotencyKey() != "" && errs.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			// Its gateway went away: whether the call ran is unknown, and
+			// its idempotency key makes sending it again safe.
+			if b == nil {
+				b = retry.New(50*time.Millisecond, time.Second, nil)
+			}
+			if b.Wait(ctx, nil) {
+				continue
+			}
+		}
 		if !again || err != nil {
 			return r, err
 		}
@@ -561,6 +576,12 @@ func prepare(to string, msg *Message, kind agentsilov1.Kind) *Message {
 // an agent of the client's own principal) as a REQUEST and returns the reply.
 // Without a deadline on ctx, it waits at most the client's timeout (30 s by
 // default). msg is not modified; From is set by the gateway.
+//
+// With msg.IdempotencyKey set, Ask, Send and Event are sent again when they
+// fail with Unavailable (the gateway went away mid-call), until ctx ends:
+// the silo hosting the agent hands a key to it once within its window (10
+// minutes; while the agent stays on that silo), and answers a repeated Ask
+// with the first reply.
 func (c *Client) Ask(ctx context.Context, to string, msg *Message) (_ *Message, err error) {
 	m := prepare(to, msg, agentsilov1.Kind_KIND_REQUEST)
 	ctx, span := c.startSpan(ctx, "agentsilo Ask", m)

@@ -33,6 +33,11 @@ type clusterInfo struct {
 // silo of the view, concurrently, and gives each reply to each, from the
 // calling goroutine. Failures are joined, naming their silo.
 func (c clusterInfo) askPeers(ctx context.Context, msgType, text string, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
+	return c.askPeersData(ctx, msgType, text, nil, each)
+}
+
+// askPeersData is askPeers with data in the runtime message too.
+func (c clusterInfo) askPeersData(ctx context.Context, msgType, text string, data []byte, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
 	r := c.r
 	st := r.state.Load()
 	var peers []membership.Member
@@ -50,7 +55,7 @@ func (c clusterInfo) askPeers(ctx context.Context, msgType, text string, each fu
 	for _, mi := range peers {
 		go func() {
 			reply, err := r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{
-				Message:     &agentsilov1.AgentMessage{MessageType: msgType, Message: text, From: r.self},
+				Message:     &agentsilov1.AgentMessage{MessageType: msgType, Message: text, Data: data, From: r.self},
 				ViewVersion: st.view.Version,
 			})
 			answers <- answer{mi.Name, reply, err}

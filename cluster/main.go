@@ -184,6 +184,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.IntVar(&cfg.Runtime.MailboxSize, "mailbox-size", cfg.Runtime.MailboxSize, "bound of each agent's mailbox")
 	fs.IntVar(&cfg.Runtime.MaxMessageSize, "max-message-size", cfg.Runtime.MaxMessageSize, "largest message in bytes")
 	fs.DurationVar(&cfg.Runtime.AskTimeout, "ask-timeout", cfg.Runtime.AskTimeout, "default Ask deadline")
+	fs.IntVar(&cfg.Topics.MaxBacklog, "topic-backlog", cfg.Topics.MaxBacklog, "messages a subscription may have queued and unacknowledged before publishers wait")
+	fs.IntVar(&cfg.Topics.MaxAttempts, "topic-max-attempts", cfg.Topics.MaxAttempts, "deliveries of a message before it becomes a dead letter, for subscriptions that do not set theirs")
+	fs.DurationVar(&cfg.Topics.RetryMin, "topic-retry-min", cfg.Topics.RetryMin, "first wait before a failed delivery is retried (doubling per failure)")
+	fs.DurationVar(&cfg.Topics.RetryMax, "topic-retry-max", cfg.Topics.RetryMax, "longest wait before a failed delivery is retried")
+	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
 	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
 	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")

@@ -28,7 +28,10 @@ type peerHandler struct {
 	tracer tracing.Tracer  // the peer spans
 }
 
-var _ transport.AsyncHandler = (*peerHandler)(nil)
+var (
+	_ transport.AsyncHandler   = (*peerHandler)(nil)
+	_ transport.OrderedHandler = (*peerHandler)(nil)
+)
 
 // HandleRequest implements transport.Handler.
 func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *transport.Envelope) (*agentsilov1.AgentMessage, error) {
@@ -42,6 +45,8 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
 	case msgTypes:
 		return h.types()
+	case msgBroadcast:
+		return h.broadcast(ctx, msg)
 	case msgDeactivate:
 		h.r.catchUp(ctx, env.GetViewVersion())
 		a, err := grain.ParseAddress(msg.GetTo())
@@ -74,6 +79,30 @@ func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *trans
 		return false
 	}
 	return h.silo.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
+}
+
+// PostRequest implements transport.OrderedHandler: a forwarded request takes
+// its place in its receiver's mailbox in the order its sender sent it,
+// behind the one-way messages and events sent before it. Runtime messages
+// (release, listings) are not agents' messages: they run on a goroutine of
+// their own, as HandleRequest.
+func (h *peerHandler) PostRequest(ctx context.Context, from string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) {
+	msg := env.GetMessage()
+	if grain.IsReserved(msg.GetMessageType()) {
+		go func() { reply(h.HandleRequest(ctx, from, env)) }()
+		return
+	}
+	h.r.catchUp(ctx, env.GetViewVersion())
+	if msg.GetTraceparent() != "" {
+		var span trace.Span
+		ctx, span = h.tracer.Start(ctx, "peer Ask", trace.SpanKindServer, msg, attribute.String("agentsilo.from_silo", from))
+		inner := reply
+		reply = func(m *agentsilov1.AgentMessage, err error) {
+			tracing.End(span, err)
+			inner(m, err)
+		}
+	}
+	h.silo.AskRemoteAsync(ctx, msg, int(env.GetHops()), reply)
 }
 
 // HandleOneWay implements transport.Handler.

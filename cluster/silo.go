@@ -33,6 +33,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
+	"github.com/agentsilo/agentsilo/topics"
 )
 
 // SiloConfig configures a Silo. Start from DefaultSiloConfig.
@@ -98,6 +99,10 @@ type SiloConfig struct {
 	// the silo's (leave them nil); the silo's metrics observe it beside the
 	// Observer given, if any.
 	Runtime grain.Config
+	// Topics configures publish/subscribe (see package topics). Its Store,
+	// Owns, Known, Observe, Clock and Logger are the silo's (leave them
+	// unset).
+	Topics topics.Config
 	// Gateway configures the gateway. Its Silo is Name and its Addr is
 	// GatewayAddr (leave them empty or equal); its Insecure is Insecure
 	// or'ed, its MaxMessageSize is Runtime's, and its ACL, Cluster and
@@ -137,7 +142,9 @@ func DefaultSiloConfig() SiloConfig {
 		Runtime:           grain.DefaultConfig(),
 		Gateway:           gateway.DefaultConfig(),
 		A2A:               a2a.DefaultConfig(),
+		Topics:            topics.DefaultConfig(),
 	}
+	cfg.Topics.Clock = nil
 	// What the silo sets from its own fields is left empty here.
 	cfg.Runtime.Silo = ""
 	cfg.Gateway.Silo, cfg.Gateway.Addr = "", ""
@@ -159,7 +166,7 @@ var ErrFenced = errors.New("fenced: the silo lost its membership lease and must 
 // Start builds the parts in dependency order, each given what it needs:
 //
 //	etcd → ACL → listeners → membership → transport → router → sessions →
-//	reminders → runtime → peer handler, view follower, gateway
+//	reminders → topics → runtime → peer handler, view follower, gateway
 //
 // then starts them: the peer server, the membership (joining the view),
 // the view follower, the reminders, and last the HTTP endpoints and the
@@ -180,6 +187,7 @@ type Silo struct {
 	tp        *transport.Transport
 	router    *router
 	reminders *reminders.Service
+	topics    *topics.Service
 	state     state.Store
 	rt        *grain.Runtime
 	views     *views
@@ -238,8 +246,12 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	switch {
 	case cfg.Runtime.Sessions != nil, cfg.Runtime.Placement != nil, cfg.Runtime.Configs != nil, cfg.Runtime.Reminders != nil, cfg.Runtime.State != nil:
 		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Sessions, Placement, Configs, Reminders and State are the silo's: leave them nil (StateStore chooses the state store)")
-	case cfg.Gateway.ACL != nil, cfg.Gateway.Cluster != nil, cfg.Gateway.TracerProvider != nil:
-		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Gateway's ACL, Cluster and TracerProvider are the silo's: leave them unset (use SiloConfig.TracerProvider)")
+	case cfg.Topics.Store != nil, cfg.Topics.Owns != nil, cfg.Topics.Known != nil, cfg.Topics.Observe != nil, cfg.Topics.Clock != nil, cfg.Topics.Logger != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Topics's Store, Owns, Known, Observe, Clock and Logger are the silo's: leave them unset")
+	case cfg.Runtime.Topics != nil, cfg.Runtime.Broadcast != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Runtime's Topics and Broadcast are the silo's: leave them nil")
+	case cfg.Gateway.ACL != nil, cfg.Gateway.Cluster != nil, cfg.Gateway.TracerProvider != nil, cfg.Gateway.Topics != nil, cfg.Gateway.Broadcast != nil:
+		return nil, errs.New(codes.InvalidArgument, "cluster: SiloConfig.Gateway's ACL, Cluster, Topics, Broadcast and TracerProvider are the silo's: leave them unset (use SiloConfig.TracerProvider)")
 	}
 	cfg.Gateway.Insecure = cfg.Gateway.Insecure || cfg.Insecure
 	cfg.Gateway.MaxMessageSize = cfg.Runtime.MaxMessageSize
@@ -304,6 +316,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	s.joined = true
 	s.views.start()
 	startReminders(s.reminders, s.rt, s.clk)
+	s.topics.Start(s.rt.Ask)
 	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -431,18 +444,29 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
+	if s.topics, err = s.newTopics(); err != nil {
+		return fmt.Errorf("topics: %w", err)
+	}
+	rcfg.Topics = s.topics
+	info := clusterInfo{r: s.router}
+	rcfg.Broadcast = func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
+		return info.broadcastPeers(ctx, pattern, msg)
+	}
 	if s.rt, err = grain.New(rcfg, s.reg); err != nil {
 		return err
 	}
+	info.rt = s.rt
 	leaseTTL := s.cfg.LeaseTTL
 	if leaseTTL == 0 {
 		leaseTTL = membership.DefaultLeaseTTL
 	}
-	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk))
+	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics))
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
 	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer})
 	gcfg := s.cfg.Gateway
-	gcfg.Cluster = clusterInfo{r: s.router, rt: s.rt}
+	gcfg.Cluster = info
+	gcfg.Topics = s.topics
+	gcfg.Broadcast = info.Broadcast
 	gcfg.ACL = s.acl
 	gcfg.TracerProvider = s.cfg.TracerProvider
 	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
@@ -665,6 +689,11 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if s.reminders != nil {
 		if err := s.reminders.Close(); err != nil {
 			errsOut = append(errsOut, fmt.Errorf("reminders: %w", err))
+		}
+	}
+	if s.topics != nil {
+		if err := s.topics.Close(ctx); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("topics: %w", err))
 		}
 	}
 	if s.rt != nil {

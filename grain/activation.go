@@ -28,6 +28,9 @@ type envelope struct {
 	expired  <-chan struct{}
 	deadline time.Time
 	now      int64 // when the request was sent (Unix ns); stamps the reply's id
+	// idem, if set, is the idempotency key this envelope's message was the
+	// first to bring (see idempotency.go): its result is recorded there.
+	idem *idemEntry
 }
 
 // envelopes recycles the envelopes (and reply channels) of requests whose
@@ -39,6 +42,9 @@ func (env *envelope) isRequest() bool { return env.reply != nil || env.done != n
 
 // complete gives a request its result.
 func (env *envelope) complete(r result) {
+	if env.idem != nil {
+		env.idem.finish(r)
+	}
 	if env.done != nil {
 		env.done(r.msg, r.err)
 		return
@@ -217,6 +223,9 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 		}
 		return
 	}
+	if env.msg.Topic != "" {
+		reply, err = outcomeReply(env.msg, reply, err)
+	}
 	if err != nil {
 		env.complete(result{err: err})
 		return
@@ -359,7 +368,12 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 		msg.Kind = KindOneWay
 	}
 	msg.From = a.key
-	return a.rt.broadcast(ctx, a, pattern, msg)
+	n, err := a.rt.broadcast(ctx, a.addr.Owner, a.key, pattern, msg)
+	if err != nil || a.rt.cfg.Broadcast == nil {
+		return n, err
+	}
+	m, err := a.rt.cfg.Broadcast(ctx, pattern, msg)
+	return n + m, err
 }
 
 func (a *activation) Deactivate() { a.failed.Store(int32(ReasonRequested)) }

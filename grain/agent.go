@@ -107,8 +107,9 @@ type Host interface {
 	Event(ctx context.Context, to string, msg *Message) error
 	// Broadcast sends msg (an EVENT if its kind is KIND_EVENT, else ONE_WAY)
 	// to every active agent whose address matches the glob pattern (path.Match
-	// syntax, e.g. "Worker:acme:*"), except the sender, and returns how many it
-	// reached.
+	// syntax, e.g. "Worker:acme:*"), except the sender, on every silo of the
+	// cluster, and returns how many it reached. Agents that are not active
+	// are not activated. With an error it returns how many it reached.
 	Broadcast(ctx context.Context, pattern string, msg *Message) (int, error)
 
 	// RegisterTimer delivers a ONE_WAY message of messageType with text
@@ -154,6 +155,28 @@ type Host interface {
 	DeleteState(ctx context.Context, etag string) error
 	// Logger returns a logger that names the agent.
 	Logger() *slog.Logger
+
+	// Publish publishes msg to topic (`owner:name`, or a dot-separated
+	// name of this agent's owner, e.g. "orders.created") and returns once
+	// it is durable, with the message's id: it is then delivered at least
+	// once to every subscription whose pattern matches. A subscription's
+	// full backlog makes it wait, bounded by ctx (then ResourceExhausted).
+	// msg.IdempotencyKey, if set, makes a retried publish a no-op within
+	// the window (10 min).
+	Publish(ctx context.Context, topic string, msg *Message) (id string, err error)
+	// Subscribe adds this agent to its owner's subscription name, creating
+	// it with pattern (`owner:pattern` or a pattern of this agent's owner's
+	// topics; `*` is one segment, `#` zero or more) if it does not exist.
+	// Everything published after Subscribe returns is delivered: as a
+	// REQUEST to OnMessage with msg.Topic set and msg.Attempt counting
+	// deliveries. The handler's nil error acknowledges; Retry and Poison
+	// (and any other error, retried with backoff) say otherwise. Several
+	// agents in one subscription compete for its messages; the
+	// subscription outlives deactivations and restarts.
+	Subscribe(ctx context.Context, name, pattern string, opts ...SubscribeOption) error
+	// Unsubscribe removes this agent from its owner's subscription name;
+	// the last member's leaving deletes the subscription.
+	Unsubscribe(ctx context.Context, name string) error
 }
 
 // Factory creates the agent for a new activation. It must not block and

@@ -30,6 +30,13 @@ type Config struct {
 	// MaxMessageSize bounds a message's encoded size; larger is
 	// ResourceExhausted. Default: 4 MiB.
 	MaxMessageSize int
+	// IdempotencyWindow is how long the runtime remembers the idempotency
+	// key of a message it handed to a receiver (see Message.IdempotencyKey
+	// and idempotency.go). Default: 10 min.
+	IdempotencyWindow time.Duration
+	// IdempotencyKeys bounds the keys remembered; past it the oldest are
+	// forgotten first. Default: 10000.
+	IdempotencyKeys int
 	// Configs stores CreateAgent's configurations. Default: an in-memory store.
 	Configs ConfigStore
 	// Reminders stores and fires durable reminders. Nil: the reminder
@@ -39,6 +46,15 @@ type Config struct {
 	// package state has the etcd and PostgreSQL stores. Nil: those methods
 	// return FailedPrecondition.
 	State StateStore
+	// Topics publishes and keeps subscriptions (Host.Publish, Subscribe,
+	// Unsubscribe); package topics implements it. Nil: those methods
+	// return Unavailable.
+	Topics TopicService
+	// Broadcast, if set, takes a Host.Broadcast to the other silos of a
+	// cluster (the agents of this silo are reached by the runtime) and
+	// returns how many agents it reached there. Nil: a broadcast reaches
+	// this silo's agents only.
+	Broadcast func(ctx context.Context, pattern string, msg *Message) (int, error)
 	// Sessions delivers messages addressed to client sessions
 	// (`Session:owner:id`). Nil: such messages are NotFound.
 	Sessions SessionRouter
@@ -72,6 +88,8 @@ func DefaultConfig() Config {
 		IdleTimeout:       15 * time.Minute,
 		DeactivateTimeout: 10 * time.Second,
 		MaxMessageSize:    protocol.DefaultMaxMessageSize,
+		IdempotencyWindow: 10 * time.Minute,
+		IdempotencyKeys:   10000,
 	}
 }
 
@@ -88,6 +106,14 @@ func (c *Config) Validate() error {
 		return errs.New(codes.InvalidArgument, "grain: DeactivateTimeout %v must be positive", c.DeactivateTimeout)
 	case c.MaxMessageSize < 1024:
 		return errs.New(codes.InvalidArgument, "grain: MaxMessageSize %d must be at least 1024", c.MaxMessageSize)
+	case c.IdempotencyWindow < 0 || c.IdempotencyKeys < 0:
+		return errs.New(codes.InvalidArgument, "grain: IdempotencyWindow and IdempotencyKeys must not be negative")
+	}
+	if c.IdempotencyWindow == 0 {
+		c.IdempotencyWindow = 10 * time.Minute
+	}
+	if c.IdempotencyKeys == 0 {
+		c.IdempotencyKeys = 10000
 	}
 	return nil
 }

@@ -91,6 +91,39 @@ func (rt *Runtime) sendRemote(ctx context.Context, msg *Message, hops int) error
 	return rt.tell(ctx, ownerOf(msg.From), msg, hops)
 }
 
+// askRemoteAsync is askRemote without a goroutine waiting for the reply:
+// it returns once msg is queued at its activation (activated if need be,
+// waiting for room bounded by ctx) or forwarded on (on a goroutine of its
+// own), and done gets the reply or the error, once, later or at once. The
+// transport calls it in the order the sender sent, so that a request keeps
+// its place among the one-way messages of the same sender.
+func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*Message, error)) {
+	if msg == nil {
+		done(nil, errs.New(codes.InvalidArgument, "nil message"))
+		return
+	}
+	msg.Kind = KindRequest
+	now := time.Now().UnixNano()
+	a, err := rt.prepare(ctx, nil, ownerOf(msg.From), msg, now, hops == 0)
+	if err == nil && isSession(msg.To) {
+		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
+	}
+	if err != nil {
+		rt.refused(msg, err)
+		done(nil, err)
+		return
+	}
+	env := &envelope{msg: msg, ctx: ctx, done: done, now: now}
+	if rt.cfg.Placement != nil {
+		err = rt.route(ctx, env, hops)
+	} else if err = rt.deliver(ctx, a, env); err != nil {
+		rt.refused(msg, err)
+	}
+	if err != nil {
+		done(nil, err)
+	}
+}
+
 // tryAskRemote is askRemote without a goroutine waiting for the reply, for
 // the common case: msg, a REQUEST another silo forwarded (id and call chain
 // set), is for a live activation owned here that it can join at once (not a
@@ -99,7 +132,7 @@ func (rt *Runtime) sendRemote(ctx context.Context, msg *Message, hops int) error
 // activation's goroutine (or the runtime's), so it must not block for long.
 // Otherwise it returns false and has done nothing: use askRemote.
 func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
-	if msg == nil || msg.Id == "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
+	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
 		return false
 	}
 	a := rt.dir.get(msg.To)
@@ -289,6 +322,10 @@ func (s siloRuntime) AskRemote(ctx context.Context, msg *Message, hops int) (*Me
 
 func (s siloRuntime) SendRemote(ctx context.Context, msg *Message, hops int) error {
 	return s.rt.sendRemote(ctx, msg, hops)
+}
+
+func (s siloRuntime) AskRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*Message, error)) {
+	s.rt.askRemoteAsync(ctx, msg, hops, done)
 }
 
 func (s siloRuntime) TryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {

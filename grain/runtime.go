@@ -34,6 +34,7 @@ type Runtime struct {
 	dispatcher *dispatcher
 
 	dir       directory
+	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
 	count     atomic.Int64
@@ -76,6 +77,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt.dispatcher = newDispatcher(300)
 	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
+	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
 	// The sweep timer exists before New returns, so that a test's fake clock
@@ -319,8 +321,8 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 			}
 		}
 	}
-	if stamp || msg.Id == "" {
-		msg.Id = newIDAt(now)
+	if (stamp && msg.Topic == "") || msg.Id == "" {
+		msg.Id = newIDAt(now) // a topic delivery keeps its published id
 	}
 	if t != nil {
 		msg.CallChainId = t.chain
@@ -340,6 +342,28 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 // activating it if needed, or runs it at once if it re-enters a waiting call
 // chain.
 func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) error {
+	if env.msg.IdempotencyKey != "" && env.idem == nil {
+		e, dup := rt.idem.begin(idemKey(env.msg), rt.clock.Now().UnixNano())
+		if dup {
+			answerDuplicate(e, env)
+			return nil
+		}
+		env.idem = e
+		err := rt.post(ctx, a, env)
+		switch {
+		case err != nil:
+			env.idem = nil
+			e.finish(result{err: err})
+		case !env.isRequest():
+			e.finish(result{}) // handed over: that is all a one-way message gets
+		}
+		return err
+	}
+	return rt.post(ctx, a, env)
+}
+
+// post is deliver without the idempotency check.
+func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error {
 	for ; ; a = nil {
 		if a == nil {
 			var err error
@@ -547,14 +571,15 @@ func (rt *Runtime) sweepNow(ctx context.Context) error {
 	}
 }
 
-// broadcast delivers msg to every live activation matching pattern.
-func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern string, msg *Message) (int, error) {
+// broadcast delivers msg to every live activation here matching pattern,
+// except the sender's (fromKey), on behalf of owner.
+func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string, msg *Message) (int, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
 		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
 	}
 	var targets []string
 	rt.dir.each(func(a *activation) {
-		if a != from {
+		if a.key != fromKey {
 			if ok, _ := path.Match(pattern, a.key); ok {
 				targets = append(targets, a.key)
 			}
@@ -564,12 +589,27 @@ func (rt *Runtime) broadcast(ctx context.Context, from *activation, pattern stri
 	for _, to := range targets {
 		m := proto.Clone(msg).(*Message)
 		m.To = to
-		if err := rt.tell(ctx, from.addr.Owner, m, 0); err != nil {
+		if err := rt.tell(ctx, owner, m, 0); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// BroadcastLocal delivers msg (an EVENT if its kind is KIND_EVENT, else
+// ONE_WAY) to every activation of this silo whose address matches the
+// glob pattern, except the sender's (msg.From), and returns how many it
+// reached. The silo calls it for a broadcast that another silo, or a
+// client, started.
+func (rt *Runtime) BroadcastLocal(ctx context.Context, pattern string, msg *Message) (int, error) {
+	if msg == nil {
+		return 0, errs.New(codes.InvalidArgument, "nil message")
+	}
+	if msg.Kind != KindEvent {
+		msg.Kind = KindOneWay
+	}
+	return rt.broadcast(ctx, ownerOf(msg.From), msg.From, pattern, msg)
 }
 
 func isSession(to string) bool {

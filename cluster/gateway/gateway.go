@@ -25,6 +25,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/topics"
 )
 
 // DefaultPrincipal is the principal of a client that declares none.
@@ -63,6 +64,12 @@ type Config struct {
 	// and session addresses name this silo so that other silos can reach
 	// them. Nil: a single silo.
 	Cluster ClusterInfo
+	// Topics, if set, serves the Topics service (agentsilov1.Topics, see
+	// topics.go) beside the Gateway service. Nil: not served.
+	Topics *topics.Service
+	// Broadcast, if set, reaches the agents of the whole cluster matching a
+	// pattern, for the Topics service's Broadcast.
+	Broadcast func(ctx context.Context, pattern string, msg *agentsilov1.AgentMessage) (int, error)
 	// TracerProvider makes the server span of each client call (see
 	// tracing.go). Default: otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
@@ -216,6 +223,9 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	if cfg.ACL != nil {
 		agentsilov1.RegisterAclAdminServer(g.server, acl.NewAdminServer(cfg.ACL))
 	}
+	if cfg.Topics != nil || cfg.Broadcast != nil {
+		agentsilov1.RegisterTopicsServer(g.server, topicServer{g: g})
+	}
 	healthpb.RegisterHealthServer(g.server, g.health)
 	reflection.Register(g.server)
 	return g, nil
@@ -332,10 +342,12 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 }
 
 // stamp makes m come from the client at from: a from set by the client is
-// ignored, and the runtime starts a new call chain.
+// ignored, the runtime starts a new call chain, and the topic fields are
+// the runtime's.
 func stamp(m *agentsilov1.AgentMessage, from string) {
 	m.From = from
 	m.CallChainId = ""
+	m.Topic, m.Subscription = "", "" // only the runtime delivers for topics
 }
 
 // dispatch runs one client message through the runtime: an Ask for a REQUEST,

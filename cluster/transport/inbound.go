@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -21,9 +22,10 @@ type server struct {
 }
 
 // Stream serves one peer's stream: gRPC calls it on a goroutine per stream.
-// It writes the responses; a reader goroutine reads the peer's envelopes,
-// starts a goroutine per request and queues one-way messages for a worker
-// goroutine that handles them in order.
+// It writes the responses; a reader goroutine reads the peer's envelopes
+// and queues each on one of the stream's lanes, chosen by the receiver's
+// address, so that everything one sender sends one receiver (requests,
+// one-way messages, events) is handed on in the order sent.
 func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	t := s.t
 	if !t.enter() {
@@ -35,12 +37,14 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	stop := context.AfterFunc(t.ctx, cancel)
 	defer stop()
 	in := &inbound{
-		t:      t,
-		h:      s.h,
-		ctx:    ctx,
-		out:    make(chan item, t.cfg.QueueSize),
-		oneway: make(chan *Envelope, t.cfg.QueueSize),
-		rdone:  make(chan struct{}),
+		t:     t,
+		h:     s.h,
+		ctx:   ctx,
+		out:   make(chan item, t.cfg.QueueSize),
+		rdone: make(chan struct{}),
+	}
+	for i := range in.lanes {
+		in.lanes[i] = make(chan *Envelope, max(t.cfg.QueueSize/numLanes, 64))
 	}
 	if err := srv.Send(t.hello()); err != nil {
 		return err
@@ -78,14 +82,28 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 
 // inbound is one stream a peer opened to this silo.
 type inbound struct {
-	h      Handler // what the peer's envelopes are for
-	t      *Transport
-	ctx    context.Context // ends with the stream or the transport
-	from   string          // the peer's silo name, from its hello
-	out    chan item       // responses for the writer
-	oneway chan *Envelope  // one-way messages for the worker
-	rdone  chan struct{}   // closed when the reader ends
-	rerr   error
+	h     Handler // what the peer's envelopes are for
+	t     *Transport
+	ctx   context.Context // ends with the stream or the transport
+	from  string          // the peer's silo name, from its hello
+	out   chan item       // responses for the writer
+	lanes [numLanes]chan *Envelope
+	rdone chan struct{} // closed when the reader ends
+	rerr  error
+}
+
+// numLanes is the number of ordered lanes of an inbound stream: a slow
+// receiver holds up the receivers that share its lane, not the stream.
+const numLanes = 16
+
+// lane returns the lane of the receiver to.
+func lane(to string) int {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(to); i++ {
+		h ^= uint32(to[i])
+		h *= 16777619
+	}
+	return int(h % numLanes)
 }
 
 func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
@@ -102,21 +120,17 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 		return
 	}
 	in.from = first.Hello.Silo
-	t.wg.Add(1)
-	go in.oneWays()
+	for i := range in.lanes {
+		t.wg.Add(1)
+		go in.lane(in.lanes[i])
+	}
 	b := first
 	for {
 		for _, e := range b.Envelopes {
 			switch e.Kind {
-			case agentsilov1.Kind_KIND_REQUEST:
-				if in.tryAsync(e) {
-					continue
-				}
-				t.wg.Add(1)
-				t.workers.run(t, func() { in.serve(e) })
-			case agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
+			case agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
 				select {
-				case in.oneway <- e:
+				case in.lanes[lane(e.GetMessage().GetTo())] <- e:
 				case <-in.ctx.Done():
 					in.rerr = in.ctx.Err()
 					return
@@ -153,6 +167,53 @@ func (t *Transport) handlerCtx(ctx context.Context, env *Envelope) (context.Cont
 // reply is called once with the result, and must not be held up for long.
 type AsyncHandler interface {
 	TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool
+}
+
+// OrderedHandler is a Handler that can hand a request on in order: PostRequest
+// returns once the request has taken its place behind what its sender sent
+// its receiver before (a mailbox post, which may activate the receiver and
+// wait for room, as HandleOneWay does), and calls reply once with the
+// result, later, from any goroutine. It is called on the stream's lane of
+// the receiver, as HandleOneWay is. Without it, a request that
+// TryHandleRequest does not take runs on a goroutine of its own, and may
+// overtake one-way messages sent before it.
+type OrderedHandler interface {
+	PostRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error))
+}
+
+// request hands the request env on, in its lane's order when the handler
+// can (see OrderedHandler).
+func (in *inbound) request(env *Envelope) {
+	if in.tryAsync(env) {
+		return
+	}
+	t := in.t
+	oh, ok := in.h.(OrderedHandler)
+	if !ok {
+		t.wg.Add(1)
+		t.workers.run(t, func() { in.serve(env) })
+		return
+	}
+	ctx, _, ok := t.handlerCtx(in.ctx, env)
+	if !ok {
+		in.respond(env, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
+		return
+	}
+	t.wg.Add(1)
+	var once sync.Once
+	reply := func(msg *agentsilov1.AgentMessage, err error) {
+		once.Do(func() {
+			defer t.wg.Done()
+			in.respond(env, msg, err)
+		})
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			t.logger.Error("peer request handler panicked", "peer", in.from, "to", env.GetMessage().GetTo(), "panic", r)
+			reply(nil, errs.New(codes.Internal, "request to %s: handler panicked: %v", env.GetMessage().GetTo(), r))
+		}
+	}()
+	oh.PostRequest(ctx, in.from, env, reply)
 }
 
 // tryAsync hands env to the handler's TryHandleRequest, if it has one and
@@ -232,13 +293,17 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 	return in.h.HandleRequest(ctx, in.from, env)
 }
 
-// oneWays handles the stream's one-way messages in order.
-func (in *inbound) oneWays() {
+// lane hands on the envelopes of one of the stream's lanes, in order.
+func (in *inbound) lane(envs chan *Envelope) {
 	defer in.t.wg.Done()
 	for {
 		select {
-		case env := <-in.oneway:
-			in.oneWay(env)
+		case env := <-envs:
+			if env.Kind == agentsilov1.Kind_KIND_REQUEST {
+				in.request(env)
+			} else {
+				in.oneWay(env)
+			}
 		case <-in.ctx.Done():
 			return
 		}

@@ -33,18 +33,21 @@ type Handler interface {
 	// whose errs code travels back to the caller; an error without a code
 	// becomes Internal, and so does a panic). Each request runs on a
 	// goroutine of its own, concurrently with every other request and
-	// one-way message, so a slow handler never holds up the stream. ctx ends
+	// one-way message, so a slow handler never holds up the stream; a
+	// Handler that is also an OrderedHandler gets requests there instead,
+	// in order with one-way messages. ctx ends
 	// at the request's deadline (env.DeadlineUnixMs; a request without one:
 	// when the stream from the peer breaks) or when the transport closes; a handler must return
 	// soon after ctx ends, as Close waits for it.
 	HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
-	// HandleOneWay handles a ONE_WAY message or an EVENT. The one-way
-	// envelopes of one inbound stream (that is, from one peer) are handled one
-	// at a time, in the order the peer sent them, on one goroutine per
-	// stream, concurrently with requests and with other peers' streams. It
-	// should only hand the message on (a mailbox post, which may wait briefly
-	// for room): while it runs, the next one-way messages from that peer
-	// queue, and once that queue is full the peer's whole stream waits. ctx
+	// HandleOneWay handles a ONE_WAY message or an EVENT. The envelopes of
+	// one inbound stream (that is, from one peer) go to one of the stream's
+	// lanes by their receiver's address, and each lane's are handled one at
+	// a time, in the order the peer sent them, on one goroutine per lane,
+	// concurrently with the other lanes and other peers' streams. It should
+	// only hand the message on (a mailbox post, which may wait briefly for
+	// room): while it runs, the lane's next envelopes queue, and once that
+	// queue is full the peer's whole stream waits. ctx
 	// ends at the envelope's deadline if it has one, when the stream breaks,
 	// or when the transport closes.
 	HandleOneWay(ctx context.Context, from string, env *Envelope)

@@ -78,6 +78,43 @@ that is not active is left alone.`, cmdDeactivate},
 		{"reminders", "AGENT", "list an agent's durable reminders",
 			`Lists the agent's reminders; "none" if it has none (-o json: an empty
 list).`, cmdReminders},
+		{"publish", "TOPIC [TEXT...|-]", "publish a message to a topic",
+			`Publishes to TOPIC (owner:name, or a name of yours such as
+orders.created) and prints the message's id once it is durable, with the
+number of subscriptions it was queued for. --key makes a publish again with
+the same key (within 10 minutes) a no-op. Publishing to another owner's
+topic needs Message on it. TEXT as for ask.`, cmdPublish},
+		{"subscribe", "AGENT NAME PATTERN", "subscribe an agent to topics",
+			`Adds AGENT to the subscription NAME of its owner, creating it with
+PATTERN (owner:pattern, or a pattern of your topics: * is one segment, #
+zero or more, e.g. orders.#) if it does not exist. Agents in one
+subscription compete for its messages; each subscription gets its own copy.
+Everything published after it returns is delivered to the agent's
+OnMessage, at least once, until its handler returns no error; after
+--max-attempts deliveries (default 5) the message is a dead letter.`, cmdSubscribe},
+		{"unsubscribe", "AGENT NAME", "remove an agent from a subscription",
+			`Removes AGENT from its owner's subscription NAME; the last agent's
+leaving deletes the subscription with its backlog and dead letters.`, cmdUnsubscribe},
+		{"subscriptions", "", "list subscriptions",
+			`Lists your subscriptions (--owner: another owner's you may read), with
+their patterns, attempts and agents; "none" if there are none.`, cmdSubscriptions},
+		{"deadletters replay", "SUBSCRIPTION (ID...|--all)", "deliver dead letters again",
+			`Queues the dead letters ID... (or --all) of SUBSCRIPTION (owner:name, or
+a name of yours) again, at the end of its queue, their attempts from 1
+(needs Configure on it).`, cmdDeadLetterAction},
+		{"deadletters drop", "SUBSCRIPTION (ID...|--all)", "delete dead letters",
+			`Deletes the dead letters ID... (or --all) of SUBSCRIPTION (needs
+Configure on it).`, cmdDeadLetterAction},
+		{"deadletters", "SUBSCRIPTION", "list a subscription's dead letters",
+			`Lists the dead letters of SUBSCRIPTION (owner:name, or a name of
+yours), oldest first: id, topic, attempts, when, the reason (poison: ...,
+or attempts exhausted), the last error and the message. At most --limit;
+when there are more, stderr says the --after that lists them.`, cmdDeadLetters},
+		{"broadcast", "PATTERN [TEXT...|-]", "send to every active agent matching a glob",
+			`Sends a one-way message (--event: an event) to every active agent of
+the cluster whose address matches PATTERN (a glob such as Worker:acme:*)
+and prints how many it reached. Agents that are not active are not
+activated.`, cmdBroadcast},
 		{"acl rules", "", "list the ACL's rules in order, with their ids",
 			`The first rule that matches a call decides it. While no rules are set,
 prints "none" and the seed rule that applies instead.`, aclRules},

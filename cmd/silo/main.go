@@ -52,6 +52,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				}
 			}
 			if journal != "" {
+				if err := examples.RegisterTopicSink(reg, journal+".topics"); err != nil {
+					return err
+				}
 				return examples.RegisterJournal(reg, journal)
 			}
 			return nil

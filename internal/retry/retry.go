@@ -62,3 +62,18 @@ func (b *Backoff) Wait(ctx context.Context, wake <-chan struct{}) bool {
 		return false
 	}
 }
+
+// Delay returns the wait before the nth retry of something that failed n
+// times (n from 1): min doubled n-1 times, capped at max, with jitter. For
+// retries that are not one loop's (a message's redeliveries, spread over
+// time and silos).
+func Delay(min, max time.Duration, n int) time.Duration {
+	d := min
+	for i := 1; i < n && d < max; i++ {
+		d *= 2
+	}
+	if d > max {
+		d = max
+	}
+	return time.Duration(float64(d) * (1 + Jitter*(2*rand.Float64()-1)))
+}

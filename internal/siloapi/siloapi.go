@@ -19,6 +19,10 @@ type Runtime interface {
 	// SendRemote delivers a ONE_WAY message or EVENT another silo
 	// forwarded here.
 	SendRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int) error
+	// AskRemoteAsync is AskRemote that returns once the request is queued
+	// at its activation (or forwarded on), and calls done with the result,
+	// once: the transport calls it in the sender's order.
+	AskRemoteAsync(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error))
 	// TryAskRemote is AskRemote without a goroutine waiting for the reply,
 	// for a live activation only; false if it did nothing.
 	TryAskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error)) bool

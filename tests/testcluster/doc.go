@@ -12,10 +12,11 @@
 // 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports
 // picked free at Start and kept across restarts. Each silo joins the others'
 // gossip addresses, runs with --fault-injection, registers the demo agents
-// (--examples) and the Journal and StateProbe agent types (package
-// examples) on a journal file shared by the cluster, and logs (JSON) to a
-// file in the test's temporary directory; when the test fails, the tail of
-// every silo's log is printed. Options.Args adds flags, such as
+// (--examples) and the Journal, StateProbe and TopicSink agent types
+// (package examples) on a journal file shared by the cluster (TopicSink
+// writes to the file TopicSink names; ReadTopicSink reads it), and logs
+// (JSON) to a file in the test's temporary directory; when the test fails,
+// the tail of every silo's log is printed. Options.Args adds flags, such as
 // --state-store.
 //
 // Controls: Kill (SIGKILL), Stop (SIGTERM, expects exit 0), Freeze and Thaw

@@ -123,9 +123,20 @@ type AgentMessage struct {
 	Attempt uint32 `protobuf:"varint,16,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	// call_chain_id identifies the call chain a REQUEST belongs to; requests of
 	// the chain that an agent is waiting on may enter it (reentrancy).
-	CallChainId   string `protobuf:"bytes,17,opt,name=call_chain_id,json=callChainId,proto3" json:"call_chain_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CallChainId string `protobuf:"bytes,17,opt,name=call_chain_id,json=callChainId,proto3" json:"call_chain_id,omitempty"`
+	// topic is set on a message delivered for a subscription: the topic it
+	// was published to, `owner:name`. The runtime sets it; a client's is
+	// ignored.
+	Topic string `protobuf:"bytes,18,opt,name=topic,proto3" json:"topic,omitempty"`
+	// subscription is set beside topic: the subscription, `owner:name`, that
+	// the message is delivered for.
+	Subscription string `protobuf:"bytes,19,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	// idempotency_key, if set, lets a sender retry a publish, a Send or an
+	// Ask safely: within the runtime's window, a key is handed to a receiver
+	// once (a retried Ask gets the first answer).
+	IdempotencyKey string `protobuf:"bytes,20,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *AgentMessage) Reset() {
@@ -277,11 +288,32 @@ func (x *AgentMessage) GetCallChainId() string {
 	return ""
 }
 
+func (x *AgentMessage) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *AgentMessage) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *AgentMessage) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
 var File_agentsilo_v1_message_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsilo/v1/message.proto\x12\fagentsilo.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe0\x04\n" +
+	"\x1aagentsilo/v1/message.proto\x12\fagentsilo.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
 	"\fAgentMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
@@ -301,7 +333,10 @@ const file_agentsilo_v1_message_proto_rawDesc = "" +
 	"\vtraceparent\x18\x0e \x01(\tR\vtraceparent\x126\n" +
 	"\bdeadline\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12\x18\n" +
 	"\aattempt\x18\x10 \x01(\rR\aattempt\x12\"\n" +
-	"\rcall_chain_id\x18\x11 \x01(\tR\vcallChainId\x1a8\n" +
+	"\rcall_chain_id\x18\x11 \x01(\tR\vcallChainId\x12\x14\n" +
+	"\x05topic\x18\x12 \x01(\tR\x05topic\x12\"\n" +
+	"\fsubscription\x18\x13 \x01(\tR\fsubscription\x12'\n" +
+	"\x0fidempotency_key\x18\x14 \x01(\tR\x0eidempotencyKey\x1a8\n" +
 	"\n" +
 	"StateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +

@@ -1,0 +1,199 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// Topics: publish/subscribe through the gateway's Topics service. A topic
+// is `owner:name` (name: dot-separated segments, e.g. orders.created.eu), or
+// a name of the client's own principal. A subscription is `owner:name`
+// after its agents' owner and selects one owner's topics with a pattern
+// (`*` one segment, `#` zero or more); each message it selects goes to one
+// of its agents, at least once, until the agent's handler acknowledges it
+// (returns nil), or it becomes a dead letter.
+
+// PublishResult is what Publish did: the message's id, the subscriptions
+// it was queued for, and whether its idempotency key had been published
+// already (then nothing was queued again, and the id is the first's).
+type PublishResult = agentsilov1.PublishResponse
+
+// Subscription is a durable named subscription.
+type Subscription = agentsilov1.Subscription
+
+// DeadLetter is a message a subscription gave up on, with its reason,
+// attempts, last error and the original message.
+type DeadLetter = agentsilov1.DeadLetter
+
+// Publish publishes msg to topic and returns once the message is durable:
+// it is then delivered to every subscription whose pattern matches, and
+// the messages this Client publishes reach each subscription in the order
+// published. A subscription whose backlog is full makes Publish wait,
+// bounded by ctx (or the client's timeout): then ResourceExhausted.
+//
+// With msg.IdempotencyKey set, a publish that failed with Unavailable (its
+// gateway went away: the outcome is unknown) is sent again, through the
+// gateway the session moves to, until ctx ends: within the cluster's
+// window (10 minutes) the key is queued once.
+func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ *PublishResult, err error) {
+	m := &Message{}
+	if msg != nil {
+		m = proto.Clone(msg).(*Message)
+	}
+	if n := proto.Size(m); n > c.opts.maxSize {
+		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+	}
+	ctx, span := c.startSpan(ctx, "agentsilo Publish", m)
+	defer func() { endSpan(span, err) }()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	req := &agentsilov1.PublishRequest{Topic: topic, Message: m, Publisher: c.publisher()}
+	b := retry.New(50*time.Millisecond, time.Second, nil)
+	for {
+		uctx, cancel, _ := c.unary(ctx)
+		r, err := agentsilov1.NewTopicsClient(c.conns[c.connIndex()]).Publish(uctx, req)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		err = errs.FromStatus(err)
+		if m.GetIdempotencyKey() == "" || errs.Code(err) != codes.Unavailable || ctx.Err() != nil || !b.Wait(ctx, nil) {
+			return nil, err
+		}
+	}
+}
+
+// publisher is the Client's publisher address: a session address of its
+// principal, the same for the Client's life (across re-attaches to other
+// gateways), so that its messages keep their order.
+func (c *Client) publisher() string {
+	c.pubOnce.Do(func() {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		p := c.Principal()
+		if p == "" {
+			p = c.opts.principal
+		}
+		c.pub = "Session:" + p + ":pub-" + hex.EncodeToString(b[:])
+	})
+	return c.pub
+}
+
+// topics prepares a call to the Topics service of the session's gateway.
+func (c *Client) topics(ctx context.Context) (context.Context, context.CancelFunc, agentsilov1.TopicsClient) {
+	ctx, cancel, _ := c.unary(ctx)
+	return ctx, cancel, agentsilov1.NewTopicsClient(c.conns[c.connIndex()])
+}
+
+// Subscribe adds the agent at agent to the subscription name of the
+// agent's owner, creating it with pattern (and maxAttempts, 0 for the
+// default of 5) if it does not exist. Everything published after it
+// returns is delivered.
+func (c *Client) Subscribe(ctx context.Context, agent, name, pattern string, maxAttempts int) (*Subscription, error) {
+	if maxAttempts < 0 {
+		return nil, errs.New(codes.InvalidArgument, "max attempts %d is negative", maxAttempts)
+	}
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: agent, Name: name, Pattern: pattern, MaxAttempts: uint32(min(maxAttempts, 1<<20))})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetSubscription(), nil
+}
+
+// Unsubscribe removes the agent from its owner's subscription name, and
+// reports whether that deleted the subscription (it was the last agent):
+// its backlog and dead letters go with it.
+func (c *Client) Unsubscribe(ctx context.Context, agent, name string) (deleted bool, err error) {
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.Unsubscribe(ctx, &agentsilov1.UnsubscribeRequest{Agent: agent, Name: name})
+	if err != nil {
+		return false, errs.FromStatus(err)
+	}
+	return r.GetDeleted(), nil
+}
+
+// Subscriptions lists owner's subscriptions ("": the client's principal's)
+// that the client may read.
+func (c *Client) Subscriptions(ctx context.Context, owner string) ([]*Subscription, error) {
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.ListSubscriptions(ctx, &agentsilov1.ListSubscriptionsRequest{Owner: owner})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetSubscriptions(), nil
+}
+
+// DeadLetters lists a subscription's dead letters after the id after (""
+// from the first), at most limit (0: 100); more says there are others.
+func (c *Client) DeadLetters(ctx context.Context, subscription, after string, limit int) (ds []*DeadLetter, more bool, err error) {
+	if limit < 0 {
+		return nil, false, errs.New(codes.InvalidArgument, "limit %d is negative", limit)
+	}
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.ListDeadLetters(ctx, &agentsilov1.ListDeadLettersRequest{Subscription: subscription, After: after, Limit: uint32(min(limit, 1<<20))})
+	if err != nil {
+		return nil, false, errs.FromStatus(err)
+	}
+	return r.GetDeadLetters(), r.GetMore(), nil
+}
+
+// ReplayDeadLetters queues the dead letters ids of subscription again, at
+// the end of its queue with their attempts from 1; no ids replays every
+// one. It returns how many it queued.
+func (c *Client) ReplayDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.ReplayDeadLetters(ctx, &agentsilov1.ReplayDeadLettersRequest{Subscription: subscription, Ids: ids, All: len(ids) == 0})
+	if err != nil {
+		return 0, errs.FromStatus(err)
+	}
+	return int(r.GetCount()), nil
+}
+
+// DropDeadLetters deletes the dead letters ids of subscription; no ids
+// drops every one. It returns how many it deleted.
+func (c *Client) DropDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.DropDeadLetters(ctx, &agentsilov1.DropDeadLettersRequest{Subscription: subscription, Ids: ids, All: len(ids) == 0})
+	if err != nil {
+		return 0, errs.FromStatus(err)
+	}
+	return int(r.GetCount()), nil
+}
+
+// Broadcast sends msg (ONE_WAY, or an EVENT if its kind is KIND_EVENT) to
+// every active agent of the cluster whose address matches the glob pattern
+// (e.g. `Worker:acme:*`) and returns how many it reached. A pattern of
+// another owner's agents needs Message on them; a pattern whose owner is
+// not literal, an operator.
+func (c *Client) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
+	m := &Message{}
+	if msg != nil {
+		m = proto.Clone(msg).(*Message)
+	}
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.Broadcast(ctx, &agentsilov1.BroadcastRequest{Pattern: pattern, Message: m})
+	if err != nil {
+		return 0, errs.FromStatus(err)
+	}
+	return int(r.GetReached()), nil
+}

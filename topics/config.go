@@ -1,0 +1,145 @@
+package topics
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
+)
+
+// Config configures a Service. Store is required; every other field has a
+// default, described beside it.
+type Config struct {
+	// Store keeps the subscriptions and queues. Required.
+	Store Store
+	// Owns reports whether this silo delivers the messages of subscription
+	// id (`owner:name`). It is called often and must be quick; call
+	// Service.Rebalance when its answers change. Nil: every subscription
+	// (one silo).
+	Owns func(id string) bool
+	// Known reports whether an agent type is registered; subscribing an
+	// agent of an unknown type is NotFound. Nil: every type is known.
+	Known func(typeName string) bool
+	// MaxBacklog bounds the messages queued for one subscription and not
+	// yet acknowledged; past it publishers to its topics wait (see
+	// Service.Publish). Default: 1000.
+	MaxBacklog int
+	// MaxMessageSize bounds a published message's encoded size (a message
+	// is stored once per matching subscription); larger is
+	// ResourceExhausted. Default: 256 KiB.
+	MaxMessageSize int
+	// MaxAttempts is a subscription's default bound on deliveries of a
+	// message before it becomes a dead letter. Default: 5.
+	MaxAttempts int
+	// RetryMin and RetryMax bound the backoff between deliveries of a
+	// message that failed: RetryMin doubled per failure, capped at
+	// RetryMax, with jitter. Default: 1 s and 1 min.
+	RetryMin, RetryMax time.Duration
+	// AckTimeout bounds one delivery: a handler that has not returned by
+	// then counts as failed. Default: 30 s.
+	AckTimeout time.Duration
+	// MaxInflight bounds the deliveries of one subscription in flight at a
+	// time (each publisher's messages go one at a time). Default: 64.
+	MaxInflight int
+	// PublishTimeout bounds a publish whose context has no deadline.
+	// Default: 30 s.
+	PublishTimeout time.Duration
+	// MaxBatch bounds the publishes written in one Store.Append. Default:
+	// 256.
+	MaxBatch int
+	// QueueSize bounds the publishes waiting for the batcher. Default:
+	// 10000.
+	QueueSize int
+	// Observe, if set, is told of publishes and of deliveries' outcomes,
+	// for metrics. It is called concurrently and must be quick.
+	Observe Observer
+	// Clock is the time of retries' backoff. Default: the real clock.
+	Clock clock.Clock
+	// Logger receives the service's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Observer is told what a Service does, for metrics. Its methods are
+// called concurrently.
+type Observer interface {
+	// Published: a message was queued for subs subscriptions.
+	Published(subs int)
+	// Delivered: a delivery ended with outcome "ack", "retry" (the handler
+	// asked for it), "error" (another failure), "unavailable" (retried
+	// without counting an attempt) or "poison".
+	Delivered(outcome string)
+	// DeadLettered: a message became a dead letter.
+	DeadLettered()
+}
+
+// DefaultConfig returns the defaults described on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		MaxBacklog:     1000,
+		MaxMessageSize: 256 << 10,
+		MaxAttempts:    5,
+		RetryMin:       time.Second,
+		RetryMax:       time.Minute,
+		AckTimeout:     30 * time.Second,
+		MaxInflight:    64,
+		PublishTimeout: 30 * time.Second,
+		MaxBatch:       256,
+		QueueSize:      10000,
+		Clock:          clock.Real{},
+	}
+}
+
+// MaxAttemptsLimit is the largest max attempts a subscription may have.
+const MaxAttemptsLimit = 100
+
+// Validate fills in defaults for zero fields and reports the first invalid
+// one, as InvalidArgument.
+func (c *Config) Validate() error {
+	d := DefaultConfig()
+	fill := func(v *int, def int) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fillD := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	fill(&c.MaxBacklog, d.MaxBacklog)
+	fill(&c.MaxMessageSize, d.MaxMessageSize)
+	fill(&c.MaxAttempts, d.MaxAttempts)
+	fill(&c.MaxInflight, d.MaxInflight)
+	fill(&c.MaxBatch, d.MaxBatch)
+	fill(&c.QueueSize, d.QueueSize)
+	fillD(&c.RetryMin, d.RetryMin)
+	fillD(&c.RetryMax, d.RetryMax)
+	fillD(&c.AckTimeout, d.AckTimeout)
+	fillD(&c.PublishTimeout, d.PublishTimeout)
+	if c.Clock == nil {
+		c.Clock = d.Clock
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	switch {
+	case c.Store == nil:
+		return errs.New(codes.InvalidArgument, "topics: Config.Store is nil")
+	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1:
+		return errs.New(codes.InvalidArgument, "topics: sizes and bounds must be positive")
+	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit:
+		return errs.New(codes.InvalidArgument, "topics: MaxAttempts %d: want 1 to %d", c.MaxAttempts, MaxAttemptsLimit)
+	case c.RetryMin < 0, c.RetryMax < c.RetryMin, c.AckTimeout < 0, c.PublishTimeout < 0:
+		return errs.New(codes.InvalidArgument, "topics: durations must be positive, RetryMax at least RetryMin")
+	}
+	return nil
+}
+
+// Deliver delivers one message of a subscription to one of its agents and
+// returns what the handler answered: the silo passes its runtime's Ask.
+type Deliver func(ctx context.Context, msg *grain.Message) (*grain.Message, error)

@@ -1,0 +1,495 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
+)
+
+// engine delivers one subscription's queue, on the silo that owns it.
+//
+// It follows the queue (Store.FollowQueue) into lanes, one per publisher
+// (the message's from), each in queue order. A lane's head is delivered,
+// to one of the subscription's members in turn, when the previous one is
+// settled and its not-before time has come; up to MaxInflight lanes
+// deliver at once. Settling a delivery:
+//
+//	acknowledged (nil)   the entry leaves the lane; its key is removed from
+//	                     the store in a batch (the acker)
+//	Retry, other errors  attempts+1, written to the store with the
+//	                     not-before time (Retry's, else the backoff); at
+//	                     MaxAttempts, a dead letter
+//	Unavailable          (the agent's silo is unreachable, or the handler
+//	                     said so) retried after the backoff, in memory,
+//	                     without counting an attempt
+//	Poison               a dead letter
+//
+// So a publisher's messages reach a subscription in the order published,
+// one at a time; a restart or a move of the subscription to another silo
+// delivers again what was not acknowledged yet (at least once). The
+// engine marks the backlog full in the store past MaxBacklog (publishers
+// wait), and not full again under three quarters of it.
+//
+// mu guards everything below it; deliveries run on goroutines of their
+// own and settle under mu.
+type engine struct {
+	s   *Service
+	id  string
+	ctx context.Context // ends the following and the dispatching (stop)
+	// dctx bounds deliveries in flight: only abort ends it early.
+	dctx    context.Context
+	cancel  context.CancelFunc
+	dcancel context.CancelFunc
+	wake    chan struct{} // the dispatcher: something may be ready
+	ackWake chan struct{} // the acker: acks or the full flag to write
+	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	sub      *Sub
+	items    map[string]*item
+	lanes    map[string]*lane
+	n        int // entries queued
+	inflight int
+	rr       int      // the member to deliver to next
+	acks     []string // acknowledged keys not yet removed from the store
+	wantFull bool
+	isFull   bool // as last written (or read from the registry)
+}
+
+// item is one queued entry.
+type item struct {
+	key  string
+	e    *Entry
+	lane *lane
+	busy bool   // a delivery is in flight
+	gone bool   // removed from the lane while in flight
+	dead string // a dead letter's reason, while writing it failed
+	last string // the last error, for a dead letter written again
+	// unavailable counts deliveries in a row that failed with Unavailable
+	// (the agent's silo unreachable): they are retried with backoff but
+	// not counted as attempts.
+	unavailable int
+}
+
+type lane struct {
+	from string
+	q    []*item
+}
+
+func newEngine(s *Service, id string, sub *Sub) *engine {
+	e := &engine{
+		s:       s,
+		id:      id,
+		sub:     sub,
+		items:   map[string]*item{},
+		lanes:   map[string]*lane{},
+		wake:    make(chan struct{}, 1),
+		ackWake: make(chan struct{}, 1),
+		isFull:  sub.Full,
+	}
+	e.ctx, e.cancel = context.WithCancel(s.ctx)
+	e.dctx, e.dcancel = context.WithCancel(context.Background())
+	return e
+}
+
+func (e *engine) start() {
+	e.wg.Add(3)
+	go func() {
+		defer e.wg.Done()
+		e.s.cfg.Store.FollowQueue(e.ctx, e.id, e.onEvent)
+	}()
+	go e.dispatcher()
+	go e.acker()
+}
+
+// stop ends the following and the dispatching; wait waits for the
+// deliveries in flight and the last acknowledgments.
+func (e *engine) stop() { e.cancel() }
+
+func (e *engine) wait() {
+	e.wg.Wait()
+	e.dcancel()
+}
+
+// abort cuts the deliveries in flight short.
+func (e *engine) abort() {
+	e.cancel()
+	e.dcancel()
+}
+
+func (e *engine) setSub(sub *Sub) {
+	e.mu.Lock()
+	e.sub = sub
+	e.mu.Unlock()
+	poke(e.wake)
+}
+
+func (e *engine) backlog() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.n
+}
+
+func poke(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// onEvent applies a change of the queue.
+func (e *engine) onEvent(ev QueueEvent) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case ev.Reset:
+		for _, it := range e.items {
+			it.gone = true
+		}
+		e.items, e.lanes, e.n = map[string]*item{}, map[string]*lane{}, 0
+	case ev.Entry == nil:
+		if it := e.items[ev.Key]; it != nil {
+			e.removeLocked(it)
+		}
+	default:
+		it := e.items[ev.Key]
+		if it == nil {
+			from := ev.Entry.GetMessage().GetFrom()
+			l := e.lanes[from]
+			if l == nil {
+				l = &lane{from: from}
+				e.lanes[from] = l
+			}
+			it = &item{key: ev.Key, e: ev.Entry, lane: l}
+			l.q = append(l.q, it)
+			e.items[ev.Key] = it
+			e.n++
+		} else if !it.busy {
+			it.e = ev.Entry
+		}
+	}
+	e.checkFullLocked()
+	poke(e.wake)
+}
+
+// removeLocked takes it out of its lane and the queue.
+func (e *engine) removeLocked(it *item) {
+	if e.items[it.key] != it {
+		return
+	}
+	delete(e.items, it.key)
+	e.n--
+	it.gone = true
+	l := it.lane
+	for i, x := range l.q {
+		if x == it {
+			l.q = append(l.q[:i], l.q[i+1:]...)
+			break
+		}
+	}
+	if len(l.q) == 0 {
+		delete(e.lanes, l.from)
+	}
+}
+
+func (e *engine) checkFullLocked() {
+	max := e.s.cfg.MaxBacklog
+	switch {
+	case !e.wantFull && e.n >= max:
+		e.wantFull = true
+	case e.wantFull && e.n <= max*3/4:
+		e.wantFull = false
+	default:
+		if e.wantFull == e.isFull {
+			return
+		}
+	}
+	poke(e.ackWake)
+}
+
+// dispatcher starts the deliveries that are due, and sleeps until the next
+// one is, or something changes.
+func (e *engine) dispatcher() {
+	defer e.wg.Done()
+	clk := e.s.cfg.Clock
+	t := clk.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case <-e.wake:
+		case <-t.C():
+		}
+		if next := e.dispatch(); !next.IsZero() {
+			t.Reset(max(next.Sub(clk.Now()), 0))
+		}
+	}
+}
+
+// dispatch starts what is due and returns when the next not-before time
+// comes (zero if none waits).
+func (e *engine) dispatch() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.ctx.Err() != nil || len(e.sub.Members) == 0 {
+		return time.Time{}
+	}
+	now := e.s.cfg.Clock.Now()
+	var next time.Time
+	for _, l := range e.lanes {
+		if e.inflight >= e.s.cfg.MaxInflight {
+			break
+		}
+		h := l.q[0]
+		if h.busy {
+			continue
+		}
+		if nb := h.e.GetNotBeforeUnixMs(); nb > now.UnixMilli() {
+			if at := time.UnixMilli(nb); next.IsZero() || at.Before(next) {
+				next = at
+			}
+			continue
+		}
+		h.busy = true
+		e.inflight++
+		member := e.sub.Members[e.rr%len(e.sub.Members)]
+		e.rr++
+		e.wg.Add(1)
+		go e.deliver(h, member, int(e.sub.Record.GetMaxAttempts()))
+	}
+	return next
+}
+
+// deliver delivers it to member and settles the outcome.
+func (e *engine) deliver(it *item, member string, maxAttempts int) {
+	defer e.wg.Done()
+	if it.dead != "" {
+		e.kill(it, member, it.dead, it.last)
+		return
+	}
+	msg := proto.Clone(it.e.GetMessage()).(*grain.Message)
+	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, grain.KindRequest, e.id, it.e.GetAttempts()+1
+	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
+	reply, err := e.s.deliverTo(ctx, msg)
+	cancel()
+	out := grain.Outcome(reply, err)
+	obs := e.s.cfg.Observe
+	var oe *grain.OutcomeError
+	switch {
+	case out == nil:
+		e.s.stats.acked.Add(1)
+		if obs != nil {
+			obs.Delivered("ack")
+		}
+		e.mu.Lock()
+		e.inflight--
+		it.busy = false
+		e.removeLocked(it)
+		e.acks = append(e.acks, it.key)
+		e.checkFullLocked()
+		e.mu.Unlock()
+		poke(e.ackWake)
+		poke(e.wake)
+		return
+	case e.dctx.Err() != nil:
+		e.release(it) // aborted: neither a failure nor an ack
+		return
+	case errors.As(out, &oe) && oe.Poison:
+		if obs != nil {
+			obs.Delivered("poison")
+		}
+		e.kill(it, member, "poison: "+oe.Reason, out.Error())
+		return
+	}
+	if oe == nil && errs.Code(out) == codes.Unavailable {
+		if obs != nil {
+			obs.Delivered("unavailable")
+		}
+		e.s.stats.unavailable.Add(1)
+		e.mu.Lock()
+		it.unavailable++
+		ne := proto.Clone(it.e).(*Entry)
+		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
+		it.e = ne
+		e.mu.Unlock()
+		e.release(it)
+		return
+	}
+	it.unavailable = 0
+	attempts := int(it.e.GetAttempts()) + 1
+	wait := retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, attempts)
+	outcome := "error"
+	if oe != nil {
+		outcome = "retry"
+		if oe.After > 0 {
+			wait = oe.After
+		}
+	}
+	if obs != nil {
+		obs.Delivered(outcome)
+	}
+	last := clipErr(out)
+	if attempts >= maxAttempts {
+		e.kill(it, member, "attempts exhausted", last)
+		return
+	}
+	if outcome == "retry" {
+		e.s.stats.retried.Add(1)
+	} else {
+		e.s.stats.failed.Add(1)
+	}
+	ne := proto.Clone(it.e).(*Entry)
+	ne.Attempts, ne.LastError, ne.Agent = uint32(attempts), last, member
+	ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(wait).UnixMilli()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	if err := e.s.cfg.Store.Update(ctx, e.id, it.key, ne); err != nil && errs.Code(err) != codes.NotFound {
+		// Kept in memory: a restart counts this attempt again.
+		e.s.cfg.Logger.Warn("topics: could not record a failed delivery", "subscription", e.id, "err", err)
+	}
+	cancel()
+	e.mu.Lock()
+	it.e = ne
+	e.mu.Unlock()
+	e.release(it)
+}
+
+// release ends it's delivery without removing it.
+func (e *engine) release(it *item) {
+	e.mu.Lock()
+	it.busy = false
+	e.inflight--
+	e.mu.Unlock()
+	poke(e.wake)
+}
+
+// kill moves it to the dead letters; if the store fails, the next dispatch
+// of it tries again after RetryMin.
+func (e *engine) kill(it *item, member, reason, last string) {
+	d := &DeadLetter{
+		Subscription: e.id,
+		Message:      it.e.GetMessage(),
+		Reason:       reason,
+		Attempts:     it.e.GetAttempts() + 1,
+		LastError:    last,
+		DeadAt:       timestamppb.New(e.s.cfg.Clock.Now()),
+		Agent:        member,
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	err := e.s.cfg.Store.Kill(ctx, e.id, it.key, d)
+	cancel()
+	if err != nil && errs.Code(err) != codes.NotFound {
+		e.s.cfg.Logger.Warn("topics: could not write a dead letter; trying again", "subscription", e.id, "err", err)
+		e.mu.Lock()
+		it.dead, it.last = reason, last
+		ne := proto.Clone(it.e).(*Entry)
+		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(e.s.cfg.RetryMin).UnixMilli()
+		it.e = ne
+		e.mu.Unlock()
+		e.release(it)
+		return
+	}
+	if err == nil {
+		e.s.stats.dead.Add(1)
+		if obs := e.s.cfg.Observe; obs != nil {
+			obs.DeadLettered()
+		}
+	}
+	e.mu.Lock()
+	it.busy = false
+	e.inflight--
+	e.removeLocked(it)
+	e.checkFullLocked()
+	e.mu.Unlock()
+	poke(e.wake)
+}
+
+// acker removes acknowledged keys from the store in batches, and writes
+// the full flag; at stop, once the deliveries in flight are settled, it
+// writes what is left.
+func (e *engine) acker() {
+	defer e.wg.Done()
+	b := retry.New(100*time.Millisecond, 2*time.Second, nil)
+	for {
+		select {
+		case <-e.ackWake:
+		case <-e.ctx.Done():
+			// The deliveries still in flight settle into acks: wait for them
+			// (bounded by their AckTimeout), then write.
+			for e.settling() {
+				select {
+				case <-e.ackWake:
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			e.flush(ctx)
+			cancel()
+			return
+		}
+		if !e.flush(e.ctx) {
+			if !b.Wait(e.ctx, nil) {
+				continue
+			}
+			poke(e.ackWake)
+		} else {
+			b.Reset()
+		}
+	}
+}
+
+// settling reports whether deliveries are still in flight.
+func (e *engine) settling() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.inflight > 0 && e.dctx.Err() == nil
+}
+
+// flush writes the acknowledgments and the full flag; false if the store
+// failed (what failed is kept for the next flush).
+func (e *engine) flush(ctx context.Context) bool {
+	e.mu.Lock()
+	acks := e.acks
+	e.acks = nil
+	want, is := e.wantFull, e.isFull
+	e.mu.Unlock()
+	ok := true
+	if len(acks) > 0 {
+		if err := e.s.cfg.Store.Ack(ctx, e.id, acks); err != nil {
+			e.s.cfg.Logger.Warn("topics: could not remove acknowledged messages; retrying", "subscription", e.id, "err", err)
+			e.mu.Lock()
+			e.acks = append(acks, e.acks...)
+			e.mu.Unlock()
+			ok = false
+		}
+	}
+	if want != is {
+		if err := e.s.cfg.Store.SetFull(ctx, e.id, want); err != nil {
+			e.s.cfg.Logger.Warn("topics: could not mark the backlog", "subscription", e.id, "full", want, "err", err)
+			ok = false
+		} else {
+			e.mu.Lock()
+			e.isFull = want
+			e.mu.Unlock()
+		}
+	}
+	return ok
+}
+
+// clipErr is an error's text, bounded for storage.
+func clipErr(err error) string {
+	s := err.Error()
+	if len(s) > 1024 {
+		s = s[:1024] + "..."
+	}
+	return s
+}

@@ -1,0 +1,775 @@
+package topics
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/retry"
+)
+
+// EtcdStore is the Store of a cluster, in etcd under <prefix>topics/:
+//
+//	reg/sub/<id>              a subscription (SubscriptionRecord)
+//	reg/member/<id>/<agent>   one of its members
+//	reg/ver/<owner>           bumped when a subscription to the owner's topics
+//	                          comes or goes: its ModRevision is the version
+//	                          every Append compares
+//	reg/full/<id>             present while the subscription's backlog is full
+//	q/<id>/<key>              a queued message (TopicEntry)
+//	dead/<id>/<key>           a dead letter (DeadLetter)
+//	idem/<scope>/<key>        an idempotency key, on a lease of the window
+//
+// A queue's order is the entries' etcd CreateRevision, then their keys: the
+// keys one EtcdStore makes increase, so the entries of one transaction keep
+// the order in which they were given to Append.
+//
+// etcd bounds a transaction to 128 operations and 1.5 MiB by default;
+// Append splits what it is given into transactions within MaxOps and
+// MaxBytes, committed one after another.
+type EtcdStore struct {
+	cli    *clientv3.Client
+	root   string
+	logger *slog.Logger
+
+	// OpTimeout bounds each etcd request. Default 5 s.
+	OpTimeout time.Duration
+	// MaxOps and MaxBytes bound one transaction. Default 120 and 1 MiB.
+	MaxOps, MaxBytes int
+	// Window is how long an idempotency key is remembered. Default 10 min.
+	Window time.Duration
+
+	keyPrefix string // unique to this store: the keys it makes
+	keySeq    atomic.Uint64
+
+	leaseMu sync.Mutex
+	lease   clientv3.LeaseID
+	leaseAt time.Time
+
+	txns atomic.Uint64 // transactions that wrote, for the figures
+}
+
+// NewEtcdStore returns the store under prefix (which ends in "/").
+func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *EtcdStore {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return &EtcdStore{
+		cli:       cli,
+		root:      prefix + "topics/",
+		logger:    logger,
+		OpTimeout: 5 * time.Second,
+		MaxOps:    120,
+		MaxBytes:  1 << 20,
+		Window:    DefaultIdemWindow,
+		keyPrefix: hex.EncodeToString(b[:]) + "-",
+	}
+}
+
+var _ Store = (*EtcdStore)(nil)
+
+// Txns returns how many write transactions the store committed.
+func (s *EtcdStore) Txns() uint64 { return s.txns.Load() }
+
+func (s *EtcdStore) subKey(id string) string       { return s.root + "reg/sub/" + id }
+func (s *EtcdStore) memberPrefix(id string) string { return s.root + "reg/member/" + id + "/" }
+func (s *EtcdStore) verKey(owner string) string    { return s.root + "reg/ver/" + owner }
+func (s *EtcdStore) fullKey(id string) string      { return s.root + "reg/full/" + id }
+func (s *EtcdStore) queuePrefix(id string) string  { return s.root + "q/" + id + "/" }
+func (s *EtcdStore) deadPrefix(id string) string   { return s.root + "dead/" + id + "/" }
+func (s *EtcdStore) idemKey(k string) string       { return s.root + "idem/" + k }
+func (s *EtcdStore) regPrefix() string             { return s.root + "reg/" }
+func (s *EtcdStore) newKey() string                { return fmt.Sprintf("%s%016x", s.keyPrefix, s.keySeq.Add(1)) }
+
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
+}
+
+// Subscribe implements Store.
+func (s *EtcdStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+	p, err := ParsePattern(rec.GetPattern(), "")
+	if err != nil {
+		return nil, err
+	}
+	val, err := proto.Marshal(rec)
+	if err != nil {
+		return nil, errs.New(codes.Internal, "subscribe: %v", err)
+	}
+	for range 16 {
+		octx, cancel := bound(ctx, s.OpTimeout)
+		resp, err := s.cli.Get(octx, s.subKey(rec.GetId()))
+		cancel()
+		if err != nil {
+			return nil, etcderr.FromCall(ctx, err, "subscribe %s", rec.GetId())
+		}
+		var t clientv3.Txn
+		octx, cancel = bound(ctx, s.OpTimeout)
+		cur := rec
+		if len(resp.Kvs) > 0 {
+			cur = &SubscriptionRecord{}
+			if err := proto.Unmarshal(resp.Kvs[0].Value, cur); err != nil {
+				cancel()
+				return nil, errs.New(codes.Internal, "subscription %s: unreadable: %v", rec.GetId(), err)
+			}
+			if cur.GetPattern() != rec.GetPattern() {
+				cancel()
+				return nil, errs.New(codes.FailedPrecondition, "subscription %s exists with pattern %s, not %s", rec.GetId(), cur.GetPattern(), rec.GetPattern())
+			}
+			t = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(rec.GetId())), "=", resp.Kvs[0].CreateRevision)).
+				Then(clientv3.OpPut(s.memberPrefix(rec.GetId())+member, ""))
+		} else {
+			t = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(rec.GetId())), "=", 0)).
+				Then(clientv3.OpPut(s.subKey(rec.GetId()), string(val)),
+					clientv3.OpPut(s.memberPrefix(rec.GetId())+member, ""),
+					clientv3.OpPut(s.verKey(p.Owner), ""))
+		}
+		tr, err := t.Commit()
+		cancel()
+		if err != nil {
+			return nil, etcderr.FromCall(ctx, err, "subscribe %s", rec.GetId())
+		}
+		s.txns.Add(1)
+		if tr.Succeeded {
+			return proto.Clone(cur).(*SubscriptionRecord), nil
+		}
+	}
+	return nil, errs.New(codes.Aborted, "subscribe %s: too many concurrent changes; retry", rec.GetId())
+}
+
+// Unsubscribe implements Store.
+func (s *EtcdStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
+	mk := s.memberPrefix(id) + member
+	for range 16 {
+		octx, cancel := bound(ctx, s.OpTimeout)
+		rr, err := s.cli.Txn(octx).Then(
+			clientv3.OpGet(s.memberPrefix(id), clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+			clientv3.OpGet(s.subKey(id)),
+		).Commit()
+		cancel()
+		if err != nil {
+			return false, etcderr.FromCall(ctx, err, "unsubscribe %s", id)
+		}
+		members := rr.Responses[0].GetResponseRange().GetKvs()
+		subs := rr.Responses[1].GetResponseRange().GetKvs()
+		found := false
+		for _, kv := range members {
+			if string(kv.Key) == mk {
+				found = true
+			}
+		}
+		if !found {
+			return false, errs.New(codes.NotFound, "%s is not subscribed to %s", member, id)
+		}
+		last := len(members) == 1
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mk), ">", 0)}
+		ops := []clientv3.Op{clientv3.OpDelete(mk)}
+		if last {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.memberPrefix(id)).WithPrefix(), "<", rr.Header.Revision+1))
+			ops = append(ops,
+				clientv3.OpDelete(s.subKey(id)),
+				clientv3.OpDelete(s.fullKey(id)),
+				clientv3.OpDelete(s.queuePrefix(id), clientv3.WithPrefix()),
+				clientv3.OpDelete(s.deadPrefix(id), clientv3.WithPrefix()))
+			if len(subs) > 0 {
+				rec := &SubscriptionRecord{}
+				if proto.Unmarshal(subs[0].Value, rec) == nil {
+					if p, err := ParsePattern(rec.GetPattern(), ""); err == nil {
+						ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""))
+					}
+				}
+			}
+		}
+		octx, cancel = bound(ctx, s.OpTimeout)
+		tr, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return false, etcderr.FromCall(ctx, err, "unsubscribe %s", id)
+		}
+		s.txns.Add(1)
+		if tr.Succeeded {
+			return last, nil
+		}
+	}
+	return false, errs.New(codes.Aborted, "unsubscribe %s: too many concurrent changes; retry", id)
+}
+
+// errCompacted: the revision to resume a watch from is gone; read again.
+var errCompacted = errors.New("topics: watch revision compacted")
+
+// follow loads the keys under prefix at one revision (in pages), hands
+// them to load, then watches from the next revision and hands each
+// response's events to apply, until ctx ends; it loads again after a
+// compaction and retries with backoff while etcd is away.
+func (s *EtcdStore) follow(ctx context.Context, prefix, what string, load func(kvs []*mvccpb.KeyValue), apply func(evs []*clientv3.Event)) {
+	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
+	for ctx.Err() == nil {
+		kvs, rev, err := s.loadAll(ctx, prefix)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			s.logger.Warn("topics: loading from etcd failed; retrying", "what", what, "err", etcderr.Wrap(err))
+			if !b.Wait(ctx, nil) {
+				return
+			}
+			continue
+		}
+		load(kvs)
+		b.Reset()
+		from := rev + 1
+		for ctx.Err() == nil {
+			from, err = s.watch(ctx, prefix, from, apply)
+			if errors.Is(err, errCompacted) || ctx.Err() != nil {
+				break
+			}
+			s.logger.Warn("topics: watching etcd failed; resuming", "what", what, "err", etcderr.Wrap(err), "from_revision", from)
+			if !b.Wait(ctx, nil) {
+				return
+			}
+		}
+	}
+}
+
+// loadAll reads every key under prefix at one revision, in pages.
+func (s *EtcdStore) loadAll(ctx context.Context, prefix string) ([]*mvccpb.KeyValue, int64, error) {
+	var (
+		out []*mvccpb.KeyValue
+		rev int64
+		key = prefix
+		end = clientv3.GetPrefixRangeEnd(prefix)
+	)
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(1000)}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		octx, cancel := bound(ctx, s.OpTimeout)
+		resp, err := s.cli.Get(octx, key, opts...)
+		cancel()
+		if err != nil {
+			return nil, 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		out = append(out, resp.Kvs...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, rev, nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+func (s *EtcdStore) watch(ctx context.Context, prefix string, from int64, apply func([]*clientv3.Event)) (int64, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		if resp.CompactRevision != 0 {
+			return from, errCompacted
+		}
+		if err := resp.Err(); err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) {
+				return from, errCompacted
+			}
+			return from, err
+		}
+		if len(resp.Events) > 0 {
+			apply(resp.Events)
+			from = resp.Events[len(resp.Events)-1].Kv.ModRevision + 1
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return from, err
+	}
+	return from, errors.New("topics: watch closed")
+}
+
+// FollowRegistry implements Store.
+func (s *EtcdStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
+	var (
+		versions map[string]int64
+		recs     map[string]*SubscriptionRecord
+		members  map[string]map[string]bool
+		full     map[string]bool
+	)
+	reg := s.regPrefix()
+	put := func(kv *mvccpb.KeyValue) {
+		rest := strings.TrimPrefix(string(kv.Key), reg)
+		kind, rest, _ := strings.Cut(rest, "/")
+		switch kind {
+		case "sub":
+			rec := &SubscriptionRecord{}
+			if err := proto.Unmarshal(kv.Value, rec); err != nil {
+				s.logger.Warn("topics: skipping an unreadable subscription", "key", string(kv.Key), "err", err)
+				return
+			}
+			recs[rest] = rec
+		case "member":
+			if id, m, ok := strings.Cut(rest, "/"); ok {
+				if members[id] == nil {
+					members[id] = map[string]bool{}
+				}
+				members[id][m] = true
+			}
+		case "ver":
+			versions[rest] = kv.ModRevision
+		case "full":
+			full[rest] = true
+		}
+	}
+	del := func(key string) {
+		rest := strings.TrimPrefix(key, reg)
+		kind, rest, _ := strings.Cut(rest, "/")
+		switch kind {
+		case "sub":
+			delete(recs, rest)
+		case "member":
+			if id, m, ok := strings.Cut(rest, "/"); ok {
+				delete(members[id], m)
+				if len(members[id]) == 0 {
+					delete(members, id)
+				}
+			}
+		case "ver":
+			delete(versions, rest)
+		case "full":
+			delete(full, rest)
+		}
+	}
+	publish := func() {
+		vs := make(map[string]int64, len(versions))
+		for k, v := range versions {
+			vs[k] = v
+		}
+		rs := make(map[string]*SubscriptionRecord, len(recs))
+		ms := make(map[string][]string, len(members))
+		fs := make(map[string]bool, len(full))
+		for id, r := range recs {
+			rs[id] = r
+			for m := range members[id] {
+				ms[id] = append(ms[id], m)
+			}
+			fs[id] = full[id]
+		}
+		f(NewRegistry(vs, rs, ms, fs))
+	}
+	s.follow(ctx, reg, "subscriptions", func(kvs []*mvccpb.KeyValue) {
+		versions, recs, members, full = map[string]int64{}, map[string]*SubscriptionRecord{}, map[string]map[string]bool{}, map[string]bool{}
+		for _, kv := range kvs {
+			put(kv)
+		}
+		publish()
+	}, func(evs []*clientv3.Event) {
+		for _, ev := range evs {
+			if ev.Type == mvccpb.DELETE {
+				del(string(ev.Kv.Key))
+			} else {
+				put(ev.Kv)
+			}
+		}
+		publish()
+	})
+}
+
+// leaseFor returns a lease that keeps an idempotency key for at least the
+// window: one lease of 1.1 windows serves the keys of a tenth of a window.
+func (s *EtcdStore) leaseFor(ctx context.Context) (clientv3.LeaseID, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.lease != 0 && time.Since(s.leaseAt) < s.Window/10 {
+		return s.lease, nil
+	}
+	octx, cancel := bound(ctx, s.OpTimeout)
+	defer cancel()
+	ttl := int64((s.Window + s.Window/10 + time.Second - 1) / time.Second)
+	l, err := s.cli.Grant(octx, ttl)
+	if err != nil {
+		return 0, etcderr.FromCall(ctx, err, "topics: grant the idempotency lease")
+	}
+	s.lease, s.leaseAt = l.ID, time.Now()
+	return l.ID, nil
+}
+
+// Append implements Store.
+func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+	var lease clientv3.LeaseID
+	for _, it := range items {
+		if it.IdemKey != "" {
+			var err error
+			if lease, err = s.leaseFor(ctx); err != nil {
+				return err
+			}
+			break
+		}
+	}
+	var cmps []clientv3.Cmp
+	var verGets []clientv3.Op
+	owners := make([]string, 0, len(versions))
+	for o := range versions {
+		owners = append(owners, o)
+	}
+	sort.Strings(owners)
+	for _, o := range owners {
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.verKey(o)), "=", versions[o]))
+		verGets = append(verGets, clientv3.OpGet(s.verKey(o), clientv3.WithKeysOnly()))
+	}
+	type part struct {
+		it   *Item
+		idem bool // the op is the item's idempotent nested txn
+	}
+	var (
+		ops      []clientv3.Op
+		parts    []part
+		finished []*Item // items whose every op is in ops
+		nops     int
+		bytes    int
+		pending  = len(items) > 0
+	)
+	commit := func() error {
+		if len(ops) == 0 && !pending {
+			return nil
+		}
+		octx, cancel := bound(ctx, s.OpTimeout)
+		tr, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Else(verGets...).Commit()
+		cancel()
+		if err != nil {
+			return etcderr.FromCall(ctx, err, "publish")
+		}
+		if len(ops) > 0 {
+			s.txns.Add(1)
+		}
+		if !tr.Succeeded {
+			cur := make(map[string]int64, len(owners))
+			for i, o := range owners {
+				if kvs := tr.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+					cur[o] = kvs[0].ModRevision
+				} else {
+					cur[o] = 0
+				}
+			}
+			return &StaleError{Versions: cur}
+		}
+		for i, p := range parts {
+			if !p.idem {
+				continue
+			}
+			nt := tr.Responses[i].GetResponseTxn()
+			if !nt.GetSucceeded() {
+				p.it.Duplicate = true
+				if rs := nt.GetResponses(); len(rs) > 0 {
+					if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+						p.it.DuplicateOf = string(kvs[0].Value)
+					}
+				}
+			}
+		}
+		for _, it := range finished {
+			it.Done = true
+		}
+		ops, parts, finished, nops, bytes, pending = nil, nil, nil, 0, 0, false
+		return nil
+	}
+	for _, it := range items {
+		val, err := proto.Marshal(it.Entry)
+		if err != nil {
+			return errs.New(codes.Internal, "publish: %v", err)
+		}
+		subs := it.Subs
+		first := true
+		for first || len(subs) > 0 {
+			// As many of the item's copies as fit in this transaction (at
+			// least one; a new transaction if none fits).
+			idem := first && it.IdemKey != ""
+			room := s.MaxOps - nops
+			if idem {
+				room-- // its key
+			}
+			n := min(len(subs), max(room, 0))
+			if fit := (s.MaxBytes - bytes) / (len(val) + 64); n > fit {
+				n = max(fit, 0)
+			}
+			if n == 0 && len(subs) > 0 || room <= 0 {
+				if len(ops) > 0 {
+					if err := commit(); err != nil {
+						return err
+					}
+					pending = true
+					continue
+				}
+				n = min(len(subs), 1) // alone, it has to go
+			}
+			puts := make([]clientv3.Op, 0, n+1)
+			for _, id := range subs[:n] {
+				puts = append(puts, clientv3.OpPut(s.queuePrefix(id)+s.newKey(), string(val)))
+			}
+			subs = subs[n:]
+			if idem {
+				ik := s.idemKey(it.IdemKey)
+				puts = append(puts, clientv3.OpPut(ik, it.Entry.GetMessage().GetId(), clientv3.WithLease(lease)))
+				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)}, puts, []clientv3.Op{clientv3.OpGet(ik)}))
+				parts = append(parts, part{it: it, idem: true})
+			} else {
+				ops = append(ops, puts...)
+				for range puts {
+					parts = append(parts, part{it: it})
+				}
+			}
+			first = false
+			nops += len(puts)
+			bytes += n * (len(val) + 64)
+		}
+		finished = append(finished, it)
+		pending = true
+	}
+	return commit()
+}
+
+// FollowQueue implements Store.
+func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+	prefix := s.queuePrefix(id)
+	decode := func(kv *mvccpb.KeyValue) *Entry {
+		e := &Entry{}
+		if err := proto.Unmarshal(kv.Value, e); err != nil {
+			s.logger.Warn("topics: skipping an unreadable queued message", "key", string(kv.Key), "err", err)
+			return nil
+		}
+		return e
+	}
+	s.follow(ctx, prefix, "queue "+id, func(kvs []*mvccpb.KeyValue) {
+		sort.SliceStable(kvs, func(i, j int) bool {
+			if kvs[i].CreateRevision != kvs[j].CreateRevision {
+				return kvs[i].CreateRevision < kvs[j].CreateRevision
+			}
+			return string(kvs[i].Key) < string(kvs[j].Key)
+		})
+		f(QueueEvent{Reset: true})
+		for _, kv := range kvs {
+			if e := decode(kv); e != nil {
+				f(QueueEvent{Key: strings.TrimPrefix(string(kv.Key), prefix), Entry: e})
+			}
+		}
+	}, func(evs []*clientv3.Event) {
+		for _, ev := range evs {
+			k := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+			if ev.Type == mvccpb.DELETE {
+				f(QueueEvent{Key: k})
+			} else if e := decode(ev.Kv); e != nil {
+				f(QueueEvent{Key: k, Entry: e, New: ev.IsCreate()})
+			}
+		}
+	})
+}
+
+// Ack implements Store.
+func (s *EtcdStore) Ack(ctx context.Context, id string, keys []string) error {
+	for len(keys) > 0 {
+		n := min(len(keys), s.MaxOps)
+		ops := make([]clientv3.Op, n)
+		for i, k := range keys[:n] {
+			ops[i] = clientv3.OpDelete(s.queuePrefix(id) + k)
+		}
+		octx, cancel := bound(ctx, s.OpTimeout)
+		_, err := s.cli.Txn(octx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return etcderr.FromCall(ctx, err, "acknowledge")
+		}
+		s.txns.Add(1)
+		keys = keys[n:]
+	}
+	return nil
+}
+
+// Update implements Store.
+func (s *EtcdStore) Update(ctx context.Context, id, key string, e *Entry) error {
+	val, err := proto.Marshal(e)
+	if err != nil {
+		return errs.New(codes.Internal, "update: %v", err)
+	}
+	k := s.queuePrefix(id) + key
+	octx, cancel := bound(ctx, s.OpTimeout)
+	tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).Then(clientv3.OpPut(k, string(val))).Commit()
+	cancel()
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "record a failed delivery")
+	}
+	s.txns.Add(1)
+	if !tr.Succeeded {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	return nil
+}
+
+// Kill implements Store.
+func (s *EtcdStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
+	d = proto.Clone(d).(*DeadLetter)
+	d.Id = key
+	val, err := proto.Marshal(d)
+	if err != nil {
+		return errs.New(codes.Internal, "dead letter: %v", err)
+	}
+	k := s.queuePrefix(id) + key
+	octx, cancel := bound(ctx, s.OpTimeout)
+	tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
+		Then(clientv3.OpDelete(k), clientv3.OpPut(s.deadPrefix(id)+key, string(val))).Commit()
+	cancel()
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "dead letter")
+	}
+	s.txns.Add(1)
+	if !tr.Succeeded {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	return nil
+}
+
+// SetFull implements Store.
+func (s *EtcdStore) SetFull(ctx context.Context, id string, full bool) error {
+	octx, cancel := bound(ctx, s.OpTimeout)
+	defer cancel()
+	var err error
+	if full {
+		_, err = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(id)), ">", 0)).Then(clientv3.OpPut(s.fullKey(id), "")).Commit()
+	} else {
+		_, err = s.cli.Delete(octx, s.fullKey(id))
+	}
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "mark the backlog of %s", id)
+	}
+	s.txns.Add(1)
+	return nil
+}
+
+// DeadLetters implements Store.
+func (s *EtcdStore) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
+	prefix := s.deadPrefix(id)
+	from := prefix
+	if after != "" {
+		from = prefix + after + "\x00"
+	}
+	octx, cancel := bound(ctx, s.OpTimeout)
+	resp, err := s.cli.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(int64(limit)+1))
+	cancel()
+	if err != nil {
+		return nil, false, etcderr.FromCall(ctx, err, "list dead letters of %s", id)
+	}
+	var out []*DeadLetter
+	for _, kv := range resp.Kvs {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		d := &DeadLetter{}
+		if err := proto.Unmarshal(kv.Value, d); err != nil {
+			s.logger.Warn("topics: skipping an unreadable dead letter", "key", string(kv.Key), "err", err)
+			continue
+		}
+		d.Id = strings.TrimPrefix(string(kv.Key), prefix)
+		out = append(out, d)
+	}
+	return out, false, nil
+}
+
+// deadKeys returns the keys of subscription id's dead letters: keys, or,
+// for nil, all of them.
+func (s *EtcdStore) deadKeys(ctx context.Context, id string, keys []string) ([]string, error) {
+	if keys != nil {
+		return keys, nil
+	}
+	kvs, _, err := s.loadAll(ctx, s.deadPrefix(id))
+	if err != nil {
+		return nil, etcderr.FromCall(ctx, err, "list dead letters of %s", id)
+	}
+	out := make([]string, len(kvs))
+	for i, kv := range kvs {
+		out[i] = strings.TrimPrefix(string(kv.Key), s.deadPrefix(id))
+	}
+	return out, nil
+}
+
+// Replay implements Store.
+func (s *EtcdStore) Replay(ctx context.Context, id string, keys []string) (int, error) {
+	keys, err := s.deadKeys(ctx, id, keys)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, k := range keys {
+		dk := s.deadPrefix(id) + k
+		octx, cancel := bound(ctx, s.OpTimeout)
+		resp, err := s.cli.Get(octx, dk)
+		cancel()
+		if err != nil {
+			return n, etcderr.FromCall(ctx, err, "replay %s", k)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		d := &DeadLetter{}
+		if err := proto.Unmarshal(resp.Kvs[0].Value, d); err != nil {
+			return n, errs.New(codes.Internal, "dead letter %s: unreadable: %v", k, err)
+		}
+		val, err := proto.Marshal(&Entry{Message: d.GetMessage()})
+		if err != nil {
+			return n, errs.New(codes.Internal, "replay: %v", err)
+		}
+		octx, cancel = bound(ctx, s.OpTimeout)
+		tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(dk), "=", resp.Kvs[0].ModRevision),
+			clientv3.Compare(clientv3.CreateRevision(s.subKey(id)), ">", 0)).
+			Then(clientv3.OpDelete(dk), clientv3.OpPut(s.queuePrefix(id)+s.newKey(), string(val))).Commit()
+		cancel()
+		if err != nil {
+			return n, etcderr.FromCall(ctx, err, "replay %s", k)
+		}
+		s.txns.Add(1)
+		if tr.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Drop implements Store.
+func (s *EtcdStore) Drop(ctx context.Context, id string, keys []string) (int, error) {
+	keys, err := s.deadKeys(ctx, id, keys)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for len(keys) > 0 {
+		m := min(len(keys), s.MaxOps)
+		ops := make([]clientv3.Op, m)
+		for i, k := range keys[:m] {
+			ops[i] = clientv3.OpDelete(s.deadPrefix(id) + k)
+		}
+		octx, cancel := bound(ctx, s.OpTimeout)
+		tr, err := s.cli.Txn(octx).Then(ops...).Commit()
+		cancel()
+		if err != nil {
+			return n, etcderr.FromCall(ctx, err, "drop dead letters of %s", id)
+		}
+		s.txns.Add(1)
+		for _, r := range tr.Responses {
+			n += int(r.GetResponseDeleteRange().GetDeleted())
+		}
+		keys = keys[m:]
+	}
+	return n, nil
+}

@@ -1,0 +1,639 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// Service is one silo's part of publish/subscribe: it publishes (batching
+// what many publishers write into few Store appends), follows the
+// registry of subscriptions, and delivers the subscriptions this silo owns
+// (Config.Owns), one engine each (engine.go). It is the runtime's
+// grain.TopicService.
+//
+// Its lifecycle is New (publishing and the subscription calls work), Start
+// (delivery begins, once the runtime that delivers exists), Close. All
+// methods are safe for concurrent use.
+type Service struct {
+	cfg Config
+
+	reg    atomic.Pointer[Registry]
+	regMu  sync.Mutex
+	regCh  chan struct{} // closed and replaced when reg changes
+	loaded chan struct{} // closed at the first registry
+
+	pubq chan *pubReq
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the registry follower, the batcher, engines' stops
+
+	mu      sync.Mutex // guards engines, deliver, closed
+	engines map[string]*engine
+	deliver Deliver
+	closed  bool
+
+	stats struct{ published, acked, retried, failed, unavailable, dead atomic.Uint64 }
+}
+
+// pubReq is one publish waiting for the batcher.
+type pubReq struct {
+	topic Topic
+	entry *Entry
+	idem  string
+	done  chan pubResult // buffered
+}
+
+type pubResult struct {
+	id   string
+	subs int
+	dup  bool
+	err  error
+}
+
+var _ grain.TopicService = (*Service)(nil)
+
+// New checks cfg and returns a Service that follows the store's registry
+// and publishes; Start begins delivery.
+func New(cfg Config) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Service{
+		cfg:     cfg,
+		regCh:   make(chan struct{}),
+		loaded:  make(chan struct{}),
+		pubq:    make(chan *pubReq, cfg.QueueSize),
+		engines: make(map[string]*engine),
+	}
+	s.reg.Store(NewRegistry(nil, nil, nil, nil))
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(2)
+	go func() {
+		defer s.wg.Done()
+		first := true
+		cfg.Store.FollowRegistry(s.ctx, func(r *Registry) {
+			s.setRegistry(r)
+			if first {
+				first = false
+				close(s.loaded)
+			}
+		})
+	}()
+	go s.batcher()
+	return s, nil
+}
+
+// Loaded is closed once the registry of subscriptions has been read.
+func (s *Service) Loaded() <-chan struct{} { return s.loaded }
+
+// Start begins delivering the subscriptions this silo owns through
+// deliver (the runtime's Ask).
+func (s *Service) Start(deliver Deliver) {
+	s.mu.Lock()
+	s.deliver = deliver
+	s.mu.Unlock()
+	s.Rebalance()
+}
+
+// deliverTo delivers through the function given to Start.
+func (s *Service) deliverTo(ctx context.Context, msg *grain.Message) (*grain.Message, error) {
+	s.mu.Lock()
+	d := s.deliver
+	s.mu.Unlock()
+	return d(ctx, msg)
+}
+
+// Close stops publishing (publishes waiting fail with Unavailable) and
+// delivering: the engines stop dispatching, wait for the deliveries in
+// flight (bounded by ctx) and write their acknowledgments.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	engines := s.engines
+	s.engines = map[string]*engine{}
+	s.mu.Unlock()
+	for _, e := range engines {
+		e.stop()
+	}
+	done := make(chan struct{})
+	go func() {
+		for _, e := range engines {
+			e.wait()
+		}
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = errs.Wrap(codes.DeadlineExceeded, ctx.Err(), "topics: close: deliveries still in flight")
+		for _, e := range engines {
+			e.abort()
+		}
+		<-done
+	}
+	s.cancel()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Service) setRegistry(r *Registry) {
+	s.reg.Store(r)
+	s.regMu.Lock()
+	close(s.regCh)
+	s.regCh = make(chan struct{})
+	s.regMu.Unlock()
+	s.Rebalance()
+}
+
+// Registry returns the subscriptions as this silo last saw them.
+func (s *Service) Registry() *Registry { return s.reg.Load() }
+
+// waitRegistry waits until ok holds for the registry, bounded by ctx.
+func (s *Service) waitRegistry(ctx context.Context, ok func(*Registry) bool) error {
+	for {
+		s.regMu.Lock()
+		r, ch := s.reg.Load(), s.regCh
+		s.regMu.Unlock()
+		if ok(r) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Rebalance starts an engine for each subscription this silo owns and
+// stops the others; the silo calls it when its view changes.
+func (s *Service) Rebalance() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.deliver == nil || s.closed {
+		return
+	}
+	r := s.reg.Load()
+	for id, sub := range r.Subs {
+		own := s.cfg.Owns == nil || s.cfg.Owns(id)
+		e := s.engines[id]
+		switch {
+		case own && e == nil:
+			e = newEngine(s, id, sub)
+			s.engines[id] = e
+			e.start()
+		case own:
+			e.setSub(sub)
+		case e != nil:
+			delete(s.engines, id)
+			s.stopLater(e)
+		}
+	}
+	for id, e := range s.engines {
+		if _, ok := r.Subs[id]; !ok {
+			delete(s.engines, id)
+			s.stopLater(e)
+		}
+	}
+}
+
+// stopLater stops e in the background: its deliveries in flight finish.
+func (s *Service) stopLater(e *engine) {
+	e.stop()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		e.wait()
+	}()
+}
+
+// Stats counts what the Service did.
+type Stats struct {
+	Published, Acked, Retried, Failed, Unavailable, DeadLettered uint64
+	// Engines is the number of subscriptions this silo delivers.
+	Engines int
+}
+
+// Stats returns the counts so far.
+func (s *Service) Stats() Stats {
+	s.mu.Lock()
+	n := len(s.engines)
+	s.mu.Unlock()
+	return Stats{
+		Published:    s.stats.published.Load(),
+		Acked:        s.stats.acked.Load(),
+		Retried:      s.stats.retried.Load(),
+		Failed:       s.stats.failed.Load(),
+		Unavailable:  s.stats.unavailable.Load(),
+		DeadLettered: s.stats.dead.Load(),
+		Engines:      n,
+	}
+}
+
+// ownerOf returns the owner of a sender's address (an agent or a session).
+func ownerOf(from string) (string, error) {
+	a, err := grain.ParseAddress(from)
+	if err != nil {
+		return "", errs.New(codes.InvalidArgument, "publisher %q: %v", clip(from), err)
+	}
+	return a.Owner, nil
+}
+
+// MaxIdemKey is the longest idempotency key.
+const MaxIdemKey = 128
+
+func checkIdemKey(k string) error {
+	if len(k) > MaxIdemKey {
+		return errs.New(codes.InvalidArgument, "idempotency key of %d bytes exceeds %d", len(k), MaxIdemKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= ' ' || k[i] > '~' || k[i] == '/' {
+			return errs.New(codes.InvalidArgument, "idempotency key %q: want printable ASCII without spaces or /", clip(k))
+		}
+	}
+	return nil
+}
+
+// PublishResult is what Publish did.
+type PublishResult struct {
+	// ID is the message's id (the first's, for a duplicate).
+	ID string
+	// Subscriptions counts the subscriptions it was queued for.
+	Subscriptions int
+	// Duplicate: its idempotency key was published already within the
+	// window; nothing was queued again.
+	Duplicate bool
+}
+
+// Publish implements grain.TopicService.
+func (s *Service) Publish(ctx context.Context, from, topic string, msg *grain.Message) (string, error) {
+	r, err := s.PublishMessage(ctx, from, topic, msg)
+	return r.ID, err
+}
+
+// PublishMessage publishes msg to topic on behalf of from (an agent or a
+// session, whose owner a relative topic belongs to) and returns once it is
+// durable. A matching subscription whose backlog is full makes it wait
+// until there is room, bounded by ctx (or PublishTimeout), and then fail
+// with ResourceExhausted. If ctx ends after the message was handed to the
+// store, whether it was queued is unknown: publish again with the same
+// idempotency key.
+func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *grain.Message) (PublishResult, error) {
+	if msg == nil {
+		return PublishResult{}, errs.New(codes.InvalidArgument, "nil message")
+	}
+	owner, err := ownerOf(from)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	t, err := ParseTopic(topic, owner)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	if grain.IsReserved(msg.GetMessageType()) {
+		return PublishResult{}, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.GetMessageType()), grain.ReservedPrefix)
+	}
+	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
+		return PublishResult{}, err
+	}
+	m := proto.Clone(msg).(*grain.Message)
+	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
+	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
+	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		defer cancel()
+	}
+	var full string
+	if err := s.waitRegistry(ctx, func(r *Registry) bool {
+		for _, sub := range r.Matching(t) {
+			if sub.Full {
+				full = sub.Record.GetId()
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: the backlog of subscription %s is full (%d messages)", t, full, s.cfg.MaxBacklog)
+	}
+	req := &pubReq{topic: t, entry: &Entry{Message: m}, done: make(chan pubResult, 1)}
+	if k := m.GetIdempotencyKey(); k != "" {
+		req.idem = t.Owner + "/" + owner + "/" + k
+	}
+	select {
+	case s.pubq <- req:
+	case <-ctx.Done():
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: too many publishes waiting", t)
+	case <-s.ctx.Done():
+		return PublishResult{}, errs.New(codes.Unavailable, "topics: closed")
+	}
+	select {
+	case r := <-req.done:
+		if r.err != nil {
+			return PublishResult{}, r.err
+		}
+		if !r.dup {
+			s.stats.published.Add(1)
+			if s.cfg.Observe != nil {
+				s.cfg.Observe.Published(r.subs)
+			}
+		}
+		return PublishResult{ID: r.id, Subscriptions: r.subs, Duplicate: r.dup}, nil
+	case <-ctx.Done():
+		return PublishResult{}, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "publish to %s: outcome unknown (publish again with an idempotency key)", t)
+	}
+}
+
+// batcher writes the publishes in the order they came, as many as are
+// waiting (up to MaxBatch) per Store.Append.
+func (s *Service) batcher() {
+	defer s.wg.Done()
+	for {
+		var batch []*pubReq
+		select {
+		case r := <-s.pubq:
+			batch = append(batch, r)
+		case <-s.ctx.Done():
+			s.failPending(errs.New(codes.Unavailable, "topics: closed"))
+			return
+		}
+	more:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case r := <-s.pubq:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commit(batch)
+	}
+}
+
+func (s *Service) failPending(err error) {
+	for {
+		select {
+		case r := <-s.pubq:
+			r.done <- pubResult{err: err}
+		default:
+			return
+		}
+	}
+}
+
+// commit appends batch, matching each publish against the registry, and
+// again after the registry caught up if the store says it was stale.
+func (s *Service) commit(batch []*pubReq) {
+	pending := batch
+	for attempt := 0; len(pending) > 0; attempt++ {
+		r := s.reg.Load()
+		items := make([]*Item, 0, len(pending))
+		versions := map[string]int64{}
+		idem := map[string]*Item{}
+		var owners []*Item // per pending: the item it shares an idempotency key with, if any
+		for _, p := range pending {
+			versions[p.topic.Owner] = r.Versions[p.topic.Owner]
+			if first := idem[p.idem]; p.idem != "" && first != nil {
+				owners = append(owners, first)
+				continue
+			}
+			subs := r.Matching(p.topic)
+			it := &Item{Entry: p.entry, IdemKey: p.idem, Subs: make([]string, len(subs))}
+			for i, sub := range subs {
+				it.Subs[i] = sub.Record.GetId()
+			}
+			if p.idem != "" {
+				idem[p.idem] = it
+			}
+			items = append(items, it)
+			owners = append(owners, it)
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		err := s.cfg.Store.Append(ctx, items, versions)
+		cancel()
+		var stale *StaleError
+		if errors.As(err, &stale) && attempt < 20 {
+			// Wait for this silo's registry to show what changed, then
+			// match again. The items appended already are done.
+			var rest []*pubReq
+			for i, p := range pending {
+				if it := owners[i]; it.Done {
+					s.complete(p, it)
+				} else {
+					rest = append(rest, p)
+				}
+			}
+			pending = rest
+			wctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			werr := s.waitRegistry(wctx, func(r *Registry) bool {
+				for o, v := range stale.Versions {
+					if r.Versions[o] < v {
+						return false
+					}
+				}
+				return true
+			})
+			cancel()
+			if werr != nil {
+				err = errs.New(codes.Unavailable, "topics: the subscriptions changed and this silo has not seen them yet")
+			} else {
+				continue
+			}
+		}
+		for i, p := range pending {
+			if err != nil && !owners[i].Done {
+				p.done <- pubResult{err: err}
+				continue
+			}
+			s.complete(p, owners[i])
+		}
+		return
+	}
+}
+
+// complete answers p, whose item it is (or shares its idempotency key).
+func (s *Service) complete(p *pubReq, it *Item) {
+	switch {
+	case it.Entry != p.entry:
+		p.done <- pubResult{id: it.Entry.GetMessage().GetId(), dup: true}
+	case it.Duplicate:
+		p.done <- pubResult{id: it.DuplicateOf, dup: true}
+	default:
+		p.done <- pubResult{id: p.entry.GetMessage().GetId(), subs: len(it.Subs)}
+	}
+}
+
+// ParseSubscription parses a subscription id, `owner:name` or a name of
+// owner's.
+func ParseSubscription(s, owner string) (string, error) {
+	o, name, ok := strings.Cut(s, ":")
+	if !ok {
+		o, name = owner, s
+	}
+	if !grain.ValidName(o) || !grain.ValidName(name) || len(name) > 64 {
+		return "", errs.New(codes.InvalidArgument, "subscription %q: want owner:name, each [A-Za-z0-9][A-Za-z0-9_.@-]* (a name of up to 64)", clip(s))
+	}
+	return o + ":" + name, nil
+}
+
+// Subscribe implements grain.TopicService.
+func (s *Service) Subscribe(ctx context.Context, agent grain.Address, name, pattern string, maxAttempts int) error {
+	_, err := s.SubscribeAgent(ctx, agent, name, pattern, maxAttempts)
+	return err
+}
+
+// SubscribeAgent adds agent to its owner's subscription name, creating it
+// with pattern (relative to the agent's owner) and maxAttempts (0: the
+// default) if it does not exist, and returns the subscription. Everything
+// published after it returns is delivered.
+func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name, pattern string, maxAttempts int) (*SubscriptionRecord, error) {
+	id, err := ParseSubscription(name, agent.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if strings.Contains(name, ":") {
+		return nil, errs.New(codes.InvalidArgument, "subscription name %q: a name, without an owner (it is the agent's)", clip(name))
+	}
+	if agent.Type == grain.SessionType {
+		return nil, errs.New(codes.InvalidArgument, "a client session cannot subscribe; subscribe an agent")
+	}
+	if s.cfg.Known != nil && !s.cfg.Known(agent.Type) {
+		return nil, errs.New(codes.NotFound, "agent type %q is not registered", agent.Type)
+	}
+	p, err := ParsePattern(pattern, agent.Owner)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case maxAttempts == 0:
+		maxAttempts = s.cfg.MaxAttempts
+	case maxAttempts < 0 || maxAttempts > MaxAttemptsLimit:
+		return nil, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", maxAttempts, MaxAttemptsLimit)
+	}
+	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
+	return s.cfg.Store.Subscribe(ctx, rec, agent.String())
+}
+
+// Unsubscribe implements grain.TopicService.
+func (s *Service) Unsubscribe(ctx context.Context, agent grain.Address, name string) error {
+	_, err := s.UnsubscribeAgent(ctx, agent, name)
+	return err
+}
+
+// UnsubscribeAgent removes agent from its owner's subscription name, and
+// reports whether that deleted the subscription (it was the last member).
+func (s *Service) UnsubscribeAgent(ctx context.Context, agent grain.Address, name string) (bool, error) {
+	if strings.Contains(name, ":") {
+		return false, errs.New(codes.InvalidArgument, "subscription name %q: a name, without an owner (it is the agent's)", clip(name))
+	}
+	id, err := ParseSubscription(name, agent.Owner)
+	if err != nil {
+		return false, err
+	}
+	return s.cfg.Store.Unsubscribe(ctx, id, agent.String())
+}
+
+// Subscriptions lists owner's subscriptions, as this silo's registry has
+// them; the backlog is known for those this silo delivers.
+func (s *Service) Subscriptions(owner string) []*agentsilov1.Subscription {
+	var out []*agentsilov1.Subscription
+	for _, sub := range s.reg.Load().Owned(owner) {
+		rec := sub.Record
+		ps := &agentsilov1.Subscription{
+			Id:          rec.GetId(),
+			Pattern:     rec.GetPattern(),
+			MaxAttempts: rec.GetMaxAttempts(),
+			Members:     sub.Members,
+			Created:     timestamppb.New(time.UnixMilli(rec.GetCreatedUnixMs())),
+		}
+		s.mu.Lock()
+		e := s.engines[rec.GetId()]
+		s.mu.Unlock()
+		if e != nil {
+			ps.Backlog = uint64(e.backlog())
+		}
+		out = append(out, ps)
+	}
+	return out
+}
+
+// DeadLetters lists subscription id's dead letters after the id after, at
+// most limit (0: 100; at most 1000).
+func (s *Service) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
+	switch {
+	case limit == 0:
+		limit = 100
+	case limit < 0 || limit > 1000:
+		return nil, false, errs.New(codes.InvalidArgument, "limit %d: want 1 to 1000", limit)
+	}
+	if err := checkKey(after); err != nil {
+		return nil, false, err
+	}
+	return s.cfg.Store.DeadLetters(ctx, id, after, limit)
+}
+
+// Replay queues dead letters of subscription id again (ids nil: all).
+func (s *Service) Replay(ctx context.Context, id string, ids []string) (int, error) {
+	if err := checkKeys(ids); err != nil {
+		return 0, err
+	}
+	return s.cfg.Store.Replay(ctx, id, ids)
+}
+
+// Drop deletes dead letters of subscription id (ids nil: all).
+func (s *Service) Drop(ctx context.Context, id string, ids []string) (int, error) {
+	if err := checkKeys(ids); err != nil {
+		return 0, err
+	}
+	return s.cfg.Store.Drop(ctx, id, ids)
+}
+
+// MaxIDs bounds the dead letters named in one call.
+const MaxIDs = 1000
+
+func checkKeys(ids []string) error {
+	if len(ids) > MaxIDs {
+		return errs.New(codes.InvalidArgument, "%d ids: at most %d per call", len(ids), MaxIDs)
+	}
+	for _, k := range ids {
+		if k == "" {
+			return errs.New(codes.InvalidArgument, "empty dead letter id")
+		}
+		if err := checkKey(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkKey checks a dead letter id from a client: the keys stores make are
+// short and plain.
+func checkKey(k string) error {
+	if len(k) > 64 {
+		return errs.New(codes.InvalidArgument, "dead letter id %q: too long", clip(k))
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return errs.New(codes.InvalidArgument, "dead letter id %q: want [A-Za-z0-9_.-]", clip(k))
+		}
+	}
+	return nil
+}

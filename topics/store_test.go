@@ -1,0 +1,294 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+)
+
+// stores runs f on each Store: the memory twin and etcd (with transactions
+// kept small, so that Append has to split).
+func stores(t *testing.T, f func(t *testing.T, s Store)) {
+	t.Run("mem", func(t *testing.T) { f(t, NewMemStore(nil, 0)) })
+	t.Run("etcd", func(t *testing.T) {
+		cli := etcdtest.Start(t).Client(t)
+		s := NewEtcdStore(cli, "/test/", nil)
+		s.MaxOps = 7
+		f(t, s)
+	})
+}
+
+// follower collects a queue's events.
+type follower struct {
+	mu     sync.Mutex
+	keys   []string          // in order
+	live   map[string]*Entry // present now
+	change chan struct{}
+}
+
+func follow(t *testing.T, s Store, id string) *follower {
+	f := &follower{live: map[string]*Entry{}, change: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.FollowQueue(ctx, id, func(ev QueueEvent) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			switch {
+			case ev.Reset:
+				f.keys, f.live = nil, map[string]*Entry{}
+			case ev.Entry == nil:
+				delete(f.live, ev.Key)
+			default:
+				if _, ok := f.live[ev.Key]; !ok {
+					f.keys = append(f.keys, ev.Key)
+				}
+				f.live[ev.Key] = ev.Entry
+			}
+			close(f.change)
+			f.change = make(chan struct{})
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return f
+}
+
+// texts waits until n entries are present and returns their texts in
+// queue order.
+func (f *follower) texts(t *testing.T, n int) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for {
+		f.mu.Lock()
+		var out []string
+		for _, k := range f.keys {
+			if e, ok := f.live[k]; ok {
+				out = append(out, e.GetMessage().GetMessage())
+			}
+		}
+		ch := f.change
+		f.mu.Unlock()
+		if len(out) == n {
+			return out
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			t.Fatalf("queue has %v, want %d entries", out, n)
+		}
+	}
+}
+
+func (f *follower) key(t *testing.T, text string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, k := range f.keys {
+		if e, ok := f.live[k]; ok && e.GetMessage().GetMessage() == text {
+			return k
+		}
+	}
+	t.Fatalf("no entry %q", text)
+	return ""
+}
+
+func registryOf(t *testing.T, s Store) *Registry {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var r *Registry
+	s.FollowRegistry(ctx, func(x *Registry) { r = x; cancel() })
+	return r
+}
+
+func TestStore(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := t.Context()
+		rec := &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#", MaxAttempts: 3}
+		if _, err := s.Subscribe(ctx, rec, "W:acme:a"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Subscribe(ctx, rec, "W:acme:b"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:other"}, "W:acme:c"); errs.Code(err) != codes.FailedPrecondition {
+			t.Fatalf("another pattern: %v", err)
+		}
+		if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:audit", Pattern: "acme:#"}, "W:acme:c"); err != nil {
+			t.Fatal(err)
+		}
+		r := registryOf(t, s)
+		if sub := r.Subs["acme:work"]; sub == nil || fmt.Sprint(sub.Members) != "[W:acme:a W:acme:b]" || sub.Record.GetMaxAttempts() != 3 {
+			t.Fatalf("registry: %+v", r.Subs)
+		}
+		if r.Versions["acme"] == 0 {
+			t.Fatalf("no version for acme: %v", r.Versions)
+		}
+
+		// Appends with stale versions fail and queue nothing.
+		err := s.Append(ctx, []*Item{{Subs: []string{"acme:work"}, Entry: entry("stale")}}, map[string]int64{"acme": r.Versions["acme"] - 1})
+		var stale *StaleError
+		if !errors.As(err, &stale) || stale.Versions["acme"] != r.Versions["acme"] {
+			t.Fatalf("stale append: %v", err)
+		}
+		work, audit := follow(t, s, "acme:work"), follow(t, s, "acme:audit")
+		// Order over several appends, each split into transactions.
+		var want []string
+		for b := range 4 {
+			var items []*Item
+			for i := range 5 {
+				text := fmt.Sprintf("m%d-%d", b, i)
+				want = append(want, text)
+				items = append(items, &Item{Subs: []string{"acme:work", "acme:audit"}, Entry: entry(text)})
+			}
+			if err := s.Append(ctx, items, map[string]int64{"acme": r.Versions["acme"]}); err != nil {
+				t.Fatal(err)
+			}
+			for _, it := range items {
+				if !it.Done {
+					t.Fatal("an appended item is not Done")
+				}
+			}
+		}
+		if got := work.texts(t, 20); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("queue order %v, want %v", got, want)
+		}
+		audit.texts(t, 20)
+		// Idempotency keys.
+		its := []*Item{{Subs: []string{"acme:work"}, Entry: entryID("once", "id1"), IdemKey: "acme/acme/k"}}
+		if err := s.Append(ctx, its, nil); err != nil || its[0].Duplicate {
+			t.Fatalf("first keyed append: %v %v", err, its[0].Duplicate)
+		}
+		its = []*Item{{Subs: []string{"acme:work"}, Entry: entryID("twice", "id2"), IdemKey: "acme/acme/k"}}
+		if err := s.Append(ctx, its, nil); err != nil || !its[0].Duplicate || its[0].DuplicateOf != "id1" {
+			t.Fatalf("second keyed append: %v %+v", err, its[0])
+		}
+		work.texts(t, 21)
+		// Acks, updates, dead letters, replay, drop.
+		if err := s.Ack(ctx, "acme:work", []string{work.key(t, "m0-0"), work.key(t, "m0-1"), "gone"}); err != nil {
+			t.Fatal(err)
+		}
+		work.texts(t, 19)
+		k := work.key(t, "m0-2")
+		if err := s.Update(ctx, "acme:work", k, &Entry{Message: entryMsg("m0-2"), Attempts: 2, LastError: "boom"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Update(ctx, "acme:work", "gone", &Entry{}); errs.Code(err) != codes.NotFound {
+			t.Fatalf("update of a missing key: %v", err)
+		}
+		for _, text := range []string{"m0-2", "m0-3", "m0-4"} {
+			if err := s.Kill(ctx, "acme:work", work.key(t, text), &DeadLetter{Message: entryMsg(text), Reason: "poison: " + text, Attempts: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		work.texts(t, 16)
+		ds, more, err := s.DeadLetters(ctx, "acme:work", "", 2)
+		if err != nil || !more || len(ds) != 2 || ds[0].Reason != "poison: m0-2" {
+			t.Fatalf("dead letters page 1: %v %v %v", ds, more, err)
+		}
+		ds2, more, err := s.DeadLetters(ctx, "acme:work", ds[1].Id, 2)
+		if err != nil || more || len(ds2) != 1 || ds2[0].Reason != "poison: m0-4" {
+			t.Fatalf("dead letters page 2: %v %v %v", ds2, more, err)
+		}
+		if n, err := s.Drop(ctx, "acme:work", []string{ds[0].Id, "nope"}); err != nil || n != 1 {
+			t.Fatalf("drop: %d %v", n, err)
+		}
+		if n, err := s.Replay(ctx, "acme:work", nil); err != nil || n != 2 {
+			t.Fatalf("replay: %d %v", n, err)
+		}
+		got := work.texts(t, 18)
+		if got[16] != "m0-3" || got[17] != "m0-4" {
+			t.Fatalf("replayed at the end: %v", got)
+		}
+		// The full flag.
+		if err := s.SetFull(ctx, "acme:work", true); err != nil {
+			t.Fatal(err)
+		}
+		if r := registryOf(t, s); !r.Subs["acme:work"].Full || r.Subs["acme:audit"].Full {
+			t.Fatal("full flag not in the registry")
+		}
+		// Unsubscribing the last member deletes the subscription and bumps
+		// the owner's version.
+		if del, err := s.Unsubscribe(ctx, "acme:work", "W:acme:a"); err != nil || del {
+			t.Fatalf("unsubscribe a: %v %v", del, err)
+		}
+		if _, err := s.Unsubscribe(ctx, "acme:work", "W:acme:a"); errs.Code(err) != codes.NotFound {
+			t.Fatalf("unsubscribe a again: %v", err)
+		}
+		if del, err := s.Unsubscribe(ctx, "acme:work", "W:acme:b"); err != nil || !del {
+			t.Fatalf("unsubscribe b: %v %v", del, err)
+		}
+		work.texts(t, 0)
+		r2 := registryOf(t, s)
+		if r2.Subs["acme:work"] != nil || r2.Versions["acme"] <= r.Versions["acme"] {
+			t.Fatalf("after the last unsubscribe: %v %v", r2.Subs, r2.Versions)
+		}
+		if ds, _, _ := s.DeadLetters(ctx, "acme:work", "", 10); len(ds) != 0 {
+			t.Fatalf("dead letters outlived the subscription: %v", ds)
+		}
+	})
+}
+
+func entryMsg(text string) *grain.Message { return &grain.Message{Message: text, From: "P:acme:p"} }
+func entry(text string) *Entry            { return &Entry{Message: entryMsg(text)} }
+func entryID(text, id string) *Entry {
+	e := entry(text)
+	e.Message.Id = id
+	return e
+}
+
+// The Service over etcd: fan-out, retries and dead letters end to end.
+func TestServiceOnEtcd(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	store := NewEtcdStore(cli, "/svc/", nil)
+	h := newHarness(t, store)
+	h.a.handle = func(m *grain.Message) error {
+		if m.Message == "bad" {
+			return grain.Poison("bad")
+		}
+		return nil
+	}
+	s := h.service(nil)
+	h.subscribe(s, "W:acme:a", "one", "orders.#", 0)
+	h.subscribe(s, "W:acme:b", "two", "orders.*", 0)
+	const n = 50
+	var wg sync.WaitGroup
+	for p := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n / 5 {
+				h.publish(s, fmt.Sprintf("P:acme:p%d", p), "orders.new", fmt.Sprint(i))
+			}
+		}()
+	}
+	wg.Wait()
+	h.publish(s, "P:acme:p", "orders.new", "bad")
+	got := h.a.wait(t, "deliveries", func(got []*grain.Message) bool { return len(got) == 2*n+2 })
+	last := map[string]int{}
+	for _, m := range got {
+		if m.Message == "bad" {
+			continue
+		}
+		k := m.Subscription + " " + m.From
+		var i int
+		fmt.Sscan(m.Message, &i)
+		if prev, ok := last[k]; ok && i != prev+1 {
+			t.Fatalf("%s: %d after %d", k, i, prev)
+		}
+		last[k] = i
+	}
+	waitStats(t, s, "acks and dead letters", func(st Stats) bool { return st.Acked == 2*n && st.DeadLettered == 2 })
+	if st := store.Txns(); st > 2*n+20 {
+		t.Logf("%d transactions for %d publishes", st, n)
+	}
+}
