@@ -792,8 +792,11 @@ func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
 		cfg.A2A.Auth = cfg.Gateway.Auth
 	}
 	cfg.A2A.Insecure = cfg.A2A.Insecure || cfg.Insecure
-	if cfg.LeaseTTL > 0 && cfg.A2A.LeaseTTL == a2a.DefaultConfig().LeaseTTL {
-		cfg.A2A.LeaseTTL = cfg.LeaseTTL // --lease-ttl: the same liveness for both
+	if d := a2a.DefaultConfig(); cfg.A2A.LeaseTTL == 0 || cfg.A2A.LeaseTTL == d.LeaseTTL {
+		cfg.A2A.LeaseTTL = d.LeaseTTL
+		if cfg.LeaseTTL > 0 {
+			cfg.A2A.LeaseTTL = cfg.LeaseTTL // --lease-ttl: the same liveness for both
+		}
 	}
 	if cfg.A2A.Version == "" || cfg.A2A.Version == a2a.DefaultConfig().Version {
 		cfg.A2A.Version = Version()

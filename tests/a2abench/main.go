@@ -32,6 +32,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -75,6 +76,8 @@ func run(args []string, out io.Writer) error {
 	warm := fs.Duration("warmup", 300*time.Millisecond, "unmeasured warm-up before each window")
 	win := fs.Duration("window", 2*time.Second, "measured window")
 	nsFlag := fs.String("n", "1,16", "comma-separated caller counts")
+	only := fs.String("bench", "", "run only the benches whose names contain this")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured windows to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -191,6 +194,25 @@ func run(args []string, out io.Writer) error {
 		{"a2a-send-rest", send(spec.TransportProtocolHTTPJSON)},
 		{"a2a-stream-first", stream(true)},
 		{"a2a-stream-last", stream(false)},
+	}
+	if *only != "" {
+		benches = slices.DeleteFunc(benches, func(b struct {
+			name string
+			call callFunc
+		}) bool {
+			return b.name != "gateway-ask" && !strings.Contains(b.name, *only)
+		})
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	for _, n := range ns {
 		all := make([]*series, len(benches))
