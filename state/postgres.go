@@ -50,11 +50,11 @@ type Postgres struct {
 func OpenPostgres(ctx context.Context, url string) (*Postgres, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "state store: bad PostgreSQL URL: %v", err)
+		return nil, errs.Wrap(codes.InvalidArgument, err, "state store: bad PostgreSQL URL")
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "state store: PostgreSQL pool: %v", err)
+		return nil, errs.Wrap(codes.InvalidArgument, err, "state store: PostgreSQL pool")
 	}
 	s, err := NewPostgres(ctx, pool, DefaultTable)
 	if err != nil {
@@ -221,7 +221,7 @@ func pgFail(ctx context.Context, what fmt.Stringer, err error) error {
 		case strings.HasPrefix(c, "22"):
 			code = codes.InvalidArgument
 		}
-		return errs.New(code, "%s: postgres: %s (SQLSTATE %s)", what, pe.Message, pe.Code)
+		return errs.Wrap(code, err, "%s: postgres", what)
 	}
-	return errs.New(codes.Unavailable, "%s: postgres unavailable: %v", what, err)
+	return errs.Wrap(codes.Unavailable, err, "%s: postgres unavailable", what)
 }
