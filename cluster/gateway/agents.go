@@ -25,6 +25,22 @@ func resolve(ctx context.Context, agent string) (grain.Address, error) {
 	return grain.Resolve(agent, p)
 }
 
+// configs is the silo's store of agent configurations, if it keeps them.
+func (g *Gateway) configs() (grain.ConfigStore, error) {
+	if cs := g.rt.Config().Configs; cs != nil {
+		return cs, nil
+	}
+	return nil, errs.New(codes.Unavailable, "agent configurations are not kept on silo %s", g.cfg.Silo)
+}
+
+// stateStore is the silo's store of agent state, if it has one.
+func (g *Gateway) stateStore() (grain.StateStore, error) {
+	if st := g.rt.Config().State; st != nil {
+		return st, nil
+	}
+	return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+}
+
 // ListTypes implements agentsilov1.GatewayServer: the types of every silo
 // (a silo of a rolling upgrade may host types the others do not yet).
 func (g *Gateway) ListTypes(ctx context.Context, req *agentsilov1.ListTypesRequest) (*agentsilov1.ListTypesResponse, error) {
@@ -57,9 +73,9 @@ func (g *Gateway) GetConfig(ctx context.Context, req *agentsilov1.GetConfigReque
 	if err != nil {
 		return nil, err
 	}
-	cs := g.rt.Config().Configs
-	if cs == nil {
-		return nil, errs.New(codes.Unavailable, "agent configurations are not kept on silo %s", g.cfg.Silo)
+	cs, err := g.configs()
+	if err != nil {
+		return nil, err
 	}
 	cfg, err := cs.Get(ctx, a)
 	if err != nil {
@@ -74,9 +90,9 @@ func (g *Gateway) DeleteConfig(ctx context.Context, req *agentsilov1.DeleteConfi
 	if err != nil {
 		return nil, err
 	}
-	cs := g.rt.Config().Configs
-	if cs == nil {
-		return nil, errs.New(codes.Unavailable, "agent configurations are not kept on silo %s", g.cfg.Silo)
+	cs, err := g.configs()
+	if err != nil {
+		return nil, err
 	}
 	if err := cs.Delete(ctx, a); err != nil {
 		return nil, err
@@ -126,9 +142,9 @@ func (g *Gateway) GetState(ctx context.Context, req *agentsilov1.GetStateRequest
 	if err != nil {
 		return nil, err
 	}
-	st := g.rt.Config().State
-	if st == nil {
-		return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+	st, err := g.stateStore()
+	if err != nil {
+		return nil, err
 	}
 	data, etag, err := st.Load(ctx, a)
 	if err != nil {
@@ -144,9 +160,9 @@ func (g *Gateway) DeleteState(ctx context.Context, req *agentsilov1.DeleteStateR
 	if err != nil {
 		return nil, err
 	}
-	st := g.rt.Config().State
-	if st == nil {
-		return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+	st, err := g.stateStore()
+	if err != nil {
+		return nil, err
 	}
 	etag := req.GetEtag()
 	if etag == "" {
