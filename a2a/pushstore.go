@@ -100,10 +100,12 @@ func (s *pushStore) Save(ctx context.Context, id spec.TaskID, c *spec.PushConfig
 				return nil, etcderr.FromCall(ctx, err, "a2a: save push config of %s", id)
 			}
 			if len(r.Kvs) == 0 {
-				return nil, spec.ErrTaskNotFound
+				// The SDK saves a send's config before it creates the task.
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(tkey), "=", 0))
+			} else {
+				lease = clientv3.LeaseID(r.Kvs[0].Lease)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tkey), "=", r.Kvs[0].ModRevision))
 			}
-			lease = clientv3.LeaseID(r.Kvs[0].Lease)
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tkey), "=", r.Kvs[0].ModRevision))
 		}
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(b), withLease(lease)...)).Commit()
 		if leaseGone(err) {
