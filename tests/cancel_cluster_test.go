@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,19 +11,22 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
-// TestA2ACancelAcrossSilos: an A2A task sent through silo 0 to an agent
+// TestCancelAcrossSilos: an A2A task sent through silo 0 to an agent
 // that lives on silo 1, and cancelled through the A2A API (through silo 0,
 // which runs the execution, and through silo 1, whose cancel reaches it
 // through etcd), ends canceled, and the agent's turn on silo 1 sees its
 // context cancelled: the transport carried the cancellation across. The
 // Waiter agent (cmd/silo, --journal) journals the start and the end of its
-// turn, with the context's error.
-func TestA2ACancelAcrossSilos(t *testing.T) {
+// turn, with the context's error. The same for an Ask of the Go SDK.
+func TestCancelAcrossSilos(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 2, A2A: true})
 	owned := ownedBy(c, c.Silo(1).Name, 2)
 	for i, via := range []int{0, 1} {
@@ -60,14 +64,38 @@ func TestA2ACancelAcrossSilos(t *testing.T) {
 			}
 		})
 	}
+
+	// The Go SDK: an Ask through silo 0's gateway whose ctx is cancelled
+	// sends the gateway a Cancel frame, which cancels the gateway's call,
+	// whose cancellation the transport carries to silo 1.
+	addr := ownedBy(c, c.Silo(1).Name, 1, testcluster.Principal)[0]
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Client(t, 0).Ask(ctx, addr, &client.Message{Message: "wait"})
+		errc <- err
+	}()
+	waitJournal(t, c, "wait "+addr+" "+c.Silo(1).Name+" ")
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("the cancelled Ask: %v, want Canceled", err)
+	}
+	if ended := waitJournal(t, c, "ended "+addr+" "+c.Silo(1).Name+" "); !strings.HasSuffix(ended, " context canceled") {
+		t.Fatalf("the turn on %s ended: %q, want context canceled", c.Silo(1).Name, ended)
+	}
 	c.CheckJournal()
 }
 
-// ownedBy returns n Waiter addresses of owner dev that silo owns.
-func ownedBy(c *testcluster.Cluster, silo string, n int) []string {
+// ownedBy returns n Waiter addresses of owner (dev if none) that silo owns.
+func ownedBy(c *testcluster.Cluster, silo string, n int, owner ...string) []string {
+	o := "dev"
+	if len(owner) > 0 {
+		o = owner[0]
+	}
 	var out []string
 	for i := 0; len(out) < n; i++ {
-		if addr := fmt.Sprintf("Waiter:dev:w%d", i); c.Owner(addr) == silo {
+		if addr := fmt.Sprintf("Waiter:%s:w%d", o, i); c.Owner(addr) == silo {
 			out = append(out, addr)
 		}
 	}
