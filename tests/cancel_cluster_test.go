@@ -44,7 +44,7 @@ func TestCancelAcrossSilos(t *testing.T) {
 			if !ok {
 				t.Fatalf("send returned %T, want the working task", res)
 			}
-			line := waitJournal(t, c, "wait "+addr+" "+c.Silo(1).Name+" ")
+			line := waitJournal(t, c, "wait "+addr+" "+c.Silo(1).Name+" ", 1)
 			msgID := strings.Fields(line)[5]
 
 			got, err := a2aClient(t, c.Silo(via), addr).CancelTask(t.Context(), &spec.CancelTaskRequest{ID: task.ID})
@@ -54,7 +54,7 @@ func TestCancelAcrossSilos(t *testing.T) {
 			if got.Status.State != spec.TaskStateCanceled {
 				t.Fatalf("cancel returned the task %s, want canceled", got.Status.State)
 			}
-			ended := waitJournal(t, c, "ended "+addr+" "+c.Silo(1).Name+" ")
+			ended := waitJournal(t, c, "ended "+addr+" "+c.Silo(1).Name+" ", 1)
 			if f := strings.Fields(ended); f[5] != msgID || !strings.HasSuffix(ended, " context canceled") {
 				t.Fatalf("the turn on %s ended: %q, want the turn of message %s, context canceled", c.Silo(1).Name, ended, msgID)
 			}
@@ -67,22 +67,26 @@ func TestCancelAcrossSilos(t *testing.T) {
 
 	// The Go SDK: an Ask through silo 0's gateway whose ctx is cancelled
 	// sends the gateway a Cancel frame, which cancels the gateway's call,
-	// whose cancellation the transport carries to silo 1.
+	// whose cancellation the transport carries to silo 1. Twice: the first
+	// Ask activates the agent there, the second finds it live (the peer
+	// handler's other path).
 	addr := ownedBy(c, c.Silo(1).Name, 1, testcluster.Principal)[0]
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Client(t, 0).Ask(ctx, addr, &client.Message{Message: "wait"})
-		errc <- err
-	}()
-	waitJournal(t, c, "wait "+addr+" "+c.Silo(1).Name+" ")
-	cancel()
-	if err := <-errc; status.Code(err) != codes.Canceled {
-		t.Fatalf("the cancelled Ask: %v, want Canceled", err)
-	}
-	if ended := waitJournal(t, c, "ended "+addr+" "+c.Silo(1).Name+" "); !strings.HasSuffix(ended, " context canceled") {
-		t.Fatalf("the turn on %s ended: %q, want context canceled", c.Silo(1).Name, ended)
+	sdk := c.Client(t, 0)
+	for n := 1; n <= 2; n++ {
+		ctx, cancel := context.WithCancel(t.Context())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := sdk.Ask(ctx, addr, &client.Message{Message: "wait"})
+			errc <- err
+		}()
+		waitJournal(t, c, "wait "+addr+" "+c.Silo(1).Name+" ", n)
+		cancel()
+		if err := <-errc; status.Code(err) != codes.Canceled {
+			t.Fatalf("cancelled Ask %d: %v, want Canceled", n, err)
+		}
+		if ended := waitJournal(t, c, "ended "+addr+" "+c.Silo(1).Name+" ", n); !strings.HasSuffix(ended, " context canceled") {
+			t.Fatalf("turn %d on %s ended: %q, want context canceled", n, c.Silo(1).Name, ended)
+		}
 	}
 	c.CheckJournal()
 }
@@ -122,20 +126,23 @@ func a2aClient(t *testing.T, s *testcluster.Silo, addr string) *a2aclient.Client
 	return cl
 }
 
-// waitJournal waits for a line of the Waiter journal that starts with
-// prefix, and returns it.
-func waitJournal(t *testing.T, c *testcluster.Cluster, prefix string) string {
+// waitJournal waits for the nth line of the Waiter journal that starts
+// with prefix, and returns it.
+func waitJournal(t *testing.T, c *testcluster.Cluster, prefix string, nth int) string {
 	t.Helper()
 	var found string
-	testutil.WaitFor(t, "the Waiter journal to have "+prefix, func() bool {
+	testutil.WaitFor(t, fmt.Sprintf("the Waiter journal to have %d lines %q", nth, prefix), func() bool {
 		b, err := os.ReadFile(c.Journal() + ".waiter")
 		if err != nil {
 			return false
 		}
+		n := 0
 		for _, l := range strings.Split(string(b), "\n") {
 			if strings.HasPrefix(l, prefix) {
-				found = l
-				return true
+				if n++; n == nth {
+					found = l
+					return true
+				}
 			}
 		}
 		return false
