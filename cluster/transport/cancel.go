@@ -36,9 +36,12 @@ func (p *peer) sendCancel(id uint64) {
 }
 
 // callCtx is the context of the handler of one inbound request. It ends
-// when the request's deadline passes (DeadlineExceeded), when the peer sends
-// a cancel notice for it, when its stream ends or when the transport closes
-// (Canceled). It has the stream's values.
+// when the request's deadline passes (DeadlineExceeded), or with Canceled
+// when the peer sends a cancel notice for it, when the transport closes,
+// and, for a request without a deadline, when its stream ends (a request
+// with one runs on to it, as before notices: the caller's Ask has failed
+// with Unavailable, saying that the request may have run). It has the
+// stream's values.
 type callCtx struct {
 	context.Context // the stream's values, without its cancellation
 	done            chan struct{}
@@ -119,6 +122,9 @@ type calls struct {
 	m      map[uint64]*callCtx
 	ticks  map[int64]*tickCalls
 	closed bool // the stream ended: new calls start cancelled
+	// After the stream ended with calls that have deadlines: stops the
+	// AfterFunc that cancels them if the transport closes first.
+	stopOnClose func() bool
 }
 
 // tickCalls are the calls whose deadlines fall in one tick, and the timer
@@ -190,9 +196,19 @@ func (cs *calls) untick(c *callCtx) {
 		if len(tc.calls) == 0 {
 			tc.timer.Stop()
 			delete(cs.ticks, c.tick)
+			cs.drained()
 		}
 	}
 	c.tick = 0
+}
+
+// drained lets go of the transport once the stream has ended and its last
+// call with a deadline is done. cs.mu is held.
+func (cs *calls) drained() {
+	if cs.closed && len(cs.ticks) == 0 && cs.stopOnClose != nil {
+		cs.stopOnClose()
+		cs.stopOnClose = nil
+	}
 }
 
 // expire ends the calls whose deadlines fall in tick.
@@ -207,6 +223,7 @@ func (cs *calls) expire(tick int64) {
 			c.tick = 0
 		}
 	}
+	cs.drained()
 	cs.mu.Unlock()
 	for _, c := range due {
 		c.cancel(context.DeadlineExceeded)
@@ -223,19 +240,42 @@ func (cs *calls) cancel(id uint64) {
 	}
 }
 
-// close cancels every call, when the stream ends: its replies can no longer
-// reach the caller.
-func (cs *calls) close() {
+// close is called when the stream ends: its replies can no longer reach
+// the caller, and no notice can come. The calls without a deadline are
+// cancelled (nothing else would end them); those with one run on to it, or
+// until transport ends (the transport's context).
+func (cs *calls) close(transport context.Context) {
 	cs.mu.Lock()
 	cs.closed = true
-	all := make([]*callCtx, 0, len(cs.m))
+	var now []*callCtx
 	for _, c := range cs.m {
-		all = append(all, c)
+		if c.at.IsZero() {
+			now = append(now, c)
+		}
 	}
+	cs.m = nil
+	if len(cs.ticks) > 0 {
+		cs.stopOnClose = context.AfterFunc(transport, cs.cancelAll)
+	}
+	cs.mu.Unlock()
+	for _, c := range now {
+		c.cancel(context.Canceled)
+	}
+}
+
+// cancelAll cancels the calls with deadlines left when the transport
+// closes.
+func (cs *calls) cancelAll() {
+	cs.mu.Lock()
+	var all []*callCtx
 	for _, tc := range cs.ticks {
 		tc.timer.Stop()
+		for _, c := range tc.calls {
+			c.tick = 0
+			all = append(all, c)
+		}
 	}
-	cs.m, cs.ticks = nil, nil
+	cs.ticks = nil
 	cs.mu.Unlock()
 	for _, c := range all {
 		c.cancel(context.Canceled)

@@ -94,18 +94,37 @@ func TestTransportCancel(t *testing.T) {
 		t.Fatalf("after stray notices: %v, %v", r, err)
 	}
 
-	// A stream that breaks cancels the calls it carried: their replies
-	// could no longer reach the caller.
-	errc := make(chan error, 1)
-	go func() {
-		_, err := a.tr.Ask(withDeadline, b.addr, requestEnv("block"))
-		errc <- err
-	}()
-	<-started
+	// A stream that breaks cancels the calls without a deadline it carried
+	// (nothing else would end them); one with a deadline runs on, until the
+	// transport closes.
+	var ctxs []context.Context
+	hb.request = func(ctx context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
+		ctxs = append(ctxs, ctx) // one at a time: the test waits for started
+		started <- struct{}{}
+		<-ctx.Done()
+		endc <- ended{err: ctx.Err()}
+		return nil, ctx.Err()
+	}
+	errc := make(chan error, 2)
+	for _, ctx := range []context.Context{withDeadline, context.Background()} {
+		go func() {
+			_, err := a.tr.Ask(ctx, b.addr, requestEnv("block"))
+			errc <- err
+		}()
+		<-started
+	}
 	a.tr.ClosePeer(b.addr)
+	wantCode(t, <-errc, codes.Unavailable)
 	wantCode(t, <-errc, codes.Unavailable)
 	if e := <-endc; !errors.Is(e.err, context.Canceled) {
 		t.Fatalf("after the stream broke the handler's ctx ended with %v, want Canceled", e.err)
+	}
+	if !errors.Is(ctxs[1].Err(), context.Canceled) || ctxs[0].Err() != nil {
+		t.Fatalf("after the stream broke: with a deadline %v, without %v; want nil, Canceled", ctxs[0].Err(), ctxs[1].Err())
+	}
+	b.tr.Close()
+	if e := <-endc; !errors.Is(e.err, context.Canceled) {
+		t.Fatalf("when the transport closed, the handler's ctx ended with %v, want Canceled", e.err)
 	}
 }
 
@@ -163,16 +182,20 @@ func TestCalls(t *testing.T) {
 	if !errors.Is(cc[1].Err(), context.Canceled) || cc[4].Err() != nil {
 		t.Fatalf("after a notice: %v, %v", cc[1].Err(), cc[4].Err())
 	}
-	// A stopped AfterFunc does not run; closing cancels the rest, and a
-	// call added after starts cancelled.
+	// A stopped AfterFunc does not run. Closing (the stream ended) cancels
+	// the calls without a deadline; those with one run on until the
+	// transport closes, and a call added after starts cancelled.
 	ran := make(chan struct{}, 1)
 	stop := cc[4].AfterFunc(func() { ran <- struct{}{} })
 	if !stop() {
 		t.Fatal("stop of a pending AfterFunc returned false")
 	}
-	cs.close()
+	running := cs.add(&Envelope{CallId: 8, DeadlineUnixMs: later})
+	transport, closeTransport := context.WithCancel(context.Background())
+	defer closeTransport()
+	cs.close(transport)
 	if !errors.Is(cc[4].Err(), context.Canceled) {
-		t.Fatalf("after close: %v", cc[4].Err())
+		t.Fatalf("a call without a deadline after close: %v", cc[4].Err())
 	}
 	select {
 	case <-ran:
@@ -184,5 +207,19 @@ func TestCalls(t *testing.T) {
 	}
 	if n := cs.inFlight(); n != 0 {
 		t.Fatalf("%d calls in flight after close", n)
+	}
+	if running.Err() != nil || cc[2].Err() != nil {
+		t.Fatalf("after close, a call with a deadline: %v; an answered one: %v", running.Err(), cc[2].Err())
+	}
+	closeTransport()
+	<-running.Done()
+	if !errors.Is(running.Err(), context.Canceled) || cc[2].Err() != nil {
+		t.Fatalf("when the transport closed: %v, %v", running.Err(), cc[2].Err())
+	}
+	cs.mu.Lock()
+	ticks = len(cs.ticks)
+	cs.mu.Unlock()
+	if ticks != 0 {
+		t.Fatalf("%d ticks left after the transport closed", ticks)
 	}
 }

@@ -45,7 +45,7 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 		rdone: make(chan struct{}),
 	}
 	in.calls.values = context.WithoutCancel(ctx)
-	defer in.calls.close()
+	defer in.calls.close(t.ctx)
 	for i := range in.lanes {
 		in.lanes[i] = make(chan laneItem, max(t.cfg.QueueSize/numLanes, 64))
 	}

@@ -41,9 +41,9 @@ type Handler interface {
 	// in order with one-way messages. ctx ends with DeadlineExceeded
 	// at the request's deadline (env.DeadlineUnixMs), and with Canceled
 	// when the caller's context is cancelled (the peer sends a cancel
-	// notice), when the stream from the peer breaks or when the transport
-	// closes; a handler must return soon after ctx ends, as Close waits for
-	// it.
+	// notice), when the transport closes, and, for a request without a
+	// deadline, when the stream from the peer breaks; a handler must return
+	// soon after ctx ends, as Close waits for it.
 	HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
 	// HandleOneWay handles a ONE_WAY message or an EVENT. The envelopes of
 	// one inbound stream (that is, from one peer) go to one of the stream's
