@@ -41,6 +41,14 @@ type Config struct {
 	// TaskTimeout bounds one turn of an agent for A2A: the deadline of the
 	// Ask that a message becomes (--a2a-task-timeout). Default: 10 min.
 	TaskTimeout time.Duration
+	// TaskRetention is how long a task in a terminal state (completed,
+	// failed, canceled, rejected) is kept, with its push configs, before
+	// etcd removes it (--a2a-task-retention); a read after that is
+	// TaskNotFound. Tasks that end within one window share an etcd lease,
+	// so a task may stay up to a minute (1% of the retention, at least a
+	// second) longer. 0 keeps tasks until they are deleted in etcd.
+	// Default: 24 h.
+	TaskRetention time.Duration
 	// Version is the agent version written in cards (agentsilo's).
 	Version string
 	// Silo names this silo (in its push inbox addresses and its tasks).
@@ -51,13 +59,16 @@ type Config struct {
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
-	return Config{LeaseTTL: 10 * time.Second, TaskTimeout: 10 * time.Minute, Version: "dev"}
+	return Config{LeaseTTL: 10 * time.Second, TaskTimeout: 10 * time.Minute, TaskRetention: 24 * time.Hour, Version: "dev"}
 }
 
 // Validate reports the first invalid field.
 func (c *Config) Validate() error {
 	if c.LeaseTTL < 2*time.Second {
 		return fmt.Errorf("a2a: LeaseTTL %v must be at least 2s", c.LeaseTTL)
+	}
+	if c.TaskRetention < 0 {
+		return fmt.Errorf("a2a: TaskRetention %v must not be negative", c.TaskRetention)
 	}
 	if c.PublicURL != "" {
 		u, err := url.Parse(c.PublicURL)

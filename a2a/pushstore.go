@@ -19,7 +19,8 @@ const maxPushConfigs = 10
 
 // pushStore is the SDK's push.ConfigStore in etcd, one key per config under
 // a2a/push/<task id>/. It is a plain store: the SDK's handler checks that
-// the caller may see the task (a task store Get) before every call.
+// the caller may see the task (a task store Get) before every call. The
+// configs of a finished task expire with it (see retention.go).
 // Methods are safe for concurrent use.
 type pushStore struct {
 	cli    *clientv3.Client
@@ -85,10 +86,39 @@ func (s *pushStore) Save(ctx context.Context, id spec.TaskID, c *spec.PushConfig
 			return nil, invalidParams("task %s has %d push configs already", id, len(resp.Kvs))
 		}
 	}
-	if _, err := s.cli.Put(ctx, key, string(b)); err != nil {
-		return nil, etcderr.FromCall(ctx, err, "a2a: save push config of %s", id)
+	// A config of a finished task goes on the task's retention lease (see
+	// retention.go): the put is conditional on the task's revision, so a
+	// terminal write in between (which puts the configs it sees on its
+	// lease) makes it read the lease again.
+	tkey := taskKey(ctx, s.prefix, id)
+	for range 5 {
+		var cmps []clientv3.Cmp
+		var lease clientv3.LeaseID
+		if tkey != "" {
+			r, err := s.cli.Get(ctx, tkey, clientv3.WithKeysOnly())
+			if err != nil {
+				return nil, etcderr.FromCall(ctx, err, "a2a: save push config of %s", id)
+			}
+			if len(r.Kvs) == 0 {
+				// The SDK saves a send's config before it creates the task.
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(tkey), "=", 0))
+			} else {
+				lease = clientv3.LeaseID(r.Kvs[0].Lease)
+				cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(tkey), "=", r.Kvs[0].ModRevision))
+			}
+		}
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(clientv3.OpPut(key, string(b), withLease(lease)...)).Commit()
+		if leaseGone(err) {
+			return nil, spec.ErrTaskNotFound // its retention just ended
+		}
+		if err != nil {
+			return nil, etcderr.FromCall(ctx, err, "a2a: save push config of %s", id)
+		}
+		if resp.Succeeded {
+			return &saved, nil
+		}
 	}
-	return &saved, nil
+	return nil, fmt.Errorf("a2a: save push config of %s: the task kept changing: %w", id, spec.ErrInternalError)
 }
 
 // Get implements push.ConfigStore.

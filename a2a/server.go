@@ -123,7 +123,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.hard, s.cancelHard = context.WithCancel(context.Background())
-	s.store = &taskStore{cli: d.Etcd, prefix: d.Prefix, silo: cfg.Silo, lease: func() clientv3.LeaseID { return clientv3.LeaseID(s.lease.Load()) }}
+	s.store = &taskStore{cli: d.Etcd, prefix: d.Prefix, silo: cfg.Silo, lease: func() clientv3.LeaseID { return clientv3.LeaseID(s.lease.Load()) },
+		retain: newRetainer(d.Etcd, cfg.TaskRetention), logger: s.logger}
 	s.queues = newQueues(s.base, s.store)
 	s.pushes = &pushStore{cli: d.Etcd, prefix: d.Prefix}
 	w := &work{s: s}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"strings"
@@ -42,6 +43,8 @@ type taskStore struct {
 	prefix string
 	silo   string
 	lease  func() clientv3.LeaseID // this silo's A2A lease, named in active markers
+	retain *retainer               // the leases of terminal tasks (see retention.go)
+	logger *slog.Logger
 }
 
 // taskRecord is a task's value in etcd.
@@ -155,17 +158,46 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 	if err != nil {
 		return 0, false, fmt.Errorf("a2a: task store: %w", err)
 	}
-	ops := []clientv3.Op{clientv3.OpPut(key, string(val))}
-	ops = append(ops, s.markerOp(key, id, rec.Task.Status.State))
-	resp, err := s.cli.Txn(ctx).If(cond).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
-	if err != nil {
-		return 0, false, etcderr.FromCall(ctx, err, "a2a: task store: write task %s", id)
+	var lease clientv3.LeaseID
+	if rec.Task.Status.State.Terminal() {
+		if lease, err = s.retain.lease(ctx); err != nil {
+			return 0, false, err
+		}
 	}
-	if resp.Succeeded {
-		return resp.Header.Revision, true, nil
+	for retried := false; ; retried = true {
+		ops := []clientv3.Op{clientv3.OpPut(key, string(val), withLease(lease)...), s.markerOp(key, id, rec.Task.Status.State)}
+		if lease != 0 {
+			// The push configs, to put them on the same lease.
+			ops = append(ops, clientv3.OpGet(s.prefix+pushDir+string(id)+"/", clientv3.WithPrefix()))
+		}
+		resp, err := s.cli.Txn(ctx).If(cond).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+		if err != nil && lease != 0 && !retried && leaseGone(err) {
+			s.retain.forget(lease)
+			if lease, err = s.retain.lease(ctx); err != nil {
+				return 0, false, err
+			}
+			continue
+		}
+		if err != nil {
+			return 0, false, etcderr.FromCall(ctx, err, "a2a: task store: write task %s", id)
+		}
+		if resp.Succeeded {
+			if lease != 0 {
+				s.retainPushConfigs(ctx, id, lease, resp.Responses[2].GetResponseRange().Kvs)
+			}
+			return resp.Header.Revision, true, nil
+		}
+		exists = len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().Kvs) > 0
+		return 0, exists, nil
 	}
-	exists = len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().Kvs) > 0
-	return 0, exists, nil
+}
+
+// withLease is the option that puts a key on lease, none for 0.
+func withLease(lease clientv3.LeaseID) []clientv3.OpOption {
+	if lease == 0 {
+		return nil
+	}
+	return []clientv3.OpOption{clientv3.WithLease(lease)}
 }
 
 // markerOp sets the active marker of a task in state st, or removes it.
@@ -378,7 +410,18 @@ func (s *taskStore) failActive(ctx context.Context, akey string, a activeRecord,
 	if err != nil {
 		return err
 	}
-	_, err = s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.Key), "=", rev)).
-		Then(clientv3.OpPut(a.Key, string(val)), clientv3.OpDelete(akey)).Commit()
+	lease, err := s.retain.lease(ctx)
+	if err != nil {
+		return err
+	}
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.Key), "=", rev)).
+		Then(clientv3.OpPut(a.Key, string(val), withLease(lease)...), clientv3.OpDelete(akey),
+			clientv3.OpGet(s.prefix+pushDir+string(t.ID)+"/", clientv3.WithPrefix())).Commit()
+	if leaseGone(err) {
+		s.retain.forget(lease) // the next reap, at the next start, tries again
+	}
+	if err == nil && resp.Succeeded && lease != 0 {
+		s.retainPushConfigs(ctx, t.ID, lease, resp.Responses[2].GetResponseRange().Kvs)
+	}
 	return err
 }

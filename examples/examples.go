@@ -17,6 +17,7 @@ package examples
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -103,7 +104,24 @@ func (c *Counter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messa
 		change = func(n *int64) error { *n++; return nil }
 	}
 	if change != nil {
-		if err := c.count.Update(ctx, change); err != nil {
+		// A change, once begun, is not cut short by the caller's
+		// cancellation (which reaches the turn wherever the caller is), only
+		// by its deadline: a cancelled caller leaves no save whose outcome
+		// is unknown behind.
+		if err := ctx.Err(); err != nil {
+			code := codes.Canceled
+			if errors.Is(err, context.DeadlineExceeded) {
+				code = codes.DeadlineExceeded
+			}
+			return nil, errs.Wrap(code, err, "counter")
+		}
+		uctx := context.WithoutCancel(ctx)
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			uctx, cancel = context.WithDeadline(uctx, dl)
+			defer cancel()
+		}
+		if err := c.count.Update(uctx, change); err != nil {
 			return nil, err
 		}
 	}

@@ -8,7 +8,9 @@
 // outbound stream to one peer: its bounded queue, its sender, reconnects),
 // batch.go (filling one stream message from the queue: batches form by
 // themselves when busy), inbound.go (the streams peers open to this silo),
-// workers.go (parked goroutines that run inbound requests).
+// workers.go (parked goroutines that run inbound requests), cancel.go (a
+// cancelled Ask's notice to its peer, and the contexts of inbound requests
+// that it cancels).
 //
 // The peer port is trusted: what arrives on it is an agent-to-agent call,
 // without the gateway's authentication or ACL, so it must be reachable by

@@ -44,8 +44,10 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 		out:   make(chan item, t.cfg.QueueSize),
 		rdone: make(chan struct{}),
 	}
+	in.calls.values = context.WithoutCancel(ctx)
+	defer in.calls.close(t.ctx)
 	for i := range in.lanes {
-		in.lanes[i] = make(chan *Envelope, max(t.cfg.QueueSize/numLanes, 64))
+		in.lanes[i] = make(chan laneItem, max(t.cfg.QueueSize/numLanes, 64))
 	}
 	if err := srv.Send(t.hello()); err != nil {
 		return err
@@ -88,9 +90,17 @@ type inbound struct {
 	ctx   context.Context // ends with the stream or the transport
 	from  string          // the peer's silo name, from its hello
 	out   chan item       // responses for the writer
-	lanes [numLanes]chan *Envelope
+	lanes [numLanes]chan laneItem
+	calls calls         // the requests being handled
 	rdone chan struct{} // closed when the reader ends
 	rerr  error
+}
+
+// laneItem is an envelope on its way to the handler, with its call if it
+// is a request (nil if its deadline had passed on arrival).
+type laneItem struct {
+	env  *Envelope
+	call *callCtx
 }
 
 // numLanes is the number of ordered lanes of an inbound stream: a slow
@@ -133,10 +143,20 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	b := first
 	for {
 		for _, e := range b.Envelopes {
+			if e.Cancel {
+				in.calls.cancel(e.CallId)
+				continue
+			}
 			switch e.Kind {
 			case agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
+				li := laneItem{env: e}
+				if e.Kind == agentsilov1.Kind_KIND_REQUEST {
+					// Registered here, not on the lane, so that a cancel
+					// notice right behind it finds it.
+					li.call = in.calls.add(e)
+				}
 				select {
-				case in.lanes[lane(e.GetMessage().GetTo())] <- e:
+				case in.lanes[lane(e.GetMessage().GetTo())] <- li:
 				case <-in.ctx.Done():
 					in.rerr = in.ctx.Err()
 					return
@@ -152,7 +172,7 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	}
 }
 
-// handlerCtx returns the context of env's handler: it ends at env's
+// handlerCtx returns the context of a one-way env's handler: it ends at env's
 // deadline (shared with the other envelopes due in the same tick, so no timer
 // per request) or when the transport closes; without a deadline, it is ctx,
 // which also ends with the stream. ok is false if the deadline has passed.
@@ -188,21 +208,21 @@ type OrderedHandler interface {
 }
 
 // request hands the request env on, in its lane's order when the handler
-// can (see OrderedHandler).
-func (in *inbound) request(env *Envelope) {
-	if in.tryAsync(env) {
+// can (see OrderedHandler). c is its handler's context, nil if its deadline
+// had passed when it arrived.
+func (in *inbound) request(env *Envelope, c *callCtx) {
+	if c == nil {
+		in.respond(env, nil, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
+		return
+	}
+	if in.tryAsync(env, c) {
 		return
 	}
 	t := in.t
 	oh, ok := in.h.(OrderedHandler)
 	if !ok {
 		t.wg.Add(1)
-		t.workers.run(t, func() { in.serve(env) })
-		return
-	}
-	ctx, _, ok := t.handlerCtx(in.ctx, env)
-	if !ok {
-		in.respond(env, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
+		t.workers.run(t, func() { in.serve(env, c) })
 		return
 	}
 	t.wg.Add(1)
@@ -210,7 +230,7 @@ func (in *inbound) request(env *Envelope) {
 	reply := func(msg *agentsilov1.AgentMessage, err error) {
 		once.Do(func() {
 			defer t.wg.Done()
-			in.respond(env, msg, err)
+			in.respond(env, c, msg, err)
 		})
 	}
 	defer func() {
@@ -219,25 +239,21 @@ func (in *inbound) request(env *Envelope) {
 			reply(nil, errs.New(codes.Internal, "request to %s: handler panicked: %v", env.GetMessage().GetTo(), r))
 		}
 	}()
-	oh.PostRequest(ctx, in.from, env, reply)
+	oh.PostRequest(c, in.from, env, reply)
 }
 
 // tryAsync hands env to the handler's TryHandleRequest, if it has one and
 // takes it.
-func (in *inbound) tryAsync(env *Envelope) bool {
+func (in *inbound) tryAsync(env *Envelope, c *callCtx) bool {
 	t := in.t
 	ah, ok := in.h.(AsyncHandler)
 	if !ok {
 		return false
 	}
-	ctx, _, ok := t.handlerCtx(in.ctx, env)
-	if !ok {
-		return false // answered DeadlineExceeded by serve
-	}
 	t.wg.Add(1)
-	taken := ah.TryHandleRequest(ctx, in.from, env, func(msg *agentsilov1.AgentMessage, err error) {
+	taken := ah.TryHandleRequest(c, in.from, env, func(msg *agentsilov1.AgentMessage, err error) {
 		defer t.wg.Done()
-		in.respond(env, msg, err)
+		in.respond(env, c, msg, err)
 	})
 	if !taken {
 		t.wg.Done()
@@ -246,24 +262,19 @@ func (in *inbound) tryAsync(env *Envelope) bool {
 }
 
 // serve handles one request and queues its response.
-func (in *inbound) serve(env *Envelope) {
-	t := in.t
-	defer t.wg.Done()
-	ctx, cancel, ok := t.handlerCtx(in.ctx, env)
-	var msg *agentsilov1.AgentMessage
-	var err error
-	if ok {
-		msg, err = in.handle(ctx, env)
-	} else {
-		err = errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo())
-	}
-	cancel()
-	in.respond(env, msg, err)
+func (in *inbound) serve(env *Envelope, c *callCtx) {
+	defer in.t.wg.Done()
+	msg, err := in.handle(c, env)
+	in.respond(env, c, msg, err)
 }
 
-// respond queues the response to the request env.
-func (in *inbound) respond(env *Envelope, msg *agentsilov1.AgentMessage, err error) {
+// respond queues the response to the request env, whose call c (if not nil)
+// is then forgotten.
+func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMessage, err error) {
 	t := in.t
+	if c != nil {
+		in.calls.remove(c)
+	}
 	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
 	size := 64
 	if err == nil && msg != nil {
@@ -304,15 +315,15 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 }
 
 // lane hands on the envelopes of one of the stream's lanes, in order.
-func (in *inbound) lane(envs chan *Envelope) {
+func (in *inbound) lane(envs chan laneItem) {
 	defer in.t.wg.Done()
 	for {
 		select {
-		case env := <-envs:
-			if env.Kind == agentsilov1.Kind_KIND_REQUEST {
-				in.request(env)
+		case li := <-envs:
+			if li.env.Kind == agentsilov1.Kind_KIND_REQUEST {
+				in.request(li.env, li.call)
 			} else {
-				in.oneWay(env)
+				in.oneWay(li.env)
 			}
 		case <-in.ctx.Done():
 			return

@@ -249,7 +249,7 @@ func (p *peer) run() {
 // drop discards a queued envelope whose stream is down; its call, if any,
 // has already failed with the stream.
 func (p *peer) drop(it item) {
-	if it.call == nil {
+	if it.call == nil && !it.env.Cancel {
 		p.t.logger.Debug("one-way message to a peer whose stream is down dropped", "peer", p.addr, "to", it.env.GetMessage().GetTo())
 	}
 }

@@ -38,9 +38,11 @@ type Handler interface {
 	// goroutine of its own, concurrently with every other request and
 	// one-way message, so a slow handler never holds up the stream; a
 	// Handler that is also an OrderedHandler gets requests there instead,
-	// in order with one-way messages. ctx ends
-	// at the request's deadline (env.DeadlineUnixMs; a request without one:
-	// when the stream from the peer breaks) or when the transport closes; a handler must return
+	// in order with one-way messages. ctx ends with DeadlineExceeded
+	// at the request's deadline (env.DeadlineUnixMs), and with Canceled
+	// when the caller's context is cancelled (the peer sends a cancel
+	// notice), when the transport closes, and, for a request without a
+	// deadline, when the stream from the peer breaks; a handler must return
 	// soon after ctx ends, as Close waits for it.
 	HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
 	// HandleOneWay handles a ONE_WAY message or an EVENT. The envelopes of
@@ -273,6 +275,12 @@ func (t *Transport) Stats() Stats {
 // ctx's deadline, DeadlineUnixMs (keeping an earlier one already set). env
 // belongs to the transport from the call on.
 //
+// If ctx is cancelled (not at its deadline, which the peer knows) after the
+// request may have been written, a cancel notice follows it on the stream
+// and the handler's context on the peer is cancelled; a notice that finds
+// the queue full or the stream broken is dropped, leaving the handler to
+// its deadline.
+//
 // It fails with ResourceExhausted for a message over MaxMessageSize, with
 // Unavailable while the peer's stream is broken or when it breaks before the
 // reply comes (the request may or may not have been handled), with
@@ -308,6 +316,11 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 		if !p.forget(env.CallId) {
 			r := <-c.done
 			return r.msg, r.err
+		}
+		// A request that may have been written is cancelled on the peer
+		// too; one still queued never will be (the sender skips it).
+		if errors.Is(ctx.Err(), context.Canceled) && !c.fate.CompareAndSwap(callQueued, callUnsent) {
+			p.sendCancel(env.CallId)
 		}
 		return nil, ctxErr(ctx, "ask peer "+peerAddr)
 	}

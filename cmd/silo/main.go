@@ -31,7 +31,8 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	// Hidden test flag: --journal FILE registers the Journal agent type.
+	// Hidden test flag: --journal FILE registers the Journal, StateProbe,
+	// TopicSink and Waiter agent types.
 	args, journal, err := cutHiddenFlag(args, "journal")
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
@@ -53,6 +54,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 			if journal != "" {
 				if err := examples.RegisterTopicSink(reg, journal+".topics"); err != nil {
+					return err
+				}
+				if err := registerWaiter(reg, journal+".waiter"); err != nil {
 					return err
 				}
 				return examples.RegisterJournal(reg, journal)

@@ -41,6 +41,8 @@ type Options struct {
 	// NoWait makes Start return once the processes are started, without
 	// waiting for them to be ready and to agree on the members.
 	NoWait bool
+	// A2A serves A2A on each silo (--a2a-addr Silo.A2AAddr).
+	A2A bool
 	// Netns runs each silo in a network namespace of its own, joined to a
 	// bridge in the test's namespace by a veth pair (see Cut), instead of
 	// on loopback addresses; the embedded etcd listens on the bridge. It
@@ -81,6 +83,8 @@ type Silo struct {
 	IP string
 	// The silo's listen addresses, the same across restarts.
 	GatewayAddr, PeerAddr, GossipAddr, HTTPAddr string
+	// A2AAddr is the A2A address, with Options.A2A; else empty.
+	A2AAddr string
 	// LogPath is the silo's log file, appended to across restarts.
 	LogPath string
 
@@ -183,6 +187,9 @@ func Start(tb TB, opts Options) *Cluster {
 			// A namespace of its own: every port is free.
 			s.IP = c.netns.siloIP(i)
 			s.GatewayAddr, s.PeerAddr, s.HTTPAddr, s.GossipAddr = s.IP+":7070", s.IP+":7071", s.IP+":8080", s.IP+":7946"
+			if opts.A2A {
+				s.A2AAddr = s.IP + ":9090"
+			}
 			c.silos = append(c.silos, s)
 			continue
 		}
@@ -190,6 +197,9 @@ func Start(tb TB, opts Options) *Cluster {
 		s.PeerAddr = pick(freeTCP, s.IP)
 		s.HTTPAddr = pick(freeTCP, s.IP)
 		s.GossipAddr = pick(freeTCPUDP, s.IP)
+		if opts.A2A {
+			s.A2AAddr = pick(freeTCP, s.IP)
+		}
 		c.silos = append(c.silos, s)
 	}
 	for _, s := range c.silos {
@@ -372,6 +382,9 @@ func (s *Silo) args() []string {
 	}
 	if len(join) > 0 {
 		args = append(args, "--join", strings.Join(join, ","))
+	}
+	if s.A2AAddr != "" {
+		args = append(args, "--a2a-addr", s.A2AAddr)
 	}
 	return append(args, c.opts.Args...)
 }

@@ -136,7 +136,7 @@ func (x *PeerHello) GetViewVersion() int64 {
 type PeerEnvelope struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// kind is REQUEST, ONE_WAY or EVENT from the dialer, RESPONSE from the
-	// accepting side.
+	// accepting side; unset on a cancel notice.
 	Kind Kind `protobuf:"varint,1,opt,name=kind,proto3,enum=agentsilo.v1.Kind" json:"kind,omitempty"`
 	// call_id numbers a REQUEST on its stream; its RESPONSE carries the same
 	// id. Zero on ONE_WAY and EVENT.
@@ -153,7 +153,13 @@ type PeerEnvelope struct {
 	// it.
 	DeadlineUnixMs int64 `protobuf:"varint,6,opt,name=deadline_unix_ms,json=deadlineUnixMs,proto3" json:"deadline_unix_ms,omitempty"`
 	// error is set on a failed RESPONSE.
-	Error         *Status `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error *Status `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// cancel, set on an envelope from the dialer that carries only call_id
+	// (no kind, no message), says that the caller of that REQUEST stopped
+	// waiting for its reply because its context was cancelled: the receiver
+	// cancels the handler's context of the call, if it is still running, and
+	// ignores a notice for a call it does not know or has answered.
+	Cancel        bool `protobuf:"varint,8,opt,name=cancel,proto3" json:"cancel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +243,13 @@ func (x *PeerEnvelope) GetError() *Status {
 	return nil
 }
 
+func (x *PeerEnvelope) GetCancel() bool {
+	if x != nil {
+		return x.Cancel
+	}
+	return false
+}
+
 var File_agentsilo_v1_peer_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_peer_proto_rawDesc = "" +
@@ -247,7 +260,7 @@ const file_agentsilo_v1_peer_proto_rawDesc = "" +
 	"\tenvelopes\x18\x02 \x03(\v2\x1a.agentsilo.v1.PeerEnvelopeR\tenvelopes\"B\n" +
 	"\tPeerHello\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12!\n" +
-	"\fview_version\x18\x02 \x01(\x03R\vviewVersion\"\x92\x02\n" +
+	"\fview_version\x18\x02 \x01(\x03R\vviewVersion\"\xaa\x02\n" +
 	"\fPeerEnvelope\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.agentsilo.v1.KindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x124\n" +
@@ -255,7 +268,8 @@ const file_agentsilo_v1_peer_proto_rawDesc = "" +
 	"\fview_version\x18\x04 \x01(\x03R\vviewVersion\x12\x12\n" +
 	"\x04hops\x18\x05 \x01(\rR\x04hops\x12(\n" +
 	"\x10deadline_unix_ms\x18\x06 \x01(\x03R\x0edeadlineUnixMs\x12*\n" +
-	"\x05error\x18\a \x01(\v2\x14.agentsilo.v1.StatusR\x05error2F\n" +
+	"\x05error\x18\a \x01(\v2\x14.agentsilo.v1.StatusR\x05error\x12\x16\n" +
+	"\x06cancel\x18\b \x01(\bR\x06cancel2F\n" +
 	"\x04Peer\x12>\n" +
 	"\x06Stream\x12\x17.agentsilo.v1.PeerBatch\x1a\x17.agentsilo.v1.PeerBatch(\x010\x01B?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
