@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/client"
@@ -257,4 +258,115 @@ func TestClusterTopicsACL(t *testing.T) {
 	_, err = bob.Broadcast(ctx, "Sink:*:*", &client.Message{})
 	denied("bob broadcasts to every owner", err)
 	k.wait(t, "bob's publish delivered", func(got []*grain.Message) bool { return len(got) == 1 && got[0].Message == "from bob" })
+}
+
+// A client session subscribes for as long as it lives: an agent and
+// clients on other silos publish, and the session gets every message, in
+// order per publisher; a principal without Read on the topics is denied;
+// the session's Close removes the subscription from etcd.
+func TestClusterSessionSubscription(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	k := &sink{}
+	aclFile := t.TempDir() + "/acl.json"
+	doc := `{"Rules": [
+		{"OwnerPattern": "acme", "AgentPattern": "orders*", "CallerPattern": "bob", "Permission": "Message"}
+	]}`
+	if err := os.WriteFile(aclFile, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(cfg *SiloConfig, reg *grain.Registry) {
+		k.register(t, reg)
+		cfg.ACLFile = aclFile
+	}
+	silos := []*Silo{c.startWith("s1", conf), c.startWith("s2", conf)}
+	c.waitView("s1", "s2")
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	dial := func(s *Silo, who string) *client.Client {
+		cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	sub := dial(silos[0], "acme")
+	acme, bob := dial(silos[1], "acme"), dial(silos[1], "bob")
+	defer acme.Close()
+	defer bob.Close()
+	defer sub.Close()
+	s, err := sub.SubscribeSession(ctx, "orders.#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.Id, "acme:session-") || s.Pattern != "acme:orders.#" {
+		t.Fatalf("subscription %v", s)
+	}
+	// Listed at once, through any silo (Subscriptions reads etcd).
+	subs, err := acme.Subscriptions(ctx, "")
+	if err != nil || len(subs) != 1 || subs[0].Id != s.Id || len(subs[0].Members) != 1 || subs[0].Members[0] != sub.Address() {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	if _, err := bob.SubscribeSession(ctx, "acme:orders.#"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("bob, with Message only, subscribes his session to acme:orders.#: %v, want PermissionDenied", err)
+	}
+	if _, err := bob.Subscribe(ctx, sub.Address(), "x", "bob:x", 0); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("bob subscribes acme's session: %v, want PermissionDenied", err)
+	}
+	const n = 20
+	for i := range n {
+		if _, err := acme.Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint("acme ", i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bob.Publish(ctx, "acme:orders.new", &client.Message{Message: fmt.Sprint("bob ", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := acme.Ask(ctx, "Sink:acme:pub", &client.Message{Message: "publish", State: map[string]string{"topic": "orders.x.y"}}); err != nil {
+		t.Fatal(err)
+	}
+	byFrom := map[string][]string{}
+	for got := 0; got < 2*n+1; got++ {
+		select {
+		case m := <-sub.Messages():
+			if m.Subscription != s.Id || !strings.HasPrefix(m.Topic, "acme:orders.") {
+				t.Fatalf("delivery %v", m)
+			}
+			who, _, _ := strings.Cut(m.Message, " ")
+			byFrom[who] = append(byFrom[who], m.Message)
+		case <-ctx.Done():
+			t.Fatalf("got %d of %d deliveries: %v", got, 2*n+1, byFrom)
+		}
+	}
+	for _, who := range []string{"acme", "bob"} {
+		for i := range n {
+			if byFrom[who][i] != fmt.Sprint(who, " ", i) {
+				t.Fatalf("%s's messages out of order: %v", who, byFrom[who])
+			}
+		}
+	}
+	if len(byFrom["from"]) != 1 {
+		t.Fatalf("the agent's publish: %v", byFrom)
+	}
+	// The session ends: so does its subscription, in etcd.
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cli, prefix := silos[1].etcd.Client(), silos[1].etcd.Prefix()+"topics/"
+	waitFor(t, "the subscription gone from etcd", func() bool {
+		r, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false
+		}
+		for _, kv := range r.Kvs {
+			if strings.Contains(string(kv.Key), s.Id) {
+				return false
+			}
+		}
+		return true
+	})
+	if subs, err := acme.Subscriptions(ctx, ""); err != nil || len(subs) != 0 {
+		t.Fatalf("subscriptions after the session closed: %v, %v", subs, err)
+	}
 }

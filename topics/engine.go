@@ -287,7 +287,24 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		msg.OnBehalfOf = a.Owner
 	}
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
-	reply, err := e.s.deliverTo(ctx, msg)
+	var reply *grain.Message
+	var err error
+	if isSession(member) {
+		// Into the session's backlog: there, it is acknowledged. A full
+		// backlog waits, as an unreachable agent does; a session gone
+		// ends its subscriptions here.
+		msg.Kind = grain.KindOneWay
+		err = e.s.pushTo(ctx, e.id, msg)
+		switch errs.Code(err) {
+		case codes.ResourceExhausted:
+			err = errs.Wrap(codes.Unavailable, err, "session backlog full")
+		case codes.NotFound:
+			e.s.EndSession(member)
+			err = errs.Wrap(codes.Unavailable, err, "session gone")
+		}
+	} else {
+		reply, err = e.s.deliverTo(ctx, msg)
+	}
 	cancel()
 	out := grain.Outcome(reply, err)
 	obs := e.s.cfg.Observe
