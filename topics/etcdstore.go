@@ -64,6 +64,10 @@ type EtcdStore struct {
 
 	txns atomic.Uint64 // transactions that wrote, for the figures
 
+	// testHookLoaded, if set, runs in follow after each load, before the
+	// watch from the loaded revision starts.
+	testHookLoaded func()
+
 	// SessionTTL is the TTL of the lease of the sessions' members
 	// (SubscribeSession): how long they outlive this store's process.
 	// Default 30 s.
@@ -265,6 +269,9 @@ func (s *EtcdStore) follow(ctx context.Context, prefix, what string, load func(k
 		}
 		load(kvs)
 		b.Reset()
+		if s.testHookLoaded != nil {
+			s.testHookLoaded()
+		}
 		from := rev + 1
 		for ctx.Err() == nil {
 			from, err = s.watch(ctx, prefix, from, apply)
