@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // sink records what subscribers get, across the silos of a test.
@@ -368,5 +370,106 @@ func TestClusterSessionSubscription(t *testing.T) {
 	})
 	if subs, err := acme.Subscriptions(ctx, ""); err != nil || len(subs) != 0 {
 		t.Fatalf("subscriptions after the session closed: %v, %v", subs, err)
+	}
+}
+
+// Under steady topic load, etcd's database in use grows by every round
+// while nothing compacts, and stays flat once the silo's compactor runs
+// (its clock advanced a CompactInterval per round): over four rounds it
+// grows by less than one round grew without. A size bound, not a time one.
+func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	var acked atomic.Int64
+	compactClk := clock.NewFake(time.Unix(1e9, 0))
+	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
+		cfg.Etcd.CompactInterval, cfg.Etcd.Clock = time.Minute, compactClk
+		err := reg.Register("Acker", func(grain.Host) (grain.Agent, error) {
+			return agentFunc(func(context.Context, *grain.Message) (*grain.Message, error) {
+				acked.Add(1)
+				return nil, nil
+			}), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Subscribe(ctx, "Acker:acme:a", "steady", "load.#", 0); err != nil {
+		t.Fatal(err)
+	}
+	cli := s.etcd.Client()
+	queue := s.etcd.Prefix() + "topics/q/"
+	const perRound = 300
+	payload := strings.Repeat("x", 256)
+	round := func() int64 {
+		t.Helper()
+		want := acked.Load() + perRound
+		var wg sync.WaitGroup
+		for p := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := p; i < perRound; i += 6 {
+					if _, err := cl.Publish(ctx, "load.x", &client.Message{Message: payload}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitFor(t, "every message acknowledged and removed", func() bool {
+			if acked.Load() < want {
+				return false
+			}
+			r, err := cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && r.Count == 0
+		})
+		st, err := cli.Status(ctx, cli.Endpoints()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.DbSizeInUse
+	}
+	compact := func() {
+		t.Helper()
+		armed := func() bool { n, _ := compactClk.Waiting(); return n == 1 }
+		waitFor(t, "the compactor's timer", armed)
+		compactClk.Advance(time.Minute)
+		waitFor(t, "the compactor done", armed)
+	}
+	// Without compaction.
+	u1 := round()
+	round()
+	u3 := round()
+	grew := (u3 - u1) / 2
+	if grew <= 0 {
+		t.Fatalf("etcd in use did not grow without compaction: %d, %d", u1, u3)
+	}
+	// With: each round ends with an interval of the compactor (the first
+	// notes a revision; the next compact up to the one noted before).
+	compact()
+	for range 2 {
+		round()
+		compact()
+	}
+	warm := round()
+	compact()
+	var last int64
+	for range 4 {
+		last = round()
+		compact()
+	}
+	t.Logf("etcd in use: %d, %d, %d without compaction; %d then %d four rounds later with", u1, u1+grew, u3, warm, last)
+	if last-warm >= grew {
+		t.Fatalf("etcd in use grew by %d over four compacted rounds, more than one round grew without (%d)", last-warm, grew)
 	}
 }

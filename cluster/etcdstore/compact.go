@@ -81,14 +81,16 @@ func (e *Store) stopCompactor() {
 // compactor passes to the next call. It is one step of the compactor, for
 // callers that compact on their own schedule (tests, benchmarks).
 func (e *Store) CompactOnce(ctx context.Context, rev int64) (int64, error) {
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	octx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	resp, err := e.client.Get(octx, e.cfg.Prefix, clientv3.WithCountOnly())
 	if err != nil {
 		return 0, etcderr.FromCall(ctx, err, "etcd: read the revision")
 	}
 	if rev > 0 {
-		if _, err := e.client.Compact(octx, rev); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		// Physical: it returns once the space is free for reuse, so that
+		// what the next interval writes fills it rather than grow the file.
+		if _, err := e.client.Compact(octx, rev, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
 			return 0, etcderr.FromCall(ctx, err, "etcd: compact at revision %d", rev)
 		}
 	}
