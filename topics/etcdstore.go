@@ -70,7 +70,7 @@ type EtcdStore struct {
 
 	// SessionTTL is the TTL of the lease of the sessions' members
 	// (SubscribeSession): how long they outlive this store's process.
-	// Default 30 s.
+	// Default 15 s.
 	SessionTTL time.Duration
 
 	sessMu    sync.Mutex
@@ -101,7 +101,7 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 		MaxOps:     120,
 		MaxBytes:   1 << 20,
 		Window:     DefaultIdemWindow,
-		SessionTTL: 30 * time.Second,
+		SessionTTL: 15 * time.Second,
 		sessHeld:   map[string]sessMember{},
 		keyPrefix:  hex.EncodeToString(b[:]) + "-",
 	}
