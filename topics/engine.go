@@ -338,13 +338,13 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		if obs != nil {
 			obs.Delivered("unavailable")
 		}
-		e.s.stats.unavailable.Add(1)
 		e.mu.Lock()
 		it.unavailable++
 		ne := proto.Clone(it.e).(*Entry)
 		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
 		it.e = ne
 		e.mu.Unlock()
+		e.s.stats.unavailable.Add(1)
 		e.release(it)
 		return
 	}
@@ -366,11 +366,6 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, "attempts exhausted", last)
 		return
 	}
-	if outcome == "retry" {
-		e.s.stats.retried.Add(1)
-	} else {
-		e.s.stats.failed.Add(1)
-	}
 	ne := proto.Clone(it.e).(*Entry)
 	ne.Attempts, ne.LastError, ne.Agent = uint32(attempts), last, member
 	ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(wait).UnixMilli()
@@ -383,6 +378,13 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	e.mu.Lock()
 	it.e = ne
 	e.mu.Unlock()
+	// Counted once the not-before time is set: a test that waits for the
+	// count and then advances its clock finds the retry due.
+	if outcome == "retry" {
+		e.s.stats.retried.Add(1)
+	} else {
+		e.s.stats.failed.Add(1)
+	}
 	e.release(it)
 }
 
