@@ -205,7 +205,9 @@ func (s *Service) deliverTo(ctx context.Context, msg *grain.Message) (*grain.Mes
 
 // Close stops publishing (publishes waiting fail with Unavailable) and
 // delivering: the engines stop dispatching, wait for the deliveries in
-// flight (bounded by ctx) and write their acknowledgments.
+// flight (bounded by ctx) and write their acknowledgments. Last, it closes
+// the Store if it has a Close method (EtcdStore: the sessions' lease is
+// revoked, so that this silo's session subscriptions end with it).
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true

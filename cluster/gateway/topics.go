@@ -171,6 +171,12 @@ func (ts topicServer) subscribeSession(ctx context.Context, svc *topics.Service,
 	if err != nil {
 		return nil, err
 	}
+	if !ts.g.holdsSession(a.String()) {
+		// Forgotten meanwhile: its end may have come before the
+		// subscription was there to end.
+		svc.EndSession(a.String())
+		return nil, errs.New(codes.NotFound, "client session %s ended", a)
+	}
 	return &agentsilov1.SubscribeResponse{Subscription: &agentsilov1.Subscription{Id: rec.GetId(), Pattern: rec.GetPattern(), MaxAttempts: rec.GetMaxAttempts(), Members: []string{a.String()}}}, nil
 }
 
