@@ -14,10 +14,15 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // sink records what subscribers get, across the silos of a test.
@@ -472,4 +477,64 @@ func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 	if last-warm >= grew {
 		t.Fatalf("etcd in use grew by %d over four compacted rounds, more than one round grew without (%d)", last-warm, grew)
 	}
+}
+
+// A session that goes away without closing (its stream just ends) keeps
+// its subscription while the gateway keeps the session for re-attaching;
+// once the gateway forgets it (its backlog age), the subscription goes.
+func TestClusterSessionSubscriptionExpires(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	s := c.startWith("s1", func(cfg *SiloConfig, _ *grain.Registry) {
+		cfg.Gateway.SessionBacklogAge = 300 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	conn, err := grpc.NewClient(s.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mctx := metadata.AppendToOutgoingContext(ctx, protocol.PrincipalHeader, "acme")
+	sctx, endStream := context.WithCancel(mctx)
+	stream, err := agentsilov1.NewGatewayClient(conn).Session(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: &agentsilov1.Hello{Principal: "acme"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := stream.Recv()
+	if err != nil || f.GetWelcome() == nil {
+		t.Fatalf("welcome: %v %v", f, err)
+	}
+	addr := f.GetWelcome().GetAddress()
+	r, err := agentsilov1.NewTopicsClient(conn).Subscribe(mctx, &agentsilov1.SubscribeRequest{Agent: addr, Pattern: "orders.#"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.GetSubscription().GetId()
+	lister, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lister.Close()
+	listed := func() bool {
+		subs, err := lister.Subscriptions(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sub := range subs {
+			if sub.Id == id {
+				return true
+			}
+		}
+		return false
+	}
+	if !listed() {
+		t.Fatalf("%s not listed", id)
+	}
+	endStream() // detached, not closed
+	waitFor(t, "the forgotten session's subscription removed", func() bool { return !listed() })
 }
