@@ -251,7 +251,8 @@ func (c *Client) endSessionSubs() {
 	if closed {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout)
+	// Bounded shortly: a gateway gone makes Close wait no longer.
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.opts.timeout, 5*time.Second))
 	defer cancel()
 	addr := c.Address()
 	for _, name := range byPat {
