@@ -94,7 +94,9 @@ func TestClusterTopics(t *testing.T) {
 	}
 	silos := []*Silo{c.startWith("s1", conf), c.startWith("s2", conf), c.startWith("s3", conf)}
 	c.waitView("s1", "s2", "s3")
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	// A budget for the whole test's calls (each wait has its own): on a
+	// loaded machine its ~40 calls through three silos take a while.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout)
 	defer cancel()
 	cl, err := client.Dial(ctx, []string{silos[0].GatewayAddr()}, client.WithPrincipal("acme"))
 	if err != nil {
@@ -289,7 +291,7 @@ func TestClusterSessionSubscription(t *testing.T) {
 	}
 	silos := []*Silo{c.startWith("s1", conf), c.startWith("s2", conf)}
 	c.waitView("s1", "s2")
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout) // for all its calls
 	defer cancel()
 	dial := func(s *Silo, who string) *client.Client {
 		cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(who))
