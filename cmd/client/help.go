@@ -88,11 +88,13 @@ topic needs Message on it. TEXT as for ask.`, cmdPublish},
 			`With PATTERN alone: subscribes this client's session to PATTERN and
 prints each message published to its topics (TOPIC FROM: TEXT; -o json:
 the message) until interrupted; the subscription ends with the session.
-A message is acknowledged once it is in the session's backlog.
+A message is acknowledged once it is in the session's backlog;
+--max-attempts is for an agent's subscription.
 
-With AGENT NAME PATTERN: adds AGENT to the subscription NAME of its owner, creating it with
-PATTERN (owner:pattern, or a pattern of your topics: * is one segment, #
-zero or more, e.g. orders.#) if it does not exist. Agents in one
+With AGENT NAME PATTERN: adds AGENT to the subscription NAME of its
+owner, creating it with PATTERN (owner:pattern, or a pattern of your
+topics: * is one segment, # zero or more, e.g. orders.#) if it does not
+exist. Agents in one
 subscription compete for its messages; each subscription gets its own copy.
 Everything published after it returns is delivered to the agent's
 OnMessage, at least once, until its handler returns no error; after
