@@ -94,11 +94,11 @@ A message is acknowledged once it is in the session's backlog;
 With AGENT NAME PATTERN: adds AGENT to the subscription NAME of its
 owner, creating it with PATTERN (owner:pattern, or a pattern of your
 topics: * is one segment, # zero or more, e.g. orders.#) if it does not
-exist. Agents in one
-subscription compete for its messages; each subscription gets its own copy.
-Everything published after it returns is delivered to the agent's
-OnMessage, at least once, until its handler returns no error; after
---max-attempts deliveries (default 5) the message is a dead letter.`, cmdSubscribe},
+exist. Agents in one subscription compete for its messages; each
+subscription gets its own copy. Everything published after it returns is
+delivered to the agent's OnMessage, at least once, until its handler
+returns no error; after --max-attempts deliveries (default 5) the message
+is a dead letter.`, cmdSubscribe},
 		{"unsubscribe", "AGENT NAME", "remove an agent from a subscription",
 			`Removes AGENT from its owner's subscription NAME; the last agent's
 leaving deletes the subscription with its backlog and dead letters.`, cmdUnsubscribe},
