@@ -54,10 +54,15 @@ type engine struct {
 	ackWake chan struct{} // the flagger: the full flag to write
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	sub      *Sub
-	items    map[string]*item
-	lanes    map[string]*lane
+	mu    sync.Mutex
+	sub   *Sub
+	items map[string]*item
+	lanes map[string]*lane
+	// removed holds the keys this engine settled (acknowledged, or made
+	// dead letters) whose deletion it has not seen from the store yet: a
+	// late event of an earlier change of such a key (a retry's Update
+	// arriving after the ack) must not queue it again.
+	removed  map[string]struct{}
 	n        int // entries queued
 	inflight int
 	rr       int // the member to deliver to next
@@ -92,6 +97,7 @@ func newEngine(s *Service, id string, sub *Sub) *engine {
 		sub:     sub,
 		items:   map[string]*item{},
 		lanes:   map[string]*lane{},
+		removed: map[string]struct{}{},
 		wake:    make(chan struct{}, 1),
 		ackWake: make(chan struct{}, 1),
 		isFull:  sub.Full,
@@ -156,12 +162,17 @@ func (e *engine) onEvent(ev QueueEvent) {
 			it.gone = true
 		}
 		e.items, e.lanes, e.n = map[string]*item{}, map[string]*lane{}, 0
+		e.removed = map[string]struct{}{}
 	case ev.Entry == nil:
+		delete(e.removed, ev.Key)
 		if it := e.items[ev.Key]; it != nil {
 			e.removeLocked(it)
 		}
 	default:
 		it := e.items[ev.Key]
+		if _, settled := e.removed[ev.Key]; it == nil && settled {
+			break
+		}
 		if it == nil {
 			from := ev.Entry.GetMessage().GetFrom()
 			l := e.lanes[from]
@@ -179,6 +190,15 @@ func (e *engine) onEvent(ev QueueEvent) {
 	}
 	e.checkFullLocked()
 	poke(e.wake)
+}
+
+// settleLocked removes it, settled here, and remembers its key until the
+// store's deletion of it shows.
+func (e *engine) settleLocked(it *item) {
+	if e.items[it.key] == it {
+		e.removed[it.key] = struct{}{}
+	}
+	e.removeLocked(it)
 }
 
 // removeLocked takes it out of its lane and the queue.
@@ -318,7 +338,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.mu.Lock()
 		e.inflight--
 		it.busy = false
-		e.removeLocked(it)
+		e.settleLocked(it)
 		e.checkFullLocked()
 		e.mu.Unlock()
 		e.s.ack(e.id, it.key)
@@ -432,7 +452,7 @@ func (e *engine) kill(it *item, member, reason, last string) {
 	e.mu.Lock()
 	it.busy = false
 	e.inflight--
-	e.removeLocked(it)
+	e.settleLocked(it)
 	e.checkFullLocked()
 	e.mu.Unlock()
 	poke(e.wake)
