@@ -86,6 +86,8 @@ type Client struct {
 
 	pubOnce sync.Once
 	pub     string // see publisher
+
+	sessSubs sessionSubs // topics.go: the session's subscriptions
 }
 
 // stream is one Session stream and the calls waiting on it.
@@ -271,6 +273,7 @@ func (c *Client) attached(st *stream, w *agentsilov1.Welcome) {
 	}
 	c.wg.Add(1)
 	go c.read(st)
+	c.resubscribeLocked() // topics.go
 }
 
 // read reads st until it breaks, delivering results and pushes.
@@ -714,6 +717,7 @@ func (c *Client) metadata(ctx context.Context) context.Context {
 // closed, and the connections are closed. The gateway keeps the session's
 // pushes for a while, but this Client cannot resume it.
 func (c *Client) Close() error {
+	c.endSessionSubs() // topics.go: the session's subscriptions end with it
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

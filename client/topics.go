@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -112,6 +115,151 @@ func (c *Client) Subscribe(ctx context.Context, agent, name, pattern string, max
 		return nil, errs.FromStatus(err)
 	}
 	return r.GetSubscription(), nil
+}
+
+// sessionSubs are the patterns the session subscribed to, with the names
+// of their subscriptions.
+type sessionSubs struct {
+	mu     sync.Mutex
+	byPat  map[string]string // pattern as given → subscription name
+	closed bool
+}
+
+// SubscribeSession subscribes this session to the topics pattern selects
+// (`*` one segment, `#` zero or more; relative to the client's principal,
+// or `owner:pattern`, which needs Read on the owner's topics): each message
+// published to them from now on reaches Messages (or WithOnMessage) with
+// its Topic and Subscription set, in publish order per publisher, at least
+// once. A message is acknowledged once it is in the session's backlog on
+// its gateway; a full backlog (the client not reading) makes the
+// subscription wait, and then its publishers.
+//
+// The subscription lives as long as the session: Close removes it, and so
+// does the gateway when it forgets the session (detached longer than its
+// backlog age), or, with its silo gone, etcd when the silo's lease ends.
+// After a re-attach the client subscribes again by itself (a session that
+// had to be opened afresh, with a new Address, loses what was published
+// in between). Subscribing to a pattern again is no error.
+func (c *Client) SubscribeSession(ctx context.Context, pattern string) (*Subscription, error) {
+	s, err := c.subscribeSession(ctx, pattern)
+	if err != nil {
+		return nil, err
+	}
+	_, name, _ := strings.Cut(s.GetId(), ":")
+	c.sessSubs.mu.Lock()
+	if c.sessSubs.byPat == nil {
+		c.sessSubs.byPat = map[string]string{}
+	}
+	c.sessSubs.byPat[pattern] = name
+	c.sessSubs.mu.Unlock()
+	return s, nil
+}
+
+func (c *Client) subscribeSession(ctx context.Context, pattern string) (*Subscription, error) {
+	addr := c.Address()
+	ctx, cancel, tc := c.topics(ctx)
+	defer cancel()
+	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: addr, Pattern: pattern})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetSubscription(), nil
+}
+
+// UnsubscribeSession ends the session's subscription to pattern (as given
+// to SubscribeSession); NotFound if there is none.
+func (c *Client) UnsubscribeSession(ctx context.Context, pattern string) error {
+	c.sessSubs.mu.Lock()
+	name, ok := c.sessSubs.byPat[pattern]
+	delete(c.sessSubs.byPat, pattern)
+	c.sessSubs.mu.Unlock()
+	if !ok {
+		return errs.New(codes.NotFound, "this session is not subscribed to %q", pattern)
+	}
+	_, err := c.Unsubscribe(ctx, c.Address(), name)
+	return err
+}
+
+// SessionSubscriptions returns the patterns the session is subscribed to,
+// sorted.
+func (c *Client) SessionSubscriptions() []string {
+	c.sessSubs.mu.Lock()
+	defer c.sessSubs.mu.Unlock()
+	out := make([]string, 0, len(c.sessSubs.byPat))
+	for p := range c.sessSubs.byPat {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// resubscribeLocked subscribes the session again to its patterns, in the
+// background, after a re-attach (the session may have moved to another
+// gateway, or been opened afresh). c.mu is held.
+func (c *Client) resubscribeLocked() {
+	c.sessSubs.mu.Lock()
+	n := len(c.sessSubs.byPat)
+	c.sessSubs.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		b := retry.New(50*time.Millisecond, 5*time.Second, nil)
+		for _, p := range c.SessionSubscriptions() {
+			for {
+				s, err := c.subscribeSession(c.ctx, p)
+				if err == nil {
+					_, name, _ := strings.Cut(s.GetId(), ":")
+					c.sessSubs.mu.Lock()
+					if _, ok := c.sessSubs.byPat[p]; ok {
+						c.sessSubs.byPat[p] = name
+					}
+					c.sessSubs.mu.Unlock()
+					break
+				}
+				// Denied or invalid now: it stays gone. Unavailable: the
+				// gateway went away again, and the next re-attach retries.
+				if c.ctx.Err() != nil || errs.Code(err) != codes.Unavailable || !b.Wait(c.ctx, nil) {
+					break
+				}
+			}
+		}
+	}()
+}
+
+// endSessionSubs removes the session's subscriptions (Close), within the
+// client's timeout; what it cannot remove, the gateway does when it
+// forgets the session.
+func (c *Client) endSessionSubs() {
+	c.sessSubs.mu.Lock()
+	if c.sessSubs.closed {
+		c.sessSubs.mu.Unlock()
+		return
+	}
+	c.sessSubs.closed = true
+	byPat := c.sessSubs.byPat
+	c.sessSubs.byPat = nil
+	c.sessSubs.mu.Unlock()
+	if len(byPat) == 0 {
+		return
+	}
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return
+	}
+	// Bounded shortly: a gateway gone makes Close wait no longer.
+	ctx, cancel := context.WithTimeout(context.Background(), min(c.opts.timeout, 5*time.Second))
+	defer cancel()
+	addr := c.Address()
+	for _, name := range byPat {
+		if _, err := c.Unsubscribe(ctx, addr, name); err != nil && ctx.Err() != nil {
+			return
+		}
+	}
 }
 
 // Unsubscribe removes the agent from its owner's subscription name, and

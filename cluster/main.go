@@ -182,6 +182,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
 	fs.StringVar(&cfg.Etcd.Prefix, "etcd-prefix", cfg.Etcd.Prefix, "prefix of every etcd key")
+	fs.DurationVar(&cfg.Etcd.CompactInterval, "etcd-compact-interval", cfg.Etcd.CompactInterval, "compact etcd's history this often, up to the revision of one interval before (0: never)")
 	fs.StringVar(&cfg.Etcd.CAFile, "etcd-ca", "", "CA certificates (PEM) that verify the external etcd's certificate: TLS to etcd")
 	fs.StringVar(&cfg.Etcd.CertFile, "etcd-cert", "", "client certificate (PEM) for an etcd that requires one (TLS)")
 	fs.StringVar(&cfg.Etcd.KeyFile, "etcd-key", "", "the key (PEM) of --etcd-cert")

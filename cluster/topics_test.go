@@ -8,13 +8,21 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // sink records what subscribers get, across the silos of a test.
@@ -86,7 +94,9 @@ func TestClusterTopics(t *testing.T) {
 	}
 	silos := []*Silo{c.startWith("s1", conf), c.startWith("s2", conf), c.startWith("s3", conf)}
 	c.waitView("s1", "s2", "s3")
-	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	// A budget for the whole test's calls (each wait has its own): on a
+	// loaded machine its ~40 calls through three silos take a while.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout)
 	defer cancel()
 	cl, err := client.Dial(ctx, []string{silos[0].GatewayAddr()}, client.WithPrincipal("acme"))
 	if err != nil {
@@ -257,4 +267,340 @@ func TestClusterTopicsACL(t *testing.T) {
 	_, err = bob.Broadcast(ctx, "Sink:*:*", &client.Message{})
 	denied("bob broadcasts to every owner", err)
 	k.wait(t, "bob's publish delivered", func(got []*grain.Message) bool { return len(got) == 1 && got[0].Message == "from bob" })
+}
+
+// A client session subscribes for as long as it lives: an agent and
+// clients on other silos publish, and the session gets every message, in
+// order per publisher; a principal without Read on the topics is denied;
+// the session's Close removes the subscription from etcd.
+func TestClusterSessionSubscription(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	k := &sink{}
+	aclFile := t.TempDir() + "/acl.json"
+	doc := `{"Rules": [
+		{"OwnerPattern": "acme", "AgentPattern": "orders*", "CallerPattern": "bob", "Permission": "Message"}
+	]}`
+	if err := os.WriteFile(aclFile, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := func(cfg *SiloConfig, reg *grain.Registry) {
+		k.register(t, reg)
+		cfg.ACLFile = aclFile
+	}
+	silos := []*Silo{c.startWith("s1", conf), c.startWith("s2", conf)}
+	c.waitView("s1", "s2")
+	ctx, cancel := context.WithTimeout(t.Context(), 3*waitTimeout) // for all its calls
+	defer cancel()
+	dial := func(s *Silo, who string) *client.Client {
+		cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(who))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	sub := dial(silos[0], "acme")
+	acme, bob := dial(silos[1], "acme"), dial(silos[1], "bob")
+	defer acme.Close()
+	defer bob.Close()
+	defer sub.Close()
+	s, err := sub.SubscribeSession(ctx, "orders.#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(s.Id, "acme:session-") || s.Pattern != "acme:orders.#" {
+		t.Fatalf("subscription %v", s)
+	}
+	// Listed at once, through any silo (Subscriptions reads etcd).
+	subs, err := acme.Subscriptions(ctx, "")
+	if err != nil || len(subs) != 1 || subs[0].Id != s.Id || len(subs[0].Members) != 1 || subs[0].Members[0] != sub.Address() {
+		t.Fatalf("subscriptions: %v, %v", subs, err)
+	}
+	if _, err := bob.SubscribeSession(ctx, "acme:orders.#"); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("bob, with Message only, subscribes his session to acme:orders.#: %v, want PermissionDenied", err)
+	}
+	if _, err := bob.Subscribe(ctx, sub.Address(), "x", "bob:x", 0); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("bob subscribes acme's session: %v, want PermissionDenied", err)
+	}
+	const n = 20
+	for i := range n {
+		if _, err := acme.Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint("acme ", i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := bob.Publish(ctx, "acme:orders.new", &client.Message{Message: fmt.Sprint("bob ", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := acme.Ask(ctx, "Sink:acme:pub", &client.Message{Message: "publish", State: map[string]string{"topic": "orders.x.y"}}); err != nil {
+		t.Fatal(err)
+	}
+	byFrom := map[string][]string{}
+	for got := 0; got < 2*n+1; got++ {
+		select {
+		case m := <-sub.Messages():
+			if m.Subscription != s.Id || !strings.HasPrefix(m.Topic, "acme:orders.") {
+				t.Fatalf("delivery %v", m)
+			}
+			who, _, _ := strings.Cut(m.Message, " ")
+			byFrom[who] = append(byFrom[who], m.Message)
+		case <-ctx.Done():
+			t.Fatalf("got %d of %d deliveries: %v", got, 2*n+1, byFrom)
+		}
+	}
+	for _, who := range []string{"acme", "bob"} {
+		for i := range n {
+			if byFrom[who][i] != fmt.Sprint(who, " ", i) {
+				t.Fatalf("%s's messages out of order: %v", who, byFrom[who])
+			}
+		}
+	}
+	if len(byFrom["from"]) != 1 {
+		t.Fatalf("the agent's publish: %v", byFrom)
+	}
+	// The session ends: so does its subscription, in etcd.
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cli, prefix := silos[1].etcd.Client(), silos[1].etcd.Prefix()+"topics/"
+	waitFor(t, "the subscription gone from etcd", func() bool {
+		r, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return false
+		}
+		for _, kv := range r.Kvs {
+			if strings.Contains(string(kv.Key), s.Id) {
+				return false
+			}
+		}
+		return true
+	})
+	if subs, err := acme.Subscriptions(ctx, ""); err != nil || len(subs) != 0 {
+		t.Fatalf("subscriptions after the session closed: %v, %v", subs, err)
+	}
+}
+
+// Under steady topic load, etcd's database in use grows by every round
+// while nothing compacts, and stays flat once the silo's compactor runs
+// (its clock advanced a CompactInterval per round): over four rounds it
+// grows by less than one round grew without. A size bound, not a time one.
+func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	var acked atomic.Int64
+	compactClk := clock.NewFake(time.Unix(1e9, 0))
+	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
+		cfg.Etcd.CompactInterval, cfg.Etcd.Clock = time.Minute, compactClk
+		err := reg.Register("Acker", func(grain.Host) (grain.Agent, error) {
+			return agentFunc(func(context.Context, *grain.Message) (*grain.Message, error) {
+				acked.Add(1)
+				return nil, nil
+			}), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	cl, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Subscribe(ctx, "Acker:acme:a", "steady", "load.#", 0); err != nil {
+		t.Fatal(err)
+	}
+	cli := s.etcd.Client()
+	queue := s.etcd.Prefix() + "topics/q/"
+	const perRound = 200
+	payload := strings.Repeat("x", 256)
+	round := func() int64 {
+		t.Helper()
+		// Each round has its own bound: the rounds' sum is long on a
+		// loaded machine.
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		want := acked.Load() + perRound
+		var wg sync.WaitGroup
+		for p := range 6 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := p; i < perRound; i += 6 {
+					if _, err := cl.Publish(ctx, "load.x", &client.Message{Message: payload}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		waitFor(t, "every message acknowledged and removed", func() bool {
+			if acked.Load() < want {
+				return false
+			}
+			r, err := cli.Get(ctx, queue, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && r.Count == 0
+		})
+		st, err := cli.Status(ctx, cli.Endpoints()[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.DbSizeInUse
+	}
+	compact := func() {
+		t.Helper()
+		armed := func() bool { n, _ := compactClk.Waiting(); return n == 1 }
+		waitFor(t, "the compactor's timer", armed)
+		compactClk.Advance(time.Minute)
+		waitFor(t, "the compactor done", armed)
+	}
+	// Without compaction.
+	u1 := round()
+	round()
+	u3 := round()
+	grew := (u3 - u1) / 2
+	if grew <= 0 {
+		t.Fatalf("etcd in use did not grow without compaction: %d, %d", u1, u3)
+	}
+	// With: each round ends with an interval of the compactor (the first
+	// notes a revision; the next compact up to the one noted before).
+	compact()
+	for range 2 {
+		round()
+		compact()
+	}
+	warm := round()
+	compact()
+	var last int64
+	for range 4 {
+		last = round()
+		compact()
+	}
+	t.Logf("etcd in use: %d, %d, %d without compaction; %d then %d four rounds later with", u1, u1+grew, u3, warm, last)
+	if last-warm >= grew {
+		t.Fatalf("etcd in use grew by %d over four compacted rounds, more than one round grew without (%d)", last-warm, grew)
+	}
+}
+
+// A session that goes away without closing (its stream just ends) keeps
+// its subscription while the gateway keeps the session for re-attaching;
+// once the gateway forgets it (its backlog age), the subscription goes.
+func TestClusterSessionSubscriptionExpires(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	s := c.startWith("s1", func(cfg *SiloConfig, _ *grain.Registry) {
+		cfg.Gateway.SessionBacklogAge = 300 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	conn, err := grpc.NewClient(s.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	mctx := metadata.AppendToOutgoingContext(ctx, protocol.PrincipalHeader, "acme")
+	sctx, endStream := context.WithCancel(mctx)
+	stream, err := agentsilov1.NewGatewayClient(conn).Session(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: &agentsilov1.Hello{Principal: "acme"}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := stream.Recv()
+	if err != nil || f.GetWelcome() == nil {
+		t.Fatalf("welcome: %v %v", f, err)
+	}
+	addr := f.GetWelcome().GetAddress()
+	r, err := agentsilov1.NewTopicsClient(conn).Subscribe(mctx, &agentsilov1.SubscribeRequest{Agent: addr, Pattern: "orders.#"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := r.GetSubscription().GetId()
+	lister, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lister.Close()
+	listed := func() bool {
+		subs, err := lister.Subscriptions(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sub := range subs {
+			if sub.Id == id {
+				return true
+			}
+		}
+		return false
+	}
+	if !listed() {
+		t.Fatalf("%s not listed", id)
+	}
+	endStream() // detached, not closed
+	waitFor(t, "the forgotten session's subscription removed", func() bool { return !listed() })
+}
+
+// The SDK subscribes its session again after a re-attach: its gateway's
+// silo stops, the session is opened afresh on the other (a new address),
+// and what is published then reaches it; the old subscription goes with
+// the stopped silo's lease.
+func TestClusterSessionSubscriptionFailover(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	s1, s2 := c.start("s1"), c.start("s2")
+	c.waitView("s1", "s2")
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	sub, err := client.Dial(ctx, []string{s1.GatewayAddr(), s2.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	pub, err := client.Dial(ctx, []string{s2.GatewayAddr()}, client.WithPrincipal("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	first, err := sub.SubscribeSession(ctx, "orders.#")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := sub.Address()
+	c.stop("s1")
+	var second string
+	waitFor(t, "the session subscribed again through s2", func() bool {
+		subs, err := pub.Subscriptions(ctx, "")
+		if err != nil {
+			return false
+		}
+		second = ""
+		for _, s := range subs {
+			if s.Id == first.Id {
+				return false // the old one is not gone yet
+			}
+			if len(s.Members) == 1 && s.Members[0] == sub.Address() && sub.Address() != before {
+				second = s.Id
+			}
+		}
+		return second != ""
+	})
+	if _, err := pub.Publish(ctx, "orders.created", &client.Message{Message: "after the failover"}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		select {
+		case m := <-sub.Messages():
+			if m.Subscription == second && m.Message == "after the failover" {
+				return
+			}
+		case <-ctx.Done():
+			t.Fatal("the message published after the failover did not arrive")
+		}
+	}
 }

@@ -1,7 +1,11 @@
 package tests
 
 import (
+	"bufio"
+	"io"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -118,5 +122,58 @@ func TestTopicsReadme(t *testing.T) {
 	// The poison message died twice: at first, and after its replay.
 	if n := metricValue(scrapeMetrics(t, p.http), "agentsilo_topic_dead_letters_total", nil); n != 2 {
 		t.Errorf("agentsilo_topic_dead_letters_total = %v, want 2", n)
+	}
+}
+
+// TestTopicsReadmeSession runs the README's session subscription as
+// written: `client subscribe` in the background, a publish, the message
+// printed, and the subscription gone once the subscriber is interrupted.
+func TestTopicsReadmeSession(t *testing.T) {
+	buildBinaries(t)
+	p := startSilo(t, t.TempDir())
+	lines := strings.Split(strings.TrimSpace(readmeBlock(t, "topics:session")), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("README topics:session: want 2 lines, got %q", lines)
+	}
+	sub, pub := shellWords(t, lines[0]), shellWords(t, lines[1])
+	if sub[0] != "client" || sub[1] != "subscribe" || pub[0] != "client" || pub[1] != "publish" {
+		t.Fatalf("README topics:session: %q", lines)
+	}
+	cmd := exec.CommandContext(t.Context(), bins.client, append([]string{"--addr", p.gateway}, sub[1:]...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	said := bufio.NewScanner(stderr)
+	if !said.Scan() || !strings.HasPrefix(said.Text(), "subscribed Session:dev:") || !strings.Contains(said.Text(), "to dev:orders.# as dev:session-") {
+		t.Fatalf("client subscribe said %q", said.Text())
+	}
+	go io.Copy(io.Discard, stderr)
+	if out, errOut, code := p.cli(pub[1:]...); code != 0 || !strings.Contains(out, "(queued for 1 subscriptions)") {
+		t.Fatalf("client publish: %d %q %s", code, out, errOut)
+	}
+	printed := bufio.NewScanner(stdout)
+	if !printed.Scan() || !strings.HasPrefix(printed.Text(), "dev:orders.created Session:dev:pub-") || !strings.HasSuffix(printed.Text(), ": order 5") {
+		t.Fatalf("client subscribe printed %q", printed.Text())
+	}
+	if out, _, _ := p.cli("subscriptions"); !strings.Contains(out, "dev:session-") {
+		t.Fatalf("subscriptions while subscribed: %q", out)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("client subscribe after an interrupt: %v", err)
+	}
+	if out, _, _ := p.cli("subscriptions"); strings.Contains(out, "dev:session-") {
+		t.Fatalf("subscriptions after the subscriber ended: %q", out)
 	}
 }

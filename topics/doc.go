@@ -40,4 +40,12 @@
 //	svc.Close(ctx) // before rt.Close: deliveries in flight settle
 //
 // and calls svc.Rebalance when the membership's view changes.
+//
+// A client session subscribes through its gateway (SubscribeSession, with
+// the gateway's push into the session's backlog): the silo holding the
+// session delivers its subscription, a message being acknowledged once it
+// is in the backlog. The subscription ends with the session: Unsubscribe
+// at its Close, EndSession when the gateway forgets it, and, if the silo
+// dies, its member's lease (Store.SubscribeSession), after which the
+// subscription's owner in the view prunes it (Store.Prune).
 package topics

@@ -54,10 +54,15 @@ type engine struct {
 	ackWake chan struct{} // the flagger: the full flag to write
 	wg      sync.WaitGroup
 
-	mu       sync.Mutex
-	sub      *Sub
-	items    map[string]*item
-	lanes    map[string]*lane
+	mu    sync.Mutex
+	sub   *Sub
+	items map[string]*item
+	lanes map[string]*lane
+	// removed holds the keys this engine settled (acknowledged, or made
+	// dead letters) whose deletion it has not seen from the store yet: a
+	// late event of an earlier change of such a key (a retry's Update
+	// arriving after the ack) must not queue it again.
+	removed  map[string]struct{}
 	n        int // entries queued
 	inflight int
 	rr       int // the member to deliver to next
@@ -92,6 +97,7 @@ func newEngine(s *Service, id string, sub *Sub) *engine {
 		sub:     sub,
 		items:   map[string]*item{},
 		lanes:   map[string]*lane{},
+		removed: map[string]struct{}{},
 		wake:    make(chan struct{}, 1),
 		ackWake: make(chan struct{}, 1),
 		isFull:  sub.Full,
@@ -156,12 +162,17 @@ func (e *engine) onEvent(ev QueueEvent) {
 			it.gone = true
 		}
 		e.items, e.lanes, e.n = map[string]*item{}, map[string]*lane{}, 0
+		e.removed = map[string]struct{}{}
 	case ev.Entry == nil:
+		delete(e.removed, ev.Key)
 		if it := e.items[ev.Key]; it != nil {
 			e.removeLocked(it)
 		}
 	default:
 		it := e.items[ev.Key]
+		if _, settled := e.removed[ev.Key]; it == nil && settled {
+			break
+		}
 		if it == nil {
 			from := ev.Entry.GetMessage().GetFrom()
 			l := e.lanes[from]
@@ -179,6 +190,15 @@ func (e *engine) onEvent(ev QueueEvent) {
 	}
 	e.checkFullLocked()
 	poke(e.wake)
+}
+
+// settleLocked removes it, settled here, and remembers its key until the
+// store's deletion of it shows.
+func (e *engine) settleLocked(it *item) {
+	if e.items[it.key] == it {
+		e.removed[it.key] = struct{}{}
+	}
+	e.removeLocked(it)
 }
 
 // removeLocked takes it out of its lane and the queue.
@@ -287,7 +307,24 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		msg.OnBehalfOf = a.Owner
 	}
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
-	reply, err := e.s.deliverTo(ctx, msg)
+	var reply *grain.Message
+	var err error
+	if isSession(member) {
+		// Into the session's backlog: there, it is acknowledged. A full
+		// backlog waits, as an unreachable agent does; a session gone
+		// ends its subscriptions here.
+		msg.Kind = grain.KindOneWay
+		err = e.s.pushTo(ctx, e.id, msg)
+		switch errs.Code(err) {
+		case codes.ResourceExhausted:
+			err = errs.Wrap(codes.Unavailable, err, "session backlog full")
+		case codes.NotFound:
+			e.s.EndSession(member)
+			err = errs.Wrap(codes.Unavailable, err, "session gone")
+		}
+	} else {
+		reply, err = e.s.deliverTo(ctx, msg)
+	}
 	cancel()
 	out := grain.Outcome(reply, err)
 	obs := e.s.cfg.Observe
@@ -301,7 +338,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.mu.Lock()
 		e.inflight--
 		it.busy = false
-		e.removeLocked(it)
+		e.settleLocked(it)
 		e.checkFullLocked()
 		e.mu.Unlock()
 		e.s.ack(e.id, it.key)
@@ -321,13 +358,13 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		if obs != nil {
 			obs.Delivered("unavailable")
 		}
-		e.s.stats.unavailable.Add(1)
 		e.mu.Lock()
 		it.unavailable++
 		ne := proto.Clone(it.e).(*Entry)
 		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
 		it.e = ne
 		e.mu.Unlock()
+		e.s.stats.unavailable.Add(1)
 		e.release(it)
 		return
 	}
@@ -349,11 +386,6 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, "attempts exhausted", last)
 		return
 	}
-	if outcome == "retry" {
-		e.s.stats.retried.Add(1)
-	} else {
-		e.s.stats.failed.Add(1)
-	}
 	ne := proto.Clone(it.e).(*Entry)
 	ne.Attempts, ne.LastError, ne.Agent = uint32(attempts), last, member
 	ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(wait).UnixMilli()
@@ -366,6 +398,13 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	e.mu.Lock()
 	it.e = ne
 	e.mu.Unlock()
+	// Counted once the not-before time is set: a test that waits for the
+	// count and then advances its clock finds the retry due.
+	if outcome == "retry" {
+		e.s.stats.retried.Add(1)
+	} else {
+		e.s.stats.failed.Add(1)
+	}
 	e.release(it)
 }
 
@@ -413,7 +452,7 @@ func (e *engine) kill(it *item, member, reason, last string) {
 	e.mu.Lock()
 	it.busy = false
 	e.inflight--
-	e.removeLocked(it)
+	e.settleLocked(it)
 	e.checkFullLocked()
 	e.mu.Unlock()
 	poke(e.wake)

@@ -63,6 +63,27 @@ type EtcdStore struct {
 	leaseAt time.Time
 
 	txns atomic.Uint64 // transactions that wrote, for the figures
+
+	// testHookLoaded, if set, runs in follow after each load, before the
+	// watch from the loaded revision starts.
+	testHookLoaded func()
+
+	// SessionTTL is the TTL of the lease of the sessions' members
+	// (SubscribeSession): how long they outlive this store's process.
+	// Default 15 s.
+	SessionTTL time.Duration
+
+	sessMu    sync.Mutex
+	sessLease clientv3.LeaseID
+	sessHeld  map[string]sessMember // by member key: what to put again on a new lease
+	sessStop  context.CancelFunc    // nil until the keeper runs
+	sessDone  chan struct{}
+	closed    bool
+}
+
+type sessMember struct {
+	rec    *SubscriptionRecord
+	member string
 }
 
 // NewEtcdStore returns the store under prefix (which ends in "/").
@@ -73,14 +94,16 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return &EtcdStore{
-		cli:       cli,
-		root:      prefix + "topics/",
-		logger:    logger,
-		OpTimeout: 5 * time.Second,
-		MaxOps:    120,
-		MaxBytes:  1 << 20,
-		Window:    DefaultIdemWindow,
-		keyPrefix: hex.EncodeToString(b[:]) + "-",
+		cli:        cli,
+		root:       prefix + "topics/",
+		logger:     logger,
+		OpTimeout:  5 * time.Second,
+		MaxOps:     120,
+		MaxBytes:   1 << 20,
+		Window:     DefaultIdemWindow,
+		SessionTTL: 15 * time.Second,
+		sessHeld:   map[string]sessMember{},
+		keyPrefix:  hex.EncodeToString(b[:]) + "-",
 	}
 }
 
@@ -105,6 +128,15 @@ func bound(ctx context.Context, d time.Duration) (context.Context, context.Cance
 
 // Subscribe implements Store.
 func (s *EtcdStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+	return s.subscribe(ctx, rec, member, 0)
+}
+
+// subscribe is Subscribe with the member's key on lease (0: none).
+func (s *EtcdStore) subscribe(ctx context.Context, rec *SubscriptionRecord, member string, lease clientv3.LeaseID) (*SubscriptionRecord, error) {
+	var mopts []clientv3.OpOption
+	if lease != 0 {
+		mopts = append(mopts, clientv3.WithLease(lease))
+	}
 	p, err := ParsePattern(rec.GetPattern(), "")
 	if err != nil {
 		return nil, err
@@ -134,11 +166,11 @@ func (s *EtcdStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, memb
 				return nil, errs.New(codes.FailedPrecondition, "subscription %s exists with pattern %s, not %s", rec.GetId(), cur.GetPattern(), rec.GetPattern())
 			}
 			t = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(rec.GetId())), "=", resp.Kvs[0].CreateRevision)).
-				Then(clientv3.OpPut(s.memberPrefix(rec.GetId())+member, ""))
+				Then(clientv3.OpPut(s.memberPrefix(rec.GetId())+member, "", mopts...))
 		} else {
 			t = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(rec.GetId())), "=", 0)).
 				Then(clientv3.OpPut(s.subKey(rec.GetId()), string(val)),
-					clientv3.OpPut(s.memberPrefix(rec.GetId())+member, ""),
+					clientv3.OpPut(s.memberPrefix(rec.GetId())+member, "", mopts...),
 					clientv3.OpPut(s.verKey(p.Owner), ""))
 		}
 		tr, err := t.Commit()
@@ -157,6 +189,9 @@ func (s *EtcdStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, memb
 // Unsubscribe implements Store.
 func (s *EtcdStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
 	mk := s.memberPrefix(id) + member
+	s.sessMu.Lock()
+	delete(s.sessHeld, mk)
+	s.sessMu.Unlock()
 	for range 16 {
 		octx, cancel := bound(ctx, s.OpTimeout)
 		rr, err := s.cli.Txn(octx).Then(
@@ -234,6 +269,9 @@ func (s *EtcdStore) follow(ctx context.Context, prefix, what string, load func(k
 		}
 		load(kvs)
 		b.Reset()
+		if s.testHookLoaded != nil {
+			s.testHookLoaded()
+		}
 		from := rev + 1
 		for ctx.Err() == nil {
 			from, err = s.watch(ctx, prefix, from, apply)
@@ -776,4 +814,201 @@ func (s *EtcdStore) Drop(ctx context.Context, id string, keys []string) (int, er
 		keys = keys[m:]
 	}
 	return n, nil
+}
+
+// SubscribeSession implements Store: the member's key is on a lease of
+// this store's, which a goroutine keeps alive until Close (that revokes
+// it). If the lease is lost all the same (etcd unreachable for longer than
+// SessionTTL), the keeper puts the members held on a new one, creating
+// their subscriptions again if they were pruned meanwhile.
+func (s *EtcdStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+	lease, err := s.sessionLease(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.subscribe(ctx, rec, member, lease)
+	if err != nil {
+		return nil, err
+	}
+	s.sessMu.Lock()
+	s.sessHeld[s.memberPrefix(rec.GetId())+member] = sessMember{rec: proto.Clone(rec).(*SubscriptionRecord), member: member}
+	s.sessMu.Unlock()
+	return out, nil
+}
+
+// sessionLease returns the sessions' lease, granting it (and starting its
+// keeper) if there is none.
+func (s *EtcdStore) sessionLease(ctx context.Context) (clientv3.LeaseID, error) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if s.closed {
+		return 0, errs.New(codes.Unavailable, "topics: the store is closed")
+	}
+	if s.sessLease != 0 {
+		return s.sessLease, nil
+	}
+	octx, cancel := bound(ctx, s.OpTimeout)
+	defer cancel()
+	l, err := s.cli.Grant(octx, int64(max(s.SessionTTL/time.Second, 2)))
+	if err != nil {
+		return 0, etcderr.FromCall(ctx, err, "topics: grant the sessions' lease")
+	}
+	s.sessLease = l.ID
+	if s.sessStop == nil {
+		kctx, stop := context.WithCancel(context.Background())
+		s.sessStop, s.sessDone = stop, make(chan struct{})
+		go s.keepSessions(kctx)
+	}
+	return l.ID, nil
+}
+
+// keepSessions renews the sessions' lease a third of its TTL at a time;
+// when etcd says it is gone, it grants another and puts the members held
+// on it again.
+func (s *EtcdStore) keepSessions(ctx context.Context) {
+	defer close(s.sessDone)
+	every := max(s.SessionTTL/3, 500*time.Millisecond)
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t.Reset(every)
+		s.sessMu.Lock()
+		lease := s.sessLease
+		s.sessMu.Unlock()
+		octx, cancel := bound(ctx, s.OpTimeout)
+		_, err := s.cli.KeepAliveOnce(octx, lease)
+		cancel()
+		switch {
+		case err == nil || ctx.Err() != nil:
+			continue
+		case !errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.logger.Warn("topics: renewing the sessions' lease failed; retrying", "err", etcderr.Wrap(err))
+			continue
+		}
+		s.logger.Warn("topics: the sessions' lease expired; putting their subscriptions on a new one")
+		s.sessMu.Lock()
+		if s.sessLease == lease {
+			s.sessLease = 0
+		}
+		held := make([]sessMember, 0, len(s.sessHeld))
+		for _, m := range s.sessHeld {
+			held = append(held, m)
+		}
+		s.sessMu.Unlock()
+		for _, m := range held {
+			if _, err := s.SubscribeSession(ctx, m.rec, m.member); err != nil && ctx.Err() == nil {
+				s.logger.Warn("topics: could not restore a session's subscription", "subscription", m.rec.GetId(), "session", m.member, "err", err)
+			}
+		}
+	}
+}
+
+// Close stops renewing the sessions' lease and revokes it: the sessions'
+// members go, and their subscriptions are pruned. The Service closes its
+// store if it has a Close.
+func (s *EtcdStore) Close() error {
+	s.sessMu.Lock()
+	s.closed = true
+	stop, done, lease := s.sessStop, s.sessDone, s.sessLease
+	s.sessMu.Unlock()
+	if stop == nil {
+		return nil
+	}
+	stop()
+	<-done
+	if lease == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.OpTimeout)
+	defer cancel()
+	if _, err := s.cli.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return etcderr.FromCall(ctx, err, "topics: revoke the sessions' lease")
+	}
+	return nil
+}
+
+// Prune implements Store.
+func (s *EtcdStore) Prune(ctx context.Context, id string) (bool, error) {
+	octx, cancel := bound(ctx, s.OpTimeout)
+	resp, err := s.cli.Get(octx, s.subKey(id))
+	cancel()
+	if err != nil {
+		return false, etcderr.FromCall(ctx, err, "prune %s", id)
+	}
+	if len(resp.Kvs) == 0 {
+		return false, nil
+	}
+	ops := []clientv3.Op{
+		clientv3.OpDelete(s.subKey(id)),
+		clientv3.OpDelete(s.fullKey(id)),
+		clientv3.OpDelete(s.queuePrefix(id), clientv3.WithPrefix()),
+		clientv3.OpDelete(s.deadPrefix(id), clientv3.WithPrefix()),
+	}
+	rec := &SubscriptionRecord{}
+	if proto.Unmarshal(resp.Kvs[0].Value, rec) == nil {
+		if p, err := ParsePattern(rec.GetPattern(), ""); err == nil {
+			ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""))
+		}
+	}
+	octx, cancel = bound(ctx, s.OpTimeout)
+	defer cancel()
+	// A range compare holds for every key of the range, and for an empty
+	// range as for one absent key: no member, CreateRevision 0.
+	tr, err := s.cli.Txn(octx).If(
+		clientv3.Compare(clientv3.ModRevision(s.subKey(id)), "=", resp.Kvs[0].ModRevision),
+		clientv3.Compare(clientv3.CreateRevision(s.memberPrefix(id)).WithPrefix(), "=", 0),
+	).Then(ops...).Commit()
+	if err != nil {
+		return false, etcderr.FromCall(ctx, err, "prune %s", id)
+	}
+	if tr.Succeeded {
+		s.txns.Add(1)
+	}
+	return tr.Succeeded, nil
+}
+
+// Subscriptions implements Store: one transaction reads the owner's
+// subscriptions, members and full flags.
+func (s *EtcdStore) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
+	reg := s.regPrefix()
+	ranges := []string{reg + "sub/" + owner + ":", reg + "member/" + owner + ":", reg + "full/" + owner + ":"}
+	ops := make([]clientv3.Op, len(ranges))
+	for i, r := range ranges {
+		ops[i] = clientv3.OpGet(r, clientv3.WithPrefix())
+	}
+	octx, cancel := bound(ctx, s.OpTimeout)
+	tr, err := s.cli.Txn(octx).Then(ops...).Commit()
+	cancel()
+	if err != nil {
+		return nil, etcderr.FromCall(ctx, err, "list the subscriptions of %s", owner)
+	}
+	recs := map[string]*SubscriptionRecord{}
+	members := map[string][]string{}
+	full := map[string]bool{}
+	for i, r := range tr.Responses {
+		for _, kv := range r.GetResponseRange().GetKvs() {
+			rest := strings.TrimPrefix(string(kv.Key), ranges[i])
+			switch i {
+			case 0:
+				rec := &SubscriptionRecord{}
+				if err := proto.Unmarshal(kv.Value, rec); err != nil {
+					s.logger.Warn("topics: skipping an unreadable subscription", "key", string(kv.Key), "err", err)
+					continue
+				}
+				recs[owner+":"+rest] = rec
+			case 1:
+				if name, m, ok := strings.Cut(rest, "/"); ok {
+					members[owner+":"+name] = append(members[owner+":"+name], m)
+				}
+			case 2:
+				full[owner+":"+rest] = true
+			}
+		}
+	}
+	return NewRegistry(nil, recs, members, full), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -142,23 +143,93 @@ func (s *MemStore) Unsubscribe(ctx context.Context, id, member string) (bool, er
 	delete(ms, member)
 	deleted := len(ms) == 0
 	if deleted {
-		if p, err := ParsePattern(s.subs[id].GetPattern(), ""); err == nil {
-			s.seq++
-			s.versions[p.Owner] = int64(s.seq)
-		}
-		delete(s.subs, id)
-		delete(s.members, id)
-		delete(s.full, id)
-		delete(s.dead, id)
-		if q := s.queues[id]; q != nil {
-			for _, k := range q.keys {
-				q.emit(QueueEvent{Key: k})
-			}
-			q.keys, q.entries = nil, map[string]*Entry{}
-		}
+		s.deleteLocked(id)
 	}
 	s.notifyLocked()
 	return deleted, nil
+}
+
+// deleteLocked deletes subscription id with its queue and dead letters.
+func (s *MemStore) deleteLocked(id string) {
+	if p, err := ParsePattern(s.subs[id].GetPattern(), ""); err == nil {
+		s.seq++
+		s.versions[p.Owner] = int64(s.seq)
+	}
+	delete(s.subs, id)
+	delete(s.members, id)
+	delete(s.full, id)
+	delete(s.dead, id)
+	if q := s.queues[id]; q != nil {
+		for _, k := range q.keys {
+			q.emit(QueueEvent{Key: k})
+		}
+		q.keys, q.entries = nil, map[string]*Entry{}
+	}
+}
+
+// SubscribeSession implements Store: in one process, it is Subscribe.
+func (s *MemStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+	return s.Subscribe(ctx, rec, member)
+}
+
+// Prune implements Store.
+func (s *MemStore) Prune(ctx context.Context, id string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subs[id]; !ok || len(s.members[id]) > 0 {
+		return false, nil
+	}
+	s.deleteLocked(id)
+	s.notifyLocked()
+	return true, nil
+}
+
+// Expire removes member from every subscription, as the end of an etcd
+// lease does a session's: for tests of Prune.
+func (s *MemStore) Expire(member string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ms := range s.members {
+		delete(ms, member)
+	}
+	s.notifyLocked()
+}
+
+// Subscriptions implements Store.
+func (s *MemStore) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.registryLocked()
+	for id := range r.Subs {
+		if o, _, _ := strings.Cut(id, ":"); o != owner {
+			delete(r.Subs, id)
+		}
+	}
+	return NewRegistry(r.Versions, recsOf(r), membersOf(r), fullOf(r)), nil
+}
+
+func recsOf(r *Registry) map[string]*SubscriptionRecord {
+	out := make(map[string]*SubscriptionRecord, len(r.Subs))
+	for id, s := range r.Subs {
+		out[id] = s.Record
+	}
+	return out
+}
+
+func membersOf(r *Registry) map[string][]string {
+	out := make(map[string][]string, len(r.Subs))
+	for id, s := range r.Subs {
+		out[id] = s.Members
+	}
+	return out
+}
+
+func fullOf(r *Registry) map[string]bool {
+	out := make(map[string]bool, len(r.Subs))
+	for id, s := range r.Subs {
+		out[id] = s.Full
+	}
+	return out
 }
 
 func (s *MemStore) registryLocked() *Registry {

@@ -2,6 +2,8 @@ package topics
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -45,15 +47,34 @@ type Service struct {
 	acks    []AckKey      // acknowledged, not yet removed from the store
 	ackWake chan struct{} // the acker: acks to write
 
-	mu      sync.Mutex // guards engines, deliver, closed
+	mu      sync.Mutex // guards engines, deliver, closed, local, pruning
 	engines map[string]*engine
 	deliver Deliver
 	closed  bool
+	// local holds the session subscriptions made on this silo, by id:
+	// this silo delivers them, into the sessions' backlogs.
+	local   map[string]*localSub
+	pruning map[string]bool // subscriptions without members being pruned
+
+	endMu   sync.Mutex
+	ended   []string      // sessions that ended, whose subscriptions to remove
+	endWake chan struct{} // the reaper: sessions ended
 
 	ackerDone chan struct{}
 
 	stats struct{ published, acked, retried, failed, unavailable, dead atomic.Uint64 }
 }
+
+// localSub is a session subscription this silo delivers.
+type localSub struct {
+	session string
+	push    Push
+}
+
+// Push delivers a message into a client session's backlog on this silo
+// (the gateway's sessions): nil once it is there, NotFound if the silo
+// holds no such session, ResourceExhausted if its backlog is full.
+type Push func(ctx context.Context, msg *grain.Message) error
 
 // pubReq is one publish waiting for the batcher.
 type pubReq struct {
@@ -85,10 +106,14 @@ func New(cfg Config) (*Service, error) {
 		pubq:    make(chan *pubReq, cfg.QueueSize),
 		engines: make(map[string]*engine),
 		ackWake: make(chan struct{}, 1),
+		local:   make(map[string]*localSub),
+		pruning: make(map[string]bool),
+		endWake: make(chan struct{}, 1),
 	}
 	s.reg.Store(NewRegistry(nil, nil, nil, nil))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(2)
+	s.wg.Add(3)
+	go s.reaper()
 	go func() {
 		defer s.wg.Done()
 		first := true
@@ -180,7 +205,9 @@ func (s *Service) deliverTo(ctx context.Context, msg *grain.Message) (*grain.Mes
 
 // Close stops publishing (publishes waiting fail with Unavailable) and
 // delivering: the engines stop dispatching, wait for the deliveries in
-// flight (bounded by ctx) and write their acknowledgments.
+// flight (bounded by ctx) and write their acknowledgments. Last, it closes
+// the Store if it has a Close method (EtcdStore: the sessions' lease is
+// revoked, so that this silo's session subscriptions end with it).
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -210,6 +237,11 @@ func (s *Service) Close(ctx context.Context) error {
 	s.cancel()
 	s.wg.Wait()
 	<-s.ackerDone
+	if c, ok := s.cfg.Store.(interface{ Close() error }); ok {
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	return err
 }
 
@@ -252,7 +284,19 @@ func (s *Service) Rebalance() {
 	}
 	r := s.reg.Load()
 	for id, sub := range r.Subs {
+		// A session's subscription is delivered by the silo of its
+		// session, into the session's backlog; another by its owner in
+		// the view. One without members (its session's lease ended) is
+		// pruned by its owner in the view.
 		own := s.cfg.Owns == nil || s.cfg.Owns(id)
+		if len(sub.Members) == 0 {
+			if own && !s.pruning[id] {
+				s.prune(id)
+			}
+			own = false
+		} else if sub.Session {
+			own = s.local[id] != nil
+		}
 		e := s.engines[id]
 		switch {
 		case own && e == nil:
@@ -272,6 +316,27 @@ func (s *Service) Rebalance() {
 			s.stopLater(e)
 		}
 	}
+}
+
+// prune deletes subscription id, which has no members, in the
+// background. s.mu is held.
+func (s *Service) prune(id string) {
+	s.pruning[id] = true
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+		ok, err := s.cfg.Store.Prune(ctx, id)
+		cancel()
+		if err != nil && s.ctx.Err() == nil {
+			s.cfg.Logger.Warn("topics: could not delete a subscription without members", "subscription", id, "err", err)
+		} else if ok {
+			s.cfg.Logger.Info("topics: deleted a subscription without members (its session ended)", "subscription", id)
+		}
+		s.mu.Lock()
+		delete(s.pruning, id)
+		s.mu.Unlock()
+	}()
 }
 
 // stopLater stops e in the background: its deliveries in flight finish.
@@ -594,7 +659,7 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 		return nil, errs.New(codes.InvalidArgument, "subscription name %q: a name, without an owner (it is the agent's)", clip(name))
 	}
 	if agent.Type == grain.SessionType {
-		return nil, errs.New(codes.InvalidArgument, "a client session cannot subscribe; subscribe an agent")
+		return nil, errs.New(codes.InvalidArgument, "a client session subscribes as a session (SubscribeSession)")
 	}
 	if s.cfg.Known != nil && !s.cfg.Known(agent.Type) {
 		return nil, errs.New(codes.NotFound, "agent type %q is not registered", agent.Type)
@@ -623,6 +688,142 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 	return s.cfg.Store.Subscribe(ctx, rec, agent.String())
 }
 
+// SessionSubscriptionName is the name of session's subscription to
+// pattern (canonical) when the session gives none: the same for the same
+// session and pattern, so that subscribing again (after a re-attach) is
+// idempotent.
+func SessionSubscriptionName(session, pattern string) string {
+	h := sha256.Sum256([]byte(session + "\x00" + pattern))
+	return "session-" + hex.EncodeToString(h[:8])
+}
+
+// SubscribeSession subscribes the client session at session (on this
+// silo, reached through push) to pattern (relative to the session's
+// owner), under name ("": SessionSubscriptionName), and returns the
+// subscription. This silo delivers it, into the session's backlog (which
+// acknowledges a message), for as long as the session lives: until
+// Unsubscribe, EndSession, or this silo's end (the member is on a lease of
+// the store: a subscription whose session's silo is gone is pruned).
+// Everything published after it returns is delivered.
+func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, name, pattern string, maxAttempts int, push Push) (*SubscriptionRecord, error) {
+	if session.Type != grain.SessionType {
+		return nil, errs.New(codes.InvalidArgument, "%s is not a client session", session)
+	}
+	if push == nil {
+		return nil, errs.New(codes.Unavailable, "topics: this silo holds no client sessions")
+	}
+	p, err := ParsePattern(pattern, session.Owner)
+	if err != nil {
+		return nil, err
+	}
+	if name == "" {
+		name = SessionSubscriptionName(session.String(), p.String())
+	}
+	if strings.Contains(name, ":") {
+		return nil, errs.New(codes.InvalidArgument, "subscription name %q: a name, without an owner (it is the session's)", clip(name))
+	}
+	id, err := ParseSubscription(name, session.Owner)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case maxAttempts == 0:
+		maxAttempts = s.cfg.MaxAttempts
+	case maxAttempts < 0 || maxAttempts > MaxAttemptsLimit:
+		return nil, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", maxAttempts, MaxAttemptsLimit)
+	}
+	r := s.reg.Load()
+	if sub := r.Subs[id]; sub == nil {
+		if n := len(r.Owned(session.Owner)); n >= s.cfg.MaxSubscriptions {
+			return nil, errs.New(codes.ResourceExhausted, "%s has %d subscriptions, the most allowed", session.Owner, n)
+		}
+	} else if !sub.Session || len(sub.Members) > 1 || sub.Members[0] != session.String() {
+		return nil, errs.New(codes.FailedPrecondition, "subscription %s exists and is not this session's alone", id)
+	}
+	s.mu.Lock()
+	if l := s.local[id]; l != nil && l.session != session.String() {
+		s.mu.Unlock()
+		return nil, errs.New(codes.FailedPrecondition, "subscription %s is another session's", id)
+	}
+	// Held before the store has it, so that the registry that shows it
+	// finds it local at once.
+	s.local[id] = &localSub{session: session.String(), push: push}
+	s.mu.Unlock()
+	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
+	out, err := s.cfg.Store.SubscribeSession(ctx, rec, session.String())
+	if err != nil {
+		s.mu.Lock()
+		if s.reg.Load().Subs[id] == nil {
+			delete(s.local, id)
+		}
+		s.mu.Unlock()
+		return nil, err
+	}
+	s.Rebalance()
+	return out, nil
+}
+
+// EndSession removes the subscriptions of the client session at session
+// made on this silo: the gateway calls it when it forgets the session
+// (closed and expired). It does not block: a goroutine removes them.
+func (s *Service) EndSession(session string) {
+	s.endMu.Lock()
+	s.ended = append(s.ended, session)
+	s.endMu.Unlock()
+	poke(s.endWake)
+}
+
+// reaper removes the subscriptions of the sessions that ended.
+func (s *Service) reaper() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.endWake:
+		case <-s.ctx.Done():
+			return
+		}
+		s.endMu.Lock()
+		ended := s.ended
+		s.ended = nil
+		s.endMu.Unlock()
+		for _, sess := range ended {
+			s.mu.Lock()
+			var ids []string
+			for id, l := range s.local {
+				if l.session == sess {
+					ids = append(ids, id)
+				}
+			}
+			s.mu.Unlock()
+			a, err := grain.ParseAddress(sess)
+			if err != nil {
+				continue
+			}
+			for _, id := range ids {
+				_, name, _ := strings.Cut(id, ":")
+				ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+				_, err := s.UnsubscribeAgent(ctx, a, name)
+				cancel()
+				if err != nil && errs.Code(err) != codes.NotFound && s.ctx.Err() == nil {
+					// The lease still ends it with this silo.
+					s.cfg.Logger.Warn("topics: could not remove an ended session's subscription", "subscription", id, "session", sess, "err", err)
+				}
+			}
+		}
+	}
+}
+
+// pushTo delivers msg into the backlog of the session of subscription id.
+func (s *Service) pushTo(ctx context.Context, id string, msg *grain.Message) error {
+	s.mu.Lock()
+	l := s.local[id]
+	s.mu.Unlock()
+	if l == nil || l.session != msg.GetTo() {
+		return errs.New(codes.NotFound, "no client session %s on this silo", msg.GetTo())
+	}
+	return l.push(ctx, msg)
+}
+
 // Unsubscribe implements grain.TopicService.
 func (s *Service) Unsubscribe(ctx context.Context, agent grain.Address, name string) error {
 	_, err := s.UnsubscribeAgent(ctx, agent, name)
@@ -639,14 +840,27 @@ func (s *Service) UnsubscribeAgent(ctx context.Context, agent grain.Address, nam
 	if err != nil {
 		return false, err
 	}
-	return s.cfg.Store.Unsubscribe(ctx, id, agent.String())
+	deleted, err := s.cfg.Store.Unsubscribe(ctx, id, agent.String())
+	if agent.Type == grain.SessionType && (err == nil || errs.Code(err) == codes.NotFound) {
+		s.mu.Lock()
+		if l := s.local[id]; l != nil && l.session == agent.String() {
+			delete(s.local, id)
+		}
+		s.mu.Unlock()
+	}
+	return deleted, err
 }
 
-// Subscriptions lists owner's subscriptions, as this silo's registry has
-// them; the backlog is known for those this silo delivers.
-func (s *Service) Subscriptions(owner string) []*agentsilov1.Subscription {
+// Subscriptions lists owner's subscriptions as the store has them now
+// (so a subscription is listed once Subscribe has returned, through any
+// silo); the backlog is known for those this silo delivers.
+func (s *Service) Subscriptions(ctx context.Context, owner string) ([]*agentsilov1.Subscription, error) {
+	r, err := s.cfg.Store.Subscriptions(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
 	var out []*agentsilov1.Subscription
-	for _, sub := range s.reg.Load().Owned(owner) {
+	for _, sub := range r.Owned(owner) {
 		rec := sub.Record
 		ps := &agentsilov1.Subscription{
 			Id:          rec.GetId(),
@@ -663,7 +877,7 @@ func (s *Service) Subscriptions(owner string) []*agentsilov1.Subscription {
 		}
 		out = append(out, ps)
 	}
-	return out
+	return out, nil
 }
 
 // DeadLetters lists subscription id's dead letters after the id after, at

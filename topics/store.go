@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -39,9 +40,22 @@ type Store interface {
 	// member, the subscription is deleted with its queue and dead letters
 	// (and deleted is true). NotFound if member is not in it.
 	Unsubscribe(ctx context.Context, id, member string) (deleted bool, err error)
+	// SubscribeSession is Subscribe for a client session's subscription:
+	// the member lives only while this store's holder does (in etcd, on a
+	// lease the store keeps alive), so that a subscription whose session
+	// ended with its silo goes away (see Prune) rather than outlive it.
+	SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error)
+	// Prune deletes subscription id, with its queue and dead letters, if
+	// it has no member left (a session's whose lease expired), and reports
+	// whether it did.
+	Prune(ctx context.Context, id string) (bool, error)
 	// FollowRegistry calls f with the registry as it is, then again after
 	// each change, until ctx ends; it retries while the store is away.
 	FollowRegistry(ctx context.Context, f func(*Registry))
+	// Subscriptions reads the subscriptions of owner (those whose id is
+	// owner:name) as they are now, not as a follower last saw them: what
+	// Subscribe returned is in it.
+	Subscriptions(ctx context.Context, owner string) (*Registry, error)
 
 	// Append queues each item's entry on the queues of its subscriptions,
 	// in order, and returns once they are durable, provided the version of
@@ -140,6 +154,9 @@ type Sub struct {
 	Pattern Pattern
 	Members []string // sorted
 	Full    bool     // its backlog is full: publishers wait
+	// Session: its members are client sessions (see
+	// Service.SubscribeSession).
+	Session bool
 }
 
 // NewRegistry builds a Registry from subscriptions (records and members)
@@ -157,7 +174,12 @@ func NewRegistry(versions map[string]int64, recs map[string]*SubscriptionRecord,
 		}
 		ms := append([]string(nil), members[id]...)
 		sort.Strings(ms)
-		s := &Sub{Record: rec, Pattern: p, Members: ms, Full: full[id]}
+		s := &Sub{Record: rec, Pattern: p, Members: ms, Full: full[id], Session: len(ms) > 0}
+		for _, m := range ms {
+			if !isSession(m) {
+				s.Session = false
+			}
+		}
 		r.Subs[id] = s
 		r.byOwner[p.Owner] = append(r.byOwner[p.Owner], s)
 	}
@@ -192,3 +214,8 @@ func (r *Registry) Owned(owner string) []*Sub {
 
 // DefaultIdemWindow is how long an idempotency key is remembered.
 const DefaultIdemWindow = 10 * time.Minute
+
+// isSession reports whether addr is a client session's address.
+func isSession(addr string) bool {
+	return len(addr) > len(grain.SessionType) && addr[len(grain.SessionType)] == ':' && addr[:len(grain.SessionType)] == grain.SessionType
+}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
@@ -67,6 +68,13 @@ type Config struct {
 	// Logger receives the etcd logs worth seeing (warnings and errors).
 	// Default: slog.Default().
 	Logger *slog.Logger
+	// CompactInterval is how often the silo compacts etcd's history, up to
+	// the revision etcd had one interval before (--etcd-compact-interval;
+	// see compact.go). 0: never (an embedded etcd still compacts hourly).
+	// DefaultConfig: 5 min.
+	CompactInterval time.Duration
+	// Clock times the compactor. Default: the real clock.
+	Clock clock.Clock
 }
 
 // DefaultConfig returns the single-machine defaults: an embedded etcd in
@@ -76,6 +84,8 @@ func DefaultConfig() Config {
 		DataDir:      "./data",
 		EmbeddedAddr: "127.0.0.1:2379",
 		Prefix:       "/agentsilo/",
+
+		CompactInterval: DefaultCompactInterval,
 	}
 }
 
@@ -95,6 +105,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.CompactInterval < 0 {
+		return errs.New(codes.InvalidArgument, "etcdstore: compact interval %v must not be negative (0: never)", c.CompactInterval)
 	}
 	if (c.CertFile == "") != (c.KeyFile == "") {
 		return errs.New(codes.InvalidArgument, "etcdstore: an etcd client certificate and its key go together (--etcd-cert, --etcd-key)")
@@ -134,12 +147,14 @@ type Store struct {
 	server *embed.Etcd // nil with external endpoints
 	client *clientv3.Client
 
-	closeOnce  sync.Once
-	closeErr   error
-	serverOnce sync.Once // embed.Etcd.Close is not idempotent
-	closing    atomic.Bool
-	stop       chan struct{}
-	watcher    sync.WaitGroup
+	compactStop context.CancelFunc // nil without a compactor
+	compactDone chan struct{}
+	closeOnce   sync.Once
+	closeErr    error
+	serverOnce  sync.Once // embed.Etcd.Close is not idempotent
+	closing     atomic.Bool
+	stop        chan struct{}
+	watcher     sync.WaitGroup
 }
 
 // Start connects to etcd as cfg says. With no Endpoints it first starts
@@ -180,6 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, etcderr.FromCall(ctx, err, "connect to etcd %v", endpoints)
 	}
 	e.client = client
+	e.startCompactor()
 	return e, nil
 }
 
@@ -274,6 +290,7 @@ func (e *Store) Embedded() bool { return e.server != nil }
 // called more than once.
 func (e *Store) Close() error {
 	e.closeOnce.Do(func() {
+		e.stopCompactor()
 		if err := e.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			e.closeErr = err
 		}

@@ -222,6 +222,7 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 		stop:     make(chan struct{}),
 	}
 	g.principals = newPrincipals(cfg.Limits)
+	sessions.forgotten = g.sessionEnded // topics.go: a session's topic subscriptions end with it
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + protocol.FrameOverhead

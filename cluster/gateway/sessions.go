@@ -35,6 +35,10 @@ type Sessions struct {
 	mu    sync.RWMutex
 	m     map[string]*session
 	count map[string]int // sessions in m per principal
+
+	// forgotten, if set (by New), is told of each session forgotten, with
+	// ss.mu held: it must not block.
+	forgotten func(addr string)
 }
 
 // NewSessions returns the sessions of a gateway configured by cfg: backlogs
@@ -63,6 +67,9 @@ func (ss *Sessions) removeLocked(s *session) {
 		return
 	}
 	delete(ss.m, s.addr)
+	if ss.forgotten != nil {
+		ss.forgotten(s.addr)
+	}
 	if ss.count[s.principal]--; ss.count[s.principal] <= 0 {
 		delete(ss.count, s.principal)
 	}

@@ -136,6 +136,9 @@ func (ts topicServer) Subscribe(ctx context.Context, req *agentsilov1.SubscribeR
 	if err != nil {
 		return nil, err
 	}
+	if a.Type == grain.SessionType {
+		return ts.subscribeSession(ctx, svc, c, a, p, req)
+	}
 	if err := ts.g.authorize(c, a, acl.Configure); err != nil {
 		return nil, err
 	}
@@ -147,6 +150,49 @@ func (ts topicServer) Subscribe(ctx context.Context, req *agentsilov1.SubscribeR
 		return nil, err
 	}
 	return &agentsilov1.SubscribeResponse{Subscription: &agentsilov1.Subscription{Id: rec.GetId(), Pattern: rec.GetPattern(), MaxAttempts: rec.GetMaxAttempts()}}, nil
+}
+
+// subscribeSession subscribes a client session of c's, held by this
+// gateway, to the topics of p: Read on p's owner, as an agent's
+// subscription. The subscription is delivered into the session's backlog
+// by this silo, and removed when the gateway forgets the session (see
+// sessionEnded), or this silo ends.
+func (ts topicServer) subscribeSession(ctx context.Context, svc *topics.Service, c *acl.Caller, a grain.Address, p topics.Pattern, req *agentsilov1.SubscribeRequest) (*agentsilov1.SubscribeResponse, error) {
+	if a.Owner != c.Principal {
+		return nil, errs.New(codes.PermissionDenied, "%s may subscribe only sessions of its own, not %s", c.Principal, a)
+	}
+	if !ts.g.holdsSession(a.String()) {
+		return nil, errs.New(codes.NotFound, "no client session %s on this gateway (subscribe through the gateway the session is attached to)", a)
+	}
+	if err := ts.check(c, p.Owner, p.Text, acl.Read); err != nil {
+		return nil, err
+	}
+	rec, err := svc.SubscribeSession(ctx, a, req.GetName(), p.String(), int(req.GetMaxAttempts()), ts.g.sessions.DeliverToSession)
+	if err != nil {
+		return nil, err
+	}
+	if !ts.g.holdsSession(a.String()) {
+		// Forgotten meanwhile: its end may have come before the
+		// subscription was there to end.
+		svc.EndSession(a.String())
+		return nil, errs.New(codes.NotFound, "client session %s ended", a)
+	}
+	return &agentsilov1.SubscribeResponse{Subscription: &agentsilov1.Subscription{Id: rec.GetId(), Pattern: rec.GetPattern(), MaxAttempts: rec.GetMaxAttempts(), Members: []string{a.String()}}}, nil
+}
+
+// holdsSession reports whether this gateway holds the session at addr.
+func (g *Gateway) holdsSession(addr string) bool {
+	g.sessions.mu.RLock()
+	defer g.sessions.mu.RUnlock()
+	return g.sessions.m[addr] != nil
+}
+
+// sessionEnded is told of each session the gateway forgets: its topic
+// subscriptions go (topics.Service.EndSession does not block).
+func (g *Gateway) sessionEnded(addr string) {
+	if g.cfg.Topics != nil {
+		g.cfg.Topics.EndSession(addr)
+	}
 }
 
 // Unsubscribe implements agentsilov1.TopicsServer.
@@ -191,7 +237,11 @@ func (ts topicServer) ListSubscriptions(ctx context.Context, req *agentsilov1.Li
 		return nil, errs.New(codes.InvalidArgument, "owner %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(owner))
 	}
 	out := &agentsilov1.ListSubscriptionsResponse{Subscriptions: []*agentsilov1.Subscription{}}
-	for _, s := range svc.Subscriptions(owner) {
+	subs, err := svc.Subscriptions(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range subs {
 		_, name, _ := strings.Cut(s.GetId(), ":")
 		if ts.g.cfg.ACL == nil || ts.g.cfg.ACL.Allowed(c, owner, name, acl.Read) {
 			out.Subscriptions = append(out.Subscriptions, s)

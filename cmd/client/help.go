@@ -84,14 +84,21 @@ orders.created) and prints the message's id once it is durable, with the
 number of subscriptions it was queued for. --key makes a publish again with
 the same key (within 10 minutes) a no-op. Publishing to another owner's
 topic needs Message on it. TEXT as for ask.`, cmdPublish},
-		{"subscribe", "AGENT NAME PATTERN", "subscribe an agent to topics",
-			`Adds AGENT to the subscription NAME of its owner, creating it with
-PATTERN (owner:pattern, or a pattern of your topics: * is one segment, #
-zero or more, e.g. orders.#) if it does not exist. Agents in one
-subscription compete for its messages; each subscription gets its own copy.
-Everything published after it returns is delivered to the agent's
-OnMessage, at least once, until its handler returns no error; after
---max-attempts deliveries (default 5) the message is a dead letter.`, cmdSubscribe},
+		{"subscribe", "PATTERN | AGENT NAME PATTERN", "subscribe this session, or an agent, to topics",
+			`With PATTERN alone: subscribes this client's session to PATTERN and
+prints each message published to its topics (TOPIC FROM: TEXT; -o json:
+the message) until interrupted; the subscription ends with the session.
+A message is acknowledged once it is in the session's backlog;
+--max-attempts is for an agent's subscription.
+
+With AGENT NAME PATTERN: adds AGENT to the subscription NAME of its
+owner, creating it with PATTERN (owner:pattern, or a pattern of your
+topics: * is one segment, # zero or more, e.g. orders.#) if it does not
+exist. Agents in one subscription compete for its messages; each
+subscription gets its own copy. Everything published after it returns is
+delivered to the agent's OnMessage, at least once, until its handler
+returns no error; after --max-attempts deliveries (default 5) the message
+is a dead letter.`, cmdSubscribe},
 		{"unsubscribe", "AGENT NAME", "remove an agent from a subscription",
 			`Removes AGENT from its owner's subscription NAME; the last agent's
 leaving deletes the subscription with its backlog and dead letters.`, cmdUnsubscribe},

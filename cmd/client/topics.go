@@ -66,8 +66,12 @@ func cmdSubscribe(g *globals, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(pos) != 3 {
-		return usagef("%s: want AGENT NAME PATTERN", name)
+	switch len(pos) {
+	case 1:
+		return subscribeSession(g, pos[0], *maxAttempts)
+	case 3:
+	default:
+		return usagef("%s: want PATTERN (this session), or AGENT NAME PATTERN", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		s, err := c.Subscribe(ctx, pos[0], pos[1], pos[2], *maxAttempts)
@@ -81,6 +85,36 @@ func cmdSubscribe(g *globals, name string, args []string) error {
 		fmt.Fprintf(g.stdout, "subscribed %s to %s (%s, %d attempts)\n", pos[0], s.Id, s.Pattern, s.MaxAttempts)
 		return nil
 	})
+}
+
+// subscribeSession subscribes a session of its own to pattern and prints
+// what it gets until interrupted; the subscription ends with the session.
+func subscribeSession(g *globals, pattern string, maxAttempts int) error {
+	if maxAttempts != 0 {
+		return usagef("subscribe PATTERN: --max-attempts is for an agent's subscription (a session's is acknowledged once in its backlog)")
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	c, err := g.dial(ctx, client.WithOnMessage(func(m *client.Message) {
+		if g.output == "json" {
+			g.printJSON(g.stdout, m)
+			return
+		}
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", m.Topic, m.From, m.Message)
+	}))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	sctx, cancel := context.WithTimeout(ctx, g.timeout)
+	s, err := c.SubscribeSession(sctx, pattern)
+	cancel()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stderr, "subscribed %s to %s as %s (interrupt to stop)\n", c.Address(), s.Pattern, s.Id)
+	<-ctx.Done()
+	return nil
 }
 
 func cmdUnsubscribe(g *globals, name string, args []string) error {

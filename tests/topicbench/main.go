@@ -24,6 +24,16 @@
 // reported.
 //
 // Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3]
+//
+// With -steady R, it measures instead etcd's size under steady load: R
+// rounds, each publishing -n messages to one subscription and waiting until
+// every one is acknowledged (and so deleted), first without compaction,
+// then compacting at each round's end as the silo's compactor does at each
+// interval (etcdstore.Store.CompactOnce, up to the revision noted one round
+// before), and prints etcd's database size in use after each round
+// (topics-etcd-size: db_in_use, db_size, in bytes):
+//
+//	go run ./tests/topicbench -steady 10 -n 2000
 package main
 
 import (
@@ -61,6 +71,7 @@ func main() {
 	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
 	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	steady := flag.Int("steady", 0, "measure etcd's size over `R` rounds of steady load, without and with compaction (no JetStream)")
 	flag.Parse()
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -74,6 +85,11 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	run := run
+	if *steady > 0 {
+		rounds := *steady
+		run = func(n, pubs, window, _ int, _ string) error { return runSteady(n, pubs, window, rounds) }
+	}
 	if err := run(*n, *pubs, *window, *passes, *natsBin); err != nil {
 		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -85,6 +101,10 @@ type row struct {
 	Bench      string  `json:"bench"`
 	N          int     `json:"n"`
 	Subs       int     `json:"subs"`
+	Round      int     `json:"round,omitempty"`
+	Compact    *bool   `json:"compact,omitempty"`
+	DBInUse    int64   `json:"db_in_use,omitempty"`
+	DBSize     int64   `json:"db_size,omitempty"`
 	RateMedian float64 `json:"rate_median,omitempty"`
 	P50us      float64 `json:"p50_us,omitempty"`
 	P99us      float64 `json:"p99_us,omitempty"`
@@ -303,6 +323,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, windo
 	if err != nil {
 		return result{}, err
 	}
+	published := time.Since(start)
 	select {
 	case <-rec.done:
 	case <-ctx.Done():
@@ -320,6 +341,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, windo
 		return result{}, err
 	}
 	p50, p99 := rec.percentiles()
+	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
 	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
 }
 
@@ -479,3 +501,105 @@ func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, 
 	p50, p99 := rec.percentiles()
 	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99}, nil
 }
+
+// runSteady publishes n messages a round to one subscription, rounds
+// times without compaction and rounds times with, and prints etcd's size
+// in use after each round.
+func runSteady(n, pubs, window, rounds int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "topicbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	etcd, err := etcdtest.Run(ctx, filepath.Join(dir, "etcd"))
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	// The compactor's code, driven by the rounds rather than a clock.
+	es, err := etcdstore.Start(ctx, etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: "/steady/"})
+	if err != nil {
+		return err
+	}
+	defer es.Close()
+	rec := &steadyRecorder{}
+	reg := grain.NewRegistry()
+	if err := reg.Register("BenchSink", func(grain.Host) (grain.Agent, error) {
+		return agent(func(context.Context, *grain.Message) (*grain.Message, error) {
+			rec.add()
+			return nil, nil
+		}), nil
+	}); err != nil {
+		return err
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "steady"
+	cfg.GatewayAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: "/steady/"}
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Topics.MaxBacklog = n + 1
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.Close(cctx)
+	}()
+	clients := make([]*client.Client, pubs)
+	for i := range clients {
+		if clients[i], err = client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal("bench")); err != nil {
+			return err
+		}
+		defer clients[i].Close()
+	}
+	if _, err := clients[0].Subscribe(ctx, "BenchSink:bench:s", "s", "bench.#", 0); err != nil {
+		return err
+	}
+	payload := string(make([]byte, 128))
+	var noted int64
+	for _, compact := range []bool{false, true} {
+		for round := 1; round <= rounds; round++ {
+			want := rec.count() + int64(n)
+			err := publishAll(ctx, n, pubs, window, func(p, _ int) error {
+				_, err := clients[p].Publish(ctx, "bench.orders.created", &client.Message{Message: payload})
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			for rec.count() < want {
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			if err := waitEmpty(ctx, etcd, "/steady/"); err != nil {
+				return err
+			}
+			if compact {
+				if noted, err = es.CompactOnce(ctx, noted); err != nil {
+					return err
+				}
+			}
+			st, err := etcd.Client().Status(ctx, etcd.Endpoint())
+			if err != nil {
+				return err
+			}
+			emit(row{Bench: "topics-etcd-size", N: n, Subs: 1, Round: round, Compact: &compact, DBInUse: st.DbSizeInUse, DBSize: st.DbSize})
+		}
+	}
+	return nil
+}
+
+type steadyRecorder struct{ n atomic.Int64 }
+
+func (r *steadyRecorder) add()         { r.n.Add(1) }
+func (r *steadyRecorder) count() int64 { return r.n.Load() }

@@ -1,0 +1,249 @@
+package topics
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+)
+
+// backlog stands for a gateway's session: it records what is pushed, and
+// refuses with err while err is set.
+type backlog struct {
+	mu  sync.Mutex
+	got []*grain.Message
+	err error
+}
+
+func (b *backlog) push(_ context.Context, m *grain.Message) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return b.err
+	}
+	b.got = append(b.got, m)
+	return nil
+}
+
+func (b *backlog) messages() []*grain.Message {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]*grain.Message(nil), b.got...)
+}
+
+func (b *backlog) setErr(err error) {
+	b.mu.Lock()
+	b.err = err
+	b.mu.Unlock()
+}
+
+func hasSub(s *Service, id string) func() bool {
+	return func() bool { return s.Registry().Subs[id] != nil }
+}
+
+// A session's subscription is delivered into its backlog, one-way, in
+// publish order; a full backlog is waited out without counting attempts;
+// EndSession removes it.
+func TestSessionSubscription(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.service(nil)
+	const sess = "Session:acme:0192-s1@silo1"
+	b := &backlog{err: errs.New(codes.ResourceExhausted, "backlog full")}
+	rec, err := s.SubscribeSession(t.Context(), addr(sess), "", "orders.#", 0, b.push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "acme:" + SessionSubscriptionName(sess, "acme:orders.#"); rec.GetId() != want {
+		t.Fatalf("id %s, want %s", rec.GetId(), want)
+	}
+	// Again: idempotent, the same subscription.
+	if again, err := s.SubscribeSession(t.Context(), addr(sess), "", "orders.#", 0, b.push); err != nil || again.GetId() != rec.GetId() {
+		t.Fatalf("subscribing again: %v %v", again, err)
+	}
+	// Another session cannot join it.
+	if _, err := s.SubscribeSession(t.Context(), addr("Session:acme:other"), strings.TrimPrefix(rec.GetId(), "acme:"), "orders.#", 0, b.push); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("another session joins: %v, want FailedPrecondition", err)
+	}
+	if _, err := s.SubscribeSession(t.Context(), addr("W:acme:a"), "", "orders.#", 0, b.push); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("an agent as a session: %v", err)
+	}
+	if err := s.Subscribe(t.Context(), addr(sess), "x", "orders.#", 0); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a session as an agent: %v", err)
+	}
+	h.publish(s, "W:acme:pub", "orders.a", "0")
+	h.publish(s, "Session:acme:pub", "orders.b", "s0")
+	// Refused (full): retried after the backoff, not counted.
+	waitStats(t, s, "a refused push", func(st Stats) bool { return st.Unavailable >= 1 })
+	b.setErr(nil)
+	for i := 1; i < 10; i++ {
+		h.publish(s, "W:acme:pub", "orders.a", fmt.Sprint(i))
+	}
+	// The fake clock moves on until the backoff is due.
+	testutil.WaitFor(t, "every push", func() bool { h.clk.Advance(time.Second); return len(b.messages()) == 11 })
+	next := 0
+	for _, m := range b.messages() {
+		if m.Kind != grain.KindOneWay || m.To != sess || m.Subscription != rec.GetId() || m.Attempt != 1 {
+			t.Fatalf("push %v", m)
+		}
+		if m.From == "W:acme:pub" {
+			if m.Message != fmt.Sprint(next) {
+				t.Fatalf("out of order: %s, want %d", m.Message, next)
+			}
+			next++
+		}
+	}
+	waitStats(t, s, "acks", func(st Stats) bool { return st.Acked == 11 && st.DeadLettered == 0 })
+	s.EndSession(sess)
+	testutil.WaitFor(t, "the subscription removed", func() bool { return !hasSub(s, rec.GetId())() })
+}
+
+// A session gone (NotFound from its gateway) ends its subscription; one
+// whose member went with its lease is pruned.
+func TestSessionGoneAndPruned(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.service(nil)
+	b := &backlog{err: errs.New(codes.NotFound, "no client session")}
+	rec, err := s.SubscribeSession(t.Context(), addr("Session:acme:gone"), "g", "orders.#", 0, b.push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.publish(s, "W:acme:pub", "orders.a", "x")
+	testutil.WaitFor(t, "the subscription removed", func() bool { return !hasSub(s, rec.GetId())() })
+
+	rec, err = s.SubscribeSession(t.Context(), addr("Session:acme:lapsed"), "l", "orders.#", 0, (&backlog{}).push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the subscription", hasSub(s, rec.GetId()))
+	h.store.(*MemStore).Expire("Session:acme:lapsed")
+	testutil.WaitFor(t, "the subscription pruned", func() bool { return !hasSub(s, rec.GetId())() })
+}
+
+// On etcd, a session's member is on the store's lease: Close revokes it,
+// and Prune deletes the subscription then, with its queue; Subscriptions
+// reads etcd.
+func TestSessionLeaseOnEtcd(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	store := NewEtcdStore(cli, "/sess/", nil)
+	ctx := t.Context()
+	rec := &SubscriptionRecord{Id: "acme:s", Pattern: "acme:orders.#", MaxAttempts: 5}
+	if _, err := store.SubscribeSession(ctx, rec, "Session:acme:x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Subscribe(ctx, &SubscriptionRecord{Id: "acme:agents", Pattern: "acme:orders.#", MaxAttempts: 5}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	mk := store.memberPrefix("acme:s") + "Session:acme:x"
+	r, err := cli.Get(ctx, mk)
+	if err != nil || len(r.Kvs) != 1 || r.Kvs[0].Lease == 0 {
+		t.Fatalf("the member's key: %v %v", r, err)
+	}
+	reg, err := store.Subscriptions(ctx, "acme")
+	if err != nil || len(reg.Subs) != 2 || !reg.Subs["acme:s"].Session || reg.Subs["acme:agents"].Session {
+		t.Fatalf("subscriptions: %v %v", reg, err)
+	}
+	if ok, err := store.Prune(ctx, "acme:s"); ok || err != nil {
+		t.Fatalf("prune with a member: %v %v", ok, err)
+	}
+	if err := store.Append(ctx, []*Item{{Subs: []string{"acme:s"}, Entry: entry("q")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := cli.Get(ctx, mk); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("the member after Close: %v %v", r, err)
+	}
+	if ok, err := store.Prune(ctx, "acme:s"); !ok || err != nil {
+		t.Fatalf("prune without members: %v %v", ok, err)
+	}
+	r, err = cli.Get(ctx, "/sess/topics/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range r.Kvs {
+		if strings.Contains(string(kv.Key), "acme:s/") || strings.HasSuffix(string(kv.Key), "acme:s") {
+			t.Errorf("left after prune: %s", kv.Key)
+		}
+	}
+	if _, err := store.SubscribeSession(ctx, rec, "Session:acme:y"); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("subscribe a session on a closed store: %v", err)
+	}
+}
+
+// A follower whose watch revision was compacted away reads afresh and
+// misses nothing written meanwhile.
+func TestFollowSurvivesCompaction(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	store := NewEtcdStore(cli, "/cmp/", nil)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	if _, err := store.Subscribe(ctx, &SubscriptionRecord{Id: "acme:q", Pattern: "acme:x", MaxAttempts: 5}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	store.testHookLoaded = func() {
+		once.Do(func() {
+			// Between the load and the watch: writes, then a compaction
+			// past the revision the watch starts from.
+			for _, text := range []string{"a", "b"} {
+				if err := store.Append(ctx, []*Item{{Subs: []string{"acme:q"}, Entry: entry(text)}}, nil); err != nil {
+					t.Error(err)
+				}
+			}
+			r, err := cli.Get(ctx, "/cmp/")
+			if err == nil {
+				_, err = cli.Compact(ctx, r.Header.Revision)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	var mu sync.Mutex
+	resets := 0
+	queue := map[string]string{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		store.FollowQueue(ctx, "acme:q", func(ev QueueEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case ev.Reset:
+				resets++
+				queue = map[string]string{}
+			case ev.Entry == nil:
+				delete(queue, ev.Key)
+			default:
+				queue[ev.Key] = ev.Entry.GetMessage().GetMessage()
+			}
+		})
+	}()
+	testutil.WaitFor(t, "both entries after a reload", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return resets >= 2 && len(queue) == 2
+	})
+	// And it follows on from there.
+	if err := store.Append(ctx, []*Item{{Subs: []string{"acme:q"}, Entry: entry("c")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the entry after the reload", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(queue) == 3
+	})
+	cancel()
+	<-done
+}
