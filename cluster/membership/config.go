@@ -16,8 +16,12 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// DefaultLeaseTTL is the default Config.LeaseTTL.
-const DefaultLeaseTTL = 10 * time.Second
+// DefaultLeaseTTL is the default Config.LeaseTTL: a hung silo is taken
+// over when its lease expires (see the package doc), about this long after
+// it hung; the fence bound it gives (2.72 s) outlasts an etcd leader
+// election (one to two election timeouts, 1 s each by default) with
+// keepalives every 453 ms.
+const DefaultLeaseTTL = 3 * time.Second
 
 // Clock drift and slack of the fence bound (see LeaseBound and the package
 // doc): monotonic clocks that NTP slews run at most 500 ppm off; 1% covers
@@ -31,19 +35,19 @@ const (
 // LeaseBound returns how long after a successful keepalive was sent a silo
 // may go on serving: the lease's TTL ttl (which etcd restarted no earlier
 // than the send) less 1% for the rate of this host's clock against the etcd
-// leader's and a fixed slack of 250 ms. For the default TTL of 10 s: 9.65 s.
+// leader's and a fixed slack of 250 ms. For the default TTL of 3 s: 2.72 s.
 func LeaseBound(ttl time.Duration) time.Duration {
 	return ttl - ttl/fenceDriftDivisor - fenceSlack
 }
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
-// renews its lease while the renewals succeed: a quarter of the bound, at
-// most 1 s, so that an etcd leader election (a second or two) costs a few
-// renewals out of many, and a lease left unrenewed for two intervals is a
-// sign of death (see ProvenDead). A failed renewal is retried after a
-// quarter of that.
+// renews its lease while the renewals succeed: a sixth of the bound, at
+// most 1 s (453 ms for the default TTL), so that an etcd leader election
+// (a second or two) costs a few renewals out of many, and a lease left
+// unrenewed for two intervals is a sign of death (see ProvenDead). A
+// failed renewal is retried after a quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {
-	return min(fence/4, time.Second)
+	return min(fence/6, time.Second)
 }
 
 // DefaultGossipPort is the gossip port of seeds given without one.

@@ -98,8 +98,15 @@ func (m *Membership) revoke(r revokeReq) {
 		// A silo whose peer port refuses connections is probably gone: if
 		// etcd shows its lease unrenewed too, prove it, so that its
 		// addresses are taken over at once rather than after its fence.
-		if mi, ok := m.View().Member(r.name); ok && mi.LeaseID == int64(r.lease) && m.awaitProof(mi) {
+		mi, ok := m.View().Member(r.name)
+		if ok && mi.LeaseID == int64(r.lease) && m.awaitProof(mi) {
 			r.proven = true
+		}
+		// A silo that no longer renews its lease (hung, or cut off from
+		// etcd) is taken over sooner if its lease is left to expire than
+		// if it is revoked, after which others wait for its fence.
+		if !r.proven && ok && mi.LeaseID == int64(r.lease) && m.awaitExpiry(mi) {
+			return
 		}
 	}
 	b := retry.New(100*time.Millisecond, time.Second, m.clk)
@@ -117,7 +124,9 @@ func (m *Membership) revoke(r revokeReq) {
 		var err error
 		if m.mayRevoke(r) {
 			ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
-			_, err = m.client.Revoke(ctx, r.lease)
+			if err = m.recordRevocation(ctx, r.lease, r.name); err == nil {
+				_, err = m.client.Revoke(ctx, r.lease)
+			}
 			cancel()
 			switch {
 			case err == nil:
@@ -222,6 +231,70 @@ func (m *Membership) awaitProof(target Member) bool {
 	}
 }
 
+// awaitExpiry waits for the lease of target, which gossip declared dead, to
+// expire, while that comes soon (maxExpiryWait) and sooner than its fence
+// after a revocation would: the lease is not renewed (for two keepalive
+// intervals) and its remaining TTL, plus a second of rounding and etcd's
+// half-second expiry check, is below both. It returns true once the lease
+// is gone; false (revoke it) when it is renewed, or expires later: a
+// revocation moves the view at once, so that a long lease does not keep a
+// dead member in it.
+func (m *Membership) awaitExpiry(target Member) bool {
+	lease := clientv3.LeaseID(target.LeaseID)
+	fence := fenceOf(target, m.fenceAfter)
+	waited := false
+	for {
+		select {
+		case <-m.fenced:
+			return true // a fenced silo removes no one
+		default:
+		}
+		ttl, p := m.leaseLeft(m.ctx, lease, fence)
+		switch {
+		case p == proofGone:
+			return true
+		case p != proofYes || ttl+1500*time.Millisecond >= fence || ttl+1500*time.Millisecond > maxExpiryWait:
+			return false
+		}
+		if !waited {
+			waited = true
+			m.log.Info("a member gossip declared dead no longer renews its lease: leaving the lease to expire, which is sooner than its fence after a revocation", "member", target.Name, "lease_ttl_left", ttl)
+		}
+		t := m.clk.NewTimer(250 * time.Millisecond)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return true
+		case <-t.C():
+		}
+	}
+}
+
+// maxExpiryWait bounds how long a member gossip declared dead is left in the
+// view for its lease to expire (see awaitExpiry).
+const maxExpiryWait = 3 * time.Second
+
+// recordRevocation writes, before a revocation by detection, that lease is
+// revoked, under <prefix>revoked/<lease in hex>, bound to a lease of its
+// own of a minute (longer than any fence, and than the revocation's
+// call): a silo that sees the record go reads it (expired) and waits for
+// the silo's fence, where an expiry lets it take over at once.
+func (m *Membership) recordRevocation(ctx context.Context, lease clientv3.LeaseID, name string) error {
+	g, err := m.client.Grant(ctx, revokedTTL)
+	if err != nil {
+		return err
+	}
+	_, err = m.client.Put(ctx, m.revokedKey(lease), name, clientv3.WithLease(g.ID))
+	return err
+}
+
+// revokedTTL is the TTL, in seconds, of the records of revocations.
+const revokedTTL = 60
+
+func (m *Membership) revokedKey(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%srevoked/%x", m.cfg.Prefix, int64(lease))
+}
+
 type proof int
 
 const (
@@ -236,22 +309,30 @@ const (
 // allowed for) is that far below its granted TTL. A silo that runs and
 // reaches etcd renews it every interval.
 func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) proof {
+	_, p := m.leaseLeft(ctx, lease, fence)
+	return p
+}
+
+// leaseLeft is unrenewed, with the remaining TTL etcd reported (whole
+// seconds, rounded down).
+func (m *Membership) leaseLeft(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) (time.Duration, proof) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	r, err := m.client.TimeToLive(ctx, lease)
 	switch {
 	case err != nil && isLeaseNotFound(err):
-		return proofGone
+		return 0, proofGone
 	case err != nil:
-		return proofNo
+		return 0, proofNo
 	case r.TTL <= 0:
-		return proofGone
+		return 0, proofGone
 	}
+	left := time.Duration(r.TTL) * time.Second
 	since := time.Duration(r.GrantedTTL-r.TTL)*time.Second - time.Second
 	if since > 2*KeepAliveInterval(fence) {
-		return proofYes
+		return left, proofYes
 	}
-	return proofNo
+	return left, proofNo
 }
 
 // recordProof writes that the silo of lease is proven dead, under
