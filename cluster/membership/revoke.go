@@ -124,7 +124,11 @@ func (m *Membership) revoke(r revokeReq) {
 		var err error
 		if m.mayRevoke(r) {
 			ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
-			if err = m.recordRevocation(ctx, r.lease, r.name); err == nil {
+			fence := m.fenceAfter
+			if mi, ok := m.View().Member(r.name); ok && mi.LeaseID == int64(r.lease) {
+				fence = fenceOf(mi, m.fenceAfter)
+			}
+			if err = m.recordRevocation(ctx, r.lease, r.name, fence); err == nil {
 				_, err = m.client.Revoke(ctx, r.lease)
 			}
 			cancel()
@@ -276,11 +280,14 @@ const maxExpiryWait = 3 * time.Second
 
 // recordRevocation writes, before a revocation by detection, that lease is
 // revoked, under <prefix>revoked/<lease in hex>, bound to a lease of its
-// own of a minute (longer than any fence, and than the revocation's
-// call): a silo that sees the record go reads it (expired) and waits for
-// the silo's fence, where an expiry lets it take over at once.
-func (m *Membership) recordRevocation(ctx context.Context, lease clientv3.LeaseID, name string) error {
-	g, err := m.client.Grant(ctx, revokedTTL)
+// own of a minute, or three times the revoked silo's fence bound if that is
+// longer: a silo that sees the record go reads it (expired) and waits for
+// the silo's fence, where an expiry lets it take over at once. So the
+// record outlives the revocation's call (3 s at most) by more than the
+// fence: a silo that finds no record of a departure it saw late (its
+// watch broke meanwhile) knows the departure is older than the fence.
+func (m *Membership) recordRevocation(ctx context.Context, lease clientv3.LeaseID, name string, fence time.Duration) error {
+	g, err := m.client.Grant(ctx, max(revokedTTL, int64(3*fence/time.Second)+1))
 	if err != nil {
 		return err
 	}
@@ -288,7 +295,7 @@ func (m *Membership) recordRevocation(ctx context.Context, lease clientv3.LeaseI
 	return err
 }
 
-// revokedTTL is the TTL, in seconds, of the records of revocations.
+// revokedTTL is the least TTL, in seconds, of the records of revocations.
 const revokedTTL = 60
 
 func (m *Membership) revokedKey(lease clientv3.LeaseID) string {
