@@ -16,12 +16,18 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// DefaultLeaseTTL is the default Config.LeaseTTL: a hung silo is taken
+// DefaultLeaseTTL is the default Config.LeaseTTL. A hung silo is taken
 // over when its lease expires (see the package doc), about this long after
-// it hung; the fence bound it gives (2.72 s) outlasts an etcd leader
-// election (one to two election timeouts, 1 s each by default) with
-// keepalives every 453 ms.
-const DefaultLeaseTTL = 3 * time.Second
+// it hung, and an etcd leader election must end within its fence bound
+// (9.65 s, keepalives every second) to fence nothing. Elections can take
+// long: with etcd 3.4's defaults (election timeout 1 s, randomized up to
+// 2 s, a second round when the first candidate is turned down) beside a
+// loaded two-core host, killing the leader of a three-member etcd left
+// renewals failing long enough to fence every silo in 6 of 19 runs with a
+// TTL of 3 s (a bound of 2.72 s), 1 of 8 with 4 s and 1 of 8 with 5 s
+// (4.70 s). A shorter TTL (--lease-ttl 3s: a hung silo taken over in about
+// 3 s) needs an etcd whose elections are that much shorter.
+const DefaultLeaseTTL = 10 * time.Second
 
 // Clock drift and slack of the fence bound (see LeaseBound and the package
 // doc): monotonic clocks that NTP slews run at most 500 ppm off; 1% covers
@@ -35,14 +41,14 @@ const (
 // LeaseBound returns how long after a successful keepalive was sent a silo
 // may go on serving: the lease's TTL ttl (which etcd restarted no earlier
 // than the send) less 1% for the rate of this host's clock against the etcd
-// leader's and a fixed slack of 250 ms. For the default TTL of 3 s: 2.72 s.
+// leader's and a fixed slack of 250 ms. For the default TTL of 10 s: 9.65 s.
 func LeaseBound(ttl time.Duration) time.Duration {
 	return ttl - ttl/fenceDriftDivisor - fenceSlack
 }
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
 // renews its lease while the renewals succeed: a sixth of the bound, at
-// most 1 s (453 ms for the default TTL), so that an etcd leader election
+// most 1 s (1 s for the default TTL, 453 ms for a TTL of 3 s), so that an etcd leader election
 // (a second or two) costs a few renewals out of many, and a lease left
 // unrenewed for two intervals is a sign of death (see ProvenDead). A
 // failed renewal is retried after a quarter of that.

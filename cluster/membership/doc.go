@@ -49,13 +49,13 @@
 // only by its silo's Leave or by another silo's detection, which the silo
 // learns from its next keepalive or its view. So the silo may serve until
 // s+LeaseBound(TTL): TTL less 1% for the rate of its clock against the
-// leader's, and 250 ms of slack (2.72 s for the default TTL of 3 s). TTL
+// leader's, and 250 ms of slack (9.65 s for the default TTL of 10 s). TTL
 // is what the silo asked (whole seconds), or less if a keepalive reports
 // less. Keepalives go every KeepAliveInterval (a sixth of the bound, at
-// most 1 s: 453 ms by default) and a failed one is retried at a quarter of
+// most 1 s: 1 s by default) and a failed one is retried at a quarter of
 // that, each call bounded (two intervals) so that one that hangs leaves
-// room for the next: an etcd leader election (one to two election
-// timeouts, 1 s each by default) or an outage shorter than the bound
+// room for the next: an etcd leader election (up to about 4 s with etcd's
+// default election timeout of 1 s) or an outage shorter than the bound
 // (minus an interval's worth of bad luck) fences nothing.
 // Config.FenceAfter may only shorten the bound.
 //
@@ -81,9 +81,9 @@
 //
 // A silo that gossip declares dead but that no longer renews its lease
 // (hung, paused, or cut off from etcd as well) is therefore not revoked
-// while its lease expires within 3 s and sooner than its fence after a
+// while its lease expires within 10 s and sooner than its fence after a
 // revocation would end: survivors leave the lease to expire, and a hung silo is taken over
-// about one TTL after it hung (3 s by default). A silo that still renews
+// about one TTL after it hung (10 s by default, 3 s with a TTL of 3 s). A silo that still renews
 // its lease (cut off from its peers only) is revoked, and taken over
 // gossip detection plus its fence after it was cut off. Detection
 // therefore pays for etcd tolerance through the TTL.
@@ -110,8 +110,9 @@
 // silo dead. What the rule does not cover is a silo cut off by resets from
 // its peers and, at the same time, from etcd, yet still reached by
 // clients: it serves until its fence while its lease is taken as dead.
-// A killed silo is proven dead one to two seconds after its last renewal
-// (whole seconds of remaining TTL make the proof coarse), and its lease
+// A killed silo is proven dead three to four seconds after its last
+// renewal with the default TTL, one to two with a TTL of 3 s (whole
+// seconds of remaining TTL make the proof coarse), or when its lease
 // expires a TTL after it, whichever comes first.
 //
 // # Leaving

@@ -237,12 +237,14 @@ func (m *Membership) awaitProof(target Member) bool {
 
 // awaitExpiry waits for the lease of target, which gossip declared dead, to
 // expire, while that comes soon (maxExpiryWait) and sooner than its fence
-// after a revocation would: the lease is not renewed (for two keepalive
-// intervals) and its remaining TTL, plus a second of rounding and etcd's
-// half-second expiry check, is below both. It returns true once the lease
-// is gone; false (revoke it) when it is renewed, or expires later: a
-// revocation moves the view at once, so that a long lease does not keep a
-// dead member in it.
+// after a revocation would, and the lease is not renewed: etcd reports
+// (whole seconds, rounded down) at least two seconds less than granted,
+// so it went unrenewed for more than a second, where a silo that runs and
+// reaches etcd renews it every KeepAliveInterval; its remaining TTL, plus a
+// second of rounding and etcd's half-second expiry check, is below both
+// bounds. It returns true once the lease is gone; false (revoke it) when
+// it is renewed, or expires later: a revocation moves the view at once, so
+// that a long lease does not keep a dead member in the view.
 func (m *Membership) awaitExpiry(target Member) bool {
 	lease := clientv3.LeaseID(target.LeaseID)
 	fence := fenceOf(target, m.fenceAfter)
@@ -253,16 +255,22 @@ func (m *Membership) awaitExpiry(target Member) bool {
 			return true // a fenced silo removes no one
 		default:
 		}
-		ttl, p := m.leaseLeft(m.ctx, lease, fence)
+		ctx, cancel := context.WithTimeout(m.ctx, time.Second)
+		r, err := m.client.TimeToLive(ctx, lease)
+		cancel()
 		switch {
-		case p == proofGone:
+		case (err != nil && isLeaseNotFound(err)) || (err == nil && r.TTL <= 0):
 			return true
-		case p != proofYes || ttl+1500*time.Millisecond >= fence || ttl+1500*time.Millisecond > maxExpiryWait:
+		case err != nil:
+			return false
+		}
+		left := time.Duration(r.TTL)*time.Second + 1500*time.Millisecond
+		if r.TTL > r.GrantedTTL-2 || left >= fence || left > maxExpiryWait {
 			return false
 		}
 		if !waited {
 			waited = true
-			m.log.Info("a member gossip declared dead no longer renews its lease: leaving the lease to expire, which is sooner than its fence after a revocation", "member", target.Name, "lease_ttl_left", ttl)
+			m.log.Info("a member gossip declared dead no longer renews its lease: leaving the lease to expire, which is sooner than its fence after a revocation", "member", target.Name, "lease_ttl_left", time.Duration(r.TTL)*time.Second)
 		}
 		t := m.clk.NewTimer(250 * time.Millisecond)
 		select {
@@ -276,7 +284,7 @@ func (m *Membership) awaitExpiry(target Member) bool {
 
 // maxExpiryWait bounds how long a member gossip declared dead is left in the
 // view for its lease to expire (see awaitExpiry).
-const maxExpiryWait = 3 * time.Second
+const maxExpiryWait = 10 * time.Second
 
 // recordRevocation writes, before a revocation by detection, that lease is
 // revoked, under <prefix>revoked/<lease in hex>, bound to a lease of its
@@ -316,30 +324,22 @@ const (
 // allowed for) is that far below its granted TTL. A silo that runs and
 // reaches etcd renews it every interval.
 func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) proof {
-	_, p := m.leaseLeft(ctx, lease, fence)
-	return p
-}
-
-// leaseLeft is unrenewed, with the remaining TTL etcd reported (whole
-// seconds, rounded down).
-func (m *Membership) leaseLeft(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) (time.Duration, proof) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	r, err := m.client.TimeToLive(ctx, lease)
 	switch {
 	case err != nil && isLeaseNotFound(err):
-		return 0, proofGone
+		return proofGone
 	case err != nil:
-		return 0, proofNo
+		return proofNo
 	case r.TTL <= 0:
-		return 0, proofGone
+		return proofGone
 	}
-	left := time.Duration(r.TTL) * time.Second
 	since := time.Duration(r.GrantedTTL-r.TTL)*time.Second - time.Second
 	if since > 2*KeepAliveInterval(fence) {
-		return left, proofYes
+		return proofYes
 	}
-	return left, proofNo
+	return proofNo
 }
 
 // recordProof writes that the silo of lease is proven dead, under

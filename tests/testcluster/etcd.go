@@ -17,9 +17,10 @@ import (
 
 // EtcdCluster is an etcd cluster of real etcd processes (Debian's
 // etcd-server package: the etcd binary on PATH), one member per loopback
-// address 127.0.0.<100+i>, for tests of etcd failures: kill its leader,
-// freeze every member (an outage: connections hang, nothing is refused).
-// Give Endpoints to Options.EtcdEndpoints. The members are killed when the
+// address 127.0.0.<100+i> (or all on a netns bridge's address, through
+// Options.EtcdMembers), for tests of etcd failures: kill its leader and
+// restart it, freeze every member (an outage: connections hang, nothing is
+// refused). Give Endpoints to Options.EtcdEndpoints. The members are killed when the
 // test ends. Its controls must be called from the test's goroutine.
 type EtcdCluster struct {
 	tb      TB
