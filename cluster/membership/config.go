@@ -48,8 +48,8 @@ func LeaseBound(ttl time.Duration) time.Duration {
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
 // renews its lease while the renewals succeed: a sixth of the bound, at
-// most 1 s (1 s for the default TTL, 453 ms for a TTL of 3 s), so that an etcd leader election
-// (a second or two) costs a few renewals out of many, and a lease left
+// most 1 s (1 s for the default TTL, 453 ms for a TTL of 3 s), so that an
+// etcd leader election costs a few renewals out of many, and a lease left
 // unrenewed for two intervals is a sign of death (see ProvenDead). A
 // failed renewal is retried after a quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {

@@ -71,8 +71,8 @@
 // since its last successful keepalive was sent before the removal.
 //
 // A silo tells an expiry from a revocation by a record: every revocation
-// by detection first writes <prefix>revoked/<lease>, bound to a lease of a
-// minute of its own, and a silo that sees a record deleted reads, at the
+// by detection first writes <prefix>revoked/<lease>, bound to a lease of
+// its own of a minute or more, and a silo that sees a record deleted reads, at the
 // deletion's revision, whether that was written; if not, and etcd no
 // longer knows the lease, the lease expired. A record deleted by hand
 // (its lease alive) or etcd not answering counts as a revocation. A lease
@@ -82,11 +82,12 @@
 // A silo that gossip declares dead but that no longer renews its lease
 // (hung, paused, or cut off from etcd as well) is therefore not revoked
 // while its lease expires within 10 s and sooner than its fence after a
-// revocation would end: survivors leave the lease to expire, and a hung silo is taken over
-// about one TTL after it hung (10 s by default, 3 s with a TTL of 3 s). A silo that still renews
-// its lease (cut off from its peers only) is revoked, and taken over
-// gossip detection plus its fence after it was cut off. Detection
-// therefore pays for etcd tolerance through the TTL.
+// revocation would end: survivors leave the lease to expire, and a hung
+// silo is taken over about one TTL after it hung (10 s by default, 3 s
+// with a TTL of 3 s). A silo that still renews its lease (cut off from
+// its peers only) is revoked, and taken over gossip detection plus its
+// fence after it was cut off. Takeover therefore pays for etcd tolerance
+// through the TTL: the fence bound must outlast etcd's leader elections.
 //
 // A fenced Membership is final. The silo program (cluster.Program) tears
 // the silo down without running OnDeactivate and starts a new one, with a
