@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -242,4 +244,54 @@ func (w *leaseWatch) waitRenewed(t *testing.T, since time.Time) {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestClusterCPUHogsFenceNothing: a healthy three-silo cluster under Ask
+// load, beside busy processes (three per core, each spinning on a core of
+// its own as `yes > /dev/null` does), for a while: no silo fences, none is
+// removed from the view or taken over, and no Ask fails (journal-checked:
+// no overlaps). The silos run with the shortest lease the README offers
+// (--lease-ttl 3s: a fence bound of 2.72 s, keepalives every 453 ms, each
+// bounded by two intervals), where a false fence is likeliest: a loaded
+// silo is slow, not dead, its renewals still succeed, and gossip's
+// Lifeguard makes a slow prober probe less rather than accuse its peers.
+func TestClusterCPUHogsFenceNothing(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--lease-ttl", "3s"}})
+	addrs := journalAddrs("hogs", 60)
+	l := startLoad(t, c, addrs, 6, 5*time.Second)
+	l.waitOK(t, 200)
+	pids := pidsOf(c)
+	n := 3 * runtime.NumCPU()
+	for range n {
+		hog := exec.Command("yes")
+		hog.Stdout = nil // /dev/null
+		if err := hog.Start(); err != nil {
+			t.Fatalf("start a CPU hog: %v", err)
+		}
+		t.Cleanup(func() {
+			_ = hog.Process.Kill()
+			_ = hog.Wait()
+		})
+	}
+	// The hogs run for several lease TTLs: a fault's length, not an
+	// assertion. The load must go on meanwhile.
+	start := l.ok.Load()
+	hold(t, 20*time.Second)
+	l.waitOK(t, start+200)
+	l.finish(t)
+	t.Logf("%d CPU hogs beside the cluster under load: %d asks answered, %d failed %v, e.g. %v", n, l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample())
+	if n := l.failed.Load(); n != 0 {
+		t.Errorf("%d Asks failed beside CPU hogs", n)
+	}
+	noFence(t, c, pids)
+	for i := range c.Len() {
+		tail := c.LogTail(i, 100000)
+		for _, bad := range []string{"removed a silo from the view", "lease expired", "proven dead", "no longer renews its lease"} {
+			if strings.Contains(tail, bad) {
+				t.Errorf("%s logged %q beside CPU hogs: a healthy silo was taken for dead", c.Silo(i).Name, bad)
+			}
+		}
+	}
+	c.WaitMembers(c.Len())
+	c.CheckJournal()
 }

@@ -16,7 +16,17 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// DefaultLeaseTTL is the default Config.LeaseTTL.
+// DefaultLeaseTTL is the default Config.LeaseTTL. A hung silo is taken
+// over when its lease expires (see the package doc), about this long after
+// it hung, and an etcd leader election must end within its fence bound
+// (9.65 s, keepalives every second) to fence nothing. Elections can take
+// long: with etcd 3.4's defaults (election timeout 1 s, randomized up to
+// 2 s, a second round when the first candidate is turned down) beside a
+// loaded two-core host, killing the leader of a three-member etcd left
+// renewals failing long enough to fence every silo in 6 of 19 runs with a
+// TTL of 3 s (a bound of 2.72 s), 1 of 8 with 4 s and 1 of 8 with 5 s
+// (4.70 s). A shorter TTL (--lease-ttl 3s: a hung silo taken over in about
+// 3 s) needs an etcd whose elections are that much shorter.
 const DefaultLeaseTTL = 10 * time.Second
 
 // Clock drift and slack of the fence bound (see LeaseBound and the package
@@ -37,13 +47,13 @@ func LeaseBound(ttl time.Duration) time.Duration {
 }
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
-// renews its lease while the renewals succeed: a quarter of the bound, at
-// most 1 s, so that an etcd leader election (a second or two) costs a few
-// renewals out of many, and a lease left unrenewed for two intervals is a
-// sign of death (see ProvenDead). A failed renewal is retried after a
-// quarter of that.
+// renews its lease while the renewals succeed: a sixth of the bound, at
+// most 1 s (1 s for the default TTL, 453 ms for a TTL of 3 s), so that an
+// etcd leader election costs a few renewals out of many, and a lease left
+// unrenewed for two intervals is a sign of death (see ProvenDead). A
+// failed renewal is retried after a quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {
-	return min(fence/4, time.Second)
+	return min(fence/6, time.Second)
 }
 
 // DefaultGossipPort is the gossip port of seeds given without one.

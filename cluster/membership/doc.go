@@ -51,22 +51,43 @@
 // s+LeaseBound(TTL): TTL less 1% for the rate of its clock against the
 // leader's, and 250 ms of slack (9.65 s for the default TTL of 10 s). TTL
 // is what the silo asked (whole seconds), or less if a keepalive reports
-// less. Keepalives go every KeepAliveInterval (1 s by default) and a
-// failed one is retried at a quarter of that, each call bounded so that
-// one that hangs leaves room for the next: an etcd leader election or an
-// outage shorter than the bound (minus an interval's worth of bad luck)
-// fences nothing. Config.FenceAfter may only shorten the bound.
+// less. Keepalives go every KeepAliveInterval (a sixth of the bound, at
+// most 1 s: 1 s by default) and a failed one is retried at a quarter of
+// that, each call bounded (two intervals) so that one that hangs leaves
+// room for the next: an etcd leader election (up to about 4 s with etcd's
+// default election timeout of 1 s) or an outage shorter than the bound
+// (minus an interval's worth of bad luck) fences nothing.
+// Config.FenceAfter may only shorten the bound.
 //
 // Valid checks the bound on the monotonic clock at every turn, so a silo
 // paused past its fence (SIGSTOP, a long GC) runs nothing when it resumes.
-// Hence TakeoverAt: a member removed without Leave is certainly fenced
-// FenceAfter (its own, from its record) after its removal was seen, since
-// its last successful keepalive was sent before the removal. A lease that
-// expired (etcd unreachable for longer than the bound) is the same case:
-// the silo fenced before the expiry, which comes before anyone sees it.
-// Detection therefore pays for etcd tolerance: a hung silo is taken over
-// gossip detection plus its fence after it hung, unless it is proven dead
-// (see below).
+// Hence TakeoverAt. A member whose lease expired is certainly fenced
+// already: its last successful keepalive was sent before the renewal that
+// set the expiry, TTL before it (by the leader's clock), and it fenced
+// LeaseBound(TTL) after that send, before the expiry, which comes before
+// anyone sees it; its addresses are taken over at once. A member removed
+// otherwise without Leave (its lease revoked by detection) is certainly
+// fenced FenceAfter (its own, from its record) after its removal was seen,
+// since its last successful keepalive was sent before the removal.
+//
+// A silo tells an expiry from a revocation by a record: every revocation
+// by detection first writes <prefix>revoked/<lease>, bound to a lease of
+// its own of a minute or more, and a silo that sees a record deleted reads, at the
+// deletion's revision, whether that was written; if not, and etcd no
+// longer knows the lease, the lease expired. A record deleted by hand
+// (its lease alive) or etcd not answering counts as a revocation. A lease
+// revoked by hand (etcdctl lease revoke) is taken for an expiry: do not
+// revoke a live silo's lease by hand; delete its record instead.
+//
+// A silo that gossip declares dead but that no longer renews its lease
+// (hung, paused, or cut off from etcd as well) is therefore not revoked
+// while its lease expires within 10 s and sooner than its fence after a
+// revocation would end: survivors leave the lease to expire, and a hung
+// silo is taken over about one TTL after it hung (10 s by default, 3 s
+// with a TTL of 3 s). A silo that still renews its lease (cut off from
+// its peers only) is revoked, and taken over gossip detection plus its
+// fence after it was cut off. Takeover therefore pays for etcd tolerance
+// through the TTL: the fence bound must outlast etcd's leader elections.
 //
 // A fenced Membership is final. The silo program (cluster.Program) tears
 // the silo down without running OnDeactivate and starts a new one, with a
@@ -90,8 +111,10 @@
 // silo dead. What the rule does not cover is a silo cut off by resets from
 // its peers and, at the same time, from etcd, yet still reached by
 // clients: it serves until its fence while its lease is taken as dead.
-// A killed silo is proven dead about 3 s after its last renewal (keepalive
-// interval 1 s); a hung or cut-off one is taken over after its fence.
+// A killed silo is proven dead three to four seconds after its last
+// renewal with the default TTL, one to two with a TTL of 3 s (whole
+// seconds of remaining TTL make the proof coarse), or when its lease
+// expires a TTL after it, whichever comes first.
 //
 // # Leaving
 //

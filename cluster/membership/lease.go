@@ -20,7 +20,7 @@ func (m *Membership) Pending() []Departure {
 		if _, in := m.view.Member(name); in && name != m.cfg.Name {
 			continue
 		}
-		if at := d.at.Add(d.fence); !d.graceful && at.After(now) {
+		if at := d.at.Add(d.fence); !d.graceful && !d.expired && at.After(now) {
 			out = append(out, Departure{Name: name, PeerAddr: d.peer, Lease: d.lease, At: at})
 		}
 	}
@@ -53,10 +53,10 @@ func (m *Membership) FenceCause() error {
 
 // TakeoverAt returns when another silo may start activations of addresses
 // that the member name owned: the time its removal was observed for a member
-// that left with Leave, that time plus the member's FenceAfter for one removed
-// otherwise (when it is certainly fenced), and now plus this silo's
-// FenceAfter for a name this silo never saw leave. ok is false while name is
-// in the view.
+// that left with Leave or whose lease expired (it fenced before the expiry),
+// that time plus the member's FenceAfter for one removed otherwise (when it
+// is certainly fenced), and now plus this silo's FenceAfter for a name this
+// silo never saw leave. ok is false while name is in the view.
 func (m *Membership) TakeoverAt(name string) (at time.Time, ok bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -67,7 +67,7 @@ func (m *Membership) TakeoverAt(name string) (at time.Time, ok bool) {
 	switch {
 	case !seen:
 		return m.clk.Now().Add(m.fenceAfter), true
-	case d.graceful:
+	case d.graceful, d.expired:
 		return d.at, true
 	default:
 		return d.at.Add(d.fence), true
@@ -117,8 +117,10 @@ func (m *Membership) keepAlive(sent time.Time) {
 		}
 		// The call is bounded in durations, not instants: the clock may be
 		// a test's. A call that hangs (etcd unreachable, its packets
-		// dropped) must leave room for the next attempts.
-		ctx, cancel := context.WithTimeout(m.ctx, min(interval, deadline.Sub(now)))
+		// dropped, a follower waiting for a new leader) must leave room for
+		// the next attempts; one that is only slow (a loaded host) gets two
+		// intervals.
+		ctx, cancel := context.WithTimeout(m.ctx, min(2*interval, deadline.Sub(now)))
 		resp, err := m.client.KeepAliveOnce(ctx, m.lease)
 		cancel()
 		next := now.Add(interval)

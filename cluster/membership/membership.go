@@ -88,6 +88,7 @@ type Membership struct {
 type departure struct {
 	at       time.Time
 	graceful bool
+	expired  bool // its lease expired: no one revoked it (see expired)
 	fence    time.Duration
 	peer     string // the departed silo's peer address
 	lease    clientv3.LeaseID

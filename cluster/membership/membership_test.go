@@ -224,7 +224,76 @@ func TestMembershipCrashDetected(t *testing.T) {
 			t.Fatalf("TakeoverAt(silo-c) = %v, %v; want after %v", at, ok, crashed.Add(c.Self().FenceAfter))
 		}
 	}
+	// The revocation was recorded before it was made.
+	r, err := cli.Get(t.Context(), a.revokedKey(clientv3.LeaseID(c.Self().LeaseID)))
+	if err != nil || len(r.Kvs) != 1 || string(r.Kvs[0].Value) != "silo-c" {
+		t.Fatalf("record of the revocation of silo-c's lease: %v, %v", r, err)
+	}
 	notFenced(t, a, b)
+}
+
+// A silo that dies without leaving, with a lease of 3 s: gossip declares
+// it dead, but its lease is no longer renewed and expires before its fence
+// after a revocation would end, so the survivors leave it to expire
+// (nothing records a revocation) and take over its addresses as soon as
+// the record goes: it fenced itself before the expiry.
+func TestMembershipExpiredTakenOverAtOnce(t *testing.T) {
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+
+	const ttl = 3 * time.Second
+	a := newTestMember(t, cli, "silo-a", ttl)
+	defer a.Close()
+	b := newTestMember(t, cli, "silo-b", ttl, a.Self().GossipAddr)
+	defer b.Close()
+	c := newTestMember(t, cli, "silo-c", ttl, b.Self().GossipAddr)
+	defer c.Close()
+	waitMembers(t, []*Membership{a, b, c}, "silo-a", "silo-b", "silo-c")
+
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitMembers(t, []*Membership{a, b}, "silo-a", "silo-b")
+	seen := time.Now()
+	lease := clientv3.LeaseID(c.Self().LeaseID)
+	if r, err := cli.Get(t.Context(), a.revokedKey(lease)); err != nil || len(r.Kvs) != 0 {
+		t.Fatalf("silo-c's lease was revoked (%v, %v): want it left to expire", r, err)
+	}
+	for _, m := range []*Membership{a, b} {
+		at, ok := m.TakeoverAt("silo-c")
+		if !ok || at.After(seen) {
+			t.Fatalf("TakeoverAt(silo-c) = %v, %v; want at its departure, before %v", at, ok, seen)
+		}
+		if p := m.Pending(); len(p) != 0 {
+			t.Fatalf("Pending() = %v, want none", p)
+		}
+	}
+	notFenced(t, a, b)
+}
+
+// A member record deleted by hand while its lease lives is not taken for
+// an expiry: takeover waits for the silo's fence.
+func TestMembershipDeletedRecordIsNoExpiry(t *testing.T) {
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+
+	a := newTestMember(t, cli, "silo-a", 3*time.Second)
+	defer a.Close()
+	b := newTestMember(t, cli, "silo-b", 3*time.Second, a.Self().GossipAddr)
+	defer b.Close()
+	waitMembers(t, []*Membership{a, b}, "silo-a", "silo-b")
+	deleted := time.Now()
+	if _, err := cli.Delete(t.Context(), testPrefix+"members/silo-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "silo-b out of silo-a's view", func() bool { _, in := a.View().Member("silo-b"); return !in })
+	at, ok := a.TakeoverAt("silo-b")
+	if !ok || !at.After(deleted.Add(b.Self().FenceAfter)) {
+		t.Fatalf("TakeoverAt(silo-b) = %v, %v; want after %v", at, ok, deleted.Add(b.Self().FenceAfter))
+	}
+	waitFenced(t, b)
 }
 
 // A silo whose lease is revoked by others fences itself.

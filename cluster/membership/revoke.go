@@ -98,8 +98,15 @@ func (m *Membership) revoke(r revokeReq) {
 		// A silo whose peer port refuses connections is probably gone: if
 		// etcd shows its lease unrenewed too, prove it, so that its
 		// addresses are taken over at once rather than after its fence.
-		if mi, ok := m.View().Member(r.name); ok && mi.LeaseID == int64(r.lease) && m.awaitProof(mi) {
+		mi, ok := m.View().Member(r.name)
+		if ok && mi.LeaseID == int64(r.lease) && m.awaitProof(mi) {
 			r.proven = true
+		}
+		// A silo that no longer renews its lease (hung, or cut off from
+		// etcd) is taken over sooner if its lease is left to expire than
+		// if it is revoked, after which others wait for its fence.
+		if !r.proven && ok && mi.LeaseID == int64(r.lease) && m.awaitExpiry(mi) {
+			return
 		}
 	}
 	b := retry.New(100*time.Millisecond, time.Second, m.clk)
@@ -117,7 +124,13 @@ func (m *Membership) revoke(r revokeReq) {
 		var err error
 		if m.mayRevoke(r) {
 			ctx, cancel := context.WithTimeout(m.ctx, 3*time.Second)
-			_, err = m.client.Revoke(ctx, r.lease)
+			fence := m.fenceAfter
+			if mi, ok := m.View().Member(r.name); ok && mi.LeaseID == int64(r.lease) {
+				fence = fenceOf(mi, m.fenceAfter)
+			}
+			if err = m.recordRevocation(ctx, r.lease, r.name, fence); err == nil {
+				_, err = m.client.Revoke(ctx, r.lease)
+			}
 			cancel()
 			switch {
 			case err == nil:
@@ -220,6 +233,81 @@ func (m *Membership) awaitProof(target Member) bool {
 		case <-t.C():
 		}
 	}
+}
+
+// awaitExpiry waits for the lease of target, which gossip declared dead, to
+// expire, while that comes soon (maxExpiryWait) and sooner than its fence
+// after a revocation would, and the lease is not renewed: etcd reports
+// (whole seconds, rounded down) at least two seconds less than granted,
+// so it went unrenewed for more than a second, where a silo that runs and
+// reaches etcd renews it every KeepAliveInterval; its remaining TTL, plus a
+// second of rounding and etcd's half-second expiry check, is below both
+// bounds. It returns true once the lease is gone; false (revoke it) when
+// it is renewed, or expires later: a revocation moves the view at once, so
+// that a long lease does not keep a dead member in the view.
+func (m *Membership) awaitExpiry(target Member) bool {
+	lease := clientv3.LeaseID(target.LeaseID)
+	fence := fenceOf(target, m.fenceAfter)
+	waited := false
+	for {
+		select {
+		case <-m.fenced:
+			return true // a fenced silo removes no one
+		default:
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, time.Second)
+		r, err := m.client.TimeToLive(ctx, lease)
+		cancel()
+		switch {
+		case (err != nil && isLeaseNotFound(err)) || (err == nil && r.TTL <= 0):
+			return true
+		case err != nil:
+			return false
+		}
+		left := time.Duration(r.TTL)*time.Second + 1500*time.Millisecond
+		if r.TTL > r.GrantedTTL-2 || left >= fence || left > maxExpiryWait {
+			return false
+		}
+		if !waited {
+			waited = true
+			m.log.Info("a member gossip declared dead no longer renews its lease: leaving the lease to expire, which is sooner than its fence after a revocation", "member", target.Name, "lease_ttl_left", time.Duration(r.TTL)*time.Second)
+		}
+		t := m.clk.NewTimer(250 * time.Millisecond)
+		select {
+		case <-m.ctx.Done():
+			t.Stop()
+			return true
+		case <-t.C():
+		}
+	}
+}
+
+// maxExpiryWait bounds how long a member gossip declared dead is left in the
+// view for its lease to expire (see awaitExpiry).
+const maxExpiryWait = 10 * time.Second
+
+// recordRevocation writes, before a revocation by detection, that lease is
+// revoked, under <prefix>revoked/<lease in hex>, bound to a lease of its
+// own of a minute, or three times the revoked silo's fence bound if that is
+// longer: a silo that sees the record go reads it (expired) and waits for
+// the silo's fence, where an expiry lets it take over at once. So the
+// record outlives the revocation's call (3 s at most) by more than the
+// fence: a silo that finds no record of a departure it saw late (its
+// watch broke meanwhile) knows the departure is older than the fence.
+func (m *Membership) recordRevocation(ctx context.Context, lease clientv3.LeaseID, name string, fence time.Duration) error {
+	g, err := m.client.Grant(ctx, max(revokedTTL, int64(3*fence/time.Second)+1))
+	if err != nil {
+		return err
+	}
+	_, err = m.client.Put(ctx, m.revokedKey(lease), name, clientv3.WithLease(g.ID))
+	return err
+}
+
+// revokedTTL is the least TTL, in seconds, of the records of revocations.
+const revokedTTL = 60
+
+func (m *Membership) revokedKey(lease clientv3.LeaseID) string {
+	return fmt.Sprintf("%srevoked/%x", m.cfg.Prefix, int64(lease))
 }
 
 type proof int

@@ -79,14 +79,22 @@ func (m *Membership) watchOnce() error {
 			members[mi.Name] = mi
 		}
 	}
-	m.replace(members, resp.Header.Revision)
+	// Only this loop changes the view: the members missing from the read
+	// are those that departed.
+	expired := map[clientv3.LeaseID]bool{}
+	for _, mi := range m.View().Members {
+		if _, ok := members[mi.Name]; !ok && !mi.Leaving && mi.Name != m.cfg.Name {
+			expired[clientv3.LeaseID(mi.LeaseID)] = m.expired(ctx, clientv3.LeaseID(mi.LeaseID), resp.Header.Revision)
+		}
+	}
+	m.replace(members, resp.Header.Revision, expired)
 	wch := m.client.Watch(ctx, m.dir, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1), clientv3.WithPrevKV())
 	for wr := range wch {
 		if err := wr.Err(); err != nil {
 			return err
 		}
 		if len(wr.Events) > 0 {
-			m.apply(wr.Events)
+			m.apply(wr.Events, m.expiries(ctx, wr.Events))
 		}
 	}
 	return errors.New("watch closed")
@@ -102,8 +110,49 @@ func (m *Membership) decode(kv *mvccpb.KeyValue) (Member, bool) {
 	return mi, true
 }
 
-// replace sets the members read at revision rev.
-func (m *Membership) replace(members map[string]Member, rev int64) {
+// expiries tells, for each member record that events delete without its
+// silo leaving, whether the lease expired (see expired).
+func (m *Membership) expiries(ctx context.Context, events []*clientv3.Event) map[clientv3.LeaseID]bool {
+	out := map[clientv3.LeaseID]bool{}
+	for _, ev := range events {
+		if ev.Type != clientv3.EventTypeDelete || ev.PrevKv == nil {
+			continue
+		}
+		var prev Member
+		if json.Unmarshal(ev.PrevKv.Value, &prev) != nil || prev.Leaving || prev.LeaseID == 0 || prev.Name == m.cfg.Name {
+			continue
+		}
+		out[clientv3.LeaseID(prev.LeaseID)] = m.expired(ctx, clientv3.LeaseID(prev.LeaseID), ev.Kv.ModRevision)
+	}
+	return out
+}
+
+// expired reports whether the record of a silo with lease, deleted at
+// revision rev, went because the lease expired: no silo recorded a
+// revocation of it (revoked/<lease>, written before any revocation by
+// detection, bound to a lease that outlives every fence) at rev, and the
+// lease is gone. A silo fences itself before its lease can expire (see
+// the package doc), so its addresses may be taken over at once. Anything
+// else (a revocation, a record deleted by hand while its lease lives,
+// etcd not answering) is not taken for an expiry: takeover then waits
+// for the silo's fence.
+func (m *Membership) expired(ctx context.Context, lease clientv3.LeaseID, rev int64) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := m.client.Get(ctx, m.revokedKey(lease), clientv3.WithRev(rev), clientv3.WithCountOnly())
+	if err != nil || r.Count > 0 {
+		return false
+	}
+	t, err := m.client.TimeToLive(ctx, lease)
+	if err != nil {
+		return isLeaseNotFound(err)
+	}
+	return t.TTL <= 0
+}
+
+// replace sets the members read at revision rev; expired says which of the
+// departed members' leases expired.
+func (m *Membership) replace(members map[string]Member, rev int64, expired map[clientv3.LeaseID]bool) {
 	m.mu.Lock()
 	old := m.current()
 	if m.loaded && reflect.DeepEqual(old, members) {
@@ -113,14 +162,23 @@ func (m *Membership) replace(members map[string]Member, rev int64) {
 	now := m.clk.Now()
 	for name, mi := range old {
 		if _, ok := members[name]; !ok {
-			m.departed[name] = departure{at: now, graceful: mi.Leaving, fence: fenceOf(mi, m.fenceAfter), peer: mi.PeerAddr, lease: clientv3.LeaseID(mi.LeaseID)}
+			lease := clientv3.LeaseID(mi.LeaseID)
+			m.departed[name] = departure{at: now, graceful: mi.Leaving, expired: expired[lease], fence: fenceOf(mi, m.fenceAfter), peer: mi.PeerAddr, lease: lease}
+			m.logDeparture(name, expired[lease])
 		}
 	}
 	m.publish(members, max(rev, m.view.Version))
 }
 
-// apply applies watch events.
-func (m *Membership) apply(events []*clientv3.Event) {
+func (m *Membership) logDeparture(name string, expired bool) {
+	if expired {
+		m.log.Info("a member's lease expired: it fenced itself before, its addresses are taken over at once", "member", name)
+	}
+}
+
+// apply applies watch events; expired says which of the deleted records'
+// leases expired.
+func (m *Membership) apply(events []*clientv3.Event, expired map[clientv3.LeaseID]bool) {
 	m.mu.Lock()
 	members := m.current()
 	now := m.clk.Now()
@@ -152,6 +210,8 @@ func (m *Membership) apply(events []*clientv3.Event) {
 					d.lease = clientv3.LeaseID(prev.LeaseID)
 				}
 			}
+			d.expired = !d.graceful && expired[d.lease]
+			m.logDeparture(name, d.expired)
 			m.departed[name] = d
 			delete(members, name)
 		}

@@ -6,8 +6,11 @@
 //
 //	go run ./tests/failover -runs 20 -mode hang
 //
-// It starts three silo processes with the default membership settings
-// (tests/testcluster, an embedded etcd in this process), and per run:
+//	go run ./tests/failover -runs 20 -mode hang -lease-ttl 3s
+//
+// It starts three silo processes with the default membership settings, or
+// -lease-ttl (tests/testcluster, an embedded etcd in this process), and per
+// run:
 // activates -agents Journal agents owned by the victim (silo run%3), kills
 // the victim, asks one of its agents through a survivor until it answers
 // (each Ask bounded by -retry, one started every -pace at most), then waits
@@ -17,8 +20,10 @@
 // -mode kill (the default) is kill -9: on one machine the kernel refuses
 // connections to the dead process's ports at once, which the silos take as
 // proof of death. -mode hang freezes the victim with SIGSTOP instead, as a
-// hung host or a cut network: its sockets stay open, so only gossip finds
-// it dead; the time is measured from the freeze. Progress goes to stderr; stdout gets one JSON object per run
+// hung host or a cut network: its sockets stay open, so gossip finds it
+// dead and its agents are taken over when its lease expires (about one
+// --lease-ttl after the freeze); the time is measured from the freeze, to
+// within -retry (a probe sent to the frozen silo waits out its deadline). Progress goes to stderr; stdout gets one JSON object per run
 // (bench "failover-run") and a summary (bench "failover": runs, p50_ms,
 // p99_ms, mean_ms, min_ms, max_ms, and all_p50_ms / all_p99_ms for the time
 // until every agent of the dead silo answered again). The single-activation
@@ -47,6 +52,7 @@ func main() {
 	agents := flag.Int("agents", 20, "agents activated on the victim before each kill")
 	retry := flag.Duration("retry", 500*time.Millisecond, "deadline of each probing Ask")
 	pace := flag.Duration("pace", 10*time.Millisecond, "least time from the start of one probing Ask to the next")
+	leaseTTL := flag.Duration("lease-ttl", 0, "the silos' --lease-ttl (0: their default)")
 	mode := flag.String("mode", "kill", "kill: SIGKILL the victim (its refused connections tell the peers at once); hang: SIGSTOP it (a hung host: found by gossip), then SIGKILL it once measured")
 	flag.Parse()
 	if *runs < 1 || *agents < 1 || *retry <= 0 || *pace < 0 || *mode != "kill" && *mode != "hang" {
@@ -58,7 +64,12 @@ func main() {
 	defer testcluster.Cleanup()
 	var sum summary
 	failed := testcluster.Run(ctx, func(tb testcluster.TB) {
-		sum = measure(tb, *mode, *runs, *agents, *retry, *pace)
+		var args []string
+		if *leaseTTL > 0 {
+			args = []string{"--lease-ttl", leaseTTL.String()}
+		}
+		sum = measure(tb, *mode, *runs, *agents, *retry, *pace, args)
+		sum.LeaseTTL = leaseTTL.String()
 	})
 	if failed {
 		testcluster.Cleanup()
@@ -70,6 +81,7 @@ func main() {
 type summary struct {
 	Bench    string  `json:"bench"`
 	Mode     string  `json:"mode"`
+	LeaseTTL string  `json:"lease_ttl"` // "0s": the silos' default
 	Runs     int     `json:"runs"`
 	P50      float64 `json:"p50_ms"`
 	P99      float64 `json:"p99_ms"`
@@ -101,8 +113,8 @@ func emit(v any) {
 	fmt.Println(string(b))
 }
 
-func measure(tb testcluster.TB, mode string, runs, agents int, retry, pace time.Duration) summary {
-	c := testcluster.Start(tb, testcluster.Options{Silos: 3})
+func measure(tb testcluster.TB, mode string, runs, agents int, retry, pace time.Duration, args []string) summary {
+	c := testcluster.Start(tb, testcluster.Options{Silos: 3, Args: args})
 	var first, all []float64
 	for run := range runs {
 		victim := run % c.Len()

@@ -30,6 +30,12 @@ type Options struct {
 	// Cluster.EtcdEndpoints). Empty: start an embedded etcd in this process,
 	// closed with the cluster.
 	EtcdEndpoints []string
+	// EtcdMembers, if positive and EtcdEndpoints is empty, starts an etcd
+	// cluster of that many real etcd processes (as StartEtcd does) instead
+	// of the embedded etcd: on 127.0.0.<100+i>, or with Netns on the
+	// bridge's address (one port pair per member), so that silos in their
+	// namespaces reach it. Etcd returns it (to kill its leader).
+	EtcdMembers int
 	// EtcdPrefix is the silos' --etcd-prefix. Default: a prefix unique to
 	// this cluster, so clusters can share an etcd.
 	EtcdPrefix string
@@ -63,6 +69,7 @@ type Cluster struct {
 	endpoints []string
 	prefix    string
 	etcd      *etcdstore.Store
+	etcdc     *EtcdCluster // with Options.EtcdMembers
 	silos     []*Silo
 	netns     *netns // with Options.Netns
 	http      *http.Client
@@ -159,7 +166,18 @@ func Start(tb TB, opts Options) *Cluster {
 		c.setupNetns(opts.Silos)
 	}
 	c.endpoints = opts.EtcdEndpoints
-	if len(c.endpoints) == 0 {
+	switch {
+	case len(c.endpoints) == 0 && opts.EtcdMembers > 0:
+		ip := func(i int) string { return fmt.Sprintf("127.0.0.%d", 100+i) }
+		if c.netns != nil {
+			host := c.netns.hostIP()
+			ip = func(int) string { return host }
+		} else if !multiLoopback() {
+			tb.Fatalf("testcluster: an etcd cluster needs one loopback address per member (127.0.0.100 and up), and this host cannot bind them")
+		}
+		c.etcdc = startEtcd(tb, opts.EtcdMembers, ip)
+		c.endpoints = c.etcdc.Endpoints()
+	case len(c.endpoints) == 0:
 		c.startEtcd()
 	}
 	tb.Cleanup(c.printLogsOnFailure)
@@ -275,6 +293,9 @@ func (c *Cluster) close() {
 	}
 	c.http.CloseIdleConnections()
 }
+
+// Etcd returns the etcd cluster of Options.EtcdMembers, nil without it.
+func (c *Cluster) Etcd() *EtcdCluster { return c.etcdc }
 
 // EtcdEndpoints returns the etcd the silos use, for another cluster
 // (Options.EtcdEndpoints) or a direct look.

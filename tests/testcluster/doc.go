@@ -6,7 +6,8 @@
 //
 // The silo and client binaries are built once per test binary (Build; Main
 // removes them). Etcd runs embedded in the calling process
-// (etcdstore.Start on free ports) unless Options.EtcdEndpoints names one;
+// (etcdstore.Start on free ports) unless Options.EtcdEndpoints names one
+// or Options.EtcdMembers asks for an etcd cluster of real processes (Etcd);
 // each cluster has its own --etcd-prefix, so clusters can share an etcd.
 // Silo i is named silo-<i> and listens on its own loopback address
 // 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports
@@ -56,7 +57,7 @@
 //		c.CheckJournal()
 //	}
 //
-// Programs (tests/failover) run the same code through Run, which gives them
+// Programs (tests/failover, tests/chaos) run the same code through Run, which gives them
 // a TB.
 //
 // The controls and waits must be called from the test's goroutine; Silo,

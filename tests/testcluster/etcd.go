@@ -17,9 +17,10 @@ import (
 
 // EtcdCluster is an etcd cluster of real etcd processes (Debian's
 // etcd-server package: the etcd binary on PATH), one member per loopback
-// address 127.0.0.<100+i>, for tests of etcd failures: kill its leader,
-// freeze every member (an outage: connections hang, nothing is refused).
-// Give Endpoints to Options.EtcdEndpoints. The members are killed when the
+// address 127.0.0.<100+i> (or all on a netns bridge's address, through
+// Options.EtcdMembers), for tests of etcd failures: kill its leader and
+// restart it, freeze every member (an outage: connections hang, nothing is
+// refused). Give Endpoints to Options.EtcdEndpoints. The members are killed when the
 // test ends. Its controls must be called from the test's goroutine.
 type EtcdCluster struct {
 	tb      TB
@@ -30,7 +31,9 @@ type EtcdCluster struct {
 
 type etcdMember struct {
 	name, client, peer string
-	mu                 sync.Mutex
+	bin                string
+	args               []string
+	mu                 sync.Mutex // guards cmd and done, replaced by Restart
 	cmd                *exec.Cmd
 	done               chan struct{}
 }
@@ -40,65 +43,107 @@ type etcdMember struct {
 // binary.
 func StartEtcd(tb TB, n int) *EtcdCluster {
 	tb.Helper()
+	if !multiLoopback() {
+		tb.Fatalf("testcluster: an etcd cluster needs one loopback address per member (127.0.0.100 and up), and this host cannot bind them")
+		return nil
+	}
+	return startEtcd(tb, n, func(i int) string { return fmt.Sprintf("127.0.0.%d", 100+i) })
+}
+
+// startEtcd starts n etcd members, member i listening on ip(i).
+func startEtcd(tb TB, n int, ip func(i int) string) *EtcdCluster {
+	tb.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
 		tb.Fatalf("testcluster: no etcd binary on PATH (%v): install Debian's etcd-server package (apt-get install -y etcd-server)", err)
 		return nil
 	}
-	if !multiLoopback() {
-		tb.Fatalf("testcluster: an etcd cluster needs one loopback address per member (127.0.0.100 and up), and this host cannot bind them")
-		return nil
-	}
 	e := &EtcdCluster{tb: tb, dir: tb.TempDir(), timeout: 60 * time.Second}
 	var initial []string
+	taken := map[string]bool{}
 	for i := range n {
-		ip := fmt.Sprintf("127.0.0.%d", 100+i)
-		client, err := freeTCP(ip)
-		if err != nil {
-			tb.Fatalf("%v", err)
+		var client, peer string
+		for client == "" || peer == "" || client == peer || taken[client] || taken[peer] {
+			if client, err = freeTCP(ip(i)); err != nil {
+				tb.Fatalf("%v", err)
+			}
+			if peer, err = freeTCP(ip(i)); err != nil {
+				tb.Fatalf("%v", err)
+			}
 		}
-		peer, err := freeTCP(ip)
-		if err != nil {
-			tb.Fatalf("%v", err)
-		}
+		taken[client], taken[peer] = true, true
 		m := &etcdMember{name: fmt.Sprintf("etcd-%d", i), client: client, peer: peer}
 		e.members = append(e.members, m)
 		initial = append(initial, m.name+"=http://"+peer)
 	}
 	tb.Cleanup(e.close)
 	for _, m := range e.members {
-		m.cmd = exec.Command(bin,
+		m.args = []string{
 			"--name", m.name,
 			"--data-dir", filepath.Join(e.dir, m.name),
-			"--listen-client-urls", "http://"+m.client,
-			"--advertise-client-urls", "http://"+m.client,
-			"--listen-peer-urls", "http://"+m.peer,
-			"--initial-advertise-peer-urls", "http://"+m.peer,
+			"--listen-client-urls", "http://" + m.client,
+			"--advertise-client-urls", "http://" + m.client,
+			"--listen-peer-urls", "http://" + m.peer,
+			"--initial-advertise-peer-urls", "http://" + m.peer,
 			"--initial-cluster", strings.Join(initial, ","),
 			"--initial-cluster-state", "new",
 			"--initial-cluster-token", filepath.Base(e.dir),
 			"--logger", "zap", "--log-outputs", "stderr",
-		)
-		logf, err := os.Create(filepath.Join(e.dir, m.name+".log"))
-		if err != nil {
-			tb.Fatalf("testcluster: %v", err)
 		}
-		m.cmd.Stdout, m.cmd.Stderr = logf, logf
-		setParentDeathSignal(m.cmd)
-		if err := m.cmd.Start(); err != nil {
-			logf.Close()
+		m.bin = bin
+		if err := e.start(m); err != nil {
 			tb.Fatalf("testcluster: start %s: %v", m.name, err)
 		}
-		m.done = make(chan struct{})
-		go func(cmd *exec.Cmd, done chan struct{}) {
-			_ = cmd.Wait()
-			logf.Close()
-			close(done)
-		}(m.cmd, m.done)
 	}
 	e.Leader()
 	return e
 }
+
+// start starts member m's process (again: its data directory makes a
+// restarted member rejoin as itself).
+func (e *EtcdCluster) start(m *etcdMember) error {
+	logf, err := os.OpenFile(filepath.Join(e.dir, m.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.bin, m.args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	setParentDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logf.Close()
+		close(done)
+	}()
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+	return nil
+}
+
+// Restart starts member i again after Kill, with its data, and waits until
+// the running members agree on a leader.
+func (e *EtcdCluster) Restart(i int) {
+	e.tb.Helper()
+	m := e.members[i]
+	if e.running(i) {
+		e.tb.Fatalf("testcluster: restart %s: it is running", m.name)
+		return
+	}
+	if err := e.start(m); err != nil {
+		e.tb.Fatalf("testcluster: restart %s: %v", m.name, err)
+		return
+	}
+	e.Leader()
+	e.tb.Logf("testcluster: restarted etcd member %s (pid %d)", m.name, m.cmd.Process.Pid)
+}
+
+// Len returns the number of members.
+func (e *EtcdCluster) Len() int { return len(e.members) }
 
 // Endpoints returns the members' client URLs.
 func (e *EtcdCluster) Endpoints() []string {
