@@ -71,6 +71,53 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 	return nil
 }
 
+// claim makes the caller the mailbox's runner if the mailbox is idle: not
+// running, not held, not closed, no user message queued. The caller then
+// runs its message with runInline, which gives the run back.
+func (m *mailbox) claim() bool {
+	m.mu.Lock()
+	ok := !m.running && !m.held && !m.closed && m.invoker != nil && len(m.user) == m.head
+	if ok {
+		m.running = true
+	}
+	m.mu.Unlock()
+	return ok
+}
+
+// runInline runs msg on the caller's goroutine, as run would have run it
+// next: queued system messages first. The caller claimed the mailbox. What
+// arrived meanwhile is handed to the dispatcher, in order.
+func (m *mailbox) runInline(msg any) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.invoker.EscalateFailure(r, msg)
+		}
+	}()
+	for {
+		m.mu.Lock()
+		if len(m.sys) == 0 {
+			m.mu.Unlock()
+			break
+		}
+		sys := m.sys[0]
+		m.sys[0] = nil
+		m.sys = m.sys[1:]
+		if len(m.sys) == 0 {
+			m.sys = nil
+		}
+		m.mu.Unlock()
+		m.invoker.InvokeSystemMessage(sys)
+	}
+	m.invoker.InvokeUserMessage(msg)
+	m.mu.Lock()
+	if len(m.sys) > 0 || len(m.user) > m.head {
+		m.dispatcher.Schedule(m.runFn)
+	} else {
+		m.running = false
+	}
+	m.mu.Unlock()
+}
+
 // PostUserMessage queues a message without a bound: protoactor's own path,
 // and the runtime's for internal messages (timer ticks, deactivation) that
 // must not wait behind application traffic.

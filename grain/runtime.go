@@ -377,6 +377,13 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 			}
 			continue // it deactivated meanwhile: look it up again
 		}
+		if env.reply != nil && a.mb.claim() {
+			// A local Ask to an idle activation: its caller would only
+			// wait, so it runs the turn itself, without two goroutine
+			// hand-offs (see runInline).
+			a.mb.runInline(env)
+			return nil
+		}
 		done := ctx.Done()
 		if env.expired != nil {
 			done = env.expired
