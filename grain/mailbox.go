@@ -22,17 +22,16 @@ import (
 type mailbox struct {
 	mu      sync.Mutex
 	user    []any // user[head:] are queued
-	head    int
+	head    int32
+	limit   int32
 	sys     []any
 	running bool
 	closed  bool
-	held    bool // queue but do not run until start
-	limit   int32
+	held    bool          // queue but do not run until start
 	waiting chan struct{} // closed when room frees up; made when a sender waits
 
 	invoker    messageInvoker // set by RegisterHandlers (actor.go)
-	dispatcher scheduler
-	runFn      func() // m.run, bound once
+	dispatcher *dispatcher
 }
 
 // errClosed means the activation is gone; the sender looks it up again.
@@ -50,7 +49,7 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 			m.mu.Unlock()
 			return errClosed
 		}
-		if int32(len(m.user)-m.head) < m.limit {
+		if int32(len(m.user))-m.head < m.limit {
 			break
 		}
 		if m.waiting == nil {
@@ -76,7 +75,7 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 // runs its message with runInline, which gives the run back.
 func (m *mailbox) claim() bool {
 	m.mu.Lock()
-	ok := !m.running && !m.held && !m.closed && m.invoker != nil && len(m.user) == m.head
+	ok := !m.running && !m.held && !m.closed && m.dispatcher != nil && int32(len(m.user)) == m.head
 	if ok {
 		m.running = true
 	}
@@ -110,8 +109,8 @@ func (m *mailbox) runInline(msg any) {
 	}
 	m.invoker.InvokeUserMessage(msg)
 	m.mu.Lock()
-	if len(m.sys) > 0 || len(m.user) > m.head {
-		m.dispatcher.Schedule(m.runFn)
+	if len(m.sys) > 0 || int32(len(m.user)) > m.head {
+		m.dispatcher.scheduleRun(m)
 	} else {
 		m.running = false
 	}
@@ -138,11 +137,14 @@ func (m *mailbox) PostSystemMessage(msg any) {
 	m.mu.Unlock()
 }
 
-// start lets a held mailbox run what it queued meanwhile.
+// start lets a held mailbox run what it queued meanwhile. System messages
+// alone (protoactor's Started) wait for the first user message, which then
+// runs them first, often on its sender's goroutine (runInline): activating
+// costs no hand-off.
 func (m *mailbox) start() {
 	m.mu.Lock()
 	m.held = false
-	if len(m.sys) > 0 || len(m.user) > m.head {
+	if int32(len(m.user)) > m.head {
 		m.scheduleLocked()
 	}
 	m.mu.Unlock()
@@ -155,13 +157,13 @@ func (m *mailbox) Start() {}
 func (m *mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.user) - m.head
+	return len(m.user) - int(m.head)
 }
 
 func (m *mailbox) scheduleLocked() {
-	if !m.running && !m.held && m.invoker != nil {
+	if !m.running && !m.held && m.dispatcher != nil {
 		m.running = true
-		m.dispatcher.Schedule(m.runFn)
+		m.dispatcher.scheduleRun(m)
 	}
 }
 
@@ -189,11 +191,11 @@ func (m *mailbox) run() {
 			if len(m.sys) == 0 {
 				m.sys = nil
 			}
-		case len(m.user) > m.head:
+		case int32(len(m.user)) > m.head:
 			msg = m.user[m.head]
 			m.user[m.head] = nil
 			m.head++
-			if m.head == len(m.user) {
+			if m.head == int32(len(m.user)) {
 				m.resetLocked()
 			}
 			if m.waiting != nil {

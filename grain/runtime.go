@@ -144,9 +144,9 @@ type ActivationInfo struct {
 func (rt *Runtime) Activations(typeName string) []ActivationInfo {
 	var out []ActivationInfo
 	rt.dir.each(func(a *activation) {
-		if typeName == "" || a.addr.Type == typeName {
+		if typeName == "" || a.typ() == typeName {
 			out = append(out, ActivationInfo{
-				Address:      a.addr,
+				Address:      a.address(),
 				Silo:         rt.cfg.Silo,
 				ActivatedAt:  time.Unix(0, a.activatedAt),
 				LastActive:   time.Unix(0, max(a.lastActive.Load(), a.activatedAt)), // the coarse clock may lag
@@ -314,7 +314,11 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		if err != nil {
 			return nil, err
 		}
-		msg.To = addr.String()
+		if len(addr.Type)+len(addr.Owner)+len(addr.Alias)+2 != len(msg.To) {
+			// Relative: a canonical msg.To is kept as it is, and becomes
+			// the activation's key without a copy.
+			msg.To = addr.String()
+		}
 		if addr.Type != SessionType {
 			if _, ok := rt.reg.Lookup(addr.Type); !ok {
 				return nil, rt.reg.unknown(addr.Type)
@@ -468,7 +472,10 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		return nil, rt.reg.unknown(addr.Type)
 	}
 	factory := typ.factory
-	a = &activation{rt: rt, addr: addr, key: key, idle: int64(rt.cfg.IdleTimeout)}
+	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
+	// key is addr.String() (both callers): its parts are found by length.
+	a.colon[0] = int32(len(addr.Type))
+	a.colon[1] = a.colon[0] + 1 + int32(len(addr.Owner))
 	a.mb.limit = int32(rt.cfg.MailboxSize)
 	if n := typ.info.MailboxSize; n > 0 {
 		a.mb.limit = int32(min(n, math.MaxInt32))
