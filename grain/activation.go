@@ -27,7 +27,8 @@ type envelope struct {
 	// deadline, from the runtime's shared deadlines.
 	expired  <-chan struct{}
 	deadline time.Time
-	now      int64 // when the request was sent (Unix ns); stamps the reply's id
+	now      int64  // when the request was sent (Unix ns); stamps the reply's id
+	replyID  string // if set, the reply's id (made with the request's: newIDPair)
 	// idem, if set, is the idempotency key this envelope's message was the
 	// first to bring (see idempotency.go): its result is recorded there.
 	idem *idemEntry
@@ -237,7 +238,9 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 	reply.CorrelationId = env.msg.Id
 	reply.To, reply.From = env.msg.From, env.msg.To
 	if reply.Id == "" {
-		reply.Id = newIDAt(env.now)
+		if reply.Id = env.replyID; reply.Id == "" {
+			reply.Id = newIDAt(env.now)
+		}
 	}
 	env.complete(result{msg: reply})
 }

@@ -213,7 +213,11 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 	}
 	env.ctx = ctx
 	t := turnFrom(ctx)
-	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0)
+	id := ""
+	if hops == 0 && msg.Topic == "" {
+		id, env.replyID = newIDPair(now)
+	}
+	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0, id)
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}
@@ -273,7 +277,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 
 // tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
 func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops int) error {
-	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0)
+	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0, "")
 	if err != nil {
 		rt.refused(msg, err)
 		return err
@@ -294,9 +298,9 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 
 // prepare validates msg, resolves msg.To to its canonical form and, if stamp,
 // stamps the runtime's fields (id, call chain; a message forwarded by another
-// silo keeps them). It returns msg.To's live activation if there is one, to
-// save deliver a lookup.
-func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool) (*activation, error) {
+// silo keeps them), with id if it is not empty. It returns msg.To's live
+// activation if there is one, to save deliver a lookup.
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool, id string) (*activation, error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
@@ -326,7 +330,10 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		}
 	}
 	if (stamp && msg.Topic == "") || msg.Id == "" {
-		msg.Id = newIDAt(now) // a topic delivery keeps its published id
+		// A topic delivery keeps its published id.
+		if msg.Id = id; id == "" {
+			msg.Id = newIDAt(now)
+		}
 	}
 	if t != nil {
 		msg.CallChainId = t.chain
