@@ -262,17 +262,24 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		rt.refused(msg, err)
 		return nil, err
 	}
+	// A reply and the deadline may both be there (a turn run on this
+	// goroutine that returned after the deadline): the deadline wins, as it
+	// does for a caller that was waiting when it passed.
 	select {
-	case r := <-env.reply:
-		env.release() // the responder is done with it
-		return r.msg, r.err
 	case <-done:
-		// The envelope is not reused: the agent may still answer into it.
-		if env.expired != nil {
-			return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+	default:
+		select {
+		case r := <-env.reply:
+			env.release() // the responder is done with it
+			return r.msg, r.err
+		case <-done:
 		}
-		return nil, ctxError(ctx, "ask "+msg.To)
 	}
+	// The envelope is not reused: the agent may still answer into it.
+	if env.expired != nil {
+		return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+	}
+	return nil, ctxError(ctx, "ask "+msg.To)
 }
 
 // tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
