@@ -27,7 +27,8 @@ type envelope struct {
 	// deadline, from the runtime's shared deadlines.
 	expired  <-chan struct{}
 	deadline time.Time
-	now      int64 // when the request was sent (Unix ns); stamps the reply's id
+	now      int64  // when the request was sent (Unix ns); stamps the reply's id
+	replyID  string // if set, the reply's id (made with the request's: newIDPair)
 	// idem, if set, is the idempotency key this envelope's message was the
 	// first to bring (see idempotency.go): its result is recorded there.
 	idem *idemEntry
@@ -74,25 +75,25 @@ type deactivation struct {
 // mailbox. It is also the agent's Host.
 type activation struct {
 	rt    *Runtime
-	addr  Address
-	key   string // addr.String()
+	key   string   // the canonical address
+	colon [2]int32 // where key's two colons are (see address)
 	agent Agent
 	mb    mailbox
 	proc  process // protoactor's (actor.go)
 
-	exec        sync.Mutex           // see turn.go
-	cur         atomic.Pointer[turn] // the mailbox turn in progress
-	waiters     atomic.Int32         // turns waiting in Ask
-	lastActive  atomic.Int64         // Unix ns, coarse
-	idle        int64                // idle timeout (ns): the type's, else the silo's
-	deactivate  atomic.Int32         // a pending Reason, 0 if none
-	activatedAt int64                // Unix ns
-	timers      map[string]*timer    // touched only in turn
-	started     bool                 // OnActivate ran; mailbox goroutine only
-	gone        bool                 // deactivated; guarded by exec
-	failed      atomic.Int32         // a Reason set by a turn that must end the activation
-	ended       atomic.Bool          // finished (see Runtime.waitEnded)
-	state       stateCursor          // see state.go
+	exec        sync.Mutex                  // see turn.go
+	cur         atomic.Pointer[turn]        // the mailbox turn in progress
+	lastActive  atomic.Int64                // Unix ns, coarse
+	idle        int64                       // idle timeout (ns): the type's, else the silo's
+	activatedAt int64                       // Unix ns
+	timers      map[string]*timer           // touched only in turn
+	waiters     atomic.Int32                // turns waiting in Ask
+	deactivate  atomic.Int32                // a pending Reason, 0 if none
+	failed      atomic.Int32                // a Reason set by a turn that must end the activation
+	started     bool                        // OnActivate ran; mailbox goroutine only
+	gone        bool                        // deactivated; guarded by exec
+	ended       atomic.Bool                 // finished (see Runtime.waitEnded)
+	state       atomic.Pointer[stateCursor] // see state.go; nil until the first state call
 }
 
 var _ Host = (*activation)(nil)
@@ -237,7 +238,9 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 	reply.CorrelationId = env.msg.Id
 	reply.To, reply.From = env.msg.From, env.msg.To
 	if reply.Id == "" {
-		reply.Id = newIDAt(env.now)
+		if reply.Id = env.replyID; reply.Id == "" {
+			reply.Id = newIDAt(env.now)
+		}
 	}
 	env.complete(result{msg: reply})
 }
@@ -289,7 +292,7 @@ func (a *activation) finish(reason Reason) {
 	if sh.m[a.key] == a {
 		delete(sh.m, a.key)
 		if hasEnvelopes(rest) && owned {
-			if next, err = rt.activateLocked(a.addr, a.key); err == nil {
+			if next, err = rt.activateLocked(a.address(), a.key); err == nil {
 				sh.m[a.key] = next
 			}
 		}
@@ -331,10 +334,19 @@ func hasEnvelopes(ms []any) bool {
 
 // Host implementation.
 
-func (a *activation) Address() Address { return a.addr }
-func (a *activation) Owner() string    { return a.addr.Owner }
-func (a *activation) Silo() string     { return a.rt.cfg.Silo }
-func (a *activation) Serving() bool    { return a.rt.serving() }
+func (a *activation) Address() Address { return a.address() }
+func (a *activation) Owner() string    { return a.owner() }
+
+// address returns a's Address: the parts of its key, which holds them (an
+// idle activation should be small).
+func (a *activation) address() Address {
+	return Address{Type: a.key[:a.colon[0]], Owner: a.key[a.colon[0]+1 : a.colon[1]], Alias: a.key[a.colon[1]+1:]}
+}
+
+func (a *activation) owner() string { return a.key[a.colon[0]+1 : a.colon[1]] }
+func (a *activation) typ() string   { return a.key[:a.colon[0]] }
+func (a *activation) Silo() string  { return a.rt.cfg.Silo }
+func (a *activation) Serving() bool { return a.rt.serving() }
 
 func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
 	if msg == nil {
@@ -344,7 +356,7 @@ func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message
 	if err := a.onBehalf(ctx, msg); err != nil {
 		return nil, err
 	}
-	return a.rt.ask(ctx, a.addr.Owner, msg, 0)
+	return a.rt.ask(ctx, a.owner(), msg, 0)
 }
 
 func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
@@ -355,7 +367,7 @@ func (a *activation) Send(ctx context.Context, to string, msg *Message) error {
 	if err := a.onBehalf(ctx, msg); err != nil {
 		return err
 	}
-	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
+	return a.rt.tell(ctx, a.owner(), msg, 0)
 }
 
 func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
@@ -366,7 +378,7 @@ func (a *activation) Event(ctx context.Context, to string, msg *Message) error {
 	if err := a.onBehalf(ctx, msg); err != nil {
 		return err
 	}
-	return a.rt.tell(ctx, a.addr.Owner, msg, 0)
+	return a.rt.tell(ctx, a.owner(), msg, 0)
 }
 
 func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
@@ -378,7 +390,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	}
 	msg.From = a.key
 	msg.OnBehalfOf = a.principal(ctx)
-	n, err := a.rt.broadcast(ctx, a.addr.Owner, a.key, pattern, msg)
+	n, err := a.rt.broadcast(ctx, a.owner(), a.key, pattern, msg)
 	if err != nil || a.rt.cfg.Broadcast == nil {
 		return n, err
 	}
@@ -389,7 +401,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 func (a *activation) Deactivate() { a.failed.Store(int32(ReasonRequested)) }
 
 func (a *activation) Config(ctx context.Context) (map[string]string, error) {
-	return a.rt.cfg.Configs.Get(ctx, a.addr)
+	return a.rt.cfg.Configs.Get(ctx, a.address())
 }
 
 func (a *activation) Logger() *slog.Logger { return a.rt.logger.With("agent", a.key) }
@@ -466,7 +478,7 @@ func (a *activation) tick(tm *timer) {
 		return
 	}
 	a.lastActive.Store(a.rt.now.Load())
-	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.addr.Owner, Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
+	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.owner(), Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
 	msg.CallChainId = msg.Id
 	a.handle(&envelope{msg: msg})
 }

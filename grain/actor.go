@@ -50,10 +50,6 @@ type process = *actor.PID
 // messageInvoker runs a mailbox's messages: protoactor's actor context.
 type messageInvoker = actor.MessageInvoker
 
-// scheduler runs a mailbox's processing: the runtime's dispatcher, through
-// protoactor's Dispatcher interface.
-type scheduler = actor.Dispatcher
-
 var (
 	_ actor.Actor      = (*activation)(nil)
 	_ actor.Mailbox    = (*mailbox)(nil)
@@ -110,10 +106,10 @@ func (e *engine) shutdown() { e.system.Shutdown() }
 func (a *activation) Receive(c actor.Context) { a.receive(c.Message()) }
 
 // RegisterHandlers implements actor.Mailbox.
-func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, dispatcher actor.Dispatcher) {
+// The dispatcher is always the runtime's own (newEngine's Props).
+func (m *mailbox) RegisterHandlers(invoker actor.MessageInvoker, d actor.Dispatcher) {
 	m.invoker = invoker
-	m.dispatcher = dispatcher
-	m.runFn = m.run
+	m.dispatcher, _ = d.(*dispatcher) // nil (never run) cannot happen: newEngine's Props set it
 }
 
 // warnOnly drops records below Warn.

@@ -35,7 +35,7 @@ type Authorizer interface {
 func (a *activation) principal(ctx context.Context) string {
 	t := turnFrom(ctx)
 	if t == nil || t.act != a || t.msg == nil {
-		return a.addr.Owner
+		return a.owner()
 	}
 	if p := t.msg.OnBehalfOf; p != "" {
 		return p
@@ -43,7 +43,7 @@ func (a *activation) principal(ctx context.Context) string {
 	if p := ownerOf(t.msg.From); p != "" {
 		return p
 	}
-	return a.addr.Owner
+	return a.owner()
 }
 
 // onBehalf stamps msg, which this activation sends from ctx to msg.To, with
@@ -58,10 +58,10 @@ func (a *activation) onBehalf(ctx context.Context, msg *Message) error {
 		return nil
 	}
 	owner := ownerOf(msg.To) // "" for a relative address: the sender's owner
-	if owner == "" || owner == a.addr.Owner || owner == p {
+	if owner == "" || owner == a.owner() || owner == p {
 		return nil
 	}
-	to, err := Resolve(msg.To, a.addr.Owner)
+	to, err := Resolve(msg.To, a.owner())
 	if err != nil {
 		return nil
 	}

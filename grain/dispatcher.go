@@ -26,7 +26,21 @@ type dispatcher struct {
 }
 
 type worker struct {
-	run chan func() // buffered; nil means exit
+	run chan task // buffered; the zero task means exit
+}
+
+// task is a mailbox to run, or a function (protoactor's Schedule).
+type task struct {
+	mb *mailbox
+	fn func()
+}
+
+func (t task) do() {
+	if t.mb != nil {
+		t.mb.run()
+	} else {
+		t.fn()
+	}
 }
 
 const maxParked = 64
@@ -36,7 +50,13 @@ func newDispatcher(throughput int) *dispatcher {
 }
 
 // Schedule implements actor.Dispatcher.
-func (d *dispatcher) Schedule(fn func()) {
+func (d *dispatcher) Schedule(fn func()) { d.schedule(task{fn: fn}) }
+
+// scheduleRun runs m's mailbox; unlike Schedule, it needs no func value per
+// mailbox.
+func (d *dispatcher) scheduleRun(m *mailbox) { d.schedule(task{mb: m}) }
+
+func (d *dispatcher) schedule(fn task) {
 	d.mu.Lock()
 	if n := len(d.idle); n > 0 {
 		w := d.idle[n-1]
@@ -48,21 +68,21 @@ func (d *dispatcher) Schedule(fn func()) {
 	}
 	if d.closed {
 		d.mu.Unlock()
-		go fn() // cannot happen in a closed runtime; run it anyway
+		go fn.do() // cannot happen in a closed runtime; run it anyway
 		return
 	}
 	d.wg.Add(1)
 	d.mu.Unlock()
-	go d.work(&worker{run: make(chan func(), 1)}, fn)
+	go d.work(&worker{run: make(chan task, 1)}, fn)
 }
 
 // Throughput implements actor.Dispatcher.
 func (d *dispatcher) Throughput() int { return d.throughput }
 
-func (d *dispatcher) work(w *worker, fn func()) {
+func (d *dispatcher) work(w *worker, fn task) {
 	defer d.wg.Done()
-	for fn != nil {
-		fn()
+	for fn.mb != nil || fn.fn != nil {
+		fn.do()
 		d.mu.Lock()
 		if d.closed || len(d.idle) >= maxParked {
 			d.mu.Unlock()
@@ -80,7 +100,7 @@ func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
 	for _, w := range d.idle {
-		w.run <- nil
+		w.run <- task{}
 	}
 	d.idle = nil
 	d.mu.Unlock()

@@ -22,17 +22,16 @@ import (
 type mailbox struct {
 	mu      sync.Mutex
 	user    []any // user[head:] are queued
-	head    int
+	head    int32
+	limit   int32
 	sys     []any
 	running bool
 	closed  bool
-	held    bool // queue but do not run until start
-	limit   int32
+	held    bool          // queue but do not run until start
 	waiting chan struct{} // closed when room frees up; made when a sender waits
 
 	invoker    messageInvoker // set by RegisterHandlers (actor.go)
-	dispatcher scheduler
-	runFn      func() // m.run, bound once
+	dispatcher *dispatcher
 }
 
 // errClosed means the activation is gone; the sender looks it up again.
@@ -50,7 +49,7 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 			m.mu.Unlock()
 			return errClosed
 		}
-		if int32(len(m.user)-m.head) < m.limit {
+		if int32(len(m.user))-m.head < m.limit {
 			break
 		}
 		if m.waiting == nil {
@@ -69,6 +68,53 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 	m.scheduleLocked()
 	m.mu.Unlock()
 	return nil
+}
+
+// claim makes the caller the mailbox's runner if the mailbox is idle: not
+// running, not held, not closed, no user message queued. The caller then
+// runs its message with runInline, which gives the run back.
+func (m *mailbox) claim() bool {
+	m.mu.Lock()
+	ok := !m.running && !m.held && !m.closed && m.dispatcher != nil && int32(len(m.user)) == m.head
+	if ok {
+		m.running = true
+	}
+	m.mu.Unlock()
+	return ok
+}
+
+// runInline runs msg on the caller's goroutine, as run would have run it
+// next: queued system messages first. The caller claimed the mailbox. What
+// arrived meanwhile is handed to the dispatcher, in order.
+func (m *mailbox) runInline(msg any) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.invoker.EscalateFailure(r, msg)
+		}
+	}()
+	for {
+		m.mu.Lock()
+		if len(m.sys) == 0 {
+			m.mu.Unlock()
+			break
+		}
+		sys := m.sys[0]
+		m.sys[0] = nil
+		m.sys = m.sys[1:]
+		if len(m.sys) == 0 {
+			m.sys = nil
+		}
+		m.mu.Unlock()
+		m.invoker.InvokeSystemMessage(sys)
+	}
+	m.invoker.InvokeUserMessage(msg)
+	m.mu.Lock()
+	if len(m.sys) > 0 || int32(len(m.user)) > m.head {
+		m.dispatcher.scheduleRun(m)
+	} else {
+		m.running = false
+	}
+	m.mu.Unlock()
 }
 
 // PostUserMessage queues a message without a bound: protoactor's own path,
@@ -91,11 +137,14 @@ func (m *mailbox) PostSystemMessage(msg any) {
 	m.mu.Unlock()
 }
 
-// start lets a held mailbox run what it queued meanwhile.
+// start lets a held mailbox run what it queued meanwhile. System messages
+// alone (protoactor's Started) wait for the first user message, which then
+// runs them first, often on its sender's goroutine (runInline): activating
+// costs no hand-off.
 func (m *mailbox) start() {
 	m.mu.Lock()
 	m.held = false
-	if len(m.sys) > 0 || len(m.user) > m.head {
+	if int32(len(m.user)) > m.head {
 		m.scheduleLocked()
 	}
 	m.mu.Unlock()
@@ -108,13 +157,13 @@ func (m *mailbox) Start() {}
 func (m *mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.user) - m.head
+	return len(m.user) - int(m.head)
 }
 
 func (m *mailbox) scheduleLocked() {
-	if !m.running && !m.held && m.invoker != nil {
+	if !m.running && !m.held && m.dispatcher != nil {
 		m.running = true
-		m.dispatcher.Schedule(m.runFn)
+		m.dispatcher.scheduleRun(m)
 	}
 }
 
@@ -142,11 +191,11 @@ func (m *mailbox) run() {
 			if len(m.sys) == 0 {
 				m.sys = nil
 			}
-		case len(m.user) > m.head:
+		case int32(len(m.user)) > m.head:
 			msg = m.user[m.head]
 			m.user[m.head] = nil
 			m.head++
-			if m.head == len(m.user) {
+			if m.head == int32(len(m.user)) {
 				m.resetLocked()
 			}
 			if m.waiting != nil {

@@ -36,6 +36,25 @@ func NewID() string { return newIDAt(time.Now().UnixNano()) }
 
 // newIDAt is NewID for a clock reading the caller already has (Unix ns).
 func newIDAt(unixNano int64) string {
+	var s [36]byte
+	putID(&s, unixNano)
+	return string(s[:])
+}
+
+// newIDPair returns two ids, for a request and its reply, in one allocation.
+func newIDPair(unixNano int64) (string, string) {
+	var s [72]byte
+	putID((*[36]byte)(s[:36]), unixNano)
+	putID((*[36]byte)(s[36:]), unixNano)
+	var b strings.Builder
+	b.Grow(len(s))
+	b.Write(s[:])
+	both := b.String() // no copy: one allocation for the two
+	return both[:36], both[36:]
+}
+
+// putID writes a UUIDv7 for unixNano to s.
+func putID(s *[36]byte, unixNano int64) {
 	var b [16]byte
 	ms := uint64(unixNano / 1e6)
 	r1, r2 := rand.Uint64(), rand.Uint64()
@@ -46,7 +65,6 @@ func newIDAt(unixNano int64) string {
 	for i := 9; i < 16; i++ {
 		b[i] = byte(r2 >> (8 * (i - 9)))
 	}
-	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])
 	s[8] = '-'
 	hex.Encode(s[9:13], b[4:6])
@@ -56,7 +74,6 @@ func newIDAt(unixNano int64) string {
 	hex.Encode(s[19:23], b[8:10])
 	s[23] = '-'
 	hex.Encode(s[24:], b[10:])
-	return string(s[:])
 }
 
 // approxSize is a cheap upper-bound-ish estimate of a message's wire size,

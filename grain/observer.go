@@ -59,7 +59,7 @@ func (a *activation) handled(msg *Message, err error, start time.Time) {
 	if err != nil {
 		code = errs.Code(err)
 	}
-	a.rt.cfg.Observer.Handled(a.addr.Type, msg.Kind, code, time.Since(start))
+	a.rt.cfg.Observer.Handled(a.typ(), msg.Kind, code, time.Since(start))
 }
 
 // ActivationCount is the number of live activations of one agent type, and
@@ -80,11 +80,11 @@ func (rt *Runtime) CountActivations() []ActivationCount {
 	idx := make(map[string]int)
 	var out []ActivationCount
 	rt.dir.each(func(a *activation) {
-		i, ok := idx[a.addr.Type]
+		i, ok := idx[a.typ()]
 		if !ok {
 			i = len(out)
-			idx[a.addr.Type] = i
-			out = append(out, ActivationCount{Type: a.addr.Type})
+			idx[a.typ()] = i
+			out = append(out, ActivationCount{Type: a.typ()})
 		}
 		c := &out[i]
 		c.Activations++

@@ -104,7 +104,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 	}
 	msg.Kind = KindRequest
 	now := time.Now().UnixNano()
-	a, err := rt.prepare(ctx, nil, ownerOf(msg.From), msg, now, hops == 0)
+	a, err := rt.prepare(ctx, nil, ownerOf(msg.From), msg, now, hops == 0, "")
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}

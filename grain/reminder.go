@@ -50,7 +50,7 @@ func (a *activation) RegisterReminder(ctx context.Context, name string, due, per
 		return errs.New(codes.InvalidArgument, "reminder %q: message type %q is reserved", name, messageType)
 	}
 	r := Reminder{Name: name, Period: period, MessageType: messageType, Message: message, Due: a.rt.clock.Now().Add(due)}
-	return svc.Register(ctx, a.addr, r)
+	return svc.Register(ctx, a.address(), r)
 }
 
 // UnregisterReminder removes a reminder of this agent.
@@ -59,7 +59,7 @@ func (a *activation) UnregisterReminder(ctx context.Context, name string) error 
 	if svc == nil {
 		return errs.New(codes.Unavailable, "reminders are not configured on this silo")
 	}
-	return svc.Unregister(ctx, a.addr, name)
+	return svc.Unregister(ctx, a.address(), name)
 }
 
 // Reminders lists this agent's reminders.
@@ -68,5 +68,5 @@ func (a *activation) Reminders(ctx context.Context) ([]Reminder, error) {
 	if svc == nil {
 		return nil, errs.New(codes.Unavailable, "reminders are not configured on this silo")
 	}
-	return svc.List(ctx, a.addr)
+	return svc.List(ctx, a.address())
 }

@@ -144,9 +144,9 @@ type ActivationInfo struct {
 func (rt *Runtime) Activations(typeName string) []ActivationInfo {
 	var out []ActivationInfo
 	rt.dir.each(func(a *activation) {
-		if typeName == "" || a.addr.Type == typeName {
+		if typeName == "" || a.typ() == typeName {
 			out = append(out, ActivationInfo{
-				Address:      a.addr,
+				Address:      a.address(),
 				Silo:         rt.cfg.Silo,
 				ActivatedAt:  time.Unix(0, a.activatedAt),
 				LastActive:   time.Unix(0, max(a.lastActive.Load(), a.activatedAt)), // the coarse clock may lag
@@ -213,7 +213,11 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 	}
 	env.ctx = ctx
 	t := turnFrom(ctx)
-	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0)
+	id := ""
+	if hops == 0 && msg.Topic == "" {
+		id, env.replyID = newIDPair(now)
+	}
+	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0, id)
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}
@@ -258,22 +262,29 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		rt.refused(msg, err)
 		return nil, err
 	}
+	// A reply and the deadline may both be there (a turn run on this
+	// goroutine that returned after the deadline): the deadline wins, as it
+	// does for a caller that was waiting when it passed.
 	select {
-	case r := <-env.reply:
-		env.release() // the responder is done with it
-		return r.msg, r.err
 	case <-done:
-		// The envelope is not reused: the agent may still answer into it.
-		if env.expired != nil {
-			return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+	default:
+		select {
+		case r := <-env.reply:
+			env.release() // the responder is done with it
+			return r.msg, r.err
+		case <-done:
 		}
-		return nil, ctxError(ctx, "ask "+msg.To)
 	}
+	// The envelope is not reused: the agent may still answer into it.
+	if env.expired != nil {
+		return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+	}
+	return nil, ctxError(ctx, "ask "+msg.To)
 }
 
 // tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
 func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops int) error {
-	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0)
+	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0, "")
 	if err != nil {
 		rt.refused(msg, err)
 		return err
@@ -294,9 +305,9 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 
 // prepare validates msg, resolves msg.To to its canonical form and, if stamp,
 // stamps the runtime's fields (id, call chain; a message forwarded by another
-// silo keeps them). It returns msg.To's live activation if there is one, to
-// save deliver a lookup.
-func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool) (*activation, error) {
+// silo keeps them), with id if it is not empty. It returns msg.To's live
+// activation if there is one, to save deliver a lookup.
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool, id string) (*activation, error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
 	}
@@ -314,7 +325,11 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		if err != nil {
 			return nil, err
 		}
-		msg.To = addr.String()
+		if len(addr.Type)+len(addr.Owner)+len(addr.Alias)+2 != len(msg.To) {
+			// Relative: a canonical msg.To is kept as it is, and becomes
+			// the activation's key without a copy.
+			msg.To = addr.String()
+		}
 		if addr.Type != SessionType {
 			if _, ok := rt.reg.Lookup(addr.Type); !ok {
 				return nil, rt.reg.unknown(addr.Type)
@@ -322,7 +337,10 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		}
 	}
 	if (stamp && msg.Topic == "") || msg.Id == "" {
-		msg.Id = newIDAt(now) // a topic delivery keeps its published id
+		// A topic delivery keeps its published id.
+		if msg.Id = id; id == "" {
+			msg.Id = newIDAt(now)
+		}
 	}
 	if t != nil {
 		msg.CallChainId = t.chain
@@ -376,6 +394,13 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 				return nil
 			}
 			continue // it deactivated meanwhile: look it up again
+		}
+		if env.reply != nil && a.mb.claim() {
+			// A local Ask to an idle activation: its caller would only
+			// wait, so it runs the turn itself, without two goroutine
+			// hand-offs (see runInline).
+			a.mb.runInline(env)
+			return nil
 		}
 		done := ctx.Done()
 		if env.expired != nil {
@@ -461,7 +486,10 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		return nil, rt.reg.unknown(addr.Type)
 	}
 	factory := typ.factory
-	a = &activation{rt: rt, addr: addr, key: key, idle: int64(rt.cfg.IdleTimeout)}
+	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
+	// key is addr.String() (both callers): its parts are found by length.
+	a.colon[0] = int32(len(addr.Type))
+	a.colon[1] = a.colon[0] + 1 + int32(len(addr.Owner))
 	a.mb.limit = int32(rt.cfg.MailboxSize)
 	if n := typ.info.MailboxSize; n > 0 {
 		a.mb.limit = int32(min(n, math.MaxInt32))

@@ -1005,6 +1005,20 @@ func TestNewID(t *testing.T) {
 		}
 		prev = id[:13]
 	}
+	// A request's id and its reply's, made together, are ids like the
+	// others, and differ.
+	for i := 0; i < 1000; i++ {
+		a, b := newIDPair(time.Now().UnixNano())
+		for _, id := range []string{a, b} {
+			if len(id) != 36 || id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) || strings.Count(id, "-") != 4 {
+				t.Fatalf("bad UUIDv7 %q", id)
+			}
+			if seen[id] {
+				t.Fatalf("duplicate id %q", id)
+			}
+			seen[id] = true
+		}
+	}
 }
 
 // Configuration errors are InvalidArgument.

@@ -51,8 +51,7 @@ func errNoState(addr Address) error {
 // whose outcome it does not know. The state calls of one activation run one
 // at a time (turn is a lock bounded by the caller's context).
 type stateCursor struct {
-	once sync.Once
-	turn chan struct{}
+	turn chan struct{} // holds one token while a state call runs
 	// lost is the last save or delete that failed without saying whether
 	// it was applied (a timeout, Unavailable), or nil. Guarded by turn.
 	lost *lostWrite
@@ -66,7 +65,6 @@ type lostWrite struct {
 }
 
 func (c *stateCursor) lock(ctx context.Context, what string) error {
-	c.once.Do(func() { c.turn = make(chan struct{}, 1) })
 	select {
 	case c.turn <- struct{}{}:
 		return nil // free: go on even with a done ctx, which the store then sees
@@ -81,6 +79,19 @@ func (c *stateCursor) lock(ctx context.Context, what string) error {
 }
 
 func (c *stateCursor) unlock() { <-c.turn }
+
+// cursor returns a's stateCursor, made at its first state call: most
+// activations never make one, and an idle activation should be small.
+func (a *activation) cursor() *stateCursor {
+	if c := a.state.Load(); c != nil {
+		return c
+	}
+	c := &stateCursor{turn: make(chan struct{}, 1)}
+	if a.state.CompareAndSwap(nil, c) {
+		return c
+	}
+	return a.state.Load()
+}
 
 // outcomeUnknown reports whether a write that returned err may or may not
 // have been applied. The codes listed are definite refusals.
@@ -97,17 +108,17 @@ func outcomeUnknown(err error) bool {
 func (a *activation) LoadState(ctx context.Context) ([]byte, string, error) {
 	st := a.rt.cfg.State
 	if st == nil {
-		return nil, "", errNoState(a.addr)
+		return nil, "", errNoState(a.address())
 	}
-	if err := a.state.lock(ctx, "load the state of "+a.key); err != nil {
+	if err := a.cursor().lock(ctx, "load the state of "+a.key); err != nil {
 		return nil, "", err
 	}
-	defer a.state.unlock()
-	data, etag, err := st.Load(ctx, a.addr)
+	defer a.cursor().unlock()
+	data, etag, err := st.Load(ctx, a.address())
 	if err != nil {
 		return nil, "", err
 	}
-	a.state.lost = nil // the agent now holds the stored etag
+	a.cursor().lost = nil // the agent now holds the stored etag
 	return data, etag, nil
 }
 
@@ -115,25 +126,25 @@ func (a *activation) LoadState(ctx context.Context) ([]byte, string, error) {
 func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (string, error) {
 	st := a.rt.cfg.State
 	if st == nil {
-		return "", errNoState(a.addr)
+		return "", errNoState(a.address())
 	}
 	if !a.rt.serving() {
 		return "", errNotServing // a fenced silo writes nothing; see Host.Serving
 	}
-	if err := a.state.lock(ctx, "save the state of "+a.key); err != nil {
+	if err := a.cursor().lock(ctx, "save the state of "+a.key); err != nil {
 		return "", err
 	}
-	defer a.state.unlock()
-	if a.state.lost != nil {
+	defer a.cursor().unlock()
+	if a.cursor().lost != nil {
 		use, stored, err := a.resolve(ctx, st, etag, data, false)
 		if err != nil || stored != "" {
 			return stored, err
 		}
 		etag = use
 	}
-	next, err := st.Save(ctx, a.addr, data, etag)
+	next, err := st.Save(ctx, a.address(), data, etag)
 	if err != nil && outcomeUnknown(err) {
-		a.state.lost = &lostWrite{before: etag, data: bytes.Clone(data)}
+		a.cursor().lost = &lostWrite{before: etag, data: bytes.Clone(data)}
 	}
 	return next, err
 }
@@ -142,25 +153,25 @@ func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (s
 func (a *activation) DeleteState(ctx context.Context, etag string) error {
 	st := a.rt.cfg.State
 	if st == nil {
-		return errNoState(a.addr)
+		return errNoState(a.address())
 	}
 	if !a.rt.serving() {
 		return errNotServing
 	}
-	if err := a.state.lock(ctx, "delete the state of "+a.key); err != nil {
+	if err := a.cursor().lock(ctx, "delete the state of "+a.key); err != nil {
 		return err
 	}
-	defer a.state.unlock()
-	if a.state.lost != nil {
+	defer a.cursor().unlock()
+	if a.cursor().lost != nil {
 		use, stored, err := a.resolve(ctx, st, etag, nil, true)
 		if err != nil || stored != "" {
 			return err
 		}
 		etag = use
 	}
-	err := st.Delete(ctx, a.addr, etag)
+	err := st.Delete(ctx, a.address(), etag)
 	if err != nil && outcomeUnknown(err) {
-		a.state.lost = &lostWrite{before: etag, deleted: true}
+		a.cursor().lost = &lostWrite{before: etag, deleted: true}
 	}
 	return err
 }
@@ -180,12 +191,12 @@ func (a *activation) DeleteState(ctx context.Context, etag string) error {
 // An agent that passes another etag than the lost write's gets it judged by
 // the store as usual. If the read fails, the write stays lost.
 func (a *activation) resolve(ctx context.Context, st StateStore, etag string, data []byte, del bool) (use, stored string, err error) {
-	lost := a.state.lost
-	cur, curETag, err := st.Load(ctx, a.addr)
+	lost := a.cursor().lost
+	cur, curETag, err := st.Load(ctx, a.address())
 	if err != nil {
 		return "", "", err
 	}
-	a.state.lost = nil
+	a.cursor().lost = nil
 	if etag != lost.before || curETag == lost.before {
 		return etag, "", nil
 	}

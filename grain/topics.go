@@ -64,7 +64,7 @@ func (a *activation) Subscribe(ctx context.Context, name, pattern string, opts .
 	for _, f := range opts {
 		f(&o)
 	}
-	return svc.Subscribe(ctx, a.addr, name, pattern, o.maxAttempts)
+	return svc.Subscribe(ctx, a.address(), name, pattern, o.maxAttempts)
 }
 
 // Unsubscribe implements Host.
@@ -73,7 +73,7 @@ func (a *activation) Unsubscribe(ctx context.Context, name string) error {
 	if svc == nil {
 		return errs.New(codes.Unavailable, "topics are not configured on this silo")
 	}
-	return svc.Unsubscribe(ctx, a.addr, name)
+	return svc.Unsubscribe(ctx, a.address(), name)
 }
 
 // OutcomeError is what a handler of a topic delivery returns to ask for

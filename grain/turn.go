@@ -21,8 +21,11 @@ import (
 //     it runs at once, on the sender's goroutine, as a nested turn that takes
 //     exec like any other.
 //
-// Other messages queue in the mailbox, whose goroutine is the one waiting in
-// the turn, so they wait their turn. The handler code of one activation thus
+// Other messages queue in the mailbox, whose runner is the one waiting in
+// the turn, so they wait their turn. The runner is a dispatcher goroutine,
+// or, for a local Ask to an idle activation, the asking goroutine itself
+// (mailbox.runInline): it would only wait for the reply, so it runs the turn
+// instead of handing it to another goroutine and back. The handler code of one activation thus
 // never runs on two goroutines at once, unless the handler itself starts
 // goroutines.
 //
