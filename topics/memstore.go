@@ -332,7 +332,12 @@ func (s *MemStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent
 		delete(q.followers, fl)
 		s.mu.Unlock()
 	}()
-	fl.wake <- struct{}{}
+	// An Append between the registration and here may have woken it
+	// already: wake is a one-slot flag, never a blocking send.
+	select {
+	case fl.wake <- struct{}{}:
+	default:
+	}
 	for {
 		select {
 		case <-fl.wake:
