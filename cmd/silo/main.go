@@ -55,6 +55,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				if err := examples.RegisterTopicSink(reg, journal+".topics"); err != nil {
 					return err
 				}
+				if err := registerSessionPusher(reg); err != nil {
+					return err
+				}
 				return examples.RegisterJournal(reg, journal)
 			}
 			return nil
