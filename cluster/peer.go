@@ -22,8 +22,8 @@ import (
 // messages of the placement protocol (release, swept, agents) and agents'
 // messages forwarded to their owner here. It is the transport's Handler.
 type peerHandler struct {
-	r      *router
-	rt     *grain.Runtime
+	r        *router
+	rt       *grain.Runtime
 	silo     siloapi.Runtime // rt's silo-only API
 	tracer   tracing.Tracer  // the peer spans
 	sessions *sessionRouter  // pushes to client sessions (sessions.go)
