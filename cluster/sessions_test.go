@@ -1,0 +1,270 @@
+package cluster
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// TestFallbackOf: a session's fallback holder is never the silo its
+// address names, and is the same whether that silo is in the view or not.
+func TestFallbackOf(t *testing.T) {
+	view := func(names ...string) membership.View {
+		v := membership.View{Version: 1}
+		for _, n := range names {
+			v.Members = append(v.Members, membership.Member{Name: n})
+		}
+		return v
+	}
+	with := view("a", "b", "c", "d")
+	without := view("b", "c", "d")
+	seen := map[string]int{}
+	for i := range 200 {
+		addr := fmt.Sprintf("Session:p:%04d@a", i)
+		f := fallbackOf(addr, with)
+		if f == "a" || f == "" {
+			t.Fatalf("%s: fallback holder %q", addr, f)
+		}
+		if g := fallbackOf(addr, without); g != f {
+			t.Fatalf("%s: fallback holder %s with its silo in the view, %s without", addr, f, g)
+		}
+		seen[f]++
+	}
+	if len(seen) != 3 {
+		t.Fatalf("200 sessions' fallback holders: %v, want all of b, c, d", seen)
+	}
+	if f := fallbackOf("Session:p:x@a", view("a")); f != "" {
+		t.Fatalf("fallback holder with the session's silo alone: %q", f)
+	}
+	if f := fallbackOf("Session:p:x", view("a", "b")); f != Owner("Session:p:x", []string{"a", "b"}) {
+		t.Fatalf("a session naming no silo: %q", f)
+	}
+}
+
+// openSession opens a Session stream on the gateway at addr; the error is
+// the stream's status if the gateway refused it. cancel ends the stream and
+// closes its connection.
+func openSession(t *testing.T, addr string, hello *agentsilov1.Hello) (agentsilov1.Gateway_SessionClient, *agentsilov1.Welcome, context.CancelFunc, error) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancelCtx := context.WithCancel(t.Context())
+	cancel := func() { cancelCtx(); conn.Close() }
+	stream, err := agentsilov1.NewGatewayClient(conn).Session(ctx)
+	if err == nil {
+		err = stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: hello}})
+	}
+	var f *agentsilov1.ServerFrame
+	if err == nil {
+		f, err = stream.Recv()
+	}
+	if err != nil {
+		cancel()
+		return nil, nil, nil, err
+	}
+	return stream, f.GetWelcome(), cancel, nil
+}
+
+func pushTo(ctx context.Context, s *Silo, addr, text string) error {
+	return s.Runtime().Send(ctx, &grain.Message{To: addr, From: "Probe:alice:pusher", Message: text})
+}
+
+func recvTexts(t *testing.T, stream agentsilov1.Gateway_SessionClient, n int) []string {
+	t.Helper()
+	var out []string
+	for len(out) < n {
+		f, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("after %d of %d pushes: %v", len(out), n, err)
+		}
+		if p := f.GetPush(); p != nil {
+			out = append(out, p.GetMessage())
+		}
+	}
+	return out
+}
+
+// TestSessionRehomedAndRaced: with in-process silos on real etcd and
+// transport. The fallback holder of a session leaves while the session's
+// silo lives: the session registers with the new fallback holder. Then the
+// session's silo leaves: pushes are kept by the new fallback holder, and of
+// two gateways racing to adopt the session, exactly one does (the other
+// gets Unavailable); the winner gets the kept pushes in order, and the
+// later ones.
+func TestSessionRehomedAndRaced(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	names := []string{"s1", "s2", "s3", "s4"}
+	for _, n := range names {
+		c.start(n)
+	}
+	c.waitView(names...)
+	c.mu.Lock()
+	s1 := c.silos["s1"]
+	c.mu.Unlock()
+	stream, w, cancel, err := openSession(t, s1.GatewayAddr(), &agentsilov1.Hello{Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, token := w.GetAddress(), w.GetResumeToken()
+	_ = stream
+	cancel()
+
+	home := fallbackOf(addr, c.silos["s2"].router.state.Load().view)
+	c.mu.Lock()
+	if n := c.silos[home].sessions.keep.len(); n != 1 {
+		c.mu.Unlock()
+		t.Fatalf("fallback holder %s keeps %d sessions, want 1", home, n)
+	}
+	c.mu.Unlock()
+	c.stop(home)
+	var rest []string
+	for _, n := range names {
+		if n != home {
+			rest = append(rest, n)
+		}
+	}
+	c.waitView(rest...)
+	home2 := fallbackOf(addr, c.silos["s1"].router.state.Load().view)
+	waitFor(t, "the session registered with its new fallback holder "+home2, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.silos[home2].sessions.keep.len() == 1
+	})
+
+	// The session's silo leaves: its pushes are kept by home2.
+	c.stop("s1")
+	var others []string
+	for _, n := range rest {
+		if n != "s1" {
+			others = append(others, n)
+		}
+	}
+	c.waitView(others...)
+	c.mu.Lock()
+	sender := c.silos[others[0]]
+	c.mu.Unlock()
+	for i := 1; i <= 5; i++ {
+		if err := pushTo(t.Context(), sender, addr, fmt.Sprint(i)); err != nil {
+			t.Fatalf("push %d: %v", i, err)
+		}
+	}
+
+	// Two gateways race to adopt it.
+	type outcome struct {
+		silo   string
+		stream agentsilov1.Gateway_SessionClient
+		w      *agentsilov1.Welcome
+		cancel context.CancelFunc
+		err    error
+	}
+	outcomes := make(chan outcome, 2)
+	var wg sync.WaitGroup
+	for _, n := range others {
+		c.mu.Lock()
+		gw := c.silos[n].GatewayAddr()
+		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, w, cancel, err := openSession(t, gw, &agentsilov1.Hello{Principal: "alice", ResumeAddress: addr, ResumeToken: token})
+			outcomes <- outcome{n, st, w, cancel, err}
+		}()
+	}
+	wg.Wait()
+	close(outcomes)
+	var won *outcome
+	for o := range outcomes {
+		switch {
+		case o.err == nil && o.w.GetResumed() && o.w.GetAddress() == addr:
+			if won != nil {
+				t.Fatalf("both %s and %s adopted %s", won.silo, o.silo, addr)
+			}
+			won = &o
+		case o.err == nil:
+			t.Fatalf("%s: Welcome %v", o.silo, o.w)
+		case status.Code(o.err) != codes.Unavailable:
+			t.Fatalf("%s lost the race with %v, want Unavailable", o.silo, o.err)
+		}
+	}
+	if won == nil {
+		t.Fatalf("neither gateway adopted %s", addr)
+	}
+	defer won.cancel()
+	if got := fmt.Sprint(recvTexts(t, won.stream, 5)); got != "[1 2 3 4 5]" {
+		t.Fatalf("kept pushes: %s", got)
+	}
+	if err := pushTo(t.Context(), sender, addr, "6"); err != nil {
+		t.Fatalf("push after adoption: %v", err)
+	}
+	if got := fmt.Sprint(recvTexts(t, won.stream, 1)); got != "[6]" {
+		t.Fatalf("push after adoption: %s", got)
+	}
+}
+
+// TestSessionKeeperBounds: a fallback holder refuses registrations past its
+// bound on records, refuses another principal's registration of a session,
+// and forgets a record when the session's silo forgets the session (its
+// backlog age passed).
+func TestSessionKeeperBounds(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	age := func(cfg *SiloConfig, _ *grain.Registry) { cfg.Gateway.SessionBacklogAge = 300 * time.Millisecond }
+	s1, s2 := c.startWith("s1", age), c.startWith("s2", age)
+	c.waitView("s1", "s2")
+
+	k := s2.sessions.keep
+	var h [sha256.Size]byte
+	k.mu.Lock()
+	k.max = 2
+	k.mu.Unlock()
+	for i := range 2 {
+		if err := k.register("s1", fmt.Sprintf("Session:bob:%d@s1", i), "bob", h[:]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := k.register("s1", "Session:bob:2@s1", "bob", h[:]); errs.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a registration past the bound: %v, want ResourceExhausted", err)
+	}
+	if err := k.register("s1", "Session:bob:0@s1", "carol", h[:]); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("registering bob's session as carol's: %v, want InvalidArgument", err)
+	}
+	if err := k.adopt(t.Context(), "s1", "Session:bob:0@s1", "carol", h[:]); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("adopting bob's session as carol: %v, want InvalidArgument", err)
+	}
+	k.forget("s1", "Session:bob:0@s1")
+	k.forget("s1", "Session:bob:1@s1")
+	k.mu.Lock()
+	k.max = DefaultMaxKeptSessions
+	k.mu.Unlock()
+
+	// A session opened on s1 is registered with s2, and forgotten there
+	// when s1's gateway forgets it.
+	_, _, cancel, err := openSession(t, s1.GatewayAddr(), &agentsilov1.Hello{Principal: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := k.len(); n != 1 {
+		t.Fatalf("s2 keeps %d sessions, want 1", n)
+	}
+	cancel()
+	waitFor(t, "the expired session forgotten by its fallback holder", func() bool { return k.len() == 0 })
+}
