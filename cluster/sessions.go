@@ -41,6 +41,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -366,7 +367,8 @@ func (k *sessionKeeper) register(from, addr, principal string, tokenHash []byte)
 // presenting token: it checks both against the record, delivers the
 // buffer to from's gateway in order (pushes that arrive meanwhile join the
 // buffer), and makes from the holder. A live holder other than from keeps
-// the session (Unavailable: the client should re-attach through it).
+// the session (FailedPrecondition: the client should re-attach through
+// it; nothing was handed over).
 func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string, token []byte) error {
 	if err := checkSession(addr, principal); err != nil {
 		return err
@@ -393,11 +395,11 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 	}
 	if rec.handing {
 		k.mu.Unlock()
-		return errs.New(codes.Unavailable, "resume %s: the session is being handed over to silo %s", protocol.Clip(addr), rec.holder)
+		return errs.New(codes.FailedPrecondition, "resume %s: the session is being handed over to silo %s", protocol.Clip(addr), rec.holder)
 	}
 	if rec.holder != from && rec.live(view) {
 		k.mu.Unlock()
-		return errs.New(codes.Unavailable, "resume %s: the session is held by silo %s: re-attach through its gateway", protocol.Clip(addr), rec.holder)
+		return errs.New(codes.FailedPrecondition, "resume %s: the session is held by silo %s: re-attach through its gateway", protocol.Clip(addr), rec.holder)
 	}
 	rec.holder, rec.lease, rec.lostAt, rec.handing = from, mi.LeaseID, time.Time{}, true
 	k.mu.Unlock()
@@ -489,6 +491,23 @@ type sessionHome struct {
 
 var _ gateway.SessionHome = sessionHome{}
 
+// homeID names the fallback holder f of view v to the gateway's sessions
+// (gateway.SessionHome's home): its name and lease, so that a fallback
+// holder restarted under the same name, which keeps nothing, is another.
+func homeID(f string, v membership.View) string {
+	if f == "" {
+		return ""
+	}
+	mi, _ := v.Member(f)
+	return f + "#" + strconv.FormatInt(mi.LeaseID, 16)
+}
+
+// homeName returns the silo name of a homeID.
+func homeName(id string) string {
+	name, _, _ := strings.Cut(id, "#")
+	return name
+}
+
 // Register implements gateway.SessionHome.
 func (h sessionHome) Register(ctx context.Context, addr, principal string, tokenHash [sha256.Size]byte) (string, error) {
 	view := h.r.state.Load().view
@@ -497,9 +516,9 @@ func (h sessionHome) Register(ctx context.Context, addr, principal string, token
 	case "":
 		return "", nil
 	case h.r.self:
-		return f, h.keep.register(h.r.self, addr, principal, tokenHash[:])
+		return homeID(f, view), h.keep.register(h.r.self, addr, principal, tokenHash[:])
 	}
-	return f, h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionRegister, To: addr, Message: principal, Data: tokenHash[:], From: h.r.self})
+	return homeID(f, view), h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionRegister, To: addr, Message: principal, Data: tokenHash[:], From: h.r.self})
 }
 
 // Adopt implements gateway.SessionHome.
@@ -510,21 +529,22 @@ func (h sessionHome) Adopt(ctx context.Context, addr, principal, token string) (
 	case "":
 		return "", errs.New(codes.NotFound, "no silo keeps client session %s", protocol.Clip(addr))
 	case h.r.self:
-		return f, h.keep.adopt(ctx, h.r.self, addr, principal, []byte(token))
+		return homeID(f, view), h.keep.adopt(ctx, h.r.self, addr, principal, []byte(token))
 	}
-	return f, h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionAdopt, To: addr, Message: principal, Data: []byte(token), From: h.r.self})
+	return homeID(f, view), h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionAdopt, To: addr, Message: principal, Data: []byte(token), From: h.r.self})
 }
 
 // Forget implements gateway.SessionHome.
 func (h sessionHome) Forget(home, addr string) {
-	if home == h.r.self {
+	name := homeName(home)
+	if name == h.r.self {
 		h.keep.forget(h.r.self, addr)
 		return
 	}
 	view := h.r.state.Load().view
-	mi, ok := view.Member(home)
-	if !ok {
-		return // its record expires with it
+	mi, ok := view.Member(name)
+	if !ok || homeID(name, view) != home {
+		return // gone: it kept the record no longer, or it expires there
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -593,7 +613,8 @@ func (f *sessionsFollowViews) start() {
 				t.Reset(every)
 			case <-f.kick:
 				f.sessions.Rehome(f.ctx, func(addr string) string {
-					return fallbackOf(addr, f.r.state.Load().view)
+					v := f.r.state.Load().view
+					return homeID(fallbackOf(addr, v), v)
 				})
 			}
 		}

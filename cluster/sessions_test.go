@@ -105,7 +105,7 @@ func recvTexts(t *testing.T, stream agentsilov1.Gateway_SessionClient, n int) []
 // silo lives: the session registers with the new fallback holder. Then the
 // session's silo leaves: pushes are kept by the new fallback holder, and of
 // two gateways racing to adopt the session, exactly one does (the other
-// gets Unavailable); the winner gets the kept pushes in order, and the
+// gets FailedPrecondition: nothing was handed to it); the winner gets the kept pushes in order, and the
 // later ones.
 func TestSessionRehomedAndRaced(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
@@ -200,8 +200,8 @@ func TestSessionRehomedAndRaced(t *testing.T) {
 			won = &o
 		case o.err == nil:
 			t.Fatalf("%s: Welcome %v", o.silo, o.w)
-		case status.Code(o.err) != codes.Unavailable:
-			t.Fatalf("%s lost the race with %v, want Unavailable", o.silo, o.err)
+		case status.Code(o.err) != codes.FailedPrecondition:
+			t.Fatalf("%s lost the race with %v, want FailedPrecondition", o.silo, o.err)
 		}
 	}
 	if won == nil {

@@ -54,8 +54,9 @@ type Sessions struct {
 type SessionHome interface {
 	// Register records, with the fallback holder of the session addr of
 	// principal, that this silo holds it; tokenHash is the SHA-256 of its
-	// resume token. It returns the fallback holder's name, "" if there is
-	// none (no other silo).
+	// resume token. It returns the fallback holder's name (an opaque id:
+	// a holder restarted under its name has another), "" if there is none
+	// (no other silo).
 	Register(ctx context.Context, addr, principal string, tokenHash [sha256.Size]byte) (string, error)
 	// Adopt asks the fallback holder of addr to hand the session over to
 	// this silo, whose Sessions already holds it (not adopted yet), for
@@ -297,7 +298,7 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 		return nil, err
 	}
 	if err := ss.adoptFrom(ctx, s); err != nil {
-		if code := errs.Code(err); code == codes.NotFound || code == codes.PermissionDenied {
+		if code := errs.Code(err); code == codes.NotFound || code == codes.PermissionDenied || code == codes.FailedPrecondition {
 			// Nothing was handed over: this gateway never held it.
 			ss.mu.Lock()
 			ss.removeLocked(s)
@@ -325,8 +326,9 @@ func (ss *Sessions) adoptFrom(ctx context.Context, s *session) error {
 }
 
 // Rehome registers, with its fallback holder under the current view
-// (home), each session this silo holds whose fallback holder changed since
-// it registered: the cluster calls it after a view change. It returns when
+// (home, an id as SessionHome.Register returns), each session this silo
+// holds whose fallback holder changed since it registered: the cluster
+// calls it after a view change. It returns when
 // every registration has been tried, or ctx ends.
 func (ss *Sessions) Rehome(ctx context.Context, home func(addr string) string) {
 	if ss.home == nil {
