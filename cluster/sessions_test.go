@@ -258,7 +258,7 @@ func TestSessionKeeperBounds(t *testing.T) {
 
 	// A session opened on s1 is registered with s2, and forgotten there
 	// when s1's gateway forgets it.
-	_, _, cancel, err := openSession(t, s1.GatewayAddr(), &agentsilov1.Hello{Principal: "alice"})
+	_, w, cancel, err := openSession(t, s1.GatewayAddr(), &agentsilov1.Hello{Principal: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,5 +266,36 @@ func TestSessionKeeperBounds(t *testing.T) {
 		t.Fatalf("s2 keeps %d sessions, want 1", n)
 	}
 	cancel()
+	// While s1 lives, another gateway does not adopt its session (a client
+	// whose stream broke should re-attach through s1): FailedPrecondition,
+	// and the session stays s1's.
+	resume := &agentsilov1.Hello{Principal: "alice", ResumeAddress: w.GetAddress(), ResumeToken: w.GetResumeToken()}
+	if _, _, _, err := openSession(t, s2.GatewayAddr(), resume); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("resuming s1's live session through s2: %v, want FailedPrecondition", err)
+	}
+	_, w2, cancel2, err := openSession(t, s1.GatewayAddr(), resume)
+	if err != nil || !w2.GetResumed() || w2.GetAddress() != w.GetAddress() {
+		t.Fatalf("resuming through s1 after: %v, %v", w2, err)
+	}
+	cancel2()
 	waitFor(t, "the expired session forgotten by its fallback holder", func() bool { return k.len() == 0 })
+}
+
+// FuzzFallbackOf: for any address, sessionSilo and fallbackOf do not
+// panic, and the fallback holder is a member other than the silo the
+// address names.
+func FuzzFallbackOf(f *testing.F) {
+	f.Add("Session:alice:0192@s1")
+	f.Add("Session:alice:0192")
+	f.Add("@:@")
+	f.Add("")
+	v := membership.View{Version: 1, Members: []membership.Member{{Name: "s1"}, {Name: "s2"}, {Name: "s3", Leaving: true}}}
+	f.Fuzz(func(t *testing.T, addr string) {
+		named := sessionSilo(addr)
+		got := fallbackOf(addr, v)
+		if got == named || got == "s3" || (got != "s1" && got != "s2") {
+			t.Fatalf("fallbackOf(%q) = %q (names %q)", addr, got, named)
+		}
+		_ = homeName(homeID(got, v))
+	})
 }

@@ -81,9 +81,16 @@ func (ss *Sessions) SetHome(h SessionHome, log *slog.Logger) {
 	ss.home, ss.log = h, log
 }
 
-// homeTimeout bounds a call to the SessionHome while a client waits for
-// its Welcome.
-const homeTimeout = 10 * time.Second
+// adoptTimeout bounds an adoption (the fallback holder hands over up to a
+// backlog of pushes) while a client waits for its Welcome; registerTimeout
+// bounds a registration, which a new session's Welcome waits for: a
+// fallback holder that hangs, until the view drops it, delays new sessions
+// by that much (their registration is tried again at the next view
+// change).
+const (
+	adoptTimeout    = 10 * time.Second
+	registerTimeout = 2 * time.Second
+)
 
 // NewSessions returns the sessions of a gateway configured by cfg: backlogs
 // of cfg.SessionBacklog messages kept cfg.SessionBacklogAge. silo, if not
@@ -250,7 +257,7 @@ func (ss *Sessions) register(ctx context.Context, s *session) {
 	if ss.home == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, homeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, registerTimeout)
 	defer cancel()
 	home, err := ss.home.Register(ctx, s.addr, s.principal, sha256.Sum256([]byte(s.token)))
 	if err != nil {
@@ -313,7 +320,7 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 
 // adoptFrom asks s's fallback holder to hand s over to this silo.
 func (ss *Sessions) adoptFrom(ctx context.Context, s *session) error {
-	ctx, cancel := context.WithTimeout(ctx, homeTimeout)
+	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
 	defer cancel()
 	home, err := ss.home.Adopt(ctx, s.addr, s.principal, s.token)
 	if err != nil {
