@@ -59,9 +59,9 @@ const frameOverhead = 64 << 10
 // session's address and resume token: the gateway holding the session
 // resumes it; once that gateway's silo has left the cluster, any other
 // gateway adopts the session (same address) with the pushes kept for it
-// meanwhile, delivered first and in order; while a live silo still holds
-// it, the others refuse (FailedPrecondition) and the next is tried. Later
-// calls wait for that (bounded by their contexts).
+// meanwhile, delivered first and in order (a live silo still holding it
+// gives it up to the gateway re-attached through). Later calls wait for
+// that (bounded by their contexts).
 //
 // All methods are safe for concurrent use.
 type Client struct {

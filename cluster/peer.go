@@ -139,7 +139,8 @@ func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transp
 
 // session answers a peer's request about a client session: a push (see
 // sessionRouter.receive), or the registration or adoption of a session
-// this silo is the fallback holder of.
+// this silo is the fallback holder of, or the release of a session it
+// holds.
 func (h *peerHandler) session(ctx context.Context, from string, env *transport.Envelope) (*agentsilov1.AgentMessage, error) {
 	msg := env.GetMessage()
 	switch msg.GetMessageType() {
@@ -149,6 +150,9 @@ func (h *peerHandler) session(ctx context.Context, from string, env *transport.E
 	case msgSessionAdopt:
 		h.r.catchUp(ctx, env.GetViewVersion())
 		return nil, h.sessions.keep.adopt(ctx, from, msg.GetTo(), msg.GetMessage(), msg.GetData())
+	case msgSessionRelease:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		return nil, h.sessions.keep.released(ctx, msg)
 	}
 	if grain.IsReserved(msg.GetMessageType()) {
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)

@@ -18,9 +18,12 @@ package cluster
 // SessionBacklogAge after the holder left; beyond them the sender gets
 // ResourceExhausted). A client that re-attaches through any gateway with
 // the session's address and resume token makes that gateway adopt the
-// session: the fallback holder checks principal and token, delivers the
-// buffer to the adopting gateway in order, and from then on forwards the
-// session's messages there; the address does not change. The adopting silo
+// session: the fallback holder checks principal and token, has a live silo
+// that still holds the session give it up (msgSessionRelease: its queued
+// pushes go to the adopting gateway first), delivers the buffer to the
+// adopting gateway in order, and from then on forwards the session's
+// messages there; the address does not change. A silo that gave a session
+// up, or restarted, sends what it gets for it on to the fallback holder. The adopting silo
 // registers in turn, so a later loss of it is survived the same way. When
 // the fallback holder changes with the view, the silos holding sessions
 // register them with the new one (Sessions.Rehome).
@@ -33,8 +36,9 @@ package cluster
 //
 // Peer messages: a push travels as the message itself, in a request to the
 // peer (no wrapping, so a message of the maximum size passes); the
-// registration, adoption and forgetting are runtime messages
-// (msgSessionRegister, msgSessionAdopt, msgSessionForget).
+// registration, adoption, release and forgetting are runtime messages
+// (msgSessionRegister, msgSessionAdopt, msgSessionRelease,
+// msgSessionForget).
 
 import (
 	"context"
@@ -68,12 +72,21 @@ const (
 	msgSessionAdopt = grain.ReservedPrefix + "session.adopt"
 	// msgSessionForget (one-way): the sender holds the session no longer.
 	msgSessionForget = grain.ReservedPrefix + "session.forget"
+	// msgSessionRelease (from the fallback holder to the silo holding the
+	// session): give the session up to the silo named in Message, and
+	// deliver the pushes queued for it there, in order, before answering.
+	msgSessionRelease = grain.ReservedPrefix + "session.release"
 )
 
 // DefaultMaxKeptSessions bounds the session records one silo keeps as a
 // fallback holder (see sessionKeeper); past it a registration is refused
 // and that session does not survive its silo.
 const DefaultMaxKeptSessions = 100000
+
+// releaseTimeout bounds the release of a session by a live silo: one that
+// hangs is not waited for longer (the client tries again; once the view
+// drops that silo, the session is adopted without it).
+const releaseTimeout = 2 * time.Second
 
 // pushTimeout bounds a push to another silo when its sender set no
 // deadline.
@@ -221,6 +234,7 @@ type sessionKeeper struct {
 	self         string
 	r            *router
 	local        grain.SessionRouter
+	gw           *gateway.Sessions // the sessions this silo's gateway holds
 	clk          clock.Clock
 	log          *slog.Logger
 	backlog      int
@@ -244,11 +258,12 @@ type sessionRecord struct {
 	handing   bool // the buffer is being delivered to holder (adopt)
 }
 
-func newSessionKeeper(r *router, local grain.SessionRouter, cfg gateway.Config, clk clock.Clock, log *slog.Logger) *sessionKeeper {
+func newSessionKeeper(r *router, local grain.SessionRouter, gw *gateway.Sessions, cfg gateway.Config, clk clock.Clock, log *slog.Logger) *sessionKeeper {
 	return &sessionKeeper{
 		self:         r.self,
 		r:            r,
 		local:        local,
+		gw:           gw,
 		clk:          clk,
 		log:          log,
 		backlog:      cfg.SessionBacklog,
@@ -364,11 +379,11 @@ func (k *sessionKeeper) register(from, addr, principal string, tokenHash []byte)
 }
 
 // adopt hands the session at addr over to silo from, for principal
-// presenting token: it checks both against the record, delivers the
-// buffer to from's gateway in order (pushes that arrive meanwhile join the
-// buffer), and makes from the holder. A live holder other than from keeps
-// the session (FailedPrecondition: the client should re-attach through
-// it; nothing was handed over).
+// presenting token: it checks both against the record, has a live holder
+// other than from give the session up (it delivers its queued pushes to
+// from), delivers the buffer to from's gateway in order (pushes that
+// arrive meanwhile join the buffer), and makes from the holder. An
+// adoption already under way refuses another (FailedPrecondition).
 func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string, token []byte) error {
 	if err := checkSession(addr, principal); err != nil {
 		return err
@@ -397,12 +412,24 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 		k.mu.Unlock()
 		return errs.New(codes.FailedPrecondition, "resume %s: the session is being handed over to silo %s", protocol.Clip(addr), rec.holder)
 	}
-	if rec.holder != from && rec.live(view) {
-		k.mu.Unlock()
-		return errs.New(codes.FailedPrecondition, "resume %s: the session is held by silo %s: re-attach through its gateway", protocol.Clip(addr), rec.holder)
-	}
+	prev, prevLease, release := rec.holder, rec.lease, rec.holder != from && rec.live(view)
 	rec.holder, rec.lease, rec.lostAt, rec.handing = from, mi.LeaseID, time.Time{}, true
 	k.mu.Unlock()
+	if release {
+		// The client re-attached elsewhere (its stream to prev broke, or
+		// prev is shutting down): prev gives the session up, with what it
+		// queued, before the buffer (pushes that came here meanwhile) is
+		// handed over.
+		rctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+		err := k.release(rctx, prev, addr, from, view)
+		cancel()
+		if err != nil && errs.Code(err) != codes.NotFound {
+			k.mu.Lock()
+			rec.holder, rec.lease, rec.handing = prev, prevLease, false
+			k.mu.Unlock()
+			return errs.New(codes.Unavailable, "resume %s: silo %s did not give the session up: %v", protocol.Clip(addr), prev, err)
+		}
+	}
 	for {
 		k.mu.Lock()
 		if k.recs[addr] != rec { // expired meanwhile: cannot happen while handing, but be safe
@@ -428,6 +455,43 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 		rec.bufBytes -= proto.Size(m)
 		k.mu.Unlock()
 	}
+}
+
+// release asks silo holder to give the session at addr up to silo to.
+func (k *sessionKeeper) release(ctx context.Context, holder, addr, to string, view membership.View) error {
+	msg := &grain.Message{MessageType: msgSessionRelease, To: addr, Message: to, From: k.self}
+	if holder == k.self {
+		return k.released(ctx, msg)
+	}
+	mi, ok := view.Member(holder)
+	if !ok {
+		return errs.New(codes.Unavailable, "silo %s is not in the view", holder)
+	}
+	_, err := k.r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{Message: msg, ViewVersion: view.Version})
+	return errs.FromStatus(err)
+}
+
+// released gives up the session of a msgSessionRelease: this silo's
+// gateway forgets it, and the pushes it had queued go, in order, to the
+// silo adopting it. If one cannot be delivered, it and the ones after it
+// are lost (and logged).
+func (k *sessionKeeper) released(ctx context.Context, msg *grain.Message) error {
+	addr, to := msg.GetTo(), msg.GetMessage()
+	if k.gw == nil {
+		return errs.New(codes.NotFound, "no client session %s", protocol.Clip(addr))
+	}
+	pushes, err := k.gw.Release(addr)
+	if err != nil {
+		return err
+	}
+	view := k.r.state.Load().view
+	for i, m := range pushes {
+		if err := k.handTo(ctx, to, view, m); err != nil {
+			k.log.Warn("client session given up: pushes lost on their way to the silo adopting it", "session", addr, "to", to, "lost", len(pushes)-i, "err", err)
+			return errs.New(codes.Unavailable, "handing %s over to %s: %v", protocol.Clip(addr), to, err)
+		}
+	}
+	return nil
 }
 
 // forget drops the record of addr if from holds it and nothing is kept.

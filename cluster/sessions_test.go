@@ -103,10 +103,12 @@ func recvTexts(t *testing.T, stream agentsilov1.Gateway_SessionClient, n int) []
 // TestSessionRehomedAndRaced: with in-process silos on real etcd and
 // transport. The fallback holder of a session leaves while the session's
 // silo lives: the session registers with the new fallback holder. Then the
-// session's silo leaves: pushes are kept by the new fallback holder, and of
-// two gateways racing to adopt the session, exactly one does (the other
-// gets FailedPrecondition: nothing was handed to it); the winner gets the kept pushes in order, and the
-// later ones.
+// session's silo leaves: pushes are kept by the new fallback holder. Two
+// gateways race to adopt the session: one after the other (the second
+// takes it from the first), or one alone (the other gets
+// FailedPrecondition while the first is being handed the session); either
+// way each kept push arrives once, in order, and a later push reaches the
+// last adopter.
 func TestSessionRehomedAndRaced(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
@@ -190,39 +192,88 @@ func TestSessionRehomedAndRaced(t *testing.T) {
 	}
 	wg.Wait()
 	close(outcomes)
-	var won *outcome
+	// Each that adopted it gets pushes until the other takes the session
+	// over: between them, the kept pushes arrive once each, in order on
+	// each stream; the later push reaches the silo that holds the session
+	// last.
+	var mu sync.Mutex
+	got := map[string][]string{}
+	var readers sync.WaitGroup
+	var cancels []context.CancelFunc
 	for o := range outcomes {
 		switch {
 		case o.err == nil && o.w.GetResumed() && o.w.GetAddress() == addr:
-			if won != nil {
-				t.Fatalf("both %s and %s adopted %s", won.silo, o.silo, addr)
-			}
-			won = &o
+			cancels = append(cancels, o.cancel)
+			readers.Add(1)
+			go func() {
+				defer readers.Done()
+				for {
+					f, err := o.stream.Recv()
+					if err != nil {
+						return
+					}
+					if p := f.GetPush(); p != nil {
+						mu.Lock()
+						got[o.silo] = append(got[o.silo], p.GetMessage())
+						mu.Unlock()
+					}
+				}
+			}()
 		case o.err == nil:
 			t.Fatalf("%s: Welcome %v", o.silo, o.w)
 		case status.Code(o.err) != codes.FailedPrecondition:
 			t.Fatalf("%s lost the race with %v, want FailedPrecondition", o.silo, o.err)
 		}
 	}
-	if won == nil {
+	defer func() {
+		for _, cancel := range cancels {
+			cancel()
+		}
+		readers.Wait()
+	}()
+	if len(cancels) == 0 {
 		t.Fatalf("neither gateway adopted %s", addr)
 	}
-	defer won.cancel()
-	if got := fmt.Sprint(recvTexts(t, won.stream, 5)); got != "[1 2 3 4 5]" {
-		t.Fatalf("kept pushes: %s", got)
-	}
+	c.mu.Lock()
+	keep := c.silos[home2].sessions.keep
+	c.mu.Unlock()
+	keep.mu.Lock()
+	last := keep.recs[addr].holder
+	keep.mu.Unlock()
 	if err := pushTo(t.Context(), sender, addr, "6"); err != nil {
 		t.Fatalf("push after adoption: %v", err)
 	}
-	if got := fmt.Sprint(recvTexts(t, won.stream, 1)); got != "[6]" {
-		t.Fatalf("push after adoption: %s", got)
+	waitFor(t, "the pushes on the adopting streams", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, g := range got {
+			n += len(g)
+		}
+		return n >= 6 && len(got[last]) > 0 && got[last][len(got[last])-1] == "6"
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]int{}
+	for silo, g := range got {
+		for i, m := range g {
+			seen[m]++
+			if i > 0 && g[i-1] >= m {
+				t.Fatalf("pushes on %s out of order: %v", silo, g)
+			}
+		}
 	}
+	if fmt.Sprint(seen) != "map[1:1 2:1 3:1 4:1 5:1 6:1]" {
+		t.Fatalf("pushes received: %v, want 1 to 6 once each", got)
+	}
+	t.Logf("%d gateways adopted the session; pushes received: %v", len(cancels), got)
 }
 
 // TestSessionKeeperBounds: a fallback holder refuses registrations past its
 // bound on records, refuses another principal's registration of a session,
 // and forgets a record when the session's silo forgets the session (its
-// backlog age passed).
+// backlog age passed). On the way, a live silo gives a session up to the
+// gateway its client re-attached through, and takes it back.
 func TestSessionKeeperBounds(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
@@ -266,18 +317,36 @@ func TestSessionKeeperBounds(t *testing.T) {
 		t.Fatalf("s2 keeps %d sessions, want 1", n)
 	}
 	cancel()
-	// While s1 lives, another gateway does not adopt its session (a client
-	// whose stream broke should re-attach through s1): FailedPrecondition,
-	// and the session stays s1's.
-	resume := &agentsilov1.Hello{Principal: "alice", ResumeAddress: w.GetAddress(), ResumeToken: w.GetResumeToken()}
-	if _, _, _, err := openSession(t, s2.GatewayAddr(), resume); status.Code(err) != codes.FailedPrecondition {
-		t.Fatalf("resuming s1's live session through s2: %v, want FailedPrecondition", err)
+	// While s1 lives, another gateway adopts its session too (the client's
+	// stream to s1 broke, and it re-attached through s2): s1 gives it up,
+	// with what it had queued, and the address reaches s2 from then on.
+	if err := pushTo(t.Context(), s2, w.GetAddress(), "queued on s1"); err != nil {
+		t.Fatal(err)
 	}
-	_, w2, cancel2, err := openSession(t, s1.GatewayAddr(), resume)
+	resume := &agentsilov1.Hello{Principal: "alice", ResumeAddress: w.GetAddress(), ResumeToken: w.GetResumeToken()}
+	st2, w2, cancel2, err := openSession(t, s2.GatewayAddr(), resume)
 	if err != nil || !w2.GetResumed() || w2.GetAddress() != w.GetAddress() {
-		t.Fatalf("resuming through s1 after: %v, %v", w2, err)
+		t.Fatalf("resuming s1's live session through s2: %v, %v", w2, err)
+	}
+	if err := pushTo(t.Context(), s1, w.GetAddress(), "after"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(recvTexts(t, st2, 2)); got != "[queued on s1 after]" {
+		t.Fatalf("pushes on s2: %s", got)
 	}
 	cancel2()
+	// And back through s1.
+	st3, w3, cancel3, err := openSession(t, s1.GatewayAddr(), resume)
+	if err != nil || !w3.GetResumed() || w3.GetAddress() != w.GetAddress() {
+		t.Fatalf("resuming through s1 again: %v, %v", w3, err)
+	}
+	if err := pushTo(t.Context(), s2, w.GetAddress(), "back"); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(recvTexts(t, st3, 1)); got != "[back]" {
+		t.Fatalf("pushes on s1 again: %s", got)
+	}
+	cancel3()
 	waitFor(t, "the expired session forgotten by its fallback holder", func() bool { return k.len() == 0 })
 }
 

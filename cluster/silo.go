@@ -469,7 +469,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		s.inboxes = a2a.NewInboxes(s.cfg.Name, sessions)
 		local = s.inboxes
 	}
-	keeper := newSessionKeeper(s.router, local, s.cfg.Gateway, s.clk, s.logger)
+	keeper := newSessionKeeper(s.router, local, sessions, s.cfg.Gateway, s.clk, s.logger)
 	sessionRt := &sessionRouter{r: s.router, local: local, keep: keeper}
 	sessions.SetHome(sessionHome{r: s.router, keep: keeper}, s.logger)
 	s.sessions = newSessionsFollowViews(s.router, keeper, sessions, sessionRt)

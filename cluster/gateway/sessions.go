@@ -332,6 +332,39 @@ func (ss *Sessions) adoptFrom(ctx context.Context, s *session) error {
 	return nil
 }
 
+// Release gives up the session at addr, which another silo adopts: the
+// session is forgotten here (a stream still attached to it gets nothing
+// more: its client re-attached elsewhere), and the pushes queued for it are
+// returned, in order, for the adopting silo. NotFound if this gateway does
+// not hold it.
+func (ss *Sessions) Release(addr string) ([]*agentsilov1.AgentMessage, error) {
+	ss.mu.Lock()
+	s := ss.m[addr]
+	if s != nil {
+		ss.removeLocked(s)
+	}
+	ss.mu.Unlock()
+	if s == nil {
+		return nil, errs.New(codes.NotFound, "no client session %s", protocol.Clip(addr))
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var pushes []*agentsilov1.AgentMessage
+	for _, f := range s.queue {
+		if f.att == nil {
+			pushes = append(pushes, f.frame.GetPush())
+		}
+	}
+	clear(s.queue)
+	s.queue, s.pushes, s.pushBytes = nil, 0, 0
+	if old := s.att; old != nil {
+		// As a take-over by another stream: its writer stops.
+		s.att = nil
+		close(old.kicked)
+	}
+	return pushes, nil
+}
+
 // Rehome registers, with its fallback holder under the current view
 // (home, an id as SessionHome.Register returns), each session this silo
 // holds whose fallback holder changed since it registered: the cluster
