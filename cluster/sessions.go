@@ -383,7 +383,11 @@ func (k *sessionKeeper) register(from, addr, principal string, tokenHash []byte)
 // other than from give the session up (it delivers its queued pushes to
 // from), delivers the buffer to from's gateway in order (pushes that
 // arrive meanwhile join the buffer), and makes from the holder. An
-// adoption already under way refuses another (FailedPrecondition).
+// adoption already under way refuses another (FailedPrecondition). A live
+// holder that does not answer the release (dead, not yet out of the view)
+// leaves the session where it was: Aborted, once principal and token are
+// checked, so the adopting gateway may serve the client meanwhile and try
+// again.
 func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string, token []byte) error {
 	if err := checkSession(addr, principal); err != nil {
 		return err
@@ -427,7 +431,7 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 			k.mu.Lock()
 			rec.holder, rec.lease, rec.handing = prev, prevLease, false
 			k.mu.Unlock()
-			return errs.New(codes.Unavailable, "resume %s: silo %s did not give the session up: %v", protocol.Clip(addr), prev, err)
+			return errs.New(codes.Aborted, "resume %s: silo %s did not give the session up yet: %v", protocol.Clip(addr), prev, err)
 		}
 	}
 	for {
@@ -675,14 +679,21 @@ func (f *sessionsFollowViews) start() {
 			case <-t.C():
 				f.keep.sweep()
 				t.Reset(every)
+				f.rehome() // adoptions left unfinished
 			case <-f.kick:
-				f.sessions.Rehome(f.ctx, func(addr string) string {
-					v := f.r.state.Load().view
-					return homeID(fallbackOf(addr, v), v)
-				})
+				f.rehome()
 			}
 		}
 	}()
+}
+
+// rehome registers the sessions whose fallback holder changed, and tries
+// again the adoptions left unfinished.
+func (f *sessionsFollowViews) rehome() {
+	f.sessions.Rehome(f.ctx, func(addr string) string {
+		v := f.r.state.Load().view
+		return homeID(fallbackOf(addr, v), v)
+	})
 }
 
 // stop ends what start started; it may be called without start.

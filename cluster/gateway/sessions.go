@@ -200,9 +200,12 @@ func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.
 			adopted := s.adopted
 			s.mu.Unlock()
 			if !adopted {
-				// An adoption that broke off: its fallback holder still
-				// keeps the rest of its pushes.
-				if err := ss.adoptFrom(ctx, s); err != nil {
+				// An adoption not finished: its fallback holder still keeps
+				// the rest of its pushes, or the silo that held it has not
+				// given it up yet. Served meanwhile (the token was checked
+				// when the adoption started); Rehome tries again.
+				if err := ss.adoptFrom(ctx, s); errs.Code(err) == codes.NotFound {
+					ss.drop(s)
 					return nil, false, err
 				}
 			}
@@ -304,18 +307,32 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 	if err != nil {
 		return nil, err
 	}
-	if err := ss.adoptFrom(ctx, s); err != nil {
-		if code := errs.Code(err); code == codes.NotFound || code == codes.PermissionDenied || code == codes.FailedPrecondition {
-			// Nothing was handed over: this gateway never held it.
-			ss.mu.Lock()
-			ss.removeLocked(s)
-			ss.mu.Unlock()
-		}
-		// Otherwise part may have been handed over: s keeps it, and
-		// resuming s here asks for the rest.
+	switch err := ss.adoptFrom(ctx, s); errs.Code(err) {
+	case codes.OK:
+		return s, nil
+	case codes.Aborted:
+		// Principal and token checked, but the silo that holds the
+		// session (dead, and not yet out of the view) did not give it up:
+		// the client is served meanwhile, from the same address, and
+		// Rehome tries the adoption again; the pushes kept for it come
+		// then, in order.
+		return s, nil
+	case codes.NotFound, codes.PermissionDenied, codes.FailedPrecondition:
+		// Nothing was handed over: this gateway never held it.
+		ss.drop(s)
+		return nil, err
+	default:
+		// Part may have been handed over: s keeps it, and resuming s here
+		// asks for the rest.
 		return nil, err
 	}
-	return s, nil
+}
+
+// drop forgets s, which this gateway never held for good.
+func (ss *Sessions) drop(s *session) {
+	ss.mu.Lock()
+	ss.removeLocked(s)
+	ss.mu.Unlock()
 }
 
 // adoptFrom asks s's fallback holder to hand s over to this silo.
@@ -367,23 +384,40 @@ func (ss *Sessions) Release(addr string) ([]*agentsilov1.AgentMessage, error) {
 
 // Rehome registers, with its fallback holder under the current view
 // (home, an id as SessionHome.Register returns), each session this silo
-// holds whose fallback holder changed since it registered: the cluster
-// calls it after a view change. It returns when
+// holds whose fallback holder changed since it registered, and tries again
+// the adoptions not finished: the cluster calls it after a view change,
+// and now and then. It returns when
 // every registration has been tried, or ctx ends.
 func (ss *Sessions) Rehome(ctx context.Context, home func(addr string) string) {
 	if ss.home == nil {
 		return
 	}
 	ss.mu.RLock()
-	var moved []*session
+	var moved, unadopted []*session
 	for _, s := range ss.m {
 		s.mu.Lock()
-		if s.adopted && s.home != home(s.addr) {
+		switch {
+		case !s.adopted:
+			// Only while its client is attached here: a client that
+			// re-attached elsewhere since is not robbed of its session
+			// (resuming here again finishes the adoption).
+			if s.att != nil {
+				unadopted = append(unadopted, s)
+			}
+		case s.home != home(s.addr):
 			moved = append(moved, s)
 		}
 		s.mu.Unlock()
 	}
 	ss.mu.RUnlock()
+	for _, s := range unadopted {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := ss.adoptFrom(ctx, s); err != nil {
+			ss.log.Debug("client session adoption not finished yet", "session", s.addr, "err", err)
+		}
+	}
 	for _, s := range moved {
 		if ctx.Err() != nil {
 			return
