@@ -14,9 +14,11 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -366,5 +368,100 @@ func FuzzFallbackOf(f *testing.F) {
 			t.Fatalf("fallbackOf(%q) = %q (names %q)", addr, got, named)
 		}
 		_ = homeName(homeID(got, v))
+	})
+}
+
+// BenchmarkSessionPush measures a push from an agent's runtime on one
+// silo to a client session on another (acknowledged: one round trip), with
+// in-process silos on real etcd and transport; ask-remote, an Ask to an
+// agent on the other silo in the same run, is the anchor. Compare the two
+// as a ratio:
+//
+//	go test -run XXX -bench SessionPush -count 5 ./cluster/
+func BenchmarkSessionPush(b *testing.B) {
+	e := etcdtest.Start(b)
+	defer e.Stop()
+	start := func(name string) *Silo {
+		reg := grain.NewRegistry()
+		if err := reg.Register("Echo", func(grain.Host) (grain.Agent, error) {
+			return agentFunc(func(_ context.Context, m *grain.Message) (*grain.Message, error) { return m.Response(), nil }), nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		cfg := DefaultSiloConfig()
+		cfg.Name = name
+		cfg.GatewayAddr = "127.0.0.1:0"
+		cfg.HTTPAddr = ""
+		cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/b"}
+		cfg.Logger = testLogger()
+		s, err := NewSilo(cfg, reg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(b.Context(), waitTimeout)
+		defer cancel()
+		if err := s.Start(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+			defer cancel()
+			s.Close(ctx)
+		})
+		return s
+	}
+	s1, s2 := start("s1"), start("s2")
+	for len(s1.router.state.Load().owners) != 2 || len(s2.router.state.Load().owners) != 2 {
+		select {
+		case <-b.Context().Done():
+			b.Fatal("no view of two silos")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	conn, err := grpc.NewClient(s1.GatewayAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	stream, err := agentsilov1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: &agentsilov1.Hello{Principal: "alice"}}}); err != nil {
+		b.Fatal(err)
+	}
+	f, err := stream.Recv()
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := f.GetWelcome().GetAddress()
+	go func() { // the client reads what is pushed
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return
+			}
+		}
+	}()
+	var remote string
+	for i := 0; remote == ""; i++ {
+		if a := fmt.Sprintf("Echo:alice:e%d", i); Owner(a, []string{"s1", "s2"}) == "s1" {
+			remote = a
+		}
+	}
+	b.Run("push-remote-session", func(b *testing.B) {
+		for b.Loop() {
+			if err := s2.Runtime().Send(b.Context(), &grain.Message{To: addr, From: "Echo:alice:x", Message: "p"}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("ask-remote", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s2.Runtime().Ask(b.Context(), &grain.Message{To: remote, From: "Echo:alice:x", Message: "p"}); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
