@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -308,6 +309,26 @@ func TestSessionKeeperBounds(t *testing.T) {
 	k.mu.Lock()
 	k.max = DefaultMaxKeptSessions
 	k.mu.Unlock()
+
+	// A session whose holder is gone: its pushes are kept within the byte
+	// bound (the first always fits), past it the sender gets
+	// ResourceExhausted, and the record expires SessionBacklogAge after.
+	const ghost = "Session:bob:ghost@gone"
+	k.mu.Lock()
+	k.recs[ghost] = &sessionRecord{principal: "bob", holder: "gone"}
+	k.backlogBytes = 300
+	k.mu.Unlock()
+	big := strings.Repeat("x", 200)
+	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: big}); err != nil {
+		t.Fatalf("first push kept: %v", err)
+	}
+	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: big}); errs.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a push past the byte bound: %v, want ResourceExhausted", err)
+	}
+	waitFor(t, "the record of a session whose holder is gone to expire", func() bool { return k.len() == 0 })
+	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: "late"}); errs.Code(err) != codes.NotFound {
+		t.Fatalf("a push to an expired session: %v, want NotFound", err)
+	}
 
 	// A session opened on s1 is registered with s2, and forgotten there
 	// when s1's gateway forgets it.
