@@ -55,8 +55,13 @@ const frameOverhead = 64 << 10
 // The session has an address (Address) that agents send to, to push messages
 // to the client (Messages, WithOnMessage). If the session's stream breaks,
 // the calls in flight on it fail with Unavailable and the client re-attaches
-// through the next gateway address, resuming the session where the gateway
-// still holds it; later calls wait for that (bounded by their contexts).
+// through the gateway addresses in turn, from the next one, presenting the
+// session's address and resume token: the gateway holding the session
+// resumes it; once that gateway's silo has left the cluster, any other
+// gateway adopts the session (same address) with the pushes kept for it
+// meanwhile, delivered first and in order (a live silo still holding it
+// gives it up to the gateway re-attached through). Later calls wait for
+// that (bounded by their contexts).
 //
 // All methods are safe for concurrent use.
 type Client struct {
@@ -618,8 +623,10 @@ func (c *Client) Event(ctx context.Context, to string, msg *Message) error {
 func (c *Client) Messages() <-chan *Message { return c.msgs }
 
 // Address returns the session's address, `Session:<principal>:<id>`, which
-// agents send to, to push messages to the client. It changes if the session
-// had to be re-opened (its gateway forgot it).
+// agents send to, to push messages to the client. It survives the loss of
+// its gateway's silo (another gateway adopts the session); it changes only
+// if the session had to be re-opened because no silo kept it (it expired,
+// or its gateway's silo and its fallback holder were both lost).
 func (c *Client) Address() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

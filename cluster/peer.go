@@ -22,10 +22,11 @@ import (
 // messages of the placement protocol (release, swept, agents) and agents'
 // messages forwarded to their owner here. It is the transport's Handler.
 type peerHandler struct {
-	r      *router
-	rt     *grain.Runtime
-	silo   siloapi.Runtime // rt's silo-only API
-	tracer tracing.Tracer  // the peer spans
+	r        *router
+	rt       *grain.Runtime
+	silo     siloapi.Runtime // rt's silo-only API
+	tracer   tracing.Tracer  // the peer spans
+	sessions *sessionRouter  // pushes to client sessions (sessions.go)
 }
 
 var (
@@ -36,6 +37,9 @@ var (
 // HandleRequest implements transport.Handler.
 func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *transport.Envelope) (*agentsilov1.AgentMessage, error) {
 	msg := env.GetMessage()
+	if isSessionAddr(msg.GetTo()) {
+		return h.session(ctx, from, env)
+	}
 	switch msg.GetMessageType() {
 	case msgRelease:
 		return nil, h.release(ctx, msg.GetTo(), env.GetViewVersion())
@@ -75,7 +79,7 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 // to HandleRequest.
 func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
 	msg := env.GetMessage()
-	if msg.GetTraceparent() != "" || h.r.state.Load().view.Version < env.GetViewVersion() {
+	if msg.GetTraceparent() != "" || h.r.state.Load().view.Version < env.GetViewVersion() || isSessionAddr(msg.GetTo()) {
 		return false
 	}
 	return h.silo.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
@@ -88,6 +92,12 @@ func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *trans
 // their own, as HandleRequest.
 func (h *peerHandler) PostRequest(ctx context.Context, from string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) {
 	msg := env.GetMessage()
+	if isSessionAddr(msg.GetTo()) && !grain.IsReserved(msg.GetMessageType()) {
+		// A push to a client session: delivered here at once, or handed
+		// on from a goroutine of its own.
+		h.sessions.receive(ctx, from, env, func(err error) { reply(nil, err) })
+		return
+	}
 	if grain.IsReserved(msg.GetMessageType()) {
 		go func() { reply(h.HandleRequest(ctx, from, env)) }()
 		return
@@ -108,8 +118,12 @@ func (h *peerHandler) PostRequest(ctx context.Context, from string, env *transpo
 // HandleOneWay implements transport.Handler.
 func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transport.Envelope) {
 	msg := env.GetMessage()
-	if msg.GetMessageType() == msgSwept {
+	switch msg.GetMessageType() {
+	case msgSwept:
 		h.r.noteSwept(from, env.GetViewVersion())
+		return
+	case msgSessionForget:
+		h.sessions.keep.forget(from, msg.GetTo())
 		return
 	}
 	h.r.catchUp(ctx, env.GetViewVersion())
@@ -121,6 +135,31 @@ func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transp
 	if err := h.silo.SendRemote(ctx, msg, int(env.GetHops())); err != nil {
 		h.r.log.Debug("one-way message from a peer not delivered", "from", from, "to", msg.GetTo(), "err", err)
 	}
+}
+
+// session answers a peer's request about a client session: a push (see
+// sessionRouter.receive), or the registration or adoption of a session
+// this silo is the fallback holder of, or the release of a session it
+// holds.
+func (h *peerHandler) session(ctx context.Context, from string, env *transport.Envelope) (*agentsilov1.AgentMessage, error) {
+	msg := env.GetMessage()
+	switch msg.GetMessageType() {
+	case msgSessionRegister:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		return nil, h.sessions.keep.register(from, msg.GetTo(), msg.GetMessage(), msg.GetData())
+	case msgSessionAdopt:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		return nil, h.sessions.keep.adopt(ctx, from, msg.GetTo(), msg.GetMessage(), msg.GetData())
+	case msgSessionRelease:
+		h.r.catchUp(ctx, env.GetViewVersion())
+		return nil, h.sessions.keep.released(ctx, msg)
+	}
+	if grain.IsReserved(msg.GetMessageType()) {
+		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)
+	}
+	done := make(chan error, 1)
+	h.sessions.receive(ctx, from, env, func(err error) { done <- err })
+	return nil, <-done
 }
 
 // release deactivates key for the silo that owns it in view version: once

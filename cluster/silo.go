@@ -205,6 +205,7 @@ type Silo struct {
 	state     state.Store
 	rt        *grain.Runtime
 	views     *views
+	sessions  *sessionsFollowViews // keeps client sessions surviving their silo (sessions.go)
 	gw        *gateway.Gateway
 	a2a       *a2a.Server // nil unless A2A.Addr is set
 	a2aLis    net.Listener
@@ -337,6 +338,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		s.logger.Warn("silos not all authenticated: the peer and gossip ports take anyone who reaches them", describeSecurity(&s.cfg)...)
 	}
 	s.views.start()
+	s.sessions.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	s.topics.Start(s.rt.Ask)
 	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
@@ -467,7 +469,11 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		s.inboxes = a2a.NewInboxes(s.cfg.Name, sessions)
 		local = s.inboxes
 	}
-	rcfg.Sessions = sessionRouter{r: s.router, local: local}
+	keeper := newSessionKeeper(s.router, local, sessions, s.cfg.Gateway, s.clk, s.logger)
+	sessionRt := &sessionRouter{r: s.router, local: local, keep: keeper}
+	sessions.SetHome(sessionHome{r: s.router, keep: keeper}, s.logger)
+	s.sessions = newSessionsFollowViews(s.router, keeper, sessions, sessionRt)
+	rcfg.Sessions = sessionRt
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
@@ -490,9 +496,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if leaseTTL == 0 {
 		leaseTTL = membership.DefaultLeaseTTL
 	}
-	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics))
+	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics), s.sessions.observe)
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer})
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt})
 	gcfg := s.cfg.Gateway
 	gcfg.Cluster = info
 	gcfg.Topics = s.topics
@@ -748,11 +754,17 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if s.views != nil {
 		s.views.stop()
 	}
+	if s.sessions != nil {
+		s.sessions.stop()
+	}
 	if s.peerSrv != nil {
 		s.peerSrv.Stop()
 	}
 	if s.tp != nil {
 		s.tp.Close()
+	}
+	if s.sessions != nil {
+		s.sessions.wait() // the pushes peers sent, handed on
 	}
 	if s.http != nil {
 		if err := s.http.Shutdown(ctx); err != nil {

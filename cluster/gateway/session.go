@@ -35,6 +35,8 @@ type session struct {
 	token     string
 
 	mu         sync.Mutex
+	home       string // the fallback holder it is registered with (SessionHome)
+	adopted    bool   // false while an adoption from its fallback holder is unfinished
 	queue      []outFrame
 	pushes     int         // pushes in queue
 	pushBytes  int         // their encoded size
@@ -226,7 +228,7 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	s, resumed, err := g.sessions.open(c, hello)
+	s, resumed, err := g.sessions.open(ctx, c, hello)
 	if err != nil {
 		return err
 	}

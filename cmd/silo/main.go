@@ -59,6 +59,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 				if err := registerWaiter(reg, journal+".waiter"); err != nil {
 					return err
 				}
+				if err := registerSessionPusher(reg); err != nil {
+					return err
+				}
 				return examples.RegisterJournal(reg, journal)
 			}
 			return nil
