@@ -119,13 +119,23 @@ func NewSessions(cfg Config, silo string) (*Sessions, error) {
 // removeLocked forgets s, and returns it if it was held (to be told to its
 // home, see forget, once ss.mu is let go). ss.mu is held.
 func (ss *Sessions) removeLocked(s *session) *session {
+	if ss.dropLocked(s) == nil {
+		return nil
+	}
+	if ss.forgotten != nil {
+		ss.forgotten(s.addr)
+	}
+	return s
+}
+
+// dropLocked forgets s here without ending it: Release, for a session that
+// lives on at another gateway (its topic subscriptions with it). ss.mu is
+// held.
+func (ss *Sessions) dropLocked(s *session) *session {
 	if ss.m[s.addr] != s {
 		return nil
 	}
 	delete(ss.m, s.addr)
-	if ss.forgotten != nil {
-		ss.forgotten(s.addr)
-	}
 	if ss.count[s.principal]--; ss.count[s.principal] <= 0 {
 		delete(ss.count, s.principal)
 	}
@@ -365,7 +375,7 @@ func (ss *Sessions) Release(addr string) ([]*agentsilov1.AgentMessage, error) {
 	ss.mu.Lock()
 	s := ss.m[addr]
 	if s != nil {
-		ss.removeLocked(s)
+		ss.dropLocked(s)
 	}
 	ss.mu.Unlock()
 	if s == nil {
