@@ -200,6 +200,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.Topics.RetryMin, "topic-retry-min", cfg.Topics.RetryMin, "first wait before a failed delivery is retried (doubling per failure)")
 	fs.DurationVar(&cfg.Topics.RetryMax, "topic-retry-max", cfg.Topics.RetryMax, "longest wait before a failed delivery is retried")
 	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
+	fs.DurationVar(&cfg.Topics.SessionGrace, "topic-session-grace", cfg.Topics.SessionGrace, "how long a client session's subscription outlives its gateway's silo, with its queue, for the session adopted elsewhere to subscribe again")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
 	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
 	fs.BoolVar(&cfg.TrustedAgents, "trusted-agents", cfg.TrustedAgents, "do not check agents' messages to other owners' agents against the principal of their call chain (an agent then lends its rights to whoever makes it call)")

@@ -21,7 +21,7 @@ import (
 // file the test reads.
 
 // topicArgs make retries quick.
-var topicArgs = []string{"--topic-retry-min", "20ms", "--topic-retry-max", "500ms"}
+var topicArgs = []string{"--topic-retry-min", "20ms", "--topic-retry-max", "500ms", "--topic-session-grace", "1s"}
 
 // sinkOn returns a TopicSink address owned by silo (among the live ones),
 // or, if silo is "", one owned by another silo than avoid.

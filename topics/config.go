@@ -65,7 +65,15 @@ type Config struct {
 	// Observe, if set, is told of publishes and of deliveries' outcomes,
 	// for metrics. It is called concurrently and must be quick.
 	Observe Observer
-	// Clock is the time of retries' backoff. Default: the real clock.
+	// SessionGrace is how long a subscription whose members all went with
+	// their silo's lease (a client session's, its gateway's silo dead) is
+	// kept, with its queue, before it is deleted: a session adopted by
+	// another gateway within it, whose SDK subscribes again, finds what
+	// was published meanwhile. Default: 2 min (a detached session's
+	// backlog age).
+	SessionGrace time.Duration
+	// Clock is the time of retries' backoff and of SessionGrace. Default:
+	// the real clock.
 	Clock clock.Clock
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
@@ -100,6 +108,7 @@ func DefaultConfig() Config {
 		MaxBatch:         256,
 		MaxAppends:       4,
 		QueueSize:        10000,
+		SessionGrace:     2 * time.Minute,
 		Clock:            clock.Real{},
 	}
 }
@@ -134,6 +143,7 @@ func (c *Config) Validate() error {
 	fillD(&c.RetryMax, d.RetryMax)
 	fillD(&c.AckTimeout, d.AckTimeout)
 	fillD(&c.PublishTimeout, d.PublishTimeout)
+	fillD(&c.SessionGrace, d.SessionGrace)
 	if c.Clock == nil {
 		c.Clock = d.Clock
 	}

@@ -319,12 +319,20 @@ func (s *Service) Rebalance() {
 }
 
 // prune deletes subscription id, which has no members, in the
-// background. s.mu is held.
+// background, once it has had none for Config.SessionGrace (Store.Prune
+// deletes it only if it still has none). s.mu is held.
 func (s *Service) prune(id string) {
 	s.pruning[id] = true
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		t := s.cfg.Clock.NewTimer(s.cfg.SessionGrace)
+		select {
+		case <-t.C():
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		}
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		ok, err := s.cfg.Store.Prune(ctx, id)
 		cancel()

@@ -126,7 +126,20 @@ func TestSessionGoneAndPruned(t *testing.T) {
 	}
 	testutil.WaitFor(t, "the subscription", hasSub(s, rec.GetId()))
 	h.store.(*MemStore).Expire("Session:acme:lapsed")
-	testutil.WaitFor(t, "the subscription pruned", func() bool { return !hasSub(s, rec.GetId())() })
+	// Kept for SessionGrace (a session adopted elsewhere subscribes again
+	// within it), then pruned.
+	testutil.WaitFor(t, "the prune begun", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.pruning[rec.GetId()]
+	})
+	if !hasSub(s, rec.GetId())() {
+		t.Fatal("pruned before its grace")
+	}
+	testutil.WaitFor(t, "the subscription pruned", func() bool {
+		h.clk.Advance(time.Minute)
+		return !hasSub(s, rec.GetId())()
+	})
 }
 
 // On etcd, a session's member is on the store's lease: Close revokes it,
