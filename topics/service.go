@@ -745,6 +745,13 @@ func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, n
 		if n := len(r.Owned(session.Owner)); n >= s.cfg.MaxSubscriptions {
 			return nil, errs.New(codes.ResourceExhausted, "%s has %d subscriptions, the most allowed", session.Owner, n)
 		}
+	} else if len(sub.Members) == 0 {
+		// Its member went with a silo's lease and it waits out
+		// SessionGrace: the session, adopted here, takes it back with its
+		// queue; only under the name made for this session and pattern.
+		if name != SessionSubscriptionName(session.String(), p.String()) {
+			return nil, errs.New(codes.FailedPrecondition, "subscription %s exists and is not this session's", id)
+		}
 	} else if !sub.Session || len(sub.Members) > 1 || sub.Members[0] != session.String() {
 		return nil, errs.New(codes.FailedPrecondition, "subscription %s exists and is not this session's alone", id)
 	}

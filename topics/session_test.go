@@ -260,3 +260,68 @@ func TestFollowSurvivesCompaction(t *testing.T) {
 	cancel()
 	<-done
 }
+
+// A session whose subscription lost its member with a silo's lease (its
+// gateway's silo died) and that subscribes again within SessionGrace (as
+// the SDK does once the session is adopted elsewhere) takes the
+// subscription back with its queue: what was published meanwhile reaches
+// it, and the grace's end prunes nothing.
+func TestSessionResubscribedWithinGrace(t *testing.T) {
+	h := newHarness(t, nil)
+	s := h.service(nil)
+	sess := addr("Session:acme:moved")
+	rec, err := s.SubscribeSession(t.Context(), sess, "", "orders.#", 0, (&backlog{}).push)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the subscription", hasSub(s, rec.GetId()))
+	h.store.(*MemStore).Expire(sess.String())
+	testutil.WaitFor(t, "the prune begun", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.pruning[rec.GetId()]
+	})
+	h.publish(s, "W:acme:pub", "orders.a", "meanwhile")
+	b := &backlog{}
+	again, err := s.SubscribeSession(t.Context(), sess, "", "orders.#", 0, b.push)
+	if err != nil {
+		t.Fatalf("subscribing again within the grace: %v", err)
+	}
+	if again.GetId() != rec.GetId() {
+		t.Fatalf("subscribed again as %s, want %s", again.GetId(), rec.GetId())
+	}
+	testutil.WaitFor(t, "what was published meanwhile delivered", func() bool {
+		for _, m := range b.messages() {
+			if m.Message == "meanwhile" {
+				return true
+			}
+		}
+		return false
+	})
+	// Another name for the same session may not take a memberless
+	// subscription that is not its own.
+	h.store.(*MemStore).Expire(sess.String())
+	testutil.WaitFor(t, "the member gone again", func() bool {
+		sub := s.Registry().Subs[rec.GetId()]
+		return sub != nil && len(sub.Members) == 0
+	})
+	if _, err := s.SubscribeSession(t.Context(), addr("Session:acme:other"), strings.TrimPrefix(rec.GetId(), "acme:"), "orders.#", 0, (&backlog{}).push); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("another session taking it: %v, want FailedPrecondition", err)
+	}
+	if _, err := s.SubscribeSession(t.Context(), sess, "", "orders.#", 0, b.push); err != nil {
+		t.Fatal(err)
+	}
+	h.clk.Advance(3 * time.Minute)
+	h.publish(s, "W:acme:pub", "orders.b", "after the grace")
+	testutil.WaitFor(t, "a message after the grace delivered", func() bool {
+		for _, m := range b.messages() {
+			if m.Message == "after the grace" {
+				return true
+			}
+		}
+		return false
+	})
+	if !hasSub(s, rec.GetId())() {
+		t.Fatal("the subscription taken back was pruned at the grace's end")
+	}
+}
