@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,10 +40,20 @@ type Server struct {
 // Start starts a server and registers its Stop as t's cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{t: t, dir: t.TempDir(), clientAddr: testutil.FreeAddr(t), peerAddr: testutil.FreeAddr(t)}
-	s.Restart()
-	t.Cleanup(s.Stop)
-	return s
+	for attempt := 1; ; attempt++ {
+		s := &Server{t: t, dir: t.TempDir(), clientAddr: testutil.FreeAddr(t), peerAddr: testutil.FreeAddr(t)}
+		err := s.start()
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			// Another test or process took a port between FreeAddr and
+			// the listen: new ports.
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		return s
+	}
 }
 
 // Addr is the client address, host:port.
@@ -59,6 +70,13 @@ func (s *Server) Restart() {
 	if s.srv != nil {
 		return
 	}
+	if err := s.start(); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+// start starts the server and returns once it serves.
+func (s *Server) start() error {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
 	cfg.Dir = s.dir
@@ -71,18 +89,19 @@ func (s *Server) Restart() {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
-		s.t.Fatalf("etcdtest: start: %v", err)
+		return fmt.Errorf("etcdtest: start: %w", err)
 	}
 	select {
 	case <-srv.Server.ReadyNotify():
 	case err := <-srv.Err():
 		srv.Close()
-		s.t.Fatalf("etcdtest: start: %v", err)
+		return fmt.Errorf("etcdtest: start: %w", err)
 	case <-time.After(time.Minute):
 		srv.Close()
-		s.t.Fatal("etcdtest: the server did not become ready within a minute")
+		return errors.New("etcdtest: the server did not become ready within a minute")
 	}
 	s.srv = srv
+	return nil
 }
 
 // Stop stops the server; clients see it as away until Restart.
