@@ -676,11 +676,9 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case maxAttempts == 0:
-		maxAttempts = s.cfg.MaxAttempts
-	case maxAttempts < 0 || maxAttempts > MaxAttemptsLimit:
-		return nil, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", maxAttempts, MaxAttemptsLimit)
+	maxAttempts, err = s.attempts(maxAttempts)
+	if err != nil {
+		return nil, err
 	}
 	// The bounds are checked against this silo's registry: concurrent
 	// subscribes through several silos may pass them by a few.
@@ -694,6 +692,18 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 	}
 	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
 	return s.cfg.Store.Subscribe(ctx, rec, agent.String())
+}
+
+// attempts is a subscription's bound on deliveries: n, or the default for
+// 0; InvalidArgument outside 1 to MaxAttemptsLimit.
+func (s *Service) attempts(n int) (int, error) {
+	switch {
+	case n == 0:
+		return s.cfg.MaxAttempts, nil
+	case n < 0 || n > MaxAttemptsLimit:
+		return 0, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", n, MaxAttemptsLimit)
+	}
+	return n, nil
 }
 
 // SessionSubscriptionName is the name of session's subscription to
@@ -734,11 +744,9 @@ func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, n
 	if err != nil {
 		return nil, err
 	}
-	switch {
-	case maxAttempts == 0:
-		maxAttempts = s.cfg.MaxAttempts
-	case maxAttempts < 0 || maxAttempts > MaxAttemptsLimit:
-		return nil, errs.New(codes.InvalidArgument, "max attempts %d: want 1 to %d", maxAttempts, MaxAttemptsLimit)
+	maxAttempts, err = s.attempts(maxAttempts)
+	if err != nil {
+		return nil, err
 	}
 	r := s.reg.Load()
 	if sub := r.Subs[id]; sub == nil {
