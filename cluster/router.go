@@ -189,11 +189,18 @@ func (r *router) Hold(key string) (bool, func()) {
 // and once it may have lost its place (see membership.Membership.Valid).
 func (r *router) Serving() bool { return r.m.Valid() }
 
+// WaitServing implements grain.ServingWaiter: turns wait while the silo is
+// suspended (see membership.Membership.WaitValid).
+func (r *router) WaitServing(ctx context.Context) error { return r.m.WaitValid(ctx) }
+
 // Claim implements grain.Placement.
 func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
 	for {
-		if !r.Serving() {
+		if err := r.m.WaitValid(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "silo %s is suspended (etcd not answering) and did not serve again in time", r.self)
+			}
 			return nil, errs.New(codes.Unavailable, "silo %s is fenced", r.self)
 		}
 		st := r.state.Load()

@@ -6,17 +6,11 @@ import (
 	"os"
 	"time"
 
-	"google.golang.org/grpc/codes"
-
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // JournalType is the agent type name RegisterJournal registers.
 const JournalType = "Journal"
-
-// errNotServing: the silo no longer serves the agent (see grain.Host.Serving).
-var errNotServing = errs.New(codes.Unavailable, "journal: the silo no longer serves this agent")
 
 // Journal is a test agent for the single-activation invariant. Each
 // activation appends a line to a journal file shared by every silo on the
@@ -64,21 +58,21 @@ func RegisterJournal(reg *grain.Registry, path string) error {
 
 // OnActivate implements grain.Activator: it records the start. Failing to
 // record fails the activation, so no activation goes unrecorded.
-func (j *Journal) OnActivate(context.Context) error {
-	return j.record("start", "")
+func (j *Journal) OnActivate(ctx context.Context) error {
+	return j.record(ctx, "start", "")
 }
 
 // OnDeactivate implements grain.Deactivator: it records the end.
-func (j *Journal) OnDeactivate(_ context.Context, reason grain.Reason) {
-	if err := j.record("end", " "+reason.String()); err != nil {
+func (j *Journal) OnDeactivate(ctx context.Context, reason grain.Reason) {
+	if err := j.record(ctx, "end", " "+reason.String()); err != nil {
 		j.host.Logger().Error("journal", "err", err)
 	}
 }
 
 // OnMessage implements grain.Agent: it records the turn, and the reply
 // names the hosting silo.
-func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
-	if err := j.record("turn", ""); err != nil {
+func (j *Journal) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	if err := j.record(ctx, "turn", ""); err != nil {
 		return nil, err
 	}
 	r := m.Response()
@@ -86,17 +80,23 @@ func (j *Journal) OnMessage(_ context.Context, m *grain.Message) (*grain.Message
 	return r, nil
 }
 
-func (j *Journal) record(event, suffix string) error {
-	// The time is taken before the check: a process paused in between
-	// writes nothing once it resumes past its fence, and one paused after
-	// the check writes a time from before the pause.
-	now := time.Now().UnixNano()
-	if !j.host.Serving() {
-		return errNotServing
+func (j *Journal) record(ctx context.Context, event, suffix string) error {
+	for {
+		// While the silo is suspended, wait for it to serve again.
+		if err := j.host.WaitServing(ctx); err != nil {
+			return err
+		}
+		// The time is taken before the check: a process paused in between
+		// writes nothing once it resumes past its fence, and one paused
+		// after the check writes a time from before the pause.
+		now := time.Now().UnixNano()
+		if !j.host.Serving() {
+			continue
+		}
+		line := fmt.Sprintf("%s %s %s %d %d%s\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), now, suffix)
+		if _, err := j.file.Write([]byte(line)); err != nil {
+			return fmt.Errorf("journal: %w", err)
+		}
+		return nil
 	}
-	line := fmt.Sprintf("%s %s %s %d %d%s\n", event, j.host.Address(), j.host.Silo(), os.Getpid(), now, suffix)
-	if _, err := j.file.Write([]byte(line)); err != nil {
-		return fmt.Errorf("journal: %w", err)
-	}
-	return nil
 }

@@ -49,7 +49,7 @@ func (p *StateProbe) OnMessage(ctx context.Context, m *grain.Message) (*grain.Me
 	if err != nil {
 		return nil, err
 	}
-	if err := p.record("turn", ""); err != nil {
+	if err := p.record(ctx, "turn", ""); err != nil {
 		return nil, err
 	}
 	r := m.Response()

@@ -121,13 +121,13 @@ func (a *activation) receive(msg any) {
 
 // handle runs one message as a mailbox turn.
 func (a *activation) handle(env *envelope) {
-	if !a.rt.serving() {
-		a.respond(env, nil, errNotServing)
-		return
-	}
 	parent := env.ctx
 	if parent == nil {
 		parent = a.rt.base
+	}
+	if err := a.rt.awaitServing(parent); err != nil {
+		a.respond(env, nil, err)
+		return
 	}
 	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
@@ -164,9 +164,9 @@ func (a *activation) runReentrant(env *envelope) bool {
 		a.exec.Unlock()
 		return false
 	}
-	if !a.rt.serving() {
+	if err := a.rt.awaitServing(env.ctx); err != nil {
 		t.end()
-		a.respond(env, nil, errNotServing)
+		a.respond(env, nil, err)
 		return true
 	}
 	var start time.Time
@@ -347,6 +347,9 @@ func (a *activation) owner() string { return a.key[a.colon[0]+1 : a.colon[1]] }
 func (a *activation) typ() string   { return a.key[:a.colon[0]] }
 func (a *activation) Silo() string  { return a.rt.cfg.Silo }
 func (a *activation) Serving() bool { return a.rt.serving() }
+
+// WaitServing implements Host.
+func (a *activation) WaitServing(ctx context.Context) error { return a.rt.awaitServing(ctx) }
 
 func (a *activation) Ask(ctx context.Context, to string, msg *Message) (*Message, error) {
 	if msg == nil {

@@ -85,14 +85,20 @@ type Host interface {
 	Owner() string
 	// Silo names the silo that hosts this activation (Config.Silo).
 	Silo() string
-	// Serving reports whether this silo may still act for the agent: false
-	// for good once it may have lost its place in the cluster, so that
-	// another silo may host the agent. A turn already running when the
-	// process was paused can go on after it resumes; an agent whose side
-	// effects must not overlap checks Serving just before each one, after
-	// taking any timestamp or token it writes (a fencing token checked by
-	// the external system is the only complete protection).
+	// Serving reports whether this silo may act for the agent now: false
+	// while the silo is suspended (its membership unconfirmed for a while:
+	// etcd not answering), and for good once it may have lost its place in
+	// the cluster, so that another silo may host the agent. A turn already
+	// running when the process was paused can go on after it resumes; an
+	// agent whose side effects must not overlap checks Serving just before
+	// each one, after taking any timestamp or token it writes (a fencing
+	// token checked by the external system is the only complete
+	// protection), or calls WaitServing.
 	Serving() bool
+	// WaitServing returns nil at once while Serving is true; while the silo
+	// is suspended it waits until the silo serves again (nil) or may have
+	// lost its place (Unavailable), bounded by ctx.
+	WaitServing(ctx context.Context) error
 
 	// Ask sends a REQUEST to the agent at `to` and waits for its reply, up to
 	// ctx's deadline or the default Ask timeout (30 s). Called with the ctx of

@@ -60,6 +60,35 @@ func (rt *Runtime) serving() bool {
 	return p == nil || p.Serving()
 }
 
+// ServingWaiter is implemented by a Placement whose silo can be suspended:
+// not Serving for a while, then Serving again. WaitServing returns nil when
+// the silo serves, an error once it no longer may (for good), or ctx's
+// error. Turns that find such a silo not serving wait on it instead of
+// failing at once.
+type ServingWaiter interface {
+	WaitServing(ctx context.Context) error
+}
+
+// awaitServing returns nil if turns may run, waiting while the silo is
+// suspended (see ServingWaiter), bounded by ctx.
+func (rt *Runtime) awaitServing(ctx context.Context) error {
+	if rt.serving() {
+		return nil
+	}
+	w, ok := rt.cfg.Placement.(ServingWaiter)
+	if !ok {
+		return errNotServing
+	}
+	err := w.WaitServing(ctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "the silo is suspended (its membership unconfirmed: etcd not answering) and did not serve again in time")
+	}
+	return err
+}
+
 // ErrMoved is returned by Placement.Claim when the address is no longer
 // owned by this silo.
 var ErrMoved = errs.New(codes.Unavailable, "address moved to another silo")

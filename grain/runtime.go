@@ -563,6 +563,11 @@ func (rt *Runtime) sweep() time.Duration {
 	now := rt.clock.Now().UnixNano()
 	rt.now.Store(now)
 	shortest := rt.cfg.IdleTimeout
+	if !rt.serving() {
+		// Suspended (or fenced): OnDeactivate could not run. Idle
+		// activations wait for the silo to serve again.
+		return sweepEvery(shortest)
+	}
 	rt.dir.each(func(a *activation) {
 		if now-a.lastActive.Load() >= a.idle {
 			a.requestDeactivation(ReasonIdle)

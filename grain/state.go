@@ -128,8 +128,8 @@ func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (s
 	if st == nil {
 		return "", errNoState(a.address())
 	}
-	if !a.rt.serving() {
-		return "", errNotServing // a fenced silo writes nothing; see Host.Serving
+	if err := a.rt.awaitServing(ctx); err != nil {
+		return "", err // a fenced silo writes nothing; see Host.Serving
 	}
 	if err := a.cursor().lock(ctx, "save the state of "+a.key); err != nil {
 		return "", err
@@ -155,8 +155,8 @@ func (a *activation) DeleteState(ctx context.Context, etag string) error {
 	if st == nil {
 		return errNoState(a.address())
 	}
-	if !a.rt.serving() {
-		return errNotServing
+	if err := a.rt.awaitServing(ctx); err != nil {
+		return err
 	}
 	if err := a.cursor().lock(ctx, "delete the state of "+a.key); err != nil {
 		return err

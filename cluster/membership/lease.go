@@ -3,11 +3,13 @@ package membership
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/agentsilo/agentsilo/internal/clock"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // Pending lists the departures whose takeover time is still ahead.
@@ -32,9 +34,11 @@ func (m *Membership) Pending() []Departure {
 // closed by Leave or Close.
 func (m *Membership) Fenced() <-chan struct{} { return m.fenced }
 
-// Valid reports whether the silo may still act as a member: it has not
+// Valid reports whether the silo may act as a member now: it has not
 // fenced itself, and its last successful keepalive was sent less than
-// FenceAfter ago (by the monotonic clock, so a pause counts).
+// FenceAfter ago (by the monotonic clock, so a pause counts). It turns
+// false for a while when renewals fail past the bound (the silo is
+// suspended, see the package doc) and true again when one succeeds.
 func (m *Membership) Valid() bool {
 	select {
 	case <-m.fenced:
@@ -42,6 +46,39 @@ func (m *Membership) Valid() bool {
 	default:
 	}
 	return clock.Since(m.clk, m.epoch) < time.Duration(m.validUntil.Load())
+}
+
+// WaitValid waits until the silo is Valid, and returns nil then; it returns
+// Unavailable once the silo has fenced itself (for good), and the context's
+// error if ctx ends first. A suspended silo (see the package doc) is valid
+// again when a renewal succeeds and its record is still its own.
+func (m *Membership) WaitValid(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		renewed := m.renewed
+		m.mu.Unlock()
+		if m.Valid() {
+			return nil
+		}
+		select {
+		case <-renewed:
+		case <-m.fenced:
+			return errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations (%v)", m.FenceCause())
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Suspended reports whether the silo is suspended: past its fence bound
+// without a successful renewal, not fenced. Turns wait meanwhile.
+func (m *Membership) Suspended() bool {
+	select {
+	case <-m.fenced:
+		return false
+	default:
+	}
+	return m.started.Load() && !m.Valid()
 }
 
 // FenceCause says why the silo fenced itself, nil while it has not.
@@ -90,15 +127,18 @@ func (m *Membership) isLeaving() bool {
 	return m.leaving
 }
 
-// keepAlive renews the lease every KeepAliveInterval and fences the silo
-// as described in the package doc. sent is when the lease grant was sent.
-// Each success moves the fence to its send time plus the bound: the silo's
-// FenceAfter, or less if etcd reports a shorter TTL than was asked.
+// keepAlive renews the lease every KeepAliveInterval, suspends the silo
+// when no renewal succeeded within the fence bound and resumes it when one
+// does, and fences it when the lease is gone, as described in the package
+// doc. sent is when the lease grant was sent. Each success moves the bound
+// to its send time plus the fence bound: the silo's FenceAfter, or less if
+// etcd reports a shorter TTL than was asked.
 func (m *Membership) keepAlive(sent time.Time) {
 	defer m.wg.Done()
 	interval := KeepAliveInterval(m.fenceAfter)
 	retry := max(interval/4, 50*time.Millisecond)
 	deadline := sent.Add(m.fenceAfter)
+	suspended, suspendedAt := false, time.Time{}
 	t := m.clk.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -111,17 +151,24 @@ func (m *Membership) keepAlive(sent time.Time) {
 			return
 		}
 		now := m.clk.Now()
-		if !now.Before(deadline) {
-			m.fence(fmt.Errorf("no lease keepalive succeeded in time: the lease may have expired (fence bound %v after the last successful keepalive was sent)", m.fenceAfter))
-			return
+		if !suspended && !now.Before(deadline) {
+			suspended, suspendedAt = true, now
+			m.log.Warn("suspended: no lease keepalive succeeded within the fence bound; turns wait until one does, and the silo fences if the lease is gone", "fence_bound", m.fenceAfter)
 		}
 		// The call is bounded in durations, not instants: the clock may be
 		// a test's. A call that hangs (etcd unreachable, its packets
 		// dropped, a follower waiting for a new leader) must leave room for
 		// the next attempts; one that is only slow (a loaded host) gets two
 		// intervals.
-		ctx, cancel := context.WithTimeout(m.ctx, min(2*interval, deadline.Sub(now)))
+		timeout := 2 * interval
+		if !suspended {
+			timeout = min(timeout, deadline.Sub(now))
+		}
+		ctx, cancel := context.WithTimeout(m.ctx, timeout)
 		resp, err := m.client.KeepAliveOnce(ctx, m.lease)
+		if err == nil && resp.TTL > 0 && suspended {
+			err = m.checkRecord(ctx)
+		}
 		cancel()
 		next := now.Add(interval)
 		switch {
@@ -131,7 +178,15 @@ func (m *Membership) keepAlive(sent time.Time) {
 				deadline = d
 			}
 			m.validUntil.Store(int64(deadline.Sub(m.epoch)))
+			if suspended {
+				suspended = false
+				m.log.Warn("resumed: a lease keepalive succeeded and the record is still this silo's", "suspended_for", m.clk.Now().Sub(suspendedAt))
+			}
+			m.signalRenewed()
 		case m.ctx.Err() != nil:
+			return
+		case errors.Is(err, errRecordGone):
+			m.fence(err)
 			return
 		case err == nil || isLeaseNotFound(err):
 			if m.isLeaving() {
@@ -140,11 +195,44 @@ func (m *Membership) keepAlive(sent time.Time) {
 			m.fence(errors.New("the silo's lease was revoked or expired"))
 			return
 		default:
-			m.log.Warn("lease keepalive failed", "err", err, "fence_in", deadline.Sub(now))
+			if !suspended {
+				m.log.Warn("lease keepalive failed", "err", err, "suspend_in", deadline.Sub(now))
+			}
 			next = now.Add(retry)
+		}
+		if suspended {
+			t.Reset(retry)
+			continue
 		}
 		t.Reset(max(minTime(next, deadline).Sub(m.clk.Now()), 0))
 	}
+}
+
+// errRecordGone fences a silo whose lease lived through a suspension but
+// whose record did not (deleted by hand).
+var errRecordGone = errors.New("the silo's record left etcd while the silo was suspended")
+
+// checkRecord reads the silo's record (a linearizable read) before a
+// suspended silo resumes: its lease lived, but the record may have been
+// deleted meanwhile, which the watch has not told yet. It returns
+// errRecordGone if the record is gone or under another lease.
+func (m *Membership) checkRecord(ctx context.Context) error {
+	resp, err := m.client.Get(ctx, m.key)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) == 0 || resp.Kvs[0].Lease != int64(m.lease) {
+		return errRecordGone
+	}
+	return nil
+}
+
+// signalRenewed wakes WaitValid.
+func (m *Membership) signalRenewed() {
+	m.mu.Lock()
+	close(m.renewed)
+	m.renewed = make(chan struct{})
+	m.mu.Unlock()
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -62,6 +62,7 @@ type Membership struct {
 
 	fenced    chan struct{}
 	fenceOnce sync.Once
+	renewed   chan struct{} // closed and replaced at every renewal (WaitValid)
 	// epoch and validUntil bound when the silo may still act as a member:
 	// validUntil is the last successful keepalive's send time plus the
 	// fence bound (FenceAfter), in ns since epoch, on the monotonic clock. Valid reads
@@ -126,6 +127,7 @@ func New(cfg Config) (*Membership, error) {
 		proven:        make(map[clientv3.LeaseID]bool),
 		revokeC:       make(chan struct{}, 1),
 		fenced:        make(chan struct{}),
+		renewed:       make(chan struct{}),
 		known:         make(map[string]clientv3.LeaseID),
 		alive:         make(map[string]string),
 		gossipChanged: make(chan struct{}),

@@ -2,6 +2,7 @@ package membership
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"slices"
@@ -311,15 +312,61 @@ func TestMembershipFencedOnRevoke(t *testing.T) {
 	waitFor(t, "silo-a gone from its own view", func() bool { return len(a.View().Members) == 0 })
 }
 
-// A silo that cannot reach etcd fences itself (after FenceAfter without a
-// successful keepalive, strictly before its lease could expire).
-func TestMembershipFencedWhenEtcdIsGone(t *testing.T) {
+// A silo that cannot reach etcd is suspended (after FenceAfter without a
+// successful keepalive, strictly before its lease could expire), not
+// fenced: turns wait (WaitValid) rather than fail. When etcd answers again
+// with its lease alive (a restarted etcd restarts every lease's TTL), the
+// silo serves again under the same lease.
+func TestMembershipSuspendedWhileEtcdIsGone(t *testing.T) {
 	verifyNoLeaks(t)
 	e := etcdtest.Start(t)
 	cli := e.Client(t)
-	a := newTestMember(t, cli, "silo-a", 3*time.Second)
+	// A TTL well past the time etcd takes to stop (up to its request
+	// timeout, 7 s, for open watches): etcd that is still stopping expires
+	// leases as it would for a silo cut off from it.
+	a := newTestMember(t, cli, "silo-a", 15*time.Second)
 	defer a.Close()
+	lease := a.Self().LeaseID
 	e.Stop()
+	waitFor(t, "silo-a suspended", func() bool { return a.Suspended() || isFenced(a) })
+	notFenced(t, a)
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := a.WaitValid(done); !errors.Is(err, context.Canceled) {
+		t.Fatalf("WaitValid(cancelled ctx) of a suspended silo = %v, want context.Canceled", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- a.WaitValid(t.Context()) }()
+	e.Restart()
+	if err := <-waited; err != nil {
+		t.Fatalf("WaitValid after etcd came back = %v, want nil", err)
+	}
+	if !a.Valid() || a.Suspended() {
+		t.Fatalf("after a successful renewal: valid %t, suspended %t", a.Valid(), a.Suspended())
+	}
+	notFenced(t, a)
+	if mi, ok := a.View().Member("silo-a"); !ok || mi.LeaseID != lease {
+		t.Fatalf("silo-a's record after the suspension: %+v (in view %t), want lease %x", mi, ok, lease)
+	}
+}
+
+// checkRecord, run before a suspended silo resumes, refuses a record that
+// left etcd while its lease lived (deleted by hand).
+func TestMembershipCheckRecord(t *testing.T) {
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	a := newTestMember(t, cli, "silo-a", 60*time.Second)
+	defer a.Close()
+	if err := a.checkRecord(t.Context()); err != nil {
+		t.Fatalf("checkRecord with the record in place: %v", err)
+	}
+	if _, err := cli.Delete(t.Context(), a.key); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.checkRecord(t.Context()); !errors.Is(err, errRecordGone) {
+		t.Fatalf("checkRecord after the record was deleted = %v, want errRecordGone", err)
+	}
 	waitFenced(t, a)
 }
 
@@ -428,8 +475,10 @@ func TestExpandSeeds(t *testing.T) {
 }
 
 // A silo paused past its fence (the clock jumps, as after SIGSTOP or a long
-// GC) is not Valid the moment it resumes, before its keepalive loop has run,
-// and then fences itself; until then, keepalives keep it valid.
+// GC) is not Valid the moment it resumes, before its keepalive loop has run.
+// It is suspended, and serves again once a renewal succeeds: its lease
+// lived, so no one could take its addresses over. Until then, keepalives
+// keep it valid. One whose lease is gone by then fences itself.
 func TestMembershipPausedPastFence(t *testing.T) {
 	verifyNoLeaks(t)
 	e := etcdtest.Start(t)
@@ -456,9 +505,24 @@ func TestMembershipPausedPastFence(t *testing.T) {
 			t.Fatalf("not valid after a successful keepalive: %v", m.FenceCause())
 		}
 	}
+	waitTimer(t, fake)
 	fake.Advance(fenceAfter)
 	if m.Valid() {
 		t.Fatal("valid after a pause past the fence")
+	}
+	if err := m.WaitValid(t.Context()); err != nil {
+		t.Fatalf("WaitValid after a pause past the fence, the lease alive: %v", err)
+	}
+	notFenced(t, m)
+
+	// Paused past the fence again, with the lease revoked meanwhile.
+	if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(m.Self().LeaseID)); err != nil {
+		t.Fatal(err)
+	}
+	waitTimer(t, fake)
+	fake.Advance(fenceAfter)
+	if err := m.WaitValid(t.Context()); err == nil || errs.Code(err) != codes.Unavailable {
+		t.Fatalf("WaitValid with the lease gone = %v, want Unavailable", err)
 	}
 	waitFenced(t, m)
 }
@@ -494,5 +558,14 @@ func TestMembershipFenceBound(t *testing.T) {
 		if iv := KeepAliveInterval(cfg.FenceAfter); iv <= 0 || iv > time.Second || 2*iv >= cfg.FenceAfter {
 			t.Errorf("KeepAliveInterval(%v) = %v", cfg.FenceAfter, iv)
 		}
+	}
+}
+
+func isFenced(m *Membership) bool {
+	select {
+	case <-m.Fenced():
+		return true
+	default:
+		return false
 	}
 }
