@@ -176,7 +176,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.PeerTLS.Name, "peer-tls-name", "", "a name the silos' certificates may carry instead of each silo's own (one certificate shared by every silo)")
 	fs.StringVar(&cfg.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one a line, the first used to encrypt; re-read when it changes")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
-	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd; a silo fences itself when no renewal succeeded for the lease's TTL less 1% and 250 ms, and starts again under a new lease")
+	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd (whole seconds): a hung silo is taken over about this long after it hung; a silo whose renewals fail for the TTL less 1% and 250 ms is suspended (its turns wait) until one succeeds, and fences and starts again under a new lease if its lease expired")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")

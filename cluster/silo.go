@@ -92,7 +92,7 @@ type SiloConfig struct {
 	// addresses (--join). Silos already in etcd's view are joined too.
 	Join []string
 	// LeaseTTL and FenceAfter tune the membership (see membership.Config).
-	// Zero: the defaults, 10 s and membership.LeaseBound of the lease.
+	// Zero: the defaults, 2 s and membership.LeaseBound of the lease.
 	LeaseTTL   time.Duration
 	FenceAfter time.Duration
 	// FaultInjection serves POST /debug/partition?on=true|false on HTTPAddr,

@@ -81,7 +81,7 @@ func TestEtcdLongOutage(t *testing.T) {
 	pids := pidsOf(c)
 	e.Freeze(true)
 	for i := range c.Len() {
-		c.WaitLog(i, `"msg":"fenced"`)
+		c.WaitLog(i, `"msg":"suspended`)
 	}
 	// Past the lease's expiry, so that etcd expires the leases when it
 	// resumes: a fault's length, not an assertion.
@@ -256,7 +256,7 @@ func (w *leaseWatch) waitRenewed(t *testing.T, since time.Time) {
 // silo is slow, not dead, its renewals still succeed, and gossip's
 // Lifeguard makes a slow prober probe less rather than accuse its peers.
 func TestClusterCPUHogsFenceNothing(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--lease-ttl", "3s"}})
+	c := testcluster.Start(t, testcluster.Options{Silos: 3})
 	addrs := journalAddrs("hogs", 60)
 	l := startLoad(t, c, addrs, 6, 5*time.Second)
 	l.waitOK(t, 200)

@@ -16,18 +16,17 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// DefaultLeaseTTL is the default Config.LeaseTTL. A hung silo is taken
-// over when its lease expires (see the package doc), about this long after
-// it hung, and an etcd leader election must end within its fence bound
-// (9.65 s, keepalives every second) to fence nothing. Elections can take
-// long: with etcd 3.4's defaults (election timeout 1 s, randomized up to
-// 2 s, a second round when the first candidate is turned down) beside a
-// loaded two-core host, killing the leader of a three-member etcd left
-// renewals failing long enough to fence every silo in 6 of 19 runs with a
-// TTL of 3 s (a bound of 2.72 s), 1 of 8 with 4 s and 1 of 8 with 5 s
-// (4.70 s). A shorter TTL (--lease-ttl 3s: a hung silo taken over in about
-// 3 s) needs an etcd whose elections are that much shorter.
-const DefaultLeaseTTL = 10 * time.Second
+// DefaultLeaseTTL is the default Config.LeaseTTL: etcd's minimum with its
+// default election timeout (1 s). A hung silo is taken over when its lease
+// expires (see the package doc), about this long after it hung. A silo
+// whose renewals fail for its fence bound (1.73 s) is suspended, not
+// fenced, so an etcd leader election, which can take several seconds on a
+// loaded host, delays turns and fences nothing: the new leader restarts
+// every lease's TTL. What the TTL trades is a silo cut off from a working
+// etcd (or hung) for longer than the TTL: its lease expires, and it fences
+// and starts again with no activations. On a network that drops a silo's
+// etcd traffic for seconds at a time, raise it (--lease-ttl 10s).
+const DefaultLeaseTTL = 2 * time.Second
 
 // Clock drift and slack of the fence bound (see LeaseBound and the package
 // doc): monotonic clocks that NTP slews run at most 500 ppm off; 1% covers
@@ -41,15 +40,15 @@ const (
 // LeaseBound returns how long after a successful keepalive was sent a silo
 // may go on serving: the lease's TTL ttl (which etcd restarted no earlier
 // than the send) less 1% for the rate of this host's clock against the etcd
-// leader's and a fixed slack of 250 ms. For the default TTL of 10 s: 9.65 s.
+// leader's and a fixed slack of 250 ms. For the default TTL of 2 s: 1.73 s.
 func LeaseBound(ttl time.Duration) time.Duration {
 	return ttl - ttl/fenceDriftDivisor - fenceSlack
 }
 
 // KeepAliveInterval returns how often a silo with the fence bound fence
 // renews its lease while the renewals succeed: a sixth of the bound, at
-// most 1 s (1 s for the default TTL, 453 ms for a TTL of 3 s), so that an
-// etcd leader election costs a few renewals out of many, and a lease left
+// most 1 s (288 ms for the default TTL, 1 s for a TTL of 10 s), so that
+// an etcd leader election costs a few renewals out of many, and a lease left
 // unrenewed for two intervals is a sign of death (see ProvenDead). A
 // failed renewal is retried after a quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {
@@ -83,13 +82,13 @@ type Config struct {
 	// TTL); the bounds use what was asked, or less if a keepalive reports
 	// less.
 	LeaseTTL time.Duration
-	// FenceAfter: the silo fences itself when no keepalive has succeeded for
-	// this long. Default, and upper bound: LeaseBound(LeaseTTL), as long as
-	// the lease certainly lives after a keepalive (see the package doc), so
-	// an etcd outage or leader change shorter than that fences nothing. A
-	// shorter FenceAfter makes the takeover of a silo removed by detection
-	// faster, at the price of fencing on shorter etcd outages. Keepalives
-	// are sent every KeepAliveInterval(FenceAfter).
+	// FenceAfter: the silo is suspended (runs no turn until a renewal
+	// succeeds) when no keepalive has succeeded for this long. Default, and
+	// upper bound: LeaseBound(LeaseTTL), as long as the lease certainly
+	// lives after a keepalive (see the package doc). A shorter FenceAfter
+	// makes the takeover of a silo removed by detection faster, at the
+	// price of suspending on shorter etcd hiccups. Keepalives are sent
+	// every KeepAliveInterval(FenceAfter).
 	FenceAfter time.Duration
 	// Logger, default slog.Default().
 	Logger *slog.Logger

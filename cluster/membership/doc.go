@@ -34,11 +34,23 @@
 //
 // # Fencing
 //
-// A silo fences itself (Fenced is closed, Valid turns false) when a
-// keepalive says its lease is gone, when its record leaves the view without
-// Leave, or when its lease may have expired: no keepalive has succeeded
-// within the fence bound (FenceAfter) after the last successful one was
-// sent.
+// A silo is suspended (Valid turns false, Suspended true) when no
+// keepalive has succeeded within the fence bound (FenceAfter) after the
+// last successful one was sent: its lease may have expired. A suspended
+// silo runs no turn (turns wait, WaitValid) and goes on renewing. If a
+// renewal succeeds and its record is still its own (a linearizable read),
+// the lease lived through the suspension, so no one took its addresses
+// over (a takeover needs the lease expired or revoked, and neither lease
+// can be renewed again): it serves again, with the turns that waited. A
+// silo fences itself (Fenced is closed, Valid turns false for good) when a
+// keepalive says its lease is gone, or when its record leaves the view
+// without Leave.
+//
+// Suspending instead of fencing is what makes a short TTL safe against
+// etcd: a leader election or an etcd outage that outlasts the bound only
+// delays turns (an Ask waits within its deadline), while a silo whose
+// lease really expired (cut off from a working etcd for a TTL, or hung)
+// finds its lease gone when it next reaches etcd, and fences.
 //
 // The bound is the time the lease can really last. The silo notes time s
 // (its monotonic clock) before it sends a keepalive. If the keepalive
@@ -49,26 +61,24 @@
 // only by its silo's Leave or by another silo's detection, which the silo
 // learns from its next keepalive or its view. So the silo may serve until
 // s+LeaseBound(TTL): TTL less 1% for the rate of its clock against the
-// leader's, and 250 ms of slack (9.65 s for the default TTL of 10 s). TTL
+// leader's, and 250 ms of slack (1.73 s for the default TTL of 2 s). TTL
 // is what the silo asked (whole seconds), or less if a keepalive reports
 // less. Keepalives go every KeepAliveInterval (a sixth of the bound, at
-// most 1 s: 1 s by default) and a failed one is retried at a quarter of
+// most 1 s: 288 ms by default) and a failed one is retried at a quarter of
 // that, each call bounded (two intervals) so that one that hangs leaves
-// room for the next: an etcd leader election (up to about 4 s with etcd's
-// default election timeout of 1 s) or an outage shorter than the bound
-// (minus an interval's worth of bad luck) fences nothing.
-// Config.FenceAfter may only shorten the bound.
+// room for the next. Config.FenceAfter may only shorten the bound.
 //
 // Valid checks the bound on the monotonic clock at every turn, so a silo
-// paused past its fence (SIGSTOP, a long GC) runs nothing when it resumes.
-// Hence TakeoverAt. A member whose lease expired is certainly fenced
-// already: its last successful keepalive was sent before the renewal that
-// set the expiry, TTL before it (by the leader's clock), and it fenced
-// LeaseBound(TTL) after that send, before the expiry, which comes before
-// anyone sees it; its addresses are taken over at once. A member removed
-// otherwise without Leave (its lease revoked by detection) is certainly
-// fenced FenceAfter (its own, from its record) after its removal was seen,
-// since its last successful keepalive was sent before the removal.
+// paused past its bound (SIGSTOP, a long GC) runs nothing when it resumes
+// until a renewal succeeds. Hence TakeoverAt. A member whose lease expired
+// is certainly not serving: its last successful keepalive was sent before
+// the renewal that set the expiry, TTL before it (by the leader's clock),
+// and it suspended LeaseBound(TTL) after that send, before the expiry,
+// which comes before anyone sees it, and it can never renew again; its
+// addresses are taken over at once. A member removed otherwise without
+// Leave (its lease revoked by detection) is certainly not serving
+// FenceAfter (its own, from its record) after its removal was seen, since
+// its last successful keepalive was sent before the removal.
 //
 // A silo tells an expiry from a revocation by a record: every revocation
 // by detection first writes <prefix>revoked/<lease>, bound to a lease of
@@ -83,11 +93,10 @@
 // (hung, paused, or cut off from etcd as well) is therefore not revoked
 // while its lease expires within 10 s and sooner than its fence after a
 // revocation would end: survivors leave the lease to expire, and a hung
-// silo is taken over about one TTL after it hung (10 s by default, 3 s
-// with a TTL of 3 s). A silo that still renews its lease (cut off from
-// its peers only) is revoked, and taken over gossip detection plus its
-// fence after it was cut off. Takeover therefore pays for etcd tolerance
-// through the TTL: the fence bound must outlast etcd's leader elections.
+// silo is taken over about one TTL after it hung (2 s by default). A silo
+// that still renews its lease (cut off from its peers only) is revoked,
+// and taken over gossip detection plus its fence bound after it was cut
+// off.
 //
 // A fenced Membership is final. The silo program (cluster.Program) tears
 // the silo down without running OnDeactivate and starts a new one, with a
