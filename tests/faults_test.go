@@ -42,6 +42,41 @@ func TestEtcdLeaderKilled(t *testing.T) {
 	c.CheckJournal()
 }
 
+// TestEtcdNoLeaderPastTheTTL: the etcd leader killed and the two other
+// members frozen for longer than the lease TTL, so that no renewal can
+// succeed past every silo's fence bound: each silo is suspended (its turns
+// wait), none fences, and no Ask fails, since the member that becomes
+// leader when they thaw restarts every lease's TTL; each silo resumes
+// under the lease it had.
+func TestEtcdNoLeaderPastTheTTL(t *testing.T) {
+	e := testcluster.StartEtcd(t, 3)
+	c := testcluster.Start(t, testcluster.Options{Silos: 3, EtcdEndpoints: e.Endpoints()})
+	addrs := journalAddrs("etcdnoleader", 60)
+	// Asks outlast the outage and an election: they wait, not fail.
+	l := startLoad(t, c, addrs, 6, 30*time.Second)
+	l.waitOK(t, 200)
+	pids := pidsOf(c)
+	leases := newLeaseWatch(t, c, e.Endpoints())
+	e.Kill(e.Leader())
+	e.Freeze(true)
+	for i := range c.Len() {
+		c.WaitLog(i, `"msg":"suspended`)
+	}
+	// Past the TTL (2 s by default): a fault's length, not an assertion.
+	hold(t, 2*membership.DefaultLeaseTTL)
+	e.Freeze(false)
+	e.Leader()
+	for i := range c.Len() {
+		c.WaitLog(i, `"msg":"resumed`)
+	}
+	leases.waitRenewed(t, time.Now())
+	l.waitOK(t, l.ok.Load()+200)
+	l.finish(t)
+	t.Logf("no etcd leader for %v under load: %d asks answered, %d failed %v, e.g. %v", 2*membership.DefaultLeaseTTL, l.ok.Load(), l.failed.Load(), l.codeCounts(), l.sample())
+	noFence(t, c, pids)
+	c.CheckJournal()
+}
+
 // TestEtcdShortOutage: etcd unreachable (every member frozen: connections
 // hang) for well under the lease TTL fences no silo and fails no Ask.
 func TestEtcdShortOutage(t *testing.T) {
@@ -67,10 +102,12 @@ func TestEtcdShortOutage(t *testing.T) {
 	c.CheckJournal()
 }
 
-// TestEtcdLongOutage: etcd unreachable for longer than the lease TTL fences
-// every silo, as designed; when etcd answers again, each silo process starts
-// its silo again under a new lease by itself (no supervisor: the processes
-// are the same), and the agents answer again.
+// TestEtcdLongOutage: etcd unreachable (every member frozen, the leader
+// with them, so it expires the leases when it resumes) for longer than the
+// lease TTL suspends every silo and then fences it when etcd answers that
+// its lease is gone, as designed; each silo process starts its silo again
+// under a new lease by itself (no supervisor: the processes are the same),
+// and the agents answer again.
 func TestEtcdLongOutage(t *testing.T) {
 	e := testcluster.StartEtcd(t, 3)
 	const ttl = 3 * time.Second
@@ -250,11 +287,11 @@ func (w *leaseWatch) waitRenewed(t *testing.T, since time.Time) {
 // load, beside busy processes (three per core, each spinning on a core of
 // its own as `yes > /dev/null` does), for a while: no silo fences, none is
 // removed from the view or taken over, and no Ask fails (journal-checked:
-// no overlaps). The silos run with the shortest lease the README offers
-// (--lease-ttl 3s: a fence bound of 2.72 s, keepalives every 453 ms, each
-// bounded by two intervals), where a false fence is likeliest: a loaded
-// silo is slow, not dead, its renewals still succeed, and gossip's
-// Lifeguard makes a slow prober probe less rather than accuse its peers.
+// no overlaps). The silos run with the default lease (2 s: a fence bound
+// of 1.73 s, keepalives every 288 ms, each bounded by two intervals),
+// where a false fence is likeliest: a loaded silo is slow, not dead, its
+// renewals still succeed, and gossip's Lifeguard makes a slow prober probe
+// less rather than accuse its peers.
 func TestClusterCPUHogsFenceNothing(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3})
 	addrs := journalAddrs("hogs", 60)
