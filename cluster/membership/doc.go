@@ -120,10 +120,11 @@
 // silo dead. What the rule does not cover is a silo cut off by resets from
 // its peers and, at the same time, from etcd, yet still reached by
 // clients: it serves until its fence while its lease is taken as dead.
-// A killed silo is proven dead three to four seconds after its last
-// renewal with the default TTL, one to two with a TTL of 3 s (whole
-// seconds of remaining TTL make the proof coarse), or when its lease
-// expires a TTL after it, whichever comes first.
+// A killed silo is proven dead one to two seconds after its last renewal
+// with the default TTL of 2 s or a TTL of 3 s, three to four with 10 s
+// (etcd reports the remaining TTL in whole seconds, rounded down, and -1
+// for a lease it does not know, which makes the proof coarse), or when its
+// lease expires a TTL after it, whichever comes first.
 //
 // # Leaving
 //

@@ -332,9 +332,10 @@ func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fenc
 		return proofGone
 	case err != nil:
 		return proofNo
-	case r.TTL <= 0:
-		return proofGone
+	case r.TTL < 0:
+		return proofGone // etcd answers -1 for a lease it does not know
 	}
+	// A TTL of 0 is a lease that lives less than a second more.
 	since := time.Duration(r.GrantedTTL-r.TTL)*time.Second - time.Second
 	if since > 2*KeepAliveInterval(fence) {
 		return proofYes

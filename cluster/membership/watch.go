@@ -147,7 +147,7 @@ func (m *Membership) expired(ctx context.Context, lease clientv3.LeaseID, rev in
 	if err != nil {
 		return isLeaseNotFound(err)
 	}
-	return t.TTL <= 0
+	return t.TTL < 0 // etcd answers -1 for a lease it does not know; 0 lives on
 }
 
 // replace sets the members read at revision rev; expired says which of the
