@@ -622,10 +622,17 @@ func (c *Cluster) Lives() map[int]Life {
 	lives := maps.Clone(c.lives)
 	c.mu.Unlock()
 	for _, s := range c.silos {
-		for pid, fences := range fencesIn(s.LogPath) {
+		fences, suspended := fencesIn(s.LogPath)
+		for pid, f := range fences {
 			l := lives[pid]
-			l.Fenced = fences
+			l.Fenced = f
 			lives[pid] = l
+		}
+		for pid, since := range suspended {
+			if l, ok := lives[pid]; ok && !l.Died.IsZero() {
+				l.Suspended = since
+				lives[pid] = l
+			}
 		}
 		s.mu.Lock()
 		if p := s.proc; p != nil && p.running() && !p.froze.IsZero() {

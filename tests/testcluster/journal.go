@@ -23,42 +23,71 @@ type Life struct {
 	// last journal line after the freeze, or at the freeze: frozen, it ran
 	// nothing, and thawed, whatever turn it ran is in the journal.
 	Froze time.Time
-	// Fenced are the times the process's silo logged that it fenced
-	// itself: its activations from before ended then (or at the freeze
+	// Fenced are the times the process's silo stopped for good before it
+	// fenced itself: when it was suspended (it runs no turn from then on),
+	// if it was suspended when it fenced, else when it logged that it
+	// fenced. Its activations from before ended then (or at the freeze
 	// before it, or at their last journal line, if later), though the
 	// process goes on with a new silo. Died is zero while it runs.
 	Fenced []time.Time
+	// Suspended is when the process's silo was suspended, if it still was
+	// when its log ended (it died suspended): its activations ran nothing
+	// after that but what the journal shows.
+	Suspended time.Time
 }
 
-// fencesIn reads a silo's log: the times each of its processes (by pid)
-// logged "fenced".
-func fencesIn(path string) map[int][]time.Time {
+// fencesIn reads a silo's log: for each of its processes (by pid), when
+// its silos stopped before they fenced (see Life.Fenced), and when it was
+// suspended if it still was at the end of the log (Life.Suspended).
+func fencesIn(path string) (map[int][]time.Time, map[int]time.Time) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	out := map[int][]time.Time{}
+	fences, suspended := map[int][]time.Time{}, map[int]time.Time{}
 	pid := 0
+	var since time.Time // the current suspension of pid's silo
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "=== testcluster "); ok {
 			var ts string
 			var n int
 			if _, err := fmt.Sscanf(rest, "%s pid %d started", &ts, &n); err == nil {
-				pid = n
+				pid, since = n, time.Time{}
 			}
 			continue
 		}
-		if pid == 0 || !strings.Contains(line, `"msg":"fenced"`) {
+		if pid == 0 || !strings.Contains(line, `"msg":"`) {
 			continue
 		}
 		var rec struct {
-			Time time.Time `json:"time"`
+			Time  time.Time `json:"time"`
+			Msg   string    `json:"msg"`
+			Since time.Time `json:"since"`
 		}
-		if json.Unmarshal([]byte(line), &rec) == nil && !rec.Time.IsZero() {
-			out[pid] = append(out[pid], rec.Time)
+		if json.Unmarshal([]byte(line), &rec) != nil || rec.Time.IsZero() {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(rec.Msg, "suspended:"):
+			since = rec.Since
+			if since.IsZero() {
+				since = rec.Time
+			}
+			suspended[pid] = since
+		case strings.HasPrefix(rec.Msg, "resumed:"):
+			since = time.Time{}
+			delete(suspended, pid)
+		case rec.Msg == "fenced":
+			at := rec.Time
+			if !since.IsZero() && since.Before(at) {
+				at = since
+			}
+			fences[pid] = append(fences[pid], at)
+			since = time.Time{}
+			delete(suspended, pid)
 		}
 	}
-	return out
+	return fences, suspended
 }
 
 // Activation is one activation of an address, read from the journal that
@@ -142,6 +171,14 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		k := key{fields[1], pid}
 		at := time.Unix(0, nanos)
 		if fields[0] == "start" {
+			// An activation still open from before a fence of its process
+			// was torn down with its silo: no end line comes for it, and
+			// the end lines from here on are the new silo's.
+			if fenced := lives[pid].Fenced; len(fenced) > 0 {
+				open[k] = slices.DeleteFunc(open[k], func(i int) bool {
+					return slices.ContainsFunc(fenced, func(f time.Time) bool { return !f.Before(acts[i].Start) && f.Before(at) })
+				})
+			}
 			open[k] = append(open[k], len(acts))
 			acts = append(acts, Activation{Address: fields[1], Silo: fields[2], PID: pid, Start: at, Last: at, Line: n})
 			continue
@@ -195,6 +232,14 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 			}
 		default:
 			a.End = life.Died
+		}
+		if s := life.Suspended; !a.End.IsZero() && !s.IsZero() && a.Start.Before(s) && s.Before(a.End) {
+			// It died suspended: it ran nothing after the suspension but
+			// what the journal shows.
+			a.End = s
+			if a.Last.After(a.End) {
+				a.End = a.Last
+			}
 		}
 	}
 	return acts, nil

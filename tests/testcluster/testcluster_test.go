@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,19 @@ func TestOverlaps(t *testing.T) {
 		"turn J:o:g s0 400 5000",  // g on s0 still ran after g on s1 started
 		"start J:o:h s0 400 6000", // started after the thaw: lives until the exit
 		"start J:o:h s1 200 7000",
+		// pid 500's silo stopped at 3000 and fenced; a new silo in the same
+		// process activated i again, after s1 had it for a while.
+		"start J:o:i s0 500 1000",
+		"start J:o:i s1 200 3500",
+		"end J:o:i s1 200 3900 moved",
+		"start J:o:i s0 500 4000",
+		"end J:o:i s0 500 6000 moved", // the new silo's i, not the first
+		// pid 600 died at 8000, suspended since 2000.
+		"start J:o:j s0 600 1000",
+		"start J:o:j s1 200 3000", // after j's suspension: no overlap
+		"start J:o:k s0 600 1000",
+		"turn J:o:k s0 600 2500", // ran after its suspension ended
+		"start J:o:k s1 200 2200",
 		"",
 	}, "\n")
 	if err := os.WriteFile(path, []byte(journal), 0o600); err != nil {
@@ -47,13 +61,15 @@ func TestOverlaps(t *testing.T) {
 	lives := map[int]Life{
 		100: {Died: time.Unix(0, 5000)},
 		400: {Died: time.Unix(0, 8000), Froze: time.Unix(0, 3000)},
+		500: {Fenced: []time.Time{time.Unix(0, 3000)}},
+		600: {Died: time.Unix(0, 8000), Suspended: time.Unix(0, 2000)},
 	}
 	acts, err := ReadJournal(path, lives)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(acts) != 16 {
-		t.Fatalf("%d activations, want 16: %v", len(acts), acts)
+	if len(acts) != 23 {
+		t.Fatalf("%d activations, want 23: %v", len(acts), acts)
 	}
 	if b := acts[2]; b.Address != "J:o:b" || !b.Ended || b.Reason != "moved" {
 		t.Errorf("the first b: %+v, want it ended, moved", b)
@@ -62,7 +78,7 @@ func TestOverlaps(t *testing.T) {
 	for _, o := range Overlaps(acts) {
 		got = append(got, o.A.Address+"/"+o.A.Silo+"+"+o.B.Silo)
 	}
-	want := []string{"J:o:b/s0+s1", "J:o:c/s0+s1", "J:o:e/s0+s0", "J:o:g/s0+s1", "J:o:h/s0+s1"}
+	want := []string{"J:o:b/s0+s1", "J:o:c/s0+s1", "J:o:e/s0+s0", "J:o:g/s0+s1", "J:o:h/s0+s1", "J:o:k/s0+s1"}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("overlaps %v, want %v", got, want)
 	}
@@ -71,6 +87,49 @@ func TestOverlaps(t *testing.T) {
 	}
 	if _, err := ReadJournal(path, nil); err == nil {
 		t.Error("an end without a start: no error")
+	}
+}
+
+// TestFencesIn reads when a process's silos stopped from its log: at a
+// fence, when its suspension began if it was suspended (a resumed
+// suspension counts for nothing); a suspension left at the end of the log
+// is reported apart.
+func TestFencesIn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "log")
+	log := strings.Join([]string{
+		"=== testcluster 2026-11-23T21:00:00Z pid 500 started",
+		`{"time":"2026-11-23T21:00:01Z","msg":"suspended: no lease keepalive succeeded","since":"2026-11-23T21:00:00.5Z"}`,
+		`{"time":"2026-11-23T21:00:02Z","msg":"resumed: a lease keepalive succeeded"}`,
+		`{"time":"2026-11-23T21:00:03Z","msg":"fenced"}`, // not suspended: at the fence
+		`{"time":"2026-11-23T21:00:04Z","msg":"suspended: no lease keepalive succeeded","since":"2026-11-23T21:00:03.5Z"}`,
+		`{"time":"2026-11-23T21:00:05Z","msg":"fenced"}`, // suspended: at its start
+		`{"time":"2026-11-23T21:00:06Z","msg":"suspended: no lease keepalive succeeded","since":"2026-11-23T21:00:05.5Z"}`,
+		"=== testcluster 2026-11-23T21:01:00Z pid 600 started",
+		`{"time":"2026-11-23T21:01:01Z","msg":"fenced"}`,
+		"",
+	}, "\n")
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time {
+		v, err := time.Parse(time.RFC3339Nano, "2026-11-23T"+s+"Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	fences, suspended := fencesIn(path)
+	if got, want := fences[500], []time.Time{at("21:00:03"), at("21:00:03.5")}; !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("pid 500 fenced %v, want %v", got, want)
+	}
+	if got, want := fences[600], []time.Time{at("21:01:01")}; !slices.EqualFunc(got, want, time.Time.Equal) {
+		t.Errorf("pid 600 fenced %v, want %v", got, want)
+	}
+	if got := suspended[500]; !got.Equal(at("21:00:05.5")) {
+		t.Errorf("pid 500 suspended at the end since %v, want 21:00:05.5", got)
+	}
+	if _, ok := suspended[600]; ok {
+		t.Errorf("pid 600 reported suspended: %v", suspended[600])
 	}
 }
 
