@@ -195,6 +195,7 @@ type siloCollector struct {
 
 	activations, queued, maxQueued *prometheus.Desc
 	members, version, fired        *prometheus.Desc
+	suspended                      *prometheus.Desc
 }
 
 func newSiloCollector(s *Silo) *siloCollector {
@@ -206,12 +207,13 @@ func newSiloCollector(s *Silo) *siloCollector {
 		members:     prometheus.NewDesc("agentsilo_view_members", "Silos in this silo's membership view.", nil, nil),
 		version:     prometheus.NewDesc("agentsilo_view_version", "The version (etcd revision) of this silo's membership view.", nil, nil),
 		fired:       prometheus.NewDesc("agentsilo_reminders_fired_total", "Reminder ticks this silo fired (handed for delivery).", nil, nil),
+		suspended:   prometheus.NewDesc("agentsilo_suspended", "1 while this silo is suspended: no lease renewal succeeded within its fence bound, so its turns wait.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired} {
+	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired, c.suspended} {
 		ch <- d
 	}
 }
@@ -229,6 +231,11 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 	constMetric(ch, c.members, prometheus.GaugeValue, float64(len(v.Members)))
 	constMetric(ch, c.version, prometheus.GaugeValue, float64(v.Version))
 	constMetric(ch, c.fired, prometheus.CounterValue, float64(c.s.reminders.Stats().Fired))
+	suspended := 0.0
+	if c.s.members.Suspended() {
+		suspended = 1
+	}
+	constMetric(ch, c.suspended, prometheus.GaugeValue, suspended)
 }
 
 // constMetric sends a metric read at scrape time; one that cannot be made

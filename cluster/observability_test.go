@@ -152,6 +152,9 @@ func TestMetrics(t *testing.T) {
 		activations += x
 		x, _ = value(fams[i], "agentsilo_call_duration_seconds", "type", "Probe", "kind", "REQUEST")
 		durations += x
+		if x, found := value(fams[i], "agentsilo_suspended"); !found || x != 0 {
+			t.Errorf("%s: agentsilo_suspended = %v (found %t), want 0", s.cfg.Name, x, found)
+		}
 		if _, found := value(fams[i], "go_goroutines"); !found {
 			t.Errorf("%s: no Go runtime metrics", s.cfg.Name)
 		}
