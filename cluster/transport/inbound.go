@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -52,6 +53,8 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	if err := srv.Send(t.hello()); err != nil {
 		return err
 	}
+	in.w.open(srv.Send, cancel)
+	defer in.w.shut() // before this handler returns: no Send after that
 	// The reader ends when this handler has returned and gRPC has ended the
 	// stream, if not before; Close waits for it.
 	t.wg.Add(1)
@@ -76,8 +79,12 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 				return ctx.Err()
 			}
 		}
+		in.w.mu.Lock()
 		w.fill(it, in.out)
-		if err := w.flush(srv.Send); err != nil {
+		err := w.flush(srv.Send)
+		in.w.queued.Add(-int64(w.taken))
+		in.w.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -85,15 +92,17 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 
 // inbound is one stream a peer opened to this silo.
 type inbound struct {
-	h     Handler // what the peer's envelopes are for
-	t     *Transport
-	ctx   context.Context // ends with the stream or the transport
-	from  string          // the peer's silo name, from its hello
-	out   chan item       // responses for the writer
-	lanes [numLanes]chan laneItem
-	calls calls         // the requests being handled
-	rdone chan struct{} // closed when the reader ends
-	rerr  error
+	h       Handler // what the peer's envelopes are for
+	t       *Transport
+	ctx     context.Context // ends with the stream or the transport
+	from    string          // the peer's silo name, from its hello
+	out     chan item       // responses for the writer
+	w       writer          // writes the responses
+	serving atomic.Int64    // requests read and not yet answered
+	lanes   [numLanes]chan laneItem
+	calls   calls         // the requests being handled
+	rdone   chan struct{} // closed when the reader ends
+	rerr    error
 }
 
 // laneItem is an envelope on its way to the handler, with its call if it
@@ -151,6 +160,7 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 			case agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
 				li := laneItem{env: e}
 				if e.Kind == agentsilov1.Kind_KIND_REQUEST {
+					in.serving.Add(1)
 					// Registered here, not on the lane, so that a cancel
 					// notice right behind it finds it.
 					li.call = in.calls.add(e)
@@ -297,9 +307,17 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 	} else {
 		resp.Message = msg
 	}
+	// The only reply in flight is written at once if it can be: there is
+	// nothing to batch it with. See peer.enqueue.
+	it := item{env: resp, size: size}
+	if in.serving.Add(-1) == 0 && in.w.direct(t, it) {
+		return
+	}
+	in.w.queued.Add(1)
 	select {
-	case in.out <- item{env: resp, size: size}:
+	case in.out <- it:
 	case <-in.ctx.Done():
+		in.w.queued.Add(-1)
 	}
 }
 

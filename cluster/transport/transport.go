@@ -297,6 +297,8 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 		return nil, err
 	}
 	env.Kind = agentsilov1.Kind_KIND_REQUEST
+	p.asking.Add(1)
+	defer p.asking.Add(-1)
 	c := &call{done: make(chan result, 1)}
 	env.CallId = p.nextID.Add(1)
 	if err := p.register(env.CallId, c); err != nil {
