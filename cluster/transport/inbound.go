@@ -100,16 +100,18 @@ type inbound struct {
 	w       writer          // writes the responses
 	serving atomic.Int64    // requests read and not yet answered
 	lanes   [numLanes]chan laneItem
-	calls   calls         // the requests being handled
-	rdone   chan struct{} // closed when the reader ends
+	busy    [numLanes]atomic.Int32 // envelopes on each lane, queued or being handed on
+	calls   calls                  // the requests being handled
+	rdone   chan struct{}          // closed when the reader ends
 	rerr    error
 }
 
 // laneItem is an envelope on its way to the handler, with its call if it
 // is a request (nil if its deadline had passed on arrival).
 type laneItem struct {
-	env  *Envelope
-	call *callCtx
+	env   *Envelope
+	call  *callCtx
+	tried bool // TryHandleRequest left it to the lane
 }
 
 // numLanes is the number of ordered lanes of an inbound stream: a slow
@@ -147,7 +149,7 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	in.from = first.Hello.Silo
 	for i := range in.lanes {
 		t.wg.Add(1)
-		go in.lane(in.lanes[i])
+		go in.lane(in.lanes[i], &in.busy[i])
 	}
 	b := first
 	for {
@@ -165,8 +167,18 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 					// notice right behind it finds it.
 					li.call = in.calls.add(e)
 				}
+				l := lane(e.GetMessage().GetTo())
+				if li.call != nil && in.busy[l].Load() == 0 {
+					if in.tryAsync(e, li.call) {
+						// Taken here, with nothing ahead of it on its
+						// lane: the lane's goroutine is not woken for it.
+						continue
+					}
+					li.tried = true
+				}
+				in.busy[l].Add(1)
 				select {
-				case in.lanes[lane(e.GetMessage().GetTo())] <- li:
+				case in.lanes[l] <- li:
 				case <-in.ctx.Done():
 					in.rerr = in.ctx.Err()
 					return
@@ -219,13 +231,13 @@ type OrderedHandler interface {
 
 // request hands the request env on, in its lane's order when the handler
 // can (see OrderedHandler). c is its handler's context, nil if its deadline
-// had passed when it arrived.
-func (in *inbound) request(env *Envelope, c *callCtx) {
+// had passed when it arrived; tried, that TryHandleRequest declined it.
+func (in *inbound) request(env *Envelope, c *callCtx, tried bool) {
 	if c == nil {
 		in.respond(env, nil, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
 		return
 	}
-	if in.tryAsync(env, c) {
+	if !tried && in.tryAsync(env, c) {
 		return
 	}
 	t := in.t
@@ -333,16 +345,17 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 }
 
 // lane hands on the envelopes of one of the stream's lanes, in order.
-func (in *inbound) lane(envs chan laneItem) {
+func (in *inbound) lane(envs chan laneItem, busy *atomic.Int32) {
 	defer in.t.wg.Done()
 	for {
 		select {
 		case li := <-envs:
 			if li.env.Kind == agentsilov1.Kind_KIND_REQUEST {
-				in.request(li.env, li.call)
+				in.request(li.env, li.call, li.tried)
 			} else {
 				in.oneWay(li.env)
 			}
+			busy.Add(-1)
 		case <-in.ctx.Done():
 			return
 		}
