@@ -207,6 +207,12 @@ func New(cfg Config) (*Transport, error) {
 			Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.MaxBackoff},
 			MinConnectTimeout: cfg.ConnectTimeout,
 		}),
+		// Fixed flow-control windows: gRPC's dynamic window (BDP
+		// estimation) pings the peer on every message while the stream
+		// is quiet, which at one Ask in flight doubles the frames written
+		// and read. See peerWindow.
+		grpc.WithInitialWindowSize(peerWindow),
+		grpc.WithInitialConnWindowSize(peerWindow),
 		// Notice a peer that vanished without closing its connections.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}, cfg.DialOptions...)
@@ -214,6 +220,14 @@ func New(cfg Config) (*Transport, error) {
 }
 
 const minBackoff = 50 * time.Millisecond
+
+// peerWindow is the flow-control window of a peer stream and its
+// connection (there is one stream per connection): what a peer may have
+// sent that this silo's reader has not taken yet, so it bounds the memory a
+// peer's stream holds here, besides the lanes and the queues. 4 MiB: a batch
+// of MaxMessageSize fits, and gRPC does not cap the window at 64 KiB as its
+// default does before its estimate grows it.
+const peerWindow = 4 << 20
 
 // ServerOptions returns the gRPC server options the server that Register
 // serves the Peer service on needs: message size limits matching
@@ -223,6 +237,8 @@ func (t *Transport) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(t.limit),
 		grpc.MaxSendMsgSize(t.limit),
+		grpc.InitialWindowSize(peerWindow),
+		grpc.InitialConnWindowSize(peerWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
