@@ -153,6 +153,16 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	}
 	b := first
 	for {
+		// The batch's requests count as served from now on, so that the
+		// replies of the first ones, if quick, queue to go out together
+		// instead of each being written alone (see respond).
+		n := 0
+		for _, e := range b.Envelopes {
+			if e.Kind == agentsilov1.Kind_KIND_REQUEST && !e.Cancel {
+				n++
+			}
+		}
+		in.serving.Add(int64(n))
 		for _, e := range b.Envelopes {
 			if e.Cancel {
 				in.calls.cancel(e.CallId)
@@ -162,7 +172,6 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 			case agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
 				li := laneItem{env: e}
 				if e.Kind == agentsilov1.Kind_KIND_REQUEST {
-					in.serving.Add(1)
 					// Registered here, not on the lane, so that a cancel
 					// notice right behind it finds it.
 					li.call = in.calls.add(e)
