@@ -222,6 +222,8 @@ func (t *Transport) handlerCtx(ctx context.Context, env *Envelope) (context.Cont
 // goroutine waiting for each: TryHandleRequest returns false, having done
 // nothing, for a request it leaves to HandleRequest; when it returns true,
 // reply is called once with the result, and must not be held up for long.
+// TryHandleRequest must not block either: when the request's lane is empty
+// it is called on the stream's reader goroutine (else on the lane's).
 type AsyncHandler interface {
 	TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool
 }

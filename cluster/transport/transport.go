@@ -120,6 +120,10 @@ type Stats struct {
 // Each peer has a bounded queue drained by one sender goroutine, which puts
 // everything queued (up to MaxBatch envelopes) into one stream message: when
 // idle, an envelope goes out at once; when busy, batches form by themselves.
+// An Ask that is the only one in flight to its peer, finding nothing queued
+// and no write under way, is written by its own goroutine instead (and so is
+// the only reply in flight on an inbound stream): with nothing to batch it
+// with, a hand-off to the sender would only add a goroutine wake-up.
 // A slow or dead peer fills only its own queue. When a peer's stream breaks,
 // its pending Asks fail at once with Unavailable, those never written to the
 // stream marked ErrNotDelivered (the caller may send them again: the peer
