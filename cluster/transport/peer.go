@@ -399,6 +399,12 @@ func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, 
 		p.w.queued.Add(-int64(w.taken))
 		p.w.mu.Unlock()
 		if err != nil {
+			if w.carry.env != nil {
+				// Lost with the stream, as what is still queued will be;
+				// its call, if any, fails with the stream.
+				p.w.queued.Add(-1)
+				p.drop(w.carry)
+			}
 			return err
 		}
 	}
