@@ -2,6 +2,8 @@ package transport
 
 import (
 	"runtime"
+	"sync"
+	"sync/atomic"
 
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -11,6 +13,7 @@ type batcher struct {
 	t     *Transport
 	batch *agentsilov1.PeerBatch
 	bytes int
+	taken int  // items of the batch taken from the queue, skipped ones included
 	carry item // taken from the queue but left for the next batch
 }
 
@@ -23,6 +26,7 @@ type batcher struct {
 func (w *batcher) fill(it item, q chan item) {
 	w.batch.Envelopes = w.batch.Envelopes[:0]
 	w.bytes = 0
+	w.taken = 0
 	w.add(it)
 	if len(q) == 0 {
 		runtime.Gosched()
@@ -42,6 +46,7 @@ func (w *batcher) fill(it item, q chan item) {
 }
 
 func (w *batcher) add(it item) {
+	w.taken++
 	if it.call != nil && (it.call.finished.Load() || !it.call.fate.CompareAndSwap(callQueued, callWritten)) {
 		return
 	}
@@ -59,4 +64,66 @@ func (w *batcher) flush(send func(*agentsilov1.PeerBatch) error) error {
 	err := send(w.batch)
 	clear(w.batch.Envelopes)
 	return err
+}
+
+// writer serializes the writes to one stream, and lets a goroutine with one
+// envelope to send write it itself when nothing is queued ahead of it and no
+// one else is writing: at low load an envelope then costs no hand-off to the
+// stream's sender goroutine, which only drains what queued while a write was
+// under way (in batches, as before). The order of the queue is kept: a
+// direct write happens only when no envelope is queued or held by the
+// sender, and every write holds mu.
+type writer struct {
+	mu     sync.Mutex                         // held while writing to the stream
+	send   func(*agentsilov1.PeerBatch) error // nil while there is no stream to write to; guarded by mu
+	broken func()                             // ends the stream after a failed direct write; guarded by mu
+	one    agentsilov1.PeerBatch              // the batch of a direct write; guarded by mu
+	queued atomic.Int64                       // envelopes queued or held by the sender goroutine, not yet written
+	hook   func()                             // test hook, called before a direct write
+}
+
+// open sets the stream the writer writes to; broken ends it.
+func (w *writer) open(send func(*agentsilov1.PeerBatch) error, broken func()) {
+	w.mu.Lock()
+	w.send, w.broken = send, broken
+	w.mu.Unlock()
+}
+
+// shut stops direct writes: the stream is gone, or about to be.
+func (w *writer) shut() {
+	w.mu.Lock()
+	w.send, w.broken = nil, nil
+	w.mu.Unlock()
+}
+
+// direct writes it to the stream on the calling goroutine and returns true
+// if the stream is open, nothing is queued and no one is writing; otherwise
+// it returns false, having done nothing, and it should be queued. A request
+// whose call has ended is not written (but true is returned: it is done
+// with). A failed write ends the stream, whose reader and sender then see it
+// fail.
+func (w *writer) direct(t *Transport, it item) bool {
+	if !w.mu.TryLock() {
+		return false
+	}
+	defer w.mu.Unlock()
+	if w.send == nil || !w.queued.CompareAndSwap(0, 1) {
+		return false
+	}
+	defer w.queued.Add(-1)
+	if w.hook != nil {
+		w.hook()
+	}
+	if it.call != nil && (it.call.finished.Load() || !it.call.fate.CompareAndSwap(callQueued, callWritten)) {
+		return true
+	}
+	w.one.Envelopes = append(w.one.Envelopes[:0], it.env)
+	t.count(1)
+	err := w.send(&w.one)
+	w.one.Envelopes[0] = nil
+	if err != nil {
+		w.broken()
+		w.send = nil
+	}
+	return true
 }

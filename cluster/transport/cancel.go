@@ -28,9 +28,11 @@ func (p *peer) sendCancel(id uint64) {
 	if p.usable() != nil {
 		return
 	}
+	p.w.queued.Add(1)
 	select {
 	case p.queue <- item{env: cancelNotice(id), size: 16}:
 	default:
+		p.w.queued.Add(-1)
 		p.t.logger.Debug("cancel notice not sent: queue full", "peer", p.addr, "call", id)
 	}
 }

@@ -7,7 +7,8 @@
 // Files: transport.go (Transport, Config, Handler, Ask, Send), peer.go (the
 // outbound stream to one peer: its bounded queue, its sender, reconnects),
 // batch.go (filling one stream message from the queue: batches form by
-// themselves when busy), inbound.go (the streams peers open to this silo),
+// themselves when busy; the writer that lets a lone envelope be written by
+// its own goroutine), inbound.go (the streams peers open to this silo),
 // workers.go (parked goroutines that run inbound requests), cancel.go (a
 // cancelled Ask's notice to its peer, and the contexts of inbound requests
 // that it cancels).

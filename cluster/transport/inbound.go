@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -52,6 +53,8 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	if err := srv.Send(t.hello()); err != nil {
 		return err
 	}
+	in.w.open(srv.Send, cancel)
+	defer in.w.shut() // before this handler returns: no Send after that
 	// The reader ends when this handler has returned and gRPC has ended the
 	// stream, if not before; Close waits for it.
 	t.wg.Add(1)
@@ -76,8 +79,12 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 				return ctx.Err()
 			}
 		}
+		in.w.mu.Lock()
 		w.fill(it, in.out)
-		if err := w.flush(srv.Send); err != nil {
+		err := w.flush(srv.Send)
+		in.w.queued.Add(-int64(w.taken))
+		in.w.mu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -85,22 +92,26 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 
 // inbound is one stream a peer opened to this silo.
 type inbound struct {
-	h     Handler // what the peer's envelopes are for
-	t     *Transport
-	ctx   context.Context // ends with the stream or the transport
-	from  string          // the peer's silo name, from its hello
-	out   chan item       // responses for the writer
-	lanes [numLanes]chan laneItem
-	calls calls         // the requests being handled
-	rdone chan struct{} // closed when the reader ends
-	rerr  error
+	h       Handler // what the peer's envelopes are for
+	t       *Transport
+	ctx     context.Context // ends with the stream or the transport
+	from    string          // the peer's silo name, from its hello
+	out     chan item       // responses for the writer
+	w       writer          // writes the responses
+	serving atomic.Int64    // requests read and not yet answered
+	lanes   [numLanes]chan laneItem
+	busy    [numLanes]atomic.Int32 // envelopes on each lane, queued or being handed on
+	calls   calls                  // the requests being handled
+	rdone   chan struct{}          // closed when the reader ends
+	rerr    error
 }
 
 // laneItem is an envelope on its way to the handler, with its call if it
 // is a request (nil if its deadline had passed on arrival).
 type laneItem struct {
-	env  *Envelope
-	call *callCtx
+	env   *Envelope
+	call  *callCtx
+	tried bool // TryHandleRequest left it to the lane
 }
 
 // numLanes is the number of ordered lanes of an inbound stream: a slow
@@ -138,10 +149,20 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 	in.from = first.Hello.Silo
 	for i := range in.lanes {
 		t.wg.Add(1)
-		go in.lane(in.lanes[i])
+		go in.lane(in.lanes[i], &in.busy[i])
 	}
 	b := first
 	for {
+		// The batch's requests count as served from now on, so that the
+		// replies of the first ones, if quick, queue to go out together
+		// instead of each being written alone (see respond).
+		n := 0
+		for _, e := range b.Envelopes {
+			if e.Kind == agentsilov1.Kind_KIND_REQUEST && !e.Cancel {
+				n++
+			}
+		}
+		in.serving.Add(int64(n))
 		for _, e := range b.Envelopes {
 			if e.Cancel {
 				in.calls.cancel(e.CallId)
@@ -155,8 +176,18 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 					// notice right behind it finds it.
 					li.call = in.calls.add(e)
 				}
+				l := lane(e.GetMessage().GetTo())
+				if li.call != nil && in.busy[l].Load() == 0 {
+					if in.tryAsync(e, li.call) {
+						// Taken here, with nothing ahead of it on its
+						// lane: the lane's goroutine is not woken for it.
+						continue
+					}
+					li.tried = true
+				}
+				in.busy[l].Add(1)
 				select {
-				case in.lanes[lane(e.GetMessage().GetTo())] <- li:
+				case in.lanes[l] <- li:
 				case <-in.ctx.Done():
 					in.rerr = in.ctx.Err()
 					return
@@ -191,6 +222,8 @@ func (t *Transport) handlerCtx(ctx context.Context, env *Envelope) (context.Cont
 // goroutine waiting for each: TryHandleRequest returns false, having done
 // nothing, for a request it leaves to HandleRequest; when it returns true,
 // reply is called once with the result, and must not be held up for long.
+// TryHandleRequest must not block either: when the request's lane is empty
+// it is called on the stream's reader goroutine (else on the lane's).
 type AsyncHandler interface {
 	TryHandleRequest(ctx context.Context, from string, env *Envelope, reply func(*agentsilov1.AgentMessage, error)) bool
 }
@@ -209,13 +242,13 @@ type OrderedHandler interface {
 
 // request hands the request env on, in its lane's order when the handler
 // can (see OrderedHandler). c is its handler's context, nil if its deadline
-// had passed when it arrived.
-func (in *inbound) request(env *Envelope, c *callCtx) {
+// had passed when it arrived; tried, that TryHandleRequest declined it.
+func (in *inbound) request(env *Envelope, c *callCtx, tried bool) {
 	if c == nil {
 		in.respond(env, nil, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
 		return
 	}
-	if in.tryAsync(env, c) {
+	if !tried && in.tryAsync(env, c) {
 		return
 	}
 	t := in.t
@@ -297,9 +330,17 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 	} else {
 		resp.Message = msg
 	}
+	// The only reply in flight is written at once if it can be: there is
+	// nothing to batch it with. See peer.enqueue.
+	it := item{env: resp, size: size}
+	if in.serving.Add(-1) == 0 && in.w.direct(t, it) {
+		return
+	}
+	in.w.queued.Add(1)
 	select {
-	case in.out <- item{env: resp, size: size}:
+	case in.out <- it:
 	case <-in.ctx.Done():
+		in.w.queued.Add(-1)
 	}
 }
 
@@ -315,16 +356,17 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 }
 
 // lane hands on the envelopes of one of the stream's lanes, in order.
-func (in *inbound) lane(envs chan laneItem) {
+func (in *inbound) lane(envs chan laneItem, busy *atomic.Int32) {
 	defer in.t.wg.Done()
 	for {
 		select {
 		case li := <-envs:
 			if li.env.Kind == agentsilov1.Kind_KIND_REQUEST {
-				in.request(li.env, li.call)
+				in.request(li.env, li.call, li.tried)
 			} else {
 				in.oneWay(li.env)
 			}
+			busy.Add(-1)
 		case <-in.ctx.Done():
 			return
 		}

@@ -51,6 +51,16 @@ func (t *Transport) peer(addr string) (*peer, error) {
 		stopped: make(chan struct{}),
 	}
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
+	if t.hookEnqueued != nil || t.hookBeforeSend != nil {
+		p.w.hook = func() {
+			if h := t.hookEnqueued; h != nil {
+				h(addr)
+			}
+			if h := t.hookBeforeSend; h != nil {
+				h(addr)
+			}
+		}
+	}
 	t.peers[addr] = p
 	t.wg.Add(1)
 	go p.run()
@@ -104,7 +114,9 @@ type peer struct {
 	ctx     context.Context // cancelled by ClosePeer or Close
 	cancel  context.CancelFunc
 	queue   chan item
+	w       writer // writes to the stream, when there is one
 	nextID  atomic.Uint64
+	asking  atomic.Int64  // Asks under way
 	stopped chan struct{} // closed when run returns
 
 	mu      sync.Mutex
@@ -159,20 +171,31 @@ func (p *peer) complete(id uint64, r result) {
 	}
 }
 
-// enqueue queues it, waiting for room as long as ctx allows.
+// enqueue queues it, waiting for room as long as ctx allows. A request
+// that is the only one in flight to the peer is written at once by the
+// calling goroutine if it can be (see writer.direct): there is nothing to
+// batch it with, so a hand-off to the sender would only add latency. With
+// more in flight, requests queue for the sender, which batches them.
 func (p *peer) enqueue(ctx context.Context, it item) error {
+	if it.call != nil && p.asking.Load() == 1 && p.w.direct(p.t, it) {
+		return nil
+	}
+	p.w.queued.Add(1)
 	select {
 	case p.queue <- it:
 	default:
 		done := ctx.Done()
 		if done == nil {
+			p.w.queued.Add(-1)
 			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue))
 		}
 		select {
 		case p.queue <- it:
 		case <-done:
+			p.w.queued.Add(-1)
 			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue)))
 		case <-p.ctx.Done():
+			p.w.queued.Add(-1)
 			return errTransportClosed()
 		}
 	}
@@ -234,6 +257,7 @@ func (p *peer) run() {
 			case <-timer.C:
 				break backoff
 			case it := <-p.queue:
+				p.w.queued.Add(-1)
 				p.drop(it)
 			case <-p.ctx.Done():
 				timer.Stop()
@@ -259,6 +283,7 @@ func (p *peer) drain(err error) {
 	for {
 		select {
 		case it := <-p.queue:
+			p.w.queued.Add(-1)
 			if it.call != nil && !it.call.finished.Load() {
 				p.complete(it.env.CallId, result{err: err})
 			}
@@ -298,6 +323,7 @@ func (p *peer) connectAndServe() (up bool, err error) {
 	p.t.logger.Debug("peer stream up", "peer", p.addr, "remote", first.Hello.Silo)
 	p.setState(stateUp, nil)
 	p.deliver(first)
+	p.w.open(stream.Send, cancel)
 
 	rdone := make(chan struct{})
 	var rerr error
@@ -316,6 +342,7 @@ func (p *peer) connectAndServe() (up bool, err error) {
 	}()
 	err = p.write(ctx, stream, rdone)
 	cancel()
+	p.w.shut()
 	<-rdone
 	if err == nil || errors.Is(err, io.EOF) {
 		err = rerr
@@ -363,11 +390,21 @@ func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, 
 				return ctx.Err()
 			}
 		}
+		p.w.mu.Lock()
 		if h := p.t.hookBeforeSend; h != nil {
 			h(p.addr)
 		}
 		w.fill(it, p.queue)
-		if err := w.flush(stream.Send); err != nil {
+		err := w.flush(stream.Send)
+		p.w.queued.Add(-int64(w.taken))
+		p.w.mu.Unlock()
+		if err != nil {
+			if w.carry.env != nil {
+				// Lost with the stream, as what is still queued will be;
+				// its call, if any, fails with the stream.
+				p.w.queued.Add(-1)
+				p.drop(w.carry)
+			}
 			return err
 		}
 	}

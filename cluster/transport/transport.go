@@ -120,6 +120,10 @@ type Stats struct {
 // Each peer has a bounded queue drained by one sender goroutine, which puts
 // everything queued (up to MaxBatch envelopes) into one stream message: when
 // idle, an envelope goes out at once; when busy, batches form by themselves.
+// An Ask that is the only one in flight to its peer, finding nothing queued
+// and no write under way, is written by its own goroutine instead (and so is
+// the only reply in flight on an inbound stream): with nothing to batch it
+// with, a hand-off to the sender would only add a goroutine wake-up.
 // A slow or dead peer fills only its own queue. When a peer's stream breaks,
 // its pending Asks fail at once with Unavailable, those never written to the
 // stream marked ErrNotDelivered (the caller may send them again: the peer
@@ -207,6 +211,12 @@ func New(cfg Config) (*Transport, error) {
 			Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.MaxBackoff},
 			MinConnectTimeout: cfg.ConnectTimeout,
 		}),
+		// Fixed flow-control windows: gRPC's dynamic window (BDP
+		// estimation) pings the peer on every message while the stream
+		// is quiet, which at one Ask in flight doubles the frames written
+		// and read. See peerWindow.
+		grpc.WithInitialWindowSize(peerWindow),
+		grpc.WithInitialConnWindowSize(peerWindow),
 		// Notice a peer that vanished without closing its connections.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 10 * time.Second, Timeout: 5 * time.Second, PermitWithoutStream: true}),
 	}, cfg.DialOptions...)
@@ -214,6 +224,14 @@ func New(cfg Config) (*Transport, error) {
 }
 
 const minBackoff = 50 * time.Millisecond
+
+// peerWindow is the flow-control window of a peer stream and its
+// connection (there is one stream per connection): what a peer may have
+// sent that this silo's reader has not taken yet, so it bounds the memory a
+// peer's stream holds here, besides the lanes and the queues. 4 MiB: a batch
+// of MaxMessageSize fits, and gRPC does not cap the window at 64 KiB as its
+// default does before its estimate grows it.
+const peerWindow = 4 << 20
 
 // ServerOptions returns the gRPC server options the server that Register
 // serves the Peer service on needs: message size limits matching
@@ -223,6 +241,8 @@ func (t *Transport) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(t.limit),
 		grpc.MaxSendMsgSize(t.limit),
+		grpc.InitialWindowSize(peerWindow),
+		grpc.InitialConnWindowSize(peerWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 	}
@@ -297,6 +317,8 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 		return nil, err
 	}
 	env.Kind = agentsilov1.Kind_KIND_REQUEST
+	p.asking.Add(1)
+	defer p.asking.Add(-1)
 	c := &call{done: make(chan result, 1)}
 	env.CallId = p.nextID.Add(1)
 	if err := p.register(env.CallId, c); err != nil {

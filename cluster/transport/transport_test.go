@@ -31,6 +31,7 @@ type testHandler struct {
 	self    string
 	request func(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error)
 	oneway  func(ctx context.Context, from string, env *Envelope)
+	serve   Handler // if not nil, what the silo serves instead (see orderedAsync)
 }
 
 func (h *testHandler) HandleRequest(ctx context.Context, from string, env *Envelope) (*agentsilov1.AgentMessage, error) {
@@ -81,7 +82,11 @@ func startSilo(tb testing.TB, name, listen string, h *testHandler, configure fun
 		tb.Fatal(err)
 	}
 	srv := grpc.NewServer(tr.ServerOptions()...)
-	tr.Register(srv, h)
+	if h.serve != nil {
+		tr.Register(srv, h.serve)
+	} else {
+		tr.Register(srv, h)
+	}
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
@@ -635,6 +640,32 @@ func BenchmarkTransport(b *testing.B) {
 			before := cli.tr.Stats()
 			run(b, n, func(ctx context.Context, _ int) error {
 				_, err := cli.tr.Ask(ctx, srv.addr, &Envelope{Message: msg()})
+				return err
+			})
+			b.StopTimer()
+			s := cli.tr.Stats()
+			if batches := s.Batches - before.Batches; batches > 0 {
+				b.ReportMetric(float64(s.Envelopes-before.Envelopes)/float64(batches), "env/batch")
+			}
+		})
+		b.Run(fmt.Sprintf("ask-async/N=%d", n), func(b *testing.B) {
+			// As the silo's handler: requests taken without a goroutine
+			// (here, answered at once), so no worker runs them.
+			hb := newOrderedAsync()
+			hb.noLog = true
+			srv := startSilo(b, "b", "127.0.0.2:0", &hb.testHandler, nil, nil)
+			cli := startSilo(b, "a", "127.0.0.1:0", nil, nil, nil)
+			asyncMsg := func() *agentsilov1.AgentMessage {
+				m := msg()
+				m.Message = "pingt"
+				return m
+			}
+			if _, err := cli.tr.Ask(context.Background(), srv.addr, &Envelope{Message: asyncMsg()}); err != nil {
+				b.Fatal(err)
+			}
+			before := cli.tr.Stats()
+			run(b, n, func(ctx context.Context, _ int) error {
+				_, err := cli.tr.Ask(ctx, srv.addr, &Envelope{Message: asyncMsg()})
 				return err
 			})
 			b.StopTimer()

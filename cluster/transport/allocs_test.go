@@ -1,0 +1,40 @@
+//go:build !race
+
+package transport
+
+import (
+	"context"
+	"testing"
+
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// maxAskAllocs bounds the allocations of one cross-silo Ask through the
+// transport, both silos counted (they share this process): the request's
+// message and envelope, the call, gRPC's frames and buffers on both sides,
+// the decoded request and reply, and the reply's envelope. Most of them are
+// gRPC's and protobuf's (BenchmarkTransport/ask-async reports them, next to
+// the raw stream's). The race detector allocates on its own, so this runs
+// without it (.ci/run runs it so).
+const maxAskAllocs = 52
+
+func TestTransportAskAllocs(t *testing.T) {
+	checkLeaks(t)
+	h := newOrderedAsync()
+	h.noLog = true
+	b := startSilo(t, "b", "127.0.0.2:0", &h.testHandler, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	ctx := context.Background()
+	ask := func() {
+		m, err := a.tr.Ask(ctx, b.addr, &Envelope{Message: &agentsilov1.AgentMessage{To: "Echo:acme:x", From: "Caller:acme:y", Message: "pingt", Id: "0190b6a4-0000-7000-8000-000000000000"}})
+		if err != nil || m.Message != "echo:pingt" {
+			t.Fatalf("ask: %v, %v", m, err)
+		}
+	}
+	ask()
+	n := testing.AllocsPerRun(2000, ask)
+	if n > maxAskAllocs {
+		t.Fatalf("a cross-silo Ask allocates %.1f times, want at most %d", n, maxAskAllocs)
+	}
+	t.Logf("a cross-silo Ask allocates %.1f times (both silos)", n)
+}
