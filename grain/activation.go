@@ -71,15 +71,14 @@ type deactivation struct {
 	reason Reason
 }
 
-// activation is one live agent: a protoactor actor (see actor.go) with our
-// mailbox. It is also the agent's Host.
+// activation is one live agent: its mailbox (which runs its messages
+// through receive) and its turns. It is also the agent's Host.
 type activation struct {
 	rt    *Runtime
 	key   string   // the canonical address
 	colon [2]int32 // where key's two colons are (see address)
 	agent Agent
 	mb    mailbox
-	proc  process // protoactor's (actor.go)
 
 	exec        sync.Mutex                  // see turn.go
 	cur         atomic.Pointer[turn]        // the mailbox turn in progress
@@ -98,8 +97,8 @@ type activation struct {
 
 var _ Host = (*activation)(nil)
 
-// receive handles one message of the mailbox (see Receive). It runs on the
-// mailbox's goroutine.
+// receive handles one message of the mailbox. It runs on the mailbox's
+// goroutine.
 func (a *activation) receive(msg any) {
 	switch m := msg.(type) {
 	case *envelope:
@@ -314,7 +313,6 @@ func (a *activation) finish(reason Reason) {
 	}
 	sh.mu.Unlock()
 	release()
-	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()

@@ -22,7 +22,7 @@ import (
 
 // Runtime hosts the activations of one silo. It activates an agent when the
 // first message for its address arrives, runs it one message at a time as a
-// protoactor-go actor, and deactivates it when idle or at Close.
+// mailbox of its own (see mailbox.go), and deactivates it when idle or at Close.
 //
 // All methods are safe for concurrent use.
 type Runtime struct {
@@ -30,7 +30,6 @@ type Runtime struct {
 	reg    *Registry
 	logger *slog.Logger
 
-	engine     *engine // protoactor (actor.go)
 	dispatcher *dispatcher
 
 	dir       directory
@@ -42,14 +41,15 @@ type Runtime struct {
 	endMu sync.Mutex    // guards endCh
 	endCh chan struct{} // closed when an activation ends; nil if nobody waits
 
-	base    context.Context // cancelled by Close; parent of one-way turns
-	cancel  context.CancelFunc
-	closing atomic.Bool
-	clock   clock.Clock        // cfg.Clock: idle collection, timers, activation times
-	now     atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
-	sweeps  chan chan struct{} // see sweepNow
-	stop    chan struct{}
-	stopped sync.WaitGroup
+	base     context.Context // cancelled by Close; parent of one-way turns
+	cancel   context.CancelFunc
+	closing  atomic.Bool
+	clock    clock.Clock        // cfg.Clock: idle collection, timers, activation times
+	now      atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
+	sweeps   chan chan struct{} // see sweepNow
+	sweepBuf []*activation      // sweep's; the collect goroutine only
+	stop     chan struct{}
+	stopped  sync.WaitGroup
 }
 
 // New starts a runtime for the agent types in reg.
@@ -75,7 +75,6 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
-	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
 	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
@@ -184,7 +183,6 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	}
 	rt.cancel()
 	rt.deadlines.Close()
-	rt.engine.shutdown()
 	if err == nil {
 		rt.dispatcher.close()
 	}
@@ -421,7 +419,7 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 }
 
 // activation returns the live activation of the canonical address key,
-// creating it if there is none. The new activation is made (factory, spawn)
+// creating it if there is none. The new activation is made (its factory run)
 // before the directory shard is locked, so that concurrent activations of
 // different agents do not wait on each other; if another sender won the race,
 // the spare is discarded before it ever ran (its OnActivate runs at its first
@@ -464,7 +462,7 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	return fresh, nil
 }
 
-// activateLocked makes, spawns and starts a new activation while the caller
+// activateLocked makes and starts a new activation while the caller
 // holds the directory shard of key; the caller puts it in the shard.
 func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error) {
 	a, err := rt.newActivation(addr, key)
@@ -475,8 +473,8 @@ func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error)
 	return a, nil
 }
 
-// newActivation creates an activation and spawns its actor, whose mailbox
-// holds every message until mb.start.
+// newActivation creates an activation, whose mailbox holds every message
+// until mb.start.
 func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
@@ -487,6 +485,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	}
 	factory := typ.factory
 	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
+	a.mb.act = a
 	// key is addr.String() (both callers): its parts are found by length.
 	a.colon[0] = int32(len(addr.Type))
 	a.colon[1] = a.colon[0] + 1 + int32(len(addr.Owner))
@@ -518,9 +517,6 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		}
 		return nil, err
 	}
-	if a.proc, err = rt.engine.spawn(a); err != nil {
-		return nil, errs.Wrap(codes.Internal, err, "agent %s: spawn", key)
-	}
 	rt.live.Add(1)
 	rt.count.Add(1)
 	return a, nil
@@ -530,7 +526,6 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
-	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
 	rt.count.Add(-1)
 	rt.live.Done()
