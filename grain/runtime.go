@@ -33,6 +33,7 @@ type Runtime struct {
 	dispatcher *dispatcher
 
 	dir       directory
+	wheel     idleWheel // when each activation becomes idle (wheel.go)
 	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
@@ -76,6 +77,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
 	rt.dir.init()
+	rt.wheel.init(int64(cfg.IdleTimeout))
 	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
@@ -486,9 +488,6 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	factory := typ.factory
 	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
 	a.mb.act = a
-	// key is addr.String() (both callers): its parts are found by length.
-	a.colon[0] = int32(len(addr.Type))
-	a.colon[1] = a.colon[0] + 1 + int32(len(addr.Owner))
 	a.mb.limit = int32(rt.cfg.MailboxSize)
 	if n := typ.info.MailboxSize; n > 0 {
 		a.mb.limit = int32(min(n, math.MaxInt32))
@@ -519,6 +518,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	}
 	rt.live.Add(1)
 	rt.count.Add(1)
+	rt.wheel.add(a, now+a.idle)
 	return a, nil
 }
 
@@ -527,6 +527,7 @@ func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
 	rt.noteEnded(a)
+	rt.wheel.remove(a) // after ended: a sweep holding a does not put it back
 	rt.count.Add(-1)
 	rt.live.Done()
 }
@@ -553,18 +554,27 @@ func (rt *Runtime) collect(t clock.Timer) {
 
 // sweep advances the coarse clock to the Clock's time, asks every activation
 // idle for its type's idle timeout to deactivate, and returns the wait until
-// the next sweep.
+// the next sweep. It visits only the activations whose idle moment has come
+// (see idleWheel), and puts back those that stay: the used-again at their
+// new moment, the idle a sweep later, to be asked again if they are still
+// there (an activation may decline: see activation.receive).
 func (rt *Runtime) sweep() time.Duration {
 	now := rt.clock.Now().UnixNano()
 	rt.now.Store(now)
-	shortest := rt.cfg.IdleTimeout
-	rt.dir.each(func(a *activation) {
-		if now-a.lastActive.Load() >= a.idle {
+	due := rt.wheel.due(now, rt.sweepBuf[:0])
+	for i, a := range due {
+		at := a.lastActive.Load() + a.idle
+		if now >= at {
 			a.requestDeactivation(ReasonIdle)
+			at = now + int64(sweepEvery(time.Duration(a.idle)))
 		}
-		shortest = min(shortest, time.Duration(a.idle))
-	})
-	return sweepEvery(shortest)
+		rt.wheel.add(a, at)
+		due[i] = nil
+	}
+	if cap(due) <= 1024 {
+		rt.sweepBuf = due[:0] // keep a small buffer, drop a large one
+	}
+	return sweepEvery(time.Duration(rt.wheel.shortestIdle()))
 }
 
 // sweepEvery is the time between sweeps for the shortest idle timeout in
