@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,15 +72,13 @@ type deactivation struct {
 	reason Reason
 }
 
-// activation is one live agent: a protoactor actor (see actor.go) with our
-// mailbox. It is also the agent's Host.
+// activation is one live agent: its mailbox (which runs its messages
+// through receive) and its turns. It is also the agent's Host.
 type activation struct {
 	rt    *Runtime
-	key   string   // the canonical address
-	colon [2]int32 // where key's two colons are (see address)
+	key   string // the canonical address
 	agent Agent
 	mb    mailbox
-	proc  process // protoactor's (actor.go)
 
 	exec        sync.Mutex                  // see turn.go
 	cur         atomic.Pointer[turn]        // the mailbox turn in progress
@@ -94,12 +93,16 @@ type activation struct {
 	gone        bool                        // deactivated; guarded by exec
 	ended       atomic.Bool                 // finished (see Runtime.waitEnded)
 	state       atomic.Pointer[stateCursor] // see state.go; nil until the first state call
+	// The activation's place in the runtime's idleWheel (wheel.go), guarded
+	// by its mu: its bucket's key (0: in none) and its neighbours there.
+	wtick        int64
+	wprev, wnext *activation
 }
 
 var _ Host = (*activation)(nil)
 
-// receive handles one message of the mailbox (see Receive). It runs on the
-// mailbox's goroutine.
+// receive handles one message of the mailbox. It runs on the mailbox's
+// goroutine.
 func (a *activation) receive(msg any) {
 	switch m := msg.(type) {
 	case *envelope:
@@ -314,8 +317,8 @@ func (a *activation) finish(reason Reason) {
 	}
 	sh.mu.Unlock()
 	release()
-	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
+	rt.wheel.remove(a) // after ended: a sweep holding a does not put it back
 	rt.count.Add(-1)
 	rt.live.Done()
 	if len(moved) > 0 {
@@ -338,13 +341,15 @@ func (a *activation) Address() Address { return a.address() }
 func (a *activation) Owner() string    { return a.owner() }
 
 // address returns a's Address: the parts of its key, which holds them (an
-// idle activation should be small).
+// idle activation should be small), cut at its two colons.
 func (a *activation) address() Address {
-	return Address{Type: a.key[:a.colon[0]], Owner: a.key[a.colon[0]+1 : a.colon[1]], Alias: a.key[a.colon[1]+1:]}
+	t, rest, _ := strings.Cut(a.key, ":")
+	o, alias, _ := strings.Cut(rest, ":")
+	return Address{Type: t, Owner: o, Alias: alias}
 }
 
-func (a *activation) owner() string { return a.key[a.colon[0]+1 : a.colon[1]] }
-func (a *activation) typ() string   { return a.key[:a.colon[0]] }
+func (a *activation) owner() string { return ownerOf(a.key) }
+func (a *activation) typ() string   { t, _, _ := strings.Cut(a.key, ":"); return t }
 func (a *activation) Silo() string  { return a.rt.cfg.Silo }
 func (a *activation) Serving() bool { return a.rt.serving() }
 

@@ -4,8 +4,8 @@ import (
 	"sync"
 )
 
-// dispatcher is the protoactor Dispatcher of a runtime. protoactor's default
-// starts a goroutine per mailbox run; a fresh goroutine starts on a small
+// dispatcher runs the mailboxes of a runtime. A goroutine per mailbox run
+// (protoactor-go's default dispatcher) would start on a small
 // stack, and a handler that calls deep (gRPC, protobuf, agent code) makes the
 // runtime copy that stack to grow it, on every message to an idle agent. Here
 // a finished run parks its goroutine, with its grown stack, for the next
@@ -26,63 +26,42 @@ type dispatcher struct {
 }
 
 type worker struct {
-	run chan task // buffered; the zero task means exit
-}
-
-// task is a mailbox to run, or a function (protoactor's Schedule).
-type task struct {
-	mb *mailbox
-	fn func()
-}
-
-func (t task) do() {
-	if t.mb != nil {
-		t.mb.run()
-	} else {
-		t.fn()
-	}
+	run chan *mailbox // buffered; nil means exit
 }
 
 const maxParked = 64
 
+// newDispatcher makes a dispatcher whose runs yield the processor after
+// throughput messages.
 func newDispatcher(throughput int) *dispatcher {
 	return &dispatcher{throughput: throughput}
 }
 
-// Schedule implements actor.Dispatcher.
-func (d *dispatcher) Schedule(fn func()) { d.schedule(task{fn: fn}) }
-
-// scheduleRun runs m's mailbox; unlike Schedule, it needs no func value per
-// mailbox.
-func (d *dispatcher) scheduleRun(m *mailbox) { d.schedule(task{mb: m}) }
-
-func (d *dispatcher) schedule(fn task) {
+// scheduleRun runs m's mailbox (mailbox.run) on a worker.
+func (d *dispatcher) scheduleRun(m *mailbox) {
 	d.mu.Lock()
 	if n := len(d.idle); n > 0 {
 		w := d.idle[n-1]
 		d.idle[n-1] = nil
 		d.idle = d.idle[:n-1]
 		d.mu.Unlock()
-		w.run <- fn
+		w.run <- m
 		return
 	}
 	if d.closed {
 		d.mu.Unlock()
-		go fn.do() // cannot happen in a closed runtime; run it anyway
+		go m.run() // cannot happen in a closed runtime; run it anyway
 		return
 	}
 	d.wg.Add(1)
 	d.mu.Unlock()
-	go d.work(&worker{run: make(chan task, 1)}, fn)
+	go d.work(&worker{run: make(chan *mailbox, 1)}, m)
 }
 
-// Throughput implements actor.Dispatcher.
-func (d *dispatcher) Throughput() int { return d.throughput }
-
-func (d *dispatcher) work(w *worker, fn task) {
+func (d *dispatcher) work(w *worker, m *mailbox) {
 	defer d.wg.Done()
-	for fn.mb != nil || fn.fn != nil {
-		fn.do()
+	for m != nil {
+		m.run()
 		d.mu.Lock()
 		if d.closed || len(d.idle) >= maxParked {
 			d.mu.Unlock()
@@ -90,7 +69,7 @@ func (d *dispatcher) work(w *worker, fn task) {
 		}
 		d.idle = append(d.idle, w)
 		d.mu.Unlock()
-		fn = <-w.run
+		m = <-w.run
 	}
 }
 
@@ -100,7 +79,7 @@ func (d *dispatcher) close() {
 	d.mu.Lock()
 	d.closed = true
 	for _, w := range d.idle {
-		w.run <- task{}
+		w.run <- nil
 	}
 	d.idle = nil
 	d.mu.Unlock()

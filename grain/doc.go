@@ -2,8 +2,8 @@
 //
 // An agent type is a Factory registered under a type name. An agent is
 // addressed as `Type:owner:alias`; it exists virtually and is activated on the
-// silo when the first message for it arrives. Each activation runs as one
-// protoactor-go actor (behind actor.go) with a bounded mailbox, handles one
+// silo when the first message for it arrives. Each activation runs its own
+// bounded mailbox on the runtime's dispatcher (mailbox.go), handles one
 // message at a time, and is deactivated after IdleTimeout without messages
 // (the type's, if its TypeInfo sets one; measured on Config.Clock).
 //

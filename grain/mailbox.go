@@ -3,20 +3,27 @@ package grain
 import (
 	"errors"
 	"runtime"
+	"runtime/debug"
 	"sync"
 )
 
-// mailbox is the protoactor-go Mailbox of one activation (plugged in by
-// actor.go). It differs from protoactor's own mailboxes in two ways that
-// agentsilo needs:
+// mailbox is the queue of one activation, run by the runtime's dispatcher
+// (dispatcher.go) or, for a local Ask to an idle activation, by the asking
+// goroutine (runInline). It is built for what agentsilo needs:
 //
 //   - it is bounded with backpressure: post waits for room under the sender's
 //     context instead of dropping or spinning;
-//   - it costs little while idle (no ring buffer kept), since a silo holds
-//     many idle activations.
+//   - it costs little while idle (no ring buffer kept, no goroutine, no
+//     process registry entry), since a silo holds many idle activations.
 //
 // It can also be closed and drained, so the messages that arrive while an
 // activation deactivates are handed to the next activation in order.
+//
+// The mailbox runs its messages through its activation's receive, one at a
+// time: the activation is its own process. (The runtime used to spawn a
+// protoactor-go actor per activation for this; its process registry entry
+// and actor context were half of an idle activation's memory, and its
+// lifecycle messages did nothing the runtime needed.)
 //
 // Lock order: directory shard, then mailbox.mu.
 type mailbox struct {
@@ -24,14 +31,12 @@ type mailbox struct {
 	user    []any // user[head:] are queued
 	head    int32
 	limit   int32
-	sys     []any
 	running bool
 	closed  bool
 	held    bool          // queue but do not run until start
 	waiting chan struct{} // closed when room frees up; made when a sender waits
 
-	invoker    messageInvoker // set by RegisterHandlers (actor.go)
-	dispatcher *dispatcher
+	act *activation // the mailbox's own; runs its messages
 }
 
 // errClosed means the activation is gone; the sender looks it up again.
@@ -71,11 +76,11 @@ func (m *mailbox) post(done <-chan struct{}, msg any) error {
 }
 
 // claim makes the caller the mailbox's runner if the mailbox is idle: not
-// running, not held, not closed, no user message queued. The caller then
-// runs its message with runInline, which gives the run back.
+// running, not held, not closed, no message queued. The caller then runs its
+// message with runInline, which gives the run back.
 func (m *mailbox) claim() bool {
 	m.mu.Lock()
-	ok := !m.running && !m.held && !m.closed && m.dispatcher != nil && int32(len(m.user)) == m.head
+	ok := !m.running && !m.held && !m.closed && int32(len(m.user)) == m.head
 	if ok {
 		m.running = true
 	}
@@ -84,42 +89,35 @@ func (m *mailbox) claim() bool {
 }
 
 // runInline runs msg on the caller's goroutine, as run would have run it
-// next: queued system messages first. The caller claimed the mailbox. What
-// arrived meanwhile is handed to the dispatcher, in order.
+// next. The caller claimed the mailbox. What arrived meanwhile is handed to
+// the dispatcher, in order.
 func (m *mailbox) runInline(msg any) {
-	defer func() {
-		if r := recover(); r != nil {
-			m.invoker.EscalateFailure(r, msg)
-		}
-	}()
-	for {
-		m.mu.Lock()
-		if len(m.sys) == 0 {
-			m.mu.Unlock()
-			break
-		}
-		sys := m.sys[0]
-		m.sys[0] = nil
-		m.sys = m.sys[1:]
-		if len(m.sys) == 0 {
-			m.sys = nil
-		}
-		m.mu.Unlock()
-		m.invoker.InvokeSystemMessage(sys)
-	}
-	m.invoker.InvokeUserMessage(msg)
+	m.receive(msg)
 	m.mu.Lock()
-	if len(m.sys) > 0 || int32(len(m.user)) > m.head {
-		m.dispatcher.scheduleRun(m)
+	if int32(len(m.user)) > m.head {
+		m.act.rt.dispatcher.scheduleRun(m)
 	} else {
 		m.running = false
 	}
 	m.mu.Unlock()
 }
 
-// PostUserMessage queues a message without a bound: protoactor's own path,
-// and the runtime's for internal messages (timer ticks, deactivation) that
-// must not wait behind application traffic.
+// receive hands one message to the activation. A panic here is a bug of the
+// runtime (an agent's panics are recovered around its handlers, see
+// activation.invoke): it is logged, and the mailbox goes on with its next
+// message.
+func (m *mailbox) receive(msg any) {
+	defer func() {
+		if r := recover(); r != nil {
+			m.act.rt.logger.Error("grain: mailbox message panicked", "agent", m.act.key, "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	m.act.receive(msg)
+}
+
+// PostUserMessage queues a message without a bound: the runtime's path for
+// internal messages (timer ticks, deactivation) that must not wait behind
+// application traffic, and for messages moved from an ended activation.
 func (m *mailbox) PostUserMessage(msg any) {
 	m.mu.Lock()
 	if !m.closed {
@@ -129,18 +127,7 @@ func (m *mailbox) PostUserMessage(msg any) {
 	m.mu.Unlock()
 }
 
-// PostSystemMessage queues a protoactor system message (Started, Stop, ...).
-func (m *mailbox) PostSystemMessage(msg any) {
-	m.mu.Lock()
-	m.sys = append(m.sys, msg)
-	m.scheduleLocked()
-	m.mu.Unlock()
-}
-
-// start lets a held mailbox run what it queued meanwhile. System messages
-// alone (protoactor's Started) wait for the first user message, which then
-// runs them first, often on its sender's goroutine (runInline): activating
-// costs no hand-off.
+// start lets a held mailbox run what it queued meanwhile.
 func (m *mailbox) start() {
 	m.mu.Lock()
 	m.held = false
@@ -150,10 +137,7 @@ func (m *mailbox) start() {
 	m.mu.Unlock()
 }
 
-// Start implements actor.Mailbox.
-func (m *mailbox) Start() {}
-
-// UserMessageCount implements actor.Mailbox.
+// UserMessageCount returns the number of queued messages.
 func (m *mailbox) UserMessageCount() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -161,58 +145,38 @@ func (m *mailbox) UserMessageCount() int {
 }
 
 func (m *mailbox) scheduleLocked() {
-	if !m.running && !m.held && m.dispatcher != nil {
+	if !m.running && !m.held {
 		m.running = true
-		m.dispatcher.scheduleRun(m)
+		m.act.rt.dispatcher.scheduleRun(m)
 	}
 }
 
-// run processes messages until the mailbox is empty; system messages first.
+// run processes messages until the mailbox is empty.
 func (m *mailbox) run() {
-	var msg any
-	defer func() {
-		if r := recover(); r != nil {
-			m.invoker.EscalateFailure(r, msg)
-		}
-	}()
-	throughput := m.dispatcher.Throughput()
+	throughput := m.act.rt.dispatcher.throughput
 	for i := 0; ; i++ {
 		if i >= throughput {
 			i = 0
 			runtime.Gosched()
 		}
-		var sys bool
 		m.mu.Lock()
-		switch {
-		case len(m.sys) > 0:
-			msg, sys = m.sys[0], true
-			m.sys[0] = nil
-			m.sys = m.sys[1:]
-			if len(m.sys) == 0 {
-				m.sys = nil
-			}
-		case int32(len(m.user)) > m.head:
-			msg = m.user[m.head]
-			m.user[m.head] = nil
-			m.head++
-			if m.head == int32(len(m.user)) {
-				m.resetLocked()
-			}
-			if m.waiting != nil {
-				close(m.waiting)
-				m.waiting = nil
-			}
-		default:
+		if int32(len(m.user)) == m.head {
 			m.running = false
 			m.mu.Unlock()
 			return
 		}
-		m.mu.Unlock()
-		if sys {
-			m.invoker.InvokeSystemMessage(msg)
-		} else {
-			m.invoker.InvokeUserMessage(msg)
+		msg := m.user[m.head]
+		m.user[m.head] = nil
+		m.head++
+		if m.head == int32(len(m.user)) {
+			m.resetLocked()
 		}
+		if m.waiting != nil {
+			close(m.waiting)
+			m.waiting = nil
+		}
+		m.mu.Unlock()
+		m.receive(msg)
 	}
 }
 

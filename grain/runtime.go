@@ -22,7 +22,7 @@ import (
 
 // Runtime hosts the activations of one silo. It activates an agent when the
 // first message for its address arrives, runs it one message at a time as a
-// protoactor-go actor, and deactivates it when idle or at Close.
+// mailbox of its own (see mailbox.go), and deactivates it when idle or at Close.
 //
 // All methods are safe for concurrent use.
 type Runtime struct {
@@ -30,10 +30,10 @@ type Runtime struct {
 	reg    *Registry
 	logger *slog.Logger
 
-	engine     *engine // protoactor (actor.go)
 	dispatcher *dispatcher
 
 	dir       directory
+	wheel     idleWheel // when each activation becomes idle (wheel.go)
 	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
 	live      sync.WaitGroup // one per activation not yet removed
@@ -42,14 +42,15 @@ type Runtime struct {
 	endMu sync.Mutex    // guards endCh
 	endCh chan struct{} // closed when an activation ends; nil if nobody waits
 
-	base    context.Context // cancelled by Close; parent of one-way turns
-	cancel  context.CancelFunc
-	closing atomic.Bool
-	clock   clock.Clock        // cfg.Clock: idle collection, timers, activation times
-	now     atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
-	sweeps  chan chan struct{} // see sweepNow
-	stop    chan struct{}
-	stopped sync.WaitGroup
+	base     context.Context // cancelled by Close; parent of one-way turns
+	cancel   context.CancelFunc
+	closing  atomic.Bool
+	clock    clock.Clock        // cfg.Clock: idle collection, timers, activation times
+	now      atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
+	sweeps   chan chan struct{} // see sweepNow
+	sweepBuf []*activation      // sweep's; the collect goroutine only
+	stop     chan struct{}
+	stopped  sync.WaitGroup
 }
 
 // New starts a runtime for the agent types in reg.
@@ -75,8 +76,8 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
-	rt.engine = newEngine(cfg.Logger, rt.dispatcher)
 	rt.dir.init()
+	rt.wheel.init(int64(cfg.IdleTimeout))
 	rt.idem.init(cfg.IdempotencyWindow, cfg.IdempotencyKeys)
 	rt.now.Store(rt.clock.Now().UnixNano())
 	rt.stopped.Add(1)
@@ -184,7 +185,6 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	}
 	rt.cancel()
 	rt.deadlines.Close()
-	rt.engine.shutdown()
 	if err == nil {
 		rt.dispatcher.close()
 	}
@@ -421,7 +421,7 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 }
 
 // activation returns the live activation of the canonical address key,
-// creating it if there is none. The new activation is made (factory, spawn)
+// creating it if there is none. The new activation is made (its factory run)
 // before the directory shard is locked, so that concurrent activations of
 // different agents do not wait on each other; if another sender won the race,
 // the spare is discarded before it ever ran (its OnActivate runs at its first
@@ -464,7 +464,7 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	return fresh, nil
 }
 
-// activateLocked makes, spawns and starts a new activation while the caller
+// activateLocked makes and starts a new activation while the caller
 // holds the directory shard of key; the caller puts it in the shard.
 func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error) {
 	a, err := rt.newActivation(addr, key)
@@ -475,8 +475,8 @@ func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error)
 	return a, nil
 }
 
-// newActivation creates an activation and spawns its actor, whose mailbox
-// holds every message until mb.start.
+// newActivation creates an activation, whose mailbox holds every message
+// until mb.start.
 func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err error) {
 	if rt.closing.Load() {
 		return nil, errs.New(codes.Unavailable, "silo is shutting down")
@@ -487,9 +487,7 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	}
 	factory := typ.factory
 	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
-	// key is addr.String() (both callers): its parts are found by length.
-	a.colon[0] = int32(len(addr.Type))
-	a.colon[1] = a.colon[0] + 1 + int32(len(addr.Owner))
+	a.mb.act = a
 	a.mb.limit = int32(rt.cfg.MailboxSize)
 	if n := typ.info.MailboxSize; n > 0 {
 		a.mb.limit = int32(min(n, math.MaxInt32))
@@ -518,11 +516,9 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		}
 		return nil, err
 	}
-	if a.proc, err = rt.engine.spawn(a); err != nil {
-		return nil, errs.Wrap(codes.Internal, err, "agent %s: spawn", key)
-	}
 	rt.live.Add(1)
 	rt.count.Add(1)
+	rt.wheel.add(a, now+a.idle)
 	return a, nil
 }
 
@@ -530,8 +526,8 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 func (rt *Runtime) discard(a *activation) {
 	a.mb.close()
 	a.mb.start()
-	rt.engine.stop(a.proc)
 	rt.noteEnded(a)
+	rt.wheel.remove(a) // after ended: a sweep holding a does not put it back
 	rt.count.Add(-1)
 	rt.live.Done()
 }
@@ -558,23 +554,32 @@ func (rt *Runtime) collect(t clock.Timer) {
 
 // sweep advances the coarse clock to the Clock's time, asks every activation
 // idle for its type's idle timeout to deactivate, and returns the wait until
-// the next sweep.
+// the next sweep. It visits only the activations whose idle moment has come
+// (see idleWheel), and puts back those that stay: the used-again at their
+// new moment, the idle a sweep later, to be asked again if they are still
+// there (an activation may decline: see activation.receive).
 func (rt *Runtime) sweep() time.Duration {
 	now := rt.clock.Now().UnixNano()
 	rt.now.Store(now)
-	shortest := rt.cfg.IdleTimeout
 	if !rt.serving() {
 		// Suspended (or fenced): OnDeactivate could not run. Idle
-		// activations wait for the silo to serve again.
-		return sweepEvery(shortest)
+		// activations stay in the wheel until the silo serves again.
+		return sweepEvery(time.Duration(rt.wheel.shortestIdle()))
 	}
-	rt.dir.each(func(a *activation) {
-		if now-a.lastActive.Load() >= a.idle {
+	due := rt.wheel.due(now, rt.sweepBuf[:0])
+	for i, a := range due {
+		at := a.lastActive.Load() + a.idle
+		if now >= at {
 			a.requestDeactivation(ReasonIdle)
+			at = now + int64(sweepEvery(time.Duration(a.idle)))
 		}
-		shortest = min(shortest, time.Duration(a.idle))
-	})
-	return sweepEvery(shortest)
+		rt.wheel.add(a, at)
+		due[i] = nil
+	}
+	if cap(due) <= 1024 {
+		rt.sweepBuf = due[:0] // keep a small buffer, drop a large one
+	}
+	return sweepEvery(time.Duration(rt.wheel.shortestIdle()))
 }
 
 // sweepEvery is the time between sweeps for the shortest idle timeout in
