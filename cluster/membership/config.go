@@ -48,9 +48,8 @@ func LeaseBound(ttl time.Duration) time.Duration {
 // KeepAliveInterval returns how often a silo with the fence bound fence
 // renews its lease while the renewals succeed: a sixth of the bound, at
 // most 1 s (288 ms for the default TTL, 1 s for a TTL of 10 s), so that
-// an etcd leader election costs a few renewals out of many, and a lease left
-// unrenewed for two intervals is a sign of death (see ProvenDead). A
-// failed renewal is retried after a quarter of that.
+// an etcd leader election costs a few renewals out of many. A failed
+// renewal is retried after a quarter of that.
 func KeepAliveInterval(fence time.Duration) time.Duration {
 	return min(fence/6, time.Second)
 }

@@ -106,25 +106,25 @@
 // # Proof of death
 //
 // A removed member's addresses may be taken over before its fence only if
-// its process is proven gone by two independent signals, both seen while
-// its lease still existed: its peer port refuses connections (Refused: a
-// TCP reset), and etcd shows its lease unrenewed for more than two of its
-// keepalive intervals (remaining TTL, in whole seconds, plus one second,
-// that far below the granted TTL), which a silo that runs and reaches
-// etcd never lets happen. The silo that sees both writes the proof under
-// <prefix>dead/<lease> and then revokes the lease; every silo's takeover
-// reads the proof (ProvenDead). A reset alone proves nothing: a firewall
-// may answer with resets, or the peer listener may have failed in a
-// process that still holds its lease and serves. Gossip proves nothing
-// either: a firewall that rejects everything makes SWIM declare a live
-// silo dead. What the rule does not cover is a silo cut off by resets from
-// its peers and, at the same time, from etcd, yet still reached by
-// clients: it serves until its fence while its lease is taken as dead.
-// A killed silo is proven dead one to two seconds after its last renewal
-// with the default TTL of 2 s or a TTL of 3 s, three to four with 10 s
-// (etcd reports the remaining TTL in whole seconds, rounded down, and -1
-// for a lease it does not know, which makes the proof coarse), or when its
-// lease expires a TTL after it, whichever comes first.
+// its process is proven gone by two signals, both seen while its lease
+// still existed: its peer port refuses connections (Refused: a TCP reset),
+// and etcd shows its lease unrenewed for longer than its fence bound
+// (remaining TTL, in whole seconds, plus one second, that far below the
+// granted TTL), past which a silo that did not renew is suspended even if
+// it is alive and only cut off. The silo that sees both writes the proof
+// under <prefix>dead/<lease> and then revokes the lease; every silo's
+// takeover reads the proof (ProvenDead). A reset alone proves nothing: a
+// firewall may answer with resets, or the peer listener may have failed
+// in a process that still holds its lease and serves. Gossip proves
+// nothing either: a firewall that rejects everything makes SWIM declare a
+// live silo dead. A lease unrenewed for less than the fence bound proves
+// nothing either: a silo cut off by resets from its peers and from etcd at
+// once still serves its clients until its bound (the chaos program found
+// this when the threshold was two keepalive intervals). Because etcd
+// reports whole seconds, the proof needs a fence bound at least a second
+// and a half shorter than the TTL (Config.FenceAfter); with the default
+// bound (the TTL less 1% and 250 ms) a killed silo is taken over when its
+// lease expires, a TTL after its last renewal (about 2 s by default).
 //
 // # Leaving
 //

@@ -314,15 +314,19 @@ type proof int
 
 const (
 	proofNo   proof = iota // renewed recently, or etcd did not answer
-	proofYes               // not renewed for two keepalive intervals
+	proofYes               // not renewed for longer than the silo's fence bound
 	proofGone              // the lease is gone (revoked or expired)
 )
 
 // unrenewed asks etcd whether lease, of a silo with fence bound fence, has
-// gone unrenewed for more than two of that silo's keepalive intervals: its
-// remaining TTL (whole seconds, rounded down, so one more second is
-// allowed for) is that far below its granted TTL. A silo that runs and
-// reaches etcd renews it every interval.
+// gone unrenewed for longer than that bound (and 1% for the rate of that
+// silo's clock): its remaining TTL (whole seconds, rounded down, so one
+// more second is allowed for) is that far below its granted TTL. The silo
+// then runs no turn (it is suspended: see the package doc) even if it is
+// alive and only cut off, from its peers by resets and from etcd at once,
+// which a refused port alone cannot tell from death. (Two keepalive
+// intervals, as this was before, let a silo cut off from everything be
+// taken over while it still served.)
 func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fence time.Duration) proof {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -337,7 +341,7 @@ func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fenc
 	}
 	// A TTL of 0 is a lease that lives less than a second more.
 	since := time.Duration(r.GrantedTTL-r.TTL)*time.Second - time.Second
-	if since > 2*KeepAliveInterval(fence) {
+	if since > fence+fence/fenceDriftDivisor {
 		return proofYes
 	}
 	return proofNo
@@ -366,8 +370,8 @@ func (m *Membership) proofKey(lease clientv3.LeaseID) string {
 // certainly gone, so that its addresses may be taken over before its fence.
 // Two independent signals must have agreed while its lease still existed:
 // its peer port refused connections (Refused), and etcd showed its lease
-// unrenewed for more than two of its keepalive intervals (a silo that runs
-// and reaches etcd renews it every interval). The silo that saw both
+// unrenewed for longer than its fence bound (so it runs no turn even if it
+// is alive and cut off from everything). The silo that saw both
 // recorded the proof in etcd before it revoked the lease; ProvenDead reads
 // it. A TCP reset alone (a firewall, or a peer listener that failed in a
 // process that still holds its lease) proves nothing, and neither does
