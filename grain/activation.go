@@ -265,17 +265,21 @@ func (a *activation) finish(reason Reason) {
 		a.StopTimer(name)
 	}
 	// A silo that no longer serves runs no OnDeactivate: another silo may
-	// already host the agent.
-	if d, ok := a.agent.(Deactivator); ok && a.started && a.rt.serving() {
+	// already host the agent. A suspended one waits (within the deactivation
+	// timeout) to serve again, so that a transient suspension (etcd slow to
+	// renew the lease) does not end an activation without its OnDeactivate.
+	if d, ok := a.agent.(Deactivator); ok && a.started {
 		ctx, cancel := context.WithTimeout(a.rt.base, a.rt.cfg.DeactivateTimeout)
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					a.rt.logger.Error("agent panicked in OnDeactivate", "agent", a.key, "panic", r)
-				}
+		if a.rt.awaitServing(ctx) == nil {
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						a.rt.logger.Error("agent panicked in OnDeactivate", "agent", a.key, "panic", r)
+					}
+				}()
+				d.OnDeactivate(ctx, reason)
 			}()
-			d.OnDeactivate(ctx, reason)
-		}()
+		}
 		cancel()
 	}
 	a.gone = true
