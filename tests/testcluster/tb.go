@@ -84,6 +84,11 @@ func (p *programTB) TempDir() string {
 	if err != nil {
 		p.Fatalf("testcluster: %v", err)
 	}
+	if os.Getenv("TESTCLUSTER_KEEP") != "" {
+		// For a look at the silos' logs and the journal after a failed run.
+		fmt.Fprintf(os.Stderr, "testcluster: keeping %s (TESTCLUSTER_KEEP)\n", dir)
+		return dir
+	}
 	p.Cleanup(func() { os.RemoveAll(dir) })
 	return dir
 }
