@@ -153,6 +153,7 @@ func (m *Membership) keepAlive(sent time.Time) {
 		now := m.clk.Now()
 		if !suspended && !now.Before(deadline) {
 			suspended, suspendedAt = true, now
+			m.suspensions.Add(1)
 			m.log.Warn("suspended: no lease keepalive succeeded within the fence bound; turns wait until one does, and the silo fences if the lease is gone", "fence_bound", m.fenceAfter, "since", deadline)
 		}
 		// The call is bounded in durations, not instants: the clock may be

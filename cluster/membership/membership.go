@@ -63,6 +63,9 @@ type Membership struct {
 	fenced    chan struct{}
 	fenceOnce sync.Once
 	renewed   chan struct{} // closed and replaced at every renewal (WaitValid)
+	// suspensions counts the times the keepalive loop found the silo past
+	// its fence bound (for tests).
+	suspensions atomic.Int64
 	// epoch and validUntil bound when the silo may still act as a member:
 	// validUntil is the last successful keepalive's send time plus the
 	// fence bound (FenceAfter), in ns since epoch, on the monotonic clock. Valid reads
