@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -154,7 +155,7 @@ func (m *Membership) keepAlive(sent time.Time) {
 		if !suspended && !now.Before(deadline) {
 			suspended, suspendedAt = true, now
 			m.suspensions.Add(1)
-			m.log.Warn("suspended: no lease keepalive succeeded within the fence bound; turns wait until one does, and the silo fences if the lease is gone", "fence_bound", m.fenceAfter, "since", deadline)
+			m.log.Warn("suspended: no lease keepalive succeeded within the fence bound; turns wait until one does, and the silo fences if the lease is gone", "fence_bound", m.fenceAfter, "since", deadline, "lease", fmt.Sprintf("%x", int64(m.lease)))
 		}
 		// The call is bounded in durations, not instants: the clock may be
 		// a test's. A call that hangs (etcd unreachable, its packets
@@ -181,7 +182,7 @@ func (m *Membership) keepAlive(sent time.Time) {
 			m.validUntil.Store(int64(deadline.Sub(m.epoch)))
 			if suspended {
 				suspended = false
-				m.log.Warn("resumed: a lease keepalive succeeded and the record is still this silo's", "suspended_for", m.clk.Now().Sub(suspendedAt))
+				m.log.Warn("resumed: a lease keepalive succeeded and the record is still this silo's", "suspended_for", m.clk.Now().Sub(suspendedAt), "lease", fmt.Sprintf("%x", int64(m.lease)))
 			}
 			m.signalRenewed()
 		case m.ctx.Err() != nil:

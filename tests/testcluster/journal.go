@@ -46,13 +46,17 @@ func fencesIn(path string) (map[int][]time.Time, map[int]time.Time) {
 	}
 	fences, suspended := map[int][]time.Time{}, map[int]time.Time{}
 	pid := 0
-	var since time.Time // the current suspension of pid's silo
+	var (
+		since      time.Time // the current suspension of pid's silo
+		sinceLease string    // the lease of the silo that logged it
+		lastFence  time.Time // when pid's last silo fenced
+	)
 	for line := range strings.SplitSeq(string(b), "\n") {
 		if rest, ok := strings.CutPrefix(line, "=== testcluster "); ok {
 			var ts string
 			var n int
 			if _, err := fmt.Sscanf(rest, "%s pid %d started", &ts, &n); err == nil {
-				pid, since = n, time.Time{}
+				pid, since, sinceLease, lastFence = n, time.Time{}, "", time.Time{}
 			}
 			continue
 		}
@@ -63,19 +67,30 @@ func fencesIn(path string) (map[int][]time.Time, map[int]time.Time) {
 			Time  time.Time `json:"time"`
 			Msg   string    `json:"msg"`
 			Since time.Time `json:"since"`
+			Lease string    `json:"lease"`
 		}
 		if json.Unmarshal([]byte(line), &rec) != nil || rec.Time.IsZero() {
 			continue
 		}
 		switch {
 		case strings.HasPrefix(rec.Msg, "suspended:"):
-			since = rec.Since
-			if since.IsZero() {
-				since = rec.Time
+			at := rec.Since
+			if at.IsZero() {
+				at = rec.Time
 			}
+			if !lastFence.IsZero() && !at.After(lastFence) {
+				// The fenced silo's keepalive loop, still running for a
+				// moment after its fence: not the new silo's suspension
+				// (whose lease was granted after the fence).
+				continue
+			}
+			since, sinceLease = at, rec.Lease
 			suspended[pid] = since
 		case strings.HasPrefix(rec.Msg, "resumed:"):
-			since = time.Time{}
+			if rec.Lease != "" && sinceLease != "" && rec.Lease != sinceLease {
+				continue // a fenced silo's, not the suspended one's
+			}
+			since, sinceLease = time.Time{}, ""
 			delete(suspended, pid)
 		case rec.Msg == "fenced":
 			at := rec.Time
@@ -83,7 +98,7 @@ func fencesIn(path string) (map[int][]time.Time, map[int]time.Time) {
 				at = since
 			}
 			fences[pid] = append(fences[pid], at)
-			since = time.Time{}
+			since, sinceLease, lastFence = time.Time{}, "", rec.Time
 			delete(suspended, pid)
 		}
 	}
