@@ -2,6 +2,7 @@ package grain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -193,6 +194,11 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 			a.rt.logger.Error("agent panicked", "agent", a.key, "message_type", msg.MessageType, "panic", r, "stack", string(debug.Stack()))
 			reply, err = nil, errs.New(codes.Internal, "agent %s panicked: %v", a.key, r)
 			a.failed.Store(int32(ReasonPanic))
+		}
+		if err != nil && errors.Is(err, ErrNotRun) {
+			// The handler ran: an error it passes on from a call of its own
+			// that was not run must not say that this message was not.
+			err = errs.New(errs.Code(err), "%s", err.Error())
 		}
 	}()
 	if !a.started {

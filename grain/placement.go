@@ -52,7 +52,27 @@ type Placement interface {
 }
 
 // errNotServing fails the messages of a silo that is no longer serving.
-var errNotServing = errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations")
+var errNotServing = notRun(errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations"))
+
+// ErrNotRun is matched (errors.Is) by the errors of messages that the
+// runtime refused before any agent ran them: the silo is shutting down, is
+// fenced, or stayed suspended past the message's deadline. Such a message
+// may be sent again, to the address's owner in a newer view, without
+// running twice; a silo that forwarded it does so (package cluster). The
+// error keeps its code (Unavailable, or the deadline's).
+var ErrNotRun = errors.New("grain: not run")
+
+// notRunError marks err as ErrNotRun. Its NotRun method is how package
+// cluster's transport, which does not import grain, tells the sender.
+type notRunError struct{ err error }
+
+func (e notRunError) Error() string        { return e.err.Error() }
+func (e notRunError) Unwrap() error        { return e.err }
+func (e notRunError) Is(target error) bool { return target == ErrNotRun }
+func (e notRunError) NotRun() bool         { return true }
+
+// notRun marks err (not nil) as ErrNotRun.
+func notRun(err error) error { return notRunError{err} }
 
 // serving reports whether turns may run (see Placement.Serving).
 func (rt *Runtime) serving() bool {
@@ -84,9 +104,9 @@ func (rt *Runtime) awaitServing(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "the silo is suspended (its membership unconfirmed: etcd not answering) and did not serve again in time")
+		return notRun(errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "the silo is suspended (its membership unconfirmed: etcd not answering) and did not serve again in time"))
 	}
-	return err
+	return notRun(err)
 }
 
 // ErrMoved is returned by Placement.Claim when the address is no longer

@@ -191,6 +191,9 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	return err
 }
 
+// errShuttingDown refuses a message once Close has begun: no agent ran it.
+var errShuttingDown = notRun(errs.New(codes.Unavailable, "silo is shutting down"))
+
 // ask is the one path of every REQUEST. hops is 0 for a request that starts
 // here, else the number of silos it came through.
 func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int) (*Message, error) {
@@ -309,7 +312,7 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 // activation if there is one, to save deliver a lookup.
 func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool, id string) (*activation, error) {
 	if rt.closing.Load() {
-		return nil, errs.New(codes.Unavailable, "silo is shutting down")
+		return nil, errShuttingDown
 	}
 	if IsReserved(msg.MessageType) {
 		return nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), ReservedPrefix)
@@ -450,7 +453,7 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	sh.mu.Lock()
 	a := sh.m[key]
 	if a == nil && rt.closing.Load() {
-		err = errs.New(codes.Unavailable, "silo is shutting down")
+		err = errShuttingDown
 	}
 	if a == nil && err == nil {
 		sh.m[key] = fresh
@@ -479,7 +482,7 @@ func (rt *Runtime) activateLocked(addr Address, key string) (*activation, error)
 // until mb.start.
 func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err error) {
 	if rt.closing.Load() {
-		return nil, errs.New(codes.Unavailable, "silo is shutting down")
+		return nil, errShuttingDown
 	}
 	typ := rt.reg.lookup(addr.Type)
 	if typ == nil {

@@ -162,6 +162,9 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 					return nil, errs.New(codes.NotFound, "no such ticket")
 				case "plain":
 					return nil, errors.New("plain failure")
+				case "passon":
+					// An error of a call of its own that was not run.
+					return nil, errShuttingDown
 				}
 				return reply(m, "ok")
 			}}, nil
@@ -177,6 +180,13 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 	wantCode(t, err, codes.NotFound, "no such ticket")
 	_, err = ask(t, rt, "Fragile:a:b", "plain")
 	wantCode(t, err, codes.Unknown, "plain failure")
+	// The handler ran: what it passes on of a refusal must not say that
+	// its own message was not run.
+	_, err = ask(t, rt, "Fragile:a:b", "passon")
+	wantCode(t, err, codes.Unavailable, "shutting down")
+	if errors.Is(err, ErrNotRun) {
+		t.Errorf("a handler's error %v is ErrNotRun: its message ran", err)
+	}
 	if _, err := ask(t, rt, "Fragile:a:b", "fine"); err != nil {
 		t.Fatal(err)
 	}
@@ -881,6 +891,9 @@ func TestCloseDeactivatesAll(t *testing.T) {
 	}
 	_, err = ask(t, rt, "C:a:1", "")
 	wantCode(t, err, codes.Unavailable, "shutting down")
+	if !errors.Is(err, ErrNotRun) {
+		t.Errorf("an Ask refused by a closed runtime failed with %v: want ErrNotRun (a forwarding silo sends it again)", err)
+	}
 }
 
 func TestRegistry(t *testing.T) {

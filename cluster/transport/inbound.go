@@ -327,6 +327,8 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 			code = codes.Internal
 		}
 		resp.Error = &agentsilov1.Status{Code: int32(code), Message: errMessage(err)}
+		var nr interface{ NotRun() bool }
+		resp.NotRun = errors.As(err, &nr) && nr.NotRun()
 	} else {
 		resp.Message = msg
 	}

@@ -362,7 +362,12 @@ func (p *peer) deliver(b *agentsilov1.PeerBatch) {
 			if code == codes.OK {
 				code = codes.Internal
 			}
-			p.complete(e.CallId, result{err: errs.New(code, "%s", st.Message)})
+			err := errs.New(code, "%s", st.Message)
+			if e.NotRun {
+				// Refused before any agent ran it: it may be sent again.
+				err = notDelivered{err}
+			}
+			p.complete(e.CallId, result{err: err})
 			continue
 		}
 		msg := e.Message

@@ -479,8 +479,10 @@ func (t *Transport) count(n int) {
 
 // ErrNotDelivered is matched (errors.Is) by the errors of Asks that were
 // certainly not delivered: the peer's stream broke, or was down, before the
-// request was written to it. Such an Ask may be sent again, to this peer or
-// another, without running twice. Its code is Unavailable.
+// request was written to it, or the peer's handler refused it before running
+// it (its error has a method NotRun that returns true; the reply carries
+// not_run). Such an Ask may be sent again, to this peer or another, without
+// running twice. Its code is Unavailable, or the refusal's.
 var ErrNotDelivered = errors.New("not delivered")
 
 // notDelivered marks err as ErrNotDelivered, keeping its code.

@@ -320,6 +320,8 @@ func TestTransportErrors(t *testing.T) {
 			return &agentsilov1.AgentMessage{Data: make([]byte, 4096)}, nil
 		case "nil":
 			return nil, nil
+		case "notrun":
+			return nil, notRunErr{errs.New(codes.Unavailable, "silo is shutting down")}
 		}
 		return env.Message.Response(), nil
 	}}
@@ -343,6 +345,17 @@ func TestTransportErrors(t *testing.T) {
 		if err.Error() != tc.msg {
 			t.Errorf("%s: message %q, want %q", tc.text, err.Error(), tc.msg)
 		}
+		if errors.Is(err, ErrNotDelivered) {
+			t.Errorf("%s: %v is ErrNotDelivered: the handler ran it", tc.text, err)
+		}
+	}
+	// A handler's refusal before it ran anything (its error's NotRun says
+	// so) reaches the sender as ErrNotDelivered, with its code: the request
+	// may be sent again.
+	_, err := a.tr.Ask(ctx, b.addr, requestEnv("notrun"))
+	wantCode(t, err, codes.Unavailable)
+	if !errors.Is(err, ErrNotDelivered) || !strings.Contains(err.Error(), "silo is shutting down") {
+		t.Errorf("a request the handler refused before running it failed with %v: want ErrNotDelivered", err)
 	}
 	r, err := a.tr.Ask(ctx, b.addr, requestEnv("nil"))
 	if err != nil || r == nil {
@@ -361,6 +374,13 @@ func TestTransportErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// notRunErr is an error of a handler that refused a request before running
+// it, as grain's refusals are.
+type notRunErr struct{ error }
+
+func (e notRunErr) Unwrap() error { return e.error }
+func (notRunErr) NotRun() bool    { return true }
 
 // near reports whether ms, a handler's deadline in Unix ms, is want rounded
 // up to the shared deadlines' tick.

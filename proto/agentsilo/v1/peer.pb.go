@@ -159,7 +159,12 @@ type PeerEnvelope struct {
 	// waiting for its reply because its context was cancelled: the receiver
 	// cancels the handler's context of the call, if it is still running, and
 	// ignores a notice for a call it does not know or has answered.
-	Cancel        bool `protobuf:"varint,8,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	Cancel bool `protobuf:"varint,8,opt,name=cancel,proto3" json:"cancel,omitempty"`
+	// not_run, set on a failed RESPONSE, says that no agent ran the request:
+	// the receiver refused it before any turn (it is shutting down, or fenced,
+	// or suspended past the request's deadline). The sender may send it again,
+	// to the address's owner in a newer view, without running it twice.
+	NotRun        bool `protobuf:"varint,9,opt,name=not_run,json=notRun,proto3" json:"not_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +255,13 @@ func (x *PeerEnvelope) GetCancel() bool {
 	return false
 }
 
+func (x *PeerEnvelope) GetNotRun() bool {
+	if x != nil {
+		return x.NotRun
+	}
+	return false
+}
+
 var File_agentsilo_v1_peer_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_peer_proto_rawDesc = "" +
@@ -260,7 +272,7 @@ const file_agentsilo_v1_peer_proto_rawDesc = "" +
 	"\tenvelopes\x18\x02 \x03(\v2\x1a.agentsilo.v1.PeerEnvelopeR\tenvelopes\"B\n" +
 	"\tPeerHello\x12\x12\n" +
 	"\x04silo\x18\x01 \x01(\tR\x04silo\x12!\n" +
-	"\fview_version\x18\x02 \x01(\x03R\vviewVersion\"\xaa\x02\n" +
+	"\fview_version\x18\x02 \x01(\x03R\vviewVersion\"\xc3\x02\n" +
 	"\fPeerEnvelope\x12&\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x12.agentsilo.v1.KindR\x04kind\x12\x17\n" +
 	"\acall_id\x18\x02 \x01(\x04R\x06callId\x124\n" +
@@ -269,7 +281,8 @@ const file_agentsilo_v1_peer_proto_rawDesc = "" +
 	"\x04hops\x18\x05 \x01(\rR\x04hops\x12(\n" +
 	"\x10deadline_unix_ms\x18\x06 \x01(\x03R\x0edeadlineUnixMs\x12*\n" +
 	"\x05error\x18\a \x01(\v2\x14.agentsilo.v1.StatusR\x05error\x12\x16\n" +
-	"\x06cancel\x18\b \x01(\bR\x06cancel2F\n" +
+	"\x06cancel\x18\b \x01(\bR\x06cancel\x12\x17\n" +
+	"\anot_run\x18\t \x01(\bR\x06notRun2F\n" +
 	"\x04Peer\x12>\n" +
 	"\x06Stream\x12\x17.agentsilo.v1.PeerBatch\x1a\x17.agentsilo.v1.PeerBatch(\x010\x01B?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
