@@ -323,6 +323,8 @@ func (c *Client) broken(st *stream, err error, drained, delivered bool) {
 	if s := wrap(err, "").Error(); s != "" {
 		msg += ": " + s
 	}
+	// The gateway had the calls still waiting: they may have run.
+	msg += "; the request may have run"
 	st.mu.Lock()
 	st.dead = true
 	for id, ch := range st.calls {

@@ -368,7 +368,9 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 			return resp, err
 		}
 		if !r.backoff(ctx, b) {
-			return nil, errs.New(codes.Unavailable, "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
+			// Its caller's deadline (or cancellation) ended it, not a
+			// silo: the code says so.
+			return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
 		}
 		st = r.state.Load()
 		if Owner(msg.To, st.owners) != silo {

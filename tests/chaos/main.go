@@ -52,6 +52,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -117,35 +118,44 @@ func main() {
 }
 
 type summary struct {
-	Bench            string         `json:"bench"`
-	Seed             uint64         `json:"seed"`
-	DurationS        float64        `json:"duration_s"`
-	Netns            bool           `json:"netns"`
-	Faults           map[string]int `json:"faults"`
-	Asks             map[string]int `json:"asks"`
-	Overlaps         int            `json:"overlaps"`
-	Activations      int            `json:"activations"`
-	Reminders        int            `json:"reminders"`
-	RemindersLost    int            `json:"reminders_lost"`
-	Published        int            `json:"published"`
-	MessagesLost     int            `json:"messages_lost"`
-	DeadLettered     int            `json:"dead_lettered"`
-	StateReplies     int64          `json:"state_replies"`
-	StateFailed      map[string]int `json:"state_failed"`
-	StateRegressions int            `json:"state_regressions"`
-	SiloRSSMaxMB     float64        `json:"silo_rss_max_mb"`
-	Recovered        bool           `json:"recovered"`
-	Load1            string         `json:"loadavg_end"`
+	Bench     string         `json:"bench"`
+	Seed      uint64         `json:"seed"`
+	DurationS float64        `json:"duration_s"`
+	Netns     bool           `json:"netns"`
+	Faults    map[string]int `json:"faults"`
+	Asks      map[string]int `json:"asks"`
+	// AsksMayHaveRun counts the failed Asks whose error says they may have
+	// run (they were in flight on a silo that died or was cut off); the
+	// rest failed before reaching any agent, or by their deadline.
+	AsksMayHaveRun int `json:"asks_may_have_run"`
+	// AskErrors is a sample of the failed Asks' errors: up to three
+	// distinct messages per code, agent addresses left in.
+	AskErrors        map[string][]string `json:"ask_errors"`
+	Overlaps         int                 `json:"overlaps"`
+	Activations      int                 `json:"activations"`
+	Reminders        int                 `json:"reminders"`
+	RemindersLost    int                 `json:"reminders_lost"`
+	Published        int                 `json:"published"`
+	MessagesLost     int                 `json:"messages_lost"`
+	DeadLettered     int                 `json:"dead_lettered"`
+	StateReplies     int64               `json:"state_replies"`
+	StateFailed      map[string]int      `json:"state_failed"`
+	StateRegressions int                 `json:"state_regressions"`
+	SiloRSSMaxMB     float64             `json:"silo_rss_max_mb"`
+	Recovered        bool                `json:"recovered"`
+	Load1            string              `json:"loadavg_end"`
 }
 
 func (s summary) broken() bool {
 	return s.Overlaps > 0 || s.RemindersLost > 0 || s.MessagesLost > 0 || s.StateRegressions > 0
 }
 
-// counts counts outcomes by name, safely.
+// counts counts outcomes by name, safely, with a sample of the errors.
 type counts struct {
-	mu sync.Mutex
-	m  map[string]int
+	mu         sync.Mutex
+	m          map[string]int
+	mayHaveRun int
+	sample     map[string][]string
 }
 
 func (c *counts) add(err error) {
@@ -154,11 +164,30 @@ func (c *counts) add(err error) {
 		k = errs.Code(err).String()
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[string]int{}
 	}
 	c.m[k]++
-	c.mu.Unlock()
+	if err == nil {
+		return
+	}
+	msg := err.Error()
+	if strings.Contains(msg, "may have run") {
+		c.mayHaveRun++
+	}
+	if c.sample == nil {
+		c.sample = map[string][]string{}
+	}
+	if ms := c.sample[k]; len(ms) < 3 && !slices.Contains(ms, msg) {
+		c.sample[k] = append(ms, msg)
+	}
+}
+
+func (c *counts) errors() (int, map[string][]string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mayHaveRun, maps.Clone(c.sample)
 }
 
 func (c *counts) snapshot() map[string]int {
@@ -403,6 +432,7 @@ func run(tb testcluster.TB, cfg config) summary {
 	stopLoad()
 	wg.Wait()
 	sum.Asks = asks.snapshot()
+	sum.AsksMayHaveRun, sum.AskErrors = asks.errors()
 	sum.StateReplies = stateOK.Load()
 	sum.StateFailed = stateFailed.snapshot()
 	sum.StateRegressions = int(regressions.Load())
