@@ -45,6 +45,11 @@
 // stderr. The exit status is 1 if an invariant broke (overlaps, lost
 // reminders, lost messages, state regressions) or the cluster did not
 // recover, 0 otherwise.
+//
+// With TESTCLUSTER_KEEP=1 the silos' logs and the journal are kept, and
+// -check DIR checks such a directory again, from its files alone (after a
+// change to the checker, say): it prints each overlap and exits 1 if there
+// is one.
 package main
 
 import (
@@ -89,7 +94,23 @@ func main() {
 	flag.DurationVar(&cfg.askTimeout, "ask-timeout", 5*time.Second, "deadline of each Ask of the load")
 	flag.BoolVar(&cfg.netns, "netns", os.Geteuid() == 0, "silos in network namespaces, partitions with nftables (needs root)")
 	seed := flag.Int64("seed", 0, "seed of the schedule (0: from the clock)")
+	check := flag.String("check", "", "check the journal of a cluster directory kept by TESTCLUSTER_KEEP=1, and exit")
 	flag.Parse()
+	if *check != "" {
+		acts, over, err := testcluster.CheckDir(*check)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			os.Exit(1)
+		}
+		for _, o := range over {
+			fmt.Println(o)
+		}
+		fmt.Printf("%d activations, %d overlapping pairs\n", len(acts), len(over))
+		if len(over) > 0 {
+			os.Exit(1)
+		}
+		return
+	}
 	if cfg.duration <= 0 || cfg.gap <= 0 || cfg.clients < 1 || cfg.askTimeout <= 0 {
 		flag.Usage()
 		os.Exit(2)

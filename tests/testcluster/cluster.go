@@ -530,10 +530,23 @@ func (c *Cluster) signal(i int, sig syscall.Signal, freeze bool) {
 		}
 		p.frozenAt = time.Now()
 		p.froze = p.frozenAt
+		mark(s.LogPath, p.frozenAt, p.pid, "frozen")
 	} else {
 		p.frozenAt = time.Time{}
+		mark(s.LogPath, time.Now(), p.pid, "thawed")
 	}
 	c.tb.Logf("testcluster: %v to %s (pid %d)", sig, s.Name, p.pid)
+}
+
+// mark appends a harness line to a silo's log (see CheckDir): the process
+// appends to the same file, a line at a time.
+func mark(path string, at time.Time, pid int, what string) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	fmt.Fprintf(f, "=== testcluster %s: pid %d %s\n", at.Format(time.RFC3339Nano), pid, what)
+	f.Close()
 }
 
 // Stop sends SIGTERM to silo i, waits for it to exit (bounded by

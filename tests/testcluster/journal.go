@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -258,6 +259,73 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		}
 	}
 	return acts, nil
+}
+
+// CheckDir checks the journal a cluster left in dir (kept with
+// TESTCLUSTER_KEEP) from what its files hold: the journal, and the silos'
+// logs, in which the harness marks each process's start, end, freezes and
+// thaws. It returns the activations and the overlapping pairs, as
+// CheckJournal would have found them.
+func CheckDir(dir string) ([]Activation, []Overlap, error) {
+	logs, err := filepath.Glob(filepath.Join(dir, "silo-*.log"))
+	if err != nil {
+		return nil, nil, err
+	}
+	lives := map[int]Life{}
+	for _, path := range logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		frozen := map[int]time.Time{}
+		for line := range strings.SplitSeq(string(b), "\n") {
+			rest, ok := strings.CutPrefix(line, "=== testcluster ")
+			if !ok {
+				continue
+			}
+			var ts, what string
+			var pid int
+			if _, err := fmt.Sscanf(rest, "%s pid %d %s", &ts, &pid, &what); err != nil {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimSuffix(ts, ":"))
+			if err != nil {
+				continue
+			}
+			l := lives[pid]
+			switch what {
+			case "frozen":
+				frozen[pid], l.Froze = at, at
+			case "thawed":
+				delete(frozen, pid)
+			case "ended:":
+				// Killed frozen: it ran nothing after the freeze.
+				if l.Died = at; !frozen[pid].IsZero() {
+					l.Died = frozen[pid]
+				}
+			default:
+				continue
+			}
+			lives[pid] = l
+		}
+		fences, suspended := fencesIn(path)
+		for pid, f := range fences {
+			l := lives[pid]
+			l.Fenced = f
+			lives[pid] = l
+		}
+		for pid, since := range suspended {
+			if l := lives[pid]; !l.Died.IsZero() {
+				l.Suspended = since
+				lives[pid] = l
+			}
+		}
+	}
+	acts, err := ReadJournal(filepath.Join(dir, "journal"), lives)
+	if err != nil {
+		return nil, nil, err
+	}
+	return acts, Overlaps(acts), nil
 }
 
 // Overlaps returns every pair of activations of one address that were live

@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -179,5 +180,38 @@ func TestOneSilo(t *testing.T) {
 	}
 	if !acts[1].Ended {
 		t.Errorf("the stopped activation: %v, want an end line", acts[1])
+	}
+}
+
+// TestCheckDir: a kept cluster directory is checked from its files alone:
+// the harness's marks in the logs give each process's freezes and death.
+func TestCheckDir(t *testing.T) {
+	dir := t.TempDir()
+	ts := func(sec int) string { return time.Unix(int64(sec), 0).UTC().Format(time.RFC3339Nano) }
+	ns := func(sec int) int64 { return time.Unix(int64(sec), 0).UnixNano() }
+	files := map[string]string{
+		"silo-0.log": "=== testcluster " + ts(0) + ": pid 100 started\n" +
+			"=== testcluster " + ts(5) + ": pid 100 frozen\n" +
+			"=== testcluster " + ts(9) + ": pid 100 ended: signal: killed\n",
+		"silo-1.log": "=== testcluster " + ts(0) + ": pid 200 started\n",
+		"journal": fmt.Sprintf("start A silo-0 100 %d\nturn A silo-0 100 %d\nstart B silo-0 100 %d\nstart B silo-1 200 %d\nstart A silo-1 200 %d\n",
+			ns(1), ns(2), ns(1), ns(4), ns(6)),
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acts, over, err := CheckDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(acts) != 4 {
+		t.Fatalf("%d activations, want 4: %v", len(acts), acts)
+	}
+	// A on pid 100 ended at the freeze (killed frozen), before silo-1's;
+	// B on pid 100 was live when silo-1 started B.
+	if len(over) != 1 || over[0].A.Address != "B" {
+		t.Fatalf("overlaps %v, want B's only", over)
 	}
 }
