@@ -149,8 +149,9 @@ type summary struct {
 	// run (they were in flight on a silo that died or was cut off); the
 	// rest failed before reaching any agent, or by their deadline.
 	AsksMayHaveRun int `json:"asks_may_have_run"`
-	// AskErrors is a sample of the failed Asks' errors: up to three
-	// distinct messages per code, agent addresses left in.
+	// AskErrors is a sample of the failed Asks' errors: up to five
+	// distinct messages per code (and per code of those that may have
+	// run), agent addresses left in.
 	AskErrors        map[string][]string `json:"ask_errors"`
 	Overlaps         int                 `json:"overlaps"`
 	Activations      int                 `json:"activations"`
@@ -196,11 +197,12 @@ func (c *counts) add(err error) {
 	msg := err.Error()
 	if strings.Contains(msg, "may have run") {
 		c.mayHaveRun++
+		k += " (may have run)"
 	}
 	if c.sample == nil {
 		c.sample = map[string][]string{}
 	}
-	if ms := c.sample[k]; len(ms) < 3 && !slices.Contains(ms, msg) {
+	if ms := c.sample[k]; len(ms) < 5 && !slices.Contains(ms, msg) {
 		c.sample[k] = append(ms, msg)
 	}
 }
