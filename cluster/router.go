@@ -343,7 +343,9 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	st := r.state.Load()
 	mi, ok := st.view.Member(silo)
 	if !ok {
-		return nil, errs.New(codes.Unavailable, "%s: silo %s is not in the view", msg.To, silo)
+		// The view changed since the runtime routed msg: nothing was sent,
+		// so it is routed again with the new one.
+		return nil, grain.ErrMoved
 	}
 	if msg.GetTraceparent() != "" {
 		var span trace.Span

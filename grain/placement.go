@@ -315,18 +315,20 @@ func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops 
 // and a request's reply (or error) goes to its waiting caller.
 func (rt *Runtime) reroute(envs []*envelope) {
 	for _, env := range envs {
-		ctx := env.ctx
+		ctx, cancel := env.ctx, context.CancelFunc(nil)
 		if ctx == nil {
-			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(rt.base, rt.cfg.AskTimeout)
-			defer cancel()
 		}
 		if env.expired != nil {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, env.deadline)
-			defer cancel()
+			outer := cancel
+			var inner context.CancelFunc
+			ctx, inner = context.WithDeadline(ctx, env.deadline)
+			cancel = inner
+			if outer != nil {
+				cancel = func() { inner(); outer() }
+			}
 		}
-		err := rt.route(ctx, env, 0)
+		err := rt.routeThen(ctx, env, 0, cancel)
 		if err != nil && env.isRequest() {
 			env.complete(result{err: err})
 		}
@@ -338,24 +340,55 @@ func (rt *Runtime) reroute(envs []*envelope) {
 
 // route delivers env (already prepared) to its address's owner: here, or
 // through the placement to another silo, routing again when the address
-// moves meanwhile. A request forwarded elsewhere gets its reply sent to
-// env.reply.
+// moves meanwhile (ErrMoved). A request forwarded elsewhere gets its reply
+// sent to env.reply.
 func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
+	return rt.routeThen(ctx, env, hops, nil)
+}
+
+// routeThen is route, calling release (if not nil) once it no longer uses
+// ctx: when it returns, or, for a request forwarded from a goroutine of its
+// own, when that is done.
+func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, release func()) error {
 	p := rt.cfg.Placement
 	for i := 0; ; i++ {
 		if silo := p.Route(env.msg.To); silo != "" {
 			if !env.isRequest() {
 				_, err := rt.forward(ctx, silo, env.msg, hops)
+				if errors.Is(err, ErrMoved) && i < maxReroutes {
+					continue
+				}
+				if release != nil {
+					release()
+				}
 				return err
 			}
 			go func() {
-				r, err := rt.forward(ctx, silo, env.msg, hops)
-				env.complete(result{msg: r, err: err})
+				if release != nil {
+					defer release()
+				}
+				for j := i; ; j++ {
+					r, err := rt.forward(ctx, silo, env.msg, hops)
+					if errors.Is(err, ErrMoved) && j < maxReroutes {
+						if silo = p.Route(env.msg.To); silo != "" {
+							continue
+						}
+						// Moved here: delivered as any message for here.
+						if err = rt.deliver(ctx, nil, env); err == nil {
+							return
+						}
+					}
+					env.complete(result{msg: r, err: err})
+					return
+				}
 			}()
 			return nil
 		}
 		err := rt.deliver(ctx, nil, env)
 		if !errors.Is(err, ErrMoved) || i == maxReroutes {
+			if release != nil {
+				release()
+			}
 			rt.refused(env.msg, err)
 			return err
 		}

@@ -224,3 +224,42 @@ func TestTryAskRemote(t *testing.T) {
 		t.Fatal("a reserved message type was taken")
 	}
 }
+
+// elsewhere is a Placement that owns nothing: every address is on silo
+// "b", whose Forward waits for proceed.
+type elsewhere struct{ entered, proceed chan struct{} }
+
+func (elsewhere) Route(string) string                           { return "b" }
+func (elsewhere) Claim(context.Context, string) (func(), error) { return nil, ErrMoved }
+func (elsewhere) Hold(string) (bool, func())                    { return false, func() {} }
+func (elsewhere) Serving() bool                                 { return true }
+
+func (p elsewhere) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
+	close(p.entered)
+	<-p.proceed
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := m.Response()
+	r.Message = silo
+	return r, nil
+}
+
+// A request left in the mailbox of an activation whose address moved is
+// sent on to the new owner, and its reply reaches its caller: the context
+// it is sent with lasts until then (it was once cancelled as soon as the
+// request had been handed to its sending goroutine).
+func TestRerouteRequestOutlivesTheHandOff(t *testing.T) {
+	p := elsewhere{entered: make(chan struct{}), proceed: make(chan struct{})}
+	cfg := DefaultConfig()
+	cfg.Placement = p
+	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
+	env := &envelope{msg: &Message{Kind: KindRequest, To: "Echo:o:x", From: "Client:o:c", Id: "1"}, reply: make(chan result, 1)}
+	rt.reroute([]*envelope{env})
+	<-p.entered
+	close(p.proceed)
+	r := <-env.reply
+	if r.err != nil || r.msg.GetMessage() != "b" {
+		t.Fatalf("rerouted request: %v, %v; want the answer of b", r.msg, r.err)
+	}
+}
