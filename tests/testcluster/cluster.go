@@ -110,7 +110,7 @@ type process struct {
 	exitErr  error         // after done
 	exitedAt time.Time     // after done: when the harness saw the end
 	frozenAt time.Time     // set by Freeze, cleared by Thaw; under Silo.mu
-	froze    time.Time     // the last Freeze, kept after Thaw; under Silo.mu
+	freezes  []time.Time   // every Freeze, kept after Thaw; under Silo.mu
 }
 
 func (p *process) running() bool {
@@ -451,7 +451,7 @@ func (s *Silo) start() error {
 		if !p.frozenAt.IsZero() {
 			life.Died = p.frozenAt
 		}
-		life.Froze = p.froze
+		life.Freezes = slices.Clone(p.freezes)
 		s.mu.Unlock()
 		s.c.mu.Lock()
 		s.c.lives[p.pid] = life
@@ -529,7 +529,7 @@ func (c *Cluster) signal(i int, sig syscall.Signal, freeze bool) {
 			c.tb.Fatalf("testcluster: waiting for %s (pid %d) to stop: %v", s.Name, p.pid, err)
 		}
 		p.frozenAt = time.Now()
-		p.froze = p.frozenAt
+		p.freezes = append(p.freezes, p.frozenAt)
 		mark(s.LogPath, p.frozenAt, p.pid, "frozen")
 	} else {
 		p.frozenAt = time.Time{}
@@ -648,9 +648,9 @@ func (c *Cluster) Lives() map[int]Life {
 			}
 		}
 		s.mu.Lock()
-		if p := s.proc; p != nil && p.running() && !p.froze.IsZero() {
+		if p := s.proc; p != nil && p.running() && len(p.freezes) > 0 {
 			l := lives[p.pid]
-			l.Froze = p.froze
+			l.Freezes = slices.Clone(p.freezes)
 			lives[p.pid] = l
 		}
 		s.mu.Unlock()

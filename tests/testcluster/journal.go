@@ -19,11 +19,12 @@ type Life struct {
 	// Died is when the process ended (when the harness saw it end), or when
 	// it was frozen if it was killed frozen: it ran nothing after that.
 	Died time.Time
-	// Froze is the process's last freeze (Cluster.Freeze), zero if none. An
-	// activation that started before it and has no end line ends at its
-	// last journal line after the freeze, or at the freeze: frozen, it ran
-	// nothing, and thawed, whatever turn it ran is in the journal.
-	Froze time.Time
+	// Freezes are the process's freezes (Cluster.Freeze), in order. An
+	// activation that started before the last one and has no end line ends
+	// at its last journal line after that freeze, or at the freeze: frozen,
+	// it ran nothing, and thawed, whatever turn it ran is in the journal.
+	// Before a fence, the last freeze before the fence counts.
+	Freezes []time.Time
 	// Fenced are the times the process's silo stopped for good before it
 	// fenced itself: when it was suspended (it runs no turn from then on),
 	// if it was suspended when it fenced, else when it logged that it
@@ -229,7 +230,7 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		life, ok := lives[a.PID]
 		if j := slices.IndexFunc(life.Fenced, func(f time.Time) bool { return !f.Before(a.Start) }); j >= 0 {
 			a.End = life.Fenced[j]
-			if fz := life.Froze; !fz.IsZero() && a.Start.Before(fz) && fz.Before(a.End) {
+			if fz := lastBefore(life.Freezes, a.End); !fz.IsZero() && a.Start.Before(fz) {
 				// Frozen, then fenced on resume: it ran nothing after the
 				// freeze but what the journal shows.
 				a.End = fz
@@ -241,8 +242,8 @@ func ReadJournal(path string, lives map[int]Life) ([]Activation, error) {
 		}
 		switch {
 		case !ok || life.Died.IsZero(): // the process may still run
-		case !life.Froze.IsZero() && a.Start.Before(life.Froze):
-			a.End = life.Froze
+		case len(life.Freezes) > 0 && a.Start.Before(life.Freezes[len(life.Freezes)-1]):
+			a.End = life.Freezes[len(life.Freezes)-1]
 			if a.Last.After(a.End) {
 				a.End = a.Last
 			}
@@ -295,7 +296,7 @@ func CheckDir(dir string) ([]Activation, []Overlap, error) {
 			l := lives[pid]
 			switch what {
 			case "frozen":
-				frozen[pid], l.Froze = at, at
+				frozen[pid], l.Freezes = at, append(l.Freezes, at)
 			case "thawed":
 				delete(frozen, pid)
 			case "ended:":
@@ -326,6 +327,18 @@ func CheckDir(dir string) ([]Activation, []Overlap, error) {
 		return nil, nil, err
 	}
 	return acts, Overlaps(acts), nil
+}
+
+// lastBefore returns the last of times (in order) before t, zero if none.
+func lastBefore(times []time.Time, t time.Time) time.Time {
+	var last time.Time
+	for _, x := range times {
+		if !x.Before(t) {
+			break
+		}
+		last = x
+	}
+	return last
 }
 
 // Overlaps returns every pair of activations of one address that were live

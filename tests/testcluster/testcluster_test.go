@@ -54,6 +54,10 @@ func TestOverlaps(t *testing.T) {
 		"start J:o:k s0 600 1000",
 		"turn J:o:k s0 600 2500", // ran after its suspension ended
 		"start J:o:k s1 200 2200",
+		// pid 700 froze at 2000, fenced on its thaw at 3000, and froze
+		// again at 6000 with a new silo: l ended at the first freeze.
+		"start J:o:l s0 700 1000",
+		"start J:o:l s1 200 2500", // after l's freeze: no overlap
 		"",
 	}, "\n")
 	if err := os.WriteFile(path, []byte(journal), 0o600); err != nil {
@@ -61,16 +65,17 @@ func TestOverlaps(t *testing.T) {
 	}
 	lives := map[int]Life{
 		100: {Died: time.Unix(0, 5000)},
-		400: {Died: time.Unix(0, 8000), Froze: time.Unix(0, 3000)},
+		400: {Died: time.Unix(0, 8000), Freezes: []time.Time{time.Unix(0, 3000)}},
 		500: {Fenced: []time.Time{time.Unix(0, 3000)}},
 		600: {Died: time.Unix(0, 8000), Suspended: time.Unix(0, 2000)},
+		700: {Fenced: []time.Time{time.Unix(0, 3000)}, Freezes: []time.Time{time.Unix(0, 2000), time.Unix(0, 6000)}},
 	}
 	acts, err := ReadJournal(path, lives)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(acts) != 23 {
-		t.Fatalf("%d activations, want 23: %v", len(acts), acts)
+	if len(acts) != 25 {
+		t.Fatalf("%d activations, want 25: %v", len(acts), acts)
 	}
 	if b := acts[2]; b.Address != "J:o:b" || !b.Ended || b.Reason != "moved" {
 		t.Errorf("the first b: %+v, want it ended, moved", b)
