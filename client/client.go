@@ -474,6 +474,19 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 	var b *retry.Backoff
 	for {
 		r, again, err := c.callOnce(ctx, m)
+		if again && err != nil {
+			// The gateway's silo refused it before any agent ran it
+			// (fenced, suspended, shutting down): sent again after a
+			// pause, by then on the stream the session re-attached to if
+			// that silo went away.
+			if b == nil {
+				b = retry.New(50*time.Millisecond, time.Second, nil)
+			}
+			if !b.Wait(ctx, nil) {
+				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "call %s: refused before it ran, until the deadline: %v", m.GetTo(), err)
+			}
+			continue
+		}
 		if err != nil && m.GetIdempotencyKey() != "" && errs.Code(err) == codes.Unavailable && ctx.Err() == nil {
 			// Its gateway went away: whether the call ran is unknown, and
 			// its idempotency key makes sending it again safe.
@@ -497,7 +510,8 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 var resend = &agentsilov1.Result{}
 
 // callOnce sends m on the current stream and waits for its result; again
-// says the call was not started and must be sent again.
+// says the call was not started and must be sent again (with an error: the
+// gateway refused it before any agent ran it, see Result.not_run).
 func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bool, _ error) {
 	st, err := c.stream(ctx)
 	if err != nil {
@@ -540,7 +554,7 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 			return nil, true, nil
 		}
 		if e := r.GetError(); e != nil {
-			return nil, false, errs.New(codes.Code(e.GetCode()), "%s", e.GetMessage())
+			return nil, r.GetNotRun(), errs.New(codes.Code(e.GetCode()), "%s", e.GetMessage())
 		}
 		if r.GetMessage() == nil {
 			return &Message{}, false, nil

@@ -542,3 +542,25 @@ func (s *breakingStream) RecvMsg(m any) error {
 	}
 	return s.ClientStream.RecvMsg(m)
 }
+
+// TestRefusedBeforeRunIsSentAgain: a call that the gateway's silo refuses
+// before any agent ran it (here: its runtime is shutting down, its gateway
+// still up) is sent again until its deadline instead of failing at once
+// (once the session moves to a gateway whose silo serves, as when a fenced
+// silo's gateway goes, it is answered there).
+func TestRefusedBeforeRunIsSentAgain(t *testing.T) {
+	a := start(t)
+	c := dial(t, []string{a.addr})
+	if _, err := c.Ask(t.Context(), "Echo:x", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.rt.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Ask(ctx, "Echo:x", nil)
+	if errs.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "refused before it ran") || !strings.Contains(err.Error(), "shutting down") {
+		t.Fatalf("an Ask a's runtime refuses: %v; want it sent again until its deadline (DeadlineExceeded, saying it was refused before it ran)", err)
+	}
+}

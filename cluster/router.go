@@ -259,7 +259,7 @@ func (r *router) awaitFenced(ctx context.Context, key string) error {
 		case <-t.C():
 		case <-ctx.Done():
 			t.Stop()
-			return errs.New(codes.Unavailable, "%s: waiting for silo %s, which left the view, to be fenced: %v", key, d.Name, ctx.Err())
+			return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "%s: waiting for silo %s, which left the view, to be fenced (it did not run)", key, d.Name)
 		}
 	}
 	return nil

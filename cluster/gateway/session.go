@@ -549,5 +549,8 @@ func frameFault(err error) bool {
 }
 
 func errResult(id uint64, err error) *agentsilov1.Result {
-	return &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(errs.Code(err)), Message: err.Error()}}
+	// A refusal before any agent ran the call (grain.ErrNotRun, whose
+	// errors say so with a method NotRun) tells the client so.
+	var nr interface{ NotRun() bool }
+	return &agentsilov1.Result{CallId: id, Error: &agentsilov1.Status{Code: int32(errs.Code(err)), Message: err.Error()}, NotRun: errors.As(err, &nr) && nr.NotRun()}
 }

@@ -473,10 +473,15 @@ func (x *Cancel) GetCallId() uint64 {
 // Result completes a Call: the RESPONSE of an Ask, an empty message for an
 // accepted Send or Event, or an error status.
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	CallId        uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
-	Message       *AgentMessage          `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	Error         *Status                `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	CallId  uint64                 `protobuf:"varint,1,opt,name=call_id,json=callId,proto3" json:"call_id,omitempty"`
+	Message *AgentMessage          `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Error   *Status                `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	// not_run, set with error, says that no agent ran the call: the gateway's
+	// silo refused it before any turn (it is fenced, suspended past the
+	// call's deadline, or shutting down). The client may send it again,
+	// through this gateway or another, without running it twice.
+	NotRun        bool `protobuf:"varint,4,opt,name=not_run,json=notRun,proto3" json:"not_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -530,6 +535,13 @@ func (x *Result) GetError() *Status {
 		return x.Error
 	}
 	return nil
+}
+
+func (x *Result) GetNotRun() bool {
+	if x != nil {
+		return x.NotRun
+	}
+	return false
 }
 
 // Status is an error: a gRPC status code and its message.
@@ -2229,11 +2241,12 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"!\n" +
 	"\x06Cancel\x12\x17\n" +
-	"\acall_id\x18\x01 \x01(\x04R\x06callId\"\x83\x01\n" +
+	"\acall_id\x18\x01 \x01(\x04R\x06callId\"\x9c\x01\n" +
 	"\x06Result\x12\x17\n" +
 	"\acall_id\x18\x01 \x01(\x04R\x06callId\x124\n" +
 	"\amessage\x18\x02 \x01(\v2\x1a.agentsilo.v1.AgentMessageR\amessage\x12*\n" +
-	"\x05error\x18\x03 \x01(\v2\x14.agentsilo.v1.StatusR\x05error\"6\n" +
+	"\x05error\x18\x03 \x01(\v2\x14.agentsilo.v1.StatusR\x05error\x12\x17\n" +
+	"\anot_run\x18\x04 \x01(\bR\x06notRun\"6\n" +
 	"\x06Status\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"a\n" +
