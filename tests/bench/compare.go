@@ -271,6 +271,7 @@ type side struct {
 	rate, p50, p99, p999  float64
 	vsChan                float64 // rate / same-round chan rate (median of rounds), 0 if none
 	bytes, activationsPer float64
+	cpu                   float64 // µs of CPU per call, every process of the row summed; 0 if not measured
 }
 
 func pick(rs recs, bench string, n int) side {
@@ -278,7 +279,7 @@ func pick(rs recs, bench string, n int) side {
 	if r == nil {
 		return side{}
 	}
-	s := side{ok: true, rate: r.RateMedian, p50: r.P50, p99: r.P99, p999: r.P999, bytes: r.BytesPerGrain, activationsPer: r.ActivationsPerS}
+	s := side{ok: true, rate: r.RateMedian, p50: r.P50, p99: r.P99, p999: r.P999, bytes: r.BytesPerGrain, activationsPer: r.ActivationsPerS, cpu: r.cpuPerCall()}
 	if r.RatioMedian != nil {
 		s.vsChan = *r.RatioMedian
 	} else if a := rs.find("chan", n); a != nil && bench != "chan" && a.RateMedian > 0 {
@@ -289,12 +290,12 @@ func pick(rs recs, bench string, n int) side {
 
 // medianSide returns the field-wise median of the passes that have the row.
 func medianSide(ss []side) side {
-	var f [7][]float64
+	var f [8][]float64
 	for _, s := range ss {
 		if !s.ok {
 			continue
 		}
-		for i, v := range []float64{s.rate, s.p50, s.p99, s.p999, s.vsChan, s.bytes, s.activationsPer} {
+		for i, v := range []float64{s.rate, s.p50, s.p99, s.p999, s.vsChan, s.bytes, s.activationsPer, s.cpu} {
 			f[i] = append(f[i], v)
 		}
 	}
@@ -302,7 +303,7 @@ func medianSide(ss []side) side {
 		return side{}
 	}
 	return side{ok: true, rate: median(f[0]), p50: median(f[1]), p99: median(f[2]), p999: median(f[3]),
-		vsChan: median(f[4]), bytes: median(f[5]), activationsPer: median(f[6])}
+		vsChan: median(f[4]), bytes: median(f[5]), activationsPer: median(f[6]), cpu: median(f[7])}
 }
 
 // table is the side-by-side figures of one pass (or of the medians).
@@ -368,18 +369,18 @@ func printCompare(out io.Writer, passes []passResult) {
 
 func printTable(out io.Writer, t table) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "row (ours | peer)\tN\tours/s\tpeer/s\tours/peer\tp50 µs\tpeer\tp99 µs\tpeer\tp99.9 µs\tpeer\tvs anchor\tpeer\t")
+	fmt.Fprintln(tw, "row (ours | peer)\tN\tours/s\tpeer/s\tours/peer\tp50 µs\tpeer\tp99 µs\tpeer\tp99.9 µs\tpeer\tvs anchor\tpeer\tours CPU µs/call\t")
 	for i, rp := range rowPairs {
 		o, q := t.rows[i][0], t.rows[i][1]
 		name := rp.ours
 		if rp.peer != rp.ours {
 			name += " | " + rp.peer
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, rp.n,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", name, rp.n,
 			opt(o.ok, num(o.rate)), opt(q.ok, num(q.rate)), opt(t.rateX[i] > 0, fmt.Sprintf("x%.2f", t.rateX[i])),
 			opt(o.ok, us(o.p50)), opt(q.ok, us(q.p50)), opt(o.ok, us(o.p99)), opt(q.ok, us(q.p99)),
 			opt(o.ok, us(o.p999)), opt(q.ok, us(q.p999)),
-			opt(o.vsChan > 0, pct(o.vsChan)), opt(q.vsChan > 0, pct(q.vsChan)))
+			opt(o.vsChan > 0, pct(o.vsChan)), opt(q.vsChan > 0, pct(q.vsChan)), opt(o.cpu > 0, us(o.cpu)))
 	}
 	tw.Flush()
 	o, q := t.mem[0], t.mem[1]
@@ -411,7 +412,11 @@ func printTargets(out io.Writer, t table) {
 		case rp.ours == "activation":
 			check(t.rateX[i] >= 3, "activation N=%d rate >= 3x peer's: x%.2f", rp.n, t.rateX[i])
 		case rp.ours == "remote":
-			check(o.ok && o.vsChan >= 1, "remote N=%d rate >= 1.0x the raw gRPC stream: %s", rp.n, pct(o.vsChan))
+			cpu := ""
+			if a := t.rows[i-1][0]; a.cpu > 0 && o.cpu > 0 {
+				cpu = fmt.Sprintf(" (CPU per call, both processes: %s µs, x%.2f the raw stream's)", us(o.cpu), o.cpu/a.cpu)
+			}
+			check(o.ok && o.vsChan >= 1, "remote N=%d rate >= 1.0x the raw gRPC stream: %s%s", rp.n, pct(o.vsChan), cpu)
 			if rp.n == 64 {
 				check(t.rateX[i] >= 2.5, "remote N=64 rate >= 2.5x peer's cluster-remote: x%.2f", t.rateX[i])
 			}

@@ -104,6 +104,10 @@ type window struct {
 	calls, errs int64
 	rate        float64 // calls per second of the window
 	h           *histogram
+	// cpu is the CPU time per call of each of cpuProcs over the whole
+	// window, warm-up and the last calls included, divided by every call
+	// made in it; nil if it could not be read.
+	cpu []time.Duration
 }
 
 // runWindow runs n closed-loop callers (each calls, waits for the answer and
@@ -121,6 +125,7 @@ func runWindowYield(n int, warm, win time.Duration, yield bool, newCaller func(w
 	type state struct {
 		h           histogram
 		calls, errs int64
+		all         int64 // every call made, warm-up included
 	}
 	fns := make([]callFunc, n)
 	states := make([]*state, n) // separately allocated: no false sharing
@@ -129,6 +134,7 @@ func runWindowYield(n int, warm, win time.Duration, yield bool, newCaller func(w
 		states[w] = new(state)
 	}
 	var wg sync.WaitGroup
+	cpu0 := cpuSample()
 	t0 := time.Now()
 	from, to := warm, warm+win
 	for w := range n {
@@ -139,6 +145,7 @@ func runWindowYield(n int, warm, win time.Duration, yield bool, newCaller func(w
 				start := time.Since(t0)
 				err := call()
 				end := time.Since(t0)
+				s.all++
 				if yield {
 					runtime.Gosched()
 				}
@@ -157,11 +164,19 @@ func runWindowYield(n int, warm, win time.Duration, yield bool, newCaller func(w
 		}(fns[w], states[w])
 	}
 	wg.Wait()
+	cpu1 := cpuSample()
 	res := window{h: new(histogram)}
+	var all int64
 	for _, s := range states {
 		res.h.merge(&s.h)
 		res.calls += s.calls
 		res.errs += s.errs
+		all += s.all
+	}
+	if cpu0 != nil && cpu1 != nil && all > 0 {
+		for i := range cpu1 {
+			res.cpu = append(res.cpu, (cpu1[i]-cpu0[i])/time.Duration(all))
+		}
 	}
 	res.rate = float64(res.calls) / win.Seconds()
 	return res
@@ -174,9 +189,18 @@ type series struct {
 	rates, ratios []float64
 	h             histogram
 	calls, errs   int64
+	cpu           [][]float64 // per cpuProcs entry: µs of CPU per call, per window
 }
 
 func (s *series) add(w window) {
+	if w.cpu != nil {
+		if s.cpu == nil {
+			s.cpu = make([][]float64, len(w.cpu))
+		}
+		for i, d := range w.cpu {
+			s.cpu[i] = append(s.cpu[i], float64(d)/1e3)
+		}
+	}
 	s.rates = append(s.rates, w.rate)
 	s.h.merge(w.h)
 	s.calls += w.calls
@@ -201,7 +225,11 @@ type row struct {
 	Anchor      string    `json:"anchor,omitempty"`
 	Ratios      []float64 `json:"ratios,omitempty"`
 	RatioMedian *float64  `json:"ratio_median,omitempty"`
-	Run         string    `json:"run,omitempty"`
+	// CPU is the CPU time per call of each process the window accounts
+	// (this one, "self", and for the remote suite "node-b"), in µs: the
+	// median across windows of each window's CPU time over its calls.
+	CPU map[string]float64 `json:"cpu_us_per_call,omitempty"`
+	Run string             `json:"run,omitempty"`
 }
 
 func (s *series) row(run string) row {
@@ -220,6 +248,12 @@ func (s *series) row(run string) row {
 		Errors:     s.errs,
 		Anchor:     s.anchor,
 		Run:        run,
+	}
+	for i, xs := range s.cpu {
+		if r.CPU == nil {
+			r.CPU = make(map[string]float64)
+		}
+		r.CPU[cpuProcs[i].name] = round(median(xs), 2)
 	}
 	if len(s.ratios) > 0 {
 		r.Ratios = roundAll(s.ratios, 4)

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"math"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -185,5 +186,42 @@ func waitGoroutines(t *testing.T, want int) {
 			t.Fatalf("%d goroutines, want at most %d:\n%s", runtime.NumGoroutine(), want, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A window accounts the CPU time its calls cost, and a process's CPU time
+// reads the same from /proc as from getrusage (to its 10 ms ticks).
+func TestWindowCPU(t *testing.T) {
+	spin := func(int) callFunc {
+		return func() error {
+			x := 0
+			for i := range 100_000 {
+				x += i
+			}
+			if x < 0 {
+				return errors.New("unreachable")
+			}
+			return nil
+		}
+	}
+	w := runWindow(2, 0, 50*time.Millisecond, spin)
+	if len(w.cpu) != 1 || w.cpu[0] <= 0 {
+		t.Fatalf("window CPU per call %v, want one positive figure", w.cpu)
+	}
+	s := &series{bench: "spin", n: 2}
+	s.add(w)
+	if r := s.row(""); r.CPU["self"] <= 0 {
+		t.Fatalf("row CPU %v, want self > 0", r.CPU)
+	}
+	self, ok := cpuProc{}.cpuTime()
+	if !ok {
+		t.Fatal("getrusage failed")
+	}
+	proc, ok := cpuProc{pid: os.Getpid()}.cpuTime()
+	if !ok {
+		t.Skip("no /proc/PID/stat here") // not Linux
+	}
+	if proc > self+100*time.Millisecond || proc < self-time.Second {
+		t.Fatalf("/proc says %v of CPU, getrusage %v", proc, self)
 	}
 }

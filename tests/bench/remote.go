@@ -311,6 +311,9 @@ func runRemote(args []string, out io.Writer) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
+	// Each window accounts the CPU of both processes (node-a's includes the
+	// embedded etcd, idle but for leases).
+	cpuProcs = []cpuProc{{name: "node-a"}, {name: "node-b", pid: cmd.Process.Pid}}
 	defer func() {
 		stdin.Close()
 		if err := cmd.Wait(); err != nil {
