@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -181,6 +182,27 @@ func TestCalls(t *testing.T) {
 	cs.cancel(1000)
 	if !errors.Is(cc[1].Err(), context.Canceled) || cc[4].Err() != nil {
 		t.Fatalf("after a notice: %v, %v", cc[1].Err(), cc[4].Err())
+	}
+	// Done is made when first asked for: asked after the end, it is closed;
+	// asked before, it is the channel that the end closes.
+	select {
+	case <-cc[1].Done():
+	default:
+		t.Fatal("the Done of a call cancelled before anyone asked is not closed")
+	}
+	x := cs.add(&Envelope{CallId: 10, DeadlineUnixMs: later})
+	d := x.Done()
+	if d != x.Done() {
+		t.Fatal("Done returned two channels")
+	}
+	cs.cancel(10)
+	<-d
+	cs.remove(x)
+	// A deadline past the year 2262 is accepted and does not end the call.
+	if c := cs.add(&Envelope{CallId: 9, DeadlineUnixMs: math.MaxInt64}); c == nil || c.Err() != nil {
+		t.Fatal("a request with a deadline in the far future was refused")
+	} else {
+		cs.remove(c)
 	}
 	// A stopped AfterFunc does not run. Closing (the stream ended) cancels
 	// the calls without a deadline; those with one run on until the

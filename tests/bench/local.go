@@ -244,6 +244,10 @@ func parseLocalFlags(args []string) (*localFlags, error) {
 		lf.nodeB = append(lf.nodeB, "-cpuprofile", s)
 		return nil
 	})
+	fs.Func("node-b-memprofile", "remote: write a heap profile of node-b (after the measured part) to this file", func(s string) error {
+		lf.nodeB = append(lf.nodeB, "-memprofile", s)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
