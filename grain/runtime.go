@@ -456,7 +456,7 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 		err = errShuttingDown
 	}
 	if a == nil && err == nil {
-		sh.m[key] = fresh
+		sh.m[fresh.key] = fresh
 	}
 	sh.mu.Unlock()
 	if a != nil || err != nil {
@@ -489,6 +489,11 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		return nil, rt.reg.unknown(addr.Type)
 	}
 	factory := typ.factory
+	// The key is the activation's own copy: msg.To, which it came from,
+	// may share its bytes with the rest of the message (the peer codec
+	// reads a message's strings into one allocation), which the activation
+	// would otherwise keep for as long as it lives.
+	key = strings.Clone(key)
 	a = &activation{rt: rt, key: key, idle: int64(rt.cfg.IdleTimeout)}
 	a.mb.act = a
 	a.mb.limit = int32(rt.cfg.MailboxSize)

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/keepalive"
 	grpcpeer "google.golang.org/grpc/peer"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/certs"
@@ -206,7 +205,7 @@ func New(cfg Config) (*Transport, error) {
 	}
 	t.dial = append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.limit), grpc.MaxCallSendMsgSize(t.limit)),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(t.limit), grpc.MaxCallSendMsgSize(t.limit), grpc.ForceCodecV2(peerCodec{})),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: minBackoff, Multiplier: 1.6, Jitter: 0.2, MaxDelay: cfg.MaxBackoff},
 			MinConnectTimeout: cfg.ConnectTimeout,
@@ -241,6 +240,7 @@ func (t *Transport) ServerOptions() []grpc.ServerOption {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(t.limit),
 		grpc.MaxSendMsgSize(t.limit),
+		grpc.ForceServerCodecV2(peerCodec{}), // protobuf on the wire; see peerCodec
 		grpc.InitialWindowSize(peerWindow),
 		grpc.InitialConnWindowSize(peerWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 10 * time.Second, Timeout: 5 * time.Second}),
@@ -430,7 +430,7 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	if env == nil || env.Message == nil {
 		return 0, errs.New(codes.InvalidArgument, "envelope without a message")
 	}
-	size := proto.Size(env.Message)
+	size, _ := messageSize(env.Message, false)
 	if size > t.cfg.MaxMessageSize {
 		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", size, t.cfg.MaxMessageSize)
 	}

@@ -259,8 +259,11 @@ func TestTransportBatching(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := a.tr.Stats(); s.MaxBatch != n || s.Envelopes != n || s.Batches != 1 {
-		t.Fatalf("stats %+v, want one batch of %d", s, n)
+	// Ask 0 was held either by the sender (it found the stream not open
+	// yet, and queued) or in its own direct write (the stream was up):
+	// then it goes out alone, and the 49 queued behind it in one batch.
+	if s := a.tr.Stats(); s.Envelopes != n || s.Batches > 2 || s.MaxBatch < n-1 {
+		t.Fatalf("stats %+v, want %d envelopes in one batch, or one and then %d", s, n, n-1)
 	}
 }
 

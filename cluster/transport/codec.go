@@ -1,0 +1,575 @@
+package transport
+
+import (
+	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/encoding"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// peerCodec is the gRPC codec of the peer streams. It writes and reads the
+// protobuf wire format, as gRPC's own codec does, and says "proto" on the
+// wire: a silo that uses gRPC's codec reads what this one writes, and the
+// other way round (a rolling upgrade mixes them). What it changes is the
+// cost of a PeerBatch, the one message of the streams:
+//
+//   - Marshal writes the envelopes and the common fields of their messages
+//     by hand, in one pass after a size pass, where the generic codec walks
+//     each message's reflection tables twice;
+//   - Unmarshal makes each envelope and its message in one allocation, and
+//     the string fields of a message in one more (substrings of one string),
+//     where the generic codec allocates each separately.
+//
+// Anything else (a hello, a status, an AgentMessage's state map or deadline,
+// a field this version does not know) goes through the protobuf runtime, and
+// a batch the fast path cannot read is read again by proto.Unmarshal, which
+// decides: what Unmarshal returns is always what proto.Unmarshal would
+// (FuzzPeerCodec checks this against it).
+type peerCodec struct{}
+
+var protoCodec = encoding.GetCodecV2("proto")
+
+func (peerCodec) Name() string { return "proto" }
+
+func (peerCodec) Marshal(v any) (mem.BufferSlice, error) {
+	b, ok := v.(*agentsilov1.PeerBatch)
+	if !ok {
+		return protoCodec.Marshal(v)
+	}
+	var stack [64]int
+	size, sizes, err := batchSize(b, stack[:0])
+	if err != nil {
+		return nil, err
+	}
+	if mem.IsBelowBufferPoolingThreshold(size) {
+		buf, err := appendBatch(make([]byte, 0, size), b, sizes)
+		if err != nil {
+			return nil, err
+		}
+		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
+	}
+	pool := mem.DefaultBufferPool()
+	buf := pool.Get(size)
+	out, err := appendBatch((*buf)[:0], b, sizes)
+	if err != nil {
+		pool.Put(buf)
+		return nil, err
+	}
+	*buf = out
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+func (peerCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	b, ok := v.(*agentsilov1.PeerBatch)
+	if !ok {
+		return protoCodec.Unmarshal(data, v)
+	}
+	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
+	defer buf.Free()
+	return unmarshalBatch(buf.ReadOnlyData(), b)
+}
+
+// Field numbers of peer.proto and message.proto.
+const (
+	fBatchHello     = 1
+	fBatchEnvelopes = 2
+
+	fEnvKind     = 1
+	fEnvCallID   = 2
+	fEnvMessage  = 3
+	fEnvView     = 4
+	fEnvHops     = 5
+	fEnvDeadline = 6
+	fEnvError    = 7
+	fEnvCancel   = 8
+	fEnvNotRun   = 9
+
+	fMsgKind     = 8
+	fMsgData     = 10
+	fMsgFiles    = 11
+	fMsgState    = 12
+	fMsgDeadline = 15
+	fMsgAttempt  = 16
+)
+
+// stringField returns the singular string field num of m, nil if num is
+// not one.
+func stringField(m *agentsilov1.AgentMessage, num protowire.Number) *string {
+	switch num {
+	case 1:
+		return &m.Id
+	case 2:
+		return &m.To
+	case 3:
+		return &m.From
+	case 4:
+		return &m.OnBehalfOf
+	case 5:
+		return &m.Channel
+	case 6:
+		return &m.MessageType
+	case 7:
+		return &m.Message
+	case 9:
+		return &m.DataType
+	case 13:
+		return &m.CorrelationId
+	case 14:
+		return &m.Traceparent
+	case 17:
+		return &m.CallChainId
+	case 18:
+		return &m.Topic
+	case 19:
+		return &m.Subscription
+	case 20:
+		return &m.IdempotencyKey
+	}
+	return nil
+}
+
+var errInvalidUTF8 = errors.New("proto: string field contains invalid UTF-8")
+
+// simple reports whether m has only the fields the codec writes by hand.
+func simple(m *agentsilov1.AgentMessage) bool {
+	return len(m.State) == 0 && m.Deadline == nil && len(m.ProtoReflect().GetUnknown()) == 0
+}
+
+func tagSize(num protowire.Number) int { return protowire.SizeTag(num) }
+
+func stringSize(num protowire.Number, s string) int {
+	if s == "" {
+		return 0
+	}
+	return tagSize(num) + protowire.SizeBytes(len(s))
+}
+
+func varintSize(num protowire.Number, v uint64) int {
+	if v == 0 {
+		return 0
+	}
+	return tagSize(num) + protowire.SizeVarint(v)
+}
+
+// messageSize is the encoded size of m. With check, it also fails if a
+// string of m is not UTF-8, as proto.Marshal would.
+func messageSize(m *agentsilov1.AgentMessage, check bool) (int, error) {
+	if !simple(m) {
+		return proto.Size(m), nil
+	}
+	// Every field number of AgentMessage takes a one-byte tag but 16 to 20.
+	n := stringSize(1, m.Id) + stringSize(1, m.To) + stringSize(1, m.From) +
+		stringSize(1, m.OnBehalfOf) + stringSize(1, m.Channel) + stringSize(1, m.MessageType) +
+		stringSize(1, m.Message) + stringSize(1, m.DataType) + stringSize(1, m.CorrelationId) +
+		stringSize(1, m.Traceparent) + stringSize(17, m.CallChainId) + stringSize(17, m.Topic) +
+		stringSize(17, m.Subscription) + stringSize(17, m.IdempotencyKey)
+	if check && !(utf8.ValidString(m.Id) && utf8.ValidString(m.To) && utf8.ValidString(m.From) &&
+		utf8.ValidString(m.OnBehalfOf) && utf8.ValidString(m.Channel) && utf8.ValidString(m.MessageType) &&
+		utf8.ValidString(m.Message) && utf8.ValidString(m.DataType) && utf8.ValidString(m.CorrelationId) &&
+		utf8.ValidString(m.Traceparent) && utf8.ValidString(m.CallChainId) && utf8.ValidString(m.Topic) &&
+		utf8.ValidString(m.Subscription) && utf8.ValidString(m.IdempotencyKey)) {
+		return 0, errInvalidUTF8
+	}
+	for _, f := range m.Files {
+		if check && !utf8.ValidString(f) {
+			return 0, errInvalidUTF8
+		}
+		n += tagSize(fMsgFiles) + protowire.SizeBytes(len(f))
+	}
+	if len(m.Data) > 0 {
+		n += tagSize(fMsgData) + protowire.SizeBytes(len(m.Data))
+	}
+	n += varintSize(fMsgKind, uint64(m.Kind))
+	n += varintSize(fMsgAttempt, uint64(m.Attempt))
+	return n, nil
+}
+
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
+	if v == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.VarintType)
+	return protowire.AppendVarint(b, v)
+}
+
+func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
+	if len(v) == 0 {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendBytes(b, v)
+}
+
+func appendStringField(b []byte, num protowire.Number, v string) []byte {
+	if v == "" {
+		return b
+	}
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	return protowire.AppendString(b, v)
+}
+
+// appendProto appends the field num holding m, through the protobuf runtime.
+func appendProto(b []byte, num protowire.Number, m proto.Message) ([]byte, error) {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(proto.Size(m)))
+	return proto.MarshalOptions{}.MarshalAppend(b, m)
+}
+
+// appendMessage appends the fields of m (checked by messageSize).
+func appendMessage(b []byte, m *agentsilov1.AgentMessage) ([]byte, error) {
+	if !simple(m) {
+		return proto.MarshalOptions{}.MarshalAppend(b, m)
+	}
+	b = appendStringField(b, 1, m.Id)
+	b = appendStringField(b, 2, m.To)
+	b = appendStringField(b, 3, m.From)
+	b = appendStringField(b, 4, m.OnBehalfOf)
+	b = appendStringField(b, 5, m.Channel)
+	b = appendStringField(b, 6, m.MessageType)
+	b = appendStringField(b, 7, m.Message)
+	b = appendStringField(b, 9, m.DataType)
+	b = appendStringField(b, 13, m.CorrelationId)
+	b = appendStringField(b, 14, m.Traceparent)
+	b = appendStringField(b, 17, m.CallChainId)
+	b = appendStringField(b, 18, m.Topic)
+	b = appendStringField(b, 19, m.Subscription)
+	b = appendStringField(b, 20, m.IdempotencyKey)
+	b = appendVarintField(b, fMsgKind, uint64(m.Kind))
+	b = appendBytesField(b, fMsgData, m.Data)
+	for _, f := range m.Files {
+		b = protowire.AppendTag(b, fMsgFiles, protowire.BytesType)
+		b = protowire.AppendString(b, f)
+	}
+	return appendVarintField(b, fMsgAttempt, uint64(m.Attempt)), nil
+}
+
+// envelopeSize is the encoded size of e, and its message's (checked as by
+// messageSize).
+func envelopeSize(e *Envelope) (n, ms int, err error) {
+	n = varintSize(fEnvKind, uint64(e.Kind))
+	n += varintSize(fEnvCallID, e.CallId)
+	if e.Message != nil {
+		if ms, err = messageSize(e.Message, true); err != nil {
+			return 0, 0, err
+		}
+		n += tagSize(fEnvMessage) + protowire.SizeBytes(ms)
+	}
+	n += varintSize(fEnvView, uint64(e.ViewVersion))
+	n += varintSize(fEnvHops, uint64(e.Hops))
+	n += varintSize(fEnvDeadline, uint64(e.DeadlineUnixMs))
+	if e.Error != nil {
+		n += tagSize(fEnvError) + protowire.SizeBytes(proto.Size(e.Error))
+	}
+	if e.Cancel {
+		n += tagSize(fEnvCancel) + 1
+	}
+	if e.NotRun {
+		n += tagSize(fEnvNotRun) + 1
+	}
+	return n + len(e.ProtoReflect().GetUnknown()), ms, nil
+}
+
+// appendEnvelope appends e, whose message's size is ms.
+func appendEnvelope(b []byte, e *Envelope, ms int) ([]byte, error) {
+	b = appendVarintField(b, fEnvKind, uint64(e.Kind))
+	b = appendVarintField(b, fEnvCallID, e.CallId)
+	var err error
+	if e.Message != nil {
+		b = protowire.AppendTag(b, fEnvMessage, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ms))
+		if b, err = appendMessage(b, e.Message); err != nil {
+			return nil, err
+		}
+	}
+	b = appendVarintField(b, fEnvView, uint64(e.ViewVersion))
+	b = appendVarintField(b, fEnvHops, uint64(e.Hops))
+	b = appendVarintField(b, fEnvDeadline, uint64(e.DeadlineUnixMs))
+	if e.Error != nil {
+		if b, err = appendProto(b, fEnvError, e.Error); err != nil {
+			return nil, err
+		}
+	}
+	if e.Cancel {
+		b = appendVarintField(b, fEnvCancel, 1)
+	}
+	if e.NotRun {
+		b = appendVarintField(b, fEnvNotRun, 1)
+	}
+	return append(b, e.ProtoReflect().GetUnknown()...), nil
+}
+
+// batchSize is the encoded size of pb, whose strings it checks. It appends
+// each envelope's size and its message's to sizes, for appendBatch.
+func batchSize(pb *agentsilov1.PeerBatch, sizes []int) (int, []int, error) {
+	n := 0
+	if pb.Hello != nil {
+		n += tagSize(fBatchHello) + protowire.SizeBytes(proto.Size(pb.Hello))
+	}
+	for _, e := range pb.Envelopes {
+		if e == nil {
+			return 0, nil, errors.New("proto: repeated field envelopes has a nil element")
+		}
+		en, ms, err := envelopeSize(e)
+		if err != nil {
+			return 0, nil, err
+		}
+		sizes = append(sizes, en, ms)
+		n += tagSize(fBatchEnvelopes) + protowire.SizeBytes(en)
+	}
+	return n + len(pb.ProtoReflect().GetUnknown()), sizes, nil
+}
+
+// appendBatch appends pb, with the sizes batchSize found.
+func appendBatch(b []byte, pb *agentsilov1.PeerBatch, sizes []int) ([]byte, error) {
+	var err error
+	if pb.Hello != nil {
+		if b, err = appendProto(b, fBatchHello, pb.Hello); err != nil {
+			return nil, err
+		}
+	}
+	for i, e := range pb.Envelopes {
+		b = protowire.AppendTag(b, fBatchEnvelopes, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizes[2*i]))
+		if b, err = appendEnvelope(b, e, sizes[2*i+1]); err != nil {
+			return nil, err
+		}
+	}
+	return append(b, pb.ProtoReflect().GetUnknown()...), nil
+}
+
+// errSlow sends a batch the fast path does not read to proto.Unmarshal.
+var errSlow = errors.New("not for the fast path")
+
+// unmarshalBatch reads buf into pb as proto.Unmarshal would.
+func unmarshalBatch(buf []byte, pb *agentsilov1.PeerBatch) error {
+	proto.Reset(pb)
+	if err := fastBatch(buf, pb); err != nil {
+		proto.Reset(pb)
+		return proto.Unmarshal(buf, pb)
+	}
+	return nil
+}
+
+// fastBatch reads buf into the empty pb, or fails with errSlow (or a parse
+// error) for anything it leaves to proto.Unmarshal: fields it does not know,
+// repeated singular messages (which proto merges), a wire type that does not
+// match the field's.
+func fastBatch(buf []byte, pb *agentsilov1.PeerBatch) error {
+	for len(buf) > 0 {
+		num, typ, n := protowire.ConsumeTag(buf)
+		if n < 0 || typ != protowire.BytesType {
+			return errSlow
+		}
+		buf = buf[n:]
+		v, n := protowire.ConsumeBytes(buf)
+		if n < 0 {
+			return errSlow
+		}
+		buf = buf[n:]
+		switch num {
+		case fBatchHello:
+			if pb.Hello != nil {
+				return errSlow
+			}
+			pb.Hello = new(agentsilov1.PeerHello)
+			if err := proto.Unmarshal(v, pb.Hello); err != nil {
+				return err
+			}
+		case fBatchEnvelopes:
+			e, err := fastEnvelope(v)
+			if err != nil {
+				return err
+			}
+			pb.Envelopes = append(pb.Envelopes, e)
+		default:
+			return errSlow
+		}
+	}
+	return nil
+}
+
+// envelopeAndMessage puts an envelope and its message in one allocation.
+type envelopeAndMessage struct {
+	env Envelope
+	msg agentsilov1.AgentMessage
+}
+
+func consumeVarintField(buf []byte, typ protowire.Type) (uint64, int) {
+	if typ != protowire.VarintType {
+		return 0, -1
+	}
+	return protowire.ConsumeVarint(buf)
+}
+
+func fastEnvelope(buf []byte) (*Envelope, error) {
+	var (
+		kind, callID, view, hops, deadline, cancel, notRun uint64
+		status                                             *agentsilov1.Status
+		msg                                                []byte
+		hasMsg                                             bool
+	)
+	for len(buf) > 0 {
+		num, typ, n := protowire.ConsumeTag(buf)
+		if n < 0 {
+			return nil, errSlow
+		}
+		buf = buf[n:]
+		if num == fEnvMessage || num == fEnvError {
+			if typ != protowire.BytesType {
+				return nil, errSlow
+			}
+			v, n := protowire.ConsumeBytes(buf)
+			if n < 0 {
+				return nil, errSlow
+			}
+			buf = buf[n:]
+			if num == fEnvError {
+				if status != nil {
+					return nil, errSlow // proto merges repeats
+				}
+				status = new(agentsilov1.Status)
+				if err := proto.Unmarshal(v, status); err != nil {
+					return nil, err
+				}
+			} else {
+				if hasMsg {
+					return nil, errSlow
+				}
+				msg, hasMsg = v, true
+			}
+			continue
+		}
+		x, n := consumeVarintField(buf, typ)
+		if n < 0 {
+			return nil, errSlow
+		}
+		buf = buf[n:]
+		switch num {
+		case fEnvKind:
+			kind = x
+		case fEnvCallID:
+			callID = x
+		case fEnvView:
+			view = x
+		case fEnvHops:
+			hops = x
+		case fEnvDeadline:
+			deadline = x
+		case fEnvCancel:
+			cancel = x
+		case fEnvNotRun:
+			notRun = x
+		default:
+			return nil, errSlow
+		}
+	}
+	var e *Envelope
+	if hasMsg {
+		pair := new(envelopeAndMessage)
+		if err := fastMessage(msg, &pair.msg); err != nil {
+			return nil, err
+		}
+		e = &pair.env
+		e.Message = &pair.msg
+	} else {
+		e = new(Envelope)
+	}
+	e.Kind, e.CallId, e.ViewVersion, e.Hops = agentsilov1.Kind(int32(kind)), callID, int64(view), uint32(hops)
+	e.DeadlineUnixMs, e.Error, e.Cancel, e.NotRun = int64(deadline), status, cancel != 0, notRun != 0
+	return e, nil
+}
+
+// fastMessage reads buf into the empty m. Its singular strings share one
+// allocation.
+func fastMessage(buf []byte, m *agentsilov1.AgentMessage) error {
+	type span struct {
+		num      protowire.Number
+		from, to int // in the strings' backing
+	}
+	var spans [21]span
+	ns := 0
+	var seen uint32 // the string fields read
+	var backing strings.Builder
+	// Pass 1: check the fields, set the scalars, and size the strings.
+	total := 0
+	for rest := buf; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		if n < 0 {
+			return errSlow
+		}
+		rest = rest[n:]
+		switch {
+		case num == fMsgKind || num == fMsgAttempt:
+			x, n := consumeVarintField(rest, typ)
+			if n < 0 {
+				return errSlow
+			}
+			rest = rest[n:]
+			if num == fMsgKind {
+				m.Kind = agentsilov1.Kind(int32(x))
+			} else {
+				m.Attempt = uint32(x)
+			}
+		case stringField(m, num) != nil, num == fMsgData, num == fMsgFiles:
+			if typ != protowire.BytesType {
+				return errSlow
+			}
+			v, n := protowire.ConsumeBytes(rest)
+			if n < 0 {
+				return errSlow
+			}
+			rest = rest[n:]
+			if num == fMsgData || num == fMsgFiles {
+				continue
+			}
+			if seen&(1<<num) != 0 {
+				return errSlow // a repeat: the last one wins; proto.Unmarshal
+			}
+			seen |= 1 << num
+			if !utf8.Valid(v) {
+				return errInvalidUTF8
+			}
+			total += len(v)
+		default:
+			return errSlow // state, deadline, unknown: proto.Unmarshal
+		}
+	}
+	// Pass 2: the strings into one backing, and the bytes.
+	backing.Grow(total)
+	for rest := buf; len(rest) > 0; {
+		num, typ, n := protowire.ConsumeTag(rest)
+		rest = rest[n:]
+		if typ == protowire.VarintType {
+			_, n := protowire.ConsumeVarint(rest)
+			rest = rest[n:]
+			continue
+		}
+		v, n := protowire.ConsumeBytes(rest)
+		rest = rest[n:]
+		switch num {
+		case fMsgData:
+			m.Data = append(make([]byte, 0, len(v)), v...)
+		case fMsgFiles:
+			if !utf8.Valid(v) {
+				return errInvalidUTF8
+			}
+			m.Files = append(m.Files, string(v))
+		default:
+			from := backing.Len()
+			backing.Write(v)
+			spans[ns] = span{num: num, from: from, to: backing.Len()}
+			ns++
+		}
+	}
+	all := backing.String()
+	for _, s := range spans[:ns] {
+		*stringField(m, s.num) = all[s.from:s.to]
+	}
+	return nil
+}

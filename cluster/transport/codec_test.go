@@ -1,0 +1,266 @@
+package transport
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// request is a typical request envelope, as the transport sends one.
+func request() *Envelope {
+	return &Envelope{
+		Kind:           agentsilov1.Kind_KIND_REQUEST,
+		CallId:         42,
+		ViewVersion:    7,
+		Hops:           1,
+		DeadlineUnixMs: 1_790_000_000_000,
+		Message: &agentsilov1.AgentMessage{
+			Id:          "0192f0c4-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
+			To:          "Bench:bench:r17",
+			From:        "Session:bench:s",
+			Kind:        agentsilov1.Kind_KIND_REQUEST,
+			Data:        []byte("payload"),
+			CallChainId: "0192f0c4-1a2b-7c3d-8e4f-5a6b7c8d9e0f",
+		},
+	}
+}
+
+// codecBatches are batches with every field the codec writes by hand and
+// every one it leaves to the protobuf runtime.
+func codecBatches() map[string]*agentsilov1.PeerBatch {
+	full := &agentsilov1.AgentMessage{
+		Id: "id", To: "T:o:a", From: "F:o:a", OnBehalfOf: "alice", Channel: "c",
+		MessageType: "mt", Message: "héllo", Kind: agentsilov1.Kind_KIND_EVENT,
+		DataType: "application/json", Data: []byte(`{"x":1}`), Files: []string{"a.txt", "b.txt"},
+		CorrelationId: "corr", Traceparent: "00-abc-def-01", Attempt: 3, CallChainId: "chain",
+		Topic: "t", Subscription: "s", IdempotencyKey: "k",
+	}
+	rich := proto.Clone(full).(*agentsilov1.AgentMessage)
+	rich.State = map[string]string{"a": "1", "b": "2"}
+	rich.Deadline = timestamppb.New(timestamppb.Now().AsTime())
+	unknown := proto.Clone(full).(*agentsilov1.AgentMessage)
+	unknown.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 5))
+	big := proto.Clone(full).(*agentsilov1.AgentMessage)
+	big.Data = bytes.Repeat([]byte{7}, 100_000)
+	negative := &Envelope{Kind: agentsilov1.Kind(-3), ViewVersion: -1, DeadlineUnixMs: -5, Message: &agentsilov1.AgentMessage{Kind: agentsilov1.Kind(-1), Id: "x"}}
+	return map[string]*agentsilov1.PeerBatch{
+		"empty":    {},
+		"hello":    {Hello: &agentsilov1.PeerHello{Silo: "a", ViewVersion: 9}},
+		"request":  {Envelopes: []*Envelope{request()}},
+		"batch":    {Envelopes: []*Envelope{request(), request(), {Kind: agentsilov1.Kind_KIND_ONE_WAY, Message: full}}},
+		"reply":    {Envelopes: []*Envelope{{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: 42, Message: full}}},
+		"error":    {Envelopes: []*Envelope{{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: 1, Error: &agentsilov1.Status{Code: 14, Message: "gone"}, NotRun: true}}},
+		"cancel":   {Envelopes: []*Envelope{{CallId: 5, Cancel: true}}},
+		"rich":     {Envelopes: []*Envelope{{Kind: agentsilov1.Kind_KIND_REQUEST, Message: rich}}},
+		"unknown":  {Envelopes: []*Envelope{{Kind: agentsilov1.Kind_KIND_REQUEST, Message: unknown}}},
+		"big":      {Envelopes: []*Envelope{{Kind: agentsilov1.Kind_KIND_REQUEST, Message: big}}},
+		"negative": {Envelopes: []*Envelope{negative}},
+		"blank":    {Envelopes: []*Envelope{{Message: &agentsilov1.AgentMessage{}}}},
+	}
+}
+
+func codecMarshal(t testing.TB, b *agentsilov1.PeerBatch) []byte {
+	t.Helper()
+	bs, err := peerCodec{}.Marshal(b)
+	if err != nil {
+		t.Fatalf("Marshal: %v", err)
+	}
+	defer bs.Free()
+	return bs.Materialize()
+}
+
+// What the codec writes, protobuf reads as the same batch; what protobuf
+// writes, the codec does.
+func TestPeerCodecRoundTrip(t *testing.T) {
+	for name, b := range codecBatches() {
+		t.Run(name, func(t *testing.T) {
+			var viaProto agentsilov1.PeerBatch
+			if err := proto.Unmarshal(codecMarshal(t, b), &viaProto); err != nil {
+				t.Fatalf("proto.Unmarshal of the codec's bytes: %v", err)
+			}
+			if !proto.Equal(b, &viaProto) {
+				t.Fatalf("codec -> proto:\n got %v\nwant %v", &viaProto, b)
+			}
+			wire, err := proto.Marshal(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var viaCodec agentsilov1.PeerBatch
+			if err := (peerCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &viaCodec); err != nil {
+				t.Fatalf("codec Unmarshal of proto's bytes: %v", err)
+			}
+			if !proto.Equal(b, &viaCodec) {
+				t.Fatalf("proto -> codec:\n got %v\nwant %v", &viaCodec, b)
+			}
+		})
+	}
+}
+
+// A string that is not UTF-8 is refused on the way out, as proto.Marshal
+// refuses it, and on the way in, as proto.Unmarshal does.
+func TestPeerCodecInvalidUTF8(t *testing.T) {
+	for _, m := range []*agentsilov1.AgentMessage{{To: "T:o:\xff"}, {Files: []string{"ok", "\xc3"}}} {
+		b := &agentsilov1.PeerBatch{Envelopes: []*Envelope{{Message: m}}}
+		if _, err := proto.Marshal(b); err == nil {
+			t.Fatal("proto.Marshal took invalid UTF-8: the test is wrong")
+		}
+		if _, err := (peerCodec{}).Marshal(b); err == nil {
+			t.Fatalf("Marshal took invalid UTF-8 in %v", m)
+		}
+	}
+	// By hand: an envelope whose message's field 2 (to) is "\xff".
+	msg := protowire.AppendString(protowire.AppendTag(nil, 2, protowire.BytesType), "\xff")
+	env := protowire.AppendBytes(protowire.AppendTag(nil, fEnvMessage, protowire.BytesType), msg)
+	wire := protowire.AppendBytes(protowire.AppendTag(nil, fBatchEnvelopes, protowire.BytesType), env)
+	var b agentsilov1.PeerBatch
+	if err := (peerCodec{}).Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &b); err == nil {
+		t.Fatal("Unmarshal took invalid UTF-8")
+	}
+}
+
+// Other messages go through gRPC's own codec.
+func TestPeerCodecOtherMessages(t *testing.T) {
+	in := &agentsilov1.PeerHello{Silo: "b", ViewVersion: 3}
+	bs, err := peerCodec{}.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out agentsilov1.PeerHello
+	if err := (peerCodec{}).Unmarshal(bs, &out); err != nil || !proto.Equal(in, &out) {
+		t.Fatalf("hello: %v, %v", &out, err)
+	}
+	if got := (peerCodec{}).Name(); got != "proto" {
+		t.Fatalf("Name() = %q: silos with gRPC's codec would not read this one", got)
+	}
+}
+
+// Decoding a request envelope allocates the batch's slice, the envelope
+// with its message, its strings and its data: 4, where the protobuf runtime
+// allocates each string and message apart. The strings share their bytes,
+// and a message keeps none of the wire buffer.
+func TestPeerCodecAllocs(t *testing.T) {
+	wire := codecMarshal(t, &agentsilov1.PeerBatch{Envelopes: []*Envelope{request()}})
+	var b agentsilov1.PeerBatch
+	n := testing.AllocsPerRun(1000, func() {
+		if err := unmarshalBatch(wire, &b); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n > 4 {
+		t.Fatalf("decoding a request allocates %.0f times, want at most 4", n)
+	}
+	var p agentsilov1.PeerBatch
+	pn := testing.AllocsPerRun(1000, func() {
+		if err := proto.Unmarshal(wire, &p); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Logf("decoding a request: %.0f allocations (proto.Unmarshal: %.0f)", n, pn)
+	if !proto.Equal(&b, &p) {
+		t.Fatalf("codec %v, proto %v", &b, &p)
+	}
+	for i := range wire {
+		wire[i] = 0 // the message must not see the buffer it came from
+	}
+	if m := b.Envelopes[0].Message; m.To != "Bench:bench:r17" || string(m.Data) != "payload" || !strings.HasPrefix(m.Id, "0192") {
+		t.Fatalf("the decoded message changed with the wire buffer: %v", m)
+	}
+}
+
+func BenchmarkPeerCodec(b *testing.B) {
+	batch := &agentsilov1.PeerBatch{}
+	for range 16 {
+		batch.Envelopes = append(batch.Envelopes, request())
+	}
+	wire, err := proto.Marshal(batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("marshal/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			bs, err := peerCodec{}.Marshal(batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bs.Free()
+		}
+	})
+	b.Run("marshal/grpc-proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			bs, err := protoCodec.Marshal(batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bs.Free()
+		}
+	})
+	b.Run("unmarshal/codec", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out agentsilov1.PeerBatch
+			if err := unmarshalBatch(wire, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("unmarshal/proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var out agentsilov1.PeerBatch
+			if err := proto.Unmarshal(wire, &out); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// FuzzPeerCodec: on any input, the codec's Unmarshal fails exactly when
+// proto.Unmarshal does and otherwise reads the same batch, which the codec's
+// Marshal writes back as protobuf that reads the same again.
+func FuzzPeerCodec(f *testing.F) {
+	for _, b := range codecBatches() {
+		w, err := proto.Marshal(b)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(w)
+	}
+	f.Add([]byte{0x12, 0x02, 0x1a, 0x00})             // an envelope with an empty message
+	f.Add([]byte{0x12, 0x04, 0x1a, 0x02, 0x0a, 0x05}) // truncated
+	f.Add([]byte{0x12, 0x02, 0x08, 0x01, 0x12, 0x02, 0x08, 0x02})
+	f.Fuzz(func(t *testing.T, wire []byte) {
+		var want, got agentsilov1.PeerBatch
+		werr := proto.Unmarshal(wire, &want)
+		gerr := unmarshalBatch(wire, &got)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("proto.Unmarshal: %v; codec: %v", werr, gerr)
+		}
+		if werr != nil {
+			return
+		}
+		if !proto.Equal(&want, &got) {
+			t.Fatalf("codec read\n%v\nproto read\n%v", &got, &want)
+		}
+		bs, err := peerCodec{}.Marshal(&got)
+		if _, perr := proto.Marshal(&got); (err == nil) != (perr == nil) {
+			t.Fatalf("codec Marshal: %v; proto.Marshal: %v", err, perr)
+		}
+		if err != nil {
+			return
+		}
+		var again agentsilov1.PeerBatch
+		if err := proto.Unmarshal(bs.Materialize(), &again); err != nil || !proto.Equal(&again, &want) {
+			t.Fatalf("written back and read again: %v, %v", &again, err)
+		}
+		bs.Free()
+	})
+}
