@@ -340,9 +340,15 @@ func TestSessionKeeperBounds(t *testing.T) {
 		t.Fatalf("s2 keeps %d sessions, want 1", n)
 	}
 	cancel()
-	// While s1 lives, another gateway adopts its session too (the client's
-	// stream to s1 broke, and it re-attached through s2): s1 gives it up,
-	// with what it had queued, and the address reaches s2 from then on.
+	// Once s1 has seen the stream end (a push written to the stream as it
+	// broke would be lost with it, not queued), and while s1 lives,
+	// another gateway adopts its session too (the client's stream to s1
+	// broke, and it re-attached through s2): s1 gives it up, with what it
+	// had queued, and the address reaches s2 from then on.
+	waitFor(t, "s1 to see the client's stream end", func() bool {
+		attached, ok := s1.sessions.keep.gw.Attached(w.GetAddress())
+		return ok && !attached
+	})
 	if err := pushTo(t.Context(), s2, w.GetAddress(), "queued on s1"); err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,20 @@ type Sessions struct {
 	forgotten func(addr string)
 }
 
+// Attached reports whether this gateway holds the session at addr (ok) and
+// whether a client stream is attached to it.
+func (ss *Sessions) Attached(addr string) (attached, ok bool) {
+	ss.mu.RLock()
+	s := ss.m[addr]
+	ss.mu.RUnlock()
+	if s == nil {
+		return false, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.att != nil, true
+}
+
 // SessionHome keeps, away from the silo whose gateway holds a session, what
 // lets the session outlive that silo: a record of the session (its principal
 // and a hash of its resume token) with the session's fallback holder, which
