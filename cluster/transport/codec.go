@@ -30,7 +30,9 @@ import (
 // a field this version does not know) goes through the protobuf runtime, and
 // a batch the fast path cannot read is read again by proto.Unmarshal, which
 // decides: what Unmarshal returns is always what proto.Unmarshal would
-// (FuzzPeerCodec checks this against it).
+// (FuzzPeerCodec checks this against it). Unlike proto.Marshal, Marshal does
+// not check that strings are UTF-8 (see messageSize); Unmarshal does, as
+// proto.Unmarshal.
 type peerCodec struct{}
 
 var protoCodec = encoding.GetCodecV2("proto")
@@ -90,12 +92,10 @@ const (
 	fEnvCancel   = 8
 	fEnvNotRun   = 9
 
-	fMsgKind     = 8
-	fMsgData     = 10
-	fMsgFiles    = 11
-	fMsgState    = 12
-	fMsgDeadline = 15
-	fMsgAttempt  = 16
+	fMsgKind    = 8
+	fMsgData    = 10
+	fMsgFiles   = 11
+	fMsgAttempt = 16
 )
 
 // stringField returns the singular string field num of m, nil if num is
@@ -141,53 +141,42 @@ func simple(m *agentsilov1.AgentMessage) bool {
 	return len(m.State) == 0 && m.Deadline == nil && len(m.ProtoReflect().GetUnknown()) == 0
 }
 
-func tagSize(num protowire.Number) int { return protowire.SizeTag(num) }
-
 func stringSize(num protowire.Number, s string) int {
 	if s == "" {
 		return 0
 	}
-	return tagSize(num) + protowire.SizeBytes(len(s))
+	return protowire.SizeTag(num) + protowire.SizeBytes(len(s))
 }
 
 func varintSize(num protowire.Number, v uint64) int {
 	if v == 0 {
 		return 0
 	}
-	return tagSize(num) + protowire.SizeVarint(v)
+	return protowire.SizeTag(num) + protowire.SizeVarint(v)
 }
 
-// messageSize is the encoded size of m. With check, it also fails if a
-// string of m is not UTF-8, as proto.Marshal would.
-func messageSize(m *agentsilov1.AgentMessage, check bool) (int, error) {
+// messageSize is the encoded size of m. It does not check that m's strings
+// are UTF-8, as proto.Marshal would: the transport checks each message
+// (protocol.CheckMessage) before it joins a batch, so that a bad one fails
+// alone, not the batch.
+func messageSize(m *agentsilov1.AgentMessage) int {
 	if !simple(m) {
-		return proto.Size(m), nil
+		return proto.Size(m)
 	}
-	// Every field number of AgentMessage takes a one-byte tag but 16 to 20.
-	n := stringSize(1, m.Id) + stringSize(1, m.To) + stringSize(1, m.From) +
-		stringSize(1, m.OnBehalfOf) + stringSize(1, m.Channel) + stringSize(1, m.MessageType) +
-		stringSize(1, m.Message) + stringSize(1, m.DataType) + stringSize(1, m.CorrelationId) +
-		stringSize(1, m.Traceparent) + stringSize(17, m.CallChainId) + stringSize(17, m.Topic) +
-		stringSize(17, m.Subscription) + stringSize(17, m.IdempotencyKey)
-	if check && !(utf8.ValidString(m.Id) && utf8.ValidString(m.To) && utf8.ValidString(m.From) &&
-		utf8.ValidString(m.OnBehalfOf) && utf8.ValidString(m.Channel) && utf8.ValidString(m.MessageType) &&
-		utf8.ValidString(m.Message) && utf8.ValidString(m.DataType) && utf8.ValidString(m.CorrelationId) &&
-		utf8.ValidString(m.Traceparent) && utf8.ValidString(m.CallChainId) && utf8.ValidString(m.Topic) &&
-		utf8.ValidString(m.Subscription) && utf8.ValidString(m.IdempotencyKey)) {
-		return 0, errInvalidUTF8
-	}
+	n := stringSize(1, m.Id) + stringSize(2, m.To) + stringSize(3, m.From) +
+		stringSize(4, m.OnBehalfOf) + stringSize(5, m.Channel) + stringSize(6, m.MessageType) +
+		stringSize(7, m.Message) + stringSize(9, m.DataType) + stringSize(13, m.CorrelationId) +
+		stringSize(14, m.Traceparent) + stringSize(17, m.CallChainId) + stringSize(18, m.Topic) +
+		stringSize(19, m.Subscription) + stringSize(20, m.IdempotencyKey)
 	for _, f := range m.Files {
-		if check && !utf8.ValidString(f) {
-			return 0, errInvalidUTF8
-		}
-		n += tagSize(fMsgFiles) + protowire.SizeBytes(len(f))
+		n += protowire.SizeTag(fMsgFiles) + protowire.SizeBytes(len(f))
 	}
 	if len(m.Data) > 0 {
-		n += tagSize(fMsgData) + protowire.SizeBytes(len(m.Data))
+		n += protowire.SizeTag(fMsgData) + protowire.SizeBytes(len(m.Data))
 	}
 	n += varintSize(fMsgKind, uint64(m.Kind))
 	n += varintSize(fMsgAttempt, uint64(m.Attempt))
-	return n, nil
+	return n
 }
 
 func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
@@ -221,7 +210,7 @@ func appendProto(b []byte, num protowire.Number, m proto.Message) ([]byte, error
 	return proto.MarshalOptions{}.MarshalAppend(b, m)
 }
 
-// appendMessage appends the fields of m (checked by messageSize).
+// appendMessage appends the fields of m.
 func appendMessage(b []byte, m *agentsilov1.AgentMessage) ([]byte, error) {
 	if !simple(m) {
 		return proto.MarshalOptions{}.MarshalAppend(b, m)
@@ -249,30 +238,27 @@ func appendMessage(b []byte, m *agentsilov1.AgentMessage) ([]byte, error) {
 	return appendVarintField(b, fMsgAttempt, uint64(m.Attempt)), nil
 }
 
-// envelopeSize is the encoded size of e, and its message's (checked as by
-// messageSize).
-func envelopeSize(e *Envelope) (n, ms int, err error) {
+// envelopeSize is the encoded size of e, and its message's.
+func envelopeSize(e *Envelope) (n, ms int) {
 	n = varintSize(fEnvKind, uint64(e.Kind))
 	n += varintSize(fEnvCallID, e.CallId)
 	if e.Message != nil {
-		if ms, err = messageSize(e.Message, true); err != nil {
-			return 0, 0, err
-		}
-		n += tagSize(fEnvMessage) + protowire.SizeBytes(ms)
+		ms = messageSize(e.Message)
+		n += protowire.SizeTag(fEnvMessage) + protowire.SizeBytes(ms)
 	}
 	n += varintSize(fEnvView, uint64(e.ViewVersion))
 	n += varintSize(fEnvHops, uint64(e.Hops))
 	n += varintSize(fEnvDeadline, uint64(e.DeadlineUnixMs))
 	if e.Error != nil {
-		n += tagSize(fEnvError) + protowire.SizeBytes(proto.Size(e.Error))
+		n += protowire.SizeTag(fEnvError) + protowire.SizeBytes(proto.Size(e.Error))
 	}
 	if e.Cancel {
-		n += tagSize(fEnvCancel) + 1
+		n += protowire.SizeTag(fEnvCancel) + 1
 	}
 	if e.NotRun {
-		n += tagSize(fEnvNotRun) + 1
+		n += protowire.SizeTag(fEnvNotRun) + 1
 	}
-	return n + len(e.ProtoReflect().GetUnknown()), ms, nil
+	return n + len(e.ProtoReflect().GetUnknown()), ms
 }
 
 // appendEnvelope appends e, whose message's size is ms.
@@ -304,23 +290,20 @@ func appendEnvelope(b []byte, e *Envelope, ms int) ([]byte, error) {
 	return append(b, e.ProtoReflect().GetUnknown()...), nil
 }
 
-// batchSize is the encoded size of pb, whose strings it checks. It appends
-// each envelope's size and its message's to sizes, for appendBatch.
+// batchSize is the encoded size of pb. It appends each envelope's size and
+// its message's to sizes, for appendBatch.
 func batchSize(pb *agentsilov1.PeerBatch, sizes []int) (int, []int, error) {
 	n := 0
 	if pb.Hello != nil {
-		n += tagSize(fBatchHello) + protowire.SizeBytes(proto.Size(pb.Hello))
+		n += protowire.SizeTag(fBatchHello) + protowire.SizeBytes(proto.Size(pb.Hello))
 	}
 	for _, e := range pb.Envelopes {
 		if e == nil {
 			return 0, nil, errors.New("proto: repeated field envelopes has a nil element")
 		}
-		en, ms, err := envelopeSize(e)
-		if err != nil {
-			return 0, nil, err
-		}
+		en, ms := envelopeSize(e)
 		sizes = append(sizes, en, ms)
-		n += tagSize(fBatchEnvelopes) + protowire.SizeBytes(en)
+		n += protowire.SizeTag(fBatchEnvelopes) + protowire.SizeBytes(en)
 	}
 	return n + len(pb.ProtoReflect().GetUnknown()), sizes, nil
 }

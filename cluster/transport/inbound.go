@@ -310,7 +310,7 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
 	size := 64
 	if err == nil && msg != nil {
-		if n, _ := messageSize(msg, false); n > t.cfg.MaxMessageSize {
+		if n := messageSize(msg); n > t.cfg.MaxMessageSize {
 			err = errs.New(codes.ResourceExhausted, "reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
 		} else if cerr := protocol.CheckMessage(msg); cerr != nil {
 			// It would fail its batch and break the stream: the caller gets

@@ -430,7 +430,7 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	if env == nil || env.Message == nil {
 		return 0, errs.New(codes.InvalidArgument, "envelope without a message")
 	}
-	size, _ := messageSize(env.Message, false)
+	size := messageSize(env.Message)
 	if size > t.cfg.MaxMessageSize {
 		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", size, t.cfg.MaxMessageSize)
 	}

@@ -12,26 +12,13 @@ import (
 	"text/tabwriter"
 )
 
-// rec is any JSON line written by this program or by the peer's pabench.
+// rec is any JSON line written by this program or by the peer's pabench:
+// a row, or the memory figures.
 type rec struct {
-	Bench           string             `json:"bench"`
-	N               int                `json:"n"`
-	Rates           []float64          `json:"rates"`
-	RateMedian      float64            `json:"rate_median"`
-	P50             float64            `json:"p50_us"`
-	P99             float64            `json:"p99_us"`
-	P999            float64            `json:"p999_us"`
-	P9999           float64            `json:"p9999_us"`
-	Max             float64            `json:"max_us"`
-	Mean            float64            `json:"mean_us"`
-	Calls           int64              `json:"calls"`
-	Errors          int64              `json:"errors"`
-	Anchor          string             `json:"anchor"`
-	RatioMedian     *float64           `json:"ratio_median"`
-	BytesPerGrain   float64            `json:"bytes_per_grain"`
-	Grains          int                `json:"grains"`
-	ActivationsPerS float64            `json:"activations_per_s"`
-	CPU             map[string]float64 `json:"cpu_us_per_call"`
+	row
+	BytesPerGrain   float64 `json:"bytes_per_grain"`
+	Grains          int     `json:"grains"`
+	ActivationsPerS float64 `json:"activations_per_s"`
 }
 
 // cpuPerCall is the CPU time per call of all the processes r accounts, in
