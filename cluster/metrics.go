@@ -196,6 +196,7 @@ type siloCollector struct {
 	activations, queued, maxQueued *prometheus.Desc
 	members, version, fired        *prometheus.Desc
 	suspended                      *prometheus.Desc
+	batches, envelopes, maxBatch   *prometheus.Desc
 }
 
 func newSiloCollector(s *Silo) *siloCollector {
@@ -208,12 +209,15 @@ func newSiloCollector(s *Silo) *siloCollector {
 		version:     prometheus.NewDesc("agentsilo_view_version", "The version (etcd revision) of this silo's membership view.", nil, nil),
 		fired:       prometheus.NewDesc("agentsilo_reminders_fired_total", "Reminder ticks this silo fired (handed for delivery).", nil, nil),
 		suspended:   prometheus.NewDesc("agentsilo_suspended", "1 while this silo is suspended: no lease renewal succeeded within its fence bound, so its turns wait.", nil, nil),
+		batches:     prometheus.NewDesc("agentsilo_peer_batches_total", "Stream messages carrying envelopes this silo wrote to its peers (requests on its own streams, replies on theirs).", nil, nil),
+		envelopes:   prometheus.NewDesc("agentsilo_peer_envelopes_total", "Envelopes (messages, replies, cancels) in those stream messages.", nil, nil),
+		maxBatch:    prometheus.NewDesc("agentsilo_peer_batch_max", "The most envelopes one of those stream messages carried.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired, c.suspended} {
+	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired, c.suspended, c.batches, c.envelopes, c.maxBatch} {
 		ch <- d
 	}
 }
@@ -236,6 +240,10 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 		suspended = 1
 	}
 	constMetric(ch, c.suspended, prometheus.GaugeValue, suspended)
+	ts := c.s.tp.Stats()
+	constMetric(ch, c.batches, prometheus.CounterValue, float64(ts.Batches))
+	constMetric(ch, c.envelopes, prometheus.CounterValue, float64(ts.Envelopes))
+	constMetric(ch, c.maxBatch, prometheus.GaugeValue, float64(ts.MaxBatch))
 }
 
 // constMetric sends a metric read at scrape time; one that cannot be made

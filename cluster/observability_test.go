@@ -165,6 +165,18 @@ func TestMetrics(t *testing.T) {
 	if ok != n || activations != n || durations != n {
 		t.Errorf("across the silos: %v calls OK, %v activations, %v durations; want %d each", ok, activations, durations, n)
 	}
+	// The Asks s1 sent to agents s2 hosts went out on s1's stream to s2,
+	// their replies on the same stream from s2: each silo wrote at least
+	// that many envelopes, in at least one stream message.
+	remote, _ := value(fams[1], "agentsilo_activations", "type", "Probe")
+	for i, s := range silos {
+		env, _ := value(fams[i], "agentsilo_peer_envelopes_total")
+		batches, _ := value(fams[i], "agentsilo_peer_batches_total")
+		most, _ := value(fams[i], "agentsilo_peer_batch_max")
+		if env < remote || batches > env || most > env || (remote > 0 && (batches < 1 || most < 1)) {
+			t.Errorf("%s: %v envelopes in %v stream messages (at most %v in one); %v Asks crossed", s.cfg.Name, env, batches, most, remote)
+		}
+	}
 	if got, _ := value(fams[0], "agentsilo_calls_total", "type", unregisteredType, "code", "NotFound"); got != 1 {
 		t.Errorf("s1: NotFound calls = %v, want 1", got)
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"unicode/utf8"
 
@@ -329,14 +330,51 @@ func appendBatch(b []byte, pb *agentsilov1.PeerBatch, sizes []int) ([]byte, erro
 // errSlow sends a batch the fast path does not read to proto.Unmarshal.
 var errSlow = errors.New("not for the fast path")
 
-// unmarshalBatch reads buf into pb as proto.Unmarshal would.
+// MaxReceivedBatch bounds the envelopes one received stream message may
+// carry: a stream message carrying more is refused, and its stream ends.
+// Silos send at most Config.MaxBatch (at most this) in one. Without the
+// bound, a 4 MiB stream message of empty envelopes (2 bytes each on the
+// wire) would decode into two million envelopes, about 900 MB.
+const MaxReceivedBatch = 4096
+
+var errBatchTooLarge = fmt.Errorf("transport: a stream message carries more than %d envelopes", MaxReceivedBatch)
+
+// unmarshalBatch reads buf into pb as proto.Unmarshal would, but refuses a
+// batch of more than MaxReceivedBatch envelopes before decoding them.
 func unmarshalBatch(buf []byte, pb *agentsilov1.PeerBatch) error {
 	proto.Reset(pb)
-	if err := fastBatch(buf, pb); err != nil {
-		proto.Reset(pb)
-		return proto.Unmarshal(buf, pb)
+	err := fastBatch(buf, pb)
+	if err == nil || err == errBatchTooLarge {
+		return err
 	}
-	return nil
+	proto.Reset(pb)
+	if countEnvelopes(buf) > MaxReceivedBatch {
+		return errBatchTooLarge
+	}
+	return proto.Unmarshal(buf, pb)
+}
+
+// countEnvelopes counts the envelope fields of the batch in buf without
+// decoding them; it stops counting at what it cannot parse (proto.Unmarshal
+// then fails on it).
+func countEnvelopes(buf []byte) int {
+	count := 0
+	for len(buf) > 0 {
+		num, typ, n := protowire.ConsumeTag(buf)
+		if n < 0 {
+			return count
+		}
+		buf = buf[n:]
+		n = protowire.ConsumeFieldValue(num, typ, buf)
+		if n < 0 {
+			return count
+		}
+		buf = buf[n:]
+		if num == fBatchEnvelopes && typ == protowire.BytesType {
+			count++
+		}
+	}
+	return count
 }
 
 // fastBatch reads buf into the empty pb, or fails with errSlow (or a parse
@@ -365,6 +403,9 @@ func fastBatch(buf []byte, pb *agentsilov1.PeerBatch) error {
 				return err
 			}
 		case fBatchEnvelopes:
+			if len(pb.Envelopes) == MaxReceivedBatch {
+				return errBatchTooLarge
+			}
 			e, err := fastEnvelope(v)
 			if err != nil {
 				return err

@@ -206,6 +206,12 @@ func FuzzPeerCodec(f *testing.F) {
 		var want, got agentsilov1.PeerBatch
 		werr := proto.Unmarshal(wire, &want)
 		gerr := unmarshalBatch(wire, &got)
+		if werr == nil && len(want.Envelopes) > MaxReceivedBatch {
+			if gerr != errBatchTooLarge {
+				t.Fatalf("%d envelopes: %v", len(want.Envelopes), gerr)
+			}
+			return
+		}
 		if (werr == nil) != (gerr == nil) {
 			t.Fatalf("proto.Unmarshal: %v; codec: %v", werr, gerr)
 		}
@@ -228,6 +234,37 @@ func FuzzPeerCodec(f *testing.F) {
 		}
 		bs.Free()
 	})
+}
+
+// A stream message of more than MaxReceivedBatch envelopes is refused
+// before its envelopes are decoded, on the fast path and on protobuf's; one
+// of MaxReceivedBatch is read.
+func TestPeerCodecBatchBound(t *testing.T) {
+	empty := []byte{0x12, 0x00}         // an empty envelope: 2 bytes
+	unknown := []byte{0x98, 0x06, 0x01} // field 99, varint: protobuf's path
+	for _, tc := range []struct {
+		name   string
+		n      int
+		suffix []byte
+		ok     bool
+	}{
+		{"at the bound", MaxReceivedBatch, nil, true},
+		{"over", MaxReceivedBatch + 1, nil, false},
+		{"at the bound, slow path", MaxReceivedBatch, unknown, true},
+		{"over, slow path", MaxReceivedBatch + 1, unknown, false},
+		{"4 MiB of empty envelopes", 2 << 20, nil, false},
+	} {
+		wire := append(bytes.Repeat(empty, tc.n), tc.suffix...)
+		var pb agentsilov1.PeerBatch
+		err := peerCodec{}.Unmarshal(mem.BufferSlice{mem.SliceBuffer(wire)}, &pb)
+		if tc.ok {
+			if err != nil || len(pb.Envelopes) != tc.n {
+				t.Errorf("%s: %d envelopes read, %v", tc.name, len(pb.Envelopes), err)
+			}
+		} else if err != errBatchTooLarge {
+			t.Errorf("%s: %v (%d envelopes read), want %v", tc.name, err, len(pb.Envelopes), errBatchTooLarge)
+		}
+	}
 }
 
 // A silo whose peer streams use gRPC's protobuf codec (as silos of earlier

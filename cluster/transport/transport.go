@@ -73,7 +73,8 @@ type Config struct {
 	// queued on one inbound stream). A full queue makes the sender wait,
 	// bounded by its context. Default: 10000.
 	QueueSize int
-	// MaxBatch bounds the envelopes sent in one stream message. Default: 256.
+	// MaxBatch bounds the envelopes sent in one stream message. Default: 256;
+	// at most MaxReceivedBatch, what a silo accepts in one.
 	MaxBatch int
 	// ConnectTimeout bounds opening a stream to a peer, hellos included.
 	// Default: 5 s.
@@ -187,8 +188,8 @@ func New(cfg Config) (*Transport, error) {
 		return nil, errs.New(codes.InvalidArgument, "transport: MaxMessageSize %d must be at least 1024", cfg.MaxMessageSize)
 	case cfg.QueueSize < 1:
 		return nil, errs.New(codes.InvalidArgument, "transport: QueueSize %d must be at least 1", cfg.QueueSize)
-	case cfg.MaxBatch < 1:
-		return nil, errs.New(codes.InvalidArgument, "transport: MaxBatch %d must be at least 1", cfg.MaxBatch)
+	case cfg.MaxBatch < 1 || cfg.MaxBatch > MaxReceivedBatch:
+		return nil, errs.New(codes.InvalidArgument, "transport: MaxBatch %d must be from 1 to %d", cfg.MaxBatch, MaxReceivedBatch)
 	case cfg.ConnectTimeout < 0 || cfg.MaxBackoff < 0:
 		return nil, errs.New(codes.InvalidArgument, "transport: ConnectTimeout and MaxBackoff must not be negative")
 	}

@@ -578,8 +578,10 @@ func TestTransportClose(t *testing.T) {
 }
 
 func TestTransportConfig(t *testing.T) {
-	if _, err := New(Config{MaxBatch: -1}); err == nil {
-		t.Fatal("MaxBatch -1 accepted")
+	for _, n := range []int{-1, MaxReceivedBatch + 1} {
+		if _, err := New(Config{MaxBatch: n}); errs.Code(err) != codes.InvalidArgument {
+			t.Fatalf("MaxBatch %d: %v", n, err)
+		}
 	}
 	tr, err := New(Config{})
 	if err != nil {
@@ -736,6 +738,56 @@ func BenchmarkTransport(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A stream message of more envelopes than MaxReceivedBatch ends its stream
+// with an error; the silo goes on serving its other streams.
+func TestTransportBatchBound(t *testing.T) {
+	checkLeaks(t)
+	hb := &testHandler{}
+	b := startSilo(t, "b", "127.0.0.2:0", hb, nil, nil)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, nil, nil)
+	ctx := t.Context()
+	conn, err := grpc.NewClient("passthrough:///"+b.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := agentsilov1.NewPeerClient(conn).Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hello, a stream message of cancel notices (harmless, but one too
+	// many), then a request: it must not be answered.
+	big := &agentsilov1.PeerBatch{Envelopes: make([]*Envelope, MaxReceivedBatch+1)}
+	for i := range big.Envelopes {
+		big.Envelopes[i] = &Envelope{Cancel: true, CallId: uint64(i + 100)}
+	}
+	req := requestEnv("x")
+	req.Kind, req.CallId = agentsilov1.Kind_KIND_REQUEST, 1
+	for _, b := range []*agentsilov1.PeerBatch{
+		{Hello: &agentsilov1.PeerHello{Silo: "raw"}},
+		big,
+		{Envelopes: []*Envelope{req}},
+	} {
+		if err := st.Send(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		r, err := st.Recv()
+		if err == nil && len(r.Envelopes) == 0 {
+			continue // the silo's hello
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			t.Fatalf("after %d envelopes in one stream message: %v, %v; want the stream to fail", len(big.Envelopes), r, err)
+		}
+		break
+	}
+	if _, err := a.tr.Ask(ctx, b.addr, requestEnv("after")); err != nil {
+		t.Fatal(err)
+	}
+	a.tr.Close()
 }
 
 // TestTransportBadUTF8: a message that cannot be encoded fails its own call

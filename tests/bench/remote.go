@@ -242,7 +242,30 @@ func runNodeB(args []string) error {
 		cancel()
 	}()
 	<-ctx.Done()
+	if b, e := peerBatches(s); b > 0 {
+		logf("node-b wrote %.0f replies in %.0f stream messages (%.1f a message)", e, b, e/b)
+	}
 	return nil
+}
+
+// peerBatches reads s's counters of the stream messages it wrote to its
+// peers and the envelopes in them.
+func peerBatches(s *cluster.Silo) (batches, envelopes float64) {
+	fams, err := s.Metrics().Gather()
+	if err != nil {
+		return 0, 0
+	}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "agentsilo_peer_batches_total":
+				batches += m.GetCounter().GetValue()
+			case "agentsilo_peer_envelopes_total":
+				envelopes += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return batches, envelopes
 }
 
 // freePort returns a loopback address with a port that was free just now.
@@ -380,8 +403,12 @@ func runRemote(args []string, out io.Writer) error {
 	for _, n := range lf.ns {
 		anchor := &series{bench: "grpc-stream", n: n}
 		subject := &series{bench: "remote", n: n, anchor: "grpc-stream"}
+		b0, e0 := peerBatches(a)
 		interleave(lf.rounds, lf.warmup, lf.window, lf.yield, n, anchor, subject,
 			echo.caller, localCaller(rt, addrs, n))
+		if b1, e1 := peerBatches(a); b1 > b0 {
+			logf("n=%d: node-a wrote %.0f requests in %.0f stream messages (%.1f a message)", n, e1-e0, b1-b0, (e1-e0)/(b1-b0))
+		}
 		emit(out, anchor.row(lf.run))
 		emit(out, subject.row(lf.run))
 		if tlsRT != nil {
