@@ -201,8 +201,9 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, don
 	if a.reenters(msg) {
 		return false
 	}
-	env := &envelope{msg: msg, ctx: ctx, done: done, now: time.Now().UnixNano()}
-	return a.mb.post(closedChan, env) == nil
+	r := &remoteRequest{env: envelope{msg: msg, ctx: ctx, done: done, now: time.Now().UnixNano()}}
+	r.env.turn = &r.t
+	return a.mb.post(closedChan, &r.env) == nil
 }
 
 // closedChan makes a mailbox post give up at once instead of waiting for room.

@@ -57,6 +57,10 @@ type callCtx struct {
 	err   error
 	after []*afterFunc // see AfterFunc
 
+	// resp is the envelope of the call's reply (see inbound.respond): made
+	// with the call, one allocation less per request.
+	resp Envelope
+
 	// guarded by the stream's calls.mu
 	id   uint64
 	tick int64 // the deadline's tick while in a tick list, else 0
@@ -153,9 +157,14 @@ func (c *callCtx) cancel(err error) {
 type calls struct {
 	values context.Context // the stream's, without its cancellation
 
-	mu     sync.Mutex
-	m      map[uint64]*callCtx
-	ticks  map[int64]*tickCalls
+	mu    sync.Mutex
+	m     map[uint64]*callCtx
+	ticks map[int64]*tickCalls
+	// spare is the tick of the one list in ticks that is empty (0: none),
+	// kept with its timer for the calls that come next: deadlines move on
+	// by a tick every 10 ms, so at one call in flight each call would
+	// otherwise make a list and a timer, and stop the timer.
+	spare  int64
 	closed bool // the stream ended: new calls start cancelled
 	// After the stream ended with calls that have deadlines: stops the
 	// AfterFunc that cancels them if the transport closes first.
@@ -191,6 +200,9 @@ func (cs *calls) add(env *Envelope) *callCtx {
 	if c.at != 0 {
 		tick := (c.at*int64(time.Millisecond) + deadline.Tick - 1) / deadline.Tick
 		tc := cs.ticks[tick]
+		if tick == cs.spare {
+			cs.spare = 0
+		}
 		if tc == nil {
 			if cs.ticks == nil {
 				cs.ticks = make(map[int64]*tickCalls)
@@ -228,12 +240,29 @@ func (cs *calls) untick(c *callCtx) {
 		tc.calls[last] = nil
 		tc.calls = tc.calls[:last]
 		if len(tc.calls) == 0 {
-			tc.timer.Stop()
-			delete(cs.ticks, c.tick)
-			cs.drained()
+			// Kept as the spare, unless the stream ended; the spare
+			// before it, if another, goes.
+			if cs.spare != 0 && cs.spare != c.tick {
+				cs.dropTick(cs.spare)
+			}
+			cs.spare = c.tick
+			if cs.closed {
+				cs.dropTick(c.tick)
+				cs.spare = 0
+				cs.drained()
+			}
 		}
 	}
 	c.tick = 0
+}
+
+// dropTick stops the timer of tick's list and forgets the list. cs.mu is
+// held.
+func (cs *calls) dropTick(tick int64) {
+	if tc := cs.ticks[tick]; tc != nil {
+		tc.timer.Stop()
+		delete(cs.ticks, tick)
+	}
 }
 
 // drained lets go of the transport once the stream has ended and its last
@@ -250,6 +279,9 @@ func (cs *calls) expire(tick int64) {
 	cs.mu.Lock()
 	tc := cs.ticks[tick]
 	delete(cs.ticks, tick)
+	if tick == cs.spare {
+		cs.spare = 0
+	}
 	var due []*callCtx
 	if tc != nil {
 		due = tc.calls
@@ -288,6 +320,10 @@ func (cs *calls) close(transport context.Context) {
 		}
 	}
 	cs.m = nil
+	if cs.spare != 0 {
+		cs.dropTick(cs.spare)
+		cs.spare = 0
+	}
 	if len(cs.ticks) > 0 {
 		cs.stopOnClose = context.AfterFunc(transport, cs.cancelAll)
 	}
@@ -310,6 +346,7 @@ func (cs *calls) cancelAll() {
 		}
 	}
 	cs.ticks = nil
+	cs.spare = 0
 	cs.mu.Unlock()
 	for _, c := range all {
 		c.cancel(context.Canceled)

@@ -159,14 +159,33 @@ func TestCalls(t *testing.T) {
 	if n := cs.inFlight(); n != 6 {
 		t.Fatalf("%d calls in flight, want 6", n)
 	}
-	// Answered calls leave the table, and their tick when it empties.
+	// Answered calls leave the table. Their tick, emptied, is kept as the
+	// spare, with its timer, for the next call due in it.
 	cs.remove(cc[2])
 	cs.remove(cc[5])
 	cs.mu.Lock()
-	ticks := len(cs.ticks)
+	ticks, spare := len(cs.ticks), cs.ticks[cs.spare]
 	cs.mu.Unlock()
-	if n := cs.inFlight(); n != 4 || ticks != 1 {
-		t.Fatalf("%d calls in flight and %d ticks, want 4 and 1", n, ticks)
+	if n := cs.inFlight(); n != 4 || ticks != 2 || spare == nil || len(spare.calls) != 0 {
+		t.Fatalf("%d calls in flight and %d ticks (spare %v), want 4 and 2 (one spare)", n, ticks, spare)
+	}
+	again := cs.add(&Envelope{CallId: 50, DeadlineUnixMs: later})
+	cs.mu.Lock()
+	reused, sp := cs.ticks[again.tick] == spare, cs.spare
+	cs.mu.Unlock()
+	if !reused || sp != 0 {
+		t.Fatalf("a call due in the spare tick: reused %t, spare %d", reused, sp)
+	}
+	cs.remove(again)
+	// A spare goes when another tick empties.
+	other := cs.add(&Envelope{CallId: 51, DeadlineUnixMs: later + 1000})
+	otherTick := other.tick
+	cs.remove(other)
+	cs.mu.Lock()
+	ticks, sp = len(cs.ticks), cs.spare
+	cs.mu.Unlock()
+	if ticks != 2 || sp != otherTick {
+		t.Fatalf("after another tick emptied: %d ticks, spare %d, want 2 and %d", ticks, sp, otherTick)
 	}
 	// The deadline ends the calls due.
 	<-cc[0].Done()

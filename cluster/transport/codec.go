@@ -50,15 +50,11 @@ func (peerCodec) Marshal(v any) (mem.BufferSlice, error) {
 	if err != nil {
 		return nil, err
 	}
-	if mem.IsBelowBufferPoolingThreshold(size) {
-		buf, err := appendBatch(make([]byte, 0, size), b, sizes)
-		if err != nil {
-			return nil, err
-		}
-		return mem.BufferSlice{mem.SliceBuffer(buf)}, nil
-	}
+	// Even a small batch is written into a pooled buffer (gRPC frees it once
+	// written): gRPC's codec allocates a small message's bytes, and then the
+	// Buffer holding them, afresh each time.
 	pool := mem.DefaultBufferPool()
-	buf := pool.Get(size)
+	buf := pool.Get(max(size, minPooled))
 	out, err := appendBatch((*buf)[:0], b, sizes)
 	if err != nil {
 		pool.Put(buf)
@@ -327,6 +323,15 @@ func appendBatch(b []byte, pb *agentsilov1.PeerBatch, sizes []int) ([]byte, erro
 	return append(b, pb.ProtoReflect().GetUnknown()...), nil
 }
 
+// minPooled is the smallest buffer that mem.NewBuffer pools.
+var minPooled = func() int {
+	n := 1
+	for mem.IsBelowBufferPoolingThreshold(n) {
+		n *= 2
+	}
+	return n
+}()
+
 // errSlow sends a batch the fast path does not read to proto.Unmarshal.
 var errSlow = errors.New("not for the fast path")
 
@@ -342,7 +347,12 @@ var errBatchTooLarge = fmt.Errorf("transport: a stream message carries more than
 // unmarshalBatch reads buf into pb as proto.Unmarshal would, but refuses a
 // batch of more than MaxReceivedBatch envelopes before decoding them.
 func unmarshalBatch(buf []byte, pb *agentsilov1.PeerBatch) error {
+	// A batch read into again keeps its slice of envelopes (not what they
+	// pointed to).
+	envs := pb.Envelopes
+	clear(envs)
 	proto.Reset(pb)
+	pb.Envelopes = envs[:0]
 	err := fastBatch(buf, pb)
 	if err == nil || err == errBatchTooLarge {
 		return err

@@ -221,6 +221,11 @@ func FuzzPeerCodec(f *testing.F) {
 		if !proto.Equal(&want, &got) {
 			t.Fatalf("codec read\n%v\nproto read\n%v", &got, &want)
 		}
+		// Read into a batch that held another (the readers reuse theirs).
+		reused := &agentsilov1.PeerBatch{Envelopes: []*Envelope{{CallId: 7}, {Cancel: true}, {Kind: agentsilov1.Kind_KIND_RESPONSE}}}
+		if err := unmarshalBatch(wire, reused); err != nil || !proto.Equal(reused, &want) {
+			t.Fatalf("read into a used batch: %v, %v", reused, err)
+		}
 		bs, err := peerCodec{}.Marshal(&got)
 		if _, perr := proto.Marshal(&got); (err == nil) != (perr == nil) {
 			t.Fatalf("codec Marshal: %v; proto.Marshal: %v", err, perr)

@@ -195,7 +195,9 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 				t.logger.Warn("peer sent an envelope of unexpected kind", "peer", in.from, "kind", e.Kind)
 			}
 		}
-		if b, err = srv.Recv(); err != nil {
+		// The batch is read into again: what was handed on from it are
+		// its envelopes, not the batch.
+		if err = srv.RecvMsg(b); err != nil {
 			in.rerr = err
 			return
 		}
@@ -304,10 +306,14 @@ func (in *inbound) serve(env *Envelope, c *callCtx) {
 // is then forgotten.
 func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMessage, err error) {
 	t := in.t
+	var resp *Envelope
 	if c != nil {
 		in.calls.remove(c)
+		resp = &c.resp
+	} else {
+		resp = new(Envelope)
 	}
-	resp := &Envelope{Kind: agentsilov1.Kind_KIND_RESPONSE, CallId: env.CallId}
+	resp.Kind, resp.CallId = agentsilov1.Kind_KIND_RESPONSE, env.CallId
 	size := 64
 	if err == nil && msg != nil {
 		if n := messageSize(msg); n > t.cfg.MaxMessageSize {

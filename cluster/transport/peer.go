@@ -91,6 +91,27 @@ const (
 	callUnsent
 )
 
+// callPool recycles the calls (and their channels) of Asks that got their
+// reply; see release.
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan result, 1)} }}
+
+// newCall returns a call ready to be registered.
+func newCall() *call { return callPool.Get().(*call) }
+
+// release returns c to the pool once its result was received, if nothing
+// else can still hold it: a call the sender took (callWritten) is no longer
+// in a queue, and it left pending before its result was sent. A call still
+// queued, or failed before it was written, may yet be seen by the sender,
+// so it is left to the GC.
+func (c *call) release() {
+	if c.fate.Load() != callWritten {
+		return
+	}
+	c.finished.Store(false)
+	c.fate.Store(callQueued)
+	callPool.Put(c)
+}
+
 type result struct {
 	msg *agentsilov1.AgentMessage
 	err error
@@ -331,9 +352,11 @@ func (p *peer) connectAndServe() (up bool, err error) {
 	go func() {
 		defer p.t.wg.Done()
 		defer close(rdone)
+		// One batch, read into again and again: deliver keeps none of it
+		// but the envelopes.
+		b := new(agentsilov1.PeerBatch)
 		for {
-			b, err := stream.Recv()
-			if err != nil {
+			if err := stream.RecvMsg(b); err != nil {
 				rerr = err
 				return
 			}

@@ -320,7 +320,7 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 	env.Kind = agentsilov1.Kind_KIND_REQUEST
 	p.asking.Add(1)
 	defer p.asking.Add(-1)
-	c := &call{done: make(chan result, 1)}
+	c := newCall()
 	env.CallId = p.nextID.Add(1)
 	if err := p.register(env.CallId, c); err != nil {
 		return nil, err
@@ -334,6 +334,7 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 	}
 	select {
 	case r := <-c.done:
+		c.release()
 		return r.msg, r.err
 	case <-ctx.Done():
 		if !p.forget(env.CallId) {
