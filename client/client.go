@@ -427,20 +427,20 @@ func (c *Client) openBounded(i int, hello *agentsilov1.Hello) (*stream, *agentsi
 }
 
 // stream returns the session's stream, waiting (bounded by ctx) while it is
-// being re-attached. It fails once a round of re-attaching that it waited
-// for failed; a round that attached a stream that broke again at once
-// (lastErr nil) is waited out.
+// being re-attached: through failed rounds of re-attaching too, since a
+// call not yet sent is safe to send late, so that a call made while every
+// gateway is briefly down (a restart, a partition) goes out once one is
+// back, within its deadline. At the deadline it fails saying why the last
+// round failed.
 func (c *Client) stream(ctx context.Context) (*stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for waited := false; ; waited = true {
+	for {
 		switch {
 		case c.closed:
 			return nil, errs.New(codes.Unavailable, "client is closed")
 		case c.cur != nil:
 			return c.cur, nil
-		case waited && c.lastErr != nil:
-			return nil, errs.New(codes.Unavailable, "no gateway reachable: %v", c.lastErr)
 		}
 		ready := c.ready // not nil while re-attaching
 		c.mu.Unlock()
@@ -449,7 +449,10 @@ func (c *Client) stream(ctx context.Context) (*stream, error) {
 		case <-ctx.Done():
 		}
 		c.mu.Lock()
-		if c.cur == nil && ctx.Err() != nil {
+		if c.cur == nil && !c.closed && ctx.Err() != nil {
+			if c.lastErr != nil {
+				return nil, ctxErr(ctx, fmt.Sprintf("waiting for a gateway (none reachable: %v)", c.lastErr))
+			}
 			return nil, ctxErr(ctx, "waiting for the gateway")
 		}
 	}

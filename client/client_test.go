@@ -372,6 +372,60 @@ func TestReattachResumesSession(t *testing.T) {
 	}
 }
 
+// A call made while no gateway can be reached waits, through failed rounds
+// of re-attaching, until one can (it was not sent, so sending it late is
+// safe), within its deadline; at the deadline it fails saying why.
+func TestCallWaitsForGateway(t *testing.T) {
+	s := start(t)
+	p := newProxy(t, s.addr)
+	c := dial(t, []string{p.addr()})
+	if _, err := c.Ask(t.Context(), "Echo:x", nil); err != nil {
+		t.Fatal(err)
+	}
+	p.refusing.Store(true)
+	p.cut()
+	waitUntil(t, func() bool { return p.refused.Load() >= 1 }) // re-attaching, and failing
+	// One call that waits it out, one whose deadline comes first.
+	done := make(chan error, 1)
+	go func() {
+		r, err := c.Ask(t.Context(), "Echo:x", &client.Message{Message: "late"})
+		if err == nil && r.Message != "late" {
+			err = fmt.Errorf("reply %q", r.Message)
+		}
+		done <- err
+	}()
+	short, cancel := context.WithCancel(t.Context())
+	shortErr := make(chan error, 1)
+	go func() {
+		_, err := c.Ask(short, "Echo:x", nil)
+		shortErr <- err
+	}()
+	// Two more rounds fail while both wait.
+	n := p.refused.Load()
+	waitUntil(t, func() bool { return p.refused.Load() >= n+2 })
+	select {
+	case err := <-done:
+		t.Fatalf("a call made while no gateway was reachable returned %v before one was", err)
+	default:
+	}
+	cancel()
+	if err := <-shortErr; status.Code(err) != codes.Canceled || !strings.Contains(err.Error(), "none reachable") {
+		t.Fatalf("call cancelled while waiting: %v", err)
+	}
+	p.refusing.Store(false)
+	if err := <-done; err != nil {
+		t.Fatalf("the waiting call, once a gateway was back: %v", err)
+	}
+}
+
+// waitUntil polls cond until it holds (go test's -timeout bounds it).
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 func TestCloseEndsCalls(t *testing.T) {
 	s := start(t)
 	c, err := client.Dial(t.Context(), []string{s.addr})
@@ -409,6 +463,10 @@ type proxy struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	conns  []net.Conn
+	// While refusing, each connection accepted is closed at once (as a
+	// gateway that is down), and counted.
+	refusing atomic.Bool
+	refused  atomic.Int64
 }
 
 func newProxy(t *testing.T, target string) *proxy {
@@ -435,6 +493,11 @@ func (p *proxy) accept() {
 		in, err := p.lis.Accept()
 		if err != nil {
 			return
+		}
+		if p.refusing.Load() {
+			in.Close()
+			p.refused.Add(1)
+			continue
 		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
