@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -153,6 +154,13 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(limit), grpc.MaxCallSendMsgSize(limit)),
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		// A gateway that comes back is dialled again within 5 s, as the
+		// session's re-attach rounds are paced: gRPC's default backoff grows
+		// to 2 minutes, which a call waiting for a gateway would wait out.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 		grpc.WithChainUnaryInterceptor(checkRequest),
 	}, c.opts.dialOpts...)
 	for _, a := range c.addrs {
