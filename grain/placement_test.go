@@ -2,10 +2,15 @@ package grain
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // twoSilos is an in-memory Placement for two runtimes: every address is owned
@@ -222,6 +227,40 @@ func TestTryAskRemote(t *testing.T) {
 	}
 	if rt.tryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, nil) {
 		t.Fatal("a reserved message type was taken")
+	}
+}
+
+// refusing is a Placement that owns every address but refuses to claim
+// any, as a fenced silo does.
+type refusing struct{}
+
+func (refusing) Route(string) string { return "" }
+func (refusing) Claim(context.Context, string) (func(), error) {
+	return nil, errs.New(codes.Unavailable, "silo x is fenced")
+}
+func (refusing) Hold(string) (bool, func()) { return true, func() {} }
+func (refusing) Serving() bool              { return true }
+func (refusing) Forward(context.Context, string, *Message, int) (*Message, error) {
+	return nil, errs.New(codes.Internal, "not forwarded")
+}
+
+// A message refused because its activation could not be claimed was not
+// run: its error says so (ErrNotRun, which the silo's transport and
+// gateway pass on, so that it is sent again), and keeps its code.
+func TestClaimRefusalIsNotRun(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Placement = refusing{}
+	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
+	_, err := rt.Ask(t.Context(), &Message{To: "Echo:o:x", From: "Client:o:c"})
+	if !errors.Is(err, ErrNotRun) || errs.Code(err) != codes.Unavailable {
+		t.Fatalf("Ask refused by Claim: %v (code %v, not run %t)", err, errs.Code(err), errors.Is(err, ErrNotRun))
+	}
+	var nr interface{ NotRun() bool }
+	if !errors.As(err, &nr) || !nr.NotRun() {
+		t.Fatalf("%v has no NotRun method saying true", err)
+	}
+	if rt.Len() != 0 {
+		t.Fatalf("%d activations after a refused claim", rt.Len())
 	}
 }
 
