@@ -87,3 +87,25 @@ func running(c *Fake) int {
 	n, _ := c.Waiting()
 	return n
 }
+
+// Since measures from t by the clock given: the fake one's time, or the
+// real monotonic clock, which a wall clock step does not move.
+func TestSince(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	f := NewFake(start)
+	f.Advance(90 * time.Second)
+	if d := Since(f, start); d != 90*time.Second {
+		t.Fatalf("Since on the fake clock: %v, want 90s", d)
+	}
+	before := time.Now()
+	if d := Since(Real{}, before); d < 0 || d > time.Hour {
+		t.Fatalf("Since on the real clock, just after: %v", d)
+	}
+	if d := Since(Real{}, before.Add(-time.Hour)); d < time.Hour {
+		t.Fatalf("Since an hour ago: %v", d)
+	}
+	// Without a monotonic reading, it is the wall clock's difference.
+	if d := Since(Real{}, before.Round(0).Add(-time.Minute)); d < time.Minute {
+		t.Fatalf("Since a wall time a minute ago: %v", d)
+	}
+}
