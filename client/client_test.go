@@ -22,6 +22,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // silo is an in-process runtime and gateway on 127.0.0.1 with test agents:
@@ -384,7 +385,7 @@ func TestCallWaitsForGateway(t *testing.T) {
 	}
 	p.refusing.Store(true)
 	p.cut()
-	waitUntil(t, func() bool { return p.refused.Load() >= 1 }) // re-attaching, and failing
+	testutil.WaitFor(t, "a refused re-attach", func() bool { return p.refused.Load() >= 1 })
 	// One call that waits it out, one whose deadline comes first.
 	done := make(chan error, 1)
 	go func() {
@@ -402,7 +403,7 @@ func TestCallWaitsForGateway(t *testing.T) {
 	}()
 	// Two more rounds fail while both wait.
 	n := p.refused.Load()
-	waitUntil(t, func() bool { return p.refused.Load() >= n+2 })
+	testutil.WaitFor(t, "two more refused re-attaches", func() bool { return p.refused.Load() >= n+2 })
 	select {
 	case err := <-done:
 		t.Fatalf("a call made while no gateway was reachable returned %v before one was", err)
@@ -415,14 +416,6 @@ func TestCallWaitsForGateway(t *testing.T) {
 	p.refusing.Store(false)
 	if err := <-done; err != nil {
 		t.Fatalf("the waiting call, once a gateway was back: %v", err)
-	}
-}
-
-// waitUntil polls cond until it holds (go test's -timeout bounds it).
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

