@@ -483,6 +483,7 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 		defer cancel()
 	}
 	var b *retry.Backoff
+	var refused error // the last refusal before any agent ran it
 	for {
 		r, again, err := c.callOnce(ctx, m)
 		if again && err != nil {
@@ -490,6 +491,7 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 			// (fenced, suspended, shutting down): sent again after a
 			// pause, by then on the stream the session re-attached to if
 			// that silo went away.
+			refused = err
 			if b == nil {
 				b = retry.New(50*time.Millisecond, time.Second, nil)
 			}
@@ -497,6 +499,11 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "call %s: refused before it ran, until the deadline: %v", m.GetTo(), err)
 			}
 			continue
+		}
+		if err != nil && refused != nil && ctx.Err() != nil {
+			// The deadline came while it was sent again: that last try
+			// may have run, the ones before it were refused.
+			return nil, errs.Wrap(errs.Code(err), err, "call %s: refused before it ran (%v), then sent again, which may have run", m.GetTo(), refused)
 		}
 		if err != nil && m.GetIdempotencyKey() != "" && errs.Code(err) == codes.Unavailable && ctx.Err() == nil {
 			// Its gateway went away: whether the call ran is unknown, and

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/testutil"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // silo is an in-process runtime and gateway on 127.0.0.1 with test agents:
@@ -601,22 +602,96 @@ func (s *breakingStream) RecvMsg(m any) error {
 
 // TestRefusedBeforeRunIsSentAgain: a call that the gateway's silo refuses
 // before any agent ran it (here: its runtime is shutting down, its gateway
-// still up) is sent again until its deadline instead of failing at once
+// still up) is sent again until its context ends instead of failing at once
 // (once the session moves to a gateway whose silo serves, as when a fenced
-// silo's gateway goes, it is answered there).
+// silo's gateway goes, it is answered there). Its error then says it was
+// refused, whether the end came in a pause between sends or while it was
+// sent again (then it may have run).
 func TestRefusedBeforeRunIsSentAgain(t *testing.T) {
-	a := start(t)
-	c := dial(t, []string{a.addr})
-	if _, err := c.Ask(t.Context(), "Echo:x", nil); err != nil {
-		t.Fatal(err)
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in-flight=%t", inFlight), func(t *testing.T) {
+			a := start(t)
+			cc := &callCounter{sent: make(chan struct{}, 100), results: make(chan struct{}, 100), release: make(chan struct{})}
+			if inFlight {
+				cc.holdAt = 4 // the third send of the refused call: its result waits
+			}
+			defer close(cc.release)
+			c := dial(t, []string{a.addr}, client.WithDialOptions(grpc.WithStreamInterceptor(cc.intercept)))
+			if _, err := c.Ask(t.Context(), "Echo:x", nil); err != nil {
+				t.Fatal(err)
+			}
+			<-cc.sent
+			if err := a.rt.Close(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := c.Ask(ctx, "Echo:x", nil)
+				errc <- err
+			}()
+			if inFlight {
+				for range 3 { // refused twice, sent a third time
+					<-cc.sent
+				}
+			} else {
+				for range 3 { // the first answer was the first Ask's
+					<-cc.results
+				}
+			}
+			cancel()
+			err := <-errc
+			if errs.Code(err) != codes.Canceled || !strings.Contains(err.Error(), "refused before it ran") || !strings.Contains(err.Error(), "shutting down") ||
+				inFlight && !strings.Contains(err.Error(), "may have run") {
+				t.Fatalf("an Ask a's runtime refuses, cancelled: %v; want Canceled, saying it was refused before it ran (and, cancelled while sent again, that it may have run)", err)
+			}
+		})
 	}
-	if err := a.rt.Close(t.Context()); err != nil {
-		t.Fatal(err)
+}
+
+// callCounter tells sent of each Call frame a session stream sends, and
+// results of each Result it reads; from the holdAt-th send on (if set), the
+// stream's reads wait for release.
+type callCounter struct {
+	sent    chan struct{}
+	results chan struct{}
+	holdAt  int64
+	n       atomic.Int64
+	release chan struct{}
+}
+
+func (cc *callCounter) intercept(ctx context.Context, desc *grpc.StreamDesc, conn *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+	cs, err := streamer(ctx, desc, conn, method, opts...)
+	return countedStream{ClientStream: cs, cc: cc}, err
+}
+
+type countedStream struct {
+	grpc.ClientStream
+	cc *callCounter
+}
+
+func (s countedStream) SendMsg(m any) error {
+	if f, ok := m.(*agentsilov1.ClientFrame); ok && f.GetCall() != nil {
+		s.cc.n.Add(1)
+		select {
+		case s.cc.sent <- struct{}{}:
+		default:
+		}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
-	defer cancel()
-	_, err := c.Ask(ctx, "Echo:x", nil)
-	if errs.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "refused before it ran") || !strings.Contains(err.Error(), "shutting down") {
-		t.Fatalf("an Ask a's runtime refuses: %v; want it sent again until its deadline (DeadlineExceeded, saying it was refused before it ran)", err)
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s countedStream) RecvMsg(m any) error {
+	if h := s.cc.holdAt; h != 0 && s.cc.n.Load() >= h {
+		<-s.cc.release
 	}
+	err := s.ClientStream.RecvMsg(m)
+	if f, ok := m.(*agentsilov1.ServerFrame); ok && err == nil && f.GetResult() != nil {
+		select {
+		case s.cc.results <- struct{}{}:
+		default:
+		}
+	}
+	return err
 }
