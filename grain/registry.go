@@ -1,6 +1,8 @@
 package grain
 
 import (
+	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +44,16 @@ type Skill struct {
 	Tags []string
 	// Examples are requests the skill handles, e.g. "plan a trip to Rome".
 	Examples []string
+	// InputSchema, if not empty, is a JSON Schema object that the JSON
+	// arguments of a request for the skill (message_type = the skill's name,
+	// data_type "application/json") must match; the gateway, A2A and MCP
+	// refuse others with InvalidArgument before any agent runs. TypedSkill
+	// derives it from a Go type.
+	InputSchema json.RawMessage
+	// OutputSchema, if not empty, is a JSON Schema object describing the JSON
+	// data of the skill's replies (for cards and tool listings; replies are
+	// not checked against it).
+	OutputSchema json.RawMessage
 }
 
 // HasTag reports whether one of the type's skills carries tag (ignoring case).
@@ -76,6 +88,8 @@ func (ti TypeInfo) clone() TypeInfo {
 	for i := range ti.Skills {
 		ti.Skills[i].Tags = slices.Clone(ti.Skills[i].Tags)
 		ti.Skills[i].Examples = slices.Clone(ti.Skills[i].Examples)
+		ti.Skills[i].InputSchema = slices.Clone(ti.Skills[i].InputSchema)
+		ti.Skills[i].OutputSchema = slices.Clone(ti.Skills[i].OutputSchema)
 	}
 	return ti
 }
@@ -102,6 +116,12 @@ func (ti TypeInfo) validate(typeName string) error {
 			if strings.TrimSpace(t) == "" {
 				return errs.New(codes.InvalidArgument, "agent type %q: skill %q has an empty tag", typeName, clip(s.Name))
 			}
+		}
+		if err := checkSchemaObject(s.InputSchema); err != nil {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
+		}
+		if err := checkSchemaObject(s.OutputSchema); err != nil {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: OutputSchema: %v", typeName, clip(s.Name), err)
 		}
 	}
 	return nil
@@ -227,4 +247,20 @@ func (r *Registry) unknown(typeName string) error {
 			clip(typeName), strings.Join(names[:maxNamed], ", "), len(names)-maxNamed)
 	}
 	return errs.New(codes.NotFound, "agent type %q is not registered; known types: %s", clip(typeName), strings.Join(names, ", "))
+}
+
+// checkSchemaObject reports whether raw, if not empty, is a JSON object (a
+// JSON Schema is one).
+func checkSchemaObject(raw json.RawMessage) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return errors.New("not a JSON object")
+	}
+	if obj == nil {
+		return errors.New("not a JSON object (null)")
+	}
+	return nil
 }
