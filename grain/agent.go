@@ -189,6 +189,11 @@ type Host interface {
 	// Unsubscribe removes this agent from its owner's subscription name;
 	// the last member's leaving deletes the subscription.
 	Unsubscribe(ctx context.Context, name string) error
+
+	// Directory is the service directory: the cluster's agent types,
+	// outside A2A agents and MCP servers, to search and list (see
+	// Directory). Its calls are Unavailable on a runtime without one.
+	Directory() Directory
 }
 
 // Factory creates the agent for a new activation. It must not block and

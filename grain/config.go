@@ -50,6 +50,9 @@ type Config struct {
 	// Unsubscribe); package topics implements it. Nil: those methods
 	// return Unavailable.
 	Topics TopicService
+	// Directory answers agents' Host.Directory calls; package directory
+	// implements it. Nil: they return Unavailable.
+	Directory DirectoryService
 	// Broadcast, if set, takes a Host.Broadcast to the other silos of a
 	// cluster (the agents of this silo are reached by the runtime) and
 	// returns how many agents it reached there. Nil: a broadcast reaches
