@@ -1,0 +1,214 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/inbox"
+)
+
+// A tool call is one turn of the agent it names, an Ask through the
+// runtime on behalf of the caller:
+//
+//	the arguments are checked: the agent argument (every-agent endpoint),
+//	    the input schema; then the ACL: Message on the agent
+//	the request: message_type the skill's name, and the arguments as data
+//	    (data_type application/json) or, for a skill without an input
+//	    schema, the message text; its sender a fresh inbox address of the
+//	    caller's principal (Session:<principal>:mcp-<id>@<silo>)
+//	what the agent pushes to that address meanwhile becomes progress
+//	    notifications, if the client sent a progress token
+//	the reply: text content (its message text), and for JSON data
+//	    (application/json or +json) the JSON as text and, if an object, as
+//	    structured content; other data as text (text/*), an image, audio,
+//	    or an embedded resource
+//	an error of the turn: a result with isError, "<Code>: <message>"
+//	the client's cancellation (notifications/cancelled) cancels the Ask,
+//	    and so the turn, on whichever silo it runs
+//
+// A call refused before any agent runs (bad arguments, the ACL) is a
+// JSON-RPC error (see protocolError).
+
+// toolHandler returns the SDK handler of t.
+func (s *Server) toolHandler(t *tool) mcpsdk.ToolHandler {
+	return func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+		res, err := s.call(ctx, t, req)
+		if err != nil {
+			return nil, protocolError(err)
+		}
+		return res, nil
+	}
+}
+
+// call runs a call of t; an error refuses it.
+func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+	ri, ok := infoOf(req.Extra)
+	if !ok {
+		return nil, errs.New(codes.Unauthenticated, "no authenticated caller")
+	}
+	if ri.agent.Type != "" && ri.agent.Type != t.typ {
+		return nil, errs.New(codes.InvalidArgument, "tool %s is not a tool of %s", t.name, ri.agent)
+	}
+	var raw json.RawMessage
+	if req.Params != nil {
+		raw = req.Params.Arguments
+	}
+	r, err := decodeArgs(t, ri.agent, raw)
+	if err != nil {
+		return nil, err
+	}
+	if s.acl != nil {
+		if err := s.acl.Authorize(ri.caller, r.agent.Type, r.agent.Owner, r.agent.Alias, acl.Message); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.begin(); err != nil {
+		return nil, err
+	}
+	defer s.running.Done()
+
+	box := s.inboxes.Open(ri.caller.Principal, inbox.MCP)
+	defer s.inboxes.Close(box)
+	msg := &grain.Message{
+		To:          r.agent.String(),
+		From:        box.Addr(),
+		OnBehalfOf:  ri.caller.Principal, // the principal of the call chain (see grain.Authorizer)
+		Kind:        grain.KindRequest,
+		MessageType: t.skill,
+		Message:     r.text,
+	}
+	if r.data != nil {
+		msg.DataType, msg.Data = "application/json", r.data
+	}
+	if req.Extra != nil {
+		if tp := req.Extra.Header.Get("traceparent"); len(tp) == 55 {
+			msg.Traceparent = tp // a version-00 W3C trace context: the Ask continues it
+		}
+	}
+
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	stop := context.AfterFunc(s.hard, cancel)
+	defer stop()
+
+	type result struct {
+		reply *grain.Message
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		reply, err := s.rt.Ask(tctx, msg)
+		done <- result{reply, err}
+	}()
+	var token any
+	if req.Params != nil {
+		token = req.Params.GetProgressToken()
+	}
+	progress := 0
+	pushes := func() {
+		for _, p := range box.Take() {
+			if token == nil {
+				continue
+			}
+			progress++
+			// A notification that cannot be sent (the client went) is
+			// not the turn's failure.
+			if err := req.Session.NotifyProgress(ctx, &mcpsdk.ProgressNotificationParams{ProgressToken: token, Progress: float64(progress), Message: pushText(p)}); err != nil {
+				s.logger.Debug("mcp: progress notification not sent", "err", err)
+			}
+		}
+	}
+	for {
+		select {
+		case <-box.Signal():
+			pushes()
+		case res := <-done:
+			pushes()
+			if res.err != nil {
+				if ctx.Err() != nil {
+					// The client cancelled: nobody reads a result.
+					return nil, errs.Wrap(codes.Canceled, context.Cause(ctx), "the call was cancelled")
+				}
+				return errorResult(res.err, s.hard.Err() != nil), nil
+			}
+			return replyResult(res.reply), nil
+		}
+	}
+}
+
+// errorResult is the result of a turn that failed with err.
+func errorResult(err error, shutdown bool) *mcpsdk.CallToolResult {
+	text := fmt.Sprintf("%s: %s", errs.Code(err), messageOf(err))
+	if shutdown {
+		text = "Unavailable: the silo shut down during the call"
+	}
+	return &mcpsdk.CallToolResult{IsError: true, Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: text}}}
+}
+
+// isJSON reports whether a data type is JSON: application/json or a
+// +json type, with any parameters.
+func isJSON(dataType string) bool {
+	mt, _, err := mime.ParseMediaType(dataType)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// replyResult is the result of a turn that replied m.
+func replyResult(m *grain.Message) *mcpsdk.CallToolResult {
+	res := &mcpsdk.CallToolResult{Content: []mcpsdk.Content{}}
+	if m == nil {
+		return res
+	}
+	if m.Message != "" {
+		res.Content = append(res.Content, &mcpsdk.TextContent{Text: m.Message})
+	}
+	data, dt := m.GetData(), m.GetDataType()
+	if len(data) == 0 {
+		return res
+	}
+	mt, _, _ := mime.ParseMediaType(dt)
+	switch {
+	case isJSON(dt) && json.Valid(data):
+		res.Content = append(res.Content, &mcpsdk.TextContent{Text: string(data)})
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(data, &obj) == nil && obj != nil {
+			res.StructuredContent = json.RawMessage(data)
+		}
+	case strings.HasPrefix(mt, "text/"):
+		res.Content = append(res.Content, &mcpsdk.TextContent{Text: string(data)})
+	case strings.HasPrefix(mt, "image/"):
+		res.Content = append(res.Content, &mcpsdk.ImageContent{Data: data, MIMEType: mt})
+	case strings.HasPrefix(mt, "audio/"):
+		res.Content = append(res.Content, &mcpsdk.AudioContent{Data: data, MIMEType: mt})
+	default:
+		if mt == "" {
+			mt = "application/octet-stream"
+		}
+		res.Content = append(res.Content, &mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: "agentsilo:" + m.GetFrom(), MIMEType: mt, Blob: data}})
+	}
+	return res
+}
+
+// pushText is the message of the progress notification of a push.
+func pushText(p *grain.Message) string {
+	switch {
+	case p.Message != "":
+		return p.Message
+	case len(p.GetData()) > 0 && (isJSON(p.GetDataType()) || strings.HasPrefix(p.GetDataType(), "text/")):
+		return string(p.GetData())
+	case len(p.GetData()) > 0:
+		return fmt.Sprintf("%d bytes of %s", len(p.GetData()), p.GetDataType())
+	}
+	return p.GetMessageType()
+}
