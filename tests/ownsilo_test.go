@@ -8,28 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// readmeBlock returns the code block of README.md after the marker line
-// <!-- name -->.
-func readmeBlock(t *testing.T, name string) string {
-	t.Helper()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rest, ok := strings.Cut(string(b), "<!-- "+name+" -->")
-	if !ok {
-		t.Fatalf("README.md has no <!-- %s --> block", name)
-	}
-	_, rest, _ = strings.Cut(rest, "```")
-	_, rest, _ = strings.Cut(rest, "\n")
-	block, _, ok := strings.Cut(rest, "```")
-	if !ok {
-		t.Fatalf("README.md: unterminated block after <!-- %s -->", name)
-	}
-	return block
-}
+	"github.com/agentsilo/agentsilo/internal/testutil"
+)
 
 // TestRunYourOwnAgents does what the README's "Run your own agents" says,
 // with a throwaway module: its main (the README's, which is
@@ -38,7 +19,7 @@ func readmeBlock(t *testing.T, name string) string {
 // reached through any gateway.
 func TestRunYourOwnAgents(t *testing.T) {
 	buildBinaries(t)
-	mainGo := readmeBlock(t, "ownsilo:main")
+	mainGo := testutil.DocBlock(t, "README.md", "ownsilo:main")
 	example, err := os.ReadFile("../examples/greeter/main.go")
 	if err != nil {
 		t.Fatal(err)

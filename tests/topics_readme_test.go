@@ -8,9 +8,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
-// shellWords splits a README command line into its words: quotes group,
+// shellWords splits a documented command line into its words: quotes group,
 // and a " #" starts a comment.
 func shellWords(t *testing.T, line string) []string {
 	t.Helper()
@@ -51,7 +53,7 @@ func shellWords(t *testing.T, line string) []string {
 	return words
 }
 
-// TestTopicsReadme runs the README's Topics commands, as written, against
+// TestTopicsReadme runs the Topics guide's CLI commands (docs/topics.md), as written, against
 // a silo with the demo agents, and checks what they print.
 func TestTopicsReadme(t *testing.T) {
 	buildBinaries(t)
@@ -71,10 +73,10 @@ func TestTopicsReadme(t *testing.T) {
 			time.Sleep(100 * time.Millisecond) // a CLI poll, as a person would
 		}
 	}
-	for _, line := range strings.Split(strings.TrimSpace(readmeBlock(t, "topics:cli")), "\n") {
+	for _, line := range strings.Split(strings.TrimSpace(testutil.DocBlock(t, "docs/topics.md", "topics:cli")), "\n") {
 		args := shellWords(t, line)
 		if len(args) < 2 || args[0] != "client" {
-			t.Fatalf("README line %q: want a client command", line)
+			t.Fatalf("docs/topics.md line %q: want a client command", line)
 		}
 		args = args[1:]
 		cmd := strings.Join(args, " ")
@@ -125,19 +127,19 @@ func TestTopicsReadme(t *testing.T) {
 	}
 }
 
-// TestTopicsReadmeSession runs the README's session subscription as
+// TestTopicsReadmeSession runs the Topics guide's session subscription as
 // written: `client subscribe` in the background, a publish, the message
 // printed, and the subscription gone once the subscriber is interrupted.
 func TestTopicsReadmeSession(t *testing.T) {
 	buildBinaries(t)
 	p := startSilo(t, t.TempDir())
-	lines := strings.Split(strings.TrimSpace(readmeBlock(t, "topics:session")), "\n")
+	lines := strings.Split(strings.TrimSpace(testutil.DocBlock(t, "docs/topics.md", "topics:session")), "\n")
 	if len(lines) != 2 {
-		t.Fatalf("README topics:session: want 2 lines, got %q", lines)
+		t.Fatalf("docs/topics.md topics:session: want 2 lines, got %q", lines)
 	}
 	sub, pub := shellWords(t, lines[0]), shellWords(t, lines[1])
 	if sub[0] != "client" || sub[1] != "subscribe" || pub[0] != "client" || pub[1] != "publish" {
-		t.Fatalf("README topics:session: %q", lines)
+		t.Fatalf("docs/topics.md topics:session: %q", lines)
 	}
 	cmd := exec.CommandContext(t.Context(), bins.client, append([]string{"--addr", p.gateway}, sub[1:]...)...)
 	stdout, err := cmd.StdoutPipe()

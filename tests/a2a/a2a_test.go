@@ -259,29 +259,9 @@ func TestJSClient(t *testing.T) {
 	}
 }
 
-// readmeBlock returns the code block of README.md after <!-- name -->.
-func readmeBlock(t *testing.T, name string) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(b), "<!-- "+name+" -->\n```")
-	if !ok {
-		t.Fatalf("README.md has no <!-- %s --> block", name)
-	}
-	_, after, _ = strings.Cut(after, "\n")
-	block, _, ok := strings.Cut(after, "\n```")
-	if !ok {
-		t.Fatalf("README.md: unterminated block after <!-- %s -->", name)
-	}
-	return block + "\n"
-}
-
-// The README's A2A clients, the Go SDK's and the JavaScript SDK's, run as
+// The A2A guide's clients (docs/a2a.md), the Go SDK's and the JavaScript SDK's, run as
 // written against a silo with the demo agents (at the silo's address
-// instead of the README's 127.0.0.1:9090).
+// instead of the guide's 127.0.0.1:9090).
 func TestReadmeClients(t *testing.T) {
 	e := etcdtest.Start(t)
 	s := startSilo(t, e, "/readme/", "readme", nil)
@@ -289,7 +269,7 @@ func TestReadmeClients(t *testing.T) {
 
 	// Go: a module of its own, on the a2a-go version this module pins.
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(addr(readmeBlock(t, "a2a:go"))), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), []byte(addr(testutil.DocBlock(t, "docs/a2a.md", "a2a:go"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ver, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/a2aproject/a2a-go/v2").Output()
@@ -312,7 +292,7 @@ func TestReadmeClients(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	want := "TASK_STATE_WORKING thinking 1/3 about \"plan a trip\"\nTASK_STATE_WORKING thinking 2/3 about \"plan a trip\"\nTASK_STATE_WORKING thinking 3/3 about \"plan a trip\"\nartifact: done: plan a trip\nTASK_STATE_COMPLETED\n"
 	if err != nil || string(out) != want {
-		t.Fatalf("the README's Go client: %v\n%s\nwant\n%s", err, out, want)
+		t.Fatalf("the A2A guide's Go client: %v\n%s\nwant\n%s", err, out, want)
 	}
 
 	// JavaScript: beside tests/a2ajs's node_modules.
@@ -320,13 +300,13 @@ func TestReadmeClients(t *testing.T) {
 	js := filepath.Join(filepath.Dir(file), "..", "a2ajs")
 	installJS(t, js)
 	script := filepath.Join(js, "readme-hello.mjs")
-	if err := os.WriteFile(script, []byte(addr(readmeBlock(t, "a2a:js"))), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(addr(testutil.DocBlock(t, "docs/a2a.md", "a2a:js"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(script)
 	out, err = exec.Command("node", script).CombinedOutput()
 	if err != nil || string(out) != "3 hi from JS\n" {
-		t.Fatalf("the README's JavaScript client: %v\n%s", err, out)
+		t.Fatalf("the A2A guide's JavaScript client: %v\n%s", err, out)
 	}
 }
 
