@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -13,10 +14,15 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // RemoteType is the built-in agent type whose agents are A2A agents
@@ -47,15 +53,69 @@ type RemoteOptions struct {
 	// AllowPrivateNetworks lets remote agents be on loopback, private and
 	// link-local addresses. Default: refused (the SSRF guard).
 	AllowPrivateNetworks bool
+	// Resolve, if set, gives the endpoint of an agent A2A:owner:alias that
+	// has no configuration of its own (never created with CreateAgent):
+	// its card URL (or base URL) and the headers to send with every
+	// request. ok false (with a nil error) means it knows no such agent,
+	// and the Ask fails as without Resolve (FailedPrecondition); an error
+	// fails the Ask with the error's code. It may be called concurrently.
+	Resolve func(ctx context.Context, owner, alias string) (url string, headers map[string]string, ok bool, err error)
+
+	// PollMin and PollMax bound the waits between polls of a remote task
+	// that is not done (when its stream cannot be resubscribed): the first
+	// wait is PollMin, each next one doubles up to PollMax, each jittered
+	// by 20%. Defaults: 2 s and 30 s. An agent's poll_min and poll_max
+	// configuration keys override them.
+	PollMin, PollMax time.Duration
+	// MaxRounds is the most input-required questions a remote task may
+	// ask before it is cancelled with ErrTooManyRounds. Default: 20. An
+	// agent's max_rounds configuration key overrides it.
+	MaxRounds int
+	// MaxRepeats is how many times in a row a question may get the same
+	// answer before the task is cancelled with ErrRepeatedExchange.
+	// Default: 3. An agent's max_repeats configuration key overrides it.
+	MaxRepeats int
+	// FollowCheck is the period of the durable reminder that resumes
+	// background follows on whichever silo hosts the agent (after the
+	// silo that followed them died). It must be at least the silo's
+	// minimum reminder period. Default: 1 min.
+	FollowCheck time.Duration
+	// Clock times polls (nil: the real clock); tests inject a fake one.
+	Clock clock.Clock
+	// Metrics, if set, gets the type's counters (see observe.go).
+	Metrics prometheus.Registerer
+	// TracerProvider makes the type's spans (nil: the global one).
+	TracerProvider trace.TracerProvider
+}
+
+// remoteShared is what every agent of RemoteType of one registration
+// shares.
+type remoteShared struct {
+	base    http.RoundTripper
+	resolve func(ctx context.Context, owner, alias string) (string, map[string]string, bool, error)
+	set     followSettings
+	check   time.Duration
+	metrics *remoteMetrics
+	tracer  remoteTracer
 }
 
 // RegisterRemote registers RemoteType in reg.
 func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
-	base := outgoingTransport(opts.AllowPrivateNetworks)
+	sh := &remoteShared{
+		base:    traceTransport{base: outgoingTransport(opts.AllowPrivateNetworks)},
+		resolve: opts.Resolve,
+		set:     opts.settings(),
+		check:   opts.FollowCheck,
+		metrics: newRemoteMetrics(opts.Metrics),
+		tracer:  newRemoteTracer(opts.TracerProvider),
+	}
+	if sh.check <= 0 {
+		sh.check = time.Minute
+	}
 	return reg.Register(RemoteType, func(h grain.Host) (grain.Agent, error) {
-		return &remote{h: h, base: base}, nil
+		return &remote{h: h, remoteShared: sh}, nil
 	}, grain.TypeInfo{
-		Description: "A remote A2A agent: its configuration (card_url, and api_key, bearer_token or header.* credentials) names it; a message asked of it is sent to it, its streamed updates are pushed to the caller, its result is the reply.",
+		Description: "A remote A2A agent: its configuration (card_url, and api_key, bearer_token or header.* credentials) names it; a message asked of it is sent to it, its streamed updates are pushed to the caller, its result is the reply; a task that runs long is followed (in the background with state a2a.follow=background), questions it asks come back to the caller, loops are cut.",
 		Skills: []grain.Skill{{
 			Name:        "a2a-proxy",
 			Description: "Forward a message to the configured A2A agent and reply with its result; contextId and task id travel in the state (a2a.context_id, a2a.task_id).",
@@ -64,13 +124,17 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	})
 }
 
-// remote is an agent of RemoteType. Its turns run one at a time, so its
-// client needs no lock.
+// remote is an agent of RemoteType. Its turns run one at a time; its
+// background follows run beside them, and share its client (which is
+// safe for concurrent use once made) and its guards (which lock).
 type remote struct {
-	h      grain.Host
-	base   http.RoundTripper
+	h grain.Host
+	*remoteShared
 	client *a2aclient.Client
 	card   *spec.AgentCard
+	set    followSettings // the shared settings with the agent's configuration
+	guards guards
+	bg     *background // nil until a background follow runs
 }
 
 // connect resolves the configured card and makes the client, once per
@@ -81,6 +145,22 @@ func (r *remote) connect(ctx context.Context) error {
 	}
 	cfg, err := r.h.Config(ctx)
 	if err != nil {
+		return err
+	}
+	if len(cfg) == 0 && r.resolve != nil {
+		u, hdrs, ok, err := r.resolve(ctx, r.h.Address().Owner, r.h.Address().Alias)
+		if err != nil {
+			return errs.Wrap(errs.Code(err), err, "%s: resolve", r.h.Address())
+		}
+		if ok {
+			cfg = map[string]string{ConfigCardURL: u}
+			for k, v := range hdrs {
+				cfg[ConfigHeaderPrefix+k] = v
+			}
+		}
+	}
+	r.set = r.remoteShared.set
+	if r.set, err = r.set.withConfig(r.h.Address(), cfg); err != nil {
 		return err
 	}
 	raw := cfg[ConfigCardURL]
@@ -144,6 +224,7 @@ func (r *remote) connect(ctx context.Context) error {
 
 // OnDeactivate implements grain.Deactivator.
 func (r *remote) OnDeactivate(context.Context, grain.Reason) {
+	r.stopBackground()
 	if r.client != nil {
 		r.client.Destroy()
 	}
@@ -152,20 +233,40 @@ func (r *remote) OnDeactivate(context.Context, grain.Reason) {
 // OnMessage implements grain.Agent: the message goes to the remote agent
 // (streaming, if its card says it streams); status messages and artifact
 // chunks it streams are pushed to the caller (TypeProgress, TypeArtifact)
-// as they come; the reply is the result's text and data, its state the
+// as they come; a task that is not done when the answer comes is followed
+// (see follow.go) within the Ask's deadline, or in the background with
+// StateFollow; the reply is the result's text and data, its state the
 // remote contextId, task id and task state. An input-required result is a
 // reply of TypeInputRequired (TypeAuthRequired): Ask again with its state
-// to answer. A failed task is Unknown, a rejected one FailedPrecondition,
-// a canceled one Canceled, each with the remote status message.
+// to answer; or, with StateQuestions, an Ask of the caller. A failed task
+// is Unknown, a rejected one FailedPrecondition, a canceled one Canceled,
+// each with the remote status message; a task cut by loop protection is
+// ResourceExhausted (ErrTooManyRounds, ErrRepeatedExchange).
 func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	if m.GetMessageType() == typeFollowTick {
+		return nil, r.resume(ctx)
+	}
 	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
+	st := m.GetState()
+	taskID := spec.TaskID(st[StateTaskID])
+	ctx = withMessageTrace(ctx, m)
+	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, st[StateContextID], attribute.String("agentsilo.correlation_id", m.GetId()))
+	defer span.End()
+	if taskID != "" {
+		// The answer to the task's question, if it asked one.
+		if err := r.guards.answer(taskID, exchangeBytes(m.GetMessage(), m.GetData()), r.set.maxRepeats); err != nil {
+			r.loopBreak(ctx, taskID, "repeats")
+			return nil, err
+		}
+	}
 	msg := spec.NewMessage(spec.MessageRoleUser, toParts(m)...)
-	msg.ContextID = m.GetState()[StateContextID]
-	msg.TaskID = spec.TaskID(m.GetState()[StateTaskID])
-	req := &spec.SendMessageRequest{Message: msg}
-	res := &remoteResult{}
+	msg.ContextID = st[StateContextID]
+	msg.TaskID = taskID
+	if st[StateFollow] == FollowBackground {
+		return r.startBackground(ctx, m, msg)
+	}
 	push := func(p *grain.Message) {
 		if m.GetKind() != grain.KindRequest || m.GetFrom() == "" {
 			return
@@ -174,6 +275,48 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 			r.h.Logger().DebugContext(ctx, "a2a: push to the caller", "err", err)
 		}
 	}
+	res, err := r.exchange(ctx, msg, push)
+	for err == nil && res.state == spec.TaskStateInputRequired {
+		var round int
+		if round, err = r.question(ctx, res); err != nil {
+			break
+		}
+		if st[StateQuestions] != QuestionsAsk || m.GetKind() != grain.KindRequest || m.GetFrom() == "" {
+			break // the reply asks the question
+		}
+		var ans *grain.Message
+		if ans, err = r.askCaller(ctx, m.GetFrom(), res, round); err != nil {
+			r.cancelRemote(ctx, res.taskID)
+			break
+		}
+		if err = r.guards.answer(res.taskID, exchangeBytes(ans.GetMessage(), ans.GetData()), r.set.maxRepeats); err != nil {
+			r.loopBreak(ctx, res.taskID, "repeats")
+			break
+		}
+		next := spec.NewMessage(spec.MessageRoleUser, toParts(ans)...)
+		next.ContextID, next.TaskID = res.contextID, res.taskID
+		res, err = r.exchange(ctx, next, push)
+	}
+	if err != nil {
+		if res != nil && res.taskID != "" && ctx.Err() != nil {
+			r.cancelRemote(ctx, res.taskID)
+		}
+		if _, ok := err.(*errs.Error); ok {
+			return nil, err // ours: loop protection, the caller's answer
+		}
+		return nil, remoteError(err)
+	}
+	if res.state.Terminal() {
+		r.guards.done(res.taskID)
+	}
+	return res.reply(m)
+}
+
+// exchange sends msg to the remote agent and follows the task it starts
+// or continues until it settles; the result is never nil.
+func (r *remote) exchange(ctx context.Context, msg *spec.Message, push func(*grain.Message)) (*remoteResult, error) {
+	req := &spec.SendMessageRequest{Message: msg}
+	res := &remoteResult{taskID: msg.TaskID, contextID: msg.ContextID}
 	var err error
 	if r.card.Capabilities.Streaming {
 		for ev, e := range r.client.SendStreamingMessage(ctx, req) {
@@ -190,14 +333,74 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		}
 	}
 	if err != nil {
-		if ctx.Err() != nil && res.taskID != "" {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			r.client.CancelTask(cctx, &spec.CancelTaskRequest{ID: res.taskID})
-			cancel()
-		}
-		return nil, remoteError(err)
+		return res, err
 	}
-	return res.reply(m)
+	return res, r.follow(ctx, res, push)
+}
+
+// question counts the input-required question res holds; over the round
+// limit it cancels the remote task.
+func (r *remote) question(ctx context.Context, res *remoteResult) (int, error) {
+	r.metrics.questions.Inc()
+	var q *grain.Message
+	if res.status != nil {
+		q = fromParts(res.status.Parts)
+	} else {
+		q = &grain.Message{}
+	}
+	round, err := r.guards.question(res.taskID, exchangeBytes(q.GetMessage(), q.GetData()), r.set.maxRounds)
+	if err != nil {
+		r.loopBreak(ctx, res.taskID, "rounds")
+	}
+	return round, err
+}
+
+// askCaller asks the calling agent the question of res and returns its
+// answer.
+func (r *remote) askCaller(ctx context.Context, caller string, res *remoteResult, round int) (*grain.Message, error) {
+	ctx, span := r.tracer.Start(ctx, "a2a question", res.taskID, res.contextID, attribute.Int("a2a.round", round))
+	defer span.End()
+	q := &grain.Message{}
+	if res.status != nil {
+		q = fromParts(res.status.Parts)
+	}
+	q.MessageType = TypeInputRequired
+	q.State = map[string]string{StateContextID: res.contextID, StateTaskID: string(res.taskID), StateTaskState: string(res.state), StateRound: strconv.Itoa(round)}
+	ans, err := r.h.Ask(ctx, caller, q)
+	if err != nil {
+		return nil, errs.Wrap(errs.Code(err), err, "the caller did not answer question %d of remote task %s", round, res.taskID)
+	}
+	return ans, nil
+}
+
+// loopBreak counts a loop protection's cut and cancels the remote task.
+func (r *remote) loopBreak(ctx context.Context, id spec.TaskID, limit string) {
+	r.metrics.loopBreaks.WithLabelValues(limit).Inc()
+	trace.SpanFromContext(ctx).AddEvent("a2a loop break", trace.WithAttributes(attribute.String("a2a.limit", limit)))
+	r.h.Logger().InfoContext(ctx, "a2a: loop protection ended a remote task", "task", id, "limit", limit)
+	r.guards.done(id)
+	r.cancelRemote(ctx, id)
+}
+
+// cancelRemote cancels remote task id, best effort, past ctx's end.
+func (r *remote) cancelRemote(ctx context.Context, id spec.TaskID) {
+	if id == "" || r.client == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := r.client.CancelTask(cctx, &spec.CancelTaskRequest{ID: id}); err != nil {
+		r.h.Logger().DebugContext(ctx, "a2a: cancelling the remote task", "task", id, "err", err)
+	}
+}
+
+// withMessageTrace returns ctx in the trace m carries, unless ctx has a
+// span already.
+func withMessageTrace(ctx context.Context, m *grain.Message) context.Context {
+	if trace.SpanContextFromContext(ctx).IsValid() || m.GetTraceparent() == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
 }
 
 // remoteResult gathers a remote execution's events.
