@@ -163,7 +163,7 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 		}
 		t := typeInfo{Name: ti.Name, Description: ti.Description, Skills: []typeSkill{}, Endpoint: base + endpointRoot + "/" + url.PathEscape(ti.Name) + "/{owner}/{alias}"}
 		for _, sk := range ti.Skills {
-			t.Skills = append(t.Skills, typeSkill(sk))
+			t.Skills = append(t.Skills, typeSkill{Name: sk.Name, Description: sk.Description, Tags: sk.Tags, Examples: sk.Examples})
 		}
 		out.Types = append(out.Types, t)
 	}
