@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain/errs"
@@ -54,6 +56,10 @@ type Skill struct {
 	// data of the skill's replies (for cards and tool listings; replies are
 	// not checked against it).
 	OutputSchema json.RawMessage
+
+	// schemaErr is why TypedSkill could not infer a schema; Register
+	// reports it.
+	schemaErr error
 }
 
 // HasTag reports whether one of the type's skills carries tag (ignoring case).
@@ -74,13 +80,37 @@ func (ti TypeInfo) Proto() *agentsilov1.AgentType {
 	out := &agentsilov1.AgentType{Name: ti.Name, Description: ti.Description}
 	for _, s := range ti.Skills {
 		out.Skills = append(out.Skills, &agentsilov1.Skill{
-			Name:        s.Name,
-			Description: s.Description,
-			Tags:        slices.Clone(s.Tags),
-			Examples:    slices.Clone(s.Examples),
+			Name:         s.Name,
+			Description:  s.Description,
+			Tags:         slices.Clone(s.Tags),
+			Examples:     slices.Clone(s.Examples),
+			InputSchema:  string(s.InputSchema),
+			OutputSchema: string(s.OutputSchema),
 		})
 	}
 	return out
+}
+
+// TypeInfoOf is the TypeInfo of t, the wire form of a type (as ListTypes
+// and the silos' types exchange carry it): name, description and skills.
+func TypeInfoOf(t *agentsilov1.AgentType) TypeInfo {
+	ti := TypeInfo{Name: t.GetName(), Description: t.GetDescription()}
+	for _, s := range t.GetSkills() {
+		sk := Skill{
+			Name:        s.GetName(),
+			Description: s.GetDescription(),
+			Tags:        slices.Clone(s.GetTags()),
+			Examples:    slices.Clone(s.GetExamples()),
+		}
+		if s.GetInputSchema() != "" {
+			sk.InputSchema = json.RawMessage(s.GetInputSchema())
+		}
+		if s.GetOutputSchema() != "" {
+			sk.OutputSchema = json.RawMessage(s.GetOutputSchema())
+		}
+		ti.Skills = append(ti.Skills, sk)
+	}
+	return ti
 }
 
 func (ti TypeInfo) clone() TypeInfo {
@@ -112,6 +142,9 @@ func (ti TypeInfo) validate(typeName string) error {
 			return errs.New(codes.InvalidArgument, "agent type %q: skill %q appears twice", typeName, clip(s.Name))
 		}
 		seen[s.Name] = true
+		if s.schemaErr != nil {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: no JSON Schema for its %v", typeName, clip(s.Name), s.schemaErr)
+		}
 		for _, t := range s.Tags {
 			if strings.TrimSpace(t) == "" {
 				return errs.New(codes.InvalidArgument, "agent type %q: skill %q has an empty tag", typeName, clip(s.Name))
@@ -132,11 +165,17 @@ func (ti TypeInfo) validate(typeName string) error {
 type Registry struct {
 	mu    sync.RWMutex
 	types map[string]*registered
+	// typed counts the types with an input schema, so that ValidateInput
+	// costs one atomic load while there are none.
+	typed atomic.Int32
 }
 
 type registered struct {
 	factory Factory
 	info    TypeInfo
+	// inputs are the compiled input schemas of the skills that have one
+	// (nil if none has).
+	inputs map[string]*jsonschema.Resolved
 }
 
 // NewRegistry returns an empty registry.
@@ -174,12 +213,29 @@ func (r *Registry) Register(typeName string, f Factory, info ...TypeInfo) error 
 		return errs.New(codes.InvalidArgument, "agent type %q: %d TypeInfos, want at most one", typeName, len(info))
 	}
 	ti.Name = typeName
+	var inputs map[string]*jsonschema.Resolved
+	for _, s := range ti.Skills {
+		if len(s.InputSchema) == 0 {
+			continue
+		}
+		rs, err := compileSchema(s.InputSchema)
+		if err != nil {
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
+		}
+		if inputs == nil {
+			inputs = make(map[string]*jsonschema.Resolved)
+		}
+		inputs[s.Name] = rs
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.types[typeName]; ok {
 		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
 	}
-	r.types[typeName] = &registered{factory: f, info: ti}
+	r.types[typeName] = &registered{factory: f, info: ti, inputs: inputs}
+	if inputs != nil {
+		r.typed.Add(1)
+	}
 	return nil
 }
 

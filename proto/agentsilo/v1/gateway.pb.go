@@ -1555,7 +1555,14 @@ type Skill struct {
 	// tags are keywords to find the skill by.
 	Tags []string `protobuf:"bytes,3,rep,name=tags,proto3" json:"tags,omitempty"`
 	// examples are requests the skill handles.
-	Examples      []string `protobuf:"bytes,4,rep,name=examples,proto3" json:"examples,omitempty"`
+	Examples []string `protobuf:"bytes,4,rep,name=examples,proto3" json:"examples,omitempty"`
+	// input_schema, if not empty, is the JSON Schema (a JSON object, as text)
+	// that a request's JSON data must match when its message_type is the
+	// skill's name; the gateway refuses others with INVALID_ARGUMENT.
+	InputSchema string `protobuf:"bytes,5,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
+	// output_schema, if not empty, is the JSON Schema (a JSON object, as
+	// text) of the JSON data of the skill's replies.
+	OutputSchema  string `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1616,6 +1623,20 @@ func (x *Skill) GetExamples() []string {
 		return x.Examples
 	}
 	return nil
+}
+
+func (x *Skill) GetInputSchema() string {
+	if x != nil {
+		return x.InputSchema
+	}
+	return ""
+}
+
+func (x *Skill) GetOutputSchema() string {
+	if x != nil {
+		return x.OutputSchema
+	}
+	return ""
 }
 
 type GetConfigRequest struct {
@@ -2309,12 +2330,14 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\tAgentType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\"m\n" +
+	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\"\xb5\x01\n" +
 	"\x05Skill\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x1a\n" +
-	"\bexamples\x18\x04 \x03(\tR\bexamples\"(\n" +
+	"\bexamples\x18\x04 \x03(\tR\bexamples\x12!\n" +
+	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
+	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\"(\n" +
 	"\x10GetConfigRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\"\xc3\x01\n" +
 	"\x11GetConfigResponse\x12\x18\n" +
