@@ -140,7 +140,7 @@ func (ix *index) search(q grain.DirectoryQuery, limit int) []grain.DirectoryHit 
 		}
 	}
 	hits := make([]grain.DirectoryHit, 0, min(len(touched), limit))
-	worst := -1 // the index in hits of the lowest score, once hits is full
+	worst := -1                       // the index in hits of the lowest score, once hits is full
 	better := func(a, b int32) bool { // document a ranks before b
 		if acc[a] != acc[b] {
 			return acc[a] > acc[b]

@@ -90,13 +90,13 @@ type Directory struct {
 	clk    clock.Clock
 
 	mu       sync.Mutex
-	records  map[string]*record  // outside entries by name
-	statuses map[string]*status  // refresh results by name (see record)
-	types    []grain.TypeInfo    // the last Types answer
-	rev      int64               // the etcd revision applied
-	built    chan struct{}       // closed when an index is installed
+	records  map[string]*record // outside entries by name
+	statuses map[string]*status // refresh results by name (see record)
+	types    []grain.TypeInfo   // the last Types answer
+	rev      int64              // the etcd revision applied
+	built    chan struct{}      // closed when an index is installed
 	ix       atomic.Pointer[index]
-	inflight map[string]bool     // entries being refreshed here
+	inflight map[string]bool // entries being refreshed here
 
 	dirty  chan struct{} // an index build is due
 	urgent chan struct{} // someone waits for the next build
