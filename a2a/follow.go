@@ -167,6 +167,7 @@ const maxGuards = 4096
 type loopGuard struct {
 	rounds   int
 	pending  [32]byte // the question waiting for its answer
+	pendID   string   // its status message's id
 	last     [32]byte // the last exchange
 	repeats  int      // how many times in a row last happened
 	hasQ     bool
@@ -207,12 +208,12 @@ func (g *guards) get(id spec.TaskID) *loopGuard {
 
 // question records a question of task id and returns its round, or
 // ErrTooManyRounds past maxRounds.
-func (g *guards) question(id spec.TaskID, q []byte, maxRounds int) (int, error) {
+func (g *guards) question(id spec.TaskID, qID string, q []byte, maxRounds int) (int, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lg := g.get(id)
 	lg.rounds++
-	lg.pending, lg.hasQ = sha256.Sum256(q), true
+	lg.pending, lg.pendID, lg.hasQ = sha256.Sum256(q), qID, true
 	if lg.rounds > maxRounds {
 		return lg.rounds, errs.Wrap(codes.ResourceExhausted, ErrTooManyRounds, "loop protection: the remote task asked question %d, over its limit of %d rounds (%s)", lg.rounds, maxRounds, ConfigMaxRounds)
 	}
@@ -220,14 +221,14 @@ func (g *guards) question(id spec.TaskID, q []byte, maxRounds int) (int, error) 
 }
 
 // answer records the answer to task id's pending question, if any, and
-// returns ErrRepeatedExchange when the same question got the same
-// answer maxRepeats times in a row.
-func (g *guards) answer(id spec.TaskID, a []byte, maxRepeats int) error {
+// returns the question's status message id, or ErrRepeatedExchange when
+// the same question got the same answer maxRepeats times in a row.
+func (g *guards) answer(id spec.TaskID, a []byte, maxRepeats int) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	lg := g.m[id]
 	if lg == nil || !lg.hasQ {
-		return nil
+		return "", nil
 	}
 	h := sha256.New()
 	h.Write(lg.pending[:])
@@ -241,9 +242,9 @@ func (g *guards) answer(id spec.TaskID, a []byte, maxRepeats int) error {
 	}
 	lg.hasQ = false
 	if lg.repeats >= maxRepeats {
-		return errs.Wrap(codes.ResourceExhausted, ErrRepeatedExchange, "loop protection: the same question got the same answer %d times in a row (%s %d)", lg.repeats, ConfigMaxRepeats, maxRepeats)
+		return lg.pendID, errs.Wrap(codes.ResourceExhausted, ErrRepeatedExchange, "loop protection: the same question got the same answer %d times in a row (%s %d)", lg.repeats, ConfigMaxRepeats, maxRepeats)
 	}
-	return nil
+	return lg.pendID, nil
 }
 
 // done forgets task id.
@@ -268,10 +269,20 @@ func settled(st spec.TaskState) bool {
 	return st.Terminal() || st == spec.TaskStateInputRequired || st == spec.TaskStateAuthRequired
 }
 
+// settled reports whether res needs no more following. A task that still
+// shows the question just answered (a remote that answers before it
+// took the answer up) has not settled.
+func (res *remoteResult) settled() bool {
+	if res.state == spec.TaskStateInputRequired && res.answered != "" && res.status != nil && res.status.ID == res.answered {
+		return false
+	}
+	return settled(res.state)
+}
+
 // follow follows res's remote task until it settles or ctx ends, pushing
 // its updates with push.
 func (r *remote) follow(ctx context.Context, res *remoteResult, push func(*grain.Message)) error {
-	if res.taskID == "" || settled(res.state) || (res.message != nil && res.state == "") {
+	if res.taskID == "" || res.settled() || (res.message != nil && res.state == "") {
 		return nil
 	}
 	ctx, span := r.tracer.Start(ctx, "a2a follow", res.taskID, res.contextID)
@@ -286,7 +297,7 @@ func (r *remote) follow(ctx context.Context, res *remoteResult, push func(*grain
 				break
 			}
 			res.apply(ev, push)
-			if settled(res.state) {
+			if res.settled() {
 				return nil
 			}
 		}
@@ -311,7 +322,7 @@ func (r *remote) follow(ctx context.Context, res *remoteResult, push func(*grain
 			continue
 		}
 		res.apply(t, nil)
-		if m := t.Status.Message; m != nil && !settled(res.state) {
+		if m := t.Status.Message; m != nil && !res.settled() {
 			if id := m.ID + textOf(m.Parts); id != lastStatus {
 				lastStatus = id
 				p := fromParts(m.Parts)
@@ -319,7 +330,7 @@ func (r *remote) follow(ctx context.Context, res *remoteResult, push func(*grain
 				push(p)
 			}
 		}
-		if settled(res.state) {
+		if res.settled() {
 			return nil
 		}
 	}

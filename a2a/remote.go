@@ -254,9 +254,11 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	ctx = withMessageTrace(ctx, m)
 	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, st[StateContextID], attribute.String("agentsilo.correlation_id", m.GetId()))
 	defer span.End()
+	answered := ""
 	if taskID != "" {
 		// The answer to the task's question, if it asked one.
-		if err := r.guards.answer(taskID, exchangeBytes(m.GetMessage(), m.GetData()), r.set.maxRepeats); err != nil {
+		var err error
+		if answered, err = r.guards.answer(taskID, exchangeBytes(m.GetMessage(), m.GetData()), r.set.maxRepeats); err != nil {
 			r.loopBreak(ctx, taskID, "repeats")
 			return nil, err
 		}
@@ -275,7 +277,7 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 			r.h.Logger().DebugContext(ctx, "a2a: push to the caller", "err", err)
 		}
 	}
-	res, err := r.exchange(ctx, msg, push)
+	res, err := r.exchange(ctx, msg, answered, push)
 	for err == nil && res.state == spec.TaskStateInputRequired {
 		var round int
 		if round, err = r.question(ctx, res); err != nil {
@@ -289,13 +291,14 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 			r.cancelRemote(ctx, res.taskID)
 			break
 		}
-		if err = r.guards.answer(res.taskID, exchangeBytes(ans.GetMessage(), ans.GetData()), r.set.maxRepeats); err != nil {
+		var asked string
+		if asked, err = r.guards.answer(res.taskID, exchangeBytes(ans.GetMessage(), ans.GetData()), r.set.maxRepeats); err != nil {
 			r.loopBreak(ctx, res.taskID, "repeats")
 			break
 		}
 		next := spec.NewMessage(spec.MessageRoleUser, toParts(ans)...)
 		next.ContextID, next.TaskID = res.contextID, res.taskID
-		res, err = r.exchange(ctx, next, push)
+		res, err = r.exchange(ctx, next, asked, push)
 	}
 	if err != nil {
 		if res != nil && res.taskID != "" && ctx.Err() != nil {
@@ -314,9 +317,9 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 
 // exchange sends msg to the remote agent and follows the task it starts
 // or continues until it settles; the result is never nil.
-func (r *remote) exchange(ctx context.Context, msg *spec.Message, push func(*grain.Message)) (*remoteResult, error) {
+func (r *remote) exchange(ctx context.Context, msg *spec.Message, answered string, push func(*grain.Message)) (*remoteResult, error) {
 	req := &spec.SendMessageRequest{Message: msg}
-	res := &remoteResult{taskID: msg.TaskID, contextID: msg.ContextID}
+	res := &remoteResult{taskID: msg.TaskID, contextID: msg.ContextID, answered: answered}
 	var err error
 	if r.card.Capabilities.Streaming {
 		for ev, e := range r.client.SendStreamingMessage(ctx, req) {
@@ -348,7 +351,11 @@ func (r *remote) question(ctx context.Context, res *remoteResult) (int, error) {
 	} else {
 		q = &grain.Message{}
 	}
-	round, err := r.guards.question(res.taskID, exchangeBytes(q.GetMessage(), q.GetData()), r.set.maxRounds)
+	qid := ""
+	if res.status != nil {
+		qid = res.status.ID
+	}
+	round, err := r.guards.question(res.taskID, qid, exchangeBytes(q.GetMessage(), q.GetData()), r.set.maxRounds)
 	if err != nil {
 		r.loopBreak(ctx, res.taskID, "rounds")
 	}
@@ -410,6 +417,7 @@ type remoteResult struct {
 	state     spec.TaskState
 	status    *spec.Message
 	message   *spec.Message // a message result
+	answered  string        // the status message of the question answered, if any
 	artifacts []*spec.Artifact
 }
 

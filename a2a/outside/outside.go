@@ -1,0 +1,225 @@
+// Package outside runs an A2A agent outside the cluster, on the official
+// Go SDK's server, for the tests of long tasks and input-required turns.
+// What it does is chosen by the first word of a task's first message:
+//
+//	slow <text>  works ("started") until Release, then completes with "done: <text>"
+//	ask <n>      asks n questions ("question i of n?"), one per turn, then
+//	             completes with "answers: a1; a2; ..."
+//	same         asks "what is your name?" forever
+//	new          asks a new question ("question i?") forever
+//	<other>      completes at once with the text
+//
+// A Server that does not stream answers a blocking SendMessage at once
+// with the task as it is (submitted), so that its caller must poll.
+package outside
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+)
+
+// Server is an outside A2A agent on 127.0.0.1.
+type Server struct {
+	// URL is the agent's base URL; its card is at URL/.well-known/agent-card.json.
+	URL string
+
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	gate     chan struct{}
+	tasks    map[spec.TaskID]*task
+	canceled []spec.TaskID
+	sends    int
+}
+
+type task struct {
+	cmd     string
+	turns   int
+	answers []string
+}
+
+// Start starts a Server, streaming or not; Close stops it.
+func Start(streaming bool) *Server {
+	s := &Server{gate: make(chan struct{}), tasks: map[spec.TaskID]*task{}}
+	var opts []a2asrv.RequestHandlerOption
+	if !streaming {
+		opts = append(opts, a2asrv.WithCallInterceptors(returnAtOnce{}))
+	}
+	opts = append(opts, a2asrv.WithCallInterceptors(counter{s}))
+	h := a2asrv.NewHandler(&executor{s: s}, opts...)
+	mux := http.NewServeMux()
+	s.srv = httptest.NewUnstartedServer(mux)
+	s.URL = "http://" + s.srv.Listener.Addr().String()
+	card := &spec.AgentCard{
+		Name: "outside", Description: "an outside A2A agent for tests", Version: "1.0.0",
+		SupportedInterfaces: []*spec.AgentInterface{spec.NewAgentInterface(s.URL+"/rpc", spec.TransportProtocolJSONRPC)},
+		Capabilities:        spec.AgentCapabilities{Streaming: streaming},
+		DefaultInputModes:   []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+	}
+	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
+	mux.Handle("/rpc", a2asrv.NewJSONRPCHandler(h))
+	s.srv.Start()
+	return s
+}
+
+// Close stops the server and the tasks still running.
+func (s *Server) Close() {
+	s.Release()
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// CardURL is the agent card's URL.
+func (s *Server) CardURL() string { return s.URL + a2asrv.WellKnownAgentCardPath }
+
+// Release lets every slow task complete.
+func (s *Server) Release() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.gate:
+	default:
+		close(s.gate)
+	}
+}
+
+// Canceled returns the ids of the tasks cancelled so far.
+func (s *Server) Canceled() []spec.TaskID {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]spec.TaskID(nil), s.canceled...)
+}
+
+// Turns returns how many turns (messages) task id has had.
+func (s *Server) Turns(id spec.TaskID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tasks[id]; t != nil {
+		return t.turns
+	}
+	return 0
+}
+
+// Sends counts the SendMessage and SendStreamingMessage calls received.
+func (s *Server) Sends() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sends
+}
+
+type executor struct{ s *Server }
+
+func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[spec.Event, error] {
+	return func(yield func(spec.Event, error) bool) {
+		text := ""
+		if ec.Message != nil {
+			for _, p := range ec.Message.Parts {
+				text += p.Text()
+			}
+		}
+		s := e.s
+		s.mu.Lock()
+		t := s.tasks[ec.TaskID]
+		if t == nil {
+			t = &task{cmd: text}
+			s.tasks[ec.TaskID] = t
+		} else {
+			t.answers = append(t.answers, text)
+		}
+		t.turns++
+		turn, cmd, answers := t.turns, t.cmd, append([]string(nil), t.answers...)
+		gate := s.gate
+		s.mu.Unlock()
+
+		if ec.StoredTask == nil {
+			if !yield(spec.NewSubmittedTask(ec, ec.Message), nil) {
+				return
+			}
+		}
+		status := func(st spec.TaskState, text string) bool {
+			return yield(spec.NewStatusUpdateEvent(ec, st, spec.NewMessageForTask(spec.MessageRoleAgent, ec, spec.NewTextPart(text))), nil)
+		}
+		word, rest, _ := strings.Cut(cmd, " ")
+		switch word {
+		case "slow":
+			if !status(spec.TaskStateWorking, "started") {
+				return
+			}
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return
+			}
+			if !yield(spec.NewArtifactEvent(ec, spec.NewTextPart("done: "+rest)), nil) {
+				return
+			}
+			status(spec.TaskStateCompleted, "")
+		case "ask":
+			n, _ := strconv.Atoi(rest)
+			if turn <= n {
+				status(spec.TaskStateInputRequired, fmt.Sprintf("question %d of %d?", turn, n))
+				return
+			}
+			if !yield(spec.NewArtifactEvent(ec, spec.NewTextPart("answers: "+strings.Join(answers, "; "))), nil) {
+				return
+			}
+			status(spec.TaskStateCompleted, "")
+		case "same":
+			status(spec.TaskStateInputRequired, "what is your name?")
+		case "new":
+			status(spec.TaskStateInputRequired, fmt.Sprintf("question %d?", turn))
+		default:
+			if !yield(spec.NewArtifactEvent(ec, spec.NewTextPart(cmd)), nil) {
+				return
+			}
+			status(spec.TaskStateCompleted, "")
+		}
+	}
+}
+
+func (e *executor) Cancel(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[spec.Event, error] {
+	e.s.mu.Lock()
+	e.s.canceled = append(e.s.canceled, ec.TaskID)
+	e.s.mu.Unlock()
+	return func(yield func(spec.Event, error) bool) {
+		yield(spec.NewStatusUpdateEvent(ec, spec.TaskStateCanceled, nil), nil)
+	}
+}
+
+// returnAtOnce makes every SendMessage return at the task's first event.
+type returnAtOnce struct{}
+
+func (returnAtOnce) Before(ctx context.Context, _ *a2asrv.CallContext, req *a2asrv.Request) (context.Context, any, error) {
+	if m, ok := req.Payload.(*spec.SendMessageRequest); ok {
+		if m.Config == nil {
+			m.Config = &spec.SendMessageConfig{}
+		}
+		m.Config.ReturnImmediately = true
+	}
+	return ctx, nil, nil
+}
+
+func (returnAtOnce) After(context.Context, *a2asrv.CallContext, *a2asrv.Response) error { return nil }
+
+// counter counts sends.
+type counter struct{ s *Server }
+
+func (c counter) Before(ctx context.Context, _ *a2asrv.CallContext, req *a2asrv.Request) (context.Context, any, error) {
+	if _, ok := req.Payload.(*spec.SendMessageRequest); ok {
+		c.s.mu.Lock()
+		c.s.sends++
+		c.s.mu.Unlock()
+	}
+	return ctx, nil, nil
+}
+
+func (counter) After(context.Context, *a2asrv.CallContext, *a2asrv.Response) error { return nil }
