@@ -95,12 +95,17 @@ func (rt *Runtime) Config() Config { return rt.cfg }
 
 // Ask sends a REQUEST on behalf of the sender named in msg.From (an agent or
 // session address, whose owner resolves a relative msg.To) and waits for the
-// reply. The gateway calls it for clients; agents use Host.Ask.
+// reply. The gateway calls it for clients; agents use Host.Ask. A request
+// for a typed skill whose arguments do not match the skill's input schema
+// is refused with InvalidArgument (see Registry.ValidateInput).
 func (rt *Runtime) Ask(ctx context.Context, msg *Message) (*Message, error) {
 	if msg == nil {
 		return nil, errs.New(codes.InvalidArgument, "nil message")
 	}
 	msg.Kind = KindRequest
+	if err := rt.reg.validateMessage(msg); err != nil {
+		return nil, err
+	}
 	return rt.ask(ctx, ownerOf(msg.From), msg, 0)
 }
 
@@ -112,6 +117,9 @@ func (rt *Runtime) Send(ctx context.Context, msg *Message) error {
 	}
 	if msg.Kind != KindEvent {
 		msg.Kind = KindOneWay
+	}
+	if err := rt.reg.validateMessage(msg); err != nil {
+		return err
 	}
 	return rt.tell(ctx, ownerOf(msg.From), msg, 0)
 }

@@ -93,10 +93,12 @@ func compileSchema(raw json.RawMessage) (*jsonschema.Resolved, error) {
 // no input schema (a message_type that names no skill included); else
 // InvalidArgument saying what does not match. Empty data counts as {}.
 //
-// The gateway calls it for every request before it reaches the runtime,
-// and so do the A2A and MCP servers: arguments that do not match never
-// reach an agent. It costs one atomic load while no registered type
-// declares an input schema.
+// Runtime.Ask and Runtime.Send call it for every message from outside the
+// runtime (the gateway's, the A2A and MCP servers'): arguments that do not
+// match never reach an agent. A server that answers a refused call
+// otherwise than a failed one (MCP: a protocol error instead of a tool
+// error) calls it first itself. It costs one atomic load while no
+// registered type declares an input schema.
 func (r *Registry) ValidateInput(typeName, skill string, data []byte) error {
 	if r.typed.Load() == 0 {
 		return nil
@@ -110,6 +112,16 @@ func (r *Registry) ValidateInput(typeName, skill string, data []byte) error {
 		return nil
 	}
 	return validateJSON(rs, typeName, skill, data)
+}
+
+// validateMessage is ValidateInput for a message from outside the runtime
+// (Runtime.Ask and Send): its type is the first part of its address.
+func (r *Registry) validateMessage(m *Message) error {
+	if r.typed.Load() == 0 || m.MessageType == "" {
+		return nil
+	}
+	typ, _, _ := strings.Cut(m.To, ":")
+	return r.ValidateInput(typ, m.MessageType, m.Data)
 }
 
 // validateJSON checks data (JSON; empty is {}) against rs.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -189,7 +190,9 @@ func TestDecodeAndJSONReply(t *testing.T) {
 // A typed agent in a runtime: TypedHandler decodes the request and encodes
 // its reply; its error reaches the caller as it is.
 func TestTypedHandlerInRuntime(t *testing.T) {
+	var runs atomic.Int32
 	plan := TypedHandler(func(_ context.Context, in tripIn) (tripOut, error) {
+		runs.Add(1)
 		if in.Days > 30 {
 			return tripOut{}, errs.New(codes.OutOfRange, "%d days is too long", in.Days)
 		}
@@ -221,8 +224,25 @@ func TestTypedHandlerInRuntime(t *testing.T) {
 	if _, err := ask(`{"city":"Rome","days":31}`); errs.Code(err) != codes.OutOfRange {
 		t.Fatalf("too long: %v, want OutOfRange", err)
 	}
-	if _, err := ask(`{"city":"Rome","days":"two"}`); errs.Code(err) != codes.InvalidArgument {
-		t.Fatalf("bad arguments: %v, want InvalidArgument", err)
+	if runs.Load() != 2 {
+		t.Fatalf("the agent ran %d times, want 2", runs.Load())
+	}
+	// Arguments that do not match the schema are refused before the agent runs.
+	for _, bad := range []string{`{"city":"Rome","days":"two"}`, `{"city":"Rome"}`, ``, `{"city":"Rome","days":2,"x":0}`} {
+		if _, err := ask(bad); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "skill plan of Planner") {
+			t.Fatalf("Ask with %q: %v, want InvalidArgument from the schema", bad, err)
+		}
+		err := rt.Send(t.Context(), &Message{To: "Planner:acme:a", MessageType: "plan", DataType: JSONType, Data: []byte(bad)})
+		if errs.Code(err) != codes.InvalidArgument {
+			t.Fatalf("Send with %q: %v, want InvalidArgument", bad, err)
+		}
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("the agent ran %d times for refused arguments", runs.Load()-2)
+	}
+	// Another message type of the same agent is not a typed call.
+	if _, err := rt.Ask(t.Context(), &Message{To: "Planner:acme:a", MessageType: "chat", Data: []byte(`hi`)}); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "do not decode") {
+		t.Fatalf("untyped message: %v, want the agent's own InvalidArgument", err)
 	}
 }
 
