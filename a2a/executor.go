@@ -16,6 +16,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/inbox"
 )
 
 // The causes a turn's context is cancelled with.
@@ -82,10 +83,10 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 
 // turn asks the agent and yields what comes of it.
 func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message, view *taskView, yield func(spec.Event, error) bool) {
-	box := e.s.inboxes.open(c.caller.Principal)
-	defer e.s.inboxes.close(box)
+	box := e.s.inboxes.Open(c.caller.Principal, inbox.A2A)
+	defer e.s.inboxes.Close(box)
 	msg.To = c.agent.String()
-	msg.From = box.addr
+	msg.From = box.Addr()
 	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
 	msg.Kind = grain.KindRequest
 	msg.Traceparent = c.traceparent
@@ -108,7 +109,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	}()
 	st := &streamState{}
 	pushes := func() bool {
-		for _, p := range box.take() {
+		for _, p := range box.Take() {
 			if !yield(st.event(ec, p), nil) {
 				return false
 			}
@@ -117,7 +118,7 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	}
 	for {
 		select {
-		case <-box.signal:
+		case <-box.Signal():
 			if !pushes() {
 				cancel(errStopped)
 				<-done

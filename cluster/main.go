@@ -115,7 +115,7 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		b.Reset()
-		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
+		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "mcp", s.MCPAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
 		if p.AfterStart != nil && incarnation == 0 {
 			if err := p.AfterStart(ctx, s); err != nil {
 				logger.Error("after start", "err", err)
@@ -218,6 +218,9 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.A2A.TaskTimeout, "a2a-task-timeout", cfg.A2A.TaskTimeout, "bound of one agent turn for A2A")
 	fs.DurationVar(&cfg.A2A.TaskRetention, "a2a-task-retention", cfg.A2A.TaskRetention, "how long a finished A2A task (completed, failed, canceled, rejected) and its push configs stay in etcd; 0: until deleted there")
 	fs.BoolVar(&cfg.A2A.AllowPrivateNetworks, "a2a-allow-private-networks", cfg.A2A.AllowPrivateNetworks, "let push notifications and the A2A agent type reach loopback and private addresses (off: SSRF guard)")
+	// MCP: every agent's skills as tools for MCP clients (package mcp).
+	fs.StringVar(&cfg.MCP.Addr, "mcp-addr", cfg.MCP.Addr, "MCP listen address (streamable HTTP at /mcp; HTTPS with --tls-cert), empty: off")
+	fs.DurationVar(&cfg.MCP.CallTimeout, "mcp-call-timeout", cfg.MCP.CallTimeout, "bound of one MCP tool call (the agent's turn)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")

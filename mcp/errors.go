@@ -13,15 +13,16 @@ import (
 // The JSON-RPC error codes of refused calls, beside JSON-RPC's own
 // (jsonrpc.CodeInvalidParams for bad arguments and unknown tools or
 // agents, jsonrpc.CodeInternalError otherwise). Every such error's data is
-// {"code": "<gRPC code name>"}, e.g. {"code": "PermissionDenied"}.
+// {"code": "<gRPC code name>"}, e.g. {"code": "PermissionDenied"}. They
+// stay clear of the codes JSON-RPC, MCP and the SDKs give a meaning.
 const (
 	// CodeUnauthenticated: the caller could not be authenticated.
-	CodeUnauthenticated = -32001
+	CodeUnauthenticated = -32030
 	// CodePermissionDenied: the ACL refuses the caller the call or listing.
-	CodePermissionDenied = -32003
+	CodePermissionDenied = -32031
 	// CodeUnavailable: the silo cannot take the call now (shutting down,
 	// the ACL not loaded yet); retry.
-	CodeUnavailable = -32004
+	CodeUnavailable = -32032
 )
 
 // protocolError is err, an agentsilo error refusing a request, as a

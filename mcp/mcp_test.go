@@ -1,0 +1,279 @@
+package mcp_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	"github.com/agentsilo/agentsilo/mcp"
+	"github.com/agentsilo/agentsilo/mcp/mcptest"
+)
+
+// The every-agent endpoint lists each type's skills as tools with their
+// schemas, and a call asks the agent its agent argument names: text in
+// and out, JSON arguments and structured content, an agent's error as
+// isError, bad arguments refused as invalid params before any agent runs.
+func TestEveryAgent(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	cs := mustConnect(t, s, "/mcp", dev, nil)
+
+	tools := map[string]*mcpsdk.Tool{}
+	for tl, err := range cs.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools[tl.Name] = tl
+	}
+	for _, name := range []string{"Echo_echo", "Counter_count", "Progress_think", "Add_add", "Slow_wait", "Fail_fail"} {
+		if tools[name] == nil {
+			t.Fatalf("tools/list has no %s: %v", name, slices.Sorted(mapsKeys(tools)))
+		}
+	}
+	var echoIn struct {
+		Required   []string                   `json:"required"`
+		Properties map[string]json.RawMessage `json:"properties"`
+	}
+	remarshal(t, tools["Echo_echo"].InputSchema, &echoIn)
+	if _, ok := echoIn.Properties["message"]; !ok || !slices.Equal(echoIn.Required, []string{"agent"}) {
+		t.Fatalf("Echo_echo's input schema: %+v, want message and a required agent", echoIn)
+	}
+	var addOut map[string]any
+	remarshal(t, tools["Add_add"].OutputSchema, &addOut)
+	if addOut["type"] != "object" {
+		t.Fatalf("Add_add's output schema: %v", addOut)
+	}
+
+	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Echo_echo", Arguments: map[string]any{"agent": "dev:e1", "message": "hello"}})
+	if err != nil || res.IsError || !slices.Equal(texts(res), []string{"hello"}) {
+		t.Fatalf("Echo_echo: %+v %v, want the text hello", res, err)
+	}
+
+	res, err = cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Add_add", Arguments: map[string]any{"agent": "dev:a1", "a": 2, "b": 3.5}})
+	if err != nil || res.IsError {
+		t.Fatalf("Add_add: %+v %v", res, err)
+	}
+	var sum struct{ Sum float64 }
+	remarshal(t, res.StructuredContent, &sum)
+	if sum.Sum != 5.5 || len(texts(res)) != 1 || !strings.Contains(texts(res)[0], "5.5") {
+		t.Fatalf("Add_add: structured %v, text %v; want sum 5.5 in both", res.StructuredContent, texts(res))
+	}
+
+	res, err = cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Fail_fail", Arguments: map[string]any{"agent": "dev:f1", "message": "FailedPrecondition"}})
+	if err != nil || !res.IsError || len(texts(res)) != 1 || !strings.HasPrefix(texts(res)[0], "FailedPrecondition: failing with FailedPrecondition") {
+		t.Fatalf("Fail_fail: %+v %v, want isError with the code and message", res, err)
+	}
+
+	for _, bad := range []struct {
+		name string
+		args any
+		want string
+	}{
+		{"Add_add", map[string]any{"agent": "dev:a1", "a": "two", "b": 3}, "do not match its input schema"},
+		{"Add_add", map[string]any{"agent": "dev:a1", "a": 1, "b": 2, "c": 3}, "do not match its input schema"},
+		{"Add_add", map[string]any{"a": 1, "b": 2}, `argument "agent" missing`},
+		{"Echo_echo", map[string]any{"agent": "e1", "message": "x"}, "want owner:alias"},
+		{"Echo_echo", map[string]any{"agent": "dev:e/1", "message": "x"}, "bad alias"},
+		{"Echo_echo", map[string]any{"agent": 7, "message": "x"}, "want a string"},
+		{"Echo_echo", map[string]any{"agent": "dev:e1", "message": 7}, "do not match its input schema"},
+		{"Nope_nope", map[string]any{}, "unknown tool"},
+	} {
+		_, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: bad.name, Arguments: bad.args})
+		if rpcCode(err) != jsonrpc.CodeInvalidParams || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s %v: %v, want invalid params (%d) saying %q", bad.name, bad.args, err, jsonrpc.CodeInvalidParams, bad.want)
+		}
+	}
+}
+
+// An agent's own endpoint lists its type's skills by name and calls that
+// agent; a session belongs to its path.
+func TestAgentEndpoint(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	cs := mustConnect(t, s, "/mcp/Counter/dev/c1", dev, nil)
+	var names []string
+	for tl, err := range cs.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, tl.Name)
+	}
+	if !slices.Equal(names, []string{"count"}) {
+		t.Fatalf("tools of Counter:dev:c1: %v, want [count]", names)
+	}
+	for want := 1; want <= 2; want++ {
+		res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "count", Arguments: map[string]any{}})
+		if err != nil || res.IsError || !slices.Equal(texts(res), []string{fmt.Sprint(want)}) {
+			t.Fatalf("count %d: %+v %v", want, res, err)
+		}
+	}
+	// The every-agent endpoint reaches the same agent.
+	every := mustConnect(t, s, "/mcp", dev, nil)
+	res, err := every.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Counter_count", Arguments: map[string]any{"agent": "dev:c1", "message": "get"}})
+	if err != nil || !slices.Equal(texts(res), []string{"2"}) {
+		t.Fatalf("Counter_count get: %+v %v, want 2", res, err)
+	}
+	if _, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "count", Arguments: map[string]any{"agent": "dev:c1"}}); rpcCode(err) != jsonrpc.CodeInvalidParams {
+		t.Fatalf("count with an agent argument on an agent's endpoint: %v, want invalid params", err)
+	}
+	for _, path := range []string{"/mcp/Nope/dev/x", "/mcp/Counter/dev", "/mcp/Counter/dev/c1/extra", "/mcp/Counter/d:v/c1"} {
+		if _, err := connect(t, s, path, dev, nil); err == nil {
+			t.Errorf("connect %s: no error, want not found", path)
+		}
+	}
+}
+
+// Pushes during a call become progress notifications for a client that
+// sent a progress token.
+func TestProgress(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	p := newProgress()
+	cs := mustConnect(t, s, "/mcp", dev, p)
+	params := &mcpsdk.CallToolParams{Name: "Progress_think", Arguments: map[string]any{"agent": "dev:p1", "message": "a trip"}}
+	params.SetProgressToken("tok-1")
+	res, err := cs.CallTool(t.Context(), params)
+	if err != nil || !slices.Equal(texts(res), []string{`done: a trip`}) {
+		t.Fatalf("Progress_think: %+v %v", res, err)
+	}
+	want := []string{`thinking 1/3 about "a trip"`, `thinking 2/3 about "a trip"`, `thinking 3/3 about "a trip"`}
+	// The client hands notifications to its handler on a goroutine of
+	// its own: they may come in after the result.
+	testutil.WaitFor(t, "three progress notifications", func() bool { return len(p.all()) >= len(want) })
+	if got := p.all(); !slices.Equal(got, want) {
+		t.Fatalf("progress: %q, want %q", got, want)
+	}
+}
+
+// The client's cancellation cancels the agent's turn, on the silo that
+// runs it: a call through s1's MCP server to a Slow agent that lives on
+// s2, cancelled once it started, ends the turn on s2 with Canceled.
+func TestCancelAcrossSilos(t *testing.T) {
+	e := etcdtest.Start(t)
+	s1 := startSilo(t, e, "s1", "/m/", nil)
+	startSilo(t, e, "s2", "/m/", nil)
+	waitMembers(t, s1, 2)
+	alias := ""
+	for i := 0; alias == ""; i++ {
+		if a := fmt.Sprintf("w%d", i); cluster.Owner("Slow:dev:"+a, []string{"s1", "s2"}) == "s2" {
+			alias = a
+		}
+	}
+	p := newProgress()
+	cs := mustConnect(t, s1, "/mcp", dev, p)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	params := &mcpsdk.CallToolParams{Name: "Slow_wait", Arguments: map[string]any{"agent": "dev:" + alias}}
+	params.SetProgressToken(1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, params)
+		done <- err
+	}()
+	if got := <-p.seen; got != "started" {
+		t.Fatalf("progress %q, want started", got)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled call returned %v", err)
+	}
+	if err := <-mcptest.Ended("Slow:dev:" + alias); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the turn on s2 ended with %v, want context canceled", err)
+	}
+	// The session goes on.
+	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Echo_echo", Arguments: map[string]any{"agent": "dev:e1", "message": "still here"}})
+	if err != nil || !slices.Equal(texts(res), []string{"still here"}) {
+		t.Fatalf("after the cancel: %+v %v", res, err)
+	}
+}
+
+// With API keys, a client without one is refused (HTTP 401, before MCP);
+// a caller is refused a call (Message) and an agent's listing (Read) on
+// an agent the ACL does not give it, with the JSON-RPC code of a denied
+// permission, and no agent runs.
+func TestAccessControl(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", func(c *cluster.SiloConfig) {
+		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
+	})
+	if _, err := connect(t, s, "/mcp", nil, nil); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+		t.Fatalf("connect without a key: %v, want 401 Unauthorized", err)
+	}
+	if _, err := connect(t, s, "/mcp", map[string]string{"x-api-key": "wrong"}, nil); err == nil {
+		t.Fatal("connect with a wrong key: no error")
+	}
+	alice := mustConnect(t, s, "/mcp", map[string]string{"Authorization": "Bearer alice-key"}, nil)
+	res, err := alice.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Counter_count", Arguments: map[string]any{"agent": "alice:c1"}})
+	if err != nil || !slices.Equal(texts(res), []string{"1"}) {
+		t.Fatalf("alice counts on her agent: %+v %v", res, err)
+	}
+	bob := mustConnect(t, s, "/mcp", map[string]string{"x-api-key": "bob-key"}, nil)
+	_, err = bob.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Counter_count", Arguments: map[string]any{"agent": "alice:c1"}})
+	if rpcCode(err) != mcp.CodePermissionDenied || !strings.Contains(err.Error(), "Message") {
+		t.Fatalf("bob counts on alice's agent: %v, want permission denied (%d) naming Message", err, mcp.CodePermissionDenied)
+	}
+	bobOnAlice := mustConnect(t, s, "/mcp/Counter/alice/c1", map[string]string{"x-api-key": "bob-key"}, nil)
+	if _, err := bobOnAlice.ListTools(t.Context(), nil); rpcCode(err) != mcp.CodePermissionDenied || !strings.Contains(err.Error(), "Read") {
+		t.Fatalf("bob lists alice's agent's tools: %v, want permission denied naming Read", err)
+	}
+	if _, err := bobOnAlice.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "count"}); rpcCode(err) != mcp.CodePermissionDenied {
+		t.Fatalf("bob counts on alice's agent's endpoint: %v, want permission denied", err)
+	}
+	// Bob's calls did not run: the count is alice's one.
+	res, err = alice.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Counter_count", Arguments: map[string]any{"agent": "alice:c1", "message": "get"}})
+	if err != nil || !slices.Equal(texts(res), []string{"1"}) {
+		t.Fatalf("alice's count after bob's refused calls: %+v %v, want 1", res, err)
+	}
+}
+
+// waitMembers waits until s's view has n silos.
+func waitMembers(t *testing.T, s *cluster.Silo, n int) {
+	t.Helper()
+	gc, err := client.Dial(t.Context(), []string{s.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gc.Close()
+	testutil.WaitFor(t, fmt.Sprintf("%d silos in the view", n), func() bool {
+		m, err := gc.Members(t.Context())
+		return err == nil && len(m) >= n
+	})
+}
+
+func mapsKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// remarshal decodes v's JSON form into out.
+func remarshal(t *testing.T, v, out any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s: %v", b, err)
+	}
+	if reflect.ValueOf(out).Elem().IsZero() {
+		t.Fatalf("%s decoded to nothing", b)
+	}
+}
