@@ -36,7 +36,7 @@ func Register(reg *grain.Registry) error {
 	}{
 		{"Add", func(grain.Host) (grain.Agent, error) { return Add{}, nil }, grain.TypeInfo{
 			Description: "Adds two numbers.",
-			Skills: []grain.Skill{{Name: "add", Description: "returns a+b", InputSchema: json.RawMessage(AddInput), OutputSchema: json.RawMessage(AddOutput)}},
+			Skills:      []grain.Skill{{Name: "add", Description: "returns a+b", InputSchema: json.RawMessage(AddInput), OutputSchema: json.RawMessage(AddOutput)}},
 		}},
 		{"Slow", func(h grain.Host) (grain.Agent, error) { return &Slow{h: h}, nil }, grain.TypeInfo{
 			Description: "Works until it is cancelled.",
