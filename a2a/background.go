@@ -245,9 +245,9 @@ func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, 
 
 	if body, jerr := json.Marshal(resultEntry{Message: msg.GetMessage(), Data: msg.GetData(), DataType: msg.GetDataType(), State: msg.GetState()}); jerr == nil {
 		mem := grain.Address{Type: "Memory", Owner: r.h.Owner(), Alias: MemoryScope}.String()
-		put := &grain.Message{MessageType: "memory.put", DataType: "application/json", Data: mustJSON(map[string]any{
-			"key": r.h.Address().Alias + "/" + string(id), "value": json.RawMessage(body), "category": "a2a.result", "tags": []string{"a2a", string(res.state)},
-		})}
+		put := &grain.Message{MessageType: "memory.put", DataType: "application/json", Data: mustJSON(map[string]any{"entry": map[string]any{
+			"key": r.h.Address().Alias + "/" + string(id), "text": msg.GetMessage(), "value": json.RawMessage(body), "category": "a2a.result", "tags": []string{"a2a", string(res.state)},
+		}})}
 		if _, err := r.h.Ask(ctx, mem, put); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: the result into the working memory", "memory", mem, "err", err)
 		}
