@@ -25,12 +25,16 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/cluster/transport"
+	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/faults"
+	"github.com/agentsilo/agentsilo/internal/inbox"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
+	"github.com/agentsilo/agentsilo/mcp"
+	"github.com/agentsilo/agentsilo/memory"
 	"github.com/agentsilo/agentsilo/memory"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
@@ -130,6 +134,15 @@ type SiloConfig struct {
 	// type A2A (a2a.RemoteType, remote A2A agents as agents) unless the
 	// registry has one.
 	A2A a2a.Config
+	// DirectoryRefresh is how often the service directory fetches an
+	// outside entry again, its card or its tools (--directory-refresh;
+	// see package directory). Default: 2 min.
+	DirectoryRefresh time.Duration
+	// MCP configures the MCP server (package mcp): every agent's skills as
+	// tools for MCP clients at MCP.Addr (--mcp-addr; empty: off). Its Silo
+	// is Name, and its Auth and Insecure are the gateway's when left empty
+	// (the same --auth-file and TLS flags).
+	MCP mcp.Config
 	// Clock drives membership (keepalives, fencing, the revocation grace),
 	// routing waits, reminders, and the runtime's idle collection and timers
 	// (unless Runtime.Clock is set). Default: the real clock. For tests.
@@ -157,6 +170,7 @@ func DefaultSiloConfig() SiloConfig {
 		Runtime:           grain.DefaultConfig(),
 		Gateway:           gateway.DefaultConfig(),
 		A2A:               a2a.DefaultConfig(),
+		MCP:               mcp.DefaultConfig(),
 		Topics:            topics.DefaultConfig(),
 	}
 	cfg.Topics.Clock = nil
@@ -210,11 +224,16 @@ type Silo struct {
 	gw        *gateway.Gateway
 	a2a       *a2a.Server // nil unless A2A.Addr is set
 	a2aLis    net.Listener
-	inboxes   *a2a.Inboxes
+	inboxes   *inbox.Inboxes // when A2A or MCP is on
+	mcp       *mcp.Server    // nil unless MCP.Addr is set
+	mcpLis    net.Listener
 	peerSrv   *grpc.Server
 	http      *http.Server
 	metrics   *metrics
 	joined    bool // the membership started: the silo is in the view
+
+	// dir is the service directory (silo_directory.go).
+	dir *dirRef
 
 	stopc     chan struct{}
 	errc      chan error // the first failure while serving; later ones are logged
@@ -297,10 +316,14 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
 	}
 	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
+	dir := &dirRef{}
 	if err := configureA2A(&cfg, reg); err != nil {
 		return nil, err
 	}
-	return &Silo{cfg: cfg, reg: reg, logger: cfg.Logger, clk: cfg.Clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
+	if err := configureMCP(&cfg); err != nil {
+		return nil, err
+	}
+	return &Silo{cfg: cfg, reg: reg, dir: dir, logger: cfg.Logger, clk: cfg.Clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
 }
 
 // fill sets *field to v if it is empty, and refuses a different value.
@@ -342,6 +365,9 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	s.sessions.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	s.topics.Start(s.rt.Ask)
+	if err := s.dir.Load().Start(ctx); err != nil {
+		return fmt.Errorf("directory: %w", err)
+	}
 	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
@@ -359,6 +385,9 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 			return fmt.Errorf("a2a: %w", err)
 		}
 		s.serve("a2a", func() error { return s.a2a.Serve(s.a2aLis) })
+	}
+	if s.mcp != nil {
+		s.serve("mcp", func() error { return s.mcp.Serve(s.mcpLis) })
 	}
 	s.serving.Add(1)
 	go s.watchFence()
@@ -394,6 +423,11 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.cfg.A2A.Addr != "" {
 		if s.a2aLis, err = lc.Listen(ctx, "tcp", s.cfg.A2A.Addr); err != nil {
 			return fmt.Errorf("a2a: %w", err)
+		}
+	}
+	if s.cfg.MCP.Addr != "" {
+		if s.mcpLis, err = lc.Listen(ctx, "tcp", s.cfg.MCP.Addr); err != nil {
+			return fmt.Errorf("mcp: %w", err)
 		}
 	}
 	if s.cfg.FaultInjection {
@@ -465,9 +499,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	rcfg := s.cfg.Runtime
 	rcfg.State = s.state
 	var local grain.SessionRouter = sessions
-	if s.a2aLis != nil {
-		// What agents push to an A2A turn's sender reaches the turn.
-		s.inboxes = a2a.NewInboxes(s.cfg.Name, sessions)
+	if s.a2aLis != nil || s.mcpLis != nil {
+		// What agents push to an A2A turn's or MCP call's sender reaches it.
+		s.inboxes = inbox.New(s.cfg.Name, sessions)
 		local = s.inboxes
 	}
 	keeper := newSessionKeeper(s.router, local, sessions, s.cfg.Gateway, s.clk, s.logger)
@@ -486,6 +520,12 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	rcfg.Broadcast = func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
 		return info.broadcastPeers(ctx, pattern, msg)
 	}
+	d, err := s.newDirectory(&info)
+	if err != nil {
+		return fmt.Errorf("directory: %w", err)
+	}
+	s.dir.Store(d)
+	rcfg.Directory = directory.Service{Dir: d, ACL: s.acl}
 	if !s.cfg.TrustedAgents {
 		rcfg.Authorizer = aclAuthorizer{s.acl}
 	}
@@ -509,10 +549,18 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
 		return err
 	}
+	s.gw.ServeDirectory(d)
 	if s.a2aLis != nil {
 		acfg := s.cfg.A2A
 		acfg.Logger = s.logger
-		if s.a2a, err = a2a.New(acfg, a2a.Deps{Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix(), Inboxes: s.inboxes}); err != nil {
+		if s.a2a, err = a2a.New(acfg, a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix(), Inboxes: s.inboxes}); err != nil {
+			return err
+		}
+	}
+	if s.mcpLis != nil {
+		mcfg := s.cfg.MCP
+		mcfg.Logger = s.logger
+		if s.mcp, err = mcp.New(mcfg, mcp.Deps{Runtime: s.rt, ACL: s.acl, Inboxes: s.inboxes}); err != nil {
 			return err
 		}
 	}
@@ -651,6 +699,18 @@ func (s *Silo) A2AAddr() string {
 	return s.a2aLis.Addr().String()
 }
 
+// MCPAddr returns the address the MCP server listens on, or "" if off.
+func (s *Silo) MCPAddr() string {
+	if s.mcpLis == nil {
+		return ""
+	}
+	return s.mcpLis.Addr().String()
+}
+
+// MCP returns the silo's MCP server (for adding tools of its own), nil
+// when MCP is off or before Start.
+func (s *Silo) MCP() *mcp.Server { return s.mcp }
+
 // HTTPAddr returns the address of the HTTP endpoints, or "" if off.
 func (s *Silo) HTTPAddr() string {
 	if s.httpLis == nil {
@@ -720,6 +780,15 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, err)
 		}
 	}
+	if s.mcp != nil {
+		// Its calls run in the runtime: before the runtime closes.
+		if err := s.mcp.Close(ctx); err != nil {
+			errsOut = append(errsOut, err)
+		}
+	}
+	if d := s.Directory(); d != nil {
+		d.Close()
+	}
 	if s.acl != nil {
 		s.acl.Close()
 	}
@@ -783,7 +852,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 
 // abort undoes a failed Start.
 func (s *Silo) abort() {
-	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis, s.a2aLis} {
+	for _, l := range []net.Listener{s.gwLis, s.httpLis, s.peerLis, s.a2aLis, s.mcpLis} {
 		if l != nil {
 			l.Close()
 		}
@@ -827,6 +896,28 @@ func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
 		if err := memory.Register(reg, memory.Config{}); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// configureMCP fills what the MCP server takes from the silo (its name,
+// the gateway's authentication), when MCP is on.
+func configureMCP(cfg *SiloConfig) error {
+	if cfg.MCP.Addr == "" {
+		return nil
+	}
+	if err := fill(&cfg.MCP.Silo, cfg.Name, "MCP.Silo"); err != nil {
+		return err
+	}
+	if a := cfg.MCP.Auth; a.KeyFile == "" && len(a.Keys) == 0 && a.TLSCert == "" && a.TLSClientCA == "" {
+		cfg.MCP.Auth = cfg.Gateway.Auth
+	}
+	cfg.MCP.Insecure = cfg.MCP.Insecure || cfg.Insecure
+	if cfg.MCP.Version == "" || cfg.MCP.Version == mcp.DefaultConfig().Version {
+		cfg.MCP.Version = Version()
+	}
+	if err := cfg.MCP.Validate(); err != nil {
+		return errs.Wrap(codes.InvalidArgument, err, "cluster")
 	}
 	return nil
 }
