@@ -35,7 +35,6 @@ import (
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/mcp"
 	"github.com/agentsilo/agentsilo/memory"
-	"github.com/agentsilo/agentsilo/memory"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
 	"github.com/agentsilo/agentsilo/topics"
