@@ -91,7 +91,7 @@ func skillsOf(ti grain.TypeInfo, prefix string) []spec.AgentSkill {
 // directoryCard is the card at the root: the silo's agent types and their
 // skills. Skill ids are Type/skill; each says where its agents are. It
 // lists no interface of its own: it is the way to the agents' cards.
-func (s *Server) directoryCard(base string) *spec.AgentCard {
+func (s *Server) directoryCard(ctx context.Context, base string) *spec.AgentCard {
 	card := &spec.AgentCard{
 		Name:                "agentsilo",
 		Description:         fmt.Sprintf("The agent types of this agentsilo cluster (silo %s). Every agent Type:owner:alias is an A2A agent at %s/a2a/{Type}/{owner}/{alias}, its card at that path + %s; GET %s/a2a lists the types as JSON.", s.cfg.Silo, base, wellKnownCard, base),
@@ -110,6 +110,7 @@ func (s *Server) directoryCard(base string) *spec.AgentCard {
 			card.Skills = append(card.Skills, sk)
 		}
 	}
+	card.Skills = append(card.Skills, s.outsideSkills(ctx)...)
 	s.security(card)
 	return card
 }
@@ -142,7 +143,7 @@ func (p cardProducer) Card(ctx context.Context) (*spec.AgentCard, error) {
 		return nil, fmt.Errorf("a2a: card: no request")
 	}
 	if r.agent.IsZero() {
-		return p.s.directoryCard(r.base), nil
+		return p.s.directoryCard(ctx, r.base), nil
 	}
 	ti, ok := p.s.reg.Info(r.agent.Type)
 	if !ok {

@@ -155,8 +155,9 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 	tag := r.URL.Query().Get("skill")
 	base := s.baseOf(r)
 	out := struct {
-		Types []typeInfo `json:"types"`
-	}{Types: []typeInfo{}}
+		Types   []typeInfo    `json:"types"`
+		Outside []outsideInfo `json:"outside,omitempty"` // outside.go
+	}{Types: []typeInfo{}, Outside: s.outsideAgents(r.Context(), tag)}
 	for _, ti := range s.reg.Types() {
 		if tag != "" && !ti.HasTag(tag) {
 			continue

@@ -38,6 +38,9 @@ type Deps struct {
 	// Inboxes must be the runtime's session router (or in front of it), so
 	// that what agents push to a turn's sender reaches the turn.
 	Inboxes *Inboxes
+	// Outside, if set, lists the service directory's outside A2A agents,
+	// which the root card and GET /a2a show beside the agent types.
+	Outside func(ctx context.Context) []grain.DirectoryEntry
 }
 
 // Server is a silo's A2A server: every agent of the cluster as an A2A
@@ -56,6 +59,7 @@ type Server struct {
 
 	auth    *gateway.HTTPAuthenticator
 	inboxes *Inboxes
+	outside func(ctx context.Context) []grain.DirectoryEntry // Deps.Outside
 	store   *taskStore
 	queues  *queues
 	pushes  *pushStore
@@ -119,6 +123,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		logger:  cfg.Logger.With("component", "a2a"),
 		auth:    auth,
 		inboxes: d.Inboxes,
+		outside: d.Outside,
 		maxBody: 2*d.Runtime.Config().MaxMessageSize + 64<<10,
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
