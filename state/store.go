@@ -48,7 +48,12 @@ func Open(ctx context.Context, spec string, etcdClient *clientv3.Client, prefix 
 		}
 		return NewEtcd(etcdClient, prefix), nil
 	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		return OpenPostgres(ctx, spec)
+		// Not returned directly: a nil *Postgres in a Store is not nil.
+		s, err := OpenPostgres(ctx, spec)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	scheme, _, ok := strings.Cut(spec, "://")
 	if !ok {

@@ -49,10 +49,12 @@ type Config struct {
 	// Prefix is put before every key agentsilo writes (--etcd-prefix).
 	// Default: "/agentsilo/". It always ends in "/".
 	Prefix string
-	// DialTimeout, if positive, makes Start wait that long for a first
-	// connection to external endpoints and fail without one. Default: 0, do
-	// not wait: a silo starts while etcd is away, calls that need etcd return
-	// Unavailable, and the client connects when etcd is back.
+	// DialTimeout, if positive, makes Start wait that long for external
+	// endpoints to answer a first read, and fail without one, saying why
+	// (each endpoint's dial error, or etcd's refusal). A silo cannot join
+	// its cluster without etcd, so the silo's default waits: DefaultConfig:
+	// 10 s. 0: do not wait (calls that need etcd return Unavailable until
+	// the client connects).
 	DialTimeout time.Duration
 	// CAFile, CertFile and KeyFile secure the connection to an external etcd
 	// with TLS (--etcd-ca, --etcd-cert, --etcd-key): CAFile verifies etcd's
@@ -77,6 +79,10 @@ type Config struct {
 	Clock clock.Clock
 }
 
+// DefaultDialTimeout is how long Start waits for an external etcd to
+// answer (Config.DialTimeout).
+const DefaultDialTimeout = 10 * time.Second
+
 // DefaultConfig returns the single-machine defaults: an embedded etcd in
 // ./data serving 127.0.0.1:2379.
 func DefaultConfig() Config {
@@ -84,6 +90,7 @@ func DefaultConfig() Config {
 		DataDir:      "./data",
 		EmbeddedAddr: "127.0.0.1:2379",
 		Prefix:       "/agentsilo/",
+		DialTimeout:  DefaultDialTimeout,
 
 		CompactInterval: DefaultCompactInterval,
 	}
@@ -183,7 +190,6 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		TLS:         tlsConfig,
 		Username:    cfg.Username,
 		Password:    cfg.Password,
-		DialTimeout: cfg.DialTimeout,
 		// Keepalives notice a dead connection, so the client redials.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
@@ -195,8 +201,50 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, etcderr.FromCall(ctx, err, "connect to etcd %v", endpoints)
 	}
 	e.client = client
+	if len(cfg.Endpoints) > 0 && cfg.DialTimeout > 0 {
+		if err := e.reach(ctx, endpoints); err != nil {
+			client.Close()
+			return nil, err
+		}
+	}
 	e.startCompactor()
 	return e, nil
+}
+
+// reach waits, up to DialTimeout, for etcd to answer a read. Without an
+// answer, its error says why: etcd's refusal (authentication, permission),
+// or what dialling each endpoint gives (refused, no route, timeout), which
+// the client's own error leaves out.
+func (e *Store) reach(ctx context.Context, endpoints []string) error {
+	rctx, cancel := context.WithTimeout(ctx, e.cfg.DialTimeout)
+	defer cancel()
+	_, err := e.client.Get(rctx, e.cfg.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return etcderr.FromCall(ctx, err, "%s", strings.Join(endpoints, ","))
+	}
+	if rctx.Err() == nil {
+		// etcd answered, with a refusal.
+		return etcderr.FromCall(ctx, err, "%s", strings.Join(endpoints, ","))
+	}
+	var causes []string
+	d := net.Dialer{Timeout: time.Second}
+	for _, ep := range endpoints {
+		host := ep
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			host = u.Host
+		}
+		c, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			causes = append(causes, err.Error())
+			continue
+		}
+		c.Close()
+		causes = append(causes, host+" accepts connections but etcd did not answer (TLS or a wrong port?)")
+	}
+	return errs.New(codes.Unavailable, "%s did not answer within %v: %s", strings.Join(endpoints, ","), e.cfg.DialTimeout, strings.Join(causes, "; "))
 }
 
 func (e *Store) startEmbedded(ctx context.Context) error {
