@@ -185,11 +185,11 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	client, err := clientv3.New(clientv3.Config{
-		Context:     context.Background(), // the client outlives Start's ctx
-		Endpoints:   endpoints,
-		TLS:         tlsConfig,
-		Username:    cfg.Username,
-		Password:    cfg.Password,
+		Context:   context.Background(), // the client outlives Start's ctx
+		Endpoints: endpoints,
+		TLS:       tlsConfig,
+		Username:  cfg.Username,
+		Password:  cfg.Password,
 		// Keepalives notice a dead connection, so the client redials.
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
