@@ -316,8 +316,13 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	}
 	cfg.Runtime.Observer = teeObserver(m, cfg.Runtime.Observer)
 	dir := &dirRef{}
-	if err := configureA2A(&cfg, reg); err != nil {
+	if err := configureA2A(&cfg, reg, dir); err != nil {
 		return nil, err
+	}
+	if _, ok := reg.Lookup(memory.Type); !ok {
+		if err := memory.Register(reg, memory.Config{}); err != nil {
+			return nil, err
+		}
 	}
 	if err := configureMCP(&cfg); err != nil {
 		return nil, err
@@ -862,7 +867,7 @@ func (s *Silo) abort() {
 // configureA2A fills what the A2A server takes from the silo (its name,
 // the gateway's authentication) and registers the A2A agent type, when
 // A2A is on.
-func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
+func configureA2A(cfg *SiloConfig, reg *grain.Registry, dir *dirRef) error {
 	if cfg.A2A.Addr == "" {
 		return nil
 	}
@@ -886,13 +891,8 @@ func configureA2A(cfg *SiloConfig, reg *grain.Registry) error {
 		return errs.Wrap(codes.InvalidArgument, err, "cluster")
 	}
 	if _, ok := reg.Lookup(a2a.RemoteType); !ok {
-		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks,
+		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveA2A,
 			FollowCheck: cfg.MinReminderPeriod, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider}); err != nil {
-			return err
-		}
-	}
-	if _, ok := reg.Lookup(memory.Type); !ok {
-		if err := memory.Register(reg, memory.Config{}); err != nil {
 			return err
 		}
 	}
