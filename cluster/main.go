@@ -218,6 +218,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.A2A.TaskTimeout, "a2a-task-timeout", cfg.A2A.TaskTimeout, "bound of one agent turn for A2A")
 	fs.DurationVar(&cfg.A2A.TaskRetention, "a2a-task-retention", cfg.A2A.TaskRetention, "how long a finished A2A task (completed, failed, canceled, rejected) and its push configs stay in etcd; 0: until deleted there")
 	fs.BoolVar(&cfg.A2A.AllowPrivateNetworks, "a2a-allow-private-networks", cfg.A2A.AllowPrivateNetworks, "let push notifications and the A2A agent type reach loopback and private addresses (off: SSRF guard)")
+	fs.DurationVar(&cfg.DirectoryRefresh, "directory-refresh", 2*time.Minute, "how often the service directory fetches an outside A2A agent's card or MCP server's tools again (one silo per entry, with jitter)")
 	// MCP: every agent's skills as tools for MCP clients (package mcp).
 	fs.StringVar(&cfg.MCP.Addr, "mcp-addr", cfg.MCP.Addr, "MCP listen address (streamable HTTP at /mcp; HTTPS with --tls-cert), empty: off")
 	fs.DurationVar(&cfg.MCP.CallTimeout, "mcp-call-timeout", cfg.MCP.CallTimeout, "bound of one MCP tool call (the agent's turn)")
