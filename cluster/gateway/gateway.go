@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -357,6 +358,27 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 	return nil
 }
 
+// checkKind refuses a message whose kind the entry point what does not
+// send, as a session Call refuses a kind it does not know: an unset kind
+// (KIND_UNSPECIFIED) takes the entry point's own, any other must be one of
+// want.
+func checkKind(m *agentsilov1.AgentMessage, what string, want ...agentsilov1.Kind) error {
+	k := m.GetKind()
+	if k == agentsilov1.Kind_KIND_UNSPECIFIED {
+		return nil
+	}
+	for _, w := range want {
+		if k == w {
+			return nil
+		}
+	}
+	names := make([]string, len(want))
+	for i, w := range want {
+		names[i] = w.String()
+	}
+	return errs.New(codes.InvalidArgument, "%s: message kind %v: want %s or none", what, k, strings.Join(names, ", "))
+}
+
 // stamp makes m come from the client at from, on behalf of the client's
 // principal (the owner of from), which the messages of its call chain carry
 // on: a from or on_behalf_of set by the client is ignored, the runtime
@@ -420,6 +442,9 @@ func (g *Gateway) Ask(ctx context.Context, req *agentsilov1.AskRequest) (*agents
 	if err := g.checkMessage(m); err != nil {
 		return nil, err
 	}
+	if err := checkKind(m, "Ask", grain.KindRequest); err != nil {
+		return nil, err
+	}
 	stamp(m, unaryFrom(p))
 	m.Kind = grain.KindRequest
 	r, err := g.dispatch(ctx, m, time.Duration(req.GetTimeoutMs())*time.Millisecond)
@@ -437,6 +462,9 @@ func (g *Gateway) Send(ctx context.Context, req *agentsilov1.SendRequest) (*agen
 	}
 	m := req.GetMessage()
 	if err := g.checkMessage(m); err != nil {
+		return nil, err
+	}
+	if err := checkKind(m, "Send", grain.KindOneWay, grain.KindEvent); err != nil {
 		return nil, err
 	}
 	stamp(m, unaryFrom(p))

@@ -660,3 +660,60 @@ func TestDisconnectRightAfterAFrame(t *testing.T) {
 		<-e.detached
 	}
 }
+
+// TestKindChecked: every entry point refuses a message kind it does not
+// send, unary Ask and Send as a session Call does, and takes an unset one as
+// its own.
+func TestKindChecked(t *testing.T) {
+	var broadcasts []agentsilov1.Kind
+	e := startGateway(t, func(c *Config) {
+		c.Broadcast = func(_ context.Context, _ string, m *agentsilov1.AgentMessage) (int, error) {
+			broadcasts = append(broadcasts, m.GetKind())
+			return 1, nil
+		}
+	})
+	s := e.open(t, &agentsilov1.Hello{})
+	tc := agentsilov1.NewTopicsClient(e.conn)
+	for _, k := range []agentsilov1.Kind{99, -5, agentsilov1.Kind_KIND_RESPONSE, agentsilov1.Kind_KIND_EVENT, agentsilov1.Kind_KIND_ONE_WAY} {
+		t.Run(fmt.Sprint("Ask ", k), func(t *testing.T) {
+			_, err := e.cli.Ask(t.Context(), &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:x", Kind: k}})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "kind") {
+				t.Fatalf("unary Ask of kind %v: %v, want InvalidArgument naming the kind", k, err)
+			}
+		})
+	}
+	for _, k := range []agentsilov1.Kind{99, -5, agentsilov1.Kind_KIND_RESPONSE, agentsilov1.Kind_KIND_REQUEST} {
+		t.Run(fmt.Sprint("Send ", k), func(t *testing.T) {
+			_, err := e.cli.Send(t.Context(), &agentsilov1.SendRequest{Message: &agentsilov1.AgentMessage{To: "Echo:x", Kind: k}})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("unary Send of kind %v: %v, want InvalidArgument", k, err)
+			}
+			_, err = tc.Broadcast(t.Context(), &agentsilov1.BroadcastRequest{Pattern: "Echo:dev:*", Message: &agentsilov1.AgentMessage{Kind: k}})
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("Broadcast of kind %v: %v, want InvalidArgument", k, err)
+			}
+		})
+	}
+	for _, k := range []agentsilov1.Kind{99, -5, agentsilov1.Kind_KIND_RESPONSE, agentsilov1.Kind_KIND_UNSPECIFIED} {
+		r, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Echo:dev:x", Kind: k}, 0))
+		wantCode(t, r, codes.InvalidArgument)
+	}
+	// The kinds each entry point sends, and none, are served.
+	for _, k := range []agentsilov1.Kind{agentsilov1.Kind_KIND_UNSPECIFIED, agentsilov1.Kind_KIND_REQUEST} {
+		r, err := e.cli.Ask(t.Context(), &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:x", Message: "ok", Kind: k}})
+		if err != nil || r.GetMessage().GetMessage() != "ok" {
+			t.Fatalf("unary Ask of kind %v: %v, %v", k, r, err)
+		}
+	}
+	for _, k := range []agentsilov1.Kind{agentsilov1.Kind_KIND_UNSPECIFIED, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT} {
+		if r, err := e.cli.Send(t.Context(), &agentsilov1.SendRequest{Message: &agentsilov1.AgentMessage{To: "Echo:x", Kind: k}}); err != nil || r.GetId() == "" {
+			t.Fatalf("unary Send of kind %v: %v, %v", k, r, err)
+		}
+		if _, err := tc.Broadcast(t.Context(), &agentsilov1.BroadcastRequest{Pattern: "Echo:dev:*", Message: &agentsilov1.AgentMessage{Kind: k}}); err != nil {
+			t.Fatalf("Broadcast of kind %v: %v", k, err)
+		}
+	}
+	if len(broadcasts) != 3 {
+		t.Fatalf("%d broadcasts reached the cluster, want the 3 of good kinds", len(broadcasts))
+	}
+}

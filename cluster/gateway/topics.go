@@ -94,6 +94,9 @@ func (ts topicServer) Publish(ctx context.Context, req *agentsilov1.PublishReque
 	if err := ts.g.checkMessage(m); err != nil {
 		return nil, err
 	}
+	if err := checkKind(m, "Publish", grain.KindRequest, grain.KindOneWay, grain.KindEvent); err != nil {
+		return nil, err
+	}
 	from := grain.SessionType + ":" + c.Principal + ":unary-" + grain.NewID()
 	if p := req.GetPublisher(); p != "" {
 		a, err := grain.ParseAddress(p)
@@ -346,6 +349,9 @@ func (ts topicServer) Broadcast(ctx context.Context, req *agentsilov1.BroadcastR
 		m = &agentsilov1.AgentMessage{}
 	}
 	if err := ts.g.checkMessage(m); err != nil {
+		return nil, err
+	}
+	if err := checkKind(m, "Broadcast", grain.KindOneWay, grain.KindEvent); err != nil {
 		return nil, err
 	}
 	stamp(m, unaryFrom(c.Principal))
