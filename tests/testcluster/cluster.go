@@ -172,8 +172,8 @@ func Start(tb TB, opts Options) *Cluster {
 		if c.netns != nil {
 			host := c.netns.hostIP()
 			ip = func(int) string { return host }
-		} else if !multiLoopback() {
-			tb.Fatalf("testcluster: an etcd cluster needs one loopback address per member (127.0.0.100 and up), and this host cannot bind them")
+		} else {
+			need(tb, multiLoopback(), "one loopback address per etcd member (127.0.0.100 and up, as Linux has)")
 		}
 		c.etcdc = startEtcd(tb, opts.EtcdMembers, ip)
 		c.endpoints = c.etcdc.Endpoints()

@@ -23,18 +23,9 @@ type netns struct {
 // once delete whatever was made, so nothing leaks when a step fails.
 func (c *Cluster) setupNetns(n int) {
 	c.tb.Helper()
-	if os.Geteuid() != 0 {
-		c.tb.Fatalf("testcluster: Options.Netns needs root (to create network namespaces and veth pairs); this test runs as uid %d", os.Geteuid())
-		return
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		c.tb.Fatalf("testcluster: Options.Netns needs the ip command (Debian's iproute2): %v", err)
-		return
-	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		c.tb.Fatalf("testcluster: Options.Netns needs the nft command (Debian's nftables): %v", err)
-		return
-	}
+	need(c.tb, os.Geteuid() == 0, "root (network namespaces and veth pairs)")
+	needCommand(c.tb, "ip", "Debian's iproute2 package")
+	needCommand(c.tb, "nft", "Debian's nftables package")
 	seq := clusterSeq.Load()
 	pid := os.Getpid()
 	tag := fmt.Sprintf("%x", (pid<<6|int(seq&63))&0xffffff)
