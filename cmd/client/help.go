@@ -153,6 +153,7 @@ client --version.`, cmdVersion},
 		{"help", "[COMMAND]", "print this usage, or a command's",
 			`Prints a command's usage and flags, as COMMAND --help does.`, cmdHelp},
 	}
+	commands = withDirectoryCommands(commands) // directory.go
 }
 
 // lookup returns the command named by the first words of args (`acl`

@@ -1,0 +1,88 @@
+package client
+
+import (
+	"context"
+
+	"github.com/agentsilo/agentsilo/grain/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// The service directory: the cluster's agent types, outside A2A agents and
+// MCP servers, in one ranked search. Reading needs Read on
+// system:directory; adding and removing outside entries needs Admin on it.
+
+// directory prepares a call to the Directory service of the session's
+// gateway.
+func (c *Client) directory(ctx context.Context) (context.Context, context.CancelFunc, agentsilov1.DirectoryClient) {
+	ctx, cancel, _ := c.unary(ctx)
+	return ctx, cancel, agentsilov1.NewDirectoryClient(c.conns[c.connIndex()])
+}
+
+// DirectoryQuery narrows a Search or a ListDirectory.
+type DirectoryQuery struct {
+	// Kind keeps one kind: "type", "a2a" or "mcp".
+	Kind string
+	// Tag keeps entries with a skill of this tag (an MCP server: a tool of
+	// this name).
+	Tag string
+	// Limit bounds the hits of a search: 0 is 20, at most 1000.
+	Limit int
+}
+
+// Search ranks the directory's entries by how well they match query
+// (BM25), best first, each with its score and how to call it.
+func (c *Client) Search(ctx context.Context, query string, q DirectoryQuery) ([]*agentsilov1.DirectoryHit, error) {
+	ctx, cancel, dc := c.directory(ctx)
+	defer cancel()
+	r, err := dc.Search(ctx, &agentsilov1.DirectorySearchRequest{Query: query, Kind: q.Kind, Tag: q.Tag, Limit: int32(q.Limit)})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetHits(), nil
+}
+
+// ListDirectory returns the directory's entries of q's kind and tag, by
+// kind and name.
+func (c *Client) ListDirectory(ctx context.Context, q DirectoryQuery) ([]*agentsilov1.DirectoryEntry, error) {
+	ctx, cancel, dc := c.directory(ctx)
+	defer cancel()
+	r, err := dc.List(ctx, &agentsilov1.DirectoryListRequest{Kind: q.Kind, Tag: q.Tag})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetEntries(), nil
+}
+
+// DirectoryEntry returns one entry by name (or kind/name); NotFound if
+// there is none.
+func (c *Client) DirectoryEntry(ctx context.Context, name string) (*agentsilov1.DirectoryEntry, error) {
+	ctx, cancel, dc := c.directory(ctx)
+	defer cancel()
+	r, err := dc.Get(ctx, &agentsilov1.DirectoryGetRequest{Name: name})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetEntry(), nil
+}
+
+// AddToDirectory adds or replaces an outside entry: an A2A agent (kind
+// "a2a", its base or card URL) or an MCP server ("mcp", its endpoint),
+// with headers sent to it (credentials, never returned) and pinned skills.
+// It returns the entry once listed.
+func (c *Client) AddToDirectory(ctx context.Context, req *agentsilov1.DirectoryAddRequest) (*agentsilov1.DirectoryEntry, error) {
+	ctx, cancel, dc := c.directory(ctx)
+	defer cancel()
+	r, err := dc.Add(ctx, req)
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return r.GetEntry(), nil
+}
+
+// RemoveFromDirectory removes an outside entry; NotFound if there is none.
+func (c *Client) RemoveFromDirectory(ctx context.Context, name string) error {
+	ctx, cancel, dc := c.directory(ctx)
+	defer cancel()
+	_, err := dc.Remove(ctx, &agentsilov1.DirectoryRemoveRequest{Name: name})
+	return errs.FromStatus(err)
+}

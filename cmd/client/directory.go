@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/agentsilo/agentsilo/client"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// The service directory's commands: search, directory list, get, add,
+// remove. help.go adds them to its commands (withDirectoryCommands).
+
+// withDirectoryCommands inserts the directory's commands into cs before
+// version and help.
+func withDirectoryCommands(cs []*cmdSpec) []*cmdSpec {
+	at := slices.IndexFunc(cs, func(c *cmdSpec) bool { return c.name == "version" })
+	if at < 0 {
+		at = len(cs)
+	}
+	const access = `
+
+Reading the directory needs Read on system:directory; adding and
+removing entries needs Admin on it.`
+	return slices.Insert(cs, at, []*cmdSpec{
+		{"search", "WORDS...", "search the directory: agent types, outside A2A agents, MCP tools",
+			`Ranks the directory's entries by how well their names, descriptions,
+skills, tags, examples and tools match WORDS (BM25) and prints the best
+(--limit, default 20): score, kind, name, how to call it, description.
+--kind keeps one kind (type, a2a, mcp), --tag entries with a skill of
+that tag (an MCP server: a tool of that name). "none" if nothing
+matches (-o json: a list of hits).` + access, cmdSearch},
+		{"directory list", "", "list the directory's entries",
+			`Lists the agent types, outside A2A agents and MCP servers (--kind,
+--tag filter them): kind, name, how to call it, when an outside entry
+last answered and its last error.` + access, cmdDirectoryList},
+		{"directory get", "NAME", "show one directory entry",
+			`Prints an entry (NAME, or KIND/NAME) with its skills and tools; NotFound
+(exit 3) if there is none.` + access, cmdDirectoryGet},
+		{"directory add", "NAME URL", "add an outside A2A agent or MCP server",
+			`Adds (or replaces) the outside entry NAME: an A2A agent at URL (its
+base URL, the card at URL/.well-known/agent-card.json, or the card's own
+URL), or with --kind mcp an MCP server's streamable HTTP endpoint.
+--header K=V (repeatable) is sent with every request to it: credentials,
+kept in the cluster and never shown again. --skill pins a skill, listed
+whatever the card says: NAME, NAME:TAG,TAG or NAME:TAGS=DESCRIPTION.
+Agents then call it by name: A2A:owner:NAME or MCP:owner:NAME.` + access, cmdDirectoryAdd},
+		{"directory remove", "NAME", "remove an outside entry",
+			`Removes the outside entry NAME; NotFound (exit 3) if there is none.` + access, cmdDirectoryRemove},
+	}...)
+}
+
+func cmdSearch(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	var q client.DirectoryQuery
+	fs.StringVar(&q.Kind, "kind", "", "keep one `kind`: type, a2a or mcp")
+	fs.StringVar(&q.Tag, "tag", "", "keep entries with a skill carrying this `tag` (MCP: a tool name)")
+	fs.IntVar(&q.Limit, "limit", 20, "print at most `N` hits")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 {
+		return usagef("%s: want WORDS to search for", name)
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		hits, err := c.Search(ctx, strings.Join(pos, " "), q)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printList(&agentsilov1.DirectorySearchResponse{Hits: hits})
+			return nil
+		}
+		return g.table("SCORE\tKIND\tNAME\tCALL\tDESCRIPTION", len(hits), func(w io.Writer, i int) {
+			e := hits[i].GetEntry()
+			fmt.Fprintf(w, "%.2f\t%s\t%s\t%s\t%s\n", hits[i].GetScore(), e.GetKind(), e.GetName(), e.GetCall(), oneLine(e.GetDescription()))
+		})
+	})
+}
+
+func cmdDirectoryList(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	var q client.DirectoryQuery
+	fs.StringVar(&q.Kind, "kind", "", "keep one `kind`: type, a2a or mcp")
+	fs.StringVar(&q.Tag, "tag", "", "keep entries with a skill carrying this `tag` (MCP: a tool name)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(name, pos); err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		entries, err := c.ListDirectory(ctx, q)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printList(&agentsilov1.DirectoryListResponse{Entries: entries})
+			return nil
+		}
+		return g.table("KIND\tNAME\tCALL\tLAST SEEN\tLAST ERROR", len(entries), func(w io.Writer, i int) {
+			e := entries[i]
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.GetKind(), e.GetName(), e.GetCall(), lastSeen(e), oneLine(e.GetLastError()))
+		})
+	})
+}
+
+func cmdDirectoryGet(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("%s: want one NAME", name)
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		e, err := c.DirectoryEntry(ctx, pos[0])
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, e)
+			return nil
+		}
+		w := g.stdout
+		fmt.Fprintf(w, "%s %s\ncall: %s\n", e.GetKind(), e.GetName(), e.GetCall())
+		if e.GetUrl() != "" {
+			fmt.Fprintf(w, "url: %s\nlast seen: %s\n", e.GetUrl(), lastSeen(e))
+		}
+		if e.GetLastError() != "" {
+			fmt.Fprintf(w, "last error: %s\n", flat(e.GetLastError()))
+		}
+		if e.GetDescription() != "" {
+			fmt.Fprintf(w, "description: %s\n", flat(e.GetDescription()))
+		}
+		for _, sk := range e.GetSkills() {
+			fmt.Fprintf(w, "skill %s", sk.GetName())
+			if len(sk.GetTags()) > 0 {
+				fmt.Fprintf(w, " [%s]", strings.Join(sk.GetTags(), ","))
+			}
+			if sk.GetDescription() != "" {
+				fmt.Fprintf(w, ": %s", flat(sk.GetDescription()))
+			}
+			fmt.Fprintln(w)
+		}
+		for _, t := range e.GetTools() {
+			fmt.Fprintf(w, "tool %s: %s\n", t.GetName(), flat(t.GetDescription()))
+		}
+		return nil
+	})
+}
+
+func cmdDirectoryAdd(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	req := &agentsilov1.DirectoryAddRequest{Headers: map[string]string{}}
+	fs.StringVar(&req.Kind, "kind", "a2a", "`kind` of entry: a2a or mcp")
+	fs.StringVar(&req.Description, "description", "", "`text` that replaces the card's description")
+	fs.Func("header", "`K=V` header sent with every request to it (repeatable; a credential, never shown)", func(s string) error {
+		k, v, ok := strings.Cut(s, "=")
+		if !ok || k == "" {
+			return fmt.Errorf("want K=V") // not the value: a credential
+		}
+		req.Headers[k] = v
+		return nil
+	})
+	fs.Func("skill", "pin a skill: `NAME[:TAG,TAG][=DESCRIPTION]` (repeatable)", func(s string) error {
+		spec, desc, _ := strings.Cut(s, "=")
+		n, tags, _ := strings.Cut(spec, ":")
+		if n == "" {
+			return fmt.Errorf("want NAME[:TAG,TAG][=DESCRIPTION], got %q", clipArg(s))
+		}
+		sk := &agentsilov1.Skill{Name: n, Description: desc}
+		if tags != "" {
+			sk.Tags = strings.Split(tags, ",")
+		}
+		req.Skills = append(req.Skills, sk)
+		return nil
+	})
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("%s: want NAME URL", name)
+	}
+	req.Name, req.Url = pos[0], pos[1]
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		e, err := c.AddToDirectory(ctx, req)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			g.printJSON(g.stdout, e)
+			return nil
+		}
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", e.GetKind(), e.GetName(), e.GetCall())
+		return nil
+	})
+}
+
+func cmdDirectoryRemove(g *globals, name string, args []string) error {
+	fs := newFlagSet(name, g)
+	pos, err := parse(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("%s: want one NAME", name)
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := c.RemoveFromDirectory(ctx, pos[0]); err != nil {
+			return err
+		}
+		g.done("removed %s from the directory", pos[0])
+		return nil
+	})
+}
+
+// lastSeen says when an outside entry last answered: "never", or a UTC
+// time; "-" for a type.
+func lastSeen(e *agentsilov1.DirectoryEntry) string {
+	switch {
+	case e.GetKind() == "type":
+		return "-"
+	case e.GetLastSeen() == nil:
+		return "never"
+	}
+	return e.GetLastSeen().AsTime().UTC().Format(time.RFC3339)
+}
+
+// flat puts s on one line.
+func flat(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// clipArg keeps a usage error short.
+func clipArg(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
