@@ -1,0 +1,590 @@
+package mcp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+)
+
+// RemoteType is the built-in agent type whose agents are MCP servers
+// outside the cluster (or another silo's MCP endpoint): an agent of it,
+// configured by CreateAgent with the server's URL, lists the server's
+// tools and calls them for whoever asks it, so any agent or client uses,
+// say, MCP:system:github like any other agent:
+//
+//	message_type "tools/list"            reply: the tools, as JSON data
+//	                                     ({"tools": [...]}) and one line
+//	                                     per tool as text
+//	message_type "tools/call"            data {"name": tool, "arguments": {...}}
+//	message_type <a tool's name>         data: the tool's JSON arguments
+//
+// A call's reply carries the tool's text content as its message and its
+// structured content as JSON data; a result flagged isError fails the Ask
+// (Unknown, with the tool's text).
+const RemoteType = "MCP"
+
+// The configuration keys of an agent of RemoteType (CreateAgent's config).
+// The credentials are sent with every request to the server, and to no
+// other host (redirects elsewhere are refused).
+const (
+	// RemoteURL is the server's streamable HTTP endpoint, e.g.
+	// https://mcp.example.com/mcp.
+	RemoteURL = "url"
+	// RemoteAPIKey is sent as the x-api-key header.
+	RemoteAPIKey = "api_key"
+	// RemoteBearerToken is sent as "Authorization: Bearer <token>".
+	RemoteBearerToken = "bearer_token"
+	// RemoteHeaderPrefix starts keys of further headers: header.X-Tenant=acme.
+	RemoteHeaderPrefix = "header."
+)
+
+// The message types an agent of RemoteType understands besides a tool's
+// name.
+const (
+	// RemoteListTools lists the server's tools.
+	RemoteListTools = "tools/list"
+	// RemoteCallTool calls the tool its JSON data names, with arguments.
+	RemoteCallTool = "tools/call"
+)
+
+// RemoteOptions configures the MCP agent type.
+type RemoteOptions struct {
+	// AllowPrivateNetworks lets servers be on loopback, private and
+	// link-local addresses. Default: refused, as for the A2A agent type
+	// (a caller could otherwise reach the silo's own network).
+	AllowPrivateNetworks bool
+	// Resolve, if set, gives the endpoint of an agent MCP:owner:alias that
+	// has no configuration of its own (never created with CreateAgent):
+	// the server's URL and the headers to send with every request. ok
+	// false (with a nil error) means it knows no such server, and the Ask
+	// fails as without Resolve (FailedPrecondition); an error fails the
+	// Ask with the error's code. It may be called concurrently.
+	Resolve func(ctx context.Context, owner, alias string) (url string, headers map[string]string, ok bool, err error)
+	// Version is the client version the agents announce to servers.
+	// Default: "dev".
+	Version string
+}
+
+// Bounds of what a server's answers may make an agent hold.
+const (
+	// remoteMaxPages bounds the pages of one tools/list.
+	remoteMaxPages = 100
+	// remoteMaxTools bounds the tools of one tools/list.
+	remoteMaxTools = 10000
+	// remoteMaxEvent bounds one server-sent event (a result).
+	remoteMaxEvent = 16 << 20
+)
+
+// RegisterRemote registers RemoteType in reg.
+func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	base := remoteTransport(opts.AllowPrivateNetworks)
+	return reg.Register(RemoteType, func(h grain.Host) (grain.Agent, error) {
+		return &remoteAgent{h: h, opts: opts, base: base}, nil
+	}, grain.TypeInfo{
+		Description: "An MCP server outside the cluster: its configuration (url, and api_key, bearer_token or header.* credentials) names it; ask it tools/list for its tools, or a tool's name with the JSON arguments as data to call it.",
+		Skills: []grain.Skill{
+			{
+				Name:        RemoteListTools,
+				Description: "List the MCP server's tools: names, descriptions, input and output schemas (JSON data {\"tools\": [...]}).",
+				Tags:        []string{"mcp", "tools"},
+			},
+			{
+				Name:        RemoteCallTool,
+				Description: "Call a tool of the MCP server: data {\"name\": tool, \"arguments\": {...}} (or message_type = the tool's name and data = its arguments); the reply is the tool's text and structured content.",
+				Tags:        []string{"mcp", "tools", "proxy"},
+			},
+		},
+	})
+}
+
+// remoteAgent is an agent of RemoteType: one MCP client session per
+// activation, made at its first message and again after the server lost
+// it. Its turns run one at a time, so its fields need no lock.
+type remoteAgent struct {
+	h       grain.Host
+	opts    RemoteOptions
+	base    http.RoundTripper
+	session *mcpsdk.ClientSession
+	url     string
+	// last is what the last failed request to the server got, to give
+	// errors their codes.
+	last remoteLast
+}
+
+// remoteLast is the outcome of the last failed HTTP request of an agent:
+// the SDK reports transport failures as text.
+type remoteLast struct {
+	status atomic.Int32          // an HTTP status ≥ 400, or 0
+	err    atomic.Pointer[error] // a transport error, or nil
+}
+
+func (l *remoteLast) reset() {
+	l.status.Store(0)
+	l.err.Store(nil)
+}
+
+// isAnswer reports whether err is the server's JSON-RPC error answer (not
+// the SDK's own "rejected by transport").
+func isAnswer(err error) (*jsonrpc.Error, bool) {
+	var wire *jsonrpc.Error
+	if errors.As(err, &wire) && wire.Code != remoteCodeRejected {
+		return wire, true
+	}
+	return nil, false
+}
+
+// remoteCodeRejected is the code of the SDK's error for a request its
+// transport could not deliver.
+const remoteCodeRejected = -32005
+
+// OnMessage implements grain.Agent.
+func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	if m.GetKind() != grain.KindRequest {
+		return nil, nil // a one-way message has no one to answer
+	}
+	ctx = remoteWithTrace(ctx, m)
+	switch mt := m.GetMessageType(); mt {
+	case RemoteListTools:
+		return r.listTools(ctx, m)
+	case RemoteCallTool:
+		var c struct {
+			Name      string          `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		}
+		if err := json.Unmarshal(m.GetData(), &c); err != nil || c.Name == "" {
+			return nil, errs.New(codes.InvalidArgument, "%s: %s takes JSON data {\"name\": tool, \"arguments\": {...}}", r.h.Address(), RemoteCallTool)
+		}
+		return r.callTool(ctx, m, c.Name, c.Arguments)
+	case "":
+		return nil, errs.New(codes.InvalidArgument, "%s: say what to do in message_type: %s, %s, or a tool's name with its JSON arguments as data", r.h.Address(), RemoteListTools, RemoteCallTool)
+	default:
+		return r.callTool(ctx, m, mt, m.GetData())
+	}
+}
+
+// OnDeactivate implements grain.Deactivator: the session ends.
+func (r *remoteAgent) OnDeactivate(context.Context, grain.Reason) { r.drop() }
+
+// drop closes the session, if any.
+func (r *remoteAgent) drop() {
+	if r.session != nil {
+		_ = r.session.Close() // the server may be gone: nothing to do about it
+		r.session = nil
+	}
+}
+
+// remoteTool is a tool as tools/list replies with it.
+type remoteTool struct {
+	Name         string `json:"name"`
+	Title        string `json:"title,omitempty"`
+	Description  string `json:"description,omitempty"`
+	InputSchema  any    `json:"inputSchema,omitempty"`
+	OutputSchema any    `json:"outputSchema,omitempty"`
+}
+
+func (r *remoteAgent) listTools(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	var tools []remoteTool
+	err := r.withSession(ctx, true, func(s *mcpsdk.ClientSession) error {
+		tools = tools[:0]
+		params := &mcpsdk.ListToolsParams{}
+		for page := 0; ; page++ {
+			if page == remoteMaxPages {
+				return errs.New(codes.ResourceExhausted, "more than %d pages of tools", remoteMaxPages)
+			}
+			res, err := s.ListTools(ctx, params)
+			if err != nil {
+				return err
+			}
+			for _, t := range res.Tools {
+				if len(tools) == remoteMaxTools {
+					return errs.New(codes.ResourceExhausted, "more than %d tools", remoteMaxTools)
+				}
+				tools = append(tools, remoteTool{Name: t.Name, Title: t.Title, Description: t.Description, InputSchema: t.InputSchema, OutputSchema: t.OutputSchema})
+			}
+			if res.NextCursor == "" {
+				return nil
+			}
+			params.Cursor = res.NextCursor
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	if tools == nil {
+		tools = []remoteTool{}
+	}
+	data, err := json.Marshal(struct {
+		Tools []remoteTool `json:"tools"`
+	}{tools})
+	if err != nil {
+		return nil, errs.New(codes.Internal, "%s: encode the tools: %v", r.h.Address(), err)
+	}
+	var text strings.Builder
+	for _, t := range tools {
+		text.WriteString(t.Name)
+		if t.Description != "" {
+			text.WriteString(": " + firstLine(t.Description))
+		}
+		text.WriteByte('\n')
+	}
+	reply := m.Response()
+	reply.Message, reply.Data, reply.DataType = strings.TrimSuffix(text.String(), "\n"), data, grain.JSONType
+	return reply, nil
+}
+
+func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name string, args json.RawMessage) (*grain.Message, error) {
+	if len(strings.TrimSpace(string(args))) == 0 {
+		args = json.RawMessage("{}")
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
+		return nil, errs.New(codes.InvalidArgument, "%s: the arguments of tool %q must be a JSON object", r.h.Address(), clientClip(name))
+	}
+	var res *mcpsdk.CallToolResult
+	// A call is sent again only on a session the server no longer knows
+	// (it answered 404 and did not run it).
+	err := r.withSession(ctx, false, func(s *mcpsdk.ClientSession) error {
+		var err error
+		res, err = s.CallTool(ctx, &mcpsdk.CallToolParams{Name: name, Arguments: args})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	reply := m.Response()
+	var texts []string
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *mcpsdk.TextContent:
+			texts = append(texts, c.Text)
+		case *mcpsdk.ImageContent:
+			setData(reply, c.Data, c.MIMEType)
+		case *mcpsdk.AudioContent:
+			setData(reply, c.Data, c.MIMEType)
+		case *mcpsdk.ResourceLink:
+			reply.Files = append(reply.Files, c.URI)
+		case *mcpsdk.EmbeddedResource:
+			if c.Resource == nil {
+				continue
+			}
+			if c.Resource.Text != "" {
+				texts = append(texts, c.Resource.Text)
+			} else if c.Resource.Blob != nil {
+				setData(reply, c.Resource.Blob, c.Resource.MIMEType)
+			} else {
+				reply.Files = append(reply.Files, c.Resource.URI)
+			}
+		}
+	}
+	reply.Message = strings.Join(texts, "\n")
+	if res.IsError {
+		why := reply.Message
+		if why == "" {
+			why = "no message"
+		}
+		return nil, errs.New(codes.Unknown, "tool %q of the MCP server %s reported an error: %s", clientClip(name), r.url, clientClip(why))
+	}
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, errs.New(codes.Internal, "%s: encode the structured content: %v", r.h.Address(), err)
+		}
+		reply.Data, reply.DataType = b, grain.JSONType
+	}
+	return reply, nil
+}
+
+// setData makes data the reply's data unless it has some.
+func setData(reply *grain.Message, data []byte, mimeType string) {
+	if reply.Data != nil {
+		return
+	}
+	if mimeType == "" {
+		mimeType = "application/octet-stream"
+	}
+	reply.Data, reply.DataType = data, mimeType
+}
+
+// withSession runs op on the activation's session, connecting first if it
+// has none. A session that failed for something else than an answer of
+// the server (a JSON-RPC error) is dropped and made again: at once, with
+// op run once more, when the server answered 404 for the session (it
+// restarted or ended the session, and did not run the request) or when
+// retry (op is safe to repeat); else at the next message.
+func (r *remoteAgent) withSession(ctx context.Context, retry bool, op func(*mcpsdk.ClientSession) error) error {
+	for attempt := 0; ; attempt++ {
+		if err := r.connect(ctx); err != nil {
+			return err
+		}
+		r.last.reset()
+		err := op(r.session)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return r.fail(ctx, err)
+		}
+		if _, ok := isAnswer(err); ok {
+			return r.fail(ctx, err) // the server answered: the session is fine
+		}
+		var own *errs.Error
+		if errors.As(err, &own) {
+			return err // the agent's own (a bound on the listing)
+		}
+		lost := errors.Is(err, mcpsdk.ErrSessionMissing)
+		r.drop()
+		if attempt > 0 || !lost && !retry {
+			return r.fail(ctx, err)
+		}
+		r.h.Logger().DebugContext(ctx, "mcp: the server lost the session; making a new one", "agent", r.h.Address(), "err", err)
+	}
+}
+
+// connect makes the session, once per activation (and again after drop).
+func (r *remoteAgent) connect(ctx context.Context) error {
+	if r.session != nil {
+		return nil
+	}
+	u, headers, err := r.endpoint(ctx)
+	if err != nil {
+		return err
+	}
+	hc := &http.Client{
+		Transport: &remoteHeaders{base: r.base, headers: headers, last: &r.last},
+		// Credentials go to the configured host only.
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 5 || req.URL.Host != via[0].URL.Host {
+				return errors.New("mcp: redirect to another host refused")
+			}
+			return nil
+		},
+	}
+	c := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "agentsilo", Version: r.opts.Version}, &mcpsdk.ClientOptions{Capabilities: &mcpsdk.ClientCapabilities{}})
+	t := &mcpsdk.StreamableClientTransport{
+		Endpoint:   u,
+		HTTPClient: hc,
+		MaxRetries: -1, // a lost stream fails the call: the Ask's caller decides
+		// Replies come on each request's own stream; a standing GET
+		// stream per activation would hold a connection for nothing.
+		DisableStandaloneSSE: true,
+		MaxEventSize:         remoteMaxEvent,
+	}
+	r.url = u
+	r.last.reset()
+	s, err := c.Connect(ctx, t, nil)
+	if err != nil {
+		return r.fail(ctx, fmt.Errorf("connect: %w", err))
+	}
+	r.session = s
+	return nil
+}
+
+// endpoint reads the agent's configuration (or asks Resolve for it): the
+// server's URL and the headers to send.
+func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, error) {
+	cfg, err := r.h.Config(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(cfg) == 0 && r.opts.Resolve != nil {
+		u, hdrs, ok, err := r.opts.Resolve(ctx, r.h.Address().Owner, r.h.Address().Alias)
+		if err != nil {
+			return "", nil, errs.Wrap(errs.Code(err), err, "%s: resolve", r.h.Address())
+		}
+		if ok {
+			cfg = map[string]string{RemoteURL: u}
+			for k, v := range hdrs {
+				cfg[RemoteHeaderPrefix+k] = v
+			}
+		}
+	}
+	raw := cfg[RemoteURL]
+	if raw == "" {
+		return "", nil, errs.New(codes.FailedPrecondition, "%s has no %s: create it with its MCP server's URL (CreateAgent %s=https://host/mcp)", r.h.Address(), RemoteURL, RemoteURL)
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return "", nil, errs.New(codes.FailedPrecondition, "%s: %s %q: want http(s)://host/...", r.h.Address(), RemoteURL, clientClip(raw))
+	}
+	headers := http.Header{}
+	if k := cfg[RemoteAPIKey]; k != "" {
+		headers.Set("X-Api-Key", k)
+	}
+	if t := cfg[RemoteBearerToken]; t != "" {
+		headers.Set("Authorization", "Bearer "+t)
+	}
+	for k, v := range cfg {
+		if name, ok := strings.CutPrefix(k, RemoteHeaderPrefix); ok && name != "" {
+			headers.Set(name, v)
+		}
+	}
+	return u.String(), headers, nil
+}
+
+// fail gives an error of the server, its transport or ctx its code.
+func (r *remoteAgent) fail(ctx context.Context, err error) error {
+	code := codes.Unavailable
+	wire, answered := isAnswer(err)
+	var terr error
+	if p := r.last.err.Load(); p != nil {
+		terr = *p
+	}
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		code = codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case answered:
+		code = remoteWireCode(wire.Code)
+	case errors.Is(terr, errRemoteBlocked):
+		code = codes.PermissionDenied
+	default:
+		switch s := r.last.status.Load(); {
+		case s == http.StatusUnauthorized:
+			code = codes.Unauthenticated
+		case s == http.StatusForbidden:
+			code = codes.PermissionDenied
+		case s == http.StatusNotFound || s == http.StatusMethodNotAllowed:
+			code = codes.FailedPrecondition // not an MCP endpoint
+		case s == http.StatusTooManyRequests:
+			code = codes.ResourceExhausted
+		}
+	}
+	return errs.Wrap(code, err, "%s: MCP server %s", r.h.Address(), r.url)
+}
+
+// remoteWireCode maps a JSON-RPC error code to a gRPC code.
+func remoteWireCode(c int64) codes.Code {
+	switch c {
+	case jsonrpc.CodeInvalidParams, jsonrpc.CodeInvalidRequest, jsonrpc.CodeParseError:
+		return codes.InvalidArgument
+	case jsonrpc.CodeMethodNotFound:
+		return codes.Unimplemented
+	case CodeUnauthenticated:
+		return codes.Unauthenticated
+	case CodePermissionDenied:
+		return codes.PermissionDenied
+	case CodeUnavailable:
+		return codes.Unavailable
+	}
+	return codes.Unknown
+}
+
+// remoteWithTrace returns ctx in the trace m carries, unless ctx has a span
+// already, so that what the agent sends the server continues the caller's
+// trace.
+func remoteWithTrace(ctx context.Context, m *grain.Message) context.Context {
+	if trace.SpanContextFromContext(ctx).IsValid() || m.GetTraceparent() == "" {
+		return ctx
+	}
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
+}
+
+// remoteHeaders adds an agent's headers and the request context's W3C
+// trace context to every request to its server, and notes the status of
+// failed responses.
+type remoteHeaders struct {
+	base    http.RoundTripper
+	headers http.Header
+	last    *remoteLast
+}
+
+func (t *remoteHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for k, v := range t.headers {
+		req.Header[k] = v
+	}
+	if trace.SpanContextFromContext(req.Context()).IsValid() {
+		propagation.TraceContext{}.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
+	}
+	resp, err := t.base.RoundTrip(req)
+	switch {
+	case err != nil:
+		t.last.err.Store(&err)
+	case resp.StatusCode >= 400:
+		t.last.status.Store(int32(resp.StatusCode))
+	}
+	return resp, err
+}
+
+// errRemoteBlocked is the error of a connection the SSRF guard refused.
+var errRemoteBlocked = errors.New("the address is loopback, private, link-local or otherwise internal, which MCP agents may not reach (RemoteOptions.AllowPrivateNetworks allows it)")
+
+// remoteBlocked reports whether ip is an address the MCP agents may not
+// reach: what would let a caller probe the silo's own network.
+func remoteBlocked(ip net.IP) bool {
+	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
+		ip.IsInterfaceLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() ||
+		// 100.64.0.0/10 (carrier-grade NAT) is as internal as 10/8.
+		ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xc0 == 64
+}
+
+// remoteTransport is the HTTP transport of the MCP agents: unless
+// allowPrivate, every connection is checked where it is made, after name
+// resolution, so that neither a URL nor a redirect nor a DNS answer can
+// reach an internal address.
+func remoteTransport(allowPrivate bool) *http.Transport {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	if !allowPrivate {
+		d.Control = func(_, address string, _ syscall.RawConn) error {
+			host, _, err := net.SplitHostPort(address)
+			if err != nil {
+				return err
+			}
+			if ip := net.ParseIP(host); ip == nil || remoteBlocked(ip) {
+				return fmt.Errorf("%s: %w", host, errRemoteBlocked)
+			}
+			return nil
+		}
+	}
+	return &http.Transport{
+		Proxy:                 nil, // a proxy would dial for us, past the guard
+		DialContext:           d.DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          100,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// firstLine is s up to its first newline.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// clientClip shortens s for an error message.
+func clientClip(s string) string {
+	const n = 200
+	if len(s) <= n {
+		return s
+	}
+	for i := n; i > 0; i-- {
+		if utf8.RuneStart(s[i]) {
+			return s[:i] + "…"
+		}
+	}
+	return s[:n] + "…"
+}

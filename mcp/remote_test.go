@@ -1,0 +1,407 @@
+package mcp_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	"github.com/agentsilo/agentsilo/mcp"
+)
+
+// remoteServer is an MCP server made with the Go SDK on 127.0.0.1, with
+// tools that answer in text, in structured content and with isError, and
+// one that waits until its call is cancelled. It records what its
+// requests carry.
+type remoteServer struct {
+	addr      string
+	srv       *http.Server
+	done      chan struct{}
+	cancelled atomic.Int32 // calls of "wait" that saw their cancellation
+	started   chan struct{}
+	inits     atomic.Int32 // sessions begun (initialize)
+	h         atomic.Pointer[http.Handler]
+	// forget makes the server forget its sessions, as a restart does.
+	forget func()
+	// closeSessions ends the server's sessions.
+	closeSessions func()
+
+	mu      sync.Mutex
+	headers []http.Header // of every POST
+}
+
+type addIn struct {
+	A int `json:"a" jsonschema:"the first number"`
+	B int `json:"b" jsonschema:"the second number"`
+}
+
+type addOut struct {
+	Sum int `json:"sum"`
+}
+
+// startRemoteServer serves on addr ("127.0.0.1:0" for a free port).
+func startRemoteServer(t *testing.T, addr string) *remoteServer {
+	t.Helper()
+	rs := &remoteServer{done: make(chan struct{}), started: make(chan struct{}, 10)}
+	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "test-tools", Version: "1"}, nil)
+	s.AddTool(&mcpsdk.Tool{Name: "greet", Description: "Greets someone.\nSecond line.", InputSchema: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}}}`)},
+		func(_ context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			var in struct{ Name string }
+			if err := json.Unmarshal(req.Params.Arguments, &in); err != nil {
+				return nil, err
+			}
+			return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "hello " + in.Name}, &mcpsdk.TextContent{Text: "bye"}}}, nil
+		})
+	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "add", Description: "Adds two numbers."},
+		func(_ context.Context, _ *mcpsdk.CallToolRequest, in addIn) (*mcpsdk.CallToolResult, addOut, error) {
+			return nil, addOut{Sum: in.A + in.B}, nil
+		})
+	s.AddTool(&mcpsdk.Tool{Name: "fail", Description: "Always fails.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			return &mcpsdk.CallToolResult{IsError: true, Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "the disk is full"}}}, nil
+		})
+	s.AddTool(&mcpsdk.Tool{Name: "wait", Description: "Waits until cancelled.", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, _ *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			rs.started <- struct{}{}
+			select {
+			case <-ctx.Done():
+				rs.cancelled.Add(1)
+				return nil, ctx.Err()
+			case <-rs.done:
+				return &mcpsdk.CallToolResult{}, nil
+			}
+		})
+	rs.closeSessions = func() {
+		for ss := range s.Sessions() {
+			ss.Close()
+		}
+	}
+	rs.forget = func() {
+		rs.closeSessions()
+		var h http.Handler = mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, nil)
+		rs.h.Store(&h)
+	}
+	rs.forget()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs.addr = lis.Addr().String()
+	rs.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			rs.mu.Lock()
+			rs.headers = append(rs.headers, r.Header.Clone())
+			rs.mu.Unlock()
+			b, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(b))
+			if bytes.Contains(b, []byte(`"method":"initialize"`)) {
+				rs.inits.Add(1)
+			}
+		}
+		(*rs.h.Load()).ServeHTTP(w, r)
+	})}
+	go rs.srv.Serve(lis)
+	t.Cleanup(rs.close)
+	return rs
+}
+
+// close stops the server (and any call waiting in it).
+func (rs *remoteServer) close() {
+	select {
+	case <-rs.done:
+		return
+	default:
+	}
+	close(rs.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rs.srv.Shutdown(ctx)
+	rs.closeSessions()
+}
+
+func (rs *remoteServer) url() string { return "http://" + rs.addr + "/mcp" }
+
+// lastHeaders are the headers of the last POST.
+func (rs *remoteServer) lastHeaders() http.Header {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if len(rs.headers) == 0 {
+		return nil
+	}
+	return rs.headers[len(rs.headers)-1]
+}
+
+// remoteRuntime starts a runtime with the MCP agent type registered with
+// opts, and closes it at the test's end.
+func remoteRuntime(t *testing.T, opts mcp.RemoteOptions) *grain.Runtime {
+	t.Helper()
+	reg := grain.NewRegistry()
+	if err := mcp.RegisterRemote(reg, opts); err != nil {
+		t.Fatal(err)
+	}
+	cfg := grain.DefaultConfig()
+	cfg.Logger = testutil.Logger()
+	rt, err := grain.New(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return rt
+}
+
+// remoteAsk asks agent for messageType with data.
+func remoteAsk(ctx context.Context, rt *grain.Runtime, agent, messageType, data string) (*grain.Message, error) {
+	m := &grain.Message{To: agent, From: "Session:system:test", MessageType: messageType}
+	if data != "" {
+		m.Data, m.DataType = []byte(data), grain.JSONType
+	}
+	return rt.Ask(ctx, m)
+}
+
+func TestRemoteMCPServer(t *testing.T) {
+	srv := startRemoteServer(t, "127.0.0.1:0")
+	rt := remoteRuntime(t, mcp.RemoteOptions{AllowPrivateNetworks: true})
+	const agent = "MCP:system:tools"
+	if _, err := rt.CreateAgent(t.Context(), "system", agent, map[string]string{
+		mcp.RemoteURL: srv.url(), mcp.RemoteAPIKey: "k3y", mcp.RemoteHeaderPrefix + "X-Tenant": "acme",
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// tools/list: JSON data with the schemas, and a line per tool.
+	r, err := remoteAsk(t.Context(), rt, agent, mcp.RemoteListTools, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			Description  string          `json:"description"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(r.GetData(), &list); err != nil || r.GetDataType() != grain.JSONType {
+		t.Fatalf("tools/list data %q (%s): %v", r.GetData(), r.GetDataType(), err)
+	}
+	byName := map[string]int{}
+	for i, tl := range list.Tools {
+		byName[tl.Name] = i
+	}
+	if len(list.Tools) != 4 || !strings.Contains(string(list.Tools[byName["add"]].InputSchema), `"the first number"`) ||
+		!strings.Contains(string(list.Tools[byName["add"]].OutputSchema), `"sum"`) {
+		t.Fatalf("tools: %s", r.GetData())
+	}
+	if !strings.Contains(r.GetMessage(), "greet: Greets someone.") || strings.Contains(r.GetMessage(), "Second line") {
+		t.Errorf("tools/list text %q", r.GetMessage())
+	}
+	if h := srv.lastHeaders(); h.Get("X-Api-Key") != "k3y" || h.Get("X-Tenant") != "acme" {
+		t.Errorf("the server got x-api-key %q, x-tenant %q", h.Get("X-Api-Key"), h.Get("X-Tenant"))
+	}
+
+	// A call by the tool's name: text content as the message.
+	r, err = remoteAsk(t.Context(), rt, agent, "greet", `{"name":"Ada"}`)
+	if err != nil || r.GetMessage() != "hello Ada\nbye" || len(r.GetData()) != 0 {
+		t.Fatalf("greet: %v, %v", r, err)
+	}
+	// tools/call: structured content as JSON data.
+	r, err = remoteAsk(t.Context(), rt, agent, mcp.RemoteCallTool, `{"name":"add","arguments":{"a":2,"b":40}}`)
+	if err != nil || r.GetDataType() != grain.JSONType || string(r.GetData()) != `{"sum":42}` {
+		t.Fatalf("add: %v, %v", r, err)
+	}
+	// isError: the Ask fails with the tool's text.
+	if _, err := remoteAsk(t.Context(), rt, agent, "fail", ""); errs.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "the disk is full") {
+		t.Fatalf("fail: %v, want Unknown with the tool's text", err)
+	}
+	// Refusals of the server and of the agent.
+	for _, tc := range []struct {
+		mt, data string
+		code     codes.Code
+	}{
+		{"add", `{"a":"two"}`, codes.Unknown},                           // the server's schema check: an isError result
+		{"nosuchtool", `{}`, codes.InvalidArgument},                     // the server knows no such tool
+		{"add", `[1,2]`, codes.InvalidArgument},                         // arguments must be an object
+		{mcp.RemoteCallTool, `{"arguments":{}}`, codes.InvalidArgument}, // no name
+		{"", `{}`, codes.InvalidArgument},
+	} {
+		if _, err := remoteAsk(t.Context(), rt, agent, tc.mt, tc.data); errs.Code(err) != tc.code {
+			t.Errorf("%q %s: %v, want %v", tc.mt, tc.data, err, tc.code)
+		}
+	}
+	// The session survived all of that: one session for the activation.
+	if n := srv.inits.Load(); n != 1 {
+		t.Errorf("%d sessions begun, want 1", n)
+	}
+}
+
+// The server restarts between two calls: the agent makes a new session and
+// the call goes through.
+func TestRemoteServerRestart(t *testing.T) {
+	srv := startRemoteServer(t, "127.0.0.1:0")
+	rt := remoteRuntime(t, mcp.RemoteOptions{AllowPrivateNetworks: true})
+	const agent = "MCP:system:tools"
+	if _, err := rt.CreateAgent(t.Context(), "system", agent, map[string]string{mcp.RemoteURL: srv.url()}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":1,"b":2}`); err != nil || string(r.GetData()) != `{"sum":3}` {
+		t.Fatalf("before the restart: %v, %v", r, err)
+	}
+	srv.close()
+	// While it is down: Unavailable.
+	if _, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":1,"b":2}`); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("server down: %v, want Unavailable", err)
+	}
+	srv2 := startRemoteServer(t, srv.addr)
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":3,"b":4}`); err != nil || string(r.GetData()) != `{"sum":7}` {
+		t.Fatalf("after the restart: %v, %v", r, err)
+	}
+	if n := srv2.inits.Load(); n != 1 {
+		t.Errorf("the restarted server saw %d sessions begin, want 1", n)
+	}
+
+	// And a server that lost its sessions when the agent was not looking
+	// (a restart between two calls): it answers 404 for the session, the
+	// agent makes a new one and sends the call again.
+	srv2.forget()
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":5,"b":6}`); err != nil || string(r.GetData()) != `{"sum":11}` {
+		t.Fatalf("after the server lost the session: %v, %v", r, err)
+	}
+	srv2.forget()
+	if r, err := remoteAsk(t.Context(), rt, agent, mcp.RemoteListTools, ""); err != nil || !strings.Contains(r.GetMessage(), "add: Adds two numbers.") {
+		t.Fatalf("tools/list after the server lost the session: %v, %v", r, err)
+	}
+	if n := srv2.inits.Load(); n != 3 {
+		t.Errorf("the server saw %d sessions begin, want 3", n)
+	}
+}
+
+// Cancelling the Ask cancels the tool call on the server; the caller's
+// trace context reaches the server.
+func TestRemoteCancelAndTrace(t *testing.T) {
+	srv := startRemoteServer(t, "127.0.0.1:0")
+	rt := remoteRuntime(t, mcp.RemoteOptions{AllowPrivateNetworks: true})
+	const agent = "MCP:system:tools"
+	if _, err := rt.CreateAgent(t.Context(), "system", agent, map[string]string{mcp.RemoteURL: srv.url()}); err != nil {
+		t.Fatal(err)
+	}
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	m := &grain.Message{To: agent, From: "Session:system:test", MessageType: "greet", Data: []byte(`{"name":"x"}`), Traceparent: tp}
+	if _, err := rt.Ask(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	got := srv.lastHeaders().Get("Traceparent")
+	if !strings.HasPrefix(got, "00-4bf92f3577b34da6a3ce929d0e0e4736-") {
+		t.Fatalf("the server got traceparent %q, want one of trace 4bf92f3577b34da6a3ce929d0e0e4736", got)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := remoteAsk(ctx, rt, agent, "wait", `{}`)
+		errc <- err
+	}()
+	<-srv.started
+	cancel()
+	if err := <-errc; errs.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled call: %v, want Canceled", err)
+	}
+	testutil.WaitFor(t, "the server's tool sees its cancellation", func() bool { return srv.cancelled.Load() == 1 })
+
+	// A deadline ends the call the same way.
+	dctx, dcancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer dcancel()
+	if _, err := remoteAsk(dctx, rt, agent, "wait", `{}`); errs.Code(err) != codes.DeadlineExceeded {
+		t.Fatalf("call past its deadline: %v, want DeadlineExceeded", err)
+	}
+	<-srv.started
+	testutil.WaitFor(t, "the server's tool sees the deadline", func() bool { return srv.cancelled.Load() == 2 })
+	// The session still works.
+	if _, err := remoteAsk(t.Context(), rt, agent, "greet", `{"name":"y"}`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRemoteConfiguration(t *testing.T) {
+	srv := startRemoteServer(t, "127.0.0.1:0")
+
+	// The SSRF guard: loopback is refused unless allowed.
+	rt := remoteRuntime(t, mcp.RemoteOptions{})
+	if _, err := rt.CreateAgent(t.Context(), "system", "MCP:system:local", map[string]string{mcp.RemoteURL: srv.url()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:local", mcp.RemoteListTools, ""); errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "AllowPrivateNetworks") {
+		t.Fatalf("loopback server: %v, want PermissionDenied naming AllowPrivateNetworks", err)
+	}
+
+	// No configuration, and no Resolve: FailedPrecondition; a bad URL too.
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:none", mcp.RemoteListTools, ""); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "has no url") {
+		t.Fatalf("unconfigured: %v, want FailedPrecondition", err)
+	}
+	if _, err := rt.CreateAgent(t.Context(), "system", "MCP:system:bad", map[string]string{mcp.RemoteURL: "ftp://x/y"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:bad", mcp.RemoteListTools, ""); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("ftp URL: %v, want FailedPrecondition", err)
+	}
+
+	// Resolve gives unconfigured agents their server and headers.
+	var asked atomic.Value
+	rt2 := remoteRuntime(t, mcp.RemoteOptions{AllowPrivateNetworks: true, Resolve: func(_ context.Context, owner, alias string) (string, map[string]string, bool, error) {
+		asked.Store(owner + "/" + alias)
+		switch alias {
+		case "tools":
+			return srv.url(), map[string]string{"Authorization": "Bearer t0ken"}, true, nil
+		case "broken":
+			return "", nil, false, errs.New(codes.Unavailable, "the directory is down")
+		}
+		return "", nil, false, nil
+	}})
+	if r, err := remoteAsk(t.Context(), rt2, "MCP:acme:tools", "add", `{"a":1,"b":1}`); err != nil || string(r.GetData()) != `{"sum":2}` {
+		t.Fatalf("resolved: %v, %v", r, err)
+	}
+	if asked.Load() != "acme/tools" || srv.lastHeaders().Get("Authorization") != "Bearer t0ken" {
+		t.Errorf("Resolve asked for %v; the server got Authorization %q", asked.Load(), srv.lastHeaders().Get("Authorization"))
+	}
+	if _, err := remoteAsk(t.Context(), rt2, "MCP:acme:unknown", mcp.RemoteListTools, ""); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("unknown to Resolve: %v, want FailedPrecondition", err)
+	}
+	if _, err := remoteAsk(t.Context(), rt2, "MCP:acme:broken", mcp.RemoteListTools, ""); errs.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "the directory is down") {
+		t.Fatalf("Resolve failing: %v, want its Unavailable", err)
+	}
+
+	// A server that refuses the credentials: Unauthenticated.
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deny := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "no", http.StatusUnauthorized)
+	})}
+	go deny.Serve(lis)
+	defer deny.Close()
+	if _, err := rt2.CreateAgent(t.Context(), "system", "MCP:system:deny", map[string]string{mcp.RemoteURL: "http://" + lis.Addr().String() + "/mcp"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remoteAsk(t.Context(), rt2, "MCP:system:deny", mcp.RemoteListTools, ""); errs.Code(err) != codes.Unauthenticated {
+		t.Fatalf("401: %v, want Unauthenticated", err)
+	}
+}
