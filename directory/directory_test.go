@@ -2,123 +2,22 @@ package directory_test
 
 import (
 	"context"
-	"iter"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	spec "github.com/a2aproject/a2a-go/v2/a2a"
-	"github.com/a2aproject/a2a-go/v2/a2asrv"
-	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/directory"
+	"github.com/agentsilo/agentsilo/directory/directorytest"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
-
-// peer is an outside server on 127.0.0.1 that counts its requests and
-// remembers the last Authorization header it got.
-type peer struct {
-	srv      *http.Server
-	lis      net.Listener
-	URL      string
-	requests atomic.Int64
-	mu       sync.Mutex
-	auth     string
-}
-
-func startPeer(t *testing.T, h http.Handler) *peer {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &peer{lis: lis, URL: "http://" + lis.Addr().String()}
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p.requests.Add(1)
-		p.mu.Lock()
-		p.auth = r.Header.Get("Authorization")
-		p.mu.Unlock()
-		h.ServeHTTP(w, r)
-	})}
-	go p.srv.Serve(lis)
-	t.Cleanup(p.stop)
-	return p
-}
-
-func (p *peer) stop() { p.srv.Close() }
-
-func (p *peer) lastAuth() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.auth
-}
-
-// echoExecutor is an A2A agent that answers with what it is sent.
-type echoExecutor struct{}
-
-func (echoExecutor) Execute(_ context.Context, ec *a2asrv.ExecutorContext) iter.Seq2[spec.Event, error] {
-	return func(yield func(spec.Event, error) bool) {
-		text := ""
-		for _, p := range ec.Message.Parts {
-			if s, ok := p.Content.(spec.Text); ok {
-				text += string(s)
-			}
-		}
-		yield(spec.NewMessage(spec.MessageRoleAgent, spec.NewTextPart("forecast for "+text+": sunny")), nil)
-	}
-}
-
-func (echoExecutor) Cancel(context.Context, *a2asrv.ExecutorContext) iter.Seq2[spec.Event, error] {
-	return func(func(spec.Event, error) bool) {}
-}
-
-// a2aHandler is an outside A2A agent built with a2a-go: its card at the
-// well-known path, JSON-RPC at the root.
-func a2aHandler(base func() string) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/.well-known/agent-card.json", a2asrv.NewAgentCardHandler(a2asrv.AgentCardProducerFn(func(context.Context) (*spec.AgentCard, error) {
-		return &spec.AgentCard{
-			Name:        "weather",
-			Description: "Weather reports from an outside agent.",
-			Version:     "1",
-			SupportedInterfaces: []*spec.AgentInterface{
-				{URL: base(), ProtocolBinding: spec.TransportProtocolJSONRPC, ProtocolVersion: spec.Version},
-			},
-			DefaultInputModes:  []string{"text/plain"},
-			DefaultOutputModes: []string{"text/plain"},
-			Skills: []spec.AgentSkill{{
-				ID: "forecast", Name: "forecast", Description: "Tells the weather forecast for a city.",
-				Tags: []string{"weather"}, Examples: []string{"will it rain in Lisbon tomorrow"},
-			}},
-		}, nil
-	})))
-	mux.Handle("/", a2asrv.NewJSONRPCHandler(a2asrv.NewHandler(echoExecutor{})))
-	return mux
-}
-
-// mcpHandler is an outside MCP server built with the Go SDK, with one tool.
-func mcpHandler() http.Handler {
-	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "files", Version: "1"}, nil)
-	type in struct {
-		Path string `json:"path"`
-	}
-	mcpsdk.AddTool(s, &mcpsdk.Tool{Name: "read_file", Description: "Reads a text file from the shared archive."},
-		func(_ context.Context, _ *mcpsdk.CallToolRequest, a in) (*mcpsdk.CallToolResult, any, error) {
-			return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: "contents of " + a.Path}}}, nil, nil
-		})
-	return mcpsdk.NewStreamableHTTPHandler(func(*http.Request) *mcpsdk.Server { return s }, &mcpsdk.StreamableHTTPOptions{Stateless: true, JSONResponse: true})
-}
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
 
@@ -150,10 +49,8 @@ func get(t *testing.T, d *directory.Directory, name string) grain.DirectoryEntry
 // goes down stays listed with its error and its last-seen time.
 func TestOutsideEntries(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	var a2aURL string
-	agent := startPeer(t, a2aHandler(func() string { return a2aURL }))
-	a2aURL = agent.URL
-	tools := startPeer(t, mcpHandler())
+	agent := directorytest.StartA2A(t)
+	tools := directorytest.StartMCP(t)
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 
 	types := []grain.TypeInfo{{Name: "Planner", Description: "Plans trips.", Skills: []grain.Skill{{Name: "plan", Tags: []string{"travel"}, Examples: []string{"plan a trip to Rome"}}}}}
@@ -182,7 +79,7 @@ func TestOutsideEntries(t *testing.T) {
 	if w.Description != "Weather reports from an outside agent." || w.Skills[0].Name != "forecast" || w.Call != "A2A:{owner}:weather" || w.LastError != "" || !w.LastSeen.Equal(clk.Now()) {
 		t.Fatalf("weather: %+v", w)
 	}
-	if got := agent.lastAuth(); got != "Bearer s3cret" {
+	if got := agent.LastAuth(); got != "Bearer s3cret" {
 		t.Fatalf("the agent got Authorization %q", got)
 	}
 	f := get(t, other, "files")
@@ -223,16 +120,16 @@ func TestOutsideEntries(t *testing.T) {
 	}
 
 	// Only the owner asks, once per refresh (within its jitter).
-	n := agent.requests.Load()
+	n := agent.Requests()
 	clk.Advance(cfg.Refresh + cfg.Refresh/10)
 	testutil.WaitFor(t, "the second refresh", func() bool { return get(t, other, "weather").LastSeen.Equal(clk.Now()) })
-	if got := agent.requests.Load() - n; got != 1 {
+	if got := agent.Requests() - n; got != 1 {
 		t.Errorf("%d card requests in one refresh, want 1 (one silo)", got)
 	}
 
 	// The agent goes down: listed still, with its error and last-seen.
 	seen := clk.Now()
-	agent.stop()
+	agent.Stop()
 	clk.Advance(cfg.Refresh + cfg.Refresh/10)
 	testutil.WaitFor(t, "the failed refresh", func() bool { return get(t, other, "weather").LastError != "" })
 	w = get(t, other, "weather")
