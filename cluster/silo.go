@@ -319,6 +319,14 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	if err := configureA2A(&cfg, reg, dir); err != nil {
 		return nil, err
 	}
+	// The MCP agent type (outside MCP servers as agents), unless the
+	// program registered one; --a2a-allow-private-networks lifts its SSRF
+	// guard too.
+	if _, ok := reg.Lookup(mcp.RemoteType); !ok {
+		if err := mcp.RegisterRemote(reg, mcp.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveMCP, Version: Version()}); err != nil {
+			return nil, err
+		}
+	}
 	if _, ok := reg.Lookup(memory.Type); !ok {
 		if err := memory.Register(reg, memory.Config{}); err != nil {
 			return nil, err
