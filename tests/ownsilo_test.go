@@ -12,9 +12,10 @@ import (
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
-// TestRunYourOwnAgents does what the README's "Run your own agents" says,
-// with a throwaway module: its main (the README's, which is
-// examples/greeter's) is built against this checkout, runs as one silo
+// TestRunYourOwnAgents does what the README's "Running your own silo"
+// says, with its commands as written: a new module beside the checkout,
+// whose main (the README's, which is examples/greeter's) is built against
+// this checkout through a replace, runs as one silo
 // that serves Greeter and no demo agents, and as a three-silo cluster
 // reached through any gateway.
 func TestRunYourOwnAgents(t *testing.T) {
@@ -28,27 +29,28 @@ func TestRunYourOwnAgents(t *testing.T) {
 		t.Fatal("the README's main.go is not examples/greeter/main.go's")
 	}
 
-	mod := t.TempDir()
+	// The README's commands, as written, beside a checkout: here the
+	// checkout is this one, wherever it is.
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	goMod := "module example.com/mysilo\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
-	sum, err := os.ReadFile("../go.sum")
-	if err != nil {
+	parent := t.TempDir()
+	initCmds := testutil.DocBlock(t, "README.md", "ownsilo:init")
+	if !strings.Contains(initCmds, "=../agentsilo") {
+		t.Fatalf("README ownsilo:init does not replace the module with ../agentsilo:\n%s", initCmds)
+	}
+	sh(t, parent, strings.ReplaceAll(initCmds, "=../agentsilo", "="+root))
+	mod := filepath.Join(parent, "mysilo")
+	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(mainGo), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	for name, content := range map[string][]byte{"go.mod": []byte(goMod), "go.sum": sum, "main.go": []byte(mainGo)} {
-		if err := os.WriteFile(filepath.Join(mod, name), content, 0o644); err != nil {
-			t.Fatal(err)
-		}
+	run := strings.Split(strings.TrimSpace(testutil.DocBlock(t, "README.md", "ownsilo:run")), "\n")
+	if len(run) != 3 || run[1] != "./mysilo &" || !strings.HasPrefix(run[2], "go run github.com/agentsilo/agentsilo/cmd/client ask Greeter:g world") {
+		t.Fatalf("README ownsilo:run is not build, start, ask Greeter:g world: %q", run)
 	}
+	sh(t, mod, run[0])
 	bin := filepath.Join(mod, "mysilo")
-	build := exec.Command("go", "build", "-mod=mod", "-o", bin, ".")
-	build.Dir = mod
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of the README's module: %v\n%s", err, out)
-	}
 
 	if out, err := exec.Command(bin, "--version").Output(); err != nil || !strings.HasPrefix(string(out), "silo ") || !strings.Contains(string(out), "replaced by") {
 		t.Fatalf("--version: %q, %v", out, err)
@@ -127,6 +129,17 @@ func startOwnSilo(t *testing.T, bin, name, dataDir string, extra ...string) *own
 			t.Fatalf("silo %s never served:\n%s", name, s.stderr)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sh runs script with bash -e in dir, failing t with its output if it
+// fails.
+func sh(t *testing.T, dir, script string) {
+	t.Helper()
+	cmd := exec.Command("bash", "-e", "-c", script)
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
 	}
 }
 

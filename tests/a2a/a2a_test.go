@@ -314,12 +314,11 @@ func TestReadmeClients(t *testing.T) {
 // runs it; a fresh checkout gets it here).
 func installJS(t *testing.T, dir string) {
 	t.Helper()
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatal("node (v20 or later) is needed: the JavaScript SDK is the independent A2A client of these tests")
-	}
+	testutil.NeedCommand(t, "node", "Node.js 20 or later, Debian's nodejs package: the JavaScript SDK is the independent A2A client of these tests")
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@a2a-js", "sdk")); err == nil {
 		return
 	}
+	testutil.NeedCommand(t, "npm", "Debian's npm package, to install tests/a2ajs's pinned SDK")
 	if out, err := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund").CombinedOutput(); err != nil {
 		t.Fatalf("npm ci in %s (needs the npm registry once): %v\n%s", dir, err, out)
 	}

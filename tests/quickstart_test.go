@@ -1,0 +1,121 @@
+package tests
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
+)
+
+// syncBuffer is a bytes.Buffer a process writes while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestQuickStart runs the README's quick start: `silo --demo` (on free
+// ports and a fresh data directory instead of the defaults, so that it
+// runs beside other silos) prints the demo's calls, and the README's
+// client commands, as written, answer as their comments say.
+func TestQuickStart(t *testing.T) {
+	buildBinaries(t)
+	if got := strings.TrimSpace(testutil.DocBlock(t, "README.md", "quickstart:silo")); got != "go run ./cmd/silo --demo" {
+		t.Fatalf("README quickstart:silo is %q; this test runs `silo --demo`", got)
+	}
+	gateway := freePort(t)
+	stdout := new(syncBuffer)
+	stderr := new(syncBuffer)
+	cmd := exec.Command(bins.silo, "--demo", "--name", "quickstart",
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--embedded-etcd-addr", freeConsecutivePorts(t),
+		"--gateway-addr", gateway, "--http-addr", freePort(t),
+		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0")
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	var waitErr error
+	go func() { waitErr = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	testutil.WaitFor(t, "the demo's calls", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("silo --demo exited: %v\n%s", waitErr, stderr)
+		default:
+		}
+		return strings.Contains(stdout.String(), "demo: done")
+	})
+	for _, want := range []string{
+		"reply from Echo:demo:hello: hi there",
+		"pushed by Progress:demo:trip: thinking 1/3",
+		"reply from Counter:demo:visits: 42",
+		`agent type "Nope" is not registered`,
+	} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("silo --demo printed\n%s\nwant %q in it", stdout, want)
+		}
+	}
+
+	for _, line := range strings.Split(strings.TrimSpace(testutil.DocBlock(t, "README.md", "quickstart:calls")), "\n") {
+		words := shellWords(t, line)
+		if len(words) < 4 || strings.Join(words[:3], " ") != "go run ./cmd/client" {
+			t.Fatalf("README quickstart:calls line %q: want go run ./cmd/client ...", line)
+		}
+		args := words[3:]
+		out, errOut, code := runClient(t, gateway, args...)
+		if code != 0 {
+			t.Fatalf("client %s: exit %d: %s", strings.Join(args, " "), code, errOut)
+		}
+		want := map[string]string{
+			"Echo:hello": "hi there",
+			"Progress:p": "done: plan a trip",
+			"FanOut:f":   "5 replies: Echo:dev:f-0=ping #0;",
+			"Ticker:t":   "every 1m0s",
+			"reminders":  "tick",
+			"agents":     "Ticker:dev:t",
+		}
+		switch {
+		case args[0] == "ask":
+			if !strings.Contains(out, want[args[1]]) {
+				t.Errorf("client %s printed %q, want %q in it", strings.Join(args, " "), out, want[args[1]])
+			}
+			if args[1] == "Progress:p" && strings.Count(errOut, "thinking") != 3 {
+				t.Errorf("client ask Progress:p: stderr %q, want three progress lines", errOut)
+			}
+		case !strings.Contains(out, want[args[0]]):
+			t.Errorf("client %s printed %q, want %q in it", strings.Join(args, " "), out, want[args[0]])
+		}
+	}
+
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	if waitErr != nil {
+		t.Fatalf("silo --demo after Ctrl-C: %v\n%s", waitErr, stderr)
+	}
+}
