@@ -125,15 +125,24 @@ func toolsOf(ti grain.TypeInfo) ([]*tool, []error) {
 			if desc == "" {
 				desc = ti.Description
 			} else {
-				desc = ti.Description + " Skill " + sk.Name + ": " + desc
+				desc = sentence(ti.Description) + " Skill " + sk.Name + ": " + desc
 			}
 		}
 		if len(sk.Examples) > 0 {
-			desc += " Examples: " + strings.Join(quoteAll(sk.Examples), ", ") + "."
+			desc = sentence(desc) + " Examples: " + strings.Join(quoteAll(sk.Examples), ", ") + "."
 		}
 		add(sk.Name, toolNamePart(sk.Name), desc, sk.InputSchema, sk.OutputSchema)
 	}
 	return out, problems
+}
+
+// sentence is s ending with a full stop (or its own punctuation).
+func sentence(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.HasSuffix(s, ".") || strings.HasSuffix(s, "!") || strings.HasSuffix(s, "?") {
+		return s
+	}
+	return s + "."
 }
 
 func quoteAll(ss []string) []string {
