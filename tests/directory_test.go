@@ -1,0 +1,308 @@
+package tests
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/directory/directorytest"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+// finder is an agent that finds who can do a task and has it done: it
+// searches the directory for its message's text, takes the best hit and
+// asks it (by the address the directory says calls it) the question in
+// its state's "ask", replying "<entry>: <answer>".
+type finder struct{ h grain.Host }
+
+func (f finder) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	hits, err := f.h.Directory().Search(ctx, grain.DirectoryQuery{Text: m.Message, Kind: m.State["kind"], Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(hits) == 0 {
+		return nil, errs.New(codes.NotFound, "nobody can %q", m.Message)
+	}
+	e := hits[0].Entry
+	to := strings.NewReplacer("{owner}", f.h.Owner(), "{alias}", "found").Replace(e.Call)
+	q := &grain.Message{Message: m.State["ask"]}
+	if e.Kind == grain.KindMCP && len(e.Tools) > 0 {
+		q.MessageType, q.Data, q.DataType = e.Tools[0].Name, []byte(m.State["ask"]), "application/json"
+		q.Message = ""
+	}
+	a, err := f.h.Ask(ctx, to, q)
+	if err != nil {
+		return nil, err
+	}
+	r := m.Response()
+	r.Message = e.Name + ": " + a.Message
+	return r, nil
+}
+
+// reply is an agent type that answers with prefix and the text it got.
+func reply(prefix string) grain.Factory {
+	return func(grain.Host) (grain.Agent, error) {
+		return replier(prefix), nil
+	}
+}
+
+type replier string
+
+func (p replier) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
+	r := m.Response()
+	r.Message = string(p) + m.Message
+	return r, nil
+}
+
+func dirSilo(t *testing.T, e *etcdtest.Server, name, prefix string, reg *grain.Registry, configure func(*cluster.SiloConfig)) *cluster.Silo {
+	t.Helper()
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = name
+	cfg.GatewayAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = ""
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: prefix}
+	cfg.Logger = testutil.Logger()
+	cfg.A2A.Addr = "127.0.0.1:0"
+	cfg.A2A.AllowPrivateNetworks = true // the outside peers are on loopback
+	cfg.DirectoryRefresh = time.Second
+	if configure != nil {
+		configure(&cfg)
+	}
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// One directory over a two-silo cluster: a local type, an outside A2A
+// agent on the a2a-go SDK, another cluster's A2A endpoint (behind an API
+// key) and an MCP server on the Go SDK. An agent searches it and calls
+// what it found by the directory's name; the outside entries are in the
+// A2A listing; a peer that goes down stays listed with its error; only
+// administrators change it, and credentials never come back.
+func TestDirectory(t *testing.T) {
+	e := etcdtest.Start(t)
+	weather := directorytest.StartA2A(t)
+	files := directorytest.StartMCP(t)
+
+	// Another cluster, whose Translator is reached through its A2A
+	// endpoint with carol's API key.
+	sum := sha256.Sum256([]byte("carol-key"))
+	other := grain.NewRegistry()
+	if err := other.Register("Translator", reply("fr: "), grain.TypeInfo{Description: "Translates text into French.",
+		Skills: []grain.Skill{{Name: "translate", Tags: []string{"language"}, Examples: []string{"translate good morning into French"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	remote := dirSilo(t, e, "remote", "/remote/", other, func(c *cluster.SiloConfig) {
+		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: hex.EncodeToString(sum[:]), Principal: "carol"}}
+	})
+
+	regs := [2]*grain.Registry{grain.NewRegistry(), grain.NewRegistry()}
+	for _, reg := range regs {
+		if err := reg.Register("Finder", func(h grain.Host) (grain.Agent, error) { return finder{h}, nil },
+			grain.TypeInfo{Description: "Finds who can do a task, and has it done."}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, reg := range regs {
+		if err := reg.Register("Summarizer", reply("summary: "), grain.TypeInfo{Description: "Summarizes long documents into a few sentences.",
+			Skills: []grain.Skill{{Name: "summarize", Tags: []string{"text"}}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Archivist lives on the second silo only: the types of every silo are listed.
+	if err := regs[1].Register("Archivist", reply(""), grain.TypeInfo{Description: "Keeps records."}); err != nil {
+		t.Fatal(err)
+	}
+	s1 := dirSilo(t, e, "s1", "/dir/", regs[0], nil)
+	s2 := dirSilo(t, e, "s2", "/dir/", regs[1], nil)
+
+	admin, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("system"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	for _, req := range []*agentsilov1.DirectoryAddRequest{
+		{Name: "weather", Kind: "a2a", Url: weather.URL, Headers: map[string]string{"Authorization": "Bearer w-token"}},
+		{Name: "translator", Kind: "a2a", Url: "http://" + remote.A2AAddr() + "/a2a/Translator/carol/t", Headers: map[string]string{"X-Api-Key": "carol-key"}},
+		{Name: "files", Kind: "mcp", Url: files.URL},
+	} {
+		if _, err := admin.AddToDirectory(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The other silo lists them too, refreshed (by one of the two silos).
+	reader, err := client.Dial(t.Context(), []string{s2.GatewayAddr()}, client.WithPrincipal("system"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	testutil.WaitFor(t, "the outside entries fetched, and Archivist from s2 listed on s1", func() bool {
+		l, err := reader.ListDirectory(t.Context(), client.DirectoryQuery{})
+		if err != nil {
+			return false
+		}
+		seen := map[string]bool{}
+		for _, e := range l {
+			seen[e.GetName()] = e.GetKind() == "type" || (e.GetLastSeen() != nil && (len(e.GetSkills()) > 0 || len(e.GetTools()) > 0))
+		}
+		types, err := admin.ListDirectory(t.Context(), client.DirectoryQuery{Kind: "type"})
+		s1Sum := false
+		for _, e := range types {
+			s1Sum = s1Sum || e.GetName() == "Archivist"
+		}
+		return err == nil && s1Sum && seen["weather"] && seen["translator"] && seen["files"] && seen["Summarizer"]
+	})
+	if weather.LastAuth() != "Bearer w-token" {
+		t.Errorf("weather got Authorization %q", weather.LastAuth())
+	}
+
+	// One search finds each by what it does; no reader gets a header.
+	for query, want := range map[string]string{
+		"weather forecast for a city":  "a2a/weather",
+		"translate into French":        "a2a/translator",
+		"read a file from the archive": "mcp/files",
+		"summarize a long document":    "type/Summarizer",
+	} {
+		hits, err := reader.Search(t.Context(), query, client.DirectoryQuery{Limit: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hits) == 0 || hits[0].GetEntry().GetKind()+"/"+hits[0].GetEntry().GetName() != want {
+			t.Errorf("search %q: %v, want %s first", query, hits, want)
+		}
+		b, _ := json.Marshal(hits)
+		if strings.Contains(string(b), "w-token") || strings.Contains(string(b), "carol-key") {
+			t.Errorf("a credential in search results: %s", b)
+		}
+	}
+
+	// An agent searches, then calls what it found by its directory name,
+	// with no configuration of its own.
+	ask := func(what, question string) string {
+		t.Helper()
+		r, err := reader.Ask(t.Context(), "Finder:system:f", &client.Message{Message: what, State: map[string]string{"ask": question}})
+		if err != nil {
+			t.Fatalf("Finder %q: %v", what, err)
+		}
+		return r.Message
+	}
+	if got := ask("weather forecast", "Lisbon"); got != "weather: forecast for Lisbon: sunny" {
+		t.Errorf("weather: %q", got)
+	}
+	if got := ask("translate into French", "good morning"); got != "translator: fr: good morning" {
+		t.Errorf("translator: %q", got)
+	}
+	if got := ask("summarize a long document", "a long text"); got != "Summarizer: summary: a long text" {
+		t.Errorf("summarizer: %q", got)
+	}
+
+	// The outside agents are in the A2A listing and the root card.
+	var listing struct {
+		Outside []struct {
+			Name, Call string
+			Skills     []struct{ Name string }
+		} `json:"outside"`
+	}
+	getJSON(t, "http://"+s1.A2AAddr()+"/a2a?skill=weather", &listing)
+	if len(listing.Outside) != 1 || listing.Outside[0].Name != "weather" || listing.Outside[0].Call != "A2A:{owner}:weather" || listing.Outside[0].Skills[0].Name != "forecast" {
+		t.Errorf("GET /a2a?skill=weather: %+v", listing)
+	}
+	var card struct{ Skills []struct{ ID string } }
+	getJSON(t, "http://"+s1.A2AAddr()+"/.well-known/agent-card.json", &card)
+	found := false
+	for _, sk := range card.Skills {
+		found = found || sk.ID == "outside/weather/forecast"
+	}
+	if !found {
+		t.Errorf("root card skills: %+v", card.Skills)
+	}
+
+	// Access: reading needs Read on system:directory (while the ACL has
+	// no rules its seed rule grants everyone Read on system's agents),
+	// changing it Admin.
+	if _, _, err := admin.AddACLRule(t.Context(), &client.ACLRule{OwnerPattern: "system", AgentPattern: "directory", CallerPattern: "alice", Permission: "Read"}, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("alice"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer alice.Close()
+	if hits, err := alice.Search(t.Context(), "weather", client.DirectoryQuery{}); err != nil || len(hits) == 0 {
+		t.Errorf("alice searches: %v %v", hits, err)
+	}
+	if err := alice.RemoveFromDirectory(t.Context(), "weather"); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("alice removes: %v", err)
+	}
+	dev, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	if _, err := dev.Search(t.Context(), "weather", client.DirectoryQuery{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("dev searches: %v", err)
+	}
+	if _, err := dev.AddToDirectory(t.Context(), &agentsilov1.DirectoryAddRequest{Name: "evil", Kind: "a2a", Url: "http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("dev adds: %v", err)
+	}
+	if _, err := dev.Ask(t.Context(), "Finder:dev:f", &client.Message{Message: "weather", State: map[string]string{"ask": "x"}}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("dev's agent searches on dev's behalf: %v", err)
+	}
+
+	// The peer goes down: still listed, with its error and last-seen time.
+	weather.Stop()
+	testutil.WaitFor(t, "weather's failed refresh", func() bool {
+		e, err := reader.DirectoryEntry(t.Context(), "weather")
+		return err == nil && e.GetLastError() != "" && e.GetLastSeen() != nil
+	})
+	if hits, err := reader.Search(t.Context(), "weather forecast", client.DirectoryQuery{}); err != nil || len(hits) == 0 || hits[0].GetEntry().GetName() != "weather" {
+		t.Errorf("a peer that is down: %v %v", hits, err)
+	}
+
+	if err := admin.RemoveFromDirectory(t.Context(), "weather"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.DirectoryEntry(t.Context(), "weather"); status.Code(err) != codes.NotFound {
+		t.Errorf("after remove: %v", err)
+	}
+}
+
+func getJSON(t *testing.T, url string, v any) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+}
