@@ -217,6 +217,9 @@ func TestDirectory(t *testing.T) {
 	if got := ask("summarize a long document", "a long text"); got != "Summarizer: summary: a long text" {
 		t.Errorf("summarizer: %q", got)
 	}
+	if got := ask("read a file from the archive", `{"path":"notes.txt"}`); got != "files: contents of notes.txt" {
+		t.Errorf("files: %q", got)
+	}
 
 	// The outside agents are in the A2A listing and the root card.
 	var listing struct {
