@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -320,4 +321,67 @@ func TestBackgroundFollow(t *testing.T) {
 			t.Errorf("%s: background result: %v", mode, got)
 		}
 	}
+}
+
+// The A2A type counts polls, questions and loop breaks, and its requests
+// to the remote agent carry the caller's trace.
+func TestFollowObservability(t *testing.T) {
+	e := etcdtest.Start(t)
+	reg := prometheus.NewRegistry()
+	s := followSilo(t, e, "obs", "/obs/", &askerLog{}, a2a.RemoteOptions{Metrics: reg})
+	c := dialSilo(t, s)
+	out := outside.Start(false)
+	defer out.Close()
+	if _, err := c.CreateAgent(t.Context(), "A2A:system:o", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		t.Fatal(err)
+	}
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Ask(t.Context(), "A2A:system:o", &client.Message{Message: "slow traced", Traceparent: "00-" + traceID + "-00f067aa0ba902b7-01"})
+		done <- err
+	}()
+	waitFor(t, "polls", func() bool { return counter(t, reg, "agentsilo_a2a_remote_polls_total", "") >= 2 })
+	out.Release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	tps := out.Traceparents()
+	if len(tps) == 0 {
+		t.Fatal("no traceparent reached the remote agent")
+	}
+	for _, tp := range tps {
+		if !strings.Contains(tp, traceID) {
+			t.Errorf("traceparent %q is not of the caller's trace %s", tp, traceID)
+		}
+	}
+	if _, err := askVia(t, c, "Asker:system:o", askRequest{To: "A2A:system:o", Text: "same", Answers: []string{"Bo"}}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("loop: %v", err)
+	}
+	if n := counter(t, reg, "agentsilo_a2a_remote_loop_breaks_total", "repeats"); n != 1 {
+		t.Errorf("loop breaks by repeats: %v", n)
+	}
+	if n := counter(t, reg, "agentsilo_a2a_remote_questions_total", ""); n != 3 {
+		t.Errorf("questions: %v", n)
+	}
+}
+
+// counter reads a counter of reg (with the label value, if any).
+func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if label == "" || len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() == label {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }

@@ -39,6 +39,7 @@ type Server struct {
 	tasks    map[spec.TaskID]*task
 	canceled []spec.TaskID
 	sends    int
+	traces   []string
 }
 
 type task struct {
@@ -57,7 +58,14 @@ func Start(streaming bool) *Server {
 	opts = append(opts, a2asrv.WithCallInterceptors(counter{s}))
 	h := a2asrv.NewHandler(&executor{s: s}, opts...)
 	mux := http.NewServeMux()
-	s.srv = httptest.NewUnstartedServer(mux)
+	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tp := r.Header.Get("traceparent"); tp != "" {
+			s.mu.Lock()
+			s.traces = append(s.traces, tp)
+			s.mu.Unlock()
+		}
+		mux.ServeHTTP(w, r)
+	}))
 	s.URL = "http://" + s.srv.Listener.Addr().String()
 	card := &spec.AgentCard{
 		Name: "outside", Description: "an outside A2A agent for tests", Version: "1.0.0",
@@ -107,6 +115,14 @@ func (s *Server) Turns(id spec.TaskID) int {
 		return t.turns
 	}
 	return 0
+}
+
+// Traceparents returns the W3C traceparent headers of the requests
+// received so far.
+func (s *Server) Traceparents() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.traces...)
 }
 
 // Sends counts the SendMessage and SendStreamingMessage calls received.
