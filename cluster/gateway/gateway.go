@@ -189,6 +189,9 @@ type Gateway struct {
 	// session stream stops being read for lack of room, and when it is
 	// ended for not reading its results (see limits.go).
 	testHookStalled, testHookStallEnd func(addr string)
+	// testHookOpened, if set, is called when a session stream has found or
+	// made its session, before it attaches to it.
+	testHookOpened func(addr string)
 }
 
 // New returns a gateway for the agents of rt and the client sessions of

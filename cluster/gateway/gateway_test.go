@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -46,6 +47,9 @@ type testEnv struct {
 	cancelled chan string   // Slow: the text of a message whose ctx ended
 	release   chan struct{} // Slow: closed to let every Slow turn reply
 	detached  chan string   // session addresses as streams detach
+	// onOpened, if set, is called as a session stream has found or made its
+	// session, before it attaches (Gateway.testHookOpened).
+	onOpened atomic.Pointer[func(addr string)]
 }
 
 func startGateway(t testing.TB, configure func(*Config)) *testEnv {
@@ -146,6 +150,11 @@ func startGateway(t testing.TB, configure func(*Config)) *testEnv {
 		select {
 		case e.detached <- addr:
 		default:
+		}
+	}
+	gw.testHookOpened = func(addr string) {
+		if f := e.onOpened.Load(); f != nil {
+			(*f)(addr)
 		}
 	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

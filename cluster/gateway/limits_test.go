@@ -7,6 +7,7 @@ import (
 	"io"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -268,5 +269,47 @@ func TestLimitsValidate(t *testing.T) {
 		if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("Validate with a bad %s: %v", name, err)
 		}
+	}
+}
+
+// TestSessionCapWhileOpening: a session made but not attached yet is not
+// replaced to make room for another of its principal's (it would then be
+// attached anyway, uncounted, and serve past the limit): at the limit, with
+// one session still opening, the next is refused.
+func TestSessionCapWhileOpening(t *testing.T) {
+	const limit = 3
+	e := startGateway(t, func(c *Config) { c.Limits.MaxSessionsPerPrincipal = limit })
+	reached, release := make(chan string, 1), make(chan struct{})
+	var first, released sync.Once
+	t.Cleanup(func() { released.Do(func() { close(release) }) })
+	hook := func(addr string) {
+		held := false
+		first.Do(func() { held = true })
+		if held {
+			reached <- addr
+			<-release
+		}
+	}
+	e.onOpened.Store(&hook)
+	mallory := &agentsilov1.Hello{Principal: "mallory"}
+	slow := e.dial(t, mallory)
+	<-reached // its session is made, and not attached yet
+	serving := []*testSession{}
+	for range limit - 1 {
+		serving = append(serving, e.open(t, mallory))
+	}
+	late := e.dial(t, mallory)
+	f, err := late.stream.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("session %d of one principal while one is opening: %v, %v; want ResourceExhausted", limit+1, f, err)
+	}
+	released.Do(func() { close(release) })
+	f, err = slow.stream.Recv()
+	if err != nil || f.GetWelcome() == nil {
+		t.Fatalf("the session opening: %v, %v; want its Welcome", f, err)
+	}
+	slow.welcome = f.GetWelcome()
+	for _, s := range append(serving, slow) {
+		wantText(t, s.ask("Echo:mallory:e", "hi"), "hi")
 	}
 }

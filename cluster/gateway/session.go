@@ -42,6 +42,10 @@ type session struct {
 	pushBytes  int         // their encoded size
 	att        *attachment // nil while detached
 	detachedAt time.Time
+	// opening counts the streams that found or made the session and have
+	// not attached to it yet: while it is not zero the session is neither
+	// replaced to make room for another nor expired, as if attached.
+	opening int
 }
 
 // outFrame is a frame waiting in a session's queue: a push (att nil) or the
@@ -232,6 +236,9 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
+	if g.testHookOpened != nil {
+		g.testHookOpened(s.addr)
+	}
 	att := newAttachment(stream)
 	if err := g.attach(ctx, s, att); err != nil {
 		return err
@@ -416,6 +423,7 @@ func (g *Gateway) attach(ctx context.Context, s *session, att *attachment) error
 	s.mu.Lock()
 	old := s.att
 	s.att = att
+	s.opening--
 	s.mu.Unlock()
 	if old == nil {
 		return nil

@@ -190,7 +190,7 @@ func (ss *Sessions) makeRoomLocked(p string) (*session, error) {
 			continue
 		}
 		s.mu.Lock()
-		if s.att == nil && (oldest == nil || s.detachedAt.Before(since)) {
+		if s.att == nil && s.opening == 0 && (oldest == nil || s.detachedAt.Before(since)) {
 			oldest, since = s, s.detachedAt
 		}
 		s.mu.Unlock()
@@ -203,30 +203,38 @@ func (ss *Sessions) makeRoomLocked(p string) (*session, error) {
 
 // open finds the session hello resumes, held here or adopted from its
 // fallback holder (when its gateway's silo is gone), or opens a new one.
+// The session it returns counts as opening (see session.opening) until the
+// stream attaches to it: found, made or adopted under ss.mu, it cannot be
+// replaced to make room for another session before that, so a principal's
+// sessions that serve never outnumber its limit.
 func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.Hello) (*session, bool, error) {
 	p := c.Principal
 	if addr := hello.GetResumeAddress(); addr != "" {
 		ss.mu.Lock()
 		s := ss.m[addr]
 		var removed *session
-		if s != nil {
-			s.mu.Lock()
-			expired := ss.expired(s, time.Now())
-			s.mu.Unlock()
-			if expired {
+		var refused error
+		if held := s; held != nil {
+			held.mu.Lock()
+			switch {
+			case ss.expired(s, time.Now()):
 				removed = ss.removeLocked(s)
 				s = nil
+			case subtle.ConstantTimeCompare([]byte(s.token), []byte(hello.GetResumeToken())) != 1:
+				refused = errs.New(codes.PermissionDenied, "resume %s: wrong resume token", protocol.Clip(addr))
+			case s.principal != p:
+				refused = errs.New(codes.PermissionDenied, "resume %s: the session belongs to another principal", protocol.Clip(addr))
+			default:
+				s.opening++
 			}
+			held.mu.Unlock()
 		}
 		ss.mu.Unlock()
 		ss.forget(removed)
+		if refused != nil {
+			return nil, false, refused
+		}
 		if s != nil {
-			if subtle.ConstantTimeCompare([]byte(s.token), []byte(hello.GetResumeToken())) != 1 {
-				return nil, false, errs.New(codes.PermissionDenied, "resume %s: wrong resume token", protocol.Clip(addr))
-			}
-			if s.principal != p {
-				return nil, false, errs.New(codes.PermissionDenied, "resume %s: the session belongs to another principal", protocol.Clip(addr))
-			}
 			s.mu.Lock()
 			adopted := s.adopted
 			s.mu.Unlock()
@@ -268,6 +276,7 @@ func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.
 		token:      hex.EncodeToString(tok[:]),
 		detachedAt: time.Now(),
 		adopted:    true,
+		opening:    1,
 	}
 	ss.mu.Lock()
 	removed, err := ss.makeRoomLocked(p)
@@ -322,6 +331,7 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 		caller:     c,
 		token:      hello.GetResumeToken(),
 		detachedAt: time.Now(),
+		opening:    1,
 	}
 	ss.mu.Lock()
 	if ss.m[addr] != nil {
@@ -354,7 +364,11 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 		return nil, err
 	default:
 		// Part may have been handed over: s keeps it, and resuming s here
-		// asks for the rest.
+		// asks for the rest; meanwhile it ages as a detached session.
+		s.mu.Lock()
+		s.opening--
+		s.detachedAt = time.Now()
+		s.mu.Unlock()
 		return nil, err
 	}
 }
@@ -510,7 +524,7 @@ func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) erro
 // expired reports whether s has been detached longer than SessionBacklogAge.
 // s.mu is held.
 func (ss *Sessions) expired(s *session, now time.Time) bool {
-	return s.att == nil && now.Sub(s.detachedAt) > ss.age
+	return s.att == nil && s.opening == 0 && now.Sub(s.detachedAt) > ss.age
 }
 
 // sweep forgets the sessions detached longer than SessionBacklogAge, with
