@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -81,7 +82,24 @@ func (g *Gateway) GetConfig(ctx context.Context, req *agentsilov1.GetConfigReque
 	if err != nil {
 		return nil, err
 	}
+	if cfg != nil && !g.mayConfigure(ctx, a) {
+		cfg = grain.RedactConfig(cfg)
+	}
 	return &agentsilov1.GetConfigResponse{Address: a.String(), Config: cfg, Found: cfg != nil}, nil
+}
+
+// mayConfigure reports whether the unary caller may Configure a, or
+// administer the ACL: who may read an agent's secret configuration
+// values (grain.SecretConfigKey) back.
+func (g *Gateway) mayConfigure(ctx context.Context, a grain.Address) bool {
+	if g.cfg.ACL == nil {
+		return true
+	}
+	c, err := unaryCaller(ctx)
+	if err != nil {
+		return false
+	}
+	return g.authorize(c, a, acl.Configure) == nil || g.cfg.ACL.AuthorizeAdmin(c) == nil
 }
 
 // DeleteConfig implements agentsilov1.GatewayServer.
