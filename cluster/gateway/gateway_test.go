@@ -726,3 +726,31 @@ func TestKindChecked(t *testing.T) {
 		t.Fatalf("%d broadcasts reached the cluster, want the 3 of good kinds", len(broadcasts))
 	}
 }
+
+// TestHelloTwice: a second Hello on a session's stream ends the stream with
+// InvalidArgument, after the call in flight has run to its end and its
+// result is written; the session stays, and a new stream resumes it and is
+// served at once.
+func TestHelloTwice(t *testing.T) {
+	e := startGateway(t, nil)
+	s := e.open(t, &agentsilov1.Hello{Principal: "alice"})
+	id := s.call(&agentsilov1.AgentMessage{To: "Slow:alice:x", Message: "in flight", Kind: agentsilov1.Kind_KIND_REQUEST}, 0)
+	<-e.started
+	if err := s.stream.Send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Hello{Hello: &agentsilov1.Hello{Principal: "alice"}}}); err != nil {
+		t.Fatal(err)
+	}
+	close(e.release)
+	f, err := s.stream.Recv()
+	if err != nil || f.GetResult().GetCallId() != id {
+		t.Fatalf("after a second Hello: %v, %v; want the result of the call in flight", f, err)
+	}
+	wantText(t, f.GetResult(), "released")
+	if _, err := s.stream.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "second Hello") {
+		t.Fatalf("the stream ended with %v, want InvalidArgument naming the second Hello", err)
+	}
+	again := e.open(t, &agentsilov1.Hello{Principal: "alice", ResumeAddress: s.welcome.Address, ResumeToken: s.welcome.ResumeToken})
+	if !again.welcome.Resumed {
+		t.Fatalf("the session did not survive its stream: %v", again.welcome)
+	}
+	wantText(t, again.ask("Echo:alice:x", "next"), "next")
+}

@@ -381,6 +381,11 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 					cancel()
 				}
 				att.mu.Unlock()
+			case *agentsilov1.ClientFrame_Hello:
+				// A stream takes one Hello. The calls it started still
+				// run and have their results written, as on a half-close,
+				// before the stream ends; the session stays, to resume.
+				return finish(errs.New(codes.InvalidArgument, "session %s: a second Hello on its stream (a stream takes one; open another stream to resume the session)", s.addr))
 			default:
 				return errs.New(codes.InvalidArgument, "unexpected frame %T after Hello", f)
 			}
