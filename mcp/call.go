@@ -32,8 +32,9 @@ import (
 //	    structured content; other data as text (text/*), an image, audio,
 //	    or an embedded resource
 //	an error of the turn: a result with isError, "<Code>: <message>"
-//	the client's cancellation (notifications/cancelled) cancels the Ask,
-//	    and so the turn, on whichever silo it runs
+//	the client's cancellation (notifications/cancelled, or the HTTP
+//	    request that carries the call going away) cancels the Ask, and so
+//	    the turn, on whichever silo it runs
 //
 // A call refused before any agent runs (bad arguments, the ACL) is a
 // JSON-RPC error (see protocolError).
@@ -99,6 +100,8 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	defer cancel()
 	stop := context.AfterFunc(s.hard, cancel)
 	defer stop()
+	gone := context.AfterFunc(ri.http, cancel)
+	defer gone()
 
 	type result struct {
 		reply *grain.Message

@@ -62,6 +62,10 @@ func (s *Server) routes() http.Handler {
 type reqInfo struct {
 	caller *acl.Caller
 	agent  grain.Address // zero on the every-agent endpoint
+	// http is the HTTP request's context: it ends when the client goes
+	// away, and then the calls the request carries are cancelled (they
+	// cannot be resumed: the server keeps no events to replay).
+	http context.Context
 }
 
 type reqInfoKey struct{}
@@ -114,7 +118,7 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		httpError(w, status, messageOf(err))
 		return
 	}
-	ri := &reqInfo{caller: caller, agent: agent}
+	ri := &reqInfo{caller: caller, agent: agent, http: r.Context()}
 	// The SDK carries a request's TokenInfo to the handlers, and binds a
 	// session to its UserID: a session is its principal's, on its path.
 	r2 := r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, ri))

@@ -1,10 +1,13 @@
 package mcp_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"reflect"
 	"slices"
 	"strings"
@@ -275,5 +278,65 @@ func remarshal(t *testing.T, v, out any) {
 	}
 	if reflect.ValueOf(out).Elem().IsZero() {
 		t.Fatalf("%s decoded to nothing", b)
+	}
+}
+
+// A client that goes away (its HTTP request for the call ends, without
+// notifications/cancelled) cancels the call's turn: the server keeps no
+// events to replay, so nobody could read its result.
+func TestRequestGone(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	url := "http://" + s.MCPAddr() + "/mcp"
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	session := ""
+	post := func(ctx context.Context, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("x-agentsilo-principal", "dev")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.StatusCode/100 != 2 {
+			b, _ := io.ReadAll(res.Body)
+			t.Fatalf("POST %s: %s %s", body, res.Status, b)
+		}
+		return res
+	}
+	res := post(t.Context(), `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	session = res.Header.Get("Mcp-Session-Id")
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if session == "" {
+		t.Fatal("no Mcp-Session-Id")
+	}
+	res = post(t.Context(), `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	res.Body.Close()
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	res = post(ctx, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"Slow_wait","arguments":{"agent":"dev:gone"},"_meta":{"progressToken":"p"}}}`)
+	sc := bufio.NewScanner(res.Body)
+	for sc.Scan() && !strings.Contains(sc.Text(), `"started"`) {
+	}
+	if sc.Err() != nil {
+		t.Fatal(sc.Err())
+	}
+	cancel() // the client goes away
+	res.Body.Close()
+	if err := <-mcptest.Ended("Slow:dev:gone"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the turn of a call whose client went away ended with %v, want context canceled", err)
 	}
 }
