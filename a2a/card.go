@@ -57,6 +57,7 @@ func (s *Server) agentCard(base string, agent grain.Address, ti grain.TypeInfo) 
 		Skills:             skillsOf(ti, ""),
 		Provider:           &spec.AgentProvider{Org: "agentsilo", URL: base},
 	}
+	card.Capabilities.Extensions = schemaExtension(skillSchemas(nil, ti, ""))
 	s.security(card)
 	return card
 }
@@ -83,6 +84,8 @@ func skillsOf(ti grain.TypeInfo, prefix string) []spec.AgentSkill {
 			Description: sk.Description,
 			Tags:        tags,
 			Examples:    slices.Clone(sk.Examples),
+			InputModes:  typedModes(sk.InputSchema),
+			OutputModes: typedModes(sk.OutputSchema),
 		})
 	}
 	return out
@@ -103,7 +106,9 @@ func (s *Server) directoryCard(ctx context.Context, base string) *spec.AgentCard
 		Skills:              []spec.AgentSkill{},
 		Provider:            &spec.AgentProvider{Org: "agentsilo", URL: base},
 	}
+	var schemas map[string]any
 	for _, ti := range s.reg.Types() {
+		schemas = skillSchemas(schemas, ti, ti.Name+"/")
 		for _, sk := range skillsOf(ti, ti.Name+"/") {
 			sk.Tags = append(sk.Tags, ti.Name)
 			sk.Description += fmt.Sprintf(" (agents: %s/a2a/%s/{owner}/{alias})", base, ti.Name)
@@ -111,6 +116,7 @@ func (s *Server) directoryCard(ctx context.Context, base string) *spec.AgentCard
 		}
 	}
 	card.Skills = append(card.Skills, s.outsideSkills(ctx)...)
+	card.Capabilities.Extensions = schemaExtension(schemas)
 	s.security(card)
 	return card
 }

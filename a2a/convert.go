@@ -101,6 +101,13 @@ func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 		}
 	}
 	out.Message = strings.Join(texts, "\n")
+	if sk, ok := m.Metadata[MetaSkill]; ok {
+		name, _ := sk.(string)
+		if name == "" || grain.IsReserved(name) || !utf8.ValidString(name) {
+			return nil, invalidParams("metadata %s: want the name of a skill of the agent", MetaSkill)
+		}
+		out.MessageType = name // a typed skill's arguments are checked against its schema
+	}
 	if !utf8.ValidString(out.Message) || !utf8.ValidString(out.DataType) {
 		return nil, invalidParams("text is not valid UTF-8")
 	}
