@@ -575,6 +575,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		if s.mcp, err = mcp.New(mcfg, mcp.Deps{Runtime: s.rt, ACL: s.acl, Inboxes: s.inboxes}); err != nil {
 			return err
 		}
+		mcp.AddDirectoryTools(s.mcp, d, s.acl)
 	}
 	if s.httpLis != nil {
 		mux := http.NewServeMux()

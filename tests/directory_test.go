@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -135,7 +136,7 @@ func TestDirectory(t *testing.T) {
 	if err := regs[1].Register("Archivist", reply(""), grain.TypeInfo{Description: "Keeps records."}); err != nil {
 		t.Fatal(err)
 	}
-	s1 := dirSilo(t, e, "s1", "/dir/", regs[0], nil)
+	s1 := dirSilo(t, e, "s1", "/dir/", regs[0], func(c *cluster.SiloConfig) { c.MCP.Addr = "127.0.0.1:0" })
 	s2 := dirSilo(t, e, "s2", "/dir/", regs[1], nil)
 
 	admin, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("system"))
@@ -221,6 +222,32 @@ func TestDirectory(t *testing.T) {
 		t.Errorf("files: %q", got)
 	}
 
+	// An MCP client finds them with the directory's tools.
+	mc := dirMCP(t, s1, "system")
+	var searched struct {
+		Results []struct{ Name, Kind, Call string }
+	}
+	dirTool(t, mc, "search_known_services", map[string]any{"query": "read a file from the archive"}, &searched)
+	if len(searched.Results) == 0 || searched.Results[0].Name != "files" || searched.Results[0].Call != "MCP:{owner}:files" {
+		t.Errorf("search_known_services: %+v", searched)
+	}
+	var agents struct{ Agents []struct{ Name, Kind string } }
+	dirTool(t, mc, "list_known_agents", map[string]any{"skill": "language"}, &agents)
+	if len(agents.Agents) != 1 || agents.Agents[0].Name != "translator" {
+		t.Errorf("list_known_agents language: %+v", agents)
+	}
+	var details struct {
+		Name, URL string
+		Skills    []struct {
+			Name     string
+			Examples []string
+		}
+	}
+	dirTool(t, mc, "get_agent_details", map[string]any{"name": "weather"}, &details)
+	if details.URL != weather.URL || len(details.Skills) != 1 || details.Skills[0].Examples[0] != "will it rain in Lisbon tomorrow" {
+		t.Errorf("get_agent_details weather: %+v", details)
+	}
+
 	// The outside agents are in the A2A listing and the root card.
 	var listing struct {
 		Outside []struct {
@@ -274,6 +301,11 @@ func TestDirectory(t *testing.T) {
 		t.Errorf("dev's agent searches on dev's behalf: %v", err)
 	}
 
+	res, err := dirMCP(t, s1, "dev").CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "search_known_services", Arguments: map[string]any{"query": "weather"}})
+	if err != nil || !res.IsError {
+		t.Errorf("dev's search_known_services: %v %+v", err, res)
+	}
+
 	// The peer goes down: still listed, with its error and last-seen time.
 	weather.Stop()
 	testutil.WaitFor(t, "weather's failed refresh", func() bool {
@@ -307,5 +339,55 @@ func getJSON(t *testing.T, url string, v any) {
 	defer resp.Body.Close()
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
+	}
+}
+
+// dirMCP connects an MCP client (the Go SDK's) to the silo's every-agent
+// endpoint as principal.
+func dirMCP(t *testing.T, s *cluster.Silo, principal string) *mcpsdk.ClientSession {
+	t.Helper()
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections)
+	c := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "directory-test", Version: "1"}, nil)
+	cs, err := c.Connect(t.Context(), &mcpsdk.StreamableClientTransport{
+		Endpoint:             "http://" + s.MCPAddr() + "/mcp",
+		HTTPClient:           &http.Client{Transport: dirHeader{tr, principal}},
+		DisableStandaloneSSE: true,
+		MaxRetries:           -1,
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+type dirHeader struct {
+	base      http.RoundTripper
+	principal string
+}
+
+func (h dirHeader) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("x-agentsilo-principal", h.principal)
+	return h.base.RoundTrip(r)
+}
+
+// dirTool calls a tool and decodes its structured content into out.
+func dirTool(t *testing.T, cs *mcpsdk.ClientSession, name string, args map[string]any, out any) {
+	t.Helper()
+	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if res.IsError {
+		t.Fatalf("%s: error result %+v", name, res.Content)
+	}
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("%s: %v in %s", name, err, b)
 	}
 }
