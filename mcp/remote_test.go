@@ -13,11 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/mcp"
 )
@@ -404,4 +409,126 @@ func TestRemoteConfiguration(t *testing.T) {
 	if _, err := remoteAsk(t.Context(), rt2, "MCP:system:deny", mcp.RemoteListTools, ""); errs.Code(err) != codes.Unauthenticated {
 		t.Fatalf("401: %v, want Unauthenticated", err)
 	}
+}
+
+type quoteIn struct {
+	Item string `json:"item" jsonschema:"what to price"`
+	Qty  int    `json:"qty"`
+}
+
+type quoteOut struct {
+	Price float64 `json:"price"`
+}
+
+// One typed skill declaration serves the Ask API, A2A and MCP with the same
+// schema; and an MCP agent of a second cluster reaches it through the
+// first silo's MCP endpoint.
+func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
+	e := etcdtest.Start(t)
+	s1 := startSilo(t, e, "s1", "/remote1/", func(c *cluster.SiloConfig) { c.A2A.Addr = "127.0.0.1:0" })
+	s2 := startSilo(t, e, "s2", "/remote2/", func(c *cluster.SiloConfig) { c.A2A.AllowPrivateNetworks = true })
+	skill := grain.TypedSkill[quoteIn, quoteOut]("quote", "Prices an order.", "shop")
+	var runs atomic.Int32
+	err := s1.Runtime().Registry().Register("Shop", func(grain.Host) (grain.Agent, error) {
+		return remoteAgentFunc(grain.TypedHandler(func(_ context.Context, in quoteIn) (quoteOut, error) {
+			runs.Add(1)
+			return quoteOut{Price: 2.5 * float64(in.Qty)}, nil
+		})), nil
+	}, grain.TypeInfo{Description: "A shop.", Skills: []grain.Skill{skill}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The Ask API: AskTyped, and the gateway's refusal of bad arguments.
+	c1, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	if out, err := client.AskTyped[quoteIn, quoteOut](t.Context(), c1, "Shop:dev:s", "quote", quoteIn{Item: "pen", Qty: 4}); err != nil || out.Price != 10 {
+		t.Fatalf("AskTyped: %+v, %v", out, err)
+	}
+	if _, err := client.AskTyped[map[string]any, quoteOut](t.Context(), c1, "Shop:dev:s", "quote", map[string]any{"item": "pen"}); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("AskTyped with bad arguments: %v, want InvalidArgument", err)
+	}
+	types, err := c1.Types(t.Context(), "shop")
+	if err != nil || len(types) != 1 || types[0].GetSkills()[0].GetInputSchema() != string(skill.InputSchema) {
+		t.Fatalf("Types: %v, %v", types, err)
+	}
+
+	// A2A: the card's extension has the same schema.
+	card, err := (&agentcard.Resolver{}).Resolve(t.Context(), "http://"+s1.A2AAddr(), agentcard.WithPath("/a2a/Shop/dev/s/.well-known/agent-card.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a2aSchema json.RawMessage
+	for _, ext := range card.Capabilities.Extensions {
+		if ext.URI == a2a.SkillSchemasExtension {
+			b, _ := json.Marshal(ext.Params["skills"].(map[string]any)["quote"].(map[string]any)["inputSchema"])
+			a2aSchema = b
+		}
+	}
+	if !remoteSameJSON(a2aSchema, skill.InputSchema) {
+		t.Fatalf("A2A card schema %s, want %s", a2aSchema, skill.InputSchema)
+	}
+
+	// MCP, through an MCP agent of the second cluster: the tool, its
+	// schemas, a call, and a refusal by the first silo's MCP server.
+	c2, err := client.Dial(t.Context(), []string{s2.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	const agent = "MCP:dev:shop"
+	if _, err := c2.CreateAgent(t.Context(), agent, map[string]string{
+		mcp.RemoteURL: "http://" + s1.MCPAddr() + "/mcp/Shop/dev/s", mcp.RemoteHeaderPrefix + "X-Agentsilo-Principal": "dev",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c2.Ask(t.Context(), agent, &client.Message{MessageType: mcp.RemoteListTools})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Tools []struct {
+			Name         string          `json:"name"`
+			InputSchema  json.RawMessage `json:"inputSchema"`
+			OutputSchema json.RawMessage `json:"outputSchema"`
+		} `json:"tools"`
+	}
+	if err := json.Unmarshal(r.GetData(), &list); err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "quote" {
+		t.Fatalf("tools/list: %s, %v", r.GetData(), err)
+	}
+	if !remoteSameJSON(list.Tools[0].InputSchema, skill.InputSchema) || !remoteSameJSON(list.Tools[0].OutputSchema, skill.OutputSchema) {
+		t.Fatalf("MCP tool schemas %s, %s; want %s, %s", list.Tools[0].InputSchema, list.Tools[0].OutputSchema, skill.InputSchema, skill.OutputSchema)
+	}
+	before := runs.Load()
+	r, err = c2.Ask(t.Context(), agent, &client.Message{MessageType: "quote", DataType: grain.JSONType, Data: []byte(`{"item":"pen","qty":2}`)})
+	if err != nil || string(r.GetData()) != `{"price":5}` {
+		t.Fatalf("quote over MCP: %v, %v", r, err)
+	}
+	if _, err := c2.Ask(t.Context(), agent, &client.Message{MessageType: "quote", DataType: grain.JSONType, Data: []byte(`{"item":"pen","qty":"2"}`)}); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("quote over MCP with bad arguments: %v, want InvalidArgument", err)
+	}
+	if n := runs.Load() - before; n != 1 {
+		t.Fatalf("the agent ran %d times, want once", n)
+	}
+}
+
+// remoteAgentFunc adapts a handler to grain.Agent.
+type remoteAgentFunc func(ctx context.Context, m *grain.Message) (*grain.Message, error)
+
+func (f remoteAgentFunc) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	return f(ctx, m)
+}
+
+// remoteSameJSON reports whether a and b are the same JSON value.
+func remoteSameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	xb, _ := json.Marshal(x)
+	yb, _ := json.Marshal(y)
+	return string(xb) == string(yb)
 }
