@@ -58,8 +58,7 @@ func peerStream(ctx context.Context, addr string, creds credentials.TransportCre
 	if _, err := stream.Recv(); err != nil {
 		return err
 	}
-	// The receiver checks the hello after sending its own: send a message
-	// and see whether the stream stays.
+	// Send a message and see whether the stream stays.
 	err = stream.Send(&agentsilov1.PeerBatch{Envelopes: []*agentsilov1.PeerEnvelope{{
 		Kind: agentsilov1.Kind_KIND_REQUEST, CallId: 1,
 		Message: &agentsilov1.AgentMessage{To: "Probe:test:x", From: "Probe:test:y", Message: "hi", Id: "1", CallChainId: "1"},
@@ -75,6 +74,28 @@ func peerStream(ctx context.Context, addr string, creds credentials.TransportCre
 		return fmt.Errorf("reply %v", b)
 	}
 	return nil
+}
+
+// peerHello opens a Peer stream to addr with creds, sends a hello as silo,
+// and returns the hello the other end answered with, or the stream's error.
+func peerHello(ctx context.Context, addr string, creds credentials.TransportCredentials, silo string) (*agentsilov1.PeerHello, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stream, err := agentsilov1.NewPeerClient(conn).Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(&agentsilov1.PeerBatch{Hello: &agentsilov1.PeerHello{Silo: silo}}); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	b, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	return b.GetHello(), nil
 }
 
 // TestPeerPortMutualTLS is the peer-port attack: with mutual TLS on, silos
@@ -155,6 +176,14 @@ func TestPeerPortMutualTLS(t *testing.T) {
 	// The cluster's CA, but the certificate of s9 claiming to be s2.
 	if err := peerStream(ctx, addr, open(ca, "s9"), "s2"); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a certificate of s9 saying it is s2: %v, want Unauthenticated", err)
+	}
+	// The cluster's CA, a certificate that names no silo: refused before
+	// the silo says who it is.
+	if h, err := peerHello(ctx, addr, open(ca, "client"), "s2"); h != nil || status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a certificate naming no silo saying it is s2: hello %v, %v; want no hello, Unauthenticated", h, err)
+	}
+	if h, err := peerHello(ctx, addr, open(ca, "s2"), "s2"); h.GetSilo() != "s1" || err != nil {
+		t.Fatalf("the certificate of s2: hello %v, %v; want s1's", h, err)
 	}
 	// What the cluster's CA signs for the name it claims is a silo.
 	if err := peerStream(ctx, addr, open(ca, "s3"), "s3"); err != nil {

@@ -49,6 +49,13 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	for i := range in.lanes {
 		in.lanes[i] = make(chan laneItem, max(t.cfg.QueueSize/numLanes, 64))
 	}
+	// The peer speaks first: this silo says who it is only to a peer whose
+	// certificate names the silo its hello claims.
+	first, err := t.recvHello(ctx, srv)
+	if err != nil {
+		return err
+	}
+	in.from = first.Hello.Silo
 	if err := srv.Send(t.hello()); err != nil {
 		return err
 	}
@@ -57,7 +64,7 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	// The reader ends when this handler has returned and gRPC has ended the
 	// stream, if not before; Close waits for it.
 	t.wg.Add(1)
-	go in.read(srv)
+	go in.read(srv, first)
 	w := batcher{t: t, batch: &agentsilov1.PeerBatch{}}
 	for {
 		var it item
@@ -127,25 +134,55 @@ func lane(to string) int {
 	return int(h % numLanes)
 }
 
-func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
-	t := in.t
-	defer t.wg.Done()
-	defer close(in.rdone)
-	first, err := srv.Recv()
-	if err != nil {
-		in.rerr = err
-		return
+// recvHello reads the first batch of a peer's stream, within
+// ConnectTimeout, and checks it: a hello, from a peer whose certificate
+// (with TLS) names the silo the hello claims.
+func (t *Transport) recvHello(ctx context.Context, srv agentsilov1.Peer_StreamServer) (*agentsilov1.PeerBatch, error) {
+	type recv struct {
+		b   *agentsilov1.PeerBatch
+		err error
+	}
+	ch := make(chan recv, 1)
+	// Recv returns when the handler has returned and gRPC ended the stream,
+	// if not before; Close waits for it.
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		b, err := srv.Recv()
+		ch <- recv{b, err}
+	}()
+	timer := time.NewTimer(t.cfg.ConnectTimeout)
+	defer timer.Stop()
+	var first *agentsilov1.PeerBatch
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, r.err
+		}
+		first = r.b
+	case <-timer.C:
+		return nil, errs.New(codes.DeadlineExceeded, "silo %s: no hello within %v of opening a peer stream", t.cfg.Self, t.cfg.ConnectTimeout)
+	case <-ctx.Done():
+		if t.ctx.Err() != nil {
+			return nil, errs.New(codes.Unavailable, "silo %s: transport closed", t.cfg.Self)
+		}
+		return nil, ctx.Err()
 	}
 	if first.GetHello() == nil {
-		in.rerr = errs.New(codes.InvalidArgument, "the first batch on a peer stream must carry a hello")
-		return
+		return nil, errs.New(codes.InvalidArgument, "the first batch on a peer stream must carry a hello")
 	}
 	if err := t.checkPeer(srv.Context(), first.Hello.Silo); err != nil {
 		t.logger.Warn("peer stream refused", "err", err)
-		in.rerr = err
-		return
+		return nil, err
 	}
-	in.from = first.Hello.Silo
+	return first, nil
+}
+
+// read hands on what the peer sends, from first, its checked hello batch.
+func (in *inbound) read(srv agentsilov1.Peer_StreamServer, first *agentsilov1.PeerBatch) {
+	t := in.t
+	defer t.wg.Done()
+	defer close(in.rdone)
 	for i := range in.lanes {
 		t.wg.Add(1)
 		go in.lane(in.lanes[i], &in.busy[i])
@@ -197,7 +234,7 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer) {
 		}
 		// The batch is read into again: what was handed on from it are
 		// its envelopes, not the batch.
-		if err = srv.RecvMsg(b); err != nil {
+		if err := srv.RecvMsg(b); err != nil {
 			in.rerr = err
 			return
 		}
