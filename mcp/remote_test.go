@@ -1,12 +1,16 @@
 package mcp_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -531,4 +535,68 @@ func remoteSameJSON(a, b []byte) bool {
 	xb, _ := json.Marshal(x)
 	yb, _ := json.Marshal(y)
 	return string(xb) == string(yb)
+}
+
+// The MCP agent type against the TypeScript SDK's own server
+// (tests/mcpjs/server.mjs: McpServer over StreamableHTTPServerTransport).
+func TestRemoteJSServer(t *testing.T) {
+	node := testutil.NeedCommand(t, "node", "Debian's nodejs")
+	dir := filepath.Join(testutil.RepoRoot(t), "tests", "mcpjs")
+	_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk"))
+	testutil.Need(t, err == nil, "npm ci --prefix tests/mcpjs")
+	cmd := exec.Command(node, "server.mjs")
+	cmd.Dir = dir
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	port, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		t.Fatalf("server.mjs said %q: %v", line, err)
+	}
+	url := "http://127.0.0.1:" + port + "/mcp"
+
+	rt := remoteRuntime(t, mcp.RemoteOptions{AllowPrivateNetworks: true})
+	const agent = "MCP:system:js"
+	if _, err := rt.CreateAgent(t.Context(), "system", agent, map[string]string{mcp.RemoteURL: url, mcp.RemoteAPIKey: "js-key"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := remoteAsk(t.Context(), rt, agent, mcp.RemoteListTools, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(r.GetMessage(), "multiply: Multiplies two numbers.") || !strings.Contains(string(r.GetData()), `"product"`) {
+		t.Fatalf("tools/list: %q %s", r.GetMessage(), r.GetData())
+	}
+	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	r, err = rt.Ask(t.Context(), &grain.Message{To: agent, From: "Session:system:test", MessageType: "echo", Data: []byte(`{"text":"hi"}`), Traceparent: tp})
+	if err != nil || !strings.HasPrefix(r.GetMessage(), "echo: hi\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-") {
+		t.Fatalf("echo: %v, %v", r, err)
+	}
+	r, err = remoteAsk(t.Context(), rt, agent, mcp.RemoteCallTool, `{"name":"multiply","arguments":{"a":6,"b":7}}`)
+	if err != nil || r.GetMessage() != "42" || !remoteSameJSON(r.GetData(), []byte(`{"product":42}`)) {
+		t.Fatalf("multiply: %v, %v", r, err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, agent, "broken", ""); errs.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "out of paper") {
+		t.Fatalf("broken: %v, want Unknown with the tool's text", err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, agent, "multiply", `{"a":"six","b":7}`); err == nil {
+		t.Fatal("multiply with a string: no error")
+	}
+	// Without the key: Unauthenticated.
+	if _, err := rt.CreateAgent(t.Context(), "system", "MCP:system:nokey", map[string]string{mcp.RemoteURL: url}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:nokey", mcp.RemoteListTools, ""); errs.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without the key: %v, want Unauthenticated", err)
+	}
 }
