@@ -340,3 +340,35 @@ func TestRequestGone(t *testing.T) {
 		t.Fatalf("the turn of a call whose client went away ended with %v, want context canceled", err)
 	}
 }
+
+// A silo program's own tool, added with AddTool, runs on behalf of the
+// authenticated caller (CallerFrom); a tool without a valid name or an
+// object input schema is skipped, not a panic.
+func TestAddTool(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	s.MCP().AddTool(&mcpsdk.Tool{Name: "whoami", Description: "who calls", InputSchema: map[string]any{"type": "object"}},
+		func(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) {
+			c, ok := mcp.CallerFrom(ctx)
+			if !ok {
+				return nil, errors.New("no caller")
+			}
+			return &mcpsdk.CallToolResult{Content: []mcpsdk.Content{&mcpsdk.TextContent{Text: c.Principal}}}, nil
+		})
+	s.MCP().AddTool(&mcpsdk.Tool{Name: "bad name", InputSchema: map[string]any{"type": "object"}}, nil)
+	s.MCP().AddTool(&mcpsdk.Tool{Name: "noschema"}, func(context.Context, *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) { return nil, nil })
+	s.MCP().AddTool(&mcpsdk.Tool{Name: "stringschema", InputSchema: map[string]any{"type": "string"}}, func(context.Context, *mcpsdk.CallToolRequest) (*mcpsdk.CallToolResult, error) { return nil, nil })
+	cs := mustConnect(t, s, "/mcp", map[string]string{"x-agentsilo-principal": "carol"}, nil)
+	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "whoami"})
+	if err != nil || !slices.Equal(texts(res), []string{"carol"}) {
+		t.Fatalf("whoami: %+v %v, want carol", res, err)
+	}
+	for tl, err := range cs.Tools(t.Context(), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tl.Name == "bad name" || tl.Name == "noschema" || tl.Name == "stringschema" {
+			t.Errorf("tools/list has %q, which AddTool should have skipped", tl.Name)
+		}
+	}
+}
