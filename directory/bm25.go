@@ -24,11 +24,12 @@ const (
 	bm25B  = 0.75
 )
 
-// posting is one document a term occurs in, with the term's weighted
-// frequency there.
+// posting is one document a term occurs in, with the term's BM25 weight
+// there but for its idf: tf*(k1+1)/(tf+k1*(1-b+b*len/avglen)), tf the
+// term's weighted frequency in the document.
 type posting struct {
 	doc int32
-	tf  uint16
+	w   float32
 }
 
 // index is an immutable BM25 index of entries.
@@ -78,7 +79,7 @@ func buildIndex(entries []grain.DirectoryEntry, rev int64) *index {
 		}
 		ix.tags[i] = tags
 		for t, f := range tf {
-			ix.terms[t] = append(ix.terms[t], posting{doc: int32(i), tf: uint16(min(f, math.MaxUint16))})
+			ix.terms[t] = append(ix.terms[t], posting{doc: int32(i), w: float32(f)}) // tf for now
 		}
 		lens[i] = n
 		total += n
@@ -90,11 +91,23 @@ func buildIndex(entries []grain.DirectoryEntry, rev int64) *index {
 	for i, l := range lens {
 		ix.norm[i] = float32(bm25K1 * (1 - bm25B + bm25B*float64(l)/avg))
 	}
+	for _, ps := range ix.terms {
+		for j := range ps {
+			tf := ps[j].w
+			ps[j].w = tf * (bm25K1 + 1) / (tf + ix.norm[ps[j].doc])
+		}
+	}
 	return ix
 }
 
-// scores are per-document accumulators, reused across searches.
-var scores = sync.Pool{New: func() any { return new([]float32) }}
+// scratch is a search's per-document scores and the documents scored,
+// reused across searches.
+type scratch struct {
+	acc     []float32
+	touched []int32
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
 
 // search ranks the entries matching q, best first, at most limit.
 func (ix *index) search(q grain.DirectoryQuery, limit int) []grain.DirectoryHit {
@@ -116,28 +129,32 @@ func (ix *index) search(q grain.DirectoryQuery, limit int) []grain.DirectoryHit 
 		}
 		return out
 	}
-	sp := scores.Get().(*[]float32)
-	defer scores.Put(sp)
-	if cap(*sp) < len(ix.entries) {
-		*sp = make([]float32, len(ix.entries))
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	if cap(sc.acc) < len(ix.entries) {
+		sc.acc = make([]float32, len(ix.entries))
 	}
-	acc := (*sp)[:len(ix.entries)]
-	var touched []int32
-	n := float64(len(ix.entries))
-	for _, t := range terms {
-		ps := ix.terms[t]
-		if len(ps) == 0 {
-			continue
+	acc := sc.acc[:len(ix.entries)]
+	touched := sc.touched[:0]
+	defer func() {
+		for _, d := range touched {
+			acc[d] = 0
 		}
-		df := float64(len(ps))
-		idf := float32(math.Log(1 + (n-df+0.5)/(df+0.5)))
-		for _, p := range ps {
-			f := float32(p.tf)
-			if acc[p.doc] == 0 {
-				touched = append(touched, p.doc)
-			}
-			acc[p.doc] += idf * f * (bm25K1 + 1) / (f + ix.norm[p.doc])
+		sc.touched = touched[:0]
+	}()
+	// Rarest terms first (see score).
+	slices.SortFunc(terms, func(a, b string) int { return cmp.Compare(len(ix.terms[a]), len(ix.terms[b])) })
+	common := len(ix.entries)
+	if len(ix.entries) >= pruneFrom {
+		common = len(ix.entries) / 4
+	}
+	var pruned bool
+	touched, pruned = ix.score(terms, acc, touched, common)
+	if pruned && len(touched) < limit {
+		for _, d := range touched {
+			acc[d] = 0
 		}
+		touched, _ = ix.score(terms, acc, touched[:0], len(ix.entries))
 	}
 	hits := make([]grain.DirectoryHit, 0, min(len(touched), limit))
 	worst := -1                       // the index in hits of the lowest score, once hits is full
@@ -173,10 +190,43 @@ func (ix *index) search(q grain.DirectoryQuery, limit int) []grain.DirectoryHit 
 	for _, d := range docs {
 		hits = append(hits, grain.DirectoryHit{Entry: ix.entries[d], Score: float64(acc[d])})
 	}
-	for _, d := range touched {
-		acc[d] = 0
-	}
 	return hits
+}
+
+// score adds the BM25 score of each term, rarest first, to the
+// accumulators of the documents it occurs in, appending to touched the
+// documents scored, and returns them. A term in more than common
+// documents tells little: once a rarer term matched, it only adds to the
+// scores of documents that matched already (pruned is then true), which
+// saves scoring most of a large directory for a query with a common word
+// (a document with only the common word scores below almost every one
+// that matched a rarer word).
+func (ix *index) score(terms []string, acc []float32, touched []int32, common int) (_ []int32, pruned bool) {
+	n := float64(len(ix.entries))
+	for _, t := range terms {
+		ps := ix.terms[t]
+		if len(ps) == 0 {
+			continue
+		}
+		df := float64(len(ps))
+		idf := float32(math.Log(1 + (n-df+0.5)/(df+0.5)))
+		if len(ps) > common && len(touched) > 0 {
+			pruned = true
+			for _, p := range ps {
+				if acc[p.doc] != 0 {
+					acc[p.doc] += idf * p.w
+				}
+			}
+			continue
+		}
+		for _, p := range ps {
+			if acc[p.doc] == 0 {
+				touched = append(touched, p.doc)
+			}
+			acc[p.doc] += idf * p.w
+		}
+	}
+	return touched, pruned
 }
 
 // lowest returns the index in docs of the document ranked last.
@@ -200,6 +250,9 @@ func (ix *index) keep(i int, q grain.DirectoryQuery) bool {
 	}
 	return true
 }
+
+// pruneFrom is the size from which common terms are pruned (see search).
+const pruneFrom = 1000
 
 // maxQueryTerms bounds the distinct words of a query that count.
 const maxQueryTerms = 32
