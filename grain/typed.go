@@ -11,6 +11,7 @@ import (
 	"mime"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"google.golang.org/grpc/codes"
@@ -133,7 +134,7 @@ func validateJSON(rs *jsonschema.Resolved, typeName, skill string, data []byte) 
 		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments are not JSON: %v", clip(skill), typeName, err)
 	}
 	if err := rs.Validate(v); err != nil {
-		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments do not match its input schema: %s", clip(skill), typeName, clip(err.Error()))
+		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments do not match its input schema: %s", clip(skill), typeName, clipLong(err.Error()))
 	}
 	return nil
 }
@@ -179,7 +180,7 @@ func Decode[In any](msg *Message) (In, error) {
 		}
 	}
 	if err != nil {
-		return in, errs.New(codes.InvalidArgument, "%s: the arguments do not decode as %T: %s", what(msg), in, clip(err.Error()))
+		return in, errs.New(codes.InvalidArgument, "%s: the arguments do not decode as %T: %s", what(msg), in, clipLong(err.Error()))
 	}
 	return in, nil
 }
@@ -218,6 +219,20 @@ func integral(v any) any {
 		}
 	}
 	return v
+}
+
+// clipLong shortens an error's text to 500 bytes (at a rune's start): a
+// schema's complaint names the path and the values, which are the caller's.
+func clipLong(s string) string {
+	const n = 500
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "..."
 }
 
 // what names a message in Decode's errors: its message type, if any.
