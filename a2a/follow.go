@@ -76,6 +76,10 @@ const (
 	StateRound = "a2a.round"
 )
 
+// TypeCancel is the message type of an Ask that cancels the remote task
+// its state names (StateTaskID), such as one followed in the background.
+const TypeCancel = "a2a.cancel"
+
 // TypeResult is the message type of a background follow's result,
 // delivered as a one-way message to the caller (its state as a reply's;
 // an error as StateError with its code in StateCode).

@@ -320,6 +320,33 @@ func TestBackgroundFollow(t *testing.T) {
 		if got.Message != "done: later" || got.State[a2a.StateTaskID] != r.State[a2a.StateTaskID] || got.State[a2a.StateTaskState] != "TASK_STATE_COMPLETED" {
 			t.Errorf("%s: background result: %v", mode, got)
 		}
+
+		// Cancelling a task followed in the background cancels the
+		// remote task; the follow delivers the cancellation.
+		out2 := outside.Start(streaming)
+		defer out2.Close()
+		if _, err := c.CreateAgent(t.Context(), remote+"-c", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
+			t.Fatal(err)
+		}
+		r, err = askVia(t, c, "Asker:system:b-"+mode, askRequest{To: remote + "-c", Text: "slow never", Background: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the second task to start", func() bool { return out2.Sends() == 1 })
+		if _, err := c.Ask(t.Context(), remote+"-c", &client.Message{MessageType: a2a.TypeCancel, State: r.State}); err != nil {
+			t.Fatalf("%s: cancel: %v", mode, err)
+		}
+		waitFor(t, "the cancellation delivered", func() bool {
+			_, res := log.snapshot()
+			return len(res) > len(before)+1
+		})
+		_, res = log.snapshot()
+		if got := res[len(before)+1]; got.State[a2a.StateCode] != "Canceled" || got.State[a2a.StateTaskID] != r.State[a2a.StateTaskID] {
+			t.Errorf("%s: cancelled background result: %v", mode, got)
+		}
+		if c := out2.Canceled(); len(c) != 1 || string(c[0]) != r.State[a2a.StateTaskID] {
+			t.Errorf("%s: remote cancels: %v", mode, c)
+		}
 	}
 }
 

@@ -251,6 +251,9 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	}
 	st := m.GetState()
 	taskID := spec.TaskID(st[StateTaskID])
+	if m.GetMessageType() == TypeCancel {
+		return r.cancel(ctx, m, taskID)
+	}
 	ctx = withMessageTrace(ctx, m)
 	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, st[StateContextID], attribute.String("agentsilo.correlation_id", m.GetId()))
 	defer span.End()
@@ -313,6 +316,23 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		r.guards.done(res.taskID)
 	}
 	return res.reply(m)
+}
+
+// cancel cancels the remote task id (a message of TypeCancel) and
+// replies with its state; a background follow of it then delivers the
+// cancellation as its result.
+func (r *remote) cancel(ctx context.Context, m *grain.Message, id spec.TaskID) (*grain.Message, error) {
+	if id == "" {
+		return nil, errs.New(codes.InvalidArgument, "%s: %s needs the task's id in the state (%s)", r.h.Address(), TypeCancel, StateTaskID)
+	}
+	t, err := r.client.CancelTask(ctx, &spec.CancelTaskRequest{ID: id})
+	if err != nil {
+		return nil, remoteError(err)
+	}
+	r.guards.done(id)
+	reply := m.Response()
+	reply.State = map[string]string{StateContextID: t.ContextID, StateTaskID: string(t.ID), StateTaskState: string(t.Status.State)}
+	return reply, nil
 }
 
 // exchange sends msg to the remote agent and follows the task it starts
