@@ -20,6 +20,9 @@
 //	guard.go      authentication (the gateway's) and the ACL per method
 //	card.go       agent cards from the registry's TypeInfo
 //	remote.go     the built-in agent type A2A, a remote A2A agent as an agent
+//	follow.go     following a remote task past its first answer; loop protection
+//	background.go background follows, durable in the agent's state and a reminder
+//	observe.go    the A2A type's counters, spans and outgoing trace context
 //
 // A silo serves it with --a2a-addr (cluster.SiloConfig.A2A); the README's
 // section "A2A" describes the mapping and how to call it:
