@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -389,5 +390,17 @@ func dirTool(t *testing.T, cs *mcpsdk.ClientSession, name string, args map[strin
 	}
 	if err := json.Unmarshal(b, out); err != nil {
 		t.Fatalf("%s: %v in %s", name, err, b)
+	}
+}
+
+// The agent of docs/directory.md is the finder that TestDirectory runs.
+func TestDirectoryDocAgent(t *testing.T) {
+	doc := strings.TrimSpace(testutil.DocBlock(t, "docs/directory.md", "directory:agent"))
+	src, err := os.ReadFile("directory_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), doc) {
+		t.Errorf("docs/directory.md's agent is not the finder of tests/directory_test.go:\n%s", doc)
 	}
 }
