@@ -20,6 +20,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
@@ -411,4 +412,82 @@ func counter(t *testing.T, reg *prometheus.Registry, name, label string) float64
 		}
 	}
 	return 0
+}
+
+// Polls of a task that is not done wait 2 s, then twice as long each
+// time up to 30 s, each within 20% either way: on an injected clock, a
+// poll comes only once its wait is over.
+func TestPollBackoff(t *testing.T) {
+	e := etcdtest.Start(t)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	reg := prometheus.NewRegistry()
+	s := followSilo(t, e, "poll", "/poll/", &askerLog{}, a2a.RemoteOptions{PollMin: 2 * time.Second, PollMax: 30 * time.Second, Clock: clk, Metrics: reg})
+	c := dialSilo(t, s)
+	out := outside.Start(false)
+	defer out.Close()
+	if _, err := c.CreateAgent(t.Context(), "A2A:system:p", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Ask(ctx, "A2A:system:p", &client.Message{Message: "slow forever"})
+		done <- err
+	}()
+	polls := func() int { return int(counter(t, reg, "agentsilo_a2a_remote_polls_total", "")) }
+	for i, d := range []time.Duration{2, 4, 8, 16, 30, 30} {
+		d *= time.Second
+		waitFor(t, "the next poll's timer", func() bool {
+			n, _ := clk.Waiting()
+			return n == 1 && polls() == i
+		})
+		clk.Advance(d * 79 / 100)
+		if polls() != i {
+			t.Fatalf("poll %d came before 80%% of its %v wait", i+1, d)
+		}
+		clk.Advance(d * 42 / 100)
+		waitFor(t, "the poll after its wait", func() bool { return polls() == i+1 })
+	}
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Errorf("cancelled Ask: %v", err)
+	}
+	waitFor(t, "the remote task cancelled", func() bool { return len(out.Canceled()) == 1 })
+}
+
+// An A2A agent without configuration of its own takes its endpoint from
+// RemoteOptions.Resolve (a directory), headers included.
+func TestRemoteResolve(t *testing.T) {
+	e := etcdtest.Start(t)
+	out := outside.Start(true)
+	defer out.Close()
+	var mu sync.Mutex
+	var asked []string
+	s := followSilo(t, e, "res", "/res/", &askerLog{}, a2a.RemoteOptions{Resolve: func(_ context.Context, owner, alias string) (string, map[string]string, bool, error) {
+		mu.Lock()
+		asked = append(asked, owner+":"+alias)
+		mu.Unlock()
+		switch alias {
+		case "known":
+			return out.URL, map[string]string{"X-Tenant": "acme"}, true, nil
+		case "broken":
+			return "", nil, false, status.Error(codes.Unavailable, "directory down")
+		}
+		return "", nil, false, nil
+	}})
+	c := dialSilo(t, s)
+	if r, err := c.Ask(t.Context(), "A2A:system:known", &client.Message{Message: "hello"}); err != nil || r.Message != "hello" {
+		t.Fatalf("resolved: %v %v", r, err)
+	}
+	if _, err := c.Ask(t.Context(), "A2A:system:unknown", &client.Message{Message: "x"}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("unknown: %v", err)
+	}
+	if _, err := c.Ask(t.Context(), "A2A:system:broken", &client.Message{Message: "x"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("broken directory: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(asked, []string{"system:known", "system:unknown", "system:broken"}) {
+		t.Errorf("resolved: %v", asked)
+	}
 }
