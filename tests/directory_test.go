@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/directory/directorytest"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
@@ -402,5 +405,35 @@ func TestDirectoryDocAgent(t *testing.T) {
 	}
 	if !strings.Contains(string(src), doc) {
 		t.Errorf("docs/directory.md's agent is not the finder of tests/directory_test.go:\n%s", doc)
+	}
+}
+
+// The directory's MCP tools from the official TypeScript SDK
+// (tests/mcpjs/directory.mjs).
+func TestDirectoryMCPFromTypeScript(t *testing.T) {
+	dir := mcpJS(t)
+	e := etcdtest.Start(t)
+	weather := directorytest.StartA2A(t)
+	files := directorytest.StartMCP(t)
+	s := dirSilo(t, e, "ts", "/dirts/", grain.NewRegistry(), func(c *cluster.SiloConfig) { c.MCP.Addr = "127.0.0.1:0" })
+	d := s.Directory()
+	if _, err := d.Add(t.Context(), directory.Spec{Name: "weather", Kind: grain.KindA2A, URL: weather.URL, Headers: map[string]string{"Authorization": "Bearer w-token"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Add(t.Context(), directory.Spec{Name: "files", Kind: grain.KindMCP, URL: files.URL}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "both entries refreshed", func() bool {
+		w, err1 := d.Get(t.Context(), "weather")
+		f, err2 := d.Get(t.Context(), "files")
+		return err1 == nil && err2 == nil && len(w.Skills) == 1 && len(f.Tools) == 1
+	})
+	cmd := exec.CommandContext(t.Context(), "node", filepath.Join(dir, "directory.mjs"), "http://"+s.MCPAddr()+"/mcp", "dev")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node directory.mjs: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "ok "); n != 10 {
+		t.Errorf("%d checks passed, want 10:\n%s", n, out)
 	}
 }
