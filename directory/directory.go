@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"reflect"
 	"slices"
 	"strings"
@@ -533,7 +534,7 @@ func (d *Directory) Add(ctx context.Context, s Spec) (grain.DirectoryEntry, erro
 	if err := d.waitIndexed(ctx, resp.Header.Revision); err != nil {
 		return grain.DirectoryEntry{}, err
 	}
-	d.logger.Info("directory: entry added", "entry", s.Name, "kind", s.Kind, "url", s.URL, "headers", len(s.Headers))
+	d.logger.Info("directory: entry added", "entry", s.Name, "kind", s.Kind, "host", hostOf(s.URL), "headers", len(s.Headers))
 	return d.Get(ctx, s.Kind+"/"+s.Name)
 }
 
@@ -563,7 +564,7 @@ func (d *Directory) Remove(ctx context.Context, name string) error {
 // (grain.KindA2A or grain.KindMCP), for the A2A and MCP agent types to call
 // it by its name; ok is false if there is none. The headers are the
 // caller's to use, never to show.
-func (d *Directory) Resolve(_ context.Context, kind, name string) (url string, headers map[string]string, ok bool, err error) {
+func (d *Directory) Resolve(_ context.Context, kind, name string) (endpoint string, headers map[string]string, ok bool, err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r := d.records[name]
@@ -581,3 +582,13 @@ func (d *Directory) Resolve(_ context.Context, kind, name string) (url string, h
 func (d *Directory) Len() int { return len(d.ix.Load().entries) }
 
 func (s Spec) String() string { return fmt.Sprintf("%s %s %s", s.Kind, s.Name, s.URL) }
+
+// hostOf is the host of a URL, what the logs say of an entry's URL (its
+// path or query might carry what should have been a header).
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Host
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,6 +163,39 @@ func names(hits []grain.DirectoryHit) []string {
 		out = append(out, h.Entry.Kind+"/"+h.Entry.Name)
 	}
 	return out
+}
+
+// When the view moves an entry to another silo, that silo refreshes it
+// when it is due, and the first one no longer does.
+func TestRefreshMovesWithOwner(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	agent := directorytest.StartA2A(t)
+	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
+	var aOwns atomic.Bool
+	aOwns.Store(true)
+	cfg := directory.DefaultConfig()
+	cfg.Client, cfg.Prefix, cfg.Clock = cli, "/t/", clk
+	cfg.Owns = func(string) bool { return aOwns.Load() }
+	a := startDir(t, cfg)
+	cfg.Owns = func(string) bool { return !aOwns.Load() }
+	b := startDir(t, cfg)
+	if _, err := a.Add(t.Context(), directory.Spec{Name: "weather", Kind: grain.KindA2A, URL: agent.URL}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the first refresh, seen by b", func() bool {
+		e, err := b.Get(t.Context(), "weather")
+		return err == nil && e.LastSeen.Equal(clk.Now())
+	})
+	aOwns.Store(false)
+	n := agent.Requests()
+	clk.Advance(cfg.Refresh + cfg.Refresh/10)
+	testutil.WaitFor(t, "b's refresh, seen by a", func() bool {
+		e, err := a.Get(t.Context(), "weather")
+		return err == nil && e.LastSeen.Equal(clk.Now())
+	})
+	if got := agent.Requests() - n; got != 1 {
+		t.Errorf("%d card requests after the move, want 1", got)
+	}
 }
 
 func TestAddRefusesBadEntries(t *testing.T) {

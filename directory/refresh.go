@@ -131,7 +131,7 @@ func (d *Directory) refresh(ctx context.Context, r job) {
 	}
 	if err != nil {
 		st.LastError = clip(err.Error(), maxText)
-		d.logger.Debug("directory: refresh failed", "entry", r.spec.Name, "err", st.LastError)
+		d.logger.Debug("directory: refresh failed", "entry", r.spec.Name, "host", hostOf(r.spec.URL), "err", st.LastError)
 	} else {
 		st.LastSeen = d.clk.Now()
 	}

@@ -326,6 +326,15 @@ func TestDirectory(t *testing.T) {
 	if _, err := admin.DirectoryEntry(t.Context(), "weather"); status.Code(err) != codes.NotFound {
 		t.Errorf("after remove: %v", err)
 	}
+
+	// A type goes with the last silo that hosts it.
+	if err := s2.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "Archivist gone with s2", func() bool {
+		_, err := admin.DirectoryEntry(t.Context(), "Archivist")
+		return status.Code(err) == codes.NotFound
+	})
 }
 
 func getJSON(t *testing.T, url string, v any) {
