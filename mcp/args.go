@@ -21,11 +21,16 @@ type request struct {
 	text string
 }
 
+// inputCheck checks the JSON arguments of a request for a skill against
+// its input schema, as the runtime will (grain.Registry.ValidateInput).
+type inputCheck func(typeName, skill string, data []byte) error
+
 // decodeArgs reads the arguments of a call of t: on the every-agent
 // endpoint (agent zero) the agent argument names the agent, and is taken
-// out; what is left must match t's input schema. Every error is
-// InvalidArgument and says what is wrong.
-func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage) (*request, error) {
+// out; what is left must match t's input schema (checked by check, the
+// registry's own check, if given; by t's compiled schema otherwise).
+// Every error is InvalidArgument and says what is wrong.
+func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage, check inputCheck) (*request, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
 		raw = []byte("{}")
@@ -54,12 +59,18 @@ func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage) (*request, er
 			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %v", t.name, err)
 		}
 	}
-	var inst any
-	if err := json.Unmarshal(r.data, &inst); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %v", t.name, err)
-	}
-	if err := t.in.Validate(inst); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "tool %s: the arguments do not match its input schema: %s", t.name, clip(err.Error(), 500))
+	if check != nil && !t.text {
+		if err := check(t.typ, t.skill, r.data); err != nil {
+			return nil, errs.New(codes.InvalidArgument, "tool %s: %s", t.name, messageOf(err))
+		}
+	} else {
+		var inst any
+		if err := json.Unmarshal(r.data, &inst); err != nil {
+			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %v", t.name, err)
+		}
+		if err := t.in.Validate(inst); err != nil {
+			return nil, errs.New(codes.InvalidArgument, "tool %s: the arguments do not match its input schema: %s", t.name, clip(err.Error(), 500))
+		}
 	}
 	if t.text {
 		var a struct {

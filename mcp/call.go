@@ -63,7 +63,7 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	if req.Params != nil {
 		raw = req.Params.Arguments
 	}
-	r, err := decodeArgs(t, ri.agent, raw)
+	r, err := decodeArgs(t, ri.agent, raw, s.reg.ValidateInput)
 	if err != nil {
 		return nil, err
 	}

@@ -11,19 +11,25 @@ import (
 	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
-// fuzzTools are a skill with an input schema and one without.
-func fuzzTools(t testing.TB) (typed, text *tool) {
-	tools, problems := toolsOf(grain.TypeInfo{Name: "Add", Skills: []grain.Skill{
+// fuzzTools are a skill with an input schema and one without, and the
+// registry's check of their type's inputs.
+func fuzzTools(t testing.TB) (typed, text *tool, check inputCheck) {
+	ti := grain.TypeInfo{Name: "Add", Skills: []grain.Skill{
 		{Name: "add", InputSchema: json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"},"tags":{"type":"array","items":{"type":"string"}}},"required":["a","b"],"additionalProperties":false}`)},
 		{Name: "say it"},
-	}})
+	}}
+	reg := grain.NewRegistry()
+	if err := reg.Register("Add", func(grain.Host) (grain.Agent, error) { return nil, nil }, ti); err != nil {
+		t.Fatal(err)
+	}
+	tools, problems := toolsOf(ti)
 	if len(problems) > 0 || len(tools) != 2 {
 		t.Fatalf("tools %v, problems %v", tools, problems)
 	}
 	if tools[1].name != "say_it" {
 		t.Fatalf("the tool of skill %q is named %q, want say_it", "say it", tools[1].name)
 	}
-	return tools[0], tools[1]
+	return tools[0], tools[1], reg.ValidateInput
 }
 
 // What a client sends the server parses: the endpoint's path, and a
@@ -47,7 +53,7 @@ func FuzzParse(f *testing.F) {
 	} {
 		f.Add(seed.path, seed.args)
 	}
-	typed, text := fuzzTools(f)
+	typed, text, check := fuzzTools(f)
 	f.Fuzz(func(t *testing.T, path, args string) {
 		agent, err := parseEndpoint(path)
 		if err == nil && agent.Type != "" {
@@ -61,8 +67,12 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			agent = grain.Address{}
 		}
-		for _, tl := range []*tool{typed, text} {
-			r, err := decodeArgs(tl, agent, json.RawMessage(args))
+		for i, tl := range []*tool{typed, text, typed} {
+			var c inputCheck
+			if i == 2 {
+				c = check // the registry's check instead of the tool's schema
+			}
+			r, err := decodeArgs(tl, agent, json.RawMessage(args), c)
 			if err != nil {
 				if errs.Code(err) != codes.InvalidArgument {
 					t.Fatalf("decodeArgs(%q): %v, want InvalidArgument", args, err)

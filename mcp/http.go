@@ -152,7 +152,9 @@ func (s *Server) sdkServerFor(r *http.Request) *mcpsdk.Server {
 	if !ok {
 		return nil
 	}
-	if s.sessions() >= s.cfg.MaxSessions {
+	// The SDK asks for every request; only one without a session may
+	// open a new session.
+	if r.Header.Get("Mcp-Session-Id") == "" && s.sessions() >= s.cfg.MaxSessions {
 		s.logger.Warn("mcp: session refused: the server has its maximum of sessions open", "max", s.cfg.MaxSessions)
 		return nil
 	}

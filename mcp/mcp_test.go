@@ -372,3 +372,33 @@ func TestAddTool(t *testing.T) {
 		}
 	}
 }
+
+// A silo holds at most MaxSessions MCP sessions: one more is refused
+// until one closes.
+func TestMaxSessions(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", func(c *cluster.SiloConfig) { c.MCP.MaxSessions = 2 })
+	// The Go client's connect may make a short-lived session of its own
+	// first: wait for each one to get in.
+	var first *mcpsdk.ClientSession
+	testutil.WaitFor(t, "a first session", func() bool {
+		cs, err := connect(t, s, "/mcp", dev, nil)
+		first = cs
+		return err == nil
+	})
+	testutil.WaitFor(t, "a second session", func() bool {
+		_, err := connect(t, s, "/mcp/Echo/dev/e1", dev, nil)
+		return err == nil
+	})
+	if _, err := connect(t, s, "/mcp", dev, nil); err == nil {
+		t.Fatal("a third session was opened; want it refused at MaxSessions 2")
+	}
+	first.Close()
+	testutil.WaitFor(t, "a session after one closed", func() bool {
+		cs, err := connect(t, s, "/mcp", dev, nil)
+		if err == nil {
+			cs.Close()
+		}
+		return err == nil
+	})
+}
