@@ -104,18 +104,25 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	}, grain.TypeInfo{
 		Description: "An MCP server outside the cluster: its configuration (url, and api_key, bearer_token or header.* credentials) names it; ask it tools/list for its tools, or a tool's name with the JSON arguments as data to call it.",
 		Skills: []grain.Skill{
-			{
-				Name:        RemoteListTools,
-				Description: "List the MCP server's tools: names, descriptions, input and output schemas (JSON data {\"tools\": [...]}).",
-				Tags:        []string{"mcp", "tools"},
-			},
-			{
-				Name:        RemoteCallTool,
-				Description: "Call a tool of the MCP server: data {\"name\": tool, \"arguments\": {...}} (or message_type = the tool's name and data = its arguments); the reply is the tool's text and structured content.",
-				Tags:        []string{"mcp", "tools", "proxy"},
-			},
+			grain.TypedSkill[struct{}, remoteToolList](RemoteListTools,
+				"List the MCP server's tools: names, descriptions, input and output schemas (JSON data {\"tools\": [...]}).",
+				"mcp", "tools"),
+			grain.TypedSkill[remoteCall, any](RemoteCallTool,
+				"Call a tool of the MCP server: data {\"name\": tool, \"arguments\": {...}} (or message_type = the tool's name and data = its arguments); the reply is the tool's text and structured content.",
+				"mcp", "tools", "proxy"),
 		},
 	})
+}
+
+// remoteCall is the data of a tools/call request.
+type remoteCall struct {
+	Name      string         `json:"name" jsonschema:"the name of the tool to call"`
+	Arguments map[string]any `json:"arguments,omitempty" jsonschema:"the tool's arguments"`
+}
+
+// remoteToolList is the data of a tools/list reply.
+type remoteToolList struct {
+	Tools []remoteTool `json:"tools"`
 }
 
 // remoteAgent is an agent of RemoteType: one MCP client session per
@@ -172,6 +179,8 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 			Name      string          `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
 		}
+		// The runtime checked the data against the skill's schema when
+		// it came from outside; an agent's Ask was not checked.
 		if err := json.Unmarshal(m.GetData(), &c); err != nil || c.Name == "" {
 			return nil, errs.New(codes.InvalidArgument, "%s: %s takes JSON data {\"name\": tool, \"arguments\": {...}}", r.h.Address(), RemoteCallTool)
 		}
@@ -199,8 +208,8 @@ type remoteTool struct {
 	Name         string `json:"name"`
 	Title        string `json:"title,omitempty"`
 	Description  string `json:"description,omitempty"`
-	InputSchema  any    `json:"inputSchema,omitempty"`
-	OutputSchema any    `json:"outputSchema,omitempty"`
+	InputSchema  any    `json:"inputSchema,omitempty" jsonschema:"the tool's input JSON Schema"`
+	OutputSchema any    `json:"outputSchema,omitempty" jsonschema:"the tool's output JSON Schema, if it has one"`
 }
 
 func (r *remoteAgent) listTools(ctx context.Context, m *grain.Message) (*grain.Message, error) {
@@ -234,9 +243,7 @@ func (r *remoteAgent) listTools(ctx context.Context, m *grain.Message) (*grain.M
 	if tools == nil {
 		tools = []remoteTool{}
 	}
-	data, err := json.Marshal(struct {
-		Tools []remoteTool `json:"tools"`
-	}{tools})
+	data, err := json.Marshal(remoteToolList{tools})
 	if err != nil {
 		return nil, errs.New(codes.Internal, "%s: encode the tools: %v", r.h.Address(), err)
 	}
