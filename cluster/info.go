@@ -125,19 +125,16 @@ func (c clusterInfo) Members(ctx context.Context) ([]*agentsilov1.Member, int64,
 		return err
 	})
 	out := make([]*agentsilov1.Member, 0, len(st.view.Members))
+	h := r.m.Health()
 	for _, mi := range st.view.Members {
-		m := &agentsilov1.Member{
+		out = append(out, &agentsilov1.Member{
 			Name:        mi.Name,
 			GatewayAddr: mi.GatewayAddr,
 			PeerAddr:    mi.PeerAddr,
-			State:       "alive",
+			State:       memberState(h, r.clk, mi, mi.Name == r.self),
 			Self:        mi.Name == r.self,
 			Activations: counts[mi.Name],
-		}
-		if mi.Leaving {
-			m.State = "leaving"
-		}
-		out = append(out, m)
+		})
 	}
 	return out, st.view.Version, err
 }

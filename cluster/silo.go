@@ -672,19 +672,9 @@ func (s *Silo) fail(err error) {
 }
 
 func (s *Silo) readyz(w http.ResponseWriter, _ *http.Request) {
-	if s.gw.Draining() {
-		http.Error(w, "the gateway is shutting down", http.StatusServiceUnavailable)
+	if why := s.notReady(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
-	}
-	if st := s.router.state.Load(); !st.self {
-		http.Error(w, "not serving activations (leaving, or not in the view)", http.StatusServiceUnavailable)
-		return
-	}
-	select {
-	case <-s.members.Fenced():
-		http.Error(w, "fenced", http.StatusServiceUnavailable)
-		return
-	default:
 	}
 	fmt.Fprintln(w, "ready")
 }

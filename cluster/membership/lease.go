@@ -82,6 +82,49 @@ func (m *Membership) Suspended() bool {
 	return m.started.Load() && !m.Valid()
 }
 
+// Health is what the silo knows of its own standing in the cluster, as
+// its lease keepalives found it.
+type Health struct {
+	// EtcdFailing is when the keepalives began to fail, zero while the
+	// last one succeeded; EtcdErr is the last failure.
+	EtcdFailing time.Time
+	EtcdErr     error
+	// SuspendedAt is when the silo was suspended (see Suspended), zero
+	// while it is not.
+	SuspendedAt time.Time
+	// Fenced is the cause of the silo's fencing, nil while it has not.
+	Fenced error
+}
+
+// Health reports what the silo knows of its standing: whether etcd
+// answers its keepalives, and since when not; whether it is suspended or
+// fenced.
+func (m *Membership) Health() Health {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	h := Health{EtcdFailing: m.etcdFailing, EtcdErr: m.etcdErr, SuspendedAt: m.suspendedAt, Fenced: m.fenceErr}
+	if h.Fenced != nil {
+		h.SuspendedAt = time.Time{}
+	}
+	return h
+}
+
+// noteKeepAlive records the outcome of a keepalive sent at now (err nil:
+// it succeeded), and whether the silo is suspended, for Health.
+func (m *Membership) noteKeepAlive(now time.Time, err error, suspendedAt time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.suspendedAt = suspendedAt
+	if err == nil {
+		m.etcdFailing, m.etcdErr = time.Time{}, nil
+		return
+	}
+	if m.etcdFailing.IsZero() {
+		m.etcdFailing = now
+	}
+	m.etcdErr = err
+}
+
 // FenceCause says why the silo fenced itself, nil while it has not.
 func (m *Membership) FenceCause() error {
 	m.mu.Lock()
@@ -184,6 +227,7 @@ func (m *Membership) keepAlive(sent time.Time) {
 				suspended = false
 				m.log.Warn("resumed: a lease keepalive succeeded and the record is still this silo's", "suspended_for", m.clk.Now().Sub(suspendedAt), "lease", fmt.Sprintf("%x", int64(m.lease)))
 			}
+			m.noteKeepAlive(now, nil, time.Time{})
 			m.signalRenewed()
 		case m.ctx.Err() != nil:
 			return
@@ -200,6 +244,11 @@ func (m *Membership) keepAlive(sent time.Time) {
 			if !suspended {
 				m.log.Warn("lease keepalive failed", "err", err, "suspend_in", deadline.Sub(now))
 			}
+			at := time.Time{}
+			if suspended {
+				at = suspendedAt
+			}
+			m.noteKeepAlive(now, err, at)
 			next = now.Add(retry)
 		}
 		if suspended {

@@ -60,6 +60,14 @@ type Membership struct {
 	proven   map[clientv3.LeaseID]bool // leases this silo proved dead (recordProof)
 	revokeC  chan struct{}             // signals revokeQ, buffered 1
 
+	// etcdFailing is when the lease keepalives began to fail (zero while
+	// the last one succeeded), etcdErr the last failure, and suspendedAt
+	// when the silo was last suspended (zero while it is not): what
+	// Health reports.
+	etcdFailing time.Time
+	etcdErr     error
+	suspendedAt time.Time
+
 	fenced    chan struct{}
 	fenceOnce sync.Once
 	renewed   chan struct{} // closed and replaced at every renewal (WaitValid)

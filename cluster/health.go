@@ -1,0 +1,65 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/internal/clock"
+)
+
+// notReady says why the silo is not ready to serve, "" if it is: what
+// /readyz answers with 503. A silo is ready when its gateway takes calls,
+// it is in the view and serves activations, and its lease keepalives reach
+// etcd; suspended, fenced or cut off from etcd, it is not, and says since
+// when.
+func (s *Silo) notReady() string {
+	if s.gw.Draining() {
+		return "the gateway is shutting down"
+	}
+	h := s.members.Health()
+	now := s.clk.Now()
+	if h.Fenced != nil {
+		return fmt.Sprintf("fenced: %v", h.Fenced)
+	}
+	if !h.SuspendedAt.IsZero() {
+		return fmt.Sprintf("suspended %s: no lease keepalive succeeded within the fence bound, so turns wait (last error: %v)", since(h.SuspendedAt, now), h.EtcdErr)
+	}
+	if !h.EtcdFailing.IsZero() {
+		return fmt.Sprintf("etcd unreachable %s: %v", since(h.EtcdFailing, now), h.EtcdErr)
+	}
+	if st := s.router.state.Load(); !st.self {
+		return "not serving activations (leaving, or not in the view)"
+	}
+	return ""
+}
+
+// since says when t was and how long ago, as of now.
+func since(t, now time.Time) string {
+	return fmt.Sprintf("since %s (%v)", t.UTC().Format(time.RFC3339), now.Sub(t).Round(time.Second))
+}
+
+// memberState is what `members` says of member mi (self: this silo) as
+// this silo knows it: alive or leaving as the view says while etcd
+// answers; while it does not, what is known and since when.
+func memberState(h membership.Health, clk clock.Clock, mi membership.Member, self bool) string {
+	state := "alive"
+	if mi.Leaving {
+		state = "leaving"
+	}
+	now := clk.Now()
+	switch {
+	case h.Fenced != nil && self:
+		return "fenced: " + h.Fenced.Error()
+	case h.Fenced != nil:
+		return "unknown: this silo is fenced"
+	case !h.SuspendedAt.IsZero() && self:
+		return "suspended " + since(h.SuspendedAt, now) + ": etcd unreachable"
+	case h.EtcdFailing.IsZero():
+		return state
+	case self:
+		return state + ", etcd unreachable " + since(h.EtcdFailing, now)
+	default:
+		return "unknown: etcd unreachable " + since(h.EtcdFailing, now) + " (" + state + " in the last view)"
+	}
+}
