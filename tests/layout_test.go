@@ -114,6 +114,7 @@ func TestDependencyDirections(t *testing.T) {
 		"acl":                {"cluster", "client"},
 		"reminders":          {"cluster", "client"},
 		"a2a":                {"cluster", "client"},
+		"mcp":                {"cluster", "client"},
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
