@@ -9,6 +9,7 @@
 // behalf of the caller's principal, with the gateway's authentication and
 // ACL:
 //
+//	config.go  Config, DefaultConfig, Validate
 //	server.go  the Server: New, Serve, Close; AddTool and CallerFrom for
 //	           tools of the silo's own
 //	http.go    the endpoints (/mcp for every agent, /mcp/{Type}/{owner}/{alias}
@@ -22,5 +23,7 @@
 // describes the mapping and how to call it:
 //
 //	go run ./cmd/silo --demo --mcp-addr 127.0.0.1:9191
-//	npx @modelcontextprotocol/inspector-cli --cli http://127.0.0.1:9191/mcp --transport http --method tools/list
+//
+// and an MCP client pointed at http://127.0.0.1:9191/mcp lists Echo_echo,
+// Counter_count, Progress_think, ... and calls them.
 package mcp
