@@ -18,6 +18,9 @@
 //	args.go    a call's arguments: the agent argument, schema validation
 //	call.go    a call as an Ask: progress from pushes, cancellation, results
 //	errors.go  refusals as JSON-RPC errors
+//	directory_tools.go  the service directory's tools on /mcp
+//	remote.go  the built-in agent type MCP: an outside MCP server (or
+//	           another silo's endpoint) as an agent
 //
 // A silo serves it with --mcp-addr (cluster.SiloConfig.MCP); docs/mcp.md
 // describes the mapping and how to call it:
