@@ -203,6 +203,17 @@ func TestDirectory(t *testing.T) {
 		}
 	}
 
+	// Bad input gets its code through gRPC.
+	if _, err := reader.Search(t.Context(), "x", client.DirectoryQuery{Kind: "agents"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("search of kind agents: %v", err)
+	}
+	if _, err := admin.AddToDirectory(t.Context(), &agentsilov1.DirectoryAddRequest{Name: "bad", Kind: "a2a", Url: "file:///etc/passwd"}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("add of a file URL: %v", err)
+	}
+	if err := admin.RemoveFromDirectory(t.Context(), "nobody"); status.Code(err) != codes.NotFound {
+		t.Errorf("remove of nobody: %v", err)
+	}
+
 	// An agent searches, then calls what it found by its directory name,
 	// with no configuration of its own.
 	ask := func(what, question string) string {
