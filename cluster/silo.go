@@ -47,7 +47,8 @@ type SiloConfig struct {
 	// GatewayAddr is the client gateway's listen address. Default:
 	// 127.0.0.1:7070; port 0 picks a free port (see Silo.GatewayAddr).
 	GatewayAddr string
-	// HTTPAddr serves /healthz, /readyz and /metrics; empty turns it off.
+	// HTTPAddr serves /healthz, /readyz, /metrics and the dashboard (/ui);
+	// empty turns it off.
 	// Default: 127.0.0.1:8080.
 	HTTPAddr string
 	// Metrics is the Prometheus registry the silo registers its metrics in
@@ -586,6 +587,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		}))
 		if s.faults != nil {
 			mux.HandleFunc("POST /debug/partition", s.partition)
+		}
+		if err := s.mountDashboard(mux); err != nil { // /ui (silo_dashboard.go)
+			return err
 		}
 		s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	}
