@@ -433,13 +433,14 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	s2 := startSilo(t, e, "s2", "/remote2/", func(c *cluster.SiloConfig) { c.A2A.AllowPrivateNetworks = true })
 	skill := grain.TypedSkill[quoteIn, quoteOut]("quote", "Prices an order.", "shop")
 	var runs atomic.Int32
-	err := s1.Runtime().Registry().Register("Shop", func(grain.Host) (grain.Agent, error) {
+	shop := func(grain.Host) (grain.Agent, error) {
 		return remoteAgentFunc(grain.TypedHandler(func(_ context.Context, in quoteIn) (quoteOut, error) {
 			runs.Add(1)
 			return quoteOut{Price: 2.5 * float64(in.Qty)}, nil
 		})), nil
-	}, grain.TypeInfo{Description: "A shop.", Skills: []grain.Skill{skill}})
-	if err != nil {
+	}
+	info := grain.TypeInfo{Description: "A shop.", Skills: []grain.Skill{skill}}
+	if err := s1.Runtime().Registry().Register("Shop", shop, info); err != nil {
 		t.Fatal(err)
 	}
 
@@ -458,6 +459,27 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	types, err := c1.Types(t.Context(), "shop")
 	if err != nil || len(types) != 1 || types[0].GetSkills()[0].GetInputSchema() != string(skill.InputSchema) {
 		t.Fatalf("Types: %v, %v", types, err)
+	}
+
+	// A silo of the same cluster without the type lists it with its
+	// schemas, from its peer.
+	s3 := startSilo(t, e, "s3", "/remote1/", nil)
+	c3, err := client.Dial(t.Context(), []string{s3.GatewayAddr()}, client.WithPrincipal("dev"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c3.Close()
+	if _, ok := s3.Runtime().Registry().Info("Shop"); ok {
+		t.Fatal("s3 has the type Shop")
+	}
+	testutil.WaitFor(t, "s3 lists Shop from s1", func() bool {
+		types, err := c3.Types(t.Context(), "shop")
+		return err == nil && len(types) == 1 && types[0].GetSkills()[0].GetInputSchema() == string(skill.InputSchema) &&
+			types[0].GetSkills()[0].GetOutputSchema() == string(skill.OutputSchema)
+	})
+	// (Now s3 hosts the type too, for the agents placed on it.)
+	if err := s3.Runtime().Registry().Register("Shop", shop, info); err != nil {
+		t.Fatal(err)
 	}
 
 	// A2A: the card's extension has the same schema.
