@@ -201,6 +201,14 @@ func (a *Authority) Allowed(c *Caller, owner, alias string, need Permission) boo
 	return p != nil && p.Check(c, owner, alias, need).Allowed
 }
 
+// IsAdmin reports whether c may change the ACL, like AuthorizeAdmin but
+// without an error or OnDenied: for choosing what c may see, which is no
+// refusal.
+func (a *Authority) IsAdmin(c *Caller) bool {
+	p := a.policy.Load()
+	return p != nil && p.CheckAdmin(c).Allowed
+}
+
 // AuthorizeAdmin returns nil if c may change the ACL (Admin on system:acl,
 // or group admins), else PermissionDenied.
 func (a *Authority) AuthorizeAdmin(c *Caller) error {

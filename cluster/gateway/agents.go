@@ -99,7 +99,7 @@ func (g *Gateway) mayConfigure(ctx context.Context, a grain.Address) bool {
 	if err != nil {
 		return false
 	}
-	return g.authorize(c, a, acl.Configure) == nil || g.cfg.ACL.AuthorizeAdmin(c) == nil
+	return g.cfg.ACL.Allowed(c, a.Owner, a.Alias, acl.Configure) || g.cfg.ACL.IsAdmin(c)
 }
 
 // DeleteConfig implements agentsilov1.GatewayServer.

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -454,3 +455,37 @@ func TestAuthConfig(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestProbesAreNotDenials: choosing what a caller sees (the agents it may
+// list, whether a configuration's secrets are shown) asks the ACL without
+// refusing anything, and counts no denial; a real refusal counts one.
+func TestProbesAreNotDenials(t *testing.T) {
+	var denials atomic.Int64
+	s := acl.NewMemStore()
+	a, err := acl.NewAuthority(acl.Config{Store: s, Logger: quietLogger(), OnDenied: func(acl.Permission) { denials.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	e := startGateway(t, func(c *Config) {
+		c.Auth.Keys = testKeys
+		c.ACL = a
+		c.Addr = ""
+	})
+	alice := withKey(t.Context(), "alice-key")
+	if _, err := e.cli.Ask(alice, askReq("Echo:mine", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	if got := listed(t, e, alice); got != "Echo:alice:mine" {
+		t.Fatalf("alice lists %q", got)
+	}
+	if _, err := e.cli.GetConfig(alice, &agentsilov1.GetConfigRequest{Agent: "Echo:bob:theirs"}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("GetConfig of bob's agent by alice: %v, want PermissionDenied", err)
+	}
+	if n := denials.Load(); n != 1 {
+		t.Fatalf("%d denials counted, want the 1 refusal", n)
+	}
+}
