@@ -282,3 +282,39 @@ func FuzzTypedInput(f *testing.F) {
 		_ = v
 	})
 }
+
+// BenchmarkValidateInput: the schema check of a typed skill's arguments,
+// and the check of a message for a type without schemas.
+func BenchmarkValidateInput(b *testing.B) {
+	reg := NewRegistry()
+	if err := reg.Register("Planner", echoFactory, TypeInfo{Skills: []Skill{TypedSkill[tripIn, tripOut]("plan", "")}}); err != nil {
+		b.Fatal(err)
+	}
+	typed := &Message{To: "Planner:acme:a", MessageType: "plan", Data: []byte(`{"city":"Rome","days":3,"budget":120.5,"tags":["art","food"]}`)}
+	b.Run("typed", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := reg.validateMessage(typed); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("untyped-type", func(b *testing.B) {
+		m := &Message{To: "Echo:acme:a", MessageType: "chat", Data: []byte(`hi`)}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := reg.validateMessage(m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("no-typed-types", func(b *testing.B) {
+		empty := NewRegistry()
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := empty.validateMessage(typed); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -62,7 +62,7 @@ type addOut struct {
 }
 
 // startRemoteServer serves on addr ("127.0.0.1:0" for a free port).
-func startRemoteServer(t *testing.T, addr string) *remoteServer {
+func startRemoteServer(t testing.TB, addr string) *remoteServer {
 	t.Helper()
 	rs := &remoteServer{done: make(chan struct{}), started: make(chan struct{}, 10)}
 	s := mcpsdk.NewServer(&mcpsdk.Implementation{Name: "test-tools", Version: "1"}, nil)
@@ -155,7 +155,7 @@ func (rs *remoteServer) lastHeaders() http.Header {
 
 // remoteRuntime starts a runtime with the MCP agent type registered with
 // opts, and closes it at the test's end.
-func remoteRuntime(t *testing.T, opts mcp.RemoteOptions) *grain.Runtime {
+func remoteRuntime(t testing.TB, opts mcp.RemoteOptions) *grain.Runtime {
 	t.Helper()
 	reg := grain.NewRegistry()
 	if err := mcp.RegisterRemote(reg, opts); err != nil {
@@ -620,5 +620,21 @@ func TestRemoteJSServer(t *testing.T) {
 	}
 	if _, err := remoteAsk(t.Context(), rt, "MCP:system:nokey", mcp.RemoteListTools, ""); errs.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without the key: %v, want Unauthenticated", err)
+	}
+}
+
+// BenchmarkRemoteCall: an Ask of an MCP agent that calls a tool of a Go
+// SDK server on loopback (structured result), one session.
+func BenchmarkRemoteCall(b *testing.B) {
+	srv := startRemoteServer(b, "127.0.0.1:0")
+	rt := remoteRuntime(b, mcp.RemoteOptions{AllowPrivateNetworks: true})
+	if _, err := rt.CreateAgent(b.Context(), "system", "MCP:system:tools", map[string]string{mcp.RemoteURL: srv.url()}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := remoteAsk(b.Context(), rt, "MCP:system:tools", "add", `{"a":1,"b":2}`); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
