@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -401,4 +402,40 @@ func TestMaxSessions(t *testing.T) {
 		}
 		return err == nil
 	})
+}
+
+// A silo that closes with a call still running gives it two thirds of
+// its deadline, then cancels its turn: the agent sees Canceled, the
+// client gets its answer (the silo shut down) or loses the connection,
+// and Close says calls were cut.
+func TestCloseCutsCalls(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/m/", nil)
+	closedEarly[s] = true
+	p := newProgress()
+	cs := mustConnect(t, s, "/mcp", dev, p)
+	params := &mcpsdk.CallToolParams{Name: "Slow_wait", Arguments: map[string]any{"agent": "dev:closing"}}
+	params.SetProgressToken("c")
+	done := make(chan struct{})
+	var res *mcpsdk.CallToolResult
+	var callErr error
+	go func() {
+		defer close(done)
+		res, callErr = cs.CallTool(t.Context(), params)
+	}()
+	if got := <-p.seen; got != "started" {
+		t.Fatalf("progress %q, want started", got)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err == nil || !strings.Contains(err.Error(), "tool calls still running") {
+		t.Fatalf("Close with a call running: %v, want the calls cut", err)
+	}
+	if err := <-mcptest.Ended("Slow:dev:closing"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the turn ended with %v, want context canceled", err)
+	}
+	<-done
+	if callErr == nil && (!res.IsError || !strings.HasPrefix(texts(res)[0], "Unavailable")) {
+		t.Fatalf("the cut call: %+v, want an error or isError Unavailable", res)
+	}
 }
