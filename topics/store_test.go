@@ -16,7 +16,7 @@ import (
 )
 
 // stores runs f on each Store: the memory twin and etcd (with transactions
-// kept small, so that Append has to split).
+// kept small, so that Append has to split), and NATS JetStream.
 func stores(t *testing.T, f func(t *testing.T, s Store)) {
 	t.Run("mem", func(t *testing.T) { f(t, NewMemStore(nil, 0)) })
 	t.Run("etcd", func(t *testing.T) {
@@ -25,6 +25,7 @@ func stores(t *testing.T, f func(t *testing.T, s Store)) {
 		s.MaxOps = 7
 		f(t, s)
 	})
+	t.Run("jetstream", func(t *testing.T) { f(t, jetStreamStore(t)) })
 }
 
 // follower collects a queue's events.
