@@ -130,7 +130,7 @@ func validateJSON(rs *jsonschema.Resolved, typeName, skill string, data []byte) 
 	var v any
 	if len(bytes.TrimSpace(data)) == 0 {
 		v = map[string]any{}
-	} else if err := unmarshalOne(data, &v, false); err != nil {
+	} else if err := json.Unmarshal(data, &v); err != nil { // one value, nothing after it
 		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments are not JSON: %v", clip(skill), typeName, err)
 	}
 	if err := rs.Validate(v); err != nil {
