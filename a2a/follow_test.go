@@ -192,9 +192,18 @@ func TestLongTaskFollowed(t *testing.T) {
 		if _, err := c.CreateAgent(t.Context(), addr+"-2", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
+		mu.Lock()
+		pushed = nil
+		mu.Unlock()
 		ctx, cancel := context.WithCancel(t.Context())
 		go func() {
-			waitFor(t, "the second task to start", func() bool { return out2.Sends() == 1 })
+			// Once the silo has seen the task (its progress pushed),
+			// it knows the task to cancel.
+			waitFor(t, "the second task to start", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Contains(pushed, a2a.TypeProgress+"=started")
+			})
 			cancel()
 		}()
 		_, err := c.Ask(ctx, addr+"-2", &client.Message{Message: "slow never"})

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // RemoteType is the built-in agent type whose agents are A2A agents
@@ -339,26 +340,53 @@ func (r *remote) cancel(ctx context.Context, m *grain.Message, id spec.TaskID) (
 // or continues until it settles; the result is never nil.
 func (r *remote) exchange(ctx context.Context, msg *spec.Message, answered string, push func(*grain.Message)) (*remoteResult, error) {
 	req := &spec.SendMessageRequest{Message: msg}
-	res := &remoteResult{taskID: msg.TaskID, contextID: msg.ContextID, answered: answered}
-	var err error
-	if r.card.Capabilities.Streaming {
-		for ev, e := range r.client.SendStreamingMessage(ctx, req) {
-			if e != nil {
-				err = e
-				break
+	var wait *retry.Backoff
+	for attempt := 1; ; attempt++ {
+		res := &remoteResult{taskID: msg.TaskID, contextID: msg.ContextID, answered: answered}
+		events := 0
+		var err error
+		if r.card.Capabilities.Streaming {
+			for ev, e := range r.client.SendStreamingMessage(ctx, req) {
+				if e != nil {
+					err = e
+					break
+				}
+				events++
+				res.apply(ev, push)
 			}
-			res.apply(ev, push)
+		} else {
+			var out spec.SendMessageResult
+			if out, err = r.client.SendMessage(ctx, req); err == nil {
+				res.apply(out, func(*grain.Message) {})
+			}
 		}
-	} else {
-		var out spec.SendMessageResult
-		if out, err = r.client.SendMessage(ctx, req); err == nil {
-			res.apply(out, func(*grain.Message) {})
+		if err == nil {
+			return res, r.follow(ctx, res, push)
+		}
+		// A remote still closing the task's previous turn refuses the
+		// next message; it takes it a moment later.
+		if msg.TaskID == "" || events > 0 || attempt == maxBusyRetries || !busy(err) || ctx.Err() != nil {
+			return res, err
+		}
+		if wait == nil {
+			wait = retry.New(r.set.pollMin, r.set.pollMax, r.set.clk)
+		}
+		r.h.Logger().DebugContext(ctx, "a2a: the remote task is busy with its previous turn: sending again", "task", msg.TaskID, "attempt", attempt)
+		if !wait.Wait(ctx, nil) {
+			return res, err
 		}
 	}
-	if err != nil {
-		return res, err
-	}
-	return res, r.follow(ctx, res, push)
+}
+
+// maxBusyRetries bounds the sends of one message to a busy task.
+const maxBusyRetries = 5
+
+// busy reports whether err is a remote's refusal of a message because the
+// task's previous turn is still running (the official SDK's "task
+// execution is already in progress"): nothing was done, so sending the
+// message again is safe.
+func busy(err error) bool {
+	return strings.Contains(err.Error(), "execution is already in progress")
 }
 
 // question counts the input-required question res holds; over the round
