@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -313,3 +315,40 @@ func (nopAgent) OnMessage(context.Context, *grain.Message) (*grain.Message, erro
 
 // large returns n bytes of a pattern.
 func large(n int) []byte { return bytes.Repeat([]byte("0123456789abcdef"), n/16+1)[:n] }
+
+// etagErrors checks that a write whose etag is not the state's says why:
+// stale (another write came first), never issued (above the state's), or
+// naming no state.
+func etagErrors(t *testing.T, store Store) {
+	addr := grain.Address{Type: "Conf", Owner: "test", Alias: "etag-errors"}
+	e1, err := store.Save(t.Context(), addr, []byte("one"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, err := store.Save(t.Context(), addr, []byte("two"), e1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseInt(e2, 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	never := strconv.FormatInt(n+1000, 10)
+	want := func(err error, says string) {
+		t.Helper()
+		wantConflict(t, err)
+		if !strings.Contains(err.Error(), says) {
+			t.Fatalf("error %q does not say %q", err, says)
+		}
+	}
+	want(store.Delete(t.Context(), addr, e1), "etag "+e1+" is stale")
+	_, err = store.Save(t.Context(), addr, []byte("x"), e1)
+	want(err, "etag "+e1+" is stale")
+	want(store.Delete(t.Context(), addr, never), "etag "+never+" was never issued for it (its etag is "+e2+")")
+	_, err = store.Save(t.Context(), addr, []byte("x"), never)
+	want(err, "etag "+never+" was never issued")
+	if err := store.Delete(t.Context(), addr, e2); err != nil {
+		t.Fatal(err)
+	}
+	want(store.Delete(t.Context(), addr, e2), "etag "+e2+" names no state")
+}

@@ -87,12 +87,13 @@ func (s *Etcd) Save(ctx context.Context, addr grain.Address, data []byte, etag s
 	resp, err := s.client.Txn(octx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpPut(key, string(data))).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
 		return "", s.fail(ctx, what, err)
 	}
 	if !resp.Succeeded {
-		return "", conflict(what, etag)
+		return "", conflict(what, etag, current(resp))
 	}
 	// The transaction's one put is its revision.
 	return strconv.FormatInt(resp.Header.Revision, 10), nil
@@ -111,14 +112,27 @@ func (s *Etcd) Delete(ctx context.Context, addr grain.Address, etag string) erro
 	resp, err := s.client.Txn(octx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 		Then(clientv3.OpDelete(key)).
+		Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).
 		Commit()
 	if err != nil {
 		return s.fail(ctx, what, err)
 	}
 	if !resp.Succeeded {
-		return conflict(what, etag)
+		return conflict(what, etag, current(resp))
 	}
 	return nil
+}
+
+// current is the version (mod revision) of the state a failed transaction's
+// Else read, 0 if there is none.
+func current(resp *clientv3.TxnResponse) int64 {
+	if len(resp.Responses) == 0 {
+		return -1
+	}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		return kvs[0].ModRevision
+	}
+	return 0
 }
 
 // Close implements Store; the etcd client stays open.

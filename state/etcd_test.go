@@ -11,7 +11,9 @@ import (
 )
 
 func TestEtcdConformance(t *testing.T) {
-	conformance(t, NewEtcd(etcdtest.Start(t).Client(t), "/conf"))
+	s := NewEtcd(etcdtest.Start(t).Client(t), "/conf")
+	conformance(t, s)
+	t.Run("etag errors", func(t *testing.T) { etagErrors(t, s) })
 }
 
 // States live under <prefix>state/<address>, and the etag is the key's mod

@@ -41,7 +41,7 @@ type Postgres struct {
 	own   bool // Close closes pool
 	table string
 
-	load, insert, update, del, exists string
+	load, insert, update, del, exists, version string
 }
 
 // OpenPostgres connects a pool of its own to the database at url (a
@@ -78,13 +78,14 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table string) (*Postgr
 	t := pgx.Identifier{table}.Sanitize()
 	seq := pgx.Identifier{table + "_version"}.Sanitize()
 	s := &Postgres{
-		pool:   pool,
-		table:  table,
-		load:   `SELECT data, version FROM ` + t + ` WHERE address = $1`,
-		insert: `INSERT INTO ` + t + ` (address, data, version) VALUES ($1, $2, nextval('` + seq + `')) ON CONFLICT (address) DO NOTHING RETURNING version`,
-		update: `UPDATE ` + t + ` SET data = $2, version = nextval('` + seq + `') WHERE address = $1 AND version = $3 RETURNING version`,
-		del:    `DELETE FROM ` + t + ` WHERE address = $1 AND version = $2`,
-		exists: `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE address = $1)`,
+		pool:    pool,
+		table:   table,
+		load:    `SELECT data, version FROM ` + t + ` WHERE address = $1`,
+		insert:  `INSERT INTO ` + t + ` (address, data, version) VALUES ($1, $2, nextval('` + seq + `')) ON CONFLICT (address) DO NOTHING RETURNING version`,
+		update:  `UPDATE ` + t + ` SET data = $2, version = nextval('` + seq + `') WHERE address = $1 AND version = $3 RETURNING version`,
+		del:     `DELETE FROM ` + t + ` WHERE address = $1 AND version = $2`,
+		exists:  `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE address = $1)`,
+		version: `SELECT COALESCE((SELECT version FROM ` + t + ` WHERE address = $1), 0)`,
 	}
 	what := text("create the state table " + table)
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
@@ -151,7 +152,7 @@ func (s *Postgres) Save(ctx context.Context, addr grain.Address, data []byte, et
 	var next int64
 	switch err := row.Scan(&next); {
 	case errors.Is(err, pgx.ErrNoRows):
-		return "", conflict(what, etag)
+		return "", conflict(what, etag, s.current(octx, addr))
 	case err != nil:
 		return "", pgFail(ctx, what, err)
 	}
@@ -173,7 +174,7 @@ func (s *Postgres) Delete(ctx context.Context, addr grain.Address, etag string) 
 			return pgFail(ctx, what, err)
 		}
 		if exists {
-			return conflict(what, etag)
+			return conflict(what, etag, -1)
 		}
 		return nil
 	}
@@ -182,9 +183,19 @@ func (s *Postgres) Delete(ctx context.Context, addr grain.Address, etag string) 
 		return pgFail(ctx, what, err)
 	}
 	if tag.RowsAffected() == 0 {
-		return conflict(what, etag)
+		return conflict(what, etag, s.current(octx, addr))
 	}
 	return nil
+}
+
+// current is the version of the state at addr after a write that did not
+// match its etag, 0 if there is none, -1 if it cannot be read.
+func (s *Postgres) current(ctx context.Context, addr grain.Address) int64 {
+	var v int64
+	if err := s.pool.QueryRow(ctx, s.version, addr.String()).Scan(&v); err != nil {
+		return -1
+	}
+	return v
 }
 
 // Close implements Store: it closes the pool if OpenPostgres opened it.

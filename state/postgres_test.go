@@ -32,6 +32,7 @@ func TestPostgres(t *testing.T) {
 		}
 		defer s.Close()
 		conformance(t, s)
+		t.Run("etag errors", func(t *testing.T) { etagErrors(t, s) })
 	})
 
 	t.Run("open", func(t *testing.T) {

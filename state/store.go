@@ -75,12 +75,24 @@ func parseETag(etag string, what fmt.Stringer) (int64, error) {
 	return n, nil
 }
 
-// conflict is the error of a write whose etag is stale.
-func conflict(what fmt.Stringer, etag string) error {
+// conflict is the error of a write whose etag is not the state's: current
+// is the state's version as the store found it after the write failed (0:
+// there is no state; -1: not known). Versions only grow, so an etag above
+// the current one was never issued for the state.
+func conflict(what fmt.Stringer, etag string, current int64) error {
 	if etag == "" {
 		return errs.New(codes.Aborted, "%s: it already exists (etag \"\" says it must not): load it first", what)
 	}
-	return errs.New(codes.Aborted, "%s: etag %s is stale: another write came first; load it again", what, etag)
+	n, _ := strconv.ParseInt(etag, 10, 64)
+	switch {
+	case current == 0:
+		return errs.New(codes.Aborted, "%s: etag %s names no state: there is none (deleted, or never saved); load it again", what, etag)
+	case current > 0 && n > current:
+		return errs.New(codes.Aborted, "%s: etag %s was never issued for it (its etag is %d); load it again", what, etag, current)
+	case current > 0:
+		return errs.New(codes.Aborted, "%s: etag %s is stale: another write came first; load it again", what, etag)
+	}
+	return errs.New(codes.Aborted, "%s: etag %s is not its current one (another write came first, or it was never issued); load it again", what, etag)
 }
 
 // callerError returns the caller's own cancellation or deadline as such, or
