@@ -80,6 +80,14 @@ type SiloConfig struct {
 	// kept (--state-store): "" or "etcd" for the silo's etcd, or a
 	// postgres:// URL for PostgreSQL (see package state).
 	StateStore string
+	// TopicStore says where topics keep subscriptions, queues and dead
+	// letters (--topic-store): "" or "etcd" for the silo's etcd, or
+	// nats://HOST:PORT (several comma-separated) for NATS JetStream (see
+	// topics.JetStreamStore), with TopicNATS's credentials, TLS, bucket
+	// and replicas (its URL is TopicStore; fields left zero take
+	// topics.DefaultJetStreamConfig's values).
+	TopicStore string
+	TopicNATS  topics.JetStreamConfig
 	// MinReminderPeriod is the shortest reminder period accepted. Default:
 	// 1 min.
 	MinReminderPeriod time.Duration
@@ -217,6 +225,7 @@ type Silo struct {
 	router    *router
 	reminders *reminders.Service
 	topics    *topics.Service
+	topicJS   *topics.JetStreamStore // nil unless TopicStore is NATS
 	state     state.Store
 	rt        *grain.Runtime
 	views     *views
@@ -525,7 +534,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	rcfg.Placement = s.router
 	rcfg.Configs = etcdstore.NewConfigStore(s.etcd)
 	rcfg.Reminders = s.reminders
-	if s.topics, err = s.newTopics(); err != nil {
+	if s.topics, err = s.newTopics(ctx); err != nil {
 		return fmt.Errorf("topics: %w", err)
 	}
 	rcfg.Topics = s.topics
@@ -808,6 +817,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 		if err := s.topics.Close(ctx); err != nil {
 			errsOut = append(errsOut, fmt.Errorf("topics: %w", err))
 		}
+	}
+	if s.topicJS != nil {
+		s.topicJS.Close()
 	}
 	if s.rt != nil {
 		if err := s.rt.Close(ctx); err != nil {

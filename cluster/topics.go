@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
@@ -35,10 +36,14 @@ const msgBroadcast = grain.ReservedPrefix + "broadcast"
 // topicsKey is the placement key of a subscription's delivery.
 func topicsKey(id string) string { return "topics/" + id }
 
-// newTopics makes the silo's topics.Service on its etcd.
-func (s *Silo) newTopics() (*topics.Service, error) {
+// newTopics makes the silo's topics.Service on its etcd, or on NATS
+// JetStream (SiloConfig.TopicStore).
+func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
 	cfg := s.cfg.Topics
-	store := topics.NewEtcdStore(s.etcd.Client(), s.etcd.Prefix(), s.logger)
+	store, err := s.topicStore(ctx)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Store = store
 	cfg.Owns = func(id string) bool {
 		return s.router.state.Load().self && s.router.Route(topicsKey(id)) == ""
@@ -52,6 +57,41 @@ func (s *Silo) newTopics() (*topics.Service, error) {
 	}
 	cfg.Observe = tm
 	return topics.New(cfg)
+}
+
+// topicStore opens the store SiloConfig.TopicStore names.
+func (s *Silo) topicStore(ctx context.Context) (topics.Store, error) {
+	url := s.cfg.TopicStore
+	switch {
+	case url == "" || url == "etcd":
+		return topics.NewEtcdStore(s.etcd.Client(), s.etcd.Prefix(), s.logger), nil
+	case !strings.HasPrefix(url, "nats://") && !strings.HasPrefix(url, "tls://"):
+		return nil, errs.New(codes.InvalidArgument, "--topic-store %q: use etcd, or nats://HOST:PORT for NATS JetStream", topics.RedactURLs(url))
+	}
+	jc := topics.DefaultJetStreamConfig(url)
+	n := s.cfg.TopicNATS
+	jc.CredsFile, jc.CAFile, jc.CertFile, jc.KeyFile = n.CredsFile, n.CAFile, n.CertFile, n.KeyFile
+	if n.Bucket != "" {
+		jc.Bucket = n.Bucket
+	}
+	if n.Replicas != 0 {
+		jc.Replicas = n.Replicas
+	}
+	if n.OpTimeout != 0 {
+		jc.OpTimeout = n.OpTimeout
+	}
+	if n.Window != 0 {
+		jc.Window = n.Window
+	}
+	if n.SweepEvery != 0 {
+		jc.SweepEvery = n.SweepEvery
+	}
+	js, err := topics.OpenJetStream(ctx, jc, s.logger)
+	if err != nil {
+		return nil, err
+	}
+	s.topicJS = js
+	return js, nil
 }
 
 // topicsFollowViews is the view observer that moves subscriptions' delivery

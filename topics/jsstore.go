@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"regexp"
 	"sort"
 	"strings"
@@ -180,7 +181,7 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	}
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, errs.Wrap(codes.Unavailable, err, "topics: connect to NATS at %s", cfg.URL)
+		return nil, errs.Wrap(codes.Unavailable, err, "topics: connect to NATS at %s", RedactURLs(cfg.URL))
 	}
 	s, err := NewJetStreamStore(ctx, nc, cfg, logger)
 	if err != nil {
@@ -189,6 +190,20 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	}
 	s.ownsNC = true
 	return s, nil
+}
+
+// RedactURLs returns urls (comma-separated) with their passwords hidden.
+func RedactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, u := range parts {
+		p, err := neturl.Parse(strings.TrimSpace(u))
+		if err != nil {
+			parts[i] = "(an unparseable URL)"
+			continue
+		}
+		parts[i] = p.Redacted()
+	}
+	return strings.Join(parts, ",")
 }
 
 // NewJetStreamStore returns the store on nc (cfg.URL and the credentials

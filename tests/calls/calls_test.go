@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -69,6 +70,7 @@ func TestBackgroundFollowSurvivesKill(t *testing.T) {
 	task := r.State[a2a.StateTaskID]
 	testutil.WaitFor(t, "the outside task to start", func() bool { return out.Sends() == 1 })
 
+	killed := time.Now()
 	c.Kill(vi)
 	c.WaitGone(victim)
 	out.Release()
@@ -78,6 +80,7 @@ func TestBackgroundFollowSurvivesKill(t *testing.T) {
 		defer mu.Unlock()
 		return len(results) > 0
 	})
+	t.Logf("the result reached the caller %v after the kill", time.Since(killed).Round(time.Millisecond))
 	// Once the follow is removed from the agent's state, its reminder is
 	// removed too: nothing can deliver again.
 	testutil.WaitFor(t, "the follow's reminder removed", func() bool {

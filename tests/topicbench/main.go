@@ -11,6 +11,10 @@
 //     p50 and p99.
 //   - topics-etcd-writes: etcd revisions (write transactions) per message
 //     published, acknowledgments included.
+//   - topics-js-*: the same through a silo whose topics are kept in NATS
+//     JetStream (--topic-store nats://...; topics.JetStreamStore) on the
+//     same nats-server as the anchor: what the store adds on top of
+//     JetStream.
 //   - jetstream-*: the same on a nats-server (-nats-server, Debian's
 //     nats-server package) with JetStream on file storage: a stream with
 //     interest retention (a message goes once every consumer acknowledged
@@ -20,8 +24,8 @@
 // The silo runs in this process, on an etcd embedded in it (etcd writes
 // each commit to its WAL with fsync; JetStream's file store, in the Debian
 // 2.9 server, does not sync each message: the anchor is the faster on that
-// count). The two run alternately, -passes times; the median pass is
-// reported.
+// count). The three run in turn, -passes times; the median pass is
+// reported. -stores etcd,jetstream chooses the silo's stores measured.
 //
 // Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3]
 //
@@ -50,6 +54,7 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +76,7 @@ func main() {
 	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
 	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
+	stores := flag.String("stores", "etcd,jetstream", "the silo's topic stores to measure beside raw JetStream, comma-separated")
 	steady := flag.Int("steady", 0, "measure etcd's size over `R` rounds of steady load, without and with compaction (no JetStream)")
 	flag.Parse()
 	if *cpuProfile != "" {
@@ -85,7 +91,9 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	run := run
+	run := func(n, pubs, window, passes int, natsBin string) error {
+		return runAll(n, pubs, window, passes, natsBin, strings.Split(*stores, ","))
+	}
 	if *steady > 0 {
 		rounds := *steady
 		run = func(n, pubs, window, _ int, _ string) error { return runSteady(n, pubs, window, rounds) }
@@ -207,7 +215,7 @@ func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i 
 	}
 }
 
-func run(n, pubs, window, passes int, natsBin string) error {
+func runAll(n, pubs, window, passes int, natsBin string, stores []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "topicbench-")
@@ -225,26 +233,45 @@ func run(n, pubs, window, passes int, natsBin string) error {
 		return err
 	}
 	defer ns.stop()
+	withEtcd, withJS := slices.Contains(stores, "etcd"), slices.Contains(stores, "jetstream")
 	for _, subs := range []int{1, 10} {
-		var ours, theirs []result
+		var ours, onJS, theirs []result
 		for pass := range passes {
-			r, err := benchSilo(ctx, etcd, n, subs, pubs, window, fmt.Sprintf("/bench%d-%d/", subs, pass))
-			if err != nil {
-				return fmt.Errorf("agentsilo, %d subscriptions: %w", subs, err)
+			if withEtcd {
+				r, err := benchSilo(ctx, etcd, "", n, subs, pubs, window, fmt.Sprintf("/bench%d-%d/", subs, pass))
+				if err != nil {
+					return fmt.Errorf("agentsilo on etcd, %d subscriptions: %w", subs, err)
+				}
+				ours = append(ours, r)
 			}
-			ours = append(ours, r)
-			r, err = benchJetStream(ctx, ns.url, n, subs, pubs, window, fmt.Sprintf("B%d_%d", subs, pass))
+			if withJS {
+				r, err := benchSilo(ctx, etcd, ns.url, n, subs, pubs, window, fmt.Sprintf("/benchjs%d-%d/", subs, pass))
+				if err != nil {
+					return fmt.Errorf("agentsilo on jetstream, %d subscriptions: %w", subs, err)
+				}
+				onJS = append(onJS, r)
+			}
+			r, err := benchJetStream(ctx, ns.url, n, subs, pubs, window, fmt.Sprintf("B%d_%d", subs, pass))
 			if err != nil {
 				return fmt.Errorf("jetstream, %d subscriptions: %w", subs, err)
 			}
 			theirs = append(theirs, r)
 		}
-		o, t := median(ours), median(theirs)
-		emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate})
-		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate, Note: fmt.Sprintf("agentsilo/jetstream x%.2f", o.rate/t.rate)})
-		emit(row{Bench: "topics-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
+		t := median(theirs)
+		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate})
 		emit(row{Bench: "jetstream-e2e-latency", N: n, Subs: subs, P50us: us(t.p50), P99us: us(t.p99)})
-		emit(row{Bench: "topics-etcd-writes", N: n, Subs: subs, Value: o.writes, Note: "etcd revisions per message published, acknowledgments included"})
+		if withEtcd {
+			o := median(ours)
+			emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, Note: fmt.Sprintf("agentsilo on etcd/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
+			emit(row{Bench: "topics-etcd-writes", N: n, Subs: subs, Value: o.writes, Note: "etcd revisions per message published, acknowledgments included"})
+		}
+		if withJS {
+			o := median(onJS)
+			emit(row{Bench: "topics-js-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, Note: fmt.Sprintf("agentsilo on jetstream/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-js-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
+			emit(row{Bench: "topics-js-writes", N: n, Subs: subs, Value: o.writes, Note: "JetStream messages the store wrote per message published, acknowledgments included"})
+		}
 	}
 	return nil
 }
@@ -264,8 +291,9 @@ func median(rs []result) result {
 	return rs[len(rs)/2]
 }
 
-// benchSilo runs one pass on a silo of this process.
-func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, window int, prefix string) (result, error) {
+// benchSilo runs one pass on a silo of this process, its topics in etcd,
+// or in JetStream at natsURL if it is set.
+func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, subs, pubs, window int, prefix string) (result, error) {
 	rec := newRecorder(n, subs)
 	reg := grain.NewRegistry()
 	err := reg.Register("BenchSink", func(grain.Host) (grain.Agent, error) {
@@ -284,6 +312,10 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, windo
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: prefix}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Topics.MaxBacklog = n + 1
+	if natsURL != "" {
+		cfg.TopicStore = natsURL
+		cfg.TopicNATS.Bucket = strings.NewReplacer("/", "_", "-", "_").Replace(strings.Trim(prefix, "/"))
+	}
 	s, err := cluster.NewSilo(cfg, reg)
 	if err != nil {
 		return result{}, err
@@ -330,6 +362,15 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, windo
 		return result{}, ctx.Err()
 	}
 	elapsed := time.Since(start)
+	p50, p99 := rec.percentiles()
+	if natsURL != "" {
+		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(2*n*subs))
+		if err != nil {
+			return result{}, err
+		}
+		fmt.Fprintf(os.Stderr, "topicbench: agentsilo on jetstream, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
+		return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(w) / float64(n)}, nil
+	}
 	// The acknowledgments are written in batches after the handler
 	// returned: wait for the queues to be empty before reading the
 	// revision.
@@ -340,9 +381,46 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, n, subs, pubs, windo
 	if err != nil {
 		return result{}, err
 	}
-	p50, p99 := rec.percentiles()
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
 	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
+}
+
+// jsWrites waits until the queue bucket of the store named bucket holds
+// at least queued messages (copies and acknowledgements' markers), then
+// returns the messages written to all of the store's buckets.
+func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, error) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		return 0, err
+	}
+	for {
+		si, err := js.StreamInfo("KV_" + bucket + "_q")
+		if err != nil {
+			return 0, err
+		}
+		if si.State.LastSeq >= queued {
+			break
+		}
+		select {
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	var total uint64
+	for _, kind := range []string{"reg", "q", "dead", "idem"} {
+		si, err := js.StreamInfo("KV_" + bucket + "_" + kind)
+		if err != nil {
+			return 0, err
+		}
+		total += si.State.LastSeq
+	}
+	return total, nil
 }
 
 type agent func(ctx context.Context, m *grain.Message) (*grain.Message, error)
