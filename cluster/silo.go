@@ -378,6 +378,7 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		return fmt.Errorf("membership: %w", err)
 	}
 	s.joined = true
+	s.logger.Info("storage", describeStorage(&s.cfg)...)
 	if s.cfg.PeerTLS.Enabled() && s.cfg.GossipKeyFile != "" {
 		s.logger.Info("silos authenticated: peer port with mutual TLS, gossip encrypted", describeSecurity(&s.cfg)...)
 	} else {
