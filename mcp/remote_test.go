@@ -256,6 +256,24 @@ func TestRemoteMCPServer(t *testing.T) {
 			t.Errorf("%q %s: %v, want %v", tc.mt, tc.data, err, tc.code)
 		}
 	}
+	// An agent asks it, as agents do: the Planner's turn calls the tool.
+	if err := rt.Registry().Register("Planner", func(h grain.Host) (grain.Agent, error) {
+		return remoteAgentFunc(func(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+			sum, err := h.Ask(ctx, agent, &grain.Message{MessageType: "add", DataType: grain.JSONType, Data: []byte(`{"a":20,"b":22}`)})
+			if err != nil {
+				return nil, err
+			}
+			r := m.Response()
+			r.Message = "the tool says " + string(sum.GetData())
+			return r, nil
+		}), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := rt.Ask(t.Context(), &grain.Message{To: "Planner:system:p", From: "Session:system:test"}); err != nil || r.GetMessage() != `the tool says {"sum":42}` {
+		t.Fatalf("an agent asking the MCP agent: %v, %v", r, err)
+	}
+
 	// The session survived all of that: one session for the activation.
 	if n := srv.inits.Load(); n != 1 {
 		t.Errorf("%d sessions begun, want 1", n)
