@@ -21,7 +21,9 @@ import (
 //
 //	Ask, Send, Event         Message on the target
 //	CreateAgent              Configure, on another owner's agent
-//	ListReminders, GetConfig, GetState           Read on the agent
+//	ListReminders, GetConfig, GetState           Read on the agent (GetConfig
+//	                         shows secret values only with Configure, or to
+//	                         operators: mayConfigure)
 //	DeleteConfig, DeleteState, Deactivate,
 //	UnregisterReminder                           Configure on the agent
 //	ListAgents               Read: the listing keeps what the caller may
