@@ -12,23 +12,28 @@
 #
 #   MAIN    the silo's main package (default ./cmd/silo, the agentsilo silo
 #           with the demo agents). A silo of your own, registering your
-#           agents, goes in /usr/local/bin/silo instead, the same entry point
-#           (deploy/k8s passes it cmd/silo's flags: start from a copy of
-#           cmd/silo/main.go):
-#             docker build --build-arg MAIN=./cmd/mysilo -t registry.example.com/mysilo:v1 .
-#   CLIENT  the client program's package (default ./cmd/client). Building
-#           from a module of your own that requires agentsilo, give its
-#           import path, github.com/agentsilo/agentsilo/cmd/client (after
-#           `go get -tool github.com/agentsilo/agentsilo/cmd/client`, which
-#           records its dependencies in your go.sum), and this Dockerfile:
-#             docker build -f path/to/agentsilo/Dockerfile --build-arg MAIN=./cmd/mysilo \
-#               --build-arg CLIENT=github.com/agentsilo/agentsilo/cmd/client -t ... .
+#           agents with cluster.Main, goes in /usr/local/bin/silo instead,
+#           the same entry point, which deploy/k8s runs with cmd/silo's
+#           flags.
+#   CLIENT  the client program's package (default ./cmd/client).
+#
+# A silo program in a module of your own, which uses agentsilo through a
+# replace of a checkout beside it, is built from that module with its
+# dependencies vendored (the replaced checkout is outside the build
+# context; its vendored copy is inside), and with this Dockerfile:
+#
+#   go mod edit -tool github.com/agentsilo/agentsilo/cmd/client
+#   go mod tidy
+#   go mod vendor
+#   docker build -f ../agentsilo/Dockerfile --build-arg MAIN=. \
+#     --build-arg CLIENT=github.com/agentsilo/agentsilo/cmd/client -t registry.example.com/mysilo:v1 .
+#
+# docs/kubernetes.md has the steps. Without a vendor directory the build
+# downloads the modules go.sum names.
 
 # The Go version is go.mod's.
 FROM golang:1.26.8 AS build
 WORKDIR /src
-COPY go.mod go.sum ./
-RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG MAIN=./cmd/silo
 ARG CLIENT=./cmd/client

@@ -20,31 +20,7 @@ import (
 // reached through any gateway.
 func TestRunYourOwnAgents(t *testing.T) {
 	buildBinaries(t)
-	mainGo := testutil.DocBlock(t, "README.md", "ownsilo:main")
-	example, err := os.ReadFile("../examples/greeter/main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(example), strings.TrimSpace(mainGo[strings.Index(mainGo, "// Greeter"):])) {
-		t.Fatal("the README's main.go is not examples/greeter/main.go's")
-	}
-
-	// The README's commands, as written, beside a checkout: here the
-	// checkout is this one, wherever it is.
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	parent := t.TempDir()
-	initCmds := testutil.DocBlock(t, "README.md", "ownsilo:init")
-	if !strings.Contains(initCmds, "=../agentsilo") {
-		t.Fatalf("README ownsilo:init does not replace the module with ../agentsilo:\n%s", initCmds)
-	}
-	sh(t, parent, strings.ReplaceAll(initCmds, "=../agentsilo", "="+root))
-	mod := filepath.Join(parent, "mysilo")
-	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(mainGo), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mod := ownModule(t)
 	run := strings.Split(strings.TrimSpace(testutil.DocBlock(t, "README.md", "ownsilo:run")), "\n")
 	if len(run) != 3 || run[1] != "./mysilo &" || !strings.HasPrefix(run[2], "go run github.com/agentsilo/agentsilo/cmd/client ask Greeter:g world") {
 		t.Fatalf("README ownsilo:run is not build, start, ask Greeter:g world: %q", run)
@@ -129,6 +105,111 @@ func startOwnSilo(t *testing.T, bin, name, dataDir string, extra ...string) *own
 			t.Fatalf("silo %s never served:\n%s", name, s.stderr)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ownModule makes the README's module of one's own: its commands
+// (ownsilo:init) as written, beside a checkout (here this one, wherever it
+// is), and its main.go (ownsilo:main, which is examples/greeter's). It
+// returns the module's directory.
+func ownModule(t *testing.T) string {
+	t.Helper()
+	mainGo := testutil.DocBlock(t, "README.md", "ownsilo:main")
+	example, err := os.ReadFile("../examples/greeter/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(example), strings.TrimSpace(mainGo[strings.Index(mainGo, "// Greeter"):])) {
+		t.Fatal("the README's main.go is not examples/greeter/main.go's")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	initCmds := testutil.DocBlock(t, "README.md", "ownsilo:init")
+	if !strings.Contains(initCmds, "=../agentsilo") {
+		t.Fatalf("README ownsilo:init does not replace the module with ../agentsilo:\n%s", initCmds)
+	}
+	sh(t, parent, strings.ReplaceAll(initCmds, "=../agentsilo", "="+root))
+	mod := filepath.Join(parent, "mysilo")
+	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(mainGo), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return mod
+}
+
+// TestOwnSiloImage follows the Kubernetes guide's path to an image of
+// one's own silo (docs/kubernetes.md), as far as it goes without Docker:
+// the README's module, the guide's vendoring commands as written, then
+// the Dockerfile's build step (its one RUN that builds, with the guide's
+// build arguments) on a copy of the module alone, as the build context
+// is, offline and with an empty module cache. The binaries it makes run.
+// Not tested here: the docker build itself and the distroless stage.
+func TestOwnSiloImage(t *testing.T) {
+	mod := ownModule(t)
+	sh(t, mod, "go mod tidy")
+	sh(t, mod, testutil.DocBlock(t, "docs/kubernetes.md", "ownsilo:vendor"))
+	if _, err := os.Stat(filepath.Join(mod, "vendor", "github.com", "agentsilo", "agentsilo", "cmd", "client")); err != nil {
+		t.Fatalf("go mod vendor left out the client: %v", err)
+	}
+
+	// The guide's docker build: its Dockerfile and build arguments.
+	docker := shellWords(t, strings.TrimSpace(strings.ReplaceAll(testutil.DocBlock(t, "docs/kubernetes.md", "ownsilo:docker"), "\\\n", " ")))
+	args := map[string]string{}
+	for i := 0; i < len(docker); i++ {
+		switch docker[i] {
+		case "-f":
+			i++
+			if docker[i] != "../agentsilo/Dockerfile" {
+				t.Fatalf("the guide builds with %s, want ../agentsilo/Dockerfile", docker[i])
+			}
+		case "--build-arg":
+			i++
+			k, v, _ := strings.Cut(docker[i], "=")
+			args[k] = v
+		}
+	}
+	if docker[len(docker)-1] != "." || args["MAIN"] == "" || args["CLIENT"] == "" {
+		t.Fatalf("the guide's docker build: %q", docker)
+	}
+
+	// The Dockerfile's build step, without its cache mounts.
+	dockerfile, err := os.ReadFile("../Dockerfile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var step string
+	for _, in := range strings.Split(strings.ReplaceAll(string(dockerfile), "\\\n", " "), "\n") {
+		if strings.HasPrefix(in, "RUN ") && strings.Contains(in, "go build") {
+			step = strings.TrimPrefix(in, "RUN ")
+		}
+	}
+	for strings.HasPrefix(step, "--") {
+		_, step, _ = strings.Cut(step, " ")
+		step = strings.TrimSpace(step)
+	}
+	if !strings.Contains(step, "-o /out/silo") {
+		t.Fatalf("no build step in the Dockerfile: %q", step)
+	}
+	out := t.TempDir()
+	step = strings.ReplaceAll(step, "/out/", out+"/")
+
+	// COPY . . : the module alone, without the checkout it replaces.
+	ctx := t.TempDir()
+	sh(t, mod, "cp -a . "+ctx)
+	cmd := exec.Command("bash", "-e", "-c", step)
+	cmd.Dir = ctx
+	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=", "GOMODCACHE="+t.TempDir(), "GOWORK=off",
+		"MAIN="+args["MAIN"], "CLIENT="+args["CLIENT"], "TARGETOS=", "TARGETARCH=")
+	if msg, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the Dockerfile's build step on the vendored module: %v\n%s", err, msg)
+	}
+	if v, err := exec.Command(filepath.Join(out, "silo"), "--version").Output(); err != nil || !strings.HasPrefix(string(v), "silo ") {
+		t.Errorf("the image's silo --version: %q, %v", v, err)
+	}
+	if v, err := exec.Command(filepath.Join(out, "client"), "version").Output(); err != nil || !strings.HasPrefix(string(v), "client ") {
+		t.Errorf("the image's client version: %q, %v", v, err)
 	}
 }
 
