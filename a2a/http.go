@@ -147,6 +147,9 @@ type typeSkill struct {
 	Description string   `json:"description,omitempty"`
 	Tags        []string `json:"tags,omitempty"`
 	Examples    []string `json:"examples,omitempty"`
+	// InputSchema and OutputSchema are a typed skill's JSON Schemas.
+	InputSchema  json.RawMessage `json:"inputSchema,omitempty"`
+	OutputSchema json.RawMessage `json:"outputSchema,omitempty"`
 }
 
 // types serves GET /a2a: the registered types with their skills, from the
@@ -164,7 +167,8 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 		}
 		t := typeInfo{Name: ti.Name, Description: ti.Description, Skills: []typeSkill{}, Endpoint: base + endpointRoot + "/" + url.PathEscape(ti.Name) + "/{owner}/{alias}"}
 		for _, sk := range ti.Skills {
-			t.Skills = append(t.Skills, typeSkill{Name: sk.Name, Description: sk.Description, Tags: sk.Tags, Examples: sk.Examples})
+			t.Skills = append(t.Skills, typeSkill{Name: sk.Name, Description: sk.Description, Tags: sk.Tags, Examples: sk.Examples,
+				InputSchema: sk.InputSchema, OutputSchema: sk.OutputSchema})
 		}
 		out.Types = append(out.Types, t)
 	}

@@ -102,6 +102,26 @@ func TestTypedSkill(t *testing.T) {
 		t.Fatalf("directory card schema %s", in)
 	}
 
+	// GET /a2a lists the skill with its schemas.
+	resp, err := httpClient(t, dev).Get(base + "/a2a?skill=shop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listing struct {
+		Types []struct {
+			Name   string `json:"name"`
+			Skills []struct {
+				InputSchema  json.RawMessage `json:"inputSchema"`
+				OutputSchema json.RawMessage `json:"outputSchema"`
+			} `json:"skills"`
+		} `json:"types"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&listing)
+	resp.Body.Close()
+	if err != nil || len(listing.Types) != 1 || !sameJSON(listing.Types[0].Skills[0].InputSchema, skill.InputSchema) || !sameJSON(listing.Types[0].Skills[0].OutputSchema, skill.OutputSchema) {
+		t.Fatalf("GET /a2a: %+v, %v", listing, err)
+	}
+
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			c := dial(t, s, "Shop/dev/s", tr, dev)
