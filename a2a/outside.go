@@ -23,6 +23,11 @@ import (
 // guard), checked after name resolution.
 func OutgoingTransport(allowPrivate bool) http.RoundTripper { return outgoingTransport(allowPrivate) }
 
+// maxOutside bounds the outside agents GET /a2a lists and the outside
+// skills of the root card (the first by name): a directory may hold many
+// more, which a client finds with the directory's search.
+const maxOutside = 1000
+
 // outsideInfo is an outside agent in the GET /a2a listing.
 type outsideInfo struct {
 	Name        string      `json:"name"`
@@ -44,6 +49,9 @@ func (s *Server) outsideAgents(ctx context.Context, tag string) []outsideInfo {
 	}
 	var out []outsideInfo
 	for _, e := range s.outside(ctx) {
+		if len(out) == maxOutside {
+			break
+		}
 		if tag != "" && !(grain.TypeInfo{Skills: e.Skills}).HasTag(tag) {
 			continue
 		}
@@ -70,6 +78,9 @@ func (s *Server) outsideSkills(ctx context.Context) []spec.AgentSkill {
 			ti.Skills = append(ti.Skills, grain.Skill{Name: sk.Name, Description: sk.Description, Tags: sk.Tags, Examples: sk.Examples})
 		}
 		for _, sk := range skillsOf(ti, "outside/"+o.Name+"/") {
+			if len(out) == maxOutside {
+				return out
+			}
 			sk.Tags = append(sk.Tags, "outside")
 			sk.Description += fmt.Sprintf(" (outside agent %s at %s; through this cluster: %s)", o.Name, o.URL, o.Call)
 			out = append(out, sk)

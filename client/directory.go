@@ -42,15 +42,34 @@ func (c *Client) Search(ctx context.Context, query string, q DirectoryQuery) ([]
 }
 
 // ListDirectory returns the directory's entries of q's kind and tag, by
-// kind and name.
+// kind and name, all of them (a page of 500 at a time).
 func (c *Client) ListDirectory(ctx context.Context, q DirectoryQuery) ([]*agentsilov1.DirectoryEntry, error) {
+	var out []*agentsilov1.DirectoryEntry
+	after := ""
+	for {
+		page, next, err := c.ListDirectoryPage(ctx, q, after, 0)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, page...)
+		if next == "" {
+			return out, nil
+		}
+		after = next
+	}
+}
+
+// ListDirectoryPage returns at most limit entries (0: 500, at most 1000)
+// of q's kind and tag after the entry named after (kind/name; "": from the
+// first), and the after of the next page ("" if there is none).
+func (c *Client) ListDirectoryPage(ctx context.Context, q DirectoryQuery, after string, limit int) ([]*agentsilov1.DirectoryEntry, string, error) {
 	ctx, cancel, dc := c.directory(ctx)
 	defer cancel()
-	r, err := dc.List(ctx, &agentsilov1.DirectoryListRequest{Kind: q.Kind, Tag: q.Tag})
+	r, err := dc.List(ctx, &agentsilov1.DirectoryListRequest{Kind: q.Kind, Tag: q.Tag, After: after, Limit: int32(limit)})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return nil, "", errs.FromStatus(err)
 	}
-	return r.GetEntries(), nil
+	return r.GetEntries(), r.GetNext(), nil
 }
 
 // DirectoryEntry returns one entry by name (or kind/name); NotFound if

@@ -475,6 +475,48 @@ func (d *Directory) List(_ context.Context, q grain.DirectoryQuery) ([]grain.Dir
 	return out, nil
 }
 
+// ListPage returns at most limit entries of q's kind and tag (0: 500, at
+// most 1000) that come after the entry named after (kind/name; "": from
+// the first), and the kind/name to pass as after for the next ones, ""
+// if there are none.
+func (d *Directory) ListPage(_ context.Context, q grain.DirectoryQuery, after string, limit int) ([]grain.DirectoryEntry, string, error) {
+	q.Text, q.Limit = "", 0
+	if err := checkQuery(&q); err != nil {
+		return nil, "", err
+	}
+	switch {
+	case limit < 0 || limit > maxLimit:
+		return nil, "", errs.New(codes.InvalidArgument, "directory: limit %d: want 0 (500) to %d", limit, maxLimit)
+	case limit == 0:
+		limit = 500
+	}
+	ix := d.ix.Load()
+	start := 0
+	if after != "" {
+		kind, name, ok := strings.Cut(after, "/")
+		if !ok {
+			return nil, "", errs.New(codes.InvalidArgument, "directory: after %q: want kind/name", clip(after, maxShort))
+		}
+		cur := grain.DirectoryEntry{Kind: kind, Name: name}
+		start, _ = slices.BinarySearchFunc(ix.entries, cur, byKindName)
+		if start < len(ix.entries) && byKindName(ix.entries[start], cur) == 0 {
+			start++
+		}
+	}
+	out := []grain.DirectoryEntry{}
+	for i := start; i < len(ix.entries); i++ {
+		if !ix.keep(i, q) {
+			continue
+		}
+		if len(out) == limit {
+			last := out[len(out)-1]
+			return out, last.Kind + "/" + last.Name, nil
+		}
+		out = append(out, ix.entries[i])
+	}
+	return out, "", nil
+}
+
 // Get returns the entry name, or kind/name; NotFound if there is none. A
 // plain name that is both an outside entry and a type is the outside entry.
 func (d *Directory) Get(_ context.Context, name string) (grain.DirectoryEntry, error) {

@@ -198,6 +198,46 @@ func TestRefreshMovesWithOwner(t *testing.T) {
 	}
 }
 
+// ListPage pages through the entries by kind and name.
+func TestListPage(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	cfg := directory.DefaultConfig()
+	cfg.Client, cfg.Prefix = cli, "/t/"
+	cfg.Types = func(context.Context) ([]grain.TypeInfo, error) {
+		return []grain.TypeInfo{{Name: "A"}, {Name: "B"}, {Name: "C"}}, nil
+	}
+	d := startDir(t, cfg)
+	if _, err := d.Add(t.Context(), directory.Spec{Name: "x", Kind: grain.KindMCP, URL: "https://x.example"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	after := ""
+	for pages := 0; ; pages++ {
+		l, next, err := d.ListPage(t.Context(), grain.DirectoryQuery{}, after, 3)
+		if err != nil || pages > 2 {
+			t.Fatalf("page %d: %v %v", pages, l, err)
+		}
+		for _, e := range l {
+			got = append(got, e.Kind+"/"+e.Name)
+		}
+		if next == "" {
+			break
+		}
+		after = next
+	}
+	if !slices.Equal(got, []string{"type/A", "type/B", "type/C", "mcp/x"}) {
+		t.Errorf("pages: %v", got)
+	}
+	for _, bad := range []struct {
+		after string
+		limit int
+	}{{"nokind", 0}, {"", -1}, {"", 1001}} {
+		if _, _, err := d.ListPage(t.Context(), grain.DirectoryQuery{}, bad.after, bad.limit); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%+v: %v", bad, err)
+		}
+	}
+}
+
 func TestAddRefusesBadEntries(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
 	cfg := directory.DefaultConfig()

@@ -43,7 +43,7 @@ func AddDirectoryTools(s *Server, d *directory.Directory, a *acl.Authority) {
 	}, dt.search)
 	s.AddTool(&mcpsdk.Tool{
 		Name:        ToolListKnownAgents,
-		Description: "List the agents this cluster knows: its agent types and outside A2A agents, with their skills and how to call them; with skill, only those having a skill of that name or tag.",
+		Description: "List the agents this cluster knows: its agent types and outside A2A agents, with their skills and how to call them; with skill, only those having a skill of that name or tag. At most 100 (more: true says there are others: narrow by skill, or use search_known_services).",
 		InputSchema: dirSchema(map[string]any{
 			"skill": map[string]any{"type": "string", "description": "A skill's name or tag, e.g. \"translate\"."},
 		}),
@@ -64,6 +64,10 @@ func dirSchema(props map[string]any, required ...string) map[string]any {
 	}
 	return m
 }
+
+// maxListedAgents bounds what list_known_agents returns: a model finds
+// among more with search_known_services.
+const maxListedAgents = 100
 
 type dirTools struct {
 	d   *directory.Directory
@@ -201,10 +205,16 @@ func (dt dirTools) list(ctx context.Context, req *mcpsdk.CallToolRequest) (*mcps
 	}
 	out := struct {
 		Agents []serviceInfo `json:"agents"`
+		// More says there are more than listed: narrow by skill, or search.
+		More bool `json:"more,omitempty"`
 	}{Agents: []serviceInfo{}}
 	for _, e := range entries {
 		if e.Kind == grain.KindMCP || (in.Skill != "" && !dirHasSkill(e, in.Skill)) {
 			continue
+		}
+		if len(out.Agents) == maxListedAgents {
+			out.More = true
+			break
 		}
 		out.Agents = append(out.Agents, serviceOf(e, false))
 	}

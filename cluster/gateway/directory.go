@@ -56,11 +56,11 @@ func (ds directoryServer) List(ctx context.Context, req *agentsilov1.DirectoryLi
 	if err := ds.check(ctx, acl.Read); err != nil {
 		return nil, err
 	}
-	entries, err := ds.dir.List(ctx, grain.DirectoryQuery{Kind: req.GetKind(), Tag: req.GetTag()})
+	entries, next, err := ds.dir.ListPage(ctx, grain.DirectoryQuery{Kind: req.GetKind(), Tag: req.GetTag()}, req.GetAfter(), int(req.GetLimit()))
 	if err != nil {
 		return nil, err
 	}
-	out := &agentsilov1.DirectoryListResponse{Entries: make([]*agentsilov1.DirectoryEntry, len(entries))}
+	out := &agentsilov1.DirectoryListResponse{Entries: make([]*agentsilov1.DirectoryEntry, len(entries)), Next: next}
 	for i, e := range entries {
 		out.Entries[i] = directory.EntryProto(e)
 	}

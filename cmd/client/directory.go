@@ -37,7 +37,8 @@ matches (-o json: a list of hits).` + access, cmdSearch},
 		{"directory list", "", "list the directory's entries",
 			`Lists the agent types, outside A2A agents and MCP servers (--kind,
 --tag filter them): kind, name, how to call it, when an outside entry
-last answered and its last error.` + access, cmdDirectoryList},
+last answered and its last error. At most --limit (default 500); when
+there are more, stderr says the --after that lists them.` + access, cmdDirectoryList},
 		{"directory get", "NAME", "show one directory entry",
 			`Prints an entry (NAME, or KIND/NAME) with its skills and tools; NotFound
 (exit 3) if there is none.` + access, cmdDirectoryGet},
@@ -88,6 +89,8 @@ func cmdDirectoryList(g *globals, name string, args []string) error {
 	var q client.DirectoryQuery
 	fs.StringVar(&q.Kind, "kind", "", "keep one `kind`: type, a2a or mcp")
 	fs.StringVar(&q.Tag, "tag", "", "keep entries with a skill carrying this `tag` (MCP: a tool name)")
+	limit := fs.Int("limit", 500, "list at most `N` entries (at most 1000)")
+	after := fs.String("after", "", "list the entries after this `kind/name` (the next page)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -96,18 +99,22 @@ func cmdDirectoryList(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		entries, err := c.ListDirectory(ctx, q)
+		entries, next, err := c.ListDirectoryPage(ctx, q, *after, *limit)
 		if err != nil {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.DirectoryListResponse{Entries: entries})
+			g.printList(&agentsilov1.DirectoryListResponse{Entries: entries, Next: next})
 			return nil
 		}
-		return g.table("KIND\tNAME\tCALL\tLAST SEEN\tLAST ERROR", len(entries), func(w io.Writer, i int) {
+		err = g.table("KIND\tNAME\tCALL\tLAST SEEN\tLAST ERROR", len(entries), func(w io.Writer, i int) {
 			e := entries[i]
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.GetKind(), e.GetName(), e.GetCall(), lastSeen(e), oneLine(e.GetLastError()))
 		})
+		if err == nil && next != "" {
+			fmt.Fprintf(g.stderr, "more: --after %s\n", next)
+		}
+		return err
 	})
 }
 

@@ -363,9 +363,14 @@ func (x *DirectorySearchResponse) GetHits() []*DirectoryHit {
 }
 
 type DirectoryListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kind          string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
-	Tag           string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  string                 `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Tag   string                 `protobuf:"bytes,2,opt,name=tag,proto3" json:"tag,omitempty"`
+	// limit bounds the entries of one answer: 0 is 500, at most 1000.
+	Limit int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// after, if set, is the next of an earlier answer: the list goes on
+	// after the entry it names (kind/name).
+	After         string `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -414,9 +419,25 @@ func (x *DirectoryListRequest) GetTag() string {
 	return ""
 }
 
+func (x *DirectoryListRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *DirectoryListRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
 type DirectoryListResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*DirectoryEntry      `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*DirectoryEntry      `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// next, if set, is what to pass as after for the entries that follow.
+	Next          string `protobuf:"bytes,2,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -456,6 +477,13 @@ func (x *DirectoryListResponse) GetEntries() []*DirectoryEntry {
 		return x.Entries
 	}
 	return nil
+}
+
+func (x *DirectoryListResponse) GetNext() string {
+	if x != nil {
+		return x.Next
+	}
+	return ""
 }
 
 type DirectoryGetRequest struct {
@@ -794,12 +822,15 @@ const file_agentsilo_v1_directory_proto_rawDesc = "" +
 	"\x03tag\x18\x03 \x01(\tR\x03tag\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\x05R\x05limit\"I\n" +
 	"\x17DirectorySearchResponse\x12.\n" +
-	"\x04hits\x18\x01 \x03(\v2\x1a.agentsilo.v1.DirectoryHitR\x04hits\"<\n" +
+	"\x04hits\x18\x01 \x03(\v2\x1a.agentsilo.v1.DirectoryHitR\x04hits\"h\n" +
 	"\x14DirectoryListRequest\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x10\n" +
-	"\x03tag\x18\x02 \x01(\tR\x03tag\"O\n" +
+	"\x03tag\x18\x02 \x01(\tR\x03tag\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\"c\n" +
 	"\x15DirectoryListResponse\x126\n" +
-	"\aentries\x18\x01 \x03(\v2\x1c.agentsilo.v1.DirectoryEntryR\aentries\")\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.agentsilo.v1.DirectoryEntryR\aentries\x12\x12\n" +
+	"\x04next\x18\x02 \x01(\tR\x04next\")\n" +
 	"\x13DirectoryGetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x14DirectoryGetResponse\x122\n" +

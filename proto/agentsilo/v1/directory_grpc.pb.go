@@ -43,7 +43,8 @@ type DirectoryClient interface {
 	// Search ranks the entries matching a query (BM25 over names,
 	// descriptions, skills, tags, examples and tool descriptions).
 	Search(ctx context.Context, in *DirectorySearchRequest, opts ...grpc.CallOption) (*DirectorySearchResponse, error)
-	// List returns the entries of a kind and tag, by kind and name.
+	// List returns the entries of a kind and tag, by kind and name, a page
+	// at a time.
 	List(ctx context.Context, in *DirectoryListRequest, opts ...grpc.CallOption) (*DirectoryListResponse, error)
 	// Get returns one entry by name; NOT_FOUND if there is none.
 	Get(ctx context.Context, in *DirectoryGetRequest, opts ...grpc.CallOption) (*DirectoryGetResponse, error)
@@ -129,7 +130,8 @@ type DirectoryServer interface {
 	// Search ranks the entries matching a query (BM25 over names,
 	// descriptions, skills, tags, examples and tool descriptions).
 	Search(context.Context, *DirectorySearchRequest) (*DirectorySearchResponse, error)
-	// List returns the entries of a kind and tag, by kind and name.
+	// List returns the entries of a kind and tag, by kind and name, a page
+	// at a time.
 	List(context.Context, *DirectoryListRequest) (*DirectoryListResponse, error)
 	// Get returns one entry by name; NOT_FOUND if there is none.
 	Get(context.Context, *DirectoryGetRequest) (*DirectoryGetResponse, error)
