@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -54,6 +56,9 @@ const (
 	RemoteBearerToken = "bearer_token"
 	// RemoteHeaderPrefix starts keys of further headers: header.X-Tenant=acme.
 	RemoteHeaderPrefix = "header."
+	// RemoteCommand names, instead of a URL, a stdio server among
+	// RemoteOptions.Commands (which only the program sets).
+	RemoteCommand = "command"
 )
 
 // The message types an agent of RemoteType understands besides a tool's
@@ -81,6 +86,15 @@ type RemoteOptions struct {
 	// Version is the client version the agents announce to servers.
 	// Default: "dev".
 	Version string
+	// Commands are the MCP servers on stdio the agents may run, by name:
+	// an agent configured with command=NAME (and no url) runs Commands[NAME]
+	// (the program and its arguments) as a child process of the silo, one
+	// per activation, and speaks MCP on its stdin and stdout. Off by
+	// default (nil). The risk: the process runs with the silo's user,
+	// files and network, out of the reach of the SSRF guard, for whoever
+	// may create such an agent; so the program fixes the command lines
+	// here, and a configuration can only name one of them.
+	Commands map[string][]string
 }
 
 // Bounds of what a server's answers may make an agent hold.
@@ -373,9 +387,22 @@ func (r *remoteAgent) connect(ctx context.Context) error {
 	if r.session != nil {
 		return nil
 	}
-	u, headers, err := r.endpoint(ctx)
+	u, headers, argv, err := r.endpoint(ctx)
 	if err != nil {
 		return err
+	}
+	c := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "agentsilo", Version: r.opts.Version}, &mcpsdk.ClientOptions{Capabilities: &mcpsdk.ClientCapabilities{}})
+	r.last.reset()
+	if argv != nil {
+		r.url = "command " + argv[0]
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH")} // not the silo's secrets
+		s, err := c.Connect(ctx, &mcpsdk.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			return r.fail(ctx, fmt.Errorf("start: %w", err))
+		}
+		r.session = s
+		return nil
 	}
 	hc := &http.Client{
 		Transport: &remoteHeaders{base: r.base, headers: headers, last: &r.last},
@@ -387,7 +414,6 @@ func (r *remoteAgent) connect(ctx context.Context) error {
 			return nil
 		},
 	}
-	c := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "agentsilo", Version: r.opts.Version}, &mcpsdk.ClientOptions{Capabilities: &mcpsdk.ClientCapabilities{}})
 	t := &mcpsdk.StreamableClientTransport{
 		Endpoint:   u,
 		HTTPClient: hc,
@@ -398,7 +424,6 @@ func (r *remoteAgent) connect(ctx context.Context) error {
 		MaxEventSize:         remoteMaxEvent,
 	}
 	r.url = u
-	r.last.reset()
 	s, err := c.Connect(ctx, t, nil)
 	if err != nil {
 		return r.fail(ctx, fmt.Errorf("connect: %w", err))
@@ -408,16 +433,17 @@ func (r *remoteAgent) connect(ctx context.Context) error {
 }
 
 // endpoint reads the agent's configuration (or asks Resolve for it): the
-// server's URL and the headers to send.
-func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, error) {
+// server's URL and the headers to send, or the command line of a stdio
+// server.
+func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, []string, error) {
 	cfg, err := r.h.Config(ctx)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	if len(cfg) == 0 && r.opts.Resolve != nil {
 		u, hdrs, ok, err := r.opts.Resolve(ctx, r.h.Address().Owner, r.h.Address().Alias)
 		if err != nil {
-			return "", nil, errs.Wrap(errs.Code(err), err, "%s: resolve", r.h.Address())
+			return "", nil, nil, errs.Wrap(errs.Code(err), err, "%s: resolve", r.h.Address())
 		}
 		if ok {
 			cfg = map[string]string{RemoteURL: u}
@@ -427,12 +453,19 @@ func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, error)
 		}
 	}
 	raw := cfg[RemoteURL]
+	if name := cfg[RemoteCommand]; name != "" && raw == "" {
+		argv := r.opts.Commands[name]
+		if len(argv) == 0 {
+			return "", nil, nil, errs.New(codes.FailedPrecondition, "%s: %s %q: the silo runs no such MCP server on stdio (RemoteOptions.Commands)", r.h.Address(), RemoteCommand, clientClip(name))
+		}
+		return "", nil, argv, nil
+	}
 	if raw == "" {
-		return "", nil, errs.New(codes.FailedPrecondition, "%s has no %s: create it with its MCP server's URL (CreateAgent %s=https://host/mcp)", r.h.Address(), RemoteURL, RemoteURL)
+		return "", nil, nil, errs.New(codes.FailedPrecondition, "%s has no %s: create it with its MCP server's URL (CreateAgent %s=https://host/mcp)", r.h.Address(), RemoteURL, RemoteURL)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return "", nil, errs.New(codes.FailedPrecondition, "%s: %s %q: want http(s)://host/...", r.h.Address(), RemoteURL, clientClip(raw))
+		return "", nil, nil, errs.New(codes.FailedPrecondition, "%s: %s %q: want http(s)://host/...", r.h.Address(), RemoteURL, clientClip(raw))
 	}
 	headers := http.Header{}
 	if k := cfg[RemoteAPIKey]; k != "" {
@@ -446,7 +479,7 @@ func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, error)
 			headers.Set(name, v)
 		}
 	}
-	return u.String(), headers, nil
+	return u.String(), headers, nil, nil
 }
 
 // fail gives an error of the server, its transport or ctx its code.

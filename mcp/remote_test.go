@@ -656,3 +656,57 @@ func BenchmarkRemoteCall(b *testing.B) {
 		}
 	}
 }
+
+// Stdio servers: only the commands the program allows, one process per
+// activation, started again after it died.
+func TestRemoteStdio(t *testing.T) {
+	node := testutil.NeedCommand(t, "node", "Debian's nodejs")
+	dir := filepath.Join(testutil.RepoRoot(t), "tests", "mcpjs")
+	_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "sdk"))
+	testutil.Need(t, err == nil, "npm ci --prefix tests/mcpjs")
+
+	// Off by default: a configuration cannot name a command.
+	rt := remoteRuntime(t, mcp.RemoteOptions{})
+	if _, err := rt.CreateAgent(t.Context(), "system", "MCP:system:js", map[string]string{mcp.RemoteCommand: "upper"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:js", mcp.RemoteListTools, ""); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "no such MCP server on stdio") {
+		t.Fatalf("stdio without Commands: %v, want FailedPrecondition", err)
+	}
+
+	rt = remoteRuntime(t, mcp.RemoteOptions{Commands: map[string][]string{"upper": {node, filepath.Join(dir, "stdio-server.mjs")}}})
+	for addr, cmd := range map[string]string{"MCP:system:js": "upper", "MCP:system:other": "rm"} {
+		if _, err := rt.CreateAgent(t.Context(), "system", addr, map[string]string{mcp.RemoteCommand: cmd}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:other", mcp.RemoteListTools, ""); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a command the program did not allow: %v, want FailedPrecondition", err)
+	}
+	upper := func() (text string, pid float64) {
+		t.Helper()
+		r, err := remoteAsk(t.Context(), rt, "MCP:system:js", "upper", `{"text":"hello"}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out struct {
+			Text string  `json:"text"`
+			PID  float64 `json:"pid"`
+		}
+		if err := json.Unmarshal(r.GetData(), &out); err != nil || r.GetMessage() != "HELLO" || out.Text != "HELLO" {
+			t.Fatalf("upper: %v, %v", r, err)
+		}
+		return out.Text, out.PID
+	}
+	_, pid1 := upper()
+	if _, pid := upper(); pid != pid1 {
+		t.Fatalf("a second call ran in process %v, the first in %v: want one process per activation", pid, pid1)
+	}
+	// The process dies: the call fails, the next one starts it again.
+	if _, err := remoteAsk(t.Context(), rt, "MCP:system:js", "crash", `{}`); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("crash: %v, want Unavailable", err)
+	}
+	if _, pid := upper(); pid == pid1 {
+		t.Fatalf("after the crash the call ran in the same process %v", pid)
+	}
+}
