@@ -128,15 +128,30 @@ func aclPut(g *globals, name string, args []string) error {
 			}
 			return nil
 		}
-		added, p, err := c.AddACLRule(ctx, r, *at, 0)
+		// While no rules are set, the seed rule applies; the first rule
+		// added replaces it, which the command says. Then the rule is
+		// added to the revision read, so that the note is true (another
+		// change meanwhile is a conflict).
+		_, seed, rev, err := c.ACLRules(ctx)
+		if err != nil {
+			return err
+		}
+		if seed == nil {
+			rev = 0
+		}
+		added, p, err := c.AddACLRule(ctx, r, *at, rev)
 		if err != nil {
 			return err
 		}
 		if g.output == "json" {
 			g.printJSON(g.stdout, &agentsilov1.AddRuleResponse{Rule: added, Position: int32(p)})
-			return nil
+		} else {
+			fmt.Fprintf(g.stdout, "added rule %d at position %d\n", added.Id, p)
 		}
-		fmt.Fprintf(g.stdout, "added rule %d at position %d\n", added.Id, p)
+		if seed != nil {
+			fmt.Fprintf(g.stderr, "note: it replaces the seed rule %s:%s -> %s -> %s, which applied while no rules were set; to keep what it allowed: client acl add --owner %s --agent '%s' --caller '%s' --perm %s\n",
+				seed.OwnerPattern, seed.AgentPattern, seed.CallerPattern, seed.Permission, seed.OwnerPattern, seed.AgentPattern, seed.CallerPattern, seed.Permission)
+		}
 		return nil
 	})
 }
