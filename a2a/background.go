@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
@@ -124,11 +125,12 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 		return res.reply(m) // a message: the result itself, no task to follow
 	}
 	b := r.background()
+	rec := followRecord{Caller: m.GetFrom(), ContextID: res.contextID, Since: r.set.clk.Now()}
 	err = b.update(ctx, func(s *followState) error {
 		if _, ok := s.Follows[res.taskID]; !ok && len(s.Follows) >= maxFollows {
 			return errs.New(codes.ResourceExhausted, "%s follows %d tasks in the background already", r.h.Address(), maxFollows)
 		}
-		s.Follows[res.taskID] = followRecord{Caller: m.GetFrom(), ContextID: res.contextID, Since: r.set.clk.Now()}
+		s.Follows[res.taskID] = rec
 		return nil
 	})
 	if err != nil {
@@ -139,7 +141,7 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 		r.h.Logger().WarnContext(ctx, "a2a: the background follow's reminder", "err", err)
 	}
 	r.metrics.background.WithLabelValues("started").Inc()
-	r.startFollow(res.taskID, followRecord{Caller: m.GetFrom(), ContextID: res.contextID})
+	r.startFollow(res.taskID, rec)
 	reply := m.Response()
 	reply.State = map[string]string{StateContextID: res.contextID, StateTaskID: string(res.taskID), StateTaskState: string(res.state), StateFollow: FollowBackground}
 	return reply, nil
@@ -197,38 +199,40 @@ func (r *remote) startFollow(id spec.TaskID, rec followRecord) bool {
 	return true
 }
 
-// runFollow follows task id until it settles, then delivers its result.
-// A failure to read the task is retried; ctx ends it (the activation
-// ends: the reminder resumes it).
+// runFollow follows task id until it settles, then delivers its result;
+// a remote that refuses to say how the task is (it is gone, the
+// credentials are refused: not a transient failure, which follow retries)
+// or a task older than MaxFollow ends the follow with that error. ctx
+// ends it without a result (the activation ends: the reminder resumes it).
 func (r *remote) runFollow(ctx context.Context, id spec.TaskID, rec followRecord) {
 	push := func(p *grain.Message) {
 		if err := r.h.Send(ctx, rec.Caller, p); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: progress to the caller", "err", err)
 		}
 	}
+	fctx, cancel := context.WithTimeout(ctx, r.maxFollow-clock.Since(r.set.clk, rec.Since))
+	defer cancel()
 	res := &remoteResult{taskID: id, contextID: rec.ContextID, state: spec.TaskStateWorking}
-	for {
-		err := r.follow(ctx, res, push)
-		if ctx.Err() != nil {
-			return
-		}
-		if err == nil {
-			break
-		}
-		if errs.Code(remoteError(err)) == codes.NotFound {
-			res.state, res.status = spec.TaskStateFailed, spec.NewMessage(spec.MessageRoleAgent, spec.NewTextPart("the remote task is gone: "+err.Error()))
-			break
-		}
-		r.h.Logger().WarnContext(ctx, "a2a: following a remote task in the background", "task", id, "err", err)
+	err := r.follow(fctx, res, push)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case fctx.Err() != nil:
+		r.cancelRemote(ctx, id)
+		err = errs.New(codes.DeadlineExceeded, "the remote task %s did not end within %v of its start: cancelled", id, r.maxFollow)
+	case err != nil:
+		err = remoteError(err)
 	}
-	r.deliver(ctx, id, rec, res)
+	r.deliver(ctx, id, rec, res, err)
 }
 
 // deliver writes the result of task id to the working memory, sends it to
 // the caller and removes the task from the agent's state.
-func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, res *remoteResult) {
-	out := &grain.Message{Kind: grain.KindRequest}
-	msg, err := res.reply(out)
+func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, res *remoteResult, err error) {
+	var msg *grain.Message
+	if err == nil {
+		msg, err = res.reply(&grain.Message{Kind: grain.KindRequest})
+	}
 	if err == nil && res.state == spec.TaskStateInputRequired {
 		_, err = r.question(ctx, res)
 	}

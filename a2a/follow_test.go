@@ -500,3 +500,30 @@ func TestRemoteResolve(t *testing.T) {
 		t.Errorf("resolved: %v", asked)
 	}
 }
+
+// A background follow ends at MaxFollow: the remote task is cancelled and
+// the caller gets DeadlineExceeded as the result.
+func TestBackgroundFollowBounded(t *testing.T) {
+	e := etcdtest.Start(t)
+	log := &askerLog{}
+	s := followSilo(t, e, "bound", "/bound/", log, a2a.RemoteOptions{MaxFollow: time.Second})
+	c := dialSilo(t, s)
+	out := outside.Start(true)
+	defer out.Close()
+	if _, err := c.CreateAgent(t.Context(), "A2A:system:b", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := askVia(t, c, "Asker:system:b", askRequest{To: "A2A:system:b", Text: "slow never", Background: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the result", func() bool {
+		_, res := log.snapshot()
+		return len(res) == 1
+	})
+	_, res := log.snapshot()
+	if got := res[0]; got.State[a2a.StateCode] != "DeadlineExceeded" || got.State[a2a.StateTaskID] != r.State[a2a.StateTaskID] {
+		t.Errorf("result: %v", got)
+	}
+	waitFor(t, "the remote task cancelled", func() bool { return len(out.Canceled()) == 1 })
+}

@@ -81,6 +81,10 @@ type RemoteOptions struct {
 	// silo that followed them died). It must be at least the silo's
 	// minimum reminder period. Default: 1 min.
 	FollowCheck time.Duration
+	// MaxFollow bounds how long a task is followed in the background,
+	// from the Ask that started it: past it the remote task is cancelled
+	// and the caller gets DeadlineExceeded as the result. Default: 24 h.
+	MaxFollow time.Duration
 	// Clock times polls (nil: the real clock); tests inject a fake one.
 	Clock clock.Clock
 	// Metrics, if set, gets the type's counters (see observe.go).
@@ -92,12 +96,13 @@ type RemoteOptions struct {
 // remoteShared is what every agent of RemoteType of one registration
 // shares.
 type remoteShared struct {
-	base    http.RoundTripper
-	resolve func(ctx context.Context, owner, alias string) (string, map[string]string, bool, error)
-	set     followSettings
-	check   time.Duration
-	metrics *remoteMetrics
-	tracer  remoteTracer
+	base      http.RoundTripper
+	resolve   func(ctx context.Context, owner, alias string) (string, map[string]string, bool, error)
+	set       followSettings
+	check     time.Duration
+	maxFollow time.Duration
+	metrics   *remoteMetrics
+	tracer    remoteTracer
 }
 
 // RegisterRemote registers RemoteType in reg.
@@ -112,6 +117,9 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	}
 	if sh.check <= 0 {
 		sh.check = time.Minute
+	}
+	if sh.maxFollow = opts.MaxFollow; sh.maxFollow <= 0 {
+		sh.maxFollow = 24 * time.Hour
 	}
 	return reg.Register(RemoteType, func(h grain.Host) (grain.Agent, error) {
 		return &remote{h: h, remoteShared: sh}, nil
