@@ -197,6 +197,9 @@ func TestCancelAcrossSilos(t *testing.T) {
 	if err := <-mcptest.Ended("Slow:dev:" + alias); !errors.Is(err, context.Canceled) {
 		t.Fatalf("the turn on s2 ended with %v, want context canceled", err)
 	}
+	if on := mcptest.RanOn("Slow:dev:" + alias); on != "s2" {
+		t.Fatalf("the turn ran on %q, want s2", on)
+	}
 	// The session goes on.
 	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: "Echo_echo", Arguments: map[string]any{"agent": "dev:e1", "message": "still here"}})
 	if err != nil || !slices.Equal(texts(res), []string{"still here"}) {

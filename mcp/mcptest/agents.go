@@ -6,7 +6,7 @@
 //     {"sum": a+b} as application/json data.
 //   - Slow pushes "started" to its caller, then waits until its context
 //     ends (a cancellation, the call's timeout) and reports that on
-//     Ended.
+//     Ended; RanOn says which silo ran it.
 //   - Fail returns the gRPC code its text names ("NotFound", ...).
 package mcptest
 
@@ -97,8 +97,19 @@ func endedChan(addr string) chan error {
 	return c
 }
 
+var ranOn sync.Map // address -> the silo of its last Slow turn
+
+// RanOn is the silo that ran the last turn of the Slow agent addr
+// (Type:owner:alias) in this process, or "".
+func RanOn(addr string) string {
+	s, _ := ranOn.Load(addr)
+	name, _ := s.(string)
+	return name
+}
+
 // OnMessage implements grain.Agent.
 func (a *Slow) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	ranOn.Store(a.h.Address().String(), a.h.Silo())
 	if err := a.h.Send(ctx, m.From, grain.Text("started")); err != nil {
 		return nil, err
 	}
