@@ -18,19 +18,14 @@ import (
 	"github.com/agentsilo/agentsilo/mcp/mcptest"
 )
 
-// jsDir returns tests/mcpjs, with its npm packages installed (npm ci
-// there if they are missing), or skips the test without node.
+// jsDir returns tests/mcpjs, or skips the test without node or without
+// its pinned npm packages (npm ci --prefix tests/mcpjs, which CI runs).
 func jsDir(t *testing.T) string {
 	t.Helper()
 	testutil.NeedCommand(t, "node", "Node.js 20 or later, Debian's nodejs package: the TypeScript SDK and the Inspector are the independent MCP clients of these tests")
 	dir := filepath.Join(testutil.RepoRoot(t), "tests", "mcpjs")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "package.json")); err == nil {
-		return dir
-	}
-	testutil.NeedCommand(t, "npm", "Debian's npm package, to install tests/mcpjs's pinned packages")
-	if out, err := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund").CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s (needs the npm registry once): %v\n%s", dir, err, out)
-	}
+	_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "package.json"))
+	testutil.Need(t, err == nil, "tests/mcpjs's pinned npm packages: npm ci --prefix tests/mcpjs")
 	return dir
 }
 

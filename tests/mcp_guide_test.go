@@ -155,19 +155,16 @@ func TestMCPGuide(t *testing.T) {
 	}
 }
 
-// mcpJS returns tests/mcpjs with its pinned npm packages (npm ci there if
-// they are missing), or skips without node.
+// mcpJS returns tests/mcpjs, or skips the test without node and npx or
+// without its pinned npm packages (npm ci --prefix tests/mcpjs, which CI
+// runs).
 func mcpJS(t *testing.T) string {
 	t.Helper()
 	testutil.NeedCommand(t, "node", "Node.js 20 or later, Debian's nodejs package: the MCP guide's TypeScript and Inspector examples")
 	testutil.NeedCommand(t, "npx", "Debian's npm package: the MCP guide runs the Inspector with npx")
 	dir := filepath.Join(testutil.RepoRoot(t), "tests", "mcpjs")
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "package.json")); err == nil {
-		return dir
-	}
-	if out, err := exec.Command("npm", "ci", "--prefix", dir, "--no-audit", "--no-fund").CombinedOutput(); err != nil {
-		t.Fatalf("npm ci in %s (needs the npm registry once): %v\n%s", dir, err, out)
-	}
+	_, err := os.Stat(filepath.Join(dir, "node_modules", "@modelcontextprotocol", "inspector-cli", "package.json"))
+	testutil.Need(t, err == nil, "tests/mcpjs's pinned npm packages: npm ci --prefix tests/mcpjs")
 	return dir
 }
 
