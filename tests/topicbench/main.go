@@ -1,9 +1,10 @@
-// Command topicbench measures durable publish/subscribe, as issue 13 asks,
-// beside NATS JetStream doing the same work in the same run, and prints one
-// JSON object per line (the fields of `go run ./tests/bench`):
+// Command topicbench measures durable publish/subscribe beside NATS
+// JetStream doing the same work in the same run, and prints one JSON
+// object per line (the fields of `go run ./tests/bench`):
 //
 //   - topics-publish-to-ack: messages published per second until every
-//     subscription acknowledged every one (with -subs 1 and 10 durable
+//     subscription acknowledged every one (rate_median; publish_rate: until
+//     the last publish returned) (with 1 and 10 durable
 //     subscriptions, each one agent), published by -p SDK clients with -w
 //     publishes in flight each, through a silo's gateway; a publish returns
 //     once the message is in etcd.
@@ -114,6 +115,7 @@ type row struct {
 	DBInUse    int64   `json:"db_in_use,omitempty"`
 	DBSize     int64   `json:"db_size,omitempty"`
 	RateMedian float64 `json:"rate_median,omitempty"`
+	PubRate    float64 `json:"publish_rate,omitempty"`
 	P50us      float64 `json:"p50_us,omitempty"`
 	P99us      float64 `json:"p99_us,omitempty"`
 	Value      float64 `json:"value,omitempty"`
@@ -128,6 +130,7 @@ func emit(r row) {
 // result is one pass of one system.
 type result struct {
 	rate     float64 // messages per second, published to all acknowledged
+	pubRate  float64 // messages per second, until the last publish returned
 	p50, p99 time.Duration
 	writes   float64 // etcd revisions per message (agentsilo only)
 }
@@ -258,17 +261,17 @@ func runAll(n, pubs, window, passes int, natsBin string, stores []string) error 
 			theirs = append(theirs, r)
 		}
 		t := median(theirs)
-		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate})
+		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate, PubRate: t.pubRate})
 		emit(row{Bench: "jetstream-e2e-latency", N: n, Subs: subs, P50us: us(t.p50), P99us: us(t.p99)})
 		if withEtcd {
 			o := median(ours)
-			emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, Note: fmt.Sprintf("agentsilo on etcd/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, Note: fmt.Sprintf("agentsilo on etcd/jetstream x%.2f", o.rate/t.rate)})
 			emit(row{Bench: "topics-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
 			emit(row{Bench: "topics-etcd-writes", N: n, Subs: subs, Value: o.writes, Note: "etcd revisions per message published, acknowledgments included"})
 		}
 		if withJS {
 			o := median(onJS)
-			emit(row{Bench: "topics-js-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, Note: fmt.Sprintf("agentsilo on jetstream/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-js-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, Note: fmt.Sprintf("agentsilo on jetstream/jetstream x%.2f", o.rate/t.rate)})
 			emit(row{Bench: "topics-js-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
 			emit(row{Bench: "topics-js-writes", N: n, Subs: subs, Value: o.writes, Note: "JetStream messages the store wrote per message published, acknowledgments included"})
 		}
@@ -369,7 +372,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 			return result{}, err
 		}
 		fmt.Fprintf(os.Stderr, "topicbench: agentsilo on jetstream, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
-		return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(w) / float64(n)}, nil
+		return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(w) / float64(n)}, nil
 	}
 	// The acknowledgments are written in batches after the handler
 	// returned: wait for the queues to be empty before reading the
@@ -382,7 +385,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 		return result{}, err
 	}
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
-	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
 }
 
 // jsWrites waits until the queue bucket of the store named bucket holds
@@ -570,6 +573,7 @@ func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, 
 	if err != nil {
 		return result{}, err
 	}
+	published := time.Since(start)
 	select {
 	case <-rec.done:
 	case <-ctx.Done():
@@ -577,7 +581,7 @@ func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, 
 	}
 	elapsed := time.Since(start)
 	p50, p99 := rec.percentiles()
-	return result{rate: float64(n) / elapsed.Seconds(), p50: p50, p99: p99}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99}, nil
 }
 
 // runSteady publishes n messages a round to one subscription, rounds
