@@ -277,3 +277,24 @@ func TestA2AGuide(t *testing.T) {
 		t.Errorf("docs/a2a.md a2a:remote printed %q, stderr %q; want the remote Echo's reply, and its streamed artifact on stderr", out, errOut)
 	}
 }
+
+// TestAgentGuideQuestions runs the agent guide's answers (docs/agents.md)
+// against a silo with the demo agents: a subscription made from outside
+// activates its agent, and a Counter whose state an operator deleted
+// counts afresh.
+func TestAgentGuideQuestions(t *testing.T) {
+	buildBinaries(t)
+	p := startSilo(t, t.TempDir())
+	env := "AGENTSILO_ADDR=" + p.gateway
+
+	docShell(t, t.TempDir(), testutil.DocBlock(t, "docs/agents.md", "agent:subscribe"), env)
+	testutil.WaitFor(t, "Inbox:a to take the published order", func() bool {
+		out, _, code := p.cli("ask", "Inbox:a", "count")
+		return code == 0 && out == "1"
+	})
+
+	out, _ := docShell(t, t.TempDir(), testutil.DocBlock(t, "docs/agents.md", "agent:state-delete"), env)
+	if got := strings.Fields(out); len(got) < 3 || got[0] != "1" || got[1] != "2" || got[len(got)-1] != "1" {
+		t.Errorf("docs/agents.md agent:state-delete printed %q, want 1, 2, then 1 after the delete", out)
+	}
+}

@@ -244,6 +244,7 @@ var fragments = []fragment{
 	{"README.md", "agent:counter", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/agents.md", "agent:counter", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/agents.md", "agent:typeinfo", []string{"time", "github.com/agentsilo/agentsilo/grain"}},
+	{"docs/agents.md", "agent:ticks", []string{"context", "strconv", "time", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/state.md", "state:notetaker", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/topics.md", "topics:inbox", []string{"context", "strconv", "strings", "time", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/sdk.md", "sdk:dial", []string{"context", "errors", "fmt", "google.golang.org/grpc/codes", "google.golang.org/grpc/status", "github.com/agentsilo/agentsilo/client"}},
