@@ -168,7 +168,7 @@ func secureHeaders(h http.Handler) http.Handler {
 		hd.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("X-Frame-Options", "DENY")
-		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Referrer-Policy", "same-origin") // Chromium sends "Origin: null" on a form POST under no-referrer
 		if !strings.HasPrefix(r.URL.Path, "/ui/static/") {
 			hd.Set("Cache-Control", "no-store")
 		}
@@ -291,8 +291,11 @@ func parsePages() (map[string]*template.Template, error) {
 
 // ago writes how long before now t was, roughly.
 func ago(t time.Time) string {
-	if t.IsZero() {
+	if t.IsZero() || t.Unix() == 0 {
 		return "-"
+	}
+	if d := time.Until(t); d > 0 {
+		return "in " + since(d)
 	}
 	return since(time.Since(t)) + " ago"
 }
@@ -300,8 +303,6 @@ func ago(t time.Time) string {
 // since writes a duration roughly: 3s, 4m, 2h, 5d.
 func since(d time.Duration) string {
 	switch {
-	case d < 0:
-		return "in " + since(-d)
 	case d < time.Minute:
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	case d < time.Hour:
