@@ -63,3 +63,15 @@ func memberState(h membership.Health, clk clock.Clock, mi membership.Member, sel
 		return "unknown: etcd unreachable " + since(h.EtcdFailing, now) + " (" + state + " in the last view)"
 	}
 }
+
+// cutOff reports, and logs, whether the silo's lease keepalives no longer
+// reach etcd as it stops: it then cannot leave the cluster (mark its
+// record leaving, revoke its lease), and does not try.
+func (s *Silo) cutOff() bool {
+	h := s.members.Health()
+	if h.EtcdFailing.IsZero() {
+		return false
+	}
+	s.logger.Warn("stopping without leaving the cluster: etcd unreachable "+since(h.EtcdFailing, s.clk.Now())+"; the other silos take this silo's agents over once its lease expires", "err", h.EtcdErr)
+	return true
+}

@@ -772,7 +772,10 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if s.gw != nil {
 		s.gw.SetServing(false)
 	}
-	if joined && !fenced {
+	// Cut off from etcd, the silo cannot leave: it stops without, and the
+	// others take its agents over once its lease expires.
+	leave := joined && !fenced && !s.cutOff()
+	if leave {
 		if err := s.members.MarkLeaving(ctx); err != nil {
 			errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
 		}
@@ -834,7 +837,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	}
 	close(s.stopc)
 	if s.members != nil {
-		if joined && !fenced {
+		if leave {
 			if err := s.members.Leave(ctx); err != nil {
 				errsOut = append(errsOut, fmt.Errorf("membership: %w", err))
 			}

@@ -203,7 +203,7 @@ func (m *Membership) awaitProof(target Member) bool {
 	}
 	limit := m.clk.NewTimer(fenceOf(target, m.fenceAfter))
 	defer limit.Stop()
-	warned := false
+	warned := proof(-1) // what was logged last
 	for {
 		if mi, in := m.View().Member(target.Name); !in || mi.LeaseID != target.LeaseID {
 			return false
@@ -211,16 +211,22 @@ func (m *Membership) awaitProof(target Member) bool {
 		if !Refused(m.ctx, target.PeerAddr) {
 			return false
 		}
-		switch m.unrenewed(m.ctx, lease, fenceOf(target, m.fenceAfter)) {
+		p := m.unrenewed(m.ctx, lease, fenceOf(target, m.fenceAfter))
+		switch p {
 		case proofYes:
 			m.recordProof(lease, target.Name)
 			return true
 		case proofGone:
 			return false
 		}
-		if !warned {
-			warned = true
-			m.log.Warn("a member's peer port refuses connections, but its lease is still renewed: no proof of death yet", "member", target.Name)
+		if warned != p {
+			warned = p
+			// Say what is known: etcd's answer, or that there was none.
+			if p == proofUnknown {
+				m.log.Warn("a member's peer port refuses connections, and etcd does not answer: whether its lease is still renewed is unknown, so no proof of death yet", "member", target.Name)
+			} else {
+				m.log.Warn("a member's peer port refuses connections, but its lease is still renewed: no proof of death yet", "member", target.Name)
+			}
 		}
 		t := m.clk.NewTimer(250 * time.Millisecond)
 		select {
@@ -313,9 +319,10 @@ func (m *Membership) revokedKey(lease clientv3.LeaseID) string {
 type proof int
 
 const (
-	proofNo   proof = iota // renewed recently, or etcd did not answer
-	proofYes               // not renewed for longer than the silo's fence bound
-	proofGone              // the lease is gone (revoked or expired)
+	proofNo      proof = iota // renewed recently
+	proofYes                  // not renewed for longer than the silo's fence bound
+	proofGone                 // the lease is gone (revoked or expired)
+	proofUnknown              // etcd did not answer
 )
 
 // unrenewed asks etcd whether lease, of a silo with fence bound fence, has
@@ -335,7 +342,7 @@ func (m *Membership) unrenewed(ctx context.Context, lease clientv3.LeaseID, fenc
 	case err != nil && isLeaseNotFound(err):
 		return proofGone
 	case err != nil:
-		return proofNo
+		return proofUnknown
 	case r.TTL < 0:
 		return proofGone // etcd answers -1 for a lease it does not know
 	}
