@@ -72,7 +72,6 @@ func (failer) OnMessage(context.Context, *grain.Message) (*grain.Message, error)
 	return nil, errors.New("failing on purpose")
 }
 
-
 func key(name string, groups ...string) (string, gateway.APIKey) {
 	k := name + "-key-0123456789"
 	sum := sha256.Sum256([]byte(k))
@@ -193,7 +192,10 @@ func TestDashboard(t *testing.T) {
 	text := func(sel string) string {
 		t.Helper()
 		var s string
-		runT("read "+sel, func(ctx context.Context) (err error) { s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel))); return err })
+		runT("read "+sel, func(ctx context.Context) (err error) {
+			s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+			return err
+		})
 		return s
 	}
 	eval := func(expr string, promise bool) any {
@@ -203,7 +205,10 @@ func TestDashboard(t *testing.T) {
 		if promise {
 			opts = append(opts, chromedp.EvalAwaitPromise)
 		}
-		runT("evaluate "+expr, func(ctx context.Context) (err error) { v, err = chromedp.Run(ctx, chromedp.Evaluate[any](expr, opts...)); return err })
+		runT("evaluate "+expr, func(ctx context.Context) (err error) {
+			v, err = chromedp.Run(ctx, chromedp.Evaluate[any](expr, opts...))
+			return err
+		})
 		return v
 	}
 	noXSS := func(where string) {
@@ -234,7 +239,10 @@ func TestDashboard(t *testing.T) {
 	shot := func(name string) {
 		t.Helper()
 		var b []byte
-		runT("screenshot "+name, func(ctx context.Context) (err error) { b, err = chromedp.Run(ctx, chromedp.CaptureScreenshot()); return err })
+		runT("screenshot "+name, func(ctx context.Context) (err error) {
+			b, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
+			return err
+		})
 		must(t, os.WriteFile(filepath.Join(shots, name+".png"), recompress(t, b), 0o644))
 	}
 	login := func(k string) {

@@ -6,7 +6,7 @@
   if (!document.getElementById(ids[0]) || typeof uPlot === "undefined") return;
   const plots = {};
   function opts(title, series) {
-    return { width: 400, height: 150, legend: { show: true }, scales: { x: { time: true } },
+    return { width: 370, height: 140, legend: { show: true }, scales: { x: { time: true } },
       series: [{}].concat(series), axes: [{}, { size: 50 }] };
   }
   const defs = {
