@@ -44,6 +44,9 @@ import (
 //	<bucket>_dead  <id>.<key>        a dead letter (DeadLetter)
 //	<bucket>_idem  <hash>            an idempotency key's first message id,
 //	                                 kept for the window (the stream's age)
+//	<bucket>_live  <holder>          a store's heartbeat, put every third of
+//	                                 SessionTTL, kept for SessionTTL (the
+//	                                 stream's age)
 //
 // Ids, members and owners are written base64url-encoded: a key's tokens
 // are NATS subject tokens. A queue's keys are hexadecimal: this process's
@@ -62,9 +65,12 @@ import (
 // before an Unsubscribe may leave copies in the deleted queue, which a
 // later subscription of the same id would find.
 //
-// Session members (SubscribeSession) are plain members here: they do not
-// expire with the silo that holds them, so a session subscription of a
-// silo that died stays until it is unsubscribed or dropped.
+// A session's member (SubscribeSession) names its holder, the store that
+// subscribed it: while the holder's heartbeat lives, so does the member;
+// once it has expired, any store's sweep deletes the member, and the
+// subscription without members is pruned by its owner (Prune). A holder
+// that finds its own heartbeat expired (it was away from NATS for longer
+// than SessionTTL) writes its members again.
 type JetStreamStore struct {
 	js     jetstream.JetStream
 	nc     *nats.Conn
@@ -72,7 +78,7 @@ type JetStreamStore struct {
 	cfg    JetStreamConfig
 	logger *slog.Logger
 
-	reg, q, dead, idem jetstream.KeyValue
+	reg, q, dead, idem, live jetstream.KeyValue
 	deadStream         jetstream.Stream
 	qStream            jetstream.Stream
 
@@ -81,6 +87,9 @@ type JetStreamStore struct {
 	keyLast   int64
 
 	writes atomic.Uint64 // stream messages written, for the figures
+
+	heldMu sync.Mutex
+	held   map[string]bool // the session members this store holds, by reg key
 
 	// reconnected is closed (and replaced) when the connection comes back:
 	// the followers watch again at once rather than wait for their
@@ -115,6 +124,9 @@ type JetStreamConfig struct {
 	// SweepEvery is how often the store removes the delete markers of
 	// acknowledged entries older than a minute. Default 1 min.
 	SweepEvery time.Duration
+	// SessionTTL is how long the session members this store holds outlive
+	// it (see SubscribeSession). Default 15 s.
+	SessionTTL time.Duration
 }
 
 // DefaultJetStreamConfig returns the defaults, for url.
@@ -126,6 +138,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		OpTimeout:  5 * time.Second,
 		Window:     DefaultIdemWindow,
 		SweepEvery: time.Minute,
+		SessionTTL: 15 * time.Second,
 	}
 }
 
@@ -138,8 +151,8 @@ func (c JetStreamConfig) Validate() error {
 		return errs.New(codes.InvalidArgument, "topics: JetStream bucket %q: use letters, digits, - and _", c.Bucket)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return errs.New(codes.InvalidArgument, "topics: JetStream replicas %d: use 1 to 5", c.Replicas)
-	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0:
-		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive")
+	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.SessionTTL < time.Second:
+		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL at least 1 s")
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return errs.New(codes.InvalidArgument, "topics: JetStream TLS needs both a certificate and its key")
 	}
@@ -221,7 +234,7 @@ func NewJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, 
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{})}
+	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{}), held: map[string]bool{}}
 	octx, cancel := context.WithTimeout(ctx, 4*cfg.OpTimeout)
 	defer cancel()
 	if s.reg, _, err = s.bucket(octx, "reg", 0, 0); err != nil {
@@ -236,12 +249,19 @@ func NewJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, 
 	if s.idem, _, err = s.bucket(octx, "idem", cfg.Window, 0); err != nil {
 		return nil, err
 	}
+	if s.live, _, err = s.bucket(octx, "live", cfg.SessionTTL, 0); err != nil {
+		return nil, err
+	}
+	if _, err := s.put(octx, s.live, s.keySuffix, nil); err != nil {
+		return nil, err
+	}
 	sctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
 	status := nc.StatusChanged(nats.CONNECTED)
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go s.sweeper(sctx)
 	go s.watchStatus(sctx, status)
+	go s.keeper(sctx)
 	return s, nil
 }
 
@@ -429,6 +449,12 @@ func (s *JetStreamStore) list(ctx context.Context, kv jetstream.KeyValue, filter
 
 // Subscribe implements Store.
 func (s *JetStreamStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+	return s.subscribe(ctx, rec, member, nil)
+}
+
+// subscribe is Subscribe with the member's value: its holder for a
+// session's, else nothing.
+func (s *JetStreamStore) subscribe(ctx context.Context, rec *SubscriptionRecord, member string, mval []byte) (*SubscriptionRecord, error) {
 	p, err := ParsePattern(rec.GetPattern(), "")
 	if err != nil {
 		return nil, err
@@ -442,7 +468,7 @@ func (s *JetStreamStore) Subscribe(ctx context.Context, rec *SubscriptionRecord,
 		// The member first: a registry shows it only once its
 		// subscription is there, and never shows the subscription
 		// without it (which its owner would prune).
-		if _, err := s.put(ctx, s.reg, memberK(id, member), nil); err != nil {
+		if _, err := s.put(ctx, s.reg, memberK(id, member), mval); err != nil {
 			return nil, err
 		}
 		e, found, err := s.get(ctx, s.reg, subK(id))
@@ -487,11 +513,23 @@ func (s *JetStreamStore) Subscribe(ctx context.Context, rec *SubscriptionRecord,
 	return nil, errs.New(codes.Aborted, "subscribe %s: too many concurrent changes; retry", id)
 }
 
-// SubscribeSession implements Store: here the member does not expire (see
-// JetStreamStore).
+// SubscribeSession implements Store: the member lives while this store's
+// heartbeat does (see JetStreamStore).
 func (s *JetStreamStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
-	return s.Subscribe(ctx, rec, member)
+	k := memberK(rec.GetId(), member)
+	s.heldMu.Lock()
+	s.held[k] = true
+	s.heldMu.Unlock()
+	out, err := s.subscribe(ctx, rec, member, []byte(holderPrefix+s.keySuffix))
+	if err != nil {
+		s.heldMu.Lock()
+		delete(s.held, k)
+		s.heldMu.Unlock()
+	}
+	return out, err
 }
+
+const holderPrefix = "holder:"
 
 // members lists the members of subscription id.
 func (s *JetStreamStore) members(ctx context.Context, id string) (int, error) {
@@ -501,6 +539,9 @@ func (s *JetStreamStore) members(ctx context.Context, id string) (int, error) {
 
 // Unsubscribe implements Store.
 func (s *JetStreamStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
+	s.heldMu.Lock()
+	delete(s.held, memberK(id, member))
+	s.heldMu.Unlock()
 	_, found, err := s.get(ctx, s.reg, memberK(id, member))
 	if err != nil {
 		return false, err
@@ -1153,6 +1194,92 @@ func (s *JetStreamStore) reconnect() <-chan struct{} {
 	s.reconnMu.Lock()
 	defer s.reconnMu.Unlock()
 	return s.reconnected
+}
+
+// keeper puts this store's heartbeat every third of SessionTTL (and its
+// session members again if the heartbeat had expired), and deletes, every
+// SessionTTL, the session members whose holder's heartbeat has expired.
+func (s *JetStreamStore) keeper(ctx context.Context) {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.SessionTTL / 3)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.beat(ctx); err != nil && ctx.Err() == nil {
+			s.logger.Warn("topics: the JetStream store's heartbeat", "err", err)
+		}
+		if n%3 == 0 {
+			if err := s.expireSessions(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("topics: removing the members of expired sessions from JetStream", "err", err)
+			}
+		}
+	}
+}
+
+// beat puts the heartbeat; if it had expired, it puts the held session
+// members again (another store may have deleted them meanwhile).
+func (s *JetStreamStore) beat(ctx context.Context) error {
+	_, alive, err := s.get(ctx, s.live, s.keySuffix)
+	if err != nil {
+		return err
+	}
+	if _, err := s.put(ctx, s.live, s.keySuffix, nil); err != nil {
+		return err
+	}
+	if alive {
+		return nil
+	}
+	s.heldMu.Lock()
+	keys := make([]string, 0, len(s.held))
+	for k := range s.held {
+		keys = append(keys, k)
+	}
+	s.heldMu.Unlock()
+	for _, k := range keys {
+		if _, err := s.put(ctx, s.reg, k, []byte(holderPrefix+s.keySuffix)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// expireSessions deletes the session members whose holder's heartbeat has
+// expired.
+func (s *JetStreamStore) expireSessions(ctx context.Context) error {
+	es, err := s.list(ctx, s.reg, "m.*.*", false)
+	if err != nil {
+		return err
+	}
+	alive := map[string]bool{}
+	for _, e := range es {
+		h, ok := strings.CutPrefix(string(e.Value()), holderPrefix)
+		if !ok {
+			continue
+		}
+		a, known := alive[h]
+		if !known {
+			_, a, err = s.get(ctx, s.live, h)
+			if err != nil {
+				return err
+			}
+			alive[h] = a
+		}
+		if !a {
+			// Unless its holder put it again meanwhile.
+			octx, cancel := s.op(ctx)
+			err := s.reg.Delete(octx, e.Key(), jetstream.LastRevision(e.Revision()))
+			cancel()
+			var apiErr *jetstream.APIError
+			if err != nil && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+				return s.fail(ctx, err, "delete %s", e.Key())
+			}
+		}
+	}
+	return nil
 }
 
 // sweeper removes, every SweepEvery, the delete markers of acknowledged

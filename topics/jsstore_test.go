@@ -174,3 +174,60 @@ func TestJetStreamServerKilledUnderLoad(t *testing.T) {
 	})
 	t.Logf("restart to all delivered: %v", time.Since(t0))
 }
+
+// A session's member lives while the store that holds it does: once that
+// store is gone for SessionTTL, another store's sweep deletes the member,
+// and the subscription without members can be pruned. A plain member
+// stays.
+func TestJetStreamSessionMembersExpire(t *testing.T) {
+	ns := natstest.Start(t)
+	open := func() *JetStreamStore {
+		c := DefaultJetStreamConfig(ns.URL())
+		c.SessionTTL = time.Second
+		s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	holder, other := open(), open()
+	defer other.Close()
+	ctx := t.Context()
+	if _, err := holder.SubscribeSession(ctx, &SubscriptionRecord{Id: "acme:sess", Pattern: "acme:news.*"}, "Session:acme:s1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := holder.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:news.*"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	members := func(id string) int {
+		r, err := other.Subscriptions(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sub := r.Subs[id]; sub != nil {
+			return len(sub.Members)
+		}
+		return -1
+	}
+	// Three sweeps of the other store while the holder lives: the
+	// member stays.
+	for range 3 {
+		if err := other.expireSessions(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := members("acme:sess"); n != 1 {
+		t.Fatalf("a live holder's session member: %d members", n)
+	}
+	if ok, err := other.Prune(ctx, "acme:sess"); err != nil || ok {
+		t.Fatalf("prune with a member: %v %v", ok, err)
+	}
+	holder.Close()
+	testutil.WaitFor(t, "the session member to expire", func() bool { return members("acme:sess") == 0 })
+	if ok, err := other.Prune(ctx, "acme:sess"); err != nil || !ok {
+		t.Fatalf("prune: %v %v", ok, err)
+	}
+	if n := members("acme:work"); n != 1 {
+		t.Fatalf("a plain member went with the holder: %d members", n)
+	}
+}
