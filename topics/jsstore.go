@@ -79,8 +79,8 @@ type JetStreamStore struct {
 	logger *slog.Logger
 
 	reg, q, dead, idem, live jetstream.KeyValue
-	deadStream         jetstream.Stream
-	qStream            jetstream.Stream
+	deadStream               jetstream.Stream
+	qStream                  jetstream.Stream
 
 	keySuffix string
 	keyMu     sync.Mutex
