@@ -18,7 +18,8 @@ import (
 )
 
 // Topics in a silo: the topics.Service keeps its subscriptions and queues
-// in etcd (topics.EtcdStore), publishes for the agents and clients of this
+// in etcd (topics.EtcdStore), or in NATS JetStream with --topic-store
+// (topics.JetStreamStore), publishes for the agents and clients of this
 // silo, and delivers the subscriptions this silo owns: a subscription is
 // placed like an agent, by rendezvous hashing of "topics/<id>" over the
 // view, and follows the views as reminders do (Rebalance at each). During

@@ -13,6 +13,8 @@
 //	store.go     Store, the small interface of the durable part: a queue
 //	             per subscription, the registry, dead letters
 //	etcdstore.go EtcdStore, the Store of a cluster
+//	jsstore.go   JetStreamStore, the Store of a cluster on NATS JetStream
+//	             instead of etcd
 //	memstore.go  MemStore, its twin in memory, for tests
 //	engine.go    the delivery of one subscription on the silo that owns
 //	             it: lanes per publisher, outcomes, the full flag

@@ -21,10 +21,10 @@ type DeadLetter = agentsilov1.DeadLetter
 type SubscriptionRecord = agentsilov1.SubscriptionRecord
 
 // Store keeps subscriptions, their queues and their dead letters durably:
-// EtcdStore in a cluster, MemStore in one process (tests, and the embedded
-// default of a runtime without etcd). A broker such as NATS JetStream could
-// back it as well: what the Service needs is an ordered queue per
-// subscription that Append writes to durably, and a registry of
+// EtcdStore in a cluster, JetStreamStore in a cluster whose topics are kept
+// in NATS JetStream, MemStore in one process (tests, and the embedded
+// default of a runtime without etcd). What the Service needs is an ordered
+// queue per subscription that Append writes to durably, and a registry of
 // subscriptions it can follow.
 //
 // All methods are safe for concurrent use; the Follow methods call f from
