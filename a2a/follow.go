@@ -51,7 +51,7 @@ const (
 	// be answered the same way before the task is ended (at least 2).
 	ConfigMaxRepeats = "max_repeats"
 	// ConfigPollMin and ConfigPollMax bound the waits between polls of a
-	// remote task (Go durations: 2s, 30s).
+	// remote task (Go durations of at least 100ms: 2s, 30s).
 	ConfigPollMin = "poll_min"
 	ConfigPollMax = "poll_max"
 )
@@ -153,8 +153,8 @@ func (s followSettings) withConfig(addr grain.Address, cfg map[string]string) (f
 	for key, p := range map[string]*time.Duration{ConfigPollMin: &s.pollMin, ConfigPollMax: &s.pollMax} {
 		if v := cfg[key]; v != "" {
 			d, err := time.ParseDuration(v)
-			if err != nil || d <= 0 {
-				return s, bad(key, v, "a positive duration such as 2s")
+			if err != nil || d < minConfigPoll {
+				return s, bad(key, v, "a duration of at least 100ms, such as 2s")
 			}
 			*p = d
 		}
@@ -162,6 +162,10 @@ func (s followSettings) withConfig(addr grain.Address, cfg map[string]string) (f
 	s.pollMax = max(s.pollMax, s.pollMin)
 	return s, nil
 }
+
+// minConfigPoll is the shortest poll wait an agent's configuration may
+// set, so that no configuration makes a silo hammer a remote agent.
+const minConfigPoll = 100 * time.Millisecond
 
 // maxGuards bounds the loop guards an agent keeps (tasks waiting for an
 // answer); the least recently used goes first.
