@@ -130,7 +130,7 @@ func TestMCPGuide(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(at(testutil.DocBlock(t, "docs/mcp.md", "mcp:go"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ver, err := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "github.com/modelcontextprotocol/go-sdk").Output()
+	ver, err := goCmd(t, "", "list", "-m", "-f", "{{.Version}}", "github.com/modelcontextprotocol/go-sdk").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,15 +139,11 @@ func TestMCPGuide(t *testing.T) {
 		{"get", "github.com/modelcontextprotocol/go-sdk@" + strings.TrimSpace(string(ver))},
 		{"mod", "tidy"},
 	} {
-		c := exec.Command("go", args...)
-		c.Dir = mod
-		if out, err := c.CombinedOutput(); err != nil {
+		if out, err := goCmd(t, mod, args...).CombinedOutput(); err != nil {
 			t.Fatalf("go %v: %v\n%s", args, err, out)
 		}
 	}
-	c := exec.CommandContext(t.Context(), "go", "run", ".")
-	c.Dir = mod
-	out, err = c.CombinedOutput()
+	out, err = goCmd(t, mod, "run", ".").CombinedOutput()
 	want = "progress: thinking 1/3 about \"plan a trip\"\nprogress: thinking 2/3 about \"plan a trip\"\nprogress: thinking 3/3 about \"plan a trip\"\n" +
 		"reply: done: plan a trip\n"
 	if err != nil || string(out) != want {
@@ -186,9 +182,16 @@ func TestMCPGuideAddTool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := exec.Command("go", "vet", "-mod=mod", "./...")
-	c.Dir = mod
-	if out, err := c.CombinedOutput(); err != nil {
+	if out, err := goCmd(t, mod, "vet", "-mod=mod", "./...").CombinedOutput(); err != nil {
 		t.Fatalf("the guide's AddTool fragment does not compile: %v\n%s", err, out)
 	}
+}
+
+// goCmd is the go command with args in dir, as a reader runs it: without
+// the GOFLAGS this test may run under (CI's -race -json).
+func goCmd(t *testing.T, dir string, args ...string) *exec.Cmd {
+	c := exec.CommandContext(t.Context(), "go", args...)
+	c.Dir = dir
+	c.Env = append(os.Environ(), "GOFLAGS=")
+	return c
 }
