@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -229,5 +230,56 @@ func TestJetStreamSessionMembersExpire(t *testing.T) {
 	}
 	if n := members("acme:work"); n != 1 {
 		t.Fatalf("a plain member went with the holder: %d members", n)
+	}
+}
+
+// BenchmarkJetStreamAppend appends batches of 32 messages, each for 1 or
+// 10 subscriptions, from 4 goroutines (the Service's MaxAppends), as the
+// Service's batcher does under load: the store's own cost, without a silo
+// around it. b.N is the number of messages.
+func BenchmarkJetStreamAppend(b *testing.B) {
+	ns := natstest.Start(b)
+	s, err := OpenJetStream(b.Context(), DefaultJetStreamConfig(ns.URL()), testutil.Logger())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("subs=%d", n), func(b *testing.B) {
+			var subs []string
+			for i := range n {
+				id := fmt.Sprintf("acme:bench%d-%d", n, i)
+				if _, err := s.Subscribe(b.Context(), &SubscriptionRecord{Id: id, Pattern: "acme:bench.#"}, "W:acme:a"); err != nil {
+					b.Fatal(err)
+				}
+				subs = append(subs, id)
+			}
+			r, err := s.Subscriptions(b.Context(), "acme")
+			if err != nil {
+				b.Fatal(err)
+			}
+			versions := map[string]int64{"acme": r.Versions["acme"]}
+			const batch = 32
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(batch) <= int64(b.N)+batch-1 {
+						items := make([]*Item, batch)
+						for i := range items {
+							items[i] = &Item{Subs: subs, Entry: entry("x")}
+						}
+						if err := s.Append(b.Context(), items, versions); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
 	}
 }
