@@ -88,17 +88,37 @@ func summarize(v *agentsView, agents []*agentsilov1.ActivationInfo) {
 	}
 	v.Matched = len(match)
 	v.ByType, v.ByOwner = counts(byType), counts(byOwner)
-	// The most recently active first: a partial selection would do, but a
-	// sort of 100,000 pointers takes a few milliseconds.
-	slices.SortFunc(match, func(a, b *agentsilov1.ActivationInfo) int {
-		if c := b.GetLastActive().AsTime().Compare(a.GetLastActive().AsTime()); c != 0 {
+	for _, a := range latest(match, maxRows) {
+		v.Rows = append(v.Rows, agentRow{Address: a.GetAddress(), Silo: a.GetSilo(), LastActive: a.GetLastActive().AsTime(), Mailbox: a.GetMailboxDepth()})
+	}
+}
+
+// latest returns the n most recently active of agents, most recent
+// first: one pass keeping the n best in a sorted slice, not a sort of
+// them all.
+func latest(agents []*agentsilov1.ActivationInfo, n int) []*agentsilov1.ActivationInfo {
+	newer := func(a, b *agentsilov1.ActivationInfo) int { // <0: a first
+		ta, tb := a.GetLastActive(), b.GetLastActive()
+		if c := cmp.Compare(tb.GetSeconds(), ta.GetSeconds()); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(tb.GetNanos(), ta.GetNanos()); c != 0 {
 			return c
 		}
 		return strings.Compare(a.GetAddress(), b.GetAddress())
-	})
-	for _, a := range match[:min(len(match), maxRows)] {
-		v.Rows = append(v.Rows, agentRow{Address: a.GetAddress(), Silo: a.GetSilo(), LastActive: a.GetLastActive().AsTime(), Mailbox: a.GetMailboxDepth()})
 	}
+	best := make([]*agentsilov1.ActivationInfo, 0, n+1)
+	for _, a := range agents {
+		if len(best) == n && newer(a, best[n-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(best, a, newer)
+		best = slices.Insert(best, i, a)
+		if len(best) > n {
+			best = best[:n]
+		}
+	}
+	return best
 }
 
 // counts sorts a breakdown, largest first, keeping the first 50.
