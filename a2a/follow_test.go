@@ -527,3 +527,31 @@ func TestBackgroundFollowBounded(t *testing.T) {
 	}
 	waitFor(t, "the remote task cancelled", func() bool { return len(out.Canceled()) == 1 })
 }
+
+// Both sides agents of clusters talking over A2A: questions of a remote
+// cluster's agent come back to the calling agent, and a loop between them
+// is cut the same way.
+func TestQuestionsBetweenClusterAgents(t *testing.T) {
+	e := etcdtest.Start(t)
+	remote := startSilo(t, e, "remote", "/qremote/", nil)
+	log := &askerLog{}
+	s := followSilo(t, e, "qlocal", "/qlocal/", log, a2a.RemoteOptions{})
+	c := dialSilo(t, s)
+	create := func(addr, agent string) {
+		t.Helper()
+		card := "http://" + remote.A2AAddr() + "/a2a/" + agent + "/.well-known/agent-card.json"
+		if _, err := c.CreateAgent(t.Context(), addr, map[string]string{a2a.ConfigCardURL: card, a2a.ConfigHeaderPrefix + "X-Agentsilo-Principal": "carol"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create("A2A:system:iv", "Interview/carol/i")
+	r, err := askVia(t, c, "Asker:system:q", askRequest{To: "A2A:system:iv", Text: "hi", Answers: []string{"name Bo"}})
+	if err != nil || !strings.HasPrefix(r.Message, "hello Bo (context ") {
+		t.Fatalf("interview: %v %v", r, err)
+	}
+	create("A2A:system:loop", "Fail/carol/f")
+	_, err = askVia(t, c, "Asker:system:q", askRequest{To: "A2A:system:loop", Text: "type input-required", Answers: []string{"type input-required"}})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "same answer 3 times in a row") {
+		t.Errorf("a loop between cluster agents: %v", err)
+	}
+}
