@@ -87,6 +87,12 @@ func (s *Silo) topicStore(ctx context.Context) (topics.Store, error) {
 	if n.SweepEvery != 0 {
 		jc.SweepEvery = n.SweepEvery
 	}
+	if n.MarkerAge != 0 {
+		jc.MarkerAge = n.MarkerAge
+	}
+	if n.SessionTTL != 0 {
+		jc.SessionTTL = n.SessionTTL
+	}
 	js, err := topics.OpenJetStream(ctx, jc, s.logger)
 	if err != nil {
 		return nil, err

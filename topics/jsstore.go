@@ -97,6 +97,9 @@ type JetStreamStore struct {
 	reconnMu    sync.Mutex
 	reconnected chan struct{}
 
+	followMu sync.Mutex
+	followed map[string]int // the queues followed here (the sweeper sweeps them), by id
+
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 }
@@ -122,8 +125,11 @@ type JetStreamConfig struct {
 	// Window is how long an idempotency key is remembered. Default 10 min.
 	Window time.Duration
 	// SweepEvery is how often the store removes the delete markers of
-	// acknowledged entries older than a minute. Default 1 min.
-	SweepEvery time.Duration
+	// acknowledged entries older than MarkerAge, in the queues it follows
+	// (those of the subscriptions its silo delivers). Default 1 min and
+	// 1 min: a follower further behind than MarkerAge may deliver such an
+	// entry once more.
+	SweepEvery, MarkerAge time.Duration
 	// SessionTTL is how long the session members this store holds outlive
 	// it (see SubscribeSession). Default 15 s.
 	SessionTTL time.Duration
@@ -138,6 +144,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		OpTimeout:  5 * time.Second,
 		Window:     DefaultIdemWindow,
 		SweepEvery: time.Minute,
+		MarkerAge:  time.Minute,
 		SessionTTL: 15 * time.Second,
 	}
 }
@@ -151,7 +158,7 @@ func (c JetStreamConfig) Validate() error {
 		return errs.New(codes.InvalidArgument, "topics: JetStream bucket %q: use letters, digits, - and _", c.Bucket)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return errs.New(codes.InvalidArgument, "topics: JetStream replicas %d: use 1 to 5", c.Replicas)
-	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.SessionTTL < time.Second:
+	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.MarkerAge < 0, c.SessionTTL < time.Second:
 		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL at least 1 s")
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return errs.New(codes.InvalidArgument, "topics: JetStream TLS needs both a certificate and its key")
@@ -234,7 +241,7 @@ func NewJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, 
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{}), held: map[string]bool{}}
+	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{}), held: map[string]bool{}, followed: map[string]int{}}
 	octx, cancel := context.WithTimeout(ctx, 4*cfg.OpTimeout)
 	defer cancel()
 	if s.reg, _, err = s.bucket(octx, "reg", 0, 0); err != nil {
@@ -891,6 +898,16 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 
 // FollowQueue implements Store.
 func (s *JetStreamStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+	s.followMu.Lock()
+	s.followed[id]++
+	s.followMu.Unlock()
+	defer func() {
+		s.followMu.Lock()
+		if s.followed[id]--; s.followed[id] == 0 {
+			delete(s.followed, id)
+		}
+		s.followMu.Unlock()
+	}()
 	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
 	for {
 		err := s.followQueue(ctx, id, f, b)
@@ -1283,8 +1300,8 @@ func (s *JetStreamStore) expireSessions(ctx context.Context) error {
 }
 
 // sweeper removes, every SweepEvery, the delete markers of acknowledged
-// entries older than a minute (a follower that was away longer reloads the
-// queue anyway).
+// entries older than MarkerAge in the queues followed here: each queue's
+// by the silo that delivers it, not by every silo.
 func (s *JetStreamStore) sweeper(ctx context.Context) {
 	defer s.wg.Done()
 	t := time.NewTicker(s.cfg.SweepEvery)
@@ -1295,8 +1312,51 @@ func (s *JetStreamStore) sweeper(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if err := s.q.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(time.Minute)); err != nil && ctx.Err() == nil {
-			s.logger.Warn("topics: removing acknowledged entries' markers from JetStream", "err", err)
+		s.followMu.Lock()
+		ids := make([]string, 0, len(s.followed))
+		for id := range s.followed {
+			ids = append(ids, id)
+		}
+		s.followMu.Unlock()
+		for _, id := range ids {
+			if err := s.sweep(ctx, id); err != nil && ctx.Err() == nil {
+				s.logger.Warn("topics: removing acknowledged entries' markers from JetStream", "subscription", id, "err", err)
+			}
 		}
 	}
+}
+
+// sweep removes the delete markers of subscription id's queue older than
+// MarkerAge.
+func (s *JetStreamStore) sweep(ctx context.Context, id string) error {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	w, err := s.q.Watch(octx, enc(id)+".*", jetstream.MetaOnly())
+	if err != nil {
+		return s.fail(ctx, err, "list the markers of %s", id)
+	}
+	defer w.Stop()
+	var old []string
+	limit := time.Now().Add(-s.cfg.MarkerAge)
+	for done := false; !done; {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return s.fail(ctx, errors.New("the listing ended early"), "list the markers of %s", id)
+			case e == nil:
+				done = true
+			case e.Operation() != jetstream.KeyValuePut && !e.Created().After(limit):
+				old = append(old, e.Key())
+			}
+		case <-octx.Done():
+			return s.fail(ctx, octx.Err(), "list the markers of %s", id)
+		}
+	}
+	for _, k := range old {
+		if err := s.qStream.Purge(octx, jetstream.WithPurgeSubject("$KV."+s.cfg.Bucket+"_q."+k)); err != nil {
+			return s.fail(ctx, err, "remove the marker %s", k)
+		}
+	}
+	return nil
 }

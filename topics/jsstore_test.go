@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/grain"
@@ -281,5 +282,65 @@ func BenchmarkJetStreamAppend(b *testing.B) {
 			}
 			wg.Wait()
 		})
+	}
+}
+
+// The delete markers of acknowledged entries go from the queues this store
+// follows, once older than MarkerAge; a queue nobody follows here keeps
+// them.
+func TestJetStreamMarkersSwept(t *testing.T) {
+	ns := natstest.Start(t)
+	c := DefaultJetStreamConfig(ns.URL())
+	c.SweepEvery, c.MarkerAge = 20*time.Millisecond, 0
+	s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	for _, id := range []string{"acme:a", "acme:b"} {
+		if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: id, Pattern: "acme:x"}, "W:acme:w"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := s.Subscriptions(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fa := follow(t, s, "acme:a")
+	var items []*Item
+	for i := range 3 {
+		items = append(items, &Item{Subs: []string{"acme:a", "acme:b"}, Entry: entry(fmt.Sprint(i))})
+	}
+	if err := s.Append(ctx, items, map[string]int64{"acme": r.Versions["acme"]}); err != nil {
+		t.Fatal(err)
+	}
+	fa.texts(t, 3)
+	var acks []AckKey
+	for i := range 3 {
+		acks = append(acks, AckKey{"acme:a", fa.key(t, fmt.Sprint(i))})
+	}
+	// b's entries, acknowledged too: their keys from the stream.
+	es, err := s.list(ctx, s.q, enc("acme:b")+".*", true)
+	if err != nil || len(es) != 3 {
+		t.Fatalf("b's queue: %v %v", es, err)
+	}
+	for _, e := range es {
+		acks = append(acks, AckKey{"acme:b", e.Key()[len(enc("acme:b"))+1:]})
+	}
+	if err := s.Ack(ctx, acks); err != nil {
+		t.Fatal(err)
+	}
+	fa.texts(t, 0)
+	count := func(id string) int {
+		st, err := s.qStream.Info(ctx, jetstream.WithSubjectFilter("$KV."+c.Bucket+"_q."+enc(id)+".*"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.State.Subjects)
+	}
+	testutil.WaitFor(t, "a's markers to go", func() bool { return count("acme:a") == 0 })
+	if n := count("acme:b"); n != 3 {
+		t.Fatalf("b, followed nowhere, has %d markers, want 3", n)
 	}
 }
