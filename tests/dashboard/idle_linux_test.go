@@ -2,10 +2,7 @@ package dashboard
 
 import (
 	"context"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -31,33 +28,8 @@ func BenchmarkIdleLoad(b *testing.B) {
 	if w, err := time.ParseDuration(os.Getenv("DASHBOARD_IDLE_WINDOW")); err == nil {
 		window = w
 	}
-	dir := b.TempDir()
-	bin := filepath.Join(dir, "silo")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/agentsilo/agentsilo/cmd/silo").CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
-	httpAddr := testutil.FreeAddr(b)
-	cmd := exec.Command(bin, "--demo", "--data-dir", filepath.Join(dir, "data"),
-		"--http-addr", httpAddr, "--gateway-addr", testutil.FreeAddr(b), "--embedded-etcd-addr", testutil.FreeAddr(b),
-		"--peer-addr", testutil.FreeAddr(b), "--gossip-addr", testutil.FreeAddr(b))
-	cmd.Dir = dir
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	base := "http://" + httpAddr
-	testutil.WaitFor(b, "the silo ready", func() bool {
-		r, err := http.Get(base + "/readyz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	})
-	// A first window, discarded, takes the demo's calls at start; then
-	// one with no page open.
-	cpuOver(b, cmd.Process.Pid, 5*time.Second)
-	idle := cpuOver(b, cmd.Process.Pid, window)
+	base, proc := startDemo(b)
+	idle := cpuOver(b, proc.Pid, window)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.WindowSize(1200, 760))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -67,7 +39,7 @@ func BenchmarkIdleLoad(b *testing.B) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible(chromedp.ID("members"))); err != nil {
 		b.Fatal(err)
 	}
-	open := cpuOver(b, cmd.Process.Pid, window)
+	open := cpuOver(b, proc.Pid, window)
 	b.ReportMetric(100*idle.Seconds()/window.Seconds(), "idle-%core")
 	b.ReportMetric(100*open.Seconds()/window.Seconds(), "page-open-%core")
 	b.ReportMetric(100*(open-idle).Seconds()/window.Seconds(), "dashboard-%core")
