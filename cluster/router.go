@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -150,6 +151,25 @@ func (r *router) install(v membership.View) {
 	}
 	r.notifyLocked()
 	r.smu.Unlock()
+}
+
+// closeDeparted closes the transport's streams to the peers that are not
+// members of the installed view: their goroutines end, and the transport
+// stops redialling them. It runs after each view is installed and after each
+// sweep (whose notices, sent by an older view, may have opened a stream to a
+// silo that left meanwhile); a sender that opened one with a view it read
+// before a change has it closed at the next. The view cannot change while it
+// runs, so a silo that joins again at the same address keeps its stream.
+func (r *router) closeDeparted() {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	v := r.state.Load().view
+	for _, addr := range r.tp.Peers() {
+		if !slices.ContainsFunc(v.Members, func(mi membership.Member) bool { return mi.PeerAddr == addr }) {
+			r.log.Debug("closing the stream to a silo that left the view", "peer", addr)
+			r.tp.ClosePeer(addr)
+		}
+	}
 }
 
 // noteSwept records that peer reported sweeping view version.

@@ -56,6 +56,7 @@ func (f *views) start() {
 					return
 				}
 				r.install(v)
+				r.closeDeparted()
 				select { // replace a sweep not yet started
 				case <-sweeps:
 				default:
@@ -92,6 +93,9 @@ func (f *views) sweep(v membership.View) {
 		if mi.Name == r.self {
 			continue
 		}
+		if _, ok := r.state.Load().view.Member(mi.Name); !ok {
+			continue // left in a newer view
+		}
 		ctx, cancel := context.WithTimeout(f.ctx, 2*time.Second)
 		err := r.tp.Send(ctx, mi.PeerAddr, &transport.Envelope{
 			Kind:        agentsilov1.Kind_KIND_ONE_WAY,
@@ -103,4 +107,5 @@ func (f *views) sweep(v membership.View) {
 			r.log.Debug("could not tell a peer the view is swept", "peer", mi.Name, "err", err)
 		}
 	}
+	r.closeDeparted()
 }

@@ -389,6 +389,19 @@ func (t *Transport) ClosePeer(peerAddr string) {
 	}
 }
 
+// Peers returns the addresses of the peers the transport keeps a stream to,
+// or retries one to, until ClosePeer: the silo closes those that are no
+// longer in its view.
+func (t *Transport) Peers() []string {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	addrs := make([]string, 0, len(t.peers))
+	for addr := range t.peers {
+		addrs = append(addrs, addr)
+	}
+	return addrs
+}
+
 // Redial drops the peer at addr if its stream is down, so that the next call
 // dials at once instead of waiting out the reconnect backoff: for a peer
 // known to have restarted.
