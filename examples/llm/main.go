@@ -127,7 +127,7 @@ func main() {
 	llm := openai.NewClient(opts...)
 	model := os.Getenv("OPENAI_MODEL")
 	if model == "" {
-		model = openai.ChatModelGPT4oMini
+		model = openai.ChatModelGPT5_4Mini
 	}
 
 	reg := grain.NewRegistry()
