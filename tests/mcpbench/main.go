@@ -31,6 +31,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -38,14 +39,15 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 func main() {
@@ -65,6 +67,9 @@ type series struct {
 	lat    []time.Duration
 	calls  int64
 	errors int64
+	cpu    time.Duration // the process's CPU time (user and system) in the windows
+	wall   time.Duration // the windows' wall time
+	alloc  uint64        // bytes allocated by the process in the windows
 }
 
 // headers adds the declared principal to every request.
@@ -85,6 +90,9 @@ func run(args []string, out io.Writer) error {
 	types := fs.Int("types", 1000, "extra agent types registered (each one tool)")
 	only := fs.String("bench", "", "run only the benches whose names contain this (and the anchor)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured windows to this file")
+	blockprofile := fs.String("blockprofile", "", "write a block profile of the measured windows to this file")
+	mutexprofile := fs.String("mutexprofile", "", "write a mutex profile of the measured windows to this file")
+	memprofile := fs.String("memprofile", "", "write an allocation profile (all of the run) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -102,12 +110,12 @@ func run(args []string, out io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		return err
 	}
 	for i := range *types {
 		name := fmt.Sprintf("Bench%04d", i)
-		err := reg.Register(name, func(grain.Host) (grain.Agent, error) { return examples.Echo{}, nil }, grain.TypeInfo{
+		err := reg.Register(name, func(grain.Host) (grain.Agent, error) { return demoagents.Echo{}, nil }, grain.TypeInfo{
 			Description: "An echo among many, for the listing's figures.",
 			Skills:      []grain.Skill{{Name: "echo", Description: "repeats a message", Tags: []string{"bench"}}},
 		})
@@ -142,7 +150,15 @@ func run(args []string, out io.Writer) error {
 		return err
 	}
 	defer gw.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 2 * maxN}
+	var dials atomic.Int64
+	dialer := &net.Dialer{}
+	tr := &http.Transport{MaxIdleConnsPerHost: 2 * maxN, DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dialer.DialContext(ctx, network, addr)
+	}}
+	// Each caller keeps its connection: a count near the callers' shows
+	// that no call pays for a new one.
+	defer func() { fmt.Fprintf(os.Stderr, "mcpbench: %d HTTP connections dialled\n", dials.Load()) }()
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: headers{base: tr}}
 	session := func(path string) (*mcpsdk.ClientSession, error) {
@@ -233,6 +249,28 @@ func run(args []string, out io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *memprofile != "" {
+		defer func() {
+			if err := writeProfile("allocs", *memprofile); err != nil {
+				fmt.Fprintln(os.Stderr, "mcpbench:", err)
+			}
+		}()
+	}
+	for _, p := range []struct{ name, file string }{{"block", *blockprofile}, {"mutex", *mutexprofile}} {
+		if p.file == "" {
+			continue
+		}
+		if p.name == "block" {
+			runtime.SetBlockProfileRate(1)
+		} else {
+			runtime.SetMutexProfileFraction(1)
+		}
+		defer func() {
+			if err := writeProfile(p.name, p.file); err != nil {
+				fmt.Fprintln(os.Stderr, "mcpbench:", err)
+			}
+		}()
+	}
 	for _, n := range ns {
 		all := make([]*series, len(benches))
 		for i, b := range benches {
@@ -283,9 +321,12 @@ func window(ctx context.Context, n int, d time.Duration, sr *series, call callFu
 			}
 		}()
 	}
-	start := time.Now()
+	start, cpu0, alloc0 := time.Now(), cpuTime(), allocated()
 	wg.Wait()
 	if sr != nil {
+		sr.cpu += cpuTime() - cpu0
+		sr.alloc += allocated() - alloc0
+		sr.wall += time.Since(start)
 		sr.rates = append(sr.rates, float64(calls.Load())/time.Since(start).Seconds())
 		sr.calls += calls.Load()
 		sr.errors += errs.Load()
@@ -319,11 +360,48 @@ func emit(out io.Writer, sr *series, anchor float64) {
 		"p50_us": q(0.50), "p99_us": q(0.99), "max_us": q(1),
 		"calls": sr.calls, "errors": sr.errors, "anchor": "gateway-ask",
 	}
+	if sr.calls > 0 && sr.wall > 0 {
+		// On a loaded machine the wall times say little; what a call
+		// costs the process's CPU says more, and how busy it was says
+		// whether the callers waited for CPU or for something else.
+		rec["cpu_us_per_call"] = float64(sr.cpu.Microseconds()) / float64(sr.calls)
+		rec["cpu_busy"] = sr.cpu.Seconds() / sr.wall.Seconds()
+		rec["alloc_kb_per_call"] = float64(sr.alloc) / 1024 / float64(sr.calls)
+	}
 	if anchor > 0 {
 		rec["ratio_median"] = median(sr.rates) / anchor
 	}
 	b, _ := json.Marshal(rec)
 	fmt.Fprintln(out, string(b))
+}
+
+// writeProfile writes the named runtime profile to file.
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// cpuTime is the CPU time (user and system) the process used so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// allocated is the bytes the process allocated so far.
+func allocated() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.TotalAlloc
 }
 
 func freeAddr() (string, error) {
