@@ -16,8 +16,8 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -25,7 +25,7 @@ import (
 func TestSiloLifecycle(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultSiloConfig()

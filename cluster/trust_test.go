@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/cluster/gateway"
-	"github.com/agentsilo/agentsilo/examples"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -25,7 +25,7 @@ import (
 func startKeyedSilo(t *testing.T, trusted bool) (agentsilov1.GatewayClient, func(p string) context.Context) {
 	t.Helper()
 	reg := newTestRegistry(t)
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultSiloConfig()

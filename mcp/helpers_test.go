@@ -15,8 +15,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/mcp/mcptest"
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 func startSilo(t *testing.T, e *etcdtest.Server, name, prefix string, configure func(*cluster.SiloConfig)) *cluster.Silo {
 	t.Helper()
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	if err := mcptest.Register(reg); err != nil {

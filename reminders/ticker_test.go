@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 // The demo Ticker on a runtime wired as a silo wires it: its reminder is
@@ -18,7 +18,7 @@ import (
 func TestTickerOnRuntime(t *testing.T) {
 	h := newHarness(t)
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		t.Fatal(err)
 	}
 	delivered := make(chan error, 10)
@@ -61,7 +61,7 @@ func TestTickerOnRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	list, err := svc.List(h.ctx, grain.Address{Type: "Ticker", Owner: "alice", Alias: "t"})
-	if err != nil || len(list) != 1 || list[0].Name != "tick" || list[0].MessageType != examples.TickType {
+	if err != nil || len(list) != 1 || list[0].Name != "tick" || list[0].MessageType != demoagents.TickType {
 		t.Fatalf("List = %+v, %v", list, err)
 	}
 	h.loaded(svc)

@@ -30,7 +30,7 @@ import (
 // The cluster tests of agent state: the demo Counter (which keeps its count
 // in the state store, saved with its etag before each reply) under kill -9
 // of its silo, on either store, and a silo paused between a load and a save
-// (examples.StateProbe), whose save must not land once it lost the agent.
+// (demoagents.StateProbe), whose save must not land once it lost the agent.
 
 // TestClusterStateChurn: two clients increment Counter:test:churn without
 // pause while the silo that owns it is killed (kill -9) and restarted twice,

@@ -12,12 +12,12 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/examples"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
 // The topic tests of issue 13, on three silo processes. Subscribers are
-// TopicSink agents (package examples), which write a line per delivery to a
+// TopicSink agents (package internal/demoagents), which write a line per delivery to a
 // file the test reads.
 
 // topicArgs make retries quick.
@@ -27,7 +27,7 @@ var topicArgs = []string{"--topic-retry-min", "20ms", "--topic-retry-max", "500m
 // or, if silo is "", one owned by another silo than avoid.
 func sinkOn(c *testcluster.Cluster, prefix, silo, avoid string) string {
 	for i := 0; ; i++ {
-		a := fmt.Sprintf("%s:%s:%s%d", examples.TopicSinkType, testcluster.Principal, prefix, i)
+		a := fmt.Sprintf("%s:%s:%s%d", demoagents.TopicSinkType, testcluster.Principal, prefix, i)
 		o := c.Owner(a)
 		if (silo != "" && o == silo) || (silo == "" && o != avoid) {
 			return a
@@ -37,7 +37,7 @@ func sinkOn(c *testcluster.Cluster, prefix, silo, avoid string) string {
 
 // waitSink waits until done holds for the lines the TopicSink agents
 // wrote, and returns them; done also says what it is waiting for.
-func waitSink(t *testing.T, c *testcluster.Cluster, what string, done func(lines []examples.SinkLine) (bool, string)) []examples.SinkLine {
+func waitSink(t *testing.T, c *testcluster.Cluster, what string, done func(lines []demoagents.SinkLine) (bool, string)) []demoagents.SinkLine {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
@@ -135,7 +135,7 @@ func TestTopicsCluster(t *testing.T) {
 		t.Fatalf("client publish: %q", cliOut)
 	}
 	want := map[string]int{"test:jobs": 3*per + 2 + 2, "test:audit": 3*per + 2 + 1}
-	lines := waitSink(t, c, "acknowledgments", func(lines []examples.SinkLine) (bool, string) {
+	lines := waitSink(t, c, "acknowledgments", func(lines []demoagents.SinkLine) (bool, string) {
 		acks := map[string]map[string]bool{}
 		for _, l := range lines {
 			if l.Outcome == "ack" {
@@ -189,7 +189,7 @@ func TestTopicsCluster(t *testing.T) {
 	gw := c.Silo(0).GatewayAddr
 	waitDead := func(sub string) string {
 		var out string
-		waitSink(t, c, "a dead letter of "+sub, func([]examples.SinkLine) (bool, string) {
+		waitSink(t, c, "a dead letter of "+sub, func([]demoagents.SinkLine) (bool, string) {
 			out = topicCLI(t, gw, "deadletters", sub)
 			return strings.Contains(out, "poison: the sink refuses it"), out
 		})
@@ -203,7 +203,7 @@ func TestTopicsCluster(t *testing.T) {
 	if out := topicCLI(t, gw, "deadletters", "replay", "jobs", "--all"); out != "replayed 1 dead letters of jobs\n" {
 		t.Fatalf("replay: %q", out)
 	}
-	waitSink(t, c, "the replayed delivery", func(lines []examples.SinkLine) (bool, string) {
+	waitSink(t, c, "the replayed delivery", func(lines []demoagents.SinkLine) (bool, string) {
 		n := 0
 		for _, l := range lines {
 			if l.Subscription == "test:jobs" && l.ID == special["poison"] {
@@ -307,7 +307,7 @@ func TestTopicsKill9(t *testing.T) {
 		published[id] = i
 	}
 	var dead map[string]bool
-	lines := waitSink(t, c, "every id acknowledged or dead-lettered", func(lines []examples.SinkLine) (bool, string) {
+	lines := waitSink(t, c, "every id acknowledged or dead-lettered", func(lines []demoagents.SinkLine) (bool, string) {
 		acked := map[string]bool{}
 		for _, l := range lines {
 			if l.Subscription == "test:steady" && l.Outcome == "ack" {

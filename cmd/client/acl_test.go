@@ -18,8 +18,8 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 func freeAddr(t *testing.T) string {
@@ -61,7 +61,7 @@ func startSecureSilos(t *testing.T) (a, b *cluster.Silo) {
 	etcdAddr := freeAddr(t)
 	start := func(name string, etcd etcdstore.Config) *cluster.Silo {
 		reg := grain.NewRegistry()
-		if err := examples.Register(reg); err != nil {
+		if err := demoagents.Register(reg); err != nil {
 			t.Fatal(err)
 		}
 		who := func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {

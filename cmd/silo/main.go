@@ -1,7 +1,7 @@
 // Command silo runs one agentsilo silo: the grain runtime and the client
 // gateway, in a cluster with the silos that share its etcd. It is
 // cluster.Program with one flag of its own: --demo registers the demo agent
-// types of package examples and calls them once the silo serves
+// types of package internal/demoagents and calls them once the silo serves
 // (--examples registers them without the calls). Without either, the silo
 // serves no agent types: build your own silo program with cluster.Main.
 //
@@ -22,8 +22,8 @@ import (
 	"os"
 
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 func main() {
@@ -43,17 +43,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		Name:     "silo",
 		Registry: grain.NewRegistry(),
 		Flags: func(fs *flag.FlagSet) {
-			withDemo = fs.Bool("demo", false, "register the demo agents of package examples and, once serving, call them through the gateway and print what they answer")
-			withExamples = fs.Bool("examples", false, "register the demo agents of package examples (Echo, Counter, Progress, Pipeline, FanOut, Ticker, Inbox)")
+			withDemo = fs.Bool("demo", false, "register the demo agents and, once serving, call them through the gateway and print what they answer")
+			withExamples = fs.Bool("examples", false, "register the demo agents (Echo, Counter, Progress, Pipeline, FanOut, Ticker, Inbox)")
 		},
 		BeforeStart: func(_ *cluster.SiloConfig, reg *grain.Registry) error {
 			if *withDemo || *withExamples {
-				if err := examples.Register(reg); err != nil {
+				if err := demoagents.Register(reg); err != nil {
 					return err
 				}
 			}
 			if journal != "" {
-				if err := examples.RegisterTopicSink(reg, journal+".topics"); err != nil {
+				if err := demoagents.RegisterTopicSink(reg, journal+".topics"); err != nil {
 					return err
 				}
 				if err := registerWaiter(reg, journal+".waiter"); err != nil {
@@ -62,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 				if err := registerSessionPusher(reg); err != nil {
 					return err
 				}
-				return examples.RegisterJournal(reg, journal)
+				return demoagents.RegisterJournal(reg, journal)
 			}
 			return nil
 		},

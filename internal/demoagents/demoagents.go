@@ -1,5 +1,7 @@
-// Package examples holds the demo agent types that `silo` serves and the
-// README walks through. Each is small enough to read in a minute and shows
+// Package demoagents holds the demo agent types that `silo --demo` serves
+// and the guides' commands call, and the agent types the cluster tests rely
+// on (Journal, StateProbe, TopicSink). They are test fixtures and demos,
+// apart from the example programs of examples/ that users read. Each shows
 // one part of the programming model:
 //
 //   - Echo replies with what it got (request/response).
@@ -13,7 +15,7 @@
 //   - Ticker registers a durable reminder and counts its ticks.
 //   - Inbox subscribes to topics and shows each outcome of a delivery
 //     (acknowledge, retry, poison).
-package examples
+package demoagents
 
 import (
 	"context"

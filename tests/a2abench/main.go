@@ -47,8 +47,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 func main() {
@@ -95,7 +95,7 @@ func run(args []string, out io.Writer) error {
 	}
 	defer os.RemoveAll(dir)
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		return err
 	}
 	cfg := cluster.DefaultSiloConfig()

@@ -72,8 +72,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
@@ -336,7 +336,7 @@ func run(tb testcluster.TB, cfg config) summary {
 	sub := fmt.Sprintf("chaos%d", cfg.seed%100000)
 	ctl := c.Client(tb, gateways(c, 2)...)
 	for k := range 2 {
-		sink := fmt.Sprintf("%s:%s:chaos-%d-%d", examples.TopicSinkType, testcluster.Principal, cfg.seed%100000, k)
+		sink := fmt.Sprintf("%s:%s:chaos-%d-%d", demoagents.TopicSinkType, testcluster.Principal, cfg.seed%100000, k)
 		if err := retryCall(tb.Context(), func(ctx context.Context) error {
 			_, err := ctl.Subscribe(ctx, sink, sub, sub+".#", 0)
 			return err

@@ -14,7 +14,7 @@
 // picked free at Start and kept across restarts. Each silo joins the others'
 // gossip addresses, runs with --fault-injection, registers the demo agents
 // (--examples) and the Journal, StateProbe and TopicSink agent types
-// (package examples) on a journal file shared by the cluster (TopicSink
+// (package internal/demoagents) on a journal file shared by the cluster (TopicSink
 // writes to the file TopicSink names; ReadTopicSink reads it), and logs
 // (JSON) to a file in the test's temporary directory; when the test fails,
 // the tail of every silo's log is printed. Options.Args adds flags, such as

@@ -108,7 +108,7 @@ func fencesIn(path string) (map[int][]time.Time, map[int]time.Time) {
 }
 
 // Activation is one activation of an address, read from the journal that
-// the Journal agents write (see examples.Journal).
+// the Journal agents write (see demoagents.Journal).
 type Activation struct {
 	Address string
 	Silo    string

@@ -9,13 +9,13 @@ import (
 
 	"github.com/agentsilo/agentsilo/a2a/a2atest"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/examples"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 func main() {
 	reg := grain.NewRegistry()
-	if err := examples.Register(reg); err != nil {
+	if err := demoagents.Register(reg); err != nil {
 		log.Fatal(err)
 	}
 	if err := a2atest.Register(reg); err != nil {
