@@ -1,6 +1,6 @@
 // Command greeter is a silo program of one's own: one agent type, Greeter,
 // served with every flag, the environment, signals and exit codes of
-// `silo`. The README's "Run your own agents" builds it as a module of its
+// `silo`. The README's "Running your own silo" builds it as a module of its
 // own; tests/ownsilo_test.go does exactly what the README says.
 package main
 

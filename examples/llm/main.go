@@ -8,7 +8,7 @@
 //
 // The model is configured by the environment: OPENAI_BASE_URL (any
 // OpenAI-compatible server: OpenAI's, a local llama.cpp or vLLM server, a
-// gateway), OPENAI_API_KEY and OPENAI_MODEL (default gpt-4o-mini). The
+// gateway), OPENAI_API_KEY and OPENAI_MODEL (default gpt-5.4-mini). The
 // agent keeps its conversation in memory: a later request of the same
 // Assistant:owner:alias continues it, until the agent is deactivated.
 package main
