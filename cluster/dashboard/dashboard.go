@@ -70,6 +70,7 @@ type Dashboard struct {
 	gw       agentsilov1.GatewayClient
 	topics   agentsilov1.TopicsClient
 	admin    agentsilov1.AclAdminClient
+	dir      agentsilov1.DirectoryClient
 	pages    map[string]*template.Template
 	static   http.Handler
 	sessions *sessions
@@ -113,6 +114,7 @@ func New(cfg Config) (*Dashboard, error) {
 		gw:       agentsilov1.NewGatewayClient(cfg.Conn),
 		topics:   agentsilov1.NewTopicsClient(cfg.Conn),
 		admin:    agentsilov1.NewAclAdminClient(cfg.Conn),
+		dir:      agentsilov1.NewDirectoryClient(cfg.Conn),
 		pages:    pages,
 		static:   http.StripPrefix("/ui/static/", http.FileServerFS(sub)),
 		sessions: newSessions(cfg.MaxSessions, cfg.SessionTTL, cfg.Now),
@@ -152,6 +154,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/deadletters", d.page("deadletters", d.deadLettersData))
 	mux.HandleFunc("GET /ui/a2a", d.page("a2a", d.tasksData))
 	mux.HandleFunc("GET /ui/acl", d.page("acl", d.aclData))
+	mux.HandleFunc("GET /ui/directory", d.page("directory", d.directoryData))
 	mux.HandleFunc("POST /ui/agent/deactivate", d.post(d.deactivate))
 	mux.HandleFunc("POST /ui/reminder/remove", d.post(d.removeReminder))
 	mux.HandleFunc("POST /ui/deadletters/replay", d.post(d.replay))
@@ -207,6 +210,7 @@ func (d *Dashboard) page(name string, load func(ctx context.Context, s *session,
 var titles = map[string]string{
 	"cluster": "Cluster", "agents": "Agents", "agent": "Agent", "reminders": "Reminders",
 	"topics": "Topics", "deadletters": "Dead letters", "a2a": "A2A tasks", "acl": "ACL",
+	"directory": "Directory",
 }
 
 // render executes page name's template: "live" alone for htmx's polls.
@@ -236,7 +240,8 @@ func message(err error) string {
 // nav is the menu: page, path, label.
 var nav = [][3]string{
 	{"cluster", "/ui/", "Cluster"}, {"agents", "/ui/agents", "Agents"}, {"reminders", "/ui/reminders", "Reminders"},
-	{"topics", "/ui/topics", "Topics"}, {"a2a", "/ui/a2a", "A2A tasks"}, {"acl", "/ui/acl", "ACL"},
+	{"topics", "/ui/topics", "Topics"}, {"a2a", "/ui/a2a", "A2A tasks"}, {"directory", "/ui/directory", "Directory"},
+	{"acl", "/ui/acl", "ACL"},
 }
 
 // remindersTable is an agent's reminders with their remove buttons.
@@ -250,12 +255,13 @@ type remindersTable struct {
 // parsePages parses each page with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"ago":   ago,
-		"join":  strings.Join,
-		"since": since,
-		"inc":   func(i int) int { return i + 1 },
-		"nav":   func() [][3]string { return nav },
-		"perms": func() []string { return []string{"Message", "Read", "Configure", "Admin"} },
+		"ago":      ago,
+		"join":     strings.Join,
+		"since":    since,
+		"inc":      func(i int) int { return i + 1 },
+		"nav":      func() [][3]string { return nav },
+		"dirKinds": func() []string { return []string{"", "type", "a2a", "mcp"} },
+		"perms":    func() []string { return []string{"Message", "Read", "Configure", "Admin"} },
 		"taskStates": func() []string {
 			return []string{"", "submitted", "working", "input_required", "auth_required", "completed", "canceled", "failed", "rejected"}
 		},

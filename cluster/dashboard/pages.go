@@ -400,3 +400,33 @@ func clipBytes(b []byte, n int) string {
 	}
 	return strings.ToValidUTF8(string(b), "?")
 }
+
+// directoryView is the directory page: its entries, or a search's hits.
+type directoryView struct {
+	Kind, Q string
+	Entries []*agentsilov1.DirectoryEntry
+	Scores  []float64 // a search's, beside Entries
+	More    bool
+}
+
+func (d *Dashboard) directoryData(ctx context.Context, _ *session, r *http.Request) (any, error) {
+	q := r.URL.Query()
+	v := &directoryView{Kind: clip(q.Get("kind")), Q: clip(q.Get("q"))}
+	if v.Q != "" {
+		resp, err := d.dir.Search(ctx, &agentsilov1.DirectorySearchRequest{Query: v.Q, Kind: v.Kind, Limit: 50})
+		if err != nil {
+			return v, err
+		}
+		for _, h := range resp.GetHits() {
+			v.Entries = append(v.Entries, h.GetEntry())
+			v.Scores = append(v.Scores, h.GetScore())
+		}
+		return v, nil
+	}
+	resp, err := d.dir.List(ctx, &agentsilov1.DirectoryListRequest{Kind: v.Kind, Limit: maxRows})
+	if err != nil {
+		return v, err
+	}
+	v.Entries, v.More = resp.GetEntries(), resp.GetNext() != ""
+	return v, nil
+}

@@ -378,6 +378,21 @@ func TestDashboard(t *testing.T) {
 		t.Errorf("the task is %s after the cancel", st)
 	}
 
+	// The directory: the entries the SDK lists, and a search.
+	entries, err := alice.ListDirectory(ctx, client.DirectoryQuery{})
+	must(t, err)
+	run("directory", chromedp.Navigate(base+"/ui/directory"), chromedp.WaitVisible(chromedp.ID("directory")))
+	got = text("#directory")
+	for _, e := range entries {
+		if !strings.Contains(got, e.GetName()) {
+			t.Errorf("directory page lacks %s/%s", e.GetKind(), e.GetName())
+		}
+	}
+	if len(entries) == 0 {
+		t.Error("the SDK lists no directory entries")
+	}
+	shot("directory")
+
 	// The ACL is for administrators: alice is refused.
 	run("acl as alice", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("error")))
 	if got := text("#error"); !strings.Contains(got, "PermissionDenied") {
