@@ -1,5 +1,10 @@
 package cluster
 
+import (
+	"hash/maphash"
+	"sync"
+)
+
 // Placement: every agent address has exactly one owning silo in a membership
 // view, chosen by rendezvous (highest random weight) hashing. Each member gets
 // a weight for the address, Weight(member, address); the member with the
@@ -55,4 +60,66 @@ func Weight(member, addr string) uint64 {
 	h *= 0x94d049bb133111eb
 	h ^= h >> 31
 	return h
+}
+
+// ownerTable answers Owner for one view's owners at a cost that does not grow
+// with their number: Owner hashes every member, so the table remembers the
+// owner of each address it was asked about, in shards chosen by a hash of the
+// address. A hit costs a hash of the address and a map lookup under a read
+// lock; a miss computes Owner and stores it. A shard holds at most
+// ownerShardCap addresses: a full shard is emptied and fills again with the
+// addresses routed from then on. Routers make one per view, so no entry
+// outlives the view its owner came from. Safe for concurrent use.
+type ownerTable struct {
+	owners []string
+	seed   maphash.Seed
+	shards []ownerShard
+}
+
+type ownerShard struct {
+	mu sync.RWMutex
+	m  map[string]string
+	_  [32]byte // a shard to a cache line: no false sharing between them
+}
+
+const (
+	// ownerShards is the number of shards of an ownerTable: enough that
+	// the silo's goroutines rarely meet on one.
+	ownerShards = 64
+	// ownerShardCap bounds the addresses a shard holds: 1,024, so a table
+	// holds at most 65,536 (a few MiB at most).
+	ownerShardCap = 1024
+)
+
+func newOwnerTable(owners []string) *ownerTable {
+	t := &ownerTable{owners: owners, seed: maphash.MakeSeed()}
+	if len(owners) > 1 {
+		t.shards = make([]ownerShard, ownerShards)
+	}
+	return t
+}
+
+// owner returns Owner(addr, t.owners).
+func (t *ownerTable) owner(addr string) string {
+	switch len(t.owners) {
+	case 0:
+		return ""
+	case 1:
+		return t.owners[0]
+	}
+	s := &t.shards[maphash.String(t.seed, addr)%ownerShards]
+	s.mu.RLock()
+	o, ok := s.m[addr]
+	s.mu.RUnlock()
+	if ok {
+		return o
+	}
+	o = Owner(addr, t.owners)
+	s.mu.Lock()
+	if s.m == nil || len(s.m) >= ownerShardCap {
+		s.m = make(map[string]string, 64)
+	}
+	s.m[addr] = o
+	s.mu.Unlock()
+	return o
 }

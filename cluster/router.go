@@ -95,8 +95,9 @@ type dialProbe struct {
 
 type routeState struct {
 	view   membership.View
-	owners []string // view.Owners()
-	self   bool     // this silo owns addresses in view
+	owners []string    // view.Owners()
+	table  *ownerTable // owners' owner of each address
+	self   bool        // this silo owns addresses in view
 }
 
 // newRouter returns the router of silo self, routing by the views of m (which
@@ -115,7 +116,7 @@ func newRouter(self string, m *membership.Membership, tp *transport.Transport, t
 		changed: make(chan struct{}),
 		probes:  make(map[membership.Departure]dialProbe),
 	}
-	r.state.Store(&routeState{})
+	r.state.Store(&routeState{table: newOwnerTable(nil)})
 	return r
 }
 
@@ -137,6 +138,7 @@ func (r *router) install(v membership.View) {
 		r.tp.Redial(addr)
 	}
 	st := &routeState{view: v, owners: v.Owners()}
+	st.table = newOwnerTable(st.owners)
 	for _, o := range st.owners {
 		if o == r.self {
 			st.self = true
@@ -190,7 +192,7 @@ func (r *router) notifyLocked() {
 // Route implements grain.Placement.
 func (r *router) Route(key string) string {
 	st := r.state.Load()
-	owner := Owner(key, st.owners)
+	owner := st.table.owner(key)
 	if owner == r.self || owner == "" {
 		return ""
 	}
@@ -201,7 +203,7 @@ func (r *router) Route(key string) string {
 func (r *router) Hold(key string) (bool, func()) {
 	r.mu.RLock()
 	st := r.state.Load()
-	owner := Owner(key, st.owners)
+	owner := st.table.owner(key)
 	return owner == r.self || owner == "", r.mu.RUnlock
 }
 
@@ -224,7 +226,7 @@ func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 			return nil, errs.New(codes.Unavailable, "silo %s is fenced", r.self)
 		}
 		st := r.state.Load()
-		if owner := Owner(key, st.owners); owner != r.self && owner != "" {
+		if owner := st.table.owner(key); owner != r.self && owner != "" {
 			return nil, grain.ErrMoved
 		}
 		if !st.self {
@@ -395,7 +397,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 			return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
 		}
 		st = r.state.Load()
-		if Owner(msg.To, st.owners) != silo {
+		if st.table.owner(msg.To) != silo {
 			return nil, grain.ErrMoved
 		}
 		if mi, ok = st.view.Member(silo); !ok {
