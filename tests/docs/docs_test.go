@@ -7,6 +7,8 @@ package docs_test
 import (
 	"bufio"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -286,4 +288,58 @@ func TestGoFragmentsCompile(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the guides' Go fragments do not compile: %v\n%s", err, out)
 	}
+}
+
+// TestPackageDocsNameFilesThatExist: a package doc that names its files
+// (to read as the package's table of contents) names files that exist, in
+// the package's directory or, with a slash, from the repository's root;
+// so the list cannot go stale.
+func TestPackageDocsNameFilesThatExist(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	fileName := regexp.MustCompile(`[A-Za-z0-9_./-]*[A-Za-z0-9_]\.go\b`)
+	checked := 0
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "testdata" || d.Name() == "vendor") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.PackageClauseOnly|parser.ParseComments)
+		if err != nil || f.Doc == nil {
+			return err
+		}
+		dir := filepath.Dir(path)
+		for _, name := range fileName.FindAllString(f.Doc.Text(), -1) {
+			if strings.HasPrefix(name, "go.") || strings.Contains(name, "://") {
+				continue
+			}
+			candidates := []string{filepath.Join(dir, name)}
+			if strings.Contains(name, "/") {
+				candidates = append(candidates, filepath.Join(root, name))
+			}
+			checked++
+			found := false
+			for _, c := range candidates {
+				if _, err := os.Stat(c); err == nil {
+					found = true
+				}
+			}
+			if !found {
+				rel, _ := filepath.Rel(root, path)
+				t.Errorf("%s: the package doc names %s, which does not exist", rel, name)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no package doc names a file: this test checks nothing")
+	}
+	t.Logf("%d file names in package docs exist", checked)
 }
