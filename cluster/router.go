@@ -155,9 +155,10 @@ func (r *router) install(v membership.View) {
 	r.smu.Unlock()
 }
 
-// closeDeparted closes the transport's streams to the peers that are not
-// members of the installed view: their goroutines end, and the transport
-// stops redialling them. It runs after each view is installed and after each
+// closeDeparted retires the transport's streams to the peers that are not
+// members of the installed view: once the calls they are answering have
+// their results, their goroutines end and the transport stops redialling
+// them. It runs after each view is installed and after each
 // sweep (whose notices, sent by an older view, may have opened a stream to a
 // silo that left meanwhile); a sender that opened one with a view it read
 // before a change has it closed at the next. The view cannot change while it
@@ -169,7 +170,7 @@ func (r *router) closeDeparted() {
 	for _, addr := range r.tp.Peers() {
 		if !slices.ContainsFunc(v.Members, func(mi membership.Member) bool { return mi.PeerAddr == addr }) {
 			r.log.Debug("closing the stream to a silo that left the view", "peer", addr)
-			r.tp.ClosePeer(addr)
+			r.tp.Retire(addr)
 		}
 	}
 }

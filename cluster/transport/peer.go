@@ -144,6 +144,7 @@ type peer struct {
 	state   peerState
 	downErr error
 	pending map[uint64]*call
+	retired bool // Retire: no new calls; the stream closes when pending is empty
 }
 
 // usable returns Unavailable while the peer's stream is down.
@@ -163,8 +164,32 @@ func (p *peer) register(id uint64, c *call) error {
 	if p.state == stateDown {
 		return notDelivered{p.downErr}
 	}
+	if p.retired {
+		return notDelivered{errs.New(codes.Unavailable, "peer %s left the view", p.addr)}
+	}
 	p.pending[id] = c
 	return nil
+}
+
+// retire refuses new calls and closes the stream once the calls under way
+// have their results (at once if there are none): calls the peer was
+// already answering when it left the view are not cut short.
+func (p *peer) retire() {
+	p.mu.Lock()
+	p.retired = true
+	idle := len(p.pending) == 0
+	p.mu.Unlock()
+	if idle {
+		p.cancel()
+	}
+}
+
+// drained closes a retired peer's stream once its last call has its result.
+// Called with p.mu held, after a call left pending.
+func (p *peer) drained() {
+	if p.retired && len(p.pending) == 0 {
+		p.cancel()
+	}
 }
 
 // forget removes a pending call; false means it was completed meanwhile and
@@ -173,6 +198,7 @@ func (p *peer) forget(id uint64) bool {
 	p.mu.Lock()
 	c := p.pending[id]
 	delete(p.pending, id)
+	p.drained()
 	p.mu.Unlock()
 	if c != nil {
 		c.finished.Store(true)
@@ -185,6 +211,7 @@ func (p *peer) complete(id uint64, r result) {
 	p.mu.Lock()
 	c := p.pending[id]
 	delete(p.pending, id)
+	p.drained()
 	p.mu.Unlock()
 	if c != nil {
 		c.finished.Store(true)
@@ -232,6 +259,9 @@ func (p *peer) setState(s peerState, err error) {
 	var failed map[uint64]*call
 	if s == stateDown && len(p.pending) > 0 {
 		failed, p.pending = p.pending, make(map[uint64]*call)
+	}
+	if s == stateDown {
+		p.drained() // a retired peer is not dialled again
 	}
 	p.mu.Unlock()
 	for _, c := range failed {

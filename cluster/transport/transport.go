@@ -389,6 +389,21 @@ func (t *Transport) ClosePeer(peerAddr string) {
 	}
 }
 
+// Retire is ClosePeer for a peer that left the view: the transport forgets
+// it at once (a later call to its address dials anew) and refuses it new
+// calls, but the calls it is already answering keep their stream until
+// their results arrive (a silo that leaves gracefully finishes its turns);
+// then its stream closes and its goroutines end. It does not wait.
+func (t *Transport) Retire(peerAddr string) {
+	t.mu.Lock()
+	p := t.peers[peerAddr]
+	delete(t.peers, peerAddr)
+	t.mu.Unlock()
+	if p != nil {
+		p.retire()
+	}
+}
+
 // Peers returns the addresses of the peers the transport keeps a stream to,
 // or retries one to, until ClosePeer: the silo closes those that are no
 // longer in its view.
