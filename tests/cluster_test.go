@@ -19,7 +19,7 @@ import (
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
-// The cluster acceptance tests of issue 3. Each runs three silo processes
+// The cluster acceptance tests. Each runs three silo processes
 // (tests/testcluster) and ends by checking the single-activation invariant
 // over the journal the Journal agents write: no two activations of one
 // address were ever live at the same time.
@@ -118,7 +118,7 @@ func TestClusterKillUnderLoad(t *testing.T) {
 	l.finish(t, codes.Unavailable, codes.DeadlineExceeded)
 	// Only Asks in flight on the victim fail with Unavailable (saying that
 	// they may have run): one it never received is sent again, within its
-	// deadline (issue 16).
+	// deadline.
 	if n, may := l.codeCounts()[codes.Unavailable], l.mayHaveRun.Load(); int64(n) > may {
 		t.Errorf("%d Asks failed with Unavailable, only %d of them saying they may have run; e.g. %v", n, may, l.sample())
 	}
@@ -179,7 +179,7 @@ func hungSilo(t *testing.T, resume bool) {
 }
 
 // TestClusterRollingRestart: SIGTERM and restart each silo in turn while
-// clients ask, as a StatefulSet rollout does (issue 6): zero failed Asks. A
+// clients ask, as a StatefulSet rollout does: zero failed Asks. A
 // graceful leave hands agents over at once, calls a draining gateway did not
 // start are sent again through another, and a restarted silo is dialled
 // afresh.

@@ -19,7 +19,7 @@ import (
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
-// The fault tests of issue 16: etcd failures, resets, with real processes
+// The fault tests: etcd failures, resets, with real processes
 // (etcd from Debian's etcd-server package), journal-checked.
 
 // TestEtcdLeaderKilled: killing the leader of a three-member etcd (a

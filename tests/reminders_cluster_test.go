@@ -13,7 +13,7 @@ import (
 // TestReminderSurvivesKillInCluster: a reminder registered in a three-silo
 // cluster fires on the silo that owns its agent; after kill -9 of that silo
 // a survivor takes the reminder over with the agent, and it goes on firing
-// there (issue 4). Ticker's "count" answers the ticks its current activation
+// there. Ticker's "count" answers the ticks its current activation
 // received, so a count of at least one from a survivor is a tick fired after
 // the takeover.
 func TestReminderSurvivesKillInCluster(t *testing.T) {

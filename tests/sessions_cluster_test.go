@@ -21,7 +21,7 @@ import (
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
-// The tests of issue 16 item 6: a client session, its address and the
+// The session tests: a client session, its address and the
 // pushes made to it survive the loss (kill -9) of its gateway's silo. The
 // pushes come from the SessionPusher agent (cmd/silo, --journal), on
 // another silo than the session's.

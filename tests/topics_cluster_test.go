@@ -16,7 +16,7 @@ import (
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
-// The topic tests of issue 13, on three silo processes. Subscribers are
+// The topic tests, on three silo processes. Subscribers are
 // TopicSink agents (package internal/demoagents), which write a line per delivery to a
 // file the test reads.
 

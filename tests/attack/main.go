@@ -1,4 +1,4 @@
-// Command attack runs the resource attacks of issue 15 against a real silo
+// Command attack runs resource attacks against a real silo
 // process, each against a fresh silo with API keys on, and prints the
 // silo's resident memory (from /proc) as one JSON object per attack:
 //

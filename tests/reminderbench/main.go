@@ -1,5 +1,5 @@
-// Command reminderbench measures the reminder service on an embedded etcd, as
-// issue 4 asks, and prints one JSON object per line (the fields of
+// Command reminderbench measures the reminder service on an embedded etcd, and
+// prints one JSON object per line (the fields of
 // `go run ./tests/bench`):
 //
 //   - reminder-register: Register calls per second (n reminders, -c callers).
