@@ -209,7 +209,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
 	fs.DurationVar(&cfg.Topics.SessionGrace, "topic-session-grace", cfg.Topics.SessionGrace, "how long a client session's subscription outlives its gateway's silo, with its queue, for the session adopted elsewhere to subscribe again")
 	// Security: the ACL's seed, and how the gateway authenticates clients.
-	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "FabrCore ACL JSON ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
+	fs.StringVar(&cfg.ACLFile, "acl-file", cfg.ACLFile, "ACL JSON document ({\"Rules\": [...], \"Groups\": {...}}) stored in etcd when no ACL is there yet")
 	fs.BoolVar(&cfg.TrustedAgents, "trusted-agents", cfg.TrustedAgents, "do not check agents' messages to other owners' agents against the principal of their call chain (an agent then lends its rights to whoever makes it call)")
 	fs.StringVar(&cfg.Gateway.Auth.KeyFile, "auth-file", cfg.Gateway.Auth.KeyFile, "API-key file: {\"keys\": [{\"sha256\": HEX, \"principal\": P, \"groups\": [...]}]}")
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
