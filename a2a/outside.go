@@ -9,6 +9,7 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/outbound"
 )
 
 // Outside agents: the service directory's A2A agents outside the cluster
@@ -21,7 +22,7 @@ import (
 // A2A agents and other outside services: unless allowPrivate, it refuses
 // to connect to loopback, private and link-local addresses (the SSRF
 // guard), checked after name resolution.
-func OutgoingTransport(allowPrivate bool) http.RoundTripper { return outgoingTransport(allowPrivate) }
+func OutgoingTransport(allowPrivate bool) http.RoundTripper { return outbound.Transport(allowPrivate) }
 
 // maxOutside bounds the outside agents GET /a2a lists and the outside
 // skills of the root card (the first by name): a directory may hold many

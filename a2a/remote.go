@@ -23,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/outbound"
 	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
@@ -108,7 +109,7 @@ type remoteShared struct {
 // RegisterRemote registers RemoteType in reg.
 func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	sh := &remoteShared{
-		base:    traceTransport{base: outgoingTransport(opts.AllowPrivateNetworks)},
+		base:    traceTransport{base: outbound.Transport(opts.AllowPrivateNetworks)},
 		resolve: opts.Resolve,
 		set:     opts.settings(),
 		check:   opts.FollowCheck,
@@ -193,7 +194,7 @@ func (r *remote) connect(ctx context.Context) error {
 		}
 	}
 	hc := &http.Client{
-		Transport: &headerTransport{base: r.base, headers: headers},
+		Transport: &outbound.Headers{Base: r.base, Header: headers},
 		// Credentials go to the configured host only.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 || req.URL.Host != via[0].URL.Host {
@@ -207,7 +208,7 @@ func (r *remote) connect(ctx context.Context) error {
 		path, u.Path, u.RawPath = u.Path, "", ""
 	}
 	res := &agentcard.Resolver{
-		Client:     &http.Client{Transport: &limitTransport{base: hc.Transport, max: 1 << 20}, CheckRedirect: hc.CheckRedirect, Timeout: 30 * time.Second},
+		Client:     &http.Client{Transport: &outbound.LimitBody{Base: hc.Transport, Max: 1 << 20}, CheckRedirect: hc.CheckRedirect, Timeout: 30 * time.Second},
 		CardParser: agentcard.Parser(a2av0.NewAgentCardParser()),
 	}
 	card, err := res.Resolve(ctx, u.String(), agentcard.WithPath(path))

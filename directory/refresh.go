@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/fnv"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/outbound"
 )
 
 // Refreshing: each outside entry is fetched again every Refresh (its A2A
@@ -166,7 +166,7 @@ func (d *Directory) refresh(ctx context.Context, r job) {
 // else), bodies bounded.
 func (d *Directory) client(s Spec) *http.Client {
 	return &http.Client{
-		Transport: &headerTransport{base: d.cfg.Transport, headers: s.Headers},
+		Transport: &outbound.Headers{Base: d.cfg.Transport, Header: httpHeader(s.Headers)},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 || req.URL.Host != via[0].URL.Host {
 				return errors.New("redirect to another host refused")
@@ -193,7 +193,7 @@ func (d *Directory) fetchCard(ctx context.Context, s Spec, st *status) error {
 		u.Path, u.RawPath = "", ""
 	}
 	res := &agentcard.Resolver{Client: d.client(s), CardParser: agentcard.Parser(a2av0.NewAgentCardParser())}
-	res.Client.Transport = &limitTransport{base: res.Client.Transport, max: maxCard}
+	res.Client.Transport = &outbound.LimitBody{Base: res.Client.Transport, Max: maxCard}
 	card, err := res.Resolve(ctx, u.String(), agentcard.WithPath(path))
 	if err != nil {
 		return err
@@ -229,7 +229,7 @@ func skillsOf(in []spec.AgentSkill) []grain.Skill {
 // fetchTools lists an MCP server's tools (streamable HTTP).
 func (d *Directory) fetchTools(ctx context.Context, s Spec, st *status) error {
 	hc := d.client(s)
-	hc.Transport = &limitTransport{base: hc.Transport, max: 8 << 20}
+	hc.Transport = &outbound.LimitBody{Base: hc.Transport, Max: 8 << 20}
 	cl := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "agentsilo-directory", Version: "1"}, nil)
 	sess, err := cl.Connect(ctx, &mcpsdk.StreamableClientTransport{Endpoint: s.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}, nil)
 	if err != nil {
@@ -254,35 +254,11 @@ func (d *Directory) fetchTools(ctx context.Context, s Spec, st *status) error {
 	return nil
 }
 
-// headerTransport adds an entry's headers to every request.
-type headerTransport struct {
-	base    http.RoundTripper
-	headers map[string]string
-}
-
-func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	if len(t.headers) > 0 {
-		r = r.Clone(r.Context())
-		for k, v := range t.headers {
-			r.Header.Set(k, v)
-		}
+// httpHeader is an entry's headers as an http.Header.
+func httpHeader(m map[string]string) http.Header {
+	h := make(http.Header, len(m))
+	for k, v := range m {
+		h.Set(k, v)
 	}
-	return t.base.RoundTrip(r)
-}
-
-// limitTransport bounds response bodies.
-type limitTransport struct {
-	base http.RoundTripper
-	max  int64
-}
-
-func (t *limitTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	resp, err := t.base.RoundTrip(r)
-	if err == nil {
-		resp.Body = struct {
-			io.Reader
-			io.Closer
-		}{io.LimitReader(resp.Body, t.max), resp.Body}
-	}
-	return resp, err
+	return h
 }

@@ -5,15 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"strings"
 	"sync/atomic"
-	"syscall"
-	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -24,6 +21,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/internal/outbound"
 )
 
 // RemoteType is the built-in agent type whose agents are MCP servers
@@ -112,7 +110,7 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	if opts.Version == "" {
 		opts.Version = "dev"
 	}
-	base := remoteTransport(opts.AllowPrivateNetworks)
+	base := outbound.Transport(opts.AllowPrivateNetworks)
 	return reg.Register(RemoteType, func(h grain.Host) (grain.Agent, error) {
 		return &remoteAgent{h: h, opts: opts, base: base}, nil
 	}, grain.TypeInfo{
@@ -497,7 +495,7 @@ func (r *remoteAgent) fail(ctx context.Context, err error) error {
 		code = codes.DeadlineExceeded
 	case answered:
 		code = remoteWireCode(wire.Code)
-	case errors.Is(terr, errRemoteBlocked):
+	case errors.Is(terr, outbound.ErrBlocked):
 		code = codes.PermissionDenied
 	default:
 		switch s := r.last.status.Load(); {
@@ -566,47 +564,6 @@ func (t *remoteHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.last.status.Store(int32(resp.StatusCode))
 	}
 	return resp, err
-}
-
-// errRemoteBlocked is the error of a connection the SSRF guard refused.
-var errRemoteBlocked = errors.New("the address is loopback, private, link-local or otherwise internal, which MCP agents may not reach (RemoteOptions.AllowPrivateNetworks allows it)")
-
-// remoteBlocked reports whether ip is an address the MCP agents may not
-// reach: what would let a caller probe the silo's own network.
-func remoteBlocked(ip net.IP) bool {
-	return ip.IsLoopback() || ip.IsPrivate() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() ||
-		ip.IsInterfaceLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast() ||
-		// 100.64.0.0/10 (carrier-grade NAT) is as internal as 10/8.
-		ip.To4() != nil && ip.To4()[0] == 100 && ip.To4()[1]&0xc0 == 64
-}
-
-// remoteTransport is the HTTP transport of the MCP agents: unless
-// allowPrivate, every connection is checked where it is made, after name
-// resolution, so that neither a URL nor a redirect nor a DNS answer can
-// reach an internal address.
-func remoteTransport(allowPrivate bool) *http.Transport {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	if !allowPrivate {
-		d.Control = func(_, address string, _ syscall.RawConn) error {
-			host, _, err := net.SplitHostPort(address)
-			if err != nil {
-				return err
-			}
-			if ip := net.ParseIP(host); ip == nil || remoteBlocked(ip) {
-				return fmt.Errorf("%s: %w", host, errRemoteBlocked)
-			}
-			return nil
-		}
-	}
-	return &http.Transport{
-		Proxy:                 nil, // a proxy would dial for us, past the guard
-		DialContext:           d.DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          100,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
 }
 
 // firstLine is s up to its first newline.
