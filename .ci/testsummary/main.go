@@ -28,6 +28,7 @@ func main() {
 	out := map[string]*strings.Builder{} // by package and test
 	key := func(e event) string { return e.Package + " " + e.Test }
 	var failed, skipped []string
+	passed := 0
 	sc := bufio.NewScanner(os.Stdin)
 	sc.Buffer(nil, 16<<20)
 	for sc.Scan() {
@@ -69,6 +70,8 @@ func main() {
 		case "pass":
 			if e.Test == "" {
 				fmt.Printf("ok\t%s\t%.1fs\n", e.Package, e.Elapsed)
+			} else {
+				passed++
 			}
 			delete(out, key(e))
 		}
@@ -83,7 +86,7 @@ func main() {
 	for _, f := range failed {
 		fmt.Printf("--- FAIL: %s\n", f)
 	}
-	fmt.Printf("testsummary: %d failed, %d skipped\n", len(failed), len(skipped))
+	fmt.Printf("testsummary: %d passed, %d failed, %d skipped\n", passed, len(failed), len(skipped))
 	if len(failed) > 0 || len(skipped) > 0 {
 		os.Exit(1)
 	}
