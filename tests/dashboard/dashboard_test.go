@@ -412,7 +412,10 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	for perm, want := range map[string]string{"Read": "Allowed: rule", "Configure": "Denied"} {
-		run("explain", chromedp.SetValue(chromedp.ID("caller"), "bob"), chromedp.SetValue(chromedp.ID("agent"), "Worker:alice:w2"),
+		// A fresh page each time: the previous answer must not be the one
+		// waited for while the new one loads.
+		run("explain", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("rules")),
+			chromedp.SetValue(chromedp.ID("caller"), "bob"), chromedp.SetValue(chromedp.ID("agent"), "Worker:alice:w2"),
 			chromedp.SetValue(chromedp.ID("perm"), perm), chromedp.Click(chromedp.ID("explain")), chromedp.WaitVisible(chromedp.ID("answer")))
 		ans, err := root.CheckACL(ctx, "bob", "Worker:alice:w2", perm)
 		must(t, err)
