@@ -255,6 +255,8 @@ func (m *Membership) awaitExpiry(target Member) bool {
 	lease := clientv3.LeaseID(target.LeaseID)
 	fence := fenceOf(target, m.fenceAfter)
 	waited := false
+	var recent time.Time // when the lease was first seen just renewed
+	prevTTL := int64(-1)
 	for {
 		select {
 		case <-m.fenced:
@@ -271,7 +273,25 @@ func (m *Membership) awaitExpiry(target Member) bool {
 			return false
 		}
 		left := time.Duration(r.TTL)*time.Second + 1500*time.Millisecond
-		if r.TTL > r.GrantedTTL-2 || left >= fence || left > maxExpiryWait {
+		if r.TTL > r.GrantedTTL-2 {
+			// Renewed within the last second or two: gossip may have
+			// declared the member dead just after its last renewal. Look
+			// again for a moment: a lease whose TTL goes up again is
+			// renewed (revoke it); one that is not renewed comes below
+			// GrantedTTL-2 within two seconds and is judged as below.
+			if recent.IsZero() {
+				recent = m.clk.Now()
+			}
+			if (prevTTL >= 0 && r.TTL > prevTTL) || clock.Since(m.clk, recent) > recentRenewalWait {
+				return false
+			}
+			prevTTL = r.TTL
+			if !m.pause(250 * time.Millisecond) {
+				return true
+			}
+			continue
+		}
+		if left >= fence || left > maxExpiryWait {
 			return false
 		}
 		if !waited {
@@ -285,6 +305,24 @@ func (m *Membership) awaitExpiry(target Member) bool {
 			return true
 		case <-t.C():
 		}
+	}
+}
+
+// recentRenewalWait bounds how long awaitExpiry watches a lease that was
+// renewed just before gossip declared its member dead, to tell a renewal
+// that goes on from the last one before a crash.
+const recentRenewalWait = 3 * time.Second
+
+// pause waits d on the membership's clock: false if the membership closed
+// meanwhile.
+func (m *Membership) pause(d time.Duration) bool {
+	t := m.clk.NewTimer(d)
+	select {
+	case <-m.ctx.Done():
+		t.Stop()
+		return false
+	case <-t.C():
+		return true
 	}
 }
 
