@@ -76,6 +76,14 @@ func (d *dispatcher) work(w *worker, m *mailbox) {
 // close makes parked workers exit and waits for all workers to finish. The
 // runtime calls it last, when no mailbox schedules runs any more.
 func (d *dispatcher) close() {
+	d.release()
+	d.wg.Wait()
+}
+
+// release makes parked workers exit, and workers that finish a run exit
+// instead of parking, without waiting for those still running: for a
+// runtime that abandons activations still live when its Close times out.
+func (d *dispatcher) release() {
 	d.mu.Lock()
 	d.closed = true
 	for _, w := range d.idle {
@@ -83,5 +91,4 @@ func (d *dispatcher) close() {
 	}
 	d.idle = nil
 	d.mu.Unlock()
-	d.wg.Wait()
 }

@@ -195,6 +195,8 @@ func (rt *Runtime) Close(ctx context.Context) error {
 	rt.deadlines.Close()
 	if err == nil {
 		rt.dispatcher.close()
+	} else {
+		rt.dispatcher.release() // no parked worker outlives the runtime
 	}
 	return err
 }
