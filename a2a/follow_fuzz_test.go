@@ -7,8 +7,8 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // An A2A agent's follow and loop settings, whatever its configuration

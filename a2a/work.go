@@ -11,7 +11,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv/workqueue"
 	"google.golang.org/grpc/codes"
 
-	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/errs"
 )
 
 // work is the writer of the SDK's work queue (a push queue, in the SDK's

@@ -20,8 +20,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/certs"
 	"github.com/agentsilo/agentsilo/internal/certs/certstest"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"

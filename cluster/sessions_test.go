@@ -17,8 +17,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/grain/errs"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )

@@ -10,7 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/errs"
 )
 
 // twoSilos is an in-memory Placement for two runtimes: every address is owned

@@ -109,7 +109,8 @@ func TestDependencyDirections(t *testing.T) {
 		"cluster/transport":  {"cluster/gateway", "cluster/membership", "cluster/etcdstore", "cluster"},
 		"cluster/etcdstore":  {"cluster/gateway", "cluster/membership", "cluster/transport", "cluster"},
 		"grain":              {"cluster", "client", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
-		"client":             {"cluster", "grain$", "reminders", "acl", "internal/etcderr", "internal/etcdtest"}, // grain/errs is shared
+		"client":             {"cluster", "grain", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
+		"errs":               {"cluster", "client", "grain", "reminders", "acl", "internal"},
 		"internal":           {"cluster", "client", "cmd"},
 		"acl":                {"cluster", "client"},
 		"reminders":          {"cluster", "client"},

@@ -34,7 +34,7 @@ func TestTypedSkillsGuide(t *testing.T) {
 	write("go.mod", goMod)
 	write("go.sum", string(sum))
 	write("main.go", testutil.DocBlock(t, "docs/typed-skills.md", "typed:program"))
-	write("quote/quote.go", "package quote\n\nimport (\n\t\"context\"\n\t\"errors\"\n\t\"fmt\"\n\n\t\"github.com/agentsilo/agentsilo/client\"\n\t\"github.com/agentsilo/agentsilo/grain/errs\"\n)\n\n"+
+	write("quote/quote.go", "package quote\n\nimport (\n\t\"context\"\n\t\"errors\"\n\t\"fmt\"\n\n\t\"github.com/agentsilo/agentsilo/client\"\n\t\"github.com/agentsilo/agentsilo/errs\"\n)\n\n"+
 		testutil.DocBlock(t, "docs/typed-skills.md", "typed:client"))
 	run := func(args ...string) string {
 		t.Helper()

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	grpcpeer "google.golang.org/grpc/peer"
 
-	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/certs"
 	"github.com/agentsilo/agentsilo/internal/deadline"
 	"github.com/agentsilo/agentsilo/internal/protocol"
@@ -136,7 +136,7 @@ type Stats struct {
 // retrying a peer until ClosePeer: the silo calls it when the peer leaves the
 // view.
 //
-// Errors carry grain/errs codes. All methods are safe for concurrent use.
+// Errors carry errs codes. All methods are safe for concurrent use.
 type Transport struct {
 	cfg    Config
 	logger *slog.Logger

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentsilo/agentsilo/grain/errs"
+	"github.com/agentsilo/agentsilo/errs"
 )
 
 func TestWrapKeepsTheFailure(t *testing.T) {

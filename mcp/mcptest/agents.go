@@ -17,8 +17,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/grain/errs"
 )
 
 // AddInput and AddOutput are the JSON Schemas of Add's skill "add".
