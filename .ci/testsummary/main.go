@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -56,6 +57,7 @@ func main() {
 				failed = append(failed, e.Package+" "+e.Test)
 			} else {
 				failed = append(failed, e.Package)
+				failed = append(failed, unfinished(out, e.Package)...)
 			}
 			delete(out, key(e))
 		case "skip":
@@ -90,6 +92,35 @@ func main() {
 	if len(failed) > 0 || len(skipped) > 0 {
 		os.Exit(1)
 	}
+}
+
+// unfinished prints the output of the tests of pkg that started and
+// never ended (the package failed while they ran: a timeout's goroutine
+// dump is theirs), forgets them, and returns a line for each: its name
+// and the panic that ended it.
+func unfinished(out map[string]*strings.Builder, pkg string) []string {
+	var names []string
+	for k := range out {
+		if test, ok := strings.CutPrefix(k, pkg+" "); ok && test != "" {
+			names = append(names, test)
+		}
+	}
+	sort.Strings(names)
+	var lines []string
+	for _, test := range names {
+		b := out[pkg+" "+test]
+		fmt.Printf("=== %s %s did not finish:\n%s", pkg, test, b.String())
+		why := ""
+		for _, l := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(l, "panic: ") {
+				why = ": " + l
+				break
+			}
+		}
+		lines = append(lines, fmt.Sprintf("%s %s (did not finish%s)", pkg, test, why))
+		delete(out, pkg+" "+test)
+	}
+	return lines
 }
 
 // lastLines returns the last n non-blank lines of s, each ending in a
