@@ -51,6 +51,9 @@ var (
 	// ErrFailedPrecondition: the silo is not set up for the call, such as
 	// agent state on a silo without a state store.
 	ErrFailedPrecondition = &Error{code: codes.FailedPrecondition}
+	// ErrAlreadyExists: what the call would do is done already, such as a
+	// state save under an idempotency key an earlier attempt saved with.
+	ErrAlreadyExists = &Error{code: codes.AlreadyExists}
 )
 
 // New returns an error with code and a formatted message.

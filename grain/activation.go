@@ -56,7 +56,7 @@ func (env *envelope) isRequest() bool { return env.reply != nil || env.done != n
 // complete gives a request its result.
 func (env *envelope) complete(r result) {
 	if env.idem != nil {
-		env.idem.finish(r)
+		r = env.idem.finish(r)
 	}
 	if env.done != nil {
 		env.done(r.msg, r.err)

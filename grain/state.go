@@ -55,6 +55,9 @@ type stateCursor struct {
 	// lost is the last save or delete that failed without saying whether
 	// it was applied (a timeout, Unavailable), or nil. Guarded by turn.
 	lost *lostWrite
+	// refused is the etag of a save refused as applied already under an
+	// idempotency key (see saveKeyed), or "". Guarded by turn.
+	refused string
 }
 
 // lostWrite is a write whose outcome is unknown.
@@ -119,6 +122,7 @@ func (a *activation) LoadState(ctx context.Context) ([]byte, string, error) {
 		return nil, "", err
 	}
 	a.cursor().lost = nil // the agent now holds the stored etag
+	a.cursor().refused = ""
 	return data, etag, nil
 }
 
@@ -142,7 +146,7 @@ func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (s
 		}
 		etag = use
 	}
-	next, err := st.Save(ctx, a.address(), data, etag)
+	next, err := a.saveKeyed(ctx, st, data, etag)
 	if err != nil && outcomeUnknown(err) {
 		a.cursor().lost = &lostWrite{before: etag, data: bytes.Clone(data)}
 	}
