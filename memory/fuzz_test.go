@@ -1,8 +1,10 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -15,15 +17,28 @@ import (
 )
 
 // memHost is the part of a grain.Host a Memory agent uses, with its state
-// in memory.
+// in memory; its Ask reaches the owner's ledger, if it has one.
 type memHost struct {
 	grain.Host
-	data []byte
-	etag int
+	alias  string // "" is "f"
+	data   []byte
+	etag   int
+	ledger *agent
 }
 
-func (h *memHost) Address() grain.Address { return grain.Address{Type: Type, Owner: "dev", Alias: "f"} }
-func (h *memHost) Owner() string          { return "dev" }
+func (h *memHost) Address() grain.Address {
+	return grain.Address{Type: Type, Owner: "dev", Alias: cmp.Or(h.alias, "f")}
+}
+func (h *memHost) Owner() string        { return "dev" }
+func (h *memHost) Logger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func (h *memHost) Ask(ctx context.Context, to string, m *grain.Message) (*grain.Message, error) {
+	if h.ledger == nil || to != h.ledger.h.Address().String() {
+		return nil, errs.New(codes.NotFound, "no agent %s here", to)
+	}
+	m.To, m.From, m.Kind = to, h.Address().String(), grain.KindRequest
+	return h.ledger.OnMessage(ctx, m)
+}
 
 func (h *memHost) LoadState(context.Context) ([]byte, string, error) {
 	if h.data == nil {
@@ -57,17 +72,27 @@ func FuzzMemoryRequest(f *testing.F) {
 		{client.MemoryPut, `{"entry":{"key":"","ttl":-1}}`},
 		{"memory.other", `{}`},
 		{client.MemoryPut, `not json`},
+		{msgReserve, `{"key":"k","rec":{"b":3,"x":1900000000000000000}}`},
+		{msgSync, `{"recs":{"k":{"b":3,"x":1900000000000000000}}}`},
+		{msgRelease, `{"key":"k"}`},
 	} {
 		f.Add(s.typ, []byte(s.data))
 	}
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	cfg := Config{Clock: clk, MaxEntries: 5, MaxBytes: 400, MaxEntryBytes: 200}.fill()
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
-		h := &memHost{}
+		lh := &memHost{alias: usageScope}
+		h := &memHost{ledger: &agent{h: lh, cfg: cfg, st: grain.NewState[stored](lh)}}
 		a := &agent{h: h, cfg: cfg, st: grain.NewState[stored](h)}
 		ctx := context.Background()
-		// Twice: the second runs on the state the first left.
+		// Twice: the second runs on the state the first left. The
+		// ledger takes the same, from the memory.
 		for range 2 {
+			if _, err := h.Ask(ctx, h.ledger.h.Address().String(), &grain.Message{MessageType: typ, Data: data}); err != nil {
+				if c := errs.Code(err); c == codes.Unknown || c == codes.Internal {
+					t.Fatalf("ledger %s %q: %v", typ, data, err)
+				}
+			}
 			r, err := a.OnMessage(ctx, &grain.Message{Kind: grain.KindRequest, MessageType: typ, Data: data})
 			switch {
 			case err != nil:

@@ -3,7 +3,9 @@
 // with a key, text and/or a JSON value, a category and tags, in the silo's
 // state store (so they outlive activations and silos). Entries expire
 // after their TTL (60 minutes by default); a memory is bounded in entries
-// and bytes (over them, a put is ResourceExhausted).
+// and bytes, and so are all the memories of one owner together (over a
+// bound, a put is ResourceExhausted; see owner.go for how the owner's
+// account is kept).
 //
 // Agents reach a memory with Of, clients with client.NewMemory; both are
 // the same typed handle (client.Memory) over the message types
@@ -51,13 +53,21 @@ type Config struct {
 	MaxBytes int
 	// MaxEntryBytes bounds one entry. Default: 64 KiB.
 	MaxEntryBytes int
+	// MaxOwnerEntries bounds the live entries of all the memories of one
+	// owner together. Default: 10,000; at most 20,000 (the owner's
+	// account is one stored value).
+	MaxOwnerEntries int
+	// MaxOwnerBytes bounds the size of all the memories of one owner
+	// together. Default: 16 MiB.
+	MaxOwnerBytes int
 	// Clock tells the time of expiries (nil: the real clock).
 	Clock clock.Clock
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
-	return Config{DefaultTTL: time.Hour, MaxTTL: 7 * 24 * time.Hour, MaxEntries: 1000, MaxBytes: 1 << 20, MaxEntryBytes: 64 << 10}
+	return Config{DefaultTTL: time.Hour, MaxTTL: 7 * 24 * time.Hour, MaxEntries: 1000, MaxBytes: 1 << 20, MaxEntryBytes: 64 << 10,
+		MaxOwnerEntries: 10000, MaxOwnerBytes: 16 << 20}
 }
 
 // fill sets the zero fields of c to the defaults.
@@ -79,19 +89,29 @@ func (c Config) fill() Config {
 	if c.MaxEntryBytes <= 0 {
 		c.MaxEntryBytes = d.MaxEntryBytes
 	}
+	if c.MaxOwnerEntries <= 0 {
+		c.MaxOwnerEntries = d.MaxOwnerEntries
+	}
+	if c.MaxOwnerBytes <= 0 {
+		c.MaxOwnerBytes = d.MaxOwnerBytes
+	}
 	if c.Clock == nil {
 		c.Clock = clock.Real{}
 	}
 	return c
 }
 
-// Register registers Type in reg.
+// Register registers Type in reg. Every silo of a cluster should register
+// it with the same Config.
 func Register(reg *grain.Registry, cfg Config) error {
 	cfg = cfg.fill()
+	if cfg.MaxOwnerEntries > maxOwnerEntriesLimit {
+		return errs.New(codes.InvalidArgument, "memory: MaxOwnerEntries %d: at most %d", cfg.MaxOwnerEntries, maxOwnerEntriesLimit)
+	}
 	return reg.Register(Type, func(h grain.Host) (grain.Agent, error) {
 		return &agent{h: h, cfg: cfg, st: grain.NewState[stored](h)}, nil
 	}, grain.TypeInfo{
-		Description: "A working memory: entries (key, text, JSON value, category, tags) kept for a TTL (60 minutes by default) in the state store, bounded in count and bytes.",
+		Description: "A working memory: entries (key, text, JSON value, category, tags) kept for a TTL (60 minutes by default) in the state store, bounded in count and bytes per memory and per owner.",
 		Skills: []grain.Skill{
 			{Name: client.MemoryPut, Description: "Store an entry: data {\"entry\": {\"key\", \"text\", \"value\", \"category\", \"tags\", \"ttl\" (ns)}}.", Tags: []string{"memory"}},
 			{Name: client.MemoryGet, Description: "Read an entry: data {\"key\"}; NotFound if absent or expired.", Tags: []string{"memory"}},
@@ -119,6 +139,9 @@ type agent struct {
 	cfg    Config
 	st     *grain.State[stored]
 	loaded bool
+	synced bool // the owner's ledger has this memory's entries (owner.go)
+
+	usage *grain.State[usage] // the ledger's account, once loaded (the ledger only)
 }
 
 // The bounds of a request's parts.
@@ -133,6 +156,9 @@ const (
 
 // OnMessage implements grain.Agent.
 func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	if a.isLedger() {
+		return a.ledger(ctx, m)
+	}
 	var req client.MemoryRequest
 	if len(m.GetData()) > 0 {
 		if err := json.Unmarshal(m.GetData(), &req); err != nil {
@@ -153,6 +179,13 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		if err != nil {
 			return nil, err
 		}
+		if err := a.sync(ctx, now); err != nil {
+			return nil, err
+		}
+		var (
+			reserved bool
+			prev     *client.MemoryEntry // the live entry replaced, for undo
+		)
 		err = a.st.Update(ctx, func(s *stored) error {
 			purge(s, now)
 			if s.Entries == nil {
@@ -160,8 +193,9 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 			}
 			old, had := s.Entries[e.Key]
 			n, size := len(s.Entries), total(s)
+			prev = nil
 			if had {
-				n, size = n-1, size-entrySize(old)
+				n, size, prev = n-1, size-entrySize(old), &old
 			}
 			if n+1 > a.cfg.MaxEntries {
 				return errs.New(codes.ResourceExhausted, "%s holds %d entries, its limit", a.h.Address(), a.cfg.MaxEntries)
@@ -169,10 +203,21 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 			if size+entrySize(e) > a.cfg.MaxBytes {
 				return errs.New(codes.ResourceExhausted, "%s would hold %d bytes, over its limit of %d", a.h.Address(), size+entrySize(e), a.cfg.MaxBytes)
 			}
+			r := recOf(e)
+			if err := a.tellLedger(ctx, msgReserve, ledgerRequest{Key: keyHash(e.Key), Rec: &r}); err != nil {
+				return err
+			}
+			reserved = true
 			s.Entries[e.Key] = e
 			return nil
 		})
 		if err != nil {
+			if reserved {
+				// The ledger counts an entry whose write failed (or may
+				// have): put it back, and load and sync again next time.
+				a.undo(ctx, e.Key, prev)
+				a.loaded, a.synced = false, false
+			}
 			return nil, err
 		}
 		out.Entry = &e
@@ -186,13 +231,23 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		if req.Key == "" {
 			return nil, errs.New(codes.InvalidArgument, "%s: delete needs a key", a.h.Address())
 		}
+		had := false
 		err := a.st.Update(ctx, func(s *stored) error {
 			purge(s, now)
+			_, had = s.Entries[req.Key]
 			delete(s.Entries, req.Key)
 			return nil
 		})
 		if err != nil {
 			return nil, err
+		}
+		if had {
+			if err := a.tellLedger(ctx, msgRelease, ledgerRequest{Key: keyHash(req.Key)}); err != nil {
+				// The entry is gone; the owner's account counts it until
+				// it expires or the memory's next activation syncs.
+				a.h.Logger().Warn("memory: the owner's ledger did not take a delete", "err", err)
+				a.synced = false
+			}
 		}
 	case client.MemoryList, client.MemorySearch:
 		q := client.MemoryQuery{}

@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +207,100 @@ func TestMemoryFromAgentsOutlivesSilo(t *testing.T) {
 	e2, err := client.NewMemory(c2, "Memory:dev:notes").Get(t.Context(), "color")
 	if err != nil || e2.Text != "teal" || e2.Category != "note" {
 		t.Fatalf("after the silo: %+v %v", e2, err)
+	}
+}
+
+// An owner's memories are bounded together, whichever silo runs each: a
+// put over the owner's bound is ResourceExhausted in any scope, a delete
+// or an expiry in one scope frees room in another, other owners are not
+// counted, the account outlives the silo, and nobody but the owner's
+// memories writes to it.
+func TestMemoryOwnerBounds(t *testing.T) {
+	e := etcdtest.Start(t)
+	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
+	cfg := memory.Config{Clock: clk, MaxEntries: 4, MaxOwnerEntries: 6, MaxOwnerBytes: 300}
+	s1 := startSilo(t, e, "m1", cfg)
+	s2 := startSilo(t, e, "m2", cfg)
+	c1, c2 := dial(t, s1), dial(t, s2)
+	ctx := t.Context()
+	testutil.WaitFor(t, "two members", func() bool { m, err := c1.Members(ctx); return err == nil && len(m) == 2 })
+	a, b := client.NewMemory(c1, "Memory:dev:a"), client.NewMemory(c2, "Memory:dev:b")
+	put := func(mem *client.Memory, en client.MemoryEntry) error {
+		_, err := mem.Put(ctx, en)
+		return err
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 4 entries in a (1 with 10 minutes), 2 in b: the owner's 6.
+	for i := range 4 {
+		ttl := time.Duration(0)
+		if i == 0 {
+			ttl = 10 * time.Minute
+		}
+		must(put(a, client.MemoryEntry{Key: fmt.Sprintf("a%d", i), Text: "x", TTL: ttl}))
+	}
+	must(put(b, client.MemoryEntry{Key: "b0", Text: "x"}))
+	must(put(b, client.MemoryEntry{Key: "b1", Text: "x"}))
+	err := put(b, client.MemoryEntry{Key: "b2", Text: "x"})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "the memories of dev hold 6 entries") {
+		t.Fatalf("a seventh entry of dev: %v", err)
+	}
+	must(put(b, client.MemoryEntry{Key: "b1", Text: "replacing counts once"}))
+	// Another owner's memories are not dev's.
+	other := dial(t, s1)
+	third := client.NewMemory(other, "Memory:dev:c")
+	if err := put(third, client.MemoryEntry{Key: "c0", Text: "x"}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("dev's third memory: %v", err)
+	}
+	c3, err := client.Dial(ctx, []string{s2.GatewayAddr()}, client.WithPrincipal("erin"))
+	must(err)
+	defer c3.Close()
+	must(put(client.NewMemory(c3, "Memory:erin:a"), client.MemoryEntry{Key: "e0", Text: "x"}))
+	// A delete in a makes room in b.
+	must(a.Delete(ctx, "a3"))
+	must(put(b, client.MemoryEntry{Key: "b2", Text: "x"}))
+	// An expiry in a makes room in b, a never written since.
+	if err := put(b, client.MemoryEntry{Key: "b3", Text: "x"}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over the bound again: %v", err)
+	}
+	clk.Advance(11 * time.Minute)
+	must(put(b, client.MemoryEntry{Key: "b3", Text: "x"}))
+	// Bytes: dev's entries hold 35 bytes; 300 in all.
+	must(b.Delete(ctx, "b3"))
+	if err := put(b, client.MemoryEntry{Key: "big", Text: strings.Repeat("y", 280)}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "over the owner's limit of 300") {
+		t.Fatalf("over the owner's bytes: %v", err)
+	}
+	must(put(b, client.MemoryEntry{Key: "big", Text: strings.Repeat("y", 200)}))
+
+	// The account outlives the silos: both close, a third one counts.
+	c1.Close()
+	c2.Close()
+	other.Close()
+	c3.Close()
+	must(s1.Close(ctx))
+	must(s2.Close(ctx))
+	s3 := startSilo(t, e, "m3", cfg)
+	c4 := dial(t, s3)
+	if err := put(client.NewMemory(c4, "Memory:dev:d"), client.MemoryEntry{Key: "d0", Text: "x"}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("after a restart, a seventh entry of dev: %v", err)
+	}
+
+	// The ledger is no memory, and only dev's memories write to it.
+	if _, err := c4.Ask(ctx, "Memory:dev:memory.usage", &client.Message{MessageType: "memory.put", Data: []byte(`{"entry":{"key":"k","text":"x"}}`)}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("a put to the ledger: %v", err)
+	}
+	if _, err := c4.Ask(ctx, "Memory:dev:memory.usage", &client.Message{MessageType: "memory.release", Data: []byte(`{"key":"x"}`)}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a client writing to the ledger: %v", err)
+	}
+}
+
+// Register refuses an owner's bound the ledger cannot keep in one value.
+func TestMemoryOwnerBoundLimit(t *testing.T) {
+	if err := memory.Register(grain.NewRegistry(), memory.Config{MaxOwnerEntries: 20001}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("MaxOwnerEntries 20001: %v", err)
 	}
 }
