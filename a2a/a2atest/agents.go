@@ -182,7 +182,9 @@ func (a *Block) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	Started.N[owner]++
 	Started.Unlock()
 	if m.From != "" && m.Kind == grain.KindRequest {
-		if err := a.h.Send(ctx, m.From, &grain.Message{Message: "started"}); err != nil {
+		// The caller may see the push and cancel before Send returns: a
+		// Send that fails because the turn ended counts as cancelled below.
+		if err := a.h.Send(ctx, m.From, &grain.Message{Message: "started"}); err != nil && ctx.Err() == nil {
 			return nil, err
 		}
 	}
