@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -239,8 +240,13 @@ func (a *activation) saveKeyed(ctx context.Context, st StateStore, data []byte, 
 	ks, _ := st.(KeyedStateStore)
 	var next string
 	var err error
-	if ks != nil {
+	if ks != nil && (c.keyedTurn != uintptr(unsafe.Pointer(t)) || c.keyedID != t.msg.Id) {
 		next, err = ks.SaveKeyed(ctx, a.address(), data, etag, t.msg.IdempotencyKey)
+		if err == nil || outcomeUnknown(err) {
+			// The key is (or may be) recorded: the turn's later saves
+			// are plain ones.
+			c.keyedTurn, c.keyedID = uintptr(unsafe.Pointer(t)), t.msg.Id
+		}
 	} else {
 		next, err = st.Save(ctx, a.address(), data, etag)
 	}

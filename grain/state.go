@@ -58,6 +58,12 @@ type stateCursor struct {
 	// refused is the etag of a save refused as applied already under an
 	// idempotency key (see saveKeyed), or "". Guarded by turn.
 	refused string
+	// keyedTurn and keyedID name the turn, and its message, whose save
+	// recorded their idempotency key (see saveKeyed): the turn's address
+	// (not a pointer, which would keep the turn and its message) and the
+	// message's id. Guarded by turn.
+	keyedTurn uintptr
+	keyedID   string
 }
 
 // lostWrite is a write whose outcome is unknown.

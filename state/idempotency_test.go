@@ -46,7 +46,8 @@ func (s *lossyStore) SaveKeyed(ctx context.Context, addr grain.Address, data []b
 }
 
 // tally is a counter agent: "add" adds one to its stored count (with
-// State.Update) and replies with the count; "add-wait" also waits, after
+// State.Update) and replies with the count; "add2" adds one twice, saving
+// each time; "add-wait" also waits, after
 // the save, for its caller to give up.
 type tally struct{ n *grain.State[int] }
 
@@ -55,6 +56,11 @@ func (c *tally) OnActivate(ctx context.Context) error { return c.n.Load(ctx) }
 func (c *tally) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	if err := c.n.Update(ctx, func(n *int) error { *n++; return nil }); err != nil {
 		return nil, err
+	}
+	if m.Message == "add2" {
+		if err := c.n.Update(ctx, func(n *int) error { *n++; return nil }); err != nil {
+			return nil, err
+		}
 	}
 	if m.Message == "add-wait" {
 		<-ctx.Done()
@@ -140,6 +146,10 @@ func TestKeyedSaveExactlyOnce(t *testing.T) {
 		}
 		if r, err := ask(rt, "Tally:a", "add", "k2"); err != nil || r.Message != "3" {
 			t.Fatalf("next add: %v %v, want 3", r, err)
+		}
+		// A keyed turn may save more than once.
+		if r, err := ask(rt, "Tally:a", "add2", "k3"); err != nil || r.Message != "5" {
+			t.Fatalf("add2: %v %v, want 5", r, err)
 		}
 	})
 
