@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdbatch"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 	"github.com/agentsilo/agentsilo/internal/retry"
 )
@@ -40,17 +41,21 @@ import (
 // keys one EtcdStore makes increase, so the entries of one transaction keep
 // the order in which they were given to Append.
 //
-// etcd bounds a transaction to 128 operations and 1.5 MiB by default;
-// Append splits what it is given into transactions within MaxOps and
-// MaxBytes, committed one after another.
+// Publishes (Append) and acknowledgements (Ack) are written with group
+// commit (see etcdappend.go), in transactions shared with the other writes
+// of its etcd client that arrive together.
 type EtcdStore struct {
 	cli    *clientv3.Client
+	batch  *etcdbatch.Batcher // its writes and others', in shared transactions
 	root   string
 	logger *slog.Logger
 
 	// OpTimeout bounds each etcd request. Default 5 s.
 	OpTimeout time.Duration
-	// MaxOps and MaxBytes bound one transaction. Default 120 and 1 MiB.
+	// MaxOps and MaxBytes bound one transaction (etcd's --max-txn-ops and
+	// --max-request-bytes, less a margin): a published item whose copies
+	// take more than half of one is written in several. Default 128 and
+	// 1 MiB.
 	MaxOps, MaxBytes int
 	// Window is how long an idempotency key is remembered. Default 10 min.
 	Window time.Duration
@@ -95,10 +100,11 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 	_, _ = rand.Read(b[:])
 	return &EtcdStore{
 		cli:        cli,
+		batch:      etcdbatch.Of(cli),
 		root:       prefix + "topics/",
 		logger:     logger,
 		OpTimeout:  5 * time.Second,
-		MaxOps:     120,
+		MaxOps:     128,
 		MaxBytes:   1 << 20,
 		Window:     DefaultIdemWindow,
 		SessionTTL: 15 * time.Second,
@@ -109,7 +115,8 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 
 var _ Store = (*EtcdStore)(nil)
 
-// Txns returns how many write transactions the store committed.
+// Txns returns how many write transactions the store's writes took part
+// in (shared with others' for publishes and acknowledgements).
 func (s *EtcdStore) Txns() uint64 { return s.txns.Load() }
 
 func (s *EtcdStore) subKey(id string) string       { return s.root + "reg/sub/" + id }
@@ -427,159 +434,6 @@ func (s *EtcdStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 	})
 }
 
-// leaseFor returns a lease that keeps an idempotency key for at least the
-// window: one lease of 1.1 windows serves the keys of a tenth of a window.
-func (s *EtcdStore) leaseFor(ctx context.Context) (clientv3.LeaseID, error) {
-	s.leaseMu.Lock()
-	defer s.leaseMu.Unlock()
-	if s.lease != 0 && time.Since(s.leaseAt) < s.Window/10 {
-		return s.lease, nil
-	}
-	octx, cancel := bound(ctx, s.OpTimeout)
-	defer cancel()
-	ttl := int64((s.Window + s.Window/10 + time.Second - 1) / time.Second)
-	l, err := s.cli.Grant(octx, ttl)
-	if err != nil {
-		return 0, etcderr.FromCall(ctx, err, "topics: grant the idempotency lease")
-	}
-	s.lease, s.leaseAt = l.ID, time.Now()
-	return l.ID, nil
-}
-
-// Append implements Store.
-func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
-	var lease clientv3.LeaseID
-	for _, it := range items {
-		if it.IdemKey != "" {
-			var err error
-			if lease, err = s.leaseFor(ctx); err != nil {
-				return err
-			}
-			break
-		}
-	}
-	var cmps []clientv3.Cmp
-	var verGets []clientv3.Op
-	owners := make([]string, 0, len(versions))
-	for o := range versions {
-		owners = append(owners, o)
-	}
-	sort.Strings(owners)
-	for _, o := range owners {
-		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.verKey(o)), "=", versions[o]))
-		verGets = append(verGets, clientv3.OpGet(s.verKey(o), clientv3.WithKeysOnly()))
-	}
-	type part struct {
-		it   *Item
-		idem bool // the op is the item's idempotent nested txn
-	}
-	var (
-		ops      []clientv3.Op
-		parts    []part
-		finished []*Item // items whose every op is in ops
-		nops     int
-		bytes    int
-		pending  = len(items) > 0
-	)
-	commit := func() error {
-		if len(ops) == 0 && !pending {
-			return nil
-		}
-		octx, cancel := bound(ctx, s.OpTimeout)
-		tr, err := s.cli.Txn(octx).If(cmps...).Then(ops...).Else(verGets...).Commit()
-		cancel()
-		if err != nil {
-			return etcderr.FromCall(ctx, err, "publish")
-		}
-		if len(ops) > 0 {
-			s.txns.Add(1)
-		}
-		if !tr.Succeeded {
-			cur := make(map[string]int64, len(owners))
-			for i, o := range owners {
-				if kvs := tr.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
-					cur[o] = kvs[0].ModRevision
-				} else {
-					cur[o] = 0
-				}
-			}
-			return &StaleError{Versions: cur}
-		}
-		for i, p := range parts {
-			if !p.idem {
-				continue
-			}
-			nt := tr.Responses[i].GetResponseTxn()
-			if !nt.GetSucceeded() {
-				p.it.Duplicate = true
-				if rs := nt.GetResponses(); len(rs) > 0 {
-					if kvs := rs[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-						p.it.DuplicateOf = string(kvs[0].Value)
-					}
-				}
-			}
-		}
-		for _, it := range finished {
-			it.Done = true
-		}
-		ops, parts, finished, nops, bytes, pending = nil, nil, nil, 0, 0, false
-		return nil
-	}
-	for _, it := range items {
-		val, err := proto.Marshal(it.Entry)
-		if err != nil {
-			return errs.New(codes.Internal, "publish: %v", err)
-		}
-		subs := it.Subs
-		first := true
-		for first || len(subs) > 0 {
-			// As many of the item's copies as fit in this transaction (at
-			// least one; a new transaction if none fits).
-			idem := first && it.IdemKey != ""
-			room := s.MaxOps - nops
-			if idem {
-				room-- // its key
-			}
-			n := min(len(subs), max(room, 0))
-			if fit := (s.MaxBytes - bytes) / (len(val) + 64); n > fit {
-				n = max(fit, 0)
-			}
-			if n == 0 && len(subs) > 0 || room <= 0 {
-				if len(ops) > 0 {
-					if err := commit(); err != nil {
-						return err
-					}
-					pending = true
-					continue
-				}
-				n = min(len(subs), 1) // alone, it has to go
-			}
-			puts := make([]clientv3.Op, 0, n+1)
-			for _, id := range subs[:n] {
-				puts = append(puts, clientv3.OpPut(s.queuePrefix(id)+s.newKey(), string(val)))
-			}
-			subs = subs[n:]
-			if idem {
-				ik := s.idemKey(it.IdemKey)
-				puts = append(puts, clientv3.OpPut(ik, it.Entry.GetMessage().GetId(), clientv3.WithLease(lease)))
-				ops = append(ops, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ik), "=", 0)}, puts, []clientv3.Op{clientv3.OpGet(ik)}))
-				parts = append(parts, part{it: it, idem: true})
-			} else {
-				ops = append(ops, puts...)
-				for range puts {
-					parts = append(parts, part{it: it})
-				}
-			}
-			first = false
-			nops += len(puts)
-			bytes += n * (len(val) + 64)
-		}
-		finished = append(finished, it)
-		pending = true
-	}
-	return commit()
-}
-
 // FollowQueue implements Store.
 func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
 	prefix := s.queuePrefix(id)
@@ -614,30 +468,6 @@ func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEven
 			}
 		}
 	})
-}
-
-// Ack implements Store.
-func (s *EtcdStore) Ack(ctx context.Context, acks []AckKey) error {
-	for len(acks) > 0 {
-		n := min(len(acks), s.MaxOps)
-		ops := make([]clientv3.Op, 0, n)
-		seen := make(map[AckKey]bool, n)
-		for _, a := range acks[:n] {
-			if !seen[a] { // etcd refuses a key twice in one transaction
-				seen[a] = true
-				ops = append(ops, clientv3.OpDelete(s.queuePrefix(a.Sub)+a.Key))
-			}
-		}
-		octx, cancel := bound(ctx, s.OpTimeout)
-		_, err := s.cli.Txn(octx).Then(ops...).Commit()
-		cancel()
-		if err != nil {
-			return etcderr.FromCall(ctx, err, "acknowledge")
-		}
-		s.txns.Add(1)
-		acks = acks[n:]
-	}
-	return nil
 }
 
 // Update implements Store.

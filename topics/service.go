@@ -570,7 +570,7 @@ func (s *Service) commit(batch []*pubReq) {
 				continue
 			}
 			subs := r.Matching(p.topic)
-			it := &Item{Entry: p.entry, IdemKey: p.idem, Subs: make([]string, len(subs))}
+			it := &Item{Entry: p.entry, Owner: p.topic.Owner, IdemKey: p.idem, Subs: make([]string, len(subs))}
 			for i, sub := range subs {
 				it.Subs[i] = sub.Record.GetId()
 			}

@@ -59,10 +59,12 @@ type Store interface {
 
 	// Append queues each item's entry on the queues of its subscriptions,
 	// in order, and returns once they are durable, provided the version of
-	// every owner in versions is still the one given (0: none yet); if one
-	// changed, nothing is queued and the error is a *StaleError. An item
-	// whose IdemKey is set and was appended within the window is skipped
-	// (Duplicate is set on it, Id to the first's message id).
+	// its owner (Item.Owner; every owner in versions if it has none) is
+	// still the one given (0: none yet); if one changed, the error is a
+	// *StaleError, and the items not queued are those not Done (a store
+	// may queue none). An item whose IdemKey is set and was appended
+	// within the window is skipped (Duplicate is set on it, DuplicateOf to
+	// the first's message id).
 	Append(ctx context.Context, items []*Item, versions map[string]int64) error
 	// FollowQueue calls f with the entries of subscription id's queue, in
 	// order, then with each entry appended, changed or removed, until ctx
@@ -94,6 +96,9 @@ type Store interface {
 type Item struct {
 	Subs  []string // subscription ids
 	Entry *Entry
+	// Owner is the owner of its topic: the version Append checks for it
+	// (""; all those given).
+	Owner string
 	// IdemKey, if set, makes the append idempotent within the store's
 	// window: the scope (the topic's owner and the publisher) and the
 	// caller's key.

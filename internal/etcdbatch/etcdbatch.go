@@ -79,8 +79,20 @@ type Write struct {
 	alone      bool // it deletes a range: it goes in a transaction alone
 }
 
-// Err is the write's failure, once Do returned.
-func (w *Write) Err() error { return w.err }
+// ErrInFlight is the Err of a write that was in flight when Do returned
+// (its context ended): whether it is written is not known yet.
+var ErrInFlight = errors.New("etcdbatch: the write is in flight; its outcome is unknown")
+
+// Err is the write's failure once Do returned: nil if it was committed (its
+// results are then set), ErrInFlight if Do returned before it was settled.
+func (w *Write) Err() error {
+	select {
+	case <-w.done:
+		return w.err
+	default:
+		return ErrInFlight
+	}
+}
 
 // Batcher commits Writes with group commit. It runs a goroutine only while
 // writes are waiting or in flight. Safe for concurrent use.

@@ -1,0 +1,280 @@
+package topics
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/etcdbatch"
+	"github.com/agentsilo/agentsilo/internal/etcderr"
+)
+
+// Append implements Store with group commit (internal/etcdbatch): each
+// item is one writer of the transactions its etcd client shares with the
+// other publishes, acknowledgements and A2A task writes that arrive
+// together. An item's writer puts its copies (and its idempotency key) in
+// a nested transaction of its own, conditional on the version of its
+// topic's owner (and on the key being new): an item whose owner's
+// subscriptions changed is not queued (Append then returns a StaleError),
+// while the others of the same Append are.
+//
+// An item with more copies than half a transaction holds (MaxOps,
+// MaxBytes) goes in several, one after another: the first carries its
+// conditions, and the others are written only once the first was, so a
+// duplicate writes no copy at all.
+func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+	lease, err := s.idemLease(ctx, items)
+	if err != nil {
+		return err
+	}
+	a := &appender{s: s, versions: versions, lease: lease, stale: map[string]int64{}}
+	for o := range versions {
+		a.owners = append(a.owners, o)
+	}
+	sort.Strings(a.owners)
+	for _, it := range items {
+		val, err := proto.Marshal(it.Entry)
+		if err != nil {
+			return errs.New(codes.Internal, "publish: %v", err)
+		}
+		if n := s.copiesPerWrite(len(val)); len(it.Subs) <= n {
+			a.add(it, val)
+			continue
+		}
+		// Written in order: what came before it first.
+		if err := a.flush(ctx); err != nil {
+			return err
+		}
+		if err := a.appendLarge(ctx, it, val); err != nil {
+			return err
+		}
+	}
+	if err := a.flush(ctx); err != nil {
+		return err
+	}
+	if len(a.stale) > 0 {
+		return &StaleError{Versions: a.stale}
+	}
+	return nil
+}
+
+// idemLease is the lease of the idempotency keys, if an item has one.
+func (s *EtcdStore) idemLease(ctx context.Context, items []*Item) (clientv3.LeaseID, error) {
+	for _, it := range items {
+		if it.IdemKey != "" {
+			return s.leaseFor(ctx)
+		}
+	}
+	return 0, nil
+}
+
+// copiesPerWrite is how many copies of a value of size bytes one writer
+// holds: half a transaction, so that others fit beside it.
+func (s *EtcdStore) copiesPerWrite(size int) int {
+	return max(min(s.MaxOps/2-1, s.MaxBytes/2/(size+64)), 1)
+}
+
+// appender is one Append: the writers of its items waiting to be
+// committed together, and the versions found stale.
+type appender struct {
+	s        *EtcdStore
+	versions map[string]int64
+	owners   []string // of versions, sorted
+	lease    clientv3.LeaseID
+	pending  []pendingItem
+	stale    map[string]int64 // owner: its version now
+}
+
+type pendingItem struct {
+	it     *Item
+	owners []string
+	w      *etcdbatch.Write
+}
+
+// add queues it, whole, for the next flush.
+func (a *appender) add(it *Item, val []byte) {
+	owners := a.ownersOf(it)
+	w := a.conditional(it, owners)
+	w.Then = append(w.Then, a.copies(it.Subs, val)...)
+	a.pending = append(a.pending, pendingItem{it: it, owners: owners, w: w})
+}
+
+// flush commits the items queued and settles them.
+func (a *appender) flush(ctx context.Context) error {
+	if len(a.pending) == 0 {
+		return nil
+	}
+	ws := make([]*etcdbatch.Write, len(a.pending))
+	for i, p := range a.pending {
+		ws[i] = p.w
+	}
+	err := a.s.batch.Do(ctx, ws...)
+	a.s.countTxns(ws)
+	for _, p := range a.pending {
+		if p.w.Err() == nil && a.settle(p) {
+			p.it.Done = true
+		}
+	}
+	a.pending = nil
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "publish")
+	}
+	return nil
+}
+
+// appendLarge writes it in several transactions: the first with its
+// conditions, the others once it was written.
+func (a *appender) appendLarge(ctx context.Context, it *Item, val []byte) error {
+	n := a.s.copiesPerWrite(len(val))
+	owners := a.ownersOf(it)
+	first := a.conditional(it, owners)
+	first.Then = append(first.Then, a.copies(it.Subs[:n], val)...)
+	err := a.s.batch.Do(ctx, first)
+	a.s.countTxns([]*etcdbatch.Write{first})
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "publish")
+	}
+	if !a.settle(pendingItem{it: it, owners: owners, w: first}) || it.Duplicate {
+		it.Done = it.Duplicate
+		return nil
+	}
+	for rest := it.Subs[n:]; len(rest) > 0; {
+		m := min(n, len(rest))
+		w := &etcdbatch.Write{Then: a.copies(rest[:m], val)}
+		err := a.s.batch.Do(ctx, w)
+		a.s.countTxns([]*etcdbatch.Write{w})
+		if err != nil {
+			return etcderr.FromCall(ctx, err, "publish")
+		}
+		rest = rest[m:]
+	}
+	it.Done = true
+	return nil
+}
+
+// ownersOf is the owners whose versions it is conditional on: its own, or
+// all of them if it does not say.
+func (a *appender) ownersOf(it *Item) []string {
+	if _, ok := a.versions[it.Owner]; ok {
+		return []string{it.Owner}
+	}
+	return a.owners
+}
+
+// conditional is it's writer without its copies: if the versions of owners
+// are the ones given and its idempotency key (if any) is new, the key is
+// put; else the versions and the key are read (in that order).
+func (a *appender) conditional(it *Item, owners []string) *etcdbatch.Write {
+	s := a.s
+	w := &etcdbatch.Write{}
+	for _, o := range owners {
+		w.If = append(w.If, clientv3.Compare(clientv3.ModRevision(s.verKey(o)), "=", a.versions[o]))
+		w.Else = append(w.Else, clientv3.OpGet(s.verKey(o), clientv3.WithKeysOnly()))
+	}
+	if it.IdemKey != "" {
+		ik := s.idemKey(it.IdemKey)
+		w.If = append(w.If, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
+		w.Then = append(w.Then, clientv3.OpPut(ik, it.Entry.GetMessage().GetId(), clientv3.WithLease(a.lease)))
+		w.Else = append(w.Else, clientv3.OpGet(ik))
+	}
+	return w
+}
+
+// copies puts val at the end of the queues of subs.
+func (a *appender) copies(subs []string, val []byte) []clientv3.Op {
+	ops := make([]clientv3.Op, len(subs))
+	for i, id := range subs {
+		ops[i] = clientv3.OpPut(a.s.queuePrefix(id)+a.s.newKey(), string(val))
+	}
+	return ops
+}
+
+// settle reads what p's committed writer found: true if it was written or
+// is a duplicate (Duplicate set), false if its owner's version changed
+// (noted in a.stale).
+func (a *appender) settle(p pendingItem) bool {
+	if p.w.Succeeded {
+		return true
+	}
+	cur := make(map[string]int64, len(p.owners))
+	stale := false
+	for i, o := range p.owners {
+		cur[o] = 0 // absent: no subscription left
+		if kvs := p.w.Responses[i].GetResponseRange().GetKvs(); len(kvs) > 0 {
+			cur[o] = kvs[0].ModRevision
+		}
+		stale = stale || cur[o] != a.versions[o]
+	}
+	if stale {
+		for o, v := range cur {
+			a.stale[o] = v
+		}
+		return false
+	}
+	p.it.Duplicate = true
+	if kvs := p.w.Responses[len(p.owners)].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		p.it.DuplicateOf = string(kvs[0].Value)
+	}
+	return true
+}
+
+// countTxns counts the transactions ws were committed in.
+func (s *EtcdStore) countTxns(ws []*etcdbatch.Write) {
+	var last int64
+	for _, w := range ws {
+		if w.Err() == nil && w.Revision != last {
+			last = w.Revision
+			s.txns.Add(1)
+		}
+	}
+}
+
+// Ack implements Store: the deletions go in writers of up to 16 keys each,
+// shared with what else is being written.
+func (s *EtcdStore) Ack(ctx context.Context, acks []AckKey) error {
+	const per = 16
+	seen := make(map[AckKey]bool, len(acks))
+	var ws []*etcdbatch.Write
+	var w *etcdbatch.Write
+	for _, a := range acks {
+		if seen[a] { // etcd refuses a key twice in one transaction
+			continue
+		}
+		seen[a] = true
+		if w == nil || len(w.Then) == per {
+			w = &etcdbatch.Write{}
+			ws = append(ws, w)
+		}
+		w.Then = append(w.Then, clientv3.OpDelete(s.queuePrefix(a.Sub)+a.Key))
+	}
+	if len(ws) == 0 {
+		return nil
+	}
+	err := s.batch.Do(ctx, ws...)
+	s.countTxns(ws)
+	return etcderr.FromCall(ctx, err, "acknowledge")
+}
+
+// leaseFor returns a lease that keeps an idempotency key for at least the
+// window: one lease of 1.1 windows serves the keys of a tenth of a window.
+func (s *EtcdStore) leaseFor(ctx context.Context) (clientv3.LeaseID, error) {
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	if s.lease != 0 && time.Since(s.leaseAt) < s.Window/10 {
+		return s.lease, nil
+	}
+	octx, cancel := bound(ctx, s.OpTimeout)
+	defer cancel()
+	ttl := int64((s.Window + s.Window/10 + time.Second - 1) / time.Second)
+	l, err := s.cli.Grant(octx, ttl)
+	if err != nil {
+		return 0, etcderr.FromCall(ctx, err, "topics: grant the idempotency lease")
+	}
+	s.lease, s.leaseAt = l.ID, time.Now()
+	return l.ID, nil
+}
