@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -189,7 +191,9 @@ type series struct {
 	rates, ratios []float64
 	h             histogram
 	calls, errs   int64
-	cpu           [][]float64 // per cpuProcs entry: µs of CPU per call, per window
+	cpu           [][]float64          // per cpuProcs entry: µs of CPU per call, per window
+	others        []string             // further anchors measured in the same rounds (interleaveAll)
+	vs            map[string][]float64 // per round: rate / the rate of each of others
 }
 
 func (s *series) add(w window) {
@@ -229,7 +233,10 @@ type row struct {
 	// (this one, "self", and for the remote suite "node-b"), in µs: the
 	// median across windows of each window's CPU time over its calls.
 	CPU map[string]float64 `json:"cpu_us_per_call,omitempty"`
-	Run string             `json:"run,omitempty"`
+	// VsMedians is, for each further anchor measured in the same rounds,
+	// the median of the per-round rate ratios to it.
+	VsMedians map[string]float64 `json:"vs_ratio_medians,omitempty"`
+	Run       string             `json:"run,omitempty"`
 }
 
 func (s *series) row(run string) row {
@@ -255,6 +262,12 @@ func (s *series) row(run string) row {
 		}
 		r.CPU[cpuProcs[i].name] = round(median(xs), 2)
 	}
+	for o, xs := range s.vs {
+		if r.VsMedians == nil {
+			r.VsMedians = make(map[string]float64)
+		}
+		r.VsMedians[o] = round(median(xs), 4)
+	}
 	if len(s.ratios) > 0 {
 		r.Ratios = roundAll(s.ratios, 4)
 		m := round(median(s.ratios), 4)
@@ -277,6 +290,39 @@ func interleave(rounds int, warm, win time.Duration, yield bool, n int, anchor, 
 		}
 		subject.ratios = append(subject.ratios, ratio)
 		logf("n=%d round %d/%d: %s %.0f/s, %s %.0f/s (%.1f%%)", n, r+1, rounds, anchor.bench, a.rate, subject.bench, s.rate, 100*ratio)
+	}
+}
+
+// interleaveAll runs rounds of one window of each of ss, in order, so that
+// all see the same machine state. A series with an anchor among ss records
+// each round's rate ratio to it; a series with others records its ratio to
+// each of them too (vs).
+func interleaveAll(rounds int, warm, win time.Duration, yield bool, n int, ss []*series, callers []func(w int) callFunc) {
+	for r := range rounds {
+		rates := map[string]float64{}
+		for i, s := range ss {
+			w := runWindowYield(n, warm, win, yield, callers[i])
+			s.add(w)
+			rates[s.bench] = w.rate
+		}
+		line := fmt.Sprintf("n=%d round %d/%d:", n, r+1, rounds)
+		for _, s := range ss {
+			line += fmt.Sprintf(" %s %.0f/s", s.bench, rates[s.bench])
+			if a := rates[s.anchor]; s.anchor != "" && a > 0 {
+				s.ratios = append(s.ratios, rates[s.bench]/a)
+				line += fmt.Sprintf(" (%.1f%% of %s)", 100*rates[s.bench]/a, s.anchor)
+			}
+			for _, o := range s.others {
+				if a := rates[o]; a > 0 {
+					if s.vs == nil {
+						s.vs = map[string][]float64{}
+					}
+					s.vs[o] = append(s.vs[o], rates[s.bench]/a)
+				}
+			}
+			line += ","
+		}
+		logf("%s", strings.TrimSuffix(line, ","))
 	}
 }
 

@@ -236,7 +236,17 @@ func runNodeB(args []string) error {
 	srv.RegisterService(&echoDesc, nil)
 	go srv.Serve(lis)
 	defer srv.Stop()
-	fmt.Printf("ready %s\n", lis.Addr())
+	// The envelope anchors on a server of their own, with the peer
+	// server's flow-control windows.
+	envLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	envSrv := grpc.NewServer(envServerOptions()...)
+	envSrv.RegisterService(&envDesc, nil)
+	go envSrv.Serve(envLis)
+	defer envSrv.Stop()
+	fmt.Printf("ready %s %s\n", lis.Addr(), envLis.Addr())
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		cancel()
@@ -347,8 +357,9 @@ func runRemote(args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("node-b did not start: %v", err)
 	}
-	echoAddr, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
-	if !ok {
+	addrsLine, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
+	echoAddr, envAddr, ok2 := strings.Cut(addrsLine, " ")
+	if !ok || !ok2 {
 		return fmt.Errorf("node-b said %q", line)
 	}
 
@@ -394,6 +405,16 @@ func runRemote(args []string, out io.Writer) error {
 		return err
 	}
 	defer echo.close()
+	envOne, err := dialEnv(ctx, envAddr, false)
+	if err != nil {
+		return err
+	}
+	defer envOne.close()
+	envBatch, err := dialEnv(ctx, envAddr, true)
+	if err != nil {
+		return err
+	}
+	defer envBatch.close()
 
 	stopProf, err := lf.prof.start()
 	if err != nil {
@@ -401,16 +422,23 @@ func runRemote(args []string, out io.Writer) error {
 	}
 	defer stopProf()
 	for _, n := range lf.ns {
+		// Rounds of the three anchors and the cross-silo Ask: the 8-byte
+		// integer echo, the same envelopes as the Ask's one per stream
+		// message, and batched as the peer stream batches them (the
+		// remote row's anchor; see envanchor.go).
 		anchor := &series{bench: "grpc-stream", n: n}
-		subject := &series{bench: "remote", n: n, anchor: "grpc-stream"}
+		one := &series{bench: "grpc-env", n: n, anchor: "grpc-stream"}
+		batched := &series{bench: "grpc-env-batch", n: n, anchor: "grpc-stream", others: []string{"grpc-env"}}
+		subject := &series{bench: "remote", n: n, anchor: "grpc-env-batch", others: []string{"grpc-stream", "grpc-env"}}
 		b0, e0 := peerBatches(a)
-		interleave(lf.rounds, lf.warmup, lf.window, lf.yield, n, anchor, subject,
-			echo.caller, localCaller(rt, addrs, n))
+		interleaveAll(lf.rounds, lf.warmup, lf.window, lf.yield, n, []*series{anchor, one, batched, subject},
+			[]func(int) callFunc{echo.caller, envOne.caller(addrs, n), envBatch.caller(addrs, n), localCaller(rt, addrs, n)})
 		if b1, e1 := peerBatches(a); b1 > b0 {
 			logf("n=%d: node-a wrote %.0f requests in %.0f stream messages (%.1f a message)", n, e1-e0, b1-b0, (e1-e0)/(b1-b0))
 		}
-		emit(out, anchor.row(lf.run))
-		emit(out, subject.row(lf.run))
+		for _, s := range []*series{anchor, one, batched, subject} {
+			emit(out, s.row(lf.run))
+		}
 		if tlsRT != nil {
 			// What mutual TLS costs: the plain pair is the anchor.
 			plain := &series{bench: "remote", n: n}
