@@ -26,6 +26,9 @@ type call struct {
 	// traceparent is the request's W3C trace context, if any: the Ask
 	// continues its trace.
 	traceparent string
+	// zeroPage: the request is a ListTasks with an explicit pageSize of 0
+	// (see corners.go).
+	zeroPage bool
 }
 
 type callKey struct{}

@@ -62,10 +62,17 @@ func (g guard) Before(ctx context.Context, cc *a2asrv.CallContext, req *a2asrv.R
 		if _, err := toAgentMessage(p.Message); err != nil {
 			return ctx, nil, err
 		}
+		if err := g.s.checkTaskOpen(ctx, p); err != nil {
+			return ctx, nil, err
+		}
 		if p.Config != nil && p.Config.PushConfig != nil {
 			if err := checkConfig(p.Config.PushConfig); err != nil {
 				return ctx, nil, err
 			}
+		}
+	case *spec.ListTasksRequest:
+		if err := checkListTasks(c, p); err != nil {
+			return ctx, nil, err
 		}
 	case *spec.PushConfig:
 		if err := checkConfig(p); err != nil {

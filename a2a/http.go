@@ -120,12 +120,13 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		c.err = errors.New("no principal")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
+	notePageSize(c, r, rest)
 	r = r.WithContext(withCall(r.Context(), c))
 	switch rest {
 	case "":
 		s.jsonrpc.ServeHTTP(w, r)
 	case v03Path:
-		s.v03.ServeHTTP(w, r)
+		s.v03.ServeHTTP(&jsonErrors{ResponseWriter: w}, r) // see corners.go
 	default:
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = rest
