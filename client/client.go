@@ -533,6 +533,9 @@ var resend = &agentsilov1.Result{}
 func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bool, _ error) {
 	st, err := c.stream(ctx)
 	if err != nil {
+		if code := errs.Code(err); code == codes.DeadlineExceeded || code == codes.Canceled {
+			err = errs.Wrap(code, err, "call %s: not sent, so it did not run", m.GetTo())
+		}
 		return nil, false, err
 	}
 	id := c.nextID.Add(1)
@@ -581,7 +584,7 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 	case <-ctx.Done():
 		// Tell the gateway to stop; if the stream is gone, so is the call.
 		_ = st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: id}}})
-		return nil, false, ctxErr(ctx, "call "+m.GetTo())
+		return nil, false, callCtxErr(ctx, m.GetTo(), true)
 	}
 }
 
@@ -592,7 +595,7 @@ func (st *stream) waitDone(ctx context.Context, m *Message) error {
 	case <-st.done:
 		return nil
 	case <-ctx.Done():
-		return ctxErr(ctx, "call "+m.GetTo())
+		return callCtxErr(ctx, m.GetTo(), false)
 	}
 }
 
@@ -800,6 +803,19 @@ func wrap(err error, what string) error {
 		return errs.New(e.Code(), "%s: %s", what, e.Message())
 	}
 	return fmt.Errorf("%s: %w", what, err)
+}
+
+// callCtxErr is the error of a call to "to" whose ctx ended: after it was
+// sent (it may have run) or before (it did not).
+func callCtxErr(ctx context.Context, to string, sent bool) error {
+	how := "before it was sent, so it did not run"
+	if sent {
+		how = "after it was sent: it may have run"
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errs.New(codes.Canceled, "call %s: cancelled %s", to, how)
+	}
+	return errs.New(codes.DeadlineExceeded, "call %s: deadline exceeded %s", to, how)
 }
 
 func ctxErr(ctx context.Context, what string) error {
