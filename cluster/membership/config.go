@@ -95,6 +95,11 @@ type Config struct {
 	// (--gossip-key-file; see keyring.go), read again when it changes.
 	// Empty: gossip is plaintext and unauthenticated.
 	KeyFile string
+	// PeerCAFile, if set, is the CA file of the peer port's mutual TLS
+	// (--peer-tls-ca): the silo's peers use TLS, and its record carries
+	// the fingerprints of the CA certificates (see Security). Empty: the
+	// peer port is plain.
+	PeerCAFile string
 	// Gossip, if set, adjusts the memberlist configuration after the
 	// defaults (see gossipConfig) are applied.
 	Gossip func(*memberlist.Config)

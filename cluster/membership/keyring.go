@@ -119,7 +119,8 @@ func (k *keyring) reload() (bool, error) {
 	return true, nil
 }
 
-// keyringLoop follows the key file until the membership closes.
+// keyringLoop follows the key file, and the peer CA file, until the
+// membership closes, keeping the record's security fingerprint true.
 func (m *Membership) keyringLoop() {
 	defer m.wg.Done()
 	t := time.NewTicker(keyringCheck)
@@ -130,12 +131,15 @@ func (m *Membership) keyringLoop() {
 			return
 		case <-t.C:
 		}
-		changed, err := m.keys.reload()
-		switch {
-		case err != nil:
-			m.log.Warn("gossip key file not reloaded; the keys in use stay", "file", m.keys.path, "err", err)
-		case changed:
-			m.log.Info("gossip keys reloaded", "file", m.keys.path, "keys", len(m.keys.ring.GetKeys()))
+		if m.keys != nil {
+			changed, err := m.keys.reload()
+			switch {
+			case err != nil:
+				m.log.Warn("gossip key file not reloaded; the keys in use stay", "file", m.keys.path, "err", err)
+			case changed:
+				m.log.Info("gossip keys reloaded", "file", m.keys.path, "keys", len(m.keys.ring.GetKeys()))
+			}
 		}
+		m.refreshSecurity()
 	}
 }

@@ -39,6 +39,10 @@ type Membership struct {
 	self       Member
 	ml         *memberlist.Memberlist
 	keys       *keyring // nil: gossip in the clear
+	sec        atomic.Pointer[Security]
+	// refused holds the leases of records admit kept out of the view
+	// (watch goroutine only).
+	refused map[int64]bool
 
 	ctx    context.Context // background work; cancelled by Close
 	cancel context.CancelFunc
@@ -143,12 +147,18 @@ func New(cfg Config) (*Membership, error) {
 		alive:         make(map[string]string),
 		gossipChanged: make(chan struct{}),
 		retired:       make(map[clientv3.LeaseID]bool),
+		refused:       make(map[int64]bool),
 	}
 	if cfg.KeyFile != "" {
 		if m.keys, err = newKeyring(cfg.KeyFile); err != nil {
 			return nil, errs.New(codes.InvalidArgument, "%v", err)
 		}
 	}
+	sec, err := m.readSecurity()
+	if err != nil {
+		return nil, errs.New(codes.InvalidArgument, "%v", err)
+	}
+	m.sec.Store(&sec)
 	m.key = m.dir + cfg.Name
 	m.ctx, m.cancel = context.WithCancel(context.Background())
 	return m, nil
@@ -190,6 +200,8 @@ func (m *Membership) Start(ctx context.Context) error {
 	if m.keys != nil {
 		mc.Keyring = m.keys.ring
 		mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	}
+	if m.keys != nil || cfg.PeerCAFile != "" {
 		m.wg.Add(1)
 		go m.keyringLoop()
 	}
@@ -233,10 +245,11 @@ func (m *Membership) Start(ctx context.Context) error {
 	go m.gossipLoop()
 
 	// The record.
-	rec, err := json.Marshal(m.self)
+	rec, err := json.Marshal(m.record(false))
 	if err != nil {
 		return errs.New(codes.Internal, "membership: %v", err)
 	}
+	var created int64 // the record's create revision
 	for {
 		tx, err := m.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(m.key), "=", 0)).
@@ -246,6 +259,7 @@ func (m *Membership) Start(ctx context.Context) error {
 			return etcderr.FromCall(ctx, err, "membership: write member record")
 		}
 		if tx.Succeeded {
+			created = tx.Header.Revision
 			break
 		}
 		m.log.Warn("membership: a silo with this name is still registered; waiting for its record to go", "key", m.key)
@@ -259,8 +273,13 @@ func (m *Membership) Start(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	// Refused if a member of the cluster before this silo cannot talk to
+	// it (see security.go); the record goes with the lease (abort).
+	if err := m.checkOlder(ctx, created); err != nil {
+		return err
+	}
 	ok = true
-	m.log.Info("joined the cluster", "gossip_addr", m.self.GossipAddr, "lease", fmt.Sprintf("%x", int64(m.lease)), "members", len(m.View().Members))
+	m.log.Info("joined the cluster", "gossip_addr", m.self.GossipAddr, "security", m.Security().String(), "lease", fmt.Sprintf("%x", int64(m.lease)), "members", len(m.View().Members))
 	return nil
 }
 
@@ -281,8 +300,8 @@ func (m *Membership) View() View {
 	return m.view
 }
 
-// Self returns this silo's record.
-func (m *Membership) Self() Member { return m.self }
+// Self returns this silo's record (not marked leaving).
+func (m *Membership) Self() Member { return m.record(false) }
 
 // MarkLeaving marks the silo's record as leaving: from the view in which
 // every silo sees it, the silo owns no addresses (View.Owners leaves it out),
@@ -296,9 +315,7 @@ func (m *Membership) MarkLeaving(ctx context.Context) error {
 	}
 	m.leaving = true
 	m.mu.Unlock()
-	leaving := m.self
-	leaving.Leaving = true
-	rec, err := json.Marshal(leaving)
+	rec, err := json.Marshal(m.record(true))
 	if err != nil {
 		return errs.New(codes.Internal, "membership: %v", err)
 	}
@@ -333,9 +350,7 @@ func (m *Membership) Leave(ctx context.Context) error {
 	m.mu.Unlock()
 
 	var errList []error
-	leaving := m.self
-	leaving.Leaving = true
-	if rec, err := json.Marshal(leaving); err == nil && !already {
+	if rec, err := json.Marshal(m.record(true)); err == nil && !already {
 		_, err := m.client.Txn(ctx).
 			If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
 			Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()

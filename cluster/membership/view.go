@@ -22,6 +22,9 @@ type Member struct {
 	// Leaving is set by Leave just before the record is removed: the silo
 	// has stopped serving and its addresses may be taken over at once.
 	Leaving bool `json:"leaving,omitempty"`
+	// Security is the fingerprint of the silo's security settings (see
+	// Security); not Known in the record of a silo of an older version.
+	Security Security `json:"security,omitzero"`
 }
 
 // View is a membership view: the members in etcd at revision Version.

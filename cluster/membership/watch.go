@@ -75,7 +75,7 @@ func (m *Membership) watchOnce() error {
 	}
 	members := make(map[string]Member, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if mi, ok := m.decode(kv); ok {
+		if mi, ok := m.decode(kv); ok && m.admit(mi) {
 			members[mi.Name] = mi
 		}
 	}
@@ -188,12 +188,15 @@ func (m *Membership) apply(events []*clientv3.Event, expired map[clientv3.LeaseI
 		name := strings.TrimPrefix(string(ev.Kv.Key), m.dir)
 		switch ev.Type {
 		case clientv3.EventTypePut:
-			if mi, ok := m.decode(ev.Kv); ok {
+			if mi, ok := m.decode(ev.Kv); ok && m.admit(mi) {
 				members[name] = mi
 			} else {
 				delete(members, name)
 			}
 		case clientv3.EventTypeDelete:
+			if _, ok := members[name]; !ok && m.wasRefused(ev.PrevKv) {
+				continue // never in the view: no departure
+			}
 			d := departure{at: now, fence: m.fenceAfter}
 			if old, ok := members[name]; ok {
 				d.fence = fenceOf(old, m.fenceAfter)
