@@ -17,6 +17,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/agentsilo/agentsilo/internal/etcdbatch"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
@@ -36,6 +37,10 @@ import (
 // for subscribers on other silos (remoteReader), and, in the same
 // transaction, keeps the task's marker under a2a/active/ while the task is
 // being worked on (see activeState), for the reaper.
+//
+// Writes go through the etcd client's group commit (internal/etcdbatch),
+// each a nested transaction with its own condition in a transaction shared
+// with the other writes that arrive together.
 //
 // Methods are safe for concurrent use.
 type taskStore struct {
@@ -170,7 +175,10 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 			// The push configs, to put them on the same lease.
 			ops = append(ops, clientv3.OpGet(s.prefix+pushDir+string(id)+"/", clientv3.WithPrefix()))
 		}
-		resp, err := s.cli.Txn(ctx).If(cond).Then(ops...).Else(clientv3.OpGet(key, clientv3.WithKeysOnly())).Commit()
+		// Through the client's group commit: the writes of tasks that
+		// arrive together (and topics' publishes) share a transaction.
+		w := &etcdbatch.Write{If: []clientv3.Cmp{cond}, Then: ops, Else: []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}}
+		err := etcdbatch.Of(s.cli).Do(ctx, w)
 		if err != nil && lease != 0 && !retried && leaseGone(err) {
 			s.retain.forget(lease)
 			if lease, err = s.retain.lease(ctx); err != nil {
@@ -181,13 +189,13 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 		if err != nil {
 			return 0, false, etcderr.FromCall(ctx, err, "a2a: task store: write task %s", id)
 		}
-		if resp.Succeeded {
+		if w.Succeeded {
 			if lease != 0 {
-				s.retainPushConfigs(ctx, id, lease, resp.Responses[2].GetResponseRange().Kvs)
+				s.retainPushConfigs(ctx, id, lease, w.Responses[2].GetResponseRange().Kvs)
 			}
-			return resp.Header.Revision, true, nil
+			return w.Revision, true, nil
 		}
-		exists = len(resp.Responses) > 0 && len(resp.Responses[0].GetResponseRange().Kvs) > 0
+		exists = len(w.Responses) > 0 && len(w.Responses[0].GetResponseRange().Kvs) > 0
 		return 0, exists, nil
 	}
 }
