@@ -522,9 +522,78 @@ func fastEnvelope(buf []byte) (*Envelope, error) {
 	return e, nil
 }
 
-// fastMessage reads buf into the empty m. Its singular strings share one
-// allocation.
+// smallMessage is the size up to which fastMessage copies a message's wire
+// bytes whole, in one pass: its strings are substrings of the copy, which
+// holds its tags and data too (at most this many bytes kept that a two-pass
+// read would not keep).
+const smallMessage = 512
+
+// fastMessage reads buf into the empty m. Its singular strings (and files)
+// share one allocation.
 func fastMessage(buf []byte, m *agentsilov1.AgentMessage) error {
+	if len(buf) <= smallMessage {
+		return fastSmallMessage(buf, m)
+	}
+	return fastLargeMessage(buf, m)
+}
+
+// fastSmallMessage is fastMessage in one pass: buf is copied into one
+// string, and the string fields are its substrings.
+func fastSmallMessage(buf []byte, m *agentsilov1.AgentMessage) error {
+	all := string(buf)
+	var seen uint32 // the singular string fields read
+	for pos := 0; pos < len(buf); {
+		num, typ, n := protowire.ConsumeTag(buf[pos:])
+		if n < 0 {
+			return errSlow
+		}
+		pos += n
+		if num == fMsgKind || num == fMsgAttempt {
+			x, n := consumeVarintField(buf[pos:], typ)
+			if n < 0 {
+				return errSlow
+			}
+			pos += n
+			if num == fMsgKind {
+				m.Kind = agentsilov1.Kind(int32(x))
+			} else {
+				m.Attempt = uint32(x)
+			}
+			continue
+		}
+		field := stringField(m, num)
+		if field == nil && num != fMsgData && num != fMsgFiles {
+			return errSlow // state, deadline, unknown: proto.Unmarshal
+		}
+		if typ != protowire.BytesType {
+			return errSlow
+		}
+		v, n := protowire.ConsumeBytes(buf[pos:])
+		if n < 0 {
+			return errSlow
+		}
+		from := pos + n - len(v)
+		pos += n
+		switch {
+		case num == fMsgData:
+			m.Data = append(make([]byte, 0, len(v)), v...)
+		case !utf8.Valid(v):
+			return errInvalidUTF8
+		case num == fMsgFiles:
+			m.Files = append(m.Files, all[from:pos])
+		case seen&(1<<num) != 0:
+			return errSlow // a repeat: the last one wins; proto.Unmarshal
+		default:
+			seen |= 1 << num
+			*field = all[from:pos]
+		}
+	}
+	return nil
+}
+
+// fastLargeMessage is fastMessage in two passes: the first sizes the
+// strings, the second copies them into one backing, and the data apart.
+func fastLargeMessage(buf []byte, m *agentsilov1.AgentMessage) error {
 	type span struct {
 		num      protowire.Number
 		from, to int // in the strings' backing

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"fmt"
 	"testing"
 
@@ -166,7 +167,16 @@ func TestPeerCodecEveryField(t *testing.T) {
 		}
 		return b
 	}
-	cases = append(cases, fieldCase{path: "every fast field", batch: all(false)}, fieldCase{path: "every slow field", slow: true, batch: all(true)})
+	// And every fast field of a message over smallMessage, which the fast
+	// path reads in two passes.
+	large := all(false)
+	for _, e := range large.Envelopes {
+		if e.Message != nil {
+			e.Message.Data = bytes.Repeat([]byte{0xfe}, 2*smallMessage)
+		}
+	}
+	cases = append(cases, fieldCase{path: "every fast field", batch: all(false)}, fieldCase{path: "every fast field, large", batch: large},
+		fieldCase{path: "every slow field", slow: true, batch: all(true)})
 	names := map[string]bool{}
 	for _, c := range cases {
 		names[c.path] = true
