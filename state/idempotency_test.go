@@ -22,7 +22,7 @@ import (
 // etcd leader changes, or the request times out, after the write was
 // applied).
 type lossyStore struct {
-	*Etcd
+	grain.KeyedStateStore
 	lose  atomic.Int32
 	saved chan struct{} // if not nil, told of every save that landed
 }
@@ -38,11 +38,11 @@ func (s *lossyStore) afterCommit(etag string, err error) (string, error) {
 }
 
 func (s *lossyStore) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
-	return s.afterCommit(s.Etcd.Save(ctx, addr, data, etag))
+	return s.afterCommit(s.KeyedStateStore.Save(ctx, addr, data, etag))
 }
 
 func (s *lossyStore) SaveKeyed(ctx context.Context, addr grain.Address, data []byte, etag, key string) (string, error) {
-	return s.afterCommit(s.Etcd.SaveKeyed(ctx, addr, data, etag, key))
+	return s.afterCommit(s.KeyedStateStore.SaveKeyed(ctx, addr, data, etag, key))
 }
 
 // tally is a counter agent: "add" adds one to its stored count (with
@@ -100,7 +100,13 @@ func tallyRuntime(t *testing.T, store grain.StateStore) *grain.Runtime {
 // with the save refuses the retry's save), and when the caller gave up
 // after the save. The count is then right for the next request.
 func TestKeyedSaveExactlyOnce(t *testing.T) {
-	store := &lossyStore{Etcd: NewEtcd(etcdtest.Start(t).Client(t), "/idem")}
+	exactlyOnce(t, NewEtcd(etcdtest.Start(t).Client(t), "/idem"))
+}
+
+// exactlyOnce is TestKeyedSaveExactlyOnce on ks (the PostgreSQL store's
+// test runs it too).
+func exactlyOnce(t *testing.T, ks grain.KeyedStateStore) {
+	store := &lossyStore{KeyedStateStore: ks}
 	ctx := t.Context()
 	ask := func(rt *grain.Runtime, to, text, key string) (*grain.Message, error) {
 		return rt.Ask(ctx, &grain.Message{From: "Session:alice:s", To: to, Message: text, IdempotencyKey: key})
@@ -204,13 +210,26 @@ func TestKeyedSaveExactlyOnce(t *testing.T) {
 	})
 }
 
-// The etcd store keeps the key with the save, in one transaction: a second
-// save under the key writes nothing, even with the new etag; Applied finds
-// the key and the save's etag; another key, or another agent with the same
-// key, is not affected.
+// The etcd store keeps the key with the save, in one transaction, on a
+// lease of at least KeyWindow.
 func TestEtcdSaveKeyed(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s := NewEtcd(cli, "/keyed")
+	keyedConformance(t, NewEtcd(cli, "/keyed"))
+	resp, err := cli.Get(t.Context(), "/keyed/state-keys/Notes:alice:n1/k")
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("record: %v, %v", resp, err)
+	}
+	ttl, err := cli.TimeToLive(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease))
+	if err != nil || ttl.GrantedTTL < int64(KeyWindow.Seconds()) {
+		t.Fatalf("lease %+v, %v: want a TTL of at least %v", ttl, err, KeyWindow)
+	}
+}
+
+// keyedConformance checks what a grain.KeyedStateStore promises: a second
+// save under a key writes nothing, even with the new etag; Applied finds
+// the key and the save's etag; another key, or another agent with the same
+// key, is not affected; a save refused for its etag records no key.
+func keyedConformance(t *testing.T, s grain.KeyedStateStore) {
 	ctx := t.Context()
 	a := grain.Address{Type: "Notes", Owner: "alice", Alias: "n1"}
 	b := grain.Address{Type: "Notes", Owner: "alice", Alias: "n2"}
@@ -241,14 +260,5 @@ func TestEtcdSaveKeyed(t *testing.T) {
 	wantConflict(t, err)
 	if _, ok, _ := s.Applied(ctx, a, "k3"); ok {
 		t.Fatal("a conflicting save recorded its key")
-	}
-	// The record is on a lease of at least KeyWindow.
-	resp, err := cli.Get(ctx, "/keyed/state-keys/Notes:alice:n1/k")
-	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
-		t.Fatalf("record: %v, %v", resp, err)
-	}
-	ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
-	if err != nil || ttl.GrantedTTL < int64(KeyWindow.Seconds()) {
-		t.Fatalf("lease %+v, %v: want a TTL of at least %v", ttl, err, KeyWindow)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -36,13 +37,24 @@ var validTable = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,50}$`)
 // decimal. A save is an INSERT ... ON CONFLICT DO NOTHING for etag "" and an
 // UPDATE ... WHERE version = etag otherwise; a delete is a DELETE ... WHERE
 // version = etag. Methods are safe for concurrent use.
+//
+// A save under an idempotency key (SaveKeyed) also claims the row (address,
+// key) of the table <table>_keys in the same transaction, and is refused if
+// the row is there and younger than KeyWindow; older rows are removed by a
+// sweep at most once a minute.
 type Postgres struct {
 	pool  *pgxpool.Pool
 	own   bool // Close closes pool
 	table string
 
 	load, insert, update, del, exists, version string
+	claimKey, setKey, keyVersion, sweepKeys    string
+
+	sweepMu   sync.Mutex
+	lastSweep time.Time
 }
+
+var _ grain.KeyedStateStore = (*Postgres)(nil)
 
 // OpenPostgres connects a pool of its own to the database at url (a
 // postgres:// URL or key=value string, as pgxpool.ParseConfig takes it) and
@@ -77,6 +89,7 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table string) (*Postgr
 	}
 	t := pgx.Identifier{table}.Sanitize()
 	seq := pgx.Identifier{table + "_version"}.Sanitize()
+	k := pgx.Identifier{table + "_keys"}.Sanitize()
 	s := &Postgres{
 		pool:    pool,
 		table:   table,
@@ -86,6 +99,12 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table string) (*Postgr
 		del:     `DELETE FROM ` + t + ` WHERE address = $1 AND version = $2`,
 		exists:  `SELECT EXISTS (SELECT 1 FROM ` + t + ` WHERE address = $1)`,
 		version: `SELECT COALESCE((SELECT version FROM ` + t + ` WHERE address = $1), 0)`,
+		// A fresh claim, or one over an expired row, returns a row; a
+		// claim of a key recorded within the window returns none.
+		claimKey:   `INSERT INTO ` + k + ` AS k (address, key, version, at) VALUES ($1, $2, 0, now()) ON CONFLICT (address, key) DO UPDATE SET version = 0, at = now() WHERE k.at < now() - make_interval(secs => $3) RETURNING version`,
+		setKey:     `UPDATE ` + k + ` SET version = $3 WHERE address = $1 AND key = $2`,
+		keyVersion: `SELECT version FROM ` + k + ` WHERE address = $1 AND key = $2 AND at >= now() - make_interval(secs => $3)`,
+		sweepKeys:  `DELETE FROM ` + k + ` WHERE at < now() - make_interval(secs => $1)`,
 	}
 	what := text("create the state table " + table)
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
@@ -97,7 +116,10 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool, table string) (*Postgr
 		if _, err := tx.Exec(octx, `CREATE SEQUENCE IF NOT EXISTS `+seq); err != nil {
 			return err
 		}
-		_, err := tx.Exec(octx, `CREATE TABLE IF NOT EXISTS `+t+` (address text PRIMARY KEY, data bytea NOT NULL, version bigint NOT NULL)`)
+		if _, err := tx.Exec(octx, `CREATE TABLE IF NOT EXISTS `+t+` (address text PRIMARY KEY, data bytea NOT NULL, version bigint NOT NULL)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(octx, `CREATE TABLE IF NOT EXISTS `+k+` (address text NOT NULL, key text NOT NULL, version bigint NOT NULL, at timestamptz NOT NULL, PRIMARY KEY (address, key))`)
 		return err
 	})
 	if err != nil {
@@ -154,9 +176,103 @@ func (s *Postgres) Save(ctx context.Context, addr grain.Address, data []byte, et
 	case errors.Is(err, pgx.ErrNoRows):
 		return "", conflict(what, etag, s.current(octx, addr))
 	case err != nil:
-		return "", pgFail(ctx, what, err)
+		return "", pgFailWrite(ctx, what, err)
 	}
 	return strconv.FormatInt(next, 10), nil
+}
+
+// SaveKeyed implements grain.KeyedStateStore: Save, and the claim of
+// (addr, key) in the same transaction, unless key was claimed for addr
+// within KeyWindow: then nothing is written and the error is
+// grain.ErrApplied (AlreadyExists).
+func (s *Postgres) SaveKeyed(ctx context.Context, addr grain.Address, data []byte, etag, key string) (string, error) {
+	what := opOn("save", addr)
+	version, err := parseETag(etag, what)
+	if err != nil {
+		return "", err
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	s.sweep(ctx)
+	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	var next, applied int64
+	var stale bool
+	err = pgx.BeginFunc(octx, s.pool, func(tx pgx.Tx) error {
+		var claimed int64
+		switch err := tx.QueryRow(octx, s.claimKey, addr.String(), key, KeyWindow.Seconds()).Scan(&claimed); {
+		case errors.Is(err, pgx.ErrNoRows):
+			if err := tx.QueryRow(octx, s.keyVersion, addr.String(), key, KeyWindow.Seconds()).Scan(&applied); err != nil {
+				return err
+			}
+			return errApplied
+		case err != nil:
+			return err
+		}
+		var row pgx.Row
+		if version == 0 {
+			row = tx.QueryRow(octx, s.insert, addr.String(), data)
+		} else {
+			row = tx.QueryRow(octx, s.update, addr.String(), data, version)
+		}
+		switch err := row.Scan(&next); {
+		case errors.Is(err, pgx.ErrNoRows):
+			stale = true
+			return errStale // roll back the claim
+		case err != nil:
+			return err
+		}
+		_, err := tx.Exec(octx, s.setKey, addr.String(), key, next)
+		return err
+	})
+	switch {
+	case stale:
+		return "", conflict(what, etag, s.current(octx, addr))
+	case errors.Is(err, errApplied):
+		return "", errs.Wrap(codes.AlreadyExists, grain.ErrApplied, "%s: a save with idempotency key %q landed already (etag %d), so this one wrote nothing; its change is not applied twice", what, key, applied)
+	case err != nil:
+		return "", pgFailWrite(ctx, what, err)
+	}
+	return strconv.FormatInt(next, 10), nil
+}
+
+// errApplied and errStale end SaveKeyed's transaction, rolled back, when
+// the key was claimed already or the etag is stale.
+var (
+	errApplied = errors.New("applied already")
+	errStale   = errors.New("stale etag")
+)
+
+// Applied implements grain.KeyedStateStore.
+func (s *Postgres) Applied(ctx context.Context, addr grain.Address, key string) (string, bool, error) {
+	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	var v int64
+	switch err := s.pool.QueryRow(octx, s.keyVersion, addr.String(), key, KeyWindow.Seconds()).Scan(&v); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return "", false, nil
+	case err != nil:
+		return "", false, pgFail(ctx, text("look up the idempotency key of a save of the state of "+addr.String()), err)
+	}
+	return strconv.FormatInt(v, 10), true, nil
+}
+
+// sweep removes the key claims older than KeyWindow, at most once a minute;
+// a failure is left to the next.
+func (s *Postgres) sweep(ctx context.Context) {
+	s.sweepMu.Lock()
+	due := time.Since(s.lastSweep) >= time.Minute
+	if due {
+		s.lastSweep = time.Now()
+	}
+	s.sweepMu.Unlock()
+	if !due {
+		return
+	}
+	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	_, _ = s.pool.Exec(octx, s.sweepKeys, KeyWindow.Seconds())
 }
 
 // Delete implements grain.StateStore.
@@ -180,7 +296,7 @@ func (s *Postgres) Delete(ctx context.Context, addr grain.Address, etag string) 
 	}
 	tag, err := s.pool.Exec(octx, s.del, addr.String(), version)
 	if err != nil {
-		return pgFail(ctx, what, err)
+		return pgFailWrite(ctx, what, err)
 	}
 	if tag.RowsAffected() == 0 {
 		return conflict(what, etag, s.current(octx, addr))
@@ -204,6 +320,18 @@ func (s *Postgres) Close() error {
 		s.pool.Close()
 	}
 	return nil
+}
+
+// pgFailWrite is pgFail for a write: a failure that does not say whether
+// the write was applied (Unavailable, the caller's deadline) says that it
+// may have landed.
+func pgFailWrite(ctx context.Context, what fmt.Stringer, err error) error {
+	switch e := pgFail(ctx, what, err); errs.Code(e) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return pgFail(ctx, text(what.String()+" (it may have landed: its outcome is unknown)"), err)
+	default:
+		return e
+	}
 }
 
 // pgFail maps a PostgreSQL failure to its code: the caller's own

@@ -35,6 +35,16 @@ func TestPostgres(t *testing.T) {
 		t.Run("etag errors", func(t *testing.T) { etagErrors(t, s) })
 	})
 
+	t.Run("keyed", func(t *testing.T) {
+		s, err := OpenPostgres(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		keyedConformance(t, s)
+		exactlyOnce(t, s)
+	})
+
 	t.Run("open", func(t *testing.T) {
 		st, err := Open(t.Context(), strings.Replace(url, "postgres://", "postgresql://", 1), nil, "")
 		if err != nil {
