@@ -3,12 +3,11 @@ package a2a
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/auth"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -24,7 +23,7 @@ type Config struct {
 	// client certificates, callers declare their principal in the
 	// x-agentsilo-principal header, which is allowed only on loopback
 	// (or with Insecure).
-	Auth gateway.AuthConfig
+	Auth auth.Config
 	// Insecure lets a server without authentication listen on a
 	// non-loopback address (the silo's --insecure).
 	Insecure bool
@@ -77,27 +76,11 @@ func (c *Config) Validate() error {
 		}
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
-		if err := checkLoopback(c.Addr); err != nil {
+		if err := auth.CheckLoopback("a2a", c.Addr); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// checkLoopback returns an error unless addr (host:port) is a loopback
-// address.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("a2a: address %q: %v", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("a2a: address %q is not loopback: without authentication callers declare their principal, so the A2A server serves only loopback unless --insecure is set", addr)
 }
 
 // baseURL returns the public base URL without a trailing slash.

@@ -116,7 +116,7 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 	if len(c.traceparent) != 55 {
 		c.traceparent = "" // not a version-00 traceparent
 	}
-	if c.caller, c.err = s.auth.Authenticate(r); c.err == nil && c.caller.Principal == "" {
+	if c.caller, c.err = s.auth.AuthenticateHTTP(r); c.err == nil && c.caller.Principal == "" {
 		c.err = errors.New("no principal")
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))

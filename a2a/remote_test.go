@@ -9,9 +9,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
@@ -21,7 +21,7 @@ import (
 func TestRemoteAgentType(t *testing.T) {
 	e := etcdtest.Start(t)
 	remote := startSilo(t, e, "remote", "/remote/", func(c *cluster.SiloConfig) {
-		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: keyHash("carol-key"), Principal: "carol"}}
+		c.Gateway.Auth.Keys = []auth.APIKey{{SHA256: keyHash("carol-key"), Principal: "carol"}}
 	})
 	local := startSilo(t, e, "local", "/local/", func(c *cluster.SiloConfig) { c.A2A.AllowPrivateNetworks = true })
 	guarded := startSilo(t, e, "guarded", "/guarded/", nil)

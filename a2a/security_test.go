@@ -14,8 +14,8 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
@@ -35,7 +35,7 @@ func TestSecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startSilo(t, e, "s1", "/sec/", func(c *cluster.SiloConfig) {
-		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
+		c.Gateway.Auth.Keys = []auth.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
 		c.ACLFile = aclFile
 	})
 	alice := map[string]string{"x-api-key": "alice-key"}

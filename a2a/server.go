@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 )
@@ -57,7 +57,7 @@ type Server struct {
 	prefix string
 	logger *slog.Logger
 
-	auth    *gateway.HTTPAuthenticator
+	auth    *auth.Authenticator
 	inboxes *Inboxes
 	outside func(ctx context.Context) []grain.DirectoryEntry // Deps.Outside
 	store   *taskStore
@@ -109,7 +109,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = d.Runtime.Config().Silo
 	}
-	auth, err := gateway.NewHTTPAuthenticator(cfg.Auth)
+	authn, err := auth.New(cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +121,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		cli:     d.Etcd,
 		prefix:  d.Prefix,
 		logger:  cfg.Logger.With("component", "a2a"),
-		auth:    auth,
+		auth:    authn,
 		inboxes: d.Inboxes,
 		outside: d.Outside,
 		maxBody: 2*d.Runtime.Config().MaxMessageSize + 64<<10,
@@ -153,7 +153,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
-		TLSConfig:         auth.TLSConfig(),
+		TLSConfig:         authn.TLSConfig(),
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
 	return s, nil
@@ -179,7 +179,7 @@ func (s *Server) Start(ctx context.Context) error {
 // callers are not authenticated, unless the config is Insecure.
 func (s *Server) Serve(lis net.Listener) error {
 	if _, ok := lis.Addr().(*net.TCPAddr); ok && !s.cfg.Insecure && !s.auth.Enabled() {
-		if err := checkLoopback(lis.Addr().String()); err != nil {
+		if err := auth.CheckLoopback("a2a", lis.Addr().String()); err != nil {
 			return err
 		}
 	}

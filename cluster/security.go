@@ -1,10 +1,9 @@
 package cluster
 
 import (
-	"net"
-
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/certs"
 )
@@ -61,29 +60,16 @@ func checkExposure(cfg *SiloConfig) error {
 	if cfg.Insecure {
 		return nil
 	}
-	if !cfg.PeerTLS.Enabled() && !loopback(cfg.PeerAddr) {
+	if !cfg.PeerTLS.Enabled() && !auth.Loopback(cfg.PeerAddr) {
 		return errs.New(codes.InvalidArgument, "cluster: peer address %q is not loopback: without mutual TLS (--peer-tls-cert, --peer-tls-key, --peer-tls-ca) anyone who reaches it can act as any agent; give them, or --insecure", cfg.PeerAddr)
 	}
-	if len(cfg.Etcd.Endpoints) == 0 && cfg.Etcd.EmbeddedAddr != "" && !loopback(cfg.Etcd.EmbeddedAddr) {
+	if len(cfg.Etcd.Endpoints) == 0 && cfg.Etcd.EmbeddedAddr != "" && !auth.Loopback(cfg.Etcd.EmbeddedAddr) {
 		return errs.New(codes.InvalidArgument, "cluster: embedded etcd address %q is not loopback: the embedded etcd has neither TLS nor users, so anyone who reaches it can rewrite the cluster's membership, ACL and reminders; run an etcd of your own with TLS (--etcd-endpoints, --etcd-ca, ...), or give --insecure", cfg.Etcd.EmbeddedAddr)
 	}
-	if cfg.GossipKeyFile == "" && !loopback(cfg.GossipAddr) {
+	if cfg.GossipKeyFile == "" && !auth.Loopback(cfg.GossipAddr) {
 		return errs.New(codes.InvalidArgument, "cluster: gossip address %q is not loopback: without a gossip key (--gossip-key-file) anyone who reaches it can join the gossip group and declare silos dead; give one, or --insecure", cfg.GossipAddr)
 	}
 	return nil
-}
-
-// loopback reports whether addr (host:port) listens on loopback only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // describeSecurity names, for the log, how the silo's ports are secured.

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/dashboard"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 )
 
 // mountDashboard serves the dashboard (package dashboard) under /ui on the
@@ -24,11 +24,11 @@ import (
 // anonymously from elsewhere. Its sampler and connection end when the
 // silo stops.
 func (s *Silo) mountDashboard(mux *http.ServeMux) error {
-	auth, err := gateway.NewHTTPAuthenticator(s.cfg.Gateway.Auth)
+	authn, err := auth.New(s.cfg.Gateway.Auth)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
-	if !auth.Enabled() && !s.cfg.Insecure && !loopbackAddr(s.httpLis.Addr()) {
+	if !authn.Enabled() && !s.cfg.Insecure && !auth.Loopback(s.httpLis.Addr().String()) {
 		mux.HandleFunc("/ui/", func(w http.ResponseWriter, _ *http.Request) {
 			http.Error(w, "the dashboard needs authentication (--auth-file) on a non-loopback HTTP address", http.StatusForbidden)
 		})
@@ -52,7 +52,7 @@ func (s *Silo) mountDashboard(mux *http.ServeMux) error {
 	cfg := dashboard.Config{
 		Silo:    s.cfg.Name,
 		Conn:    conn,
-		Auth:    auth,
+		Auth:    authn,
 		ACL:     s.acl,
 		Metrics: s.cfg.Metrics,
 		Etcd:    s.etcd.Client(),
@@ -104,10 +104,4 @@ func (s *Silo) dashboardCreds() (credentials.TransportCredentials, error) {
 			return nil
 		},
 	}), nil
-}
-
-// loopbackAddr reports whether a listener's address is a loopback one.
-func loopbackAddr(a net.Addr) bool {
-	t, ok := a.(*net.TCPAddr)
-	return ok && t.IP.IsLoopback()
 }

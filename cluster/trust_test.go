@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -37,7 +37,7 @@ func startKeyedSilo(t *testing.T, trusted bool) (agentsilov1.GatewayClient, func
 	cfg.TrustedAgents = trusted
 	for _, p := range []string{"alice", "ops"} {
 		h := sha256.Sum256([]byte(p + "-key"))
-		cfg.Gateway.Auth.Keys = append(cfg.Gateway.Auth.Keys, gateway.APIKey{SHA256: hex.EncodeToString(h[:]), Principal: p})
+		cfg.Gateway.Auth.Keys = append(cfg.Gateway.Auth.Keys, auth.APIKey{SHA256: hex.EncodeToString(h[:]), Principal: p})
 	}
 	s, err := NewSilo(cfg, reg)
 	if err != nil {

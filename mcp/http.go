@@ -100,7 +100,7 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	caller, err := s.auth.Authenticate(r)
+	caller, err := s.auth.AuthenticateHTTP(r)
 	if err == nil && caller.Principal == "" {
 		err = errs.New(codes.Unauthenticated, "no principal")
 	}

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/mcp/mcptest"
@@ -37,7 +37,7 @@ func TestJSClient(t *testing.T) {
 	dir := jsDir(t)
 	e := etcdtest.Start(t)
 	s := startSilo(t, e, "s1", "/js/", func(c *cluster.SiloConfig) {
-		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
+		c.Gateway.Auth.Keys = []auth.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
 	})
 	cmd := exec.CommandContext(t.Context(), "node", filepath.Join(dir, "client.mjs"), "http://"+s.MCPAddr()+"/mcp", "alice-key")
 	out, err := cmd.CombinedOutput()

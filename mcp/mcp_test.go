@@ -17,9 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/mcp"
@@ -214,7 +214,7 @@ func TestCancelAcrossSilos(t *testing.T) {
 func TestAccessControl(t *testing.T) {
 	e := etcdtest.Start(t)
 	s := startSilo(t, e, "s1", "/m/", func(c *cluster.SiloConfig) {
-		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
+		c.Gateway.Auth.Keys = []auth.APIKey{{SHA256: keyHash("alice-key"), Principal: "alice"}, {SHA256: keyHash("bob-key"), Principal: "bob"}}
 	})
 	if _, err := connect(t, s, "/mcp", nil, nil); err == nil || !strings.Contains(err.Error(), "Unauthorized") {
 		t.Fatalf("connect without a key: %v, want 401 Unauthorized", err)

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/inbox"
@@ -41,7 +41,7 @@ type Server struct {
 	reg     *grain.Registry
 	acl     *acl.Authority
 	logger  *slog.Logger
-	auth    *gateway.HTTPAuthenticator
+	auth    *auth.Authenticator
 	inboxes *inbox.Inboxes
 	maxBody int64
 
@@ -90,7 +90,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = d.Runtime.Config().Silo
 	}
-	auth, err := gateway.NewHTTPAuthenticator(cfg.Auth)
+	authn, err := auth.New(cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		reg:     d.Runtime.Registry(),
 		acl:     d.ACL,
 		logger:  cfg.Logger.With("component", "mcp"),
-		auth:    auth,
+		auth:    authn,
 		inboxes: d.Inboxes,
 		maxBody: 2*int64(d.Runtime.Config().MaxMessageSize) + 64<<10,
 		types:   make(map[string]*mcpsdk.Server),
@@ -135,7 +135,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s.http = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
-		TLSConfig:         auth.TLSConfig(),
+		TLSConfig:         authn.TLSConfig(),
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
 	return s, nil
@@ -233,7 +233,7 @@ func (s *Server) Handler() http.Handler { return s.http.Handler }
 // callers are not authenticated, unless the config is Insecure.
 func (s *Server) Serve(lis net.Listener) error {
 	if _, ok := lis.Addr().(*net.TCPAddr); ok && !s.cfg.Insecure && !s.auth.Enabled() {
-		if err := checkLoopback(lis.Addr().String()); err != nil {
+		if err := auth.CheckLoopback("mcp", lis.Addr().String()); err != nil {
 			return err
 		}
 	}

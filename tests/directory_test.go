@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/directory/directorytest"
 	"github.com/agentsilo/agentsilo/errs"
@@ -120,7 +120,7 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	remote := dirSilo(t, e, "remote", "/remote/", other, func(c *cluster.SiloConfig) {
-		c.Gateway.Auth.Keys = []gateway.APIKey{{SHA256: hex.EncodeToString(sum[:]), Principal: "carol"}}
+		c.Gateway.Auth.Keys = []auth.APIKey{{SHA256: hex.EncodeToString(sum[:]), Principal: "carol"}}
 	})
 
 	regs := [2]*grain.Registry{grain.NewRegistry(), grain.NewRegistry()}

@@ -100,14 +100,14 @@ func TestDependencyDirections(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	const mod = "github.com/agentsilo/agentsilo/"
-	// forbidden[p] lists import path prefixes (relative to the module) that
-	// package p and its subpackages may not import (with their subpackages,
-	// but for "cluster" and a path ending in "$", which are exact).
+	// forbidden[p] lists import paths (relative to the module) that package
+	// p and its subpackages may not import, with their subpackages (a path
+	// ending in "$" is exact).
 	forbidden := map[string][]string{
-		"cluster/gateway":    {"cluster/membership", "cluster/transport", "cluster/etcdstore", "cluster"},
-		"cluster/membership": {"cluster/gateway", "cluster/transport", "cluster/etcdstore", "cluster"},
-		"cluster/transport":  {"cluster/gateway", "cluster/membership", "cluster/etcdstore", "cluster"},
-		"cluster/etcdstore":  {"cluster/gateway", "cluster/membership", "cluster/transport", "cluster"},
+		"cluster/gateway":    {"cluster/membership", "cluster/transport", "cluster/etcdstore", "cluster$"},
+		"cluster/membership": {"cluster/gateway", "cluster/transport", "cluster/etcdstore", "cluster$"},
+		"cluster/transport":  {"cluster/gateway", "cluster/membership", "cluster/etcdstore", "cluster$"},
+		"cluster/etcdstore":  {"cluster/gateway", "cluster/membership", "cluster/transport", "cluster$"},
 		"grain":              {"cluster", "client", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
 		"client":             {"cluster", "grain", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
 		"errs":               {"cluster", "client", "grain", "reminders", "acl", "internal"},
@@ -116,7 +116,20 @@ func TestDependencyDirections(t *testing.T) {
 		"reminders":          {"cluster", "client"},
 		"a2a":                {"cluster", "client"},
 		"mcp":                {"cluster", "client"},
+		"auth":               {"cluster", "client", "a2a", "mcp"},
+		"topics":             {"cluster", "client"},
+		"directory":          {"cluster", "client"},
+		"state":              {"cluster", "client"},
+		"memory":             {"cluster"},
 	}
+	// required[p] lists packages p must import: the gateway, A2A and MCP
+	// share the one authentication package.
+	required := map[string][]string{
+		"cluster/gateway": {"auth"},
+		"a2a":             {"auth"},
+		"mcp":             {"auth"},
+	}
+	imports := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || !strings.HasPrefix(fields[0], mod) {
@@ -128,6 +141,7 @@ func TestDependencyDirections(t *testing.T) {
 				continue
 			}
 			dep := strings.TrimPrefix(imp, mod)
+			imports[pkg] = append(imports[pkg], dep)
 			if strings.HasPrefix(dep, "cmd/") {
 				t.Errorf("%s imports the program %s", pkg, dep)
 			}
@@ -136,12 +150,22 @@ func TestDependencyDirections(t *testing.T) {
 					continue
 				}
 				for _, ban := range bans {
-					exact := ban == "cluster" || strings.HasSuffix(ban, "$")
+					exact := strings.HasSuffix(ban, "$")
 					ban = strings.TrimSuffix(ban, "$")
 					if dep == ban || (!exact && strings.HasPrefix(dep, ban+"/")) {
 						t.Errorf("%s imports %s", pkg, dep)
 					}
 				}
+			}
+		}
+	}
+	for p, deps := range required {
+		if _, ok := imports[p]; !ok {
+			t.Errorf("go list listed no package %s", p)
+		}
+		for _, d := range deps {
+			if !slices.Contains(imports[p], d) {
+				t.Errorf("%s does not import %s", p, d)
 			}
 		}
 	}

@@ -20,7 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -37,9 +37,9 @@ type Config struct {
 	Conn grpc.ClientConnInterface
 	// Auth proves who logs in (an API key), as the gateway does. Nil or
 	// not Enabled: nobody logs in, and every visitor acts as
-	// gateway.DefaultPrincipal, which the silo allows only where its
+	// auth.DefaultPrincipal, which the silo allows only where its
 	// gateway runs without authentication (loopback, or --insecure).
-	Auth *gateway.HTTPAuthenticator
+	Auth *auth.Authenticator
 	// ACL, if set, hides the buttons of actions the principal may not
 	// take (the gateway refuses them anyway).
 	ACL *acl.Authority

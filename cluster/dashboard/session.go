@@ -238,7 +238,7 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	probe, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/", nil)
 	probe.Header.Set(protocol.APIKeyHeader, key)
-	caller, err := d.cfg.Auth.Authenticate(probe)
+	caller, err := d.cfg.Auth.AuthenticateHTTP(probe)
 	if err != nil {
 		d.renderLogin(w, http.StatusUnauthorized, loginView{Silo: d.cfg.Silo, Next: next, Error: "That key is not valid here."})
 		return

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -40,7 +41,7 @@ func unaryCaller(ctx context.Context) (*acl.Caller, error) {
 	if c := acl.CallerFrom(ctx); c != nil {
 		return c, nil
 	}
-	return callerFor(nil, declaredPrincipal(ctx))
+	return auth.CallerFor(nil, auth.DeclaredPrincipal(ctx))
 }
 
 // authorizeMessage resolves m.To for caller c (a relative address becomes

@@ -5,10 +5,9 @@
 // CLI talk to it.
 //
 // Files: gateway.go (Gateway, Config, unary calls), sessions.go (the client
-// sessions and their backlogs: the runtime's grain.SessionRouter),
+// sessions and their backlogs: the runtime's siloapi.SessionRouter),
 // session.go (a client's Session stream: Hello and Welcome, multiplexed
-// calls, pushes in order, re-attach with the resume token), auth.go (API
-// keys, mutual TLS, self-declared principals on loopback), clientgrain.go
+// calls, pushes in order, re-attach with the resume token), clientgrain.go
 // (the client grain: every call checked against the ACL), reminders.go (the
 // reminder listing), limits.go (what one client and one principal can make
 // the gateway hold: pending results, sessions, calls, the Hello deadline),
@@ -18,7 +17,7 @@
 // Wiring: the sessions are made before the runtime, the gateway after it.
 //
 //	sessions, err := gateway.NewSessions(cfg)
-//	rcfg.Sessions = sessions
+//	siloapi.Wire(&rcfg, siloapi.Wiring{Sessions: sessions}) // in the silo
 //	rt, err := grain.New(rcfg, reg)
 //	gw, err := gateway.New(cfg, rt, sessions)
 //	go gw.Serve(lis)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
@@ -30,7 +31,7 @@ import (
 )
 
 // DefaultPrincipal is the principal of a client that declares none.
-const DefaultPrincipal = "dev"
+const DefaultPrincipal = auth.DefaultPrincipal
 
 // Config configures a Gateway. Start from DefaultConfig.
 type Config struct {
@@ -60,7 +61,7 @@ type Config struct {
 	Insecure bool
 	// Auth says how clients are authenticated (API keys, client
 	// certificates); with neither, principals are self-declared.
-	Auth AuthConfig
+	Auth auth.Config
 	// ACL, if set, is enforced on every client call, and its admin service
 	// (agentsilov1.AclAdmin) is served. Nil: no access control.
 	ACL *acl.Authority
@@ -123,26 +124,11 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {
-		if err := checkLoopback(c.Addr); err != nil {
+		if err := auth.CheckLoopback("gateway", c.Addr); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// checkLoopback returns an error unless addr (host:port) is a loopback address.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return errs.New(codes.InvalidArgument, "gateway: address %q: %v", addr, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
-		return nil
-	}
-	return errs.New(codes.InvalidArgument, "gateway: address %q is not loopback: without authentication the gateway accepts self-declared principals, so it serves only loopback unless Insecure (--insecure) is set", addr)
 }
 
 // Gateway is the client-facing gRPC service of a silo (agentsilov1.Gateway):
@@ -151,7 +137,7 @@ func checkLoopback(addr string) error {
 // server reflection.
 //
 // Its client sessions live in a Sessions, made before the runtime (as the
-// runtime's grain.SessionRouter) and handed to New.
+// runtime's siloapi.SessionRouter) and handed to New.
 //
 // Clients are authenticated as Config.Auth says (API keys, client
 // certificates), or, without it, declare their principal (Hello.principal,
@@ -167,7 +153,7 @@ type Gateway struct {
 	logger *slog.Logger
 	server *grpc.Server
 	health *health.Server
-	auth   *authenticator
+	authn  *auth.Authenticator
 	tracer tracing.Tracer
 
 	addr atomic.Value // string: the listener's address, once serving
@@ -210,12 +196,12 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	auth, err := newAuthenticator(cfg.Auth)
+	authn, err := auth.New(cfg.Auth)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		auth:     auth,
+		authn:    authn,
 		tracer:   tracing.New(cfg.TracerProvider),
 		cfg:      cfg,
 		rt:       rt,
@@ -230,7 +216,7 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	limit := cfg.MaxMessageSize + protocol.FrameOverhead
-	g.server = grpc.NewServer(append(auth.serverOptions(), grpc.ChainUnaryInterceptor(unaryDecoded, g.unaryLimit, g.unaryACL), grpc.ForceServerCodecV2(newCodec()),
+	g.server = grpc.NewServer(append(authn.ServerOptions(), grpc.ChainUnaryInterceptor(unaryDecoded, g.unaryLimit, g.unaryACL), grpc.ForceServerCodecV2(newCodec()),
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
@@ -254,13 +240,13 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 // It refuses a non-loopback listener unless the config is Insecure.
 func (g *Gateway) Serve(lis net.Listener) error {
 	addr := lis.Addr().String()
-	if _, ok := lis.Addr().(*net.TCPAddr); ok && !g.cfg.Insecure && !g.auth.enabled() {
-		if err := checkLoopback(addr); err != nil {
+	if _, ok := lis.Addr().(*net.TCPAddr); ok && !g.cfg.Insecure && !g.authn.Enabled() {
+		if err := auth.CheckLoopback("gateway", addr); err != nil {
 			return err
 		}
 	}
-	if g.auth.enabled() {
-		g.logger.Info("gateway authenticates clients", "addr", addr, "with", g.auth.mode(), "tls", g.auth.tls != nil, "acl", g.cfg.ACL != nil)
+	if g.authn.Enabled() {
+		g.logger.Info("gateway authenticates clients", "addr", addr, "with", g.authn.Mode(), "tls", g.authn.TLSConfig() != nil, "acl", g.cfg.ACL != nil)
 	} else if g.cfg.Insecure {
 		g.logger.Warn("gateway accepts self-declared principals without authentication (--insecure)", "addr", addr)
 	} else {
@@ -327,17 +313,6 @@ func (g *Gateway) checkDraining() error {
 	default:
 		return nil
 	}
-}
-
-// principal checks a self-declared principal; empty means DefaultPrincipal.
-func principal(p string) (string, error) {
-	if p == "" {
-		return DefaultPrincipal, nil
-	}
-	if !grain.ValidName(p) {
-		return "", errs.New(codes.InvalidArgument, "principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
-	}
-	return p, nil
 }
 
 // unaryPrincipal is the principal of a unary call: authenticated, or

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 )
 
@@ -168,7 +169,7 @@ func (ps *principals) hello(p string) (func(), error) {
 // principal's calls in flight. A call whose principal is not known (its
 // metadata is bad) is left to the handler to refuse.
 func (g *Gateway) unaryLimit(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if unauthenticatedMethod(info.FullMethod) || !strings.HasPrefix(info.FullMethod, "/agentsilo.") {
+	if auth.PublicMethod(info.FullMethod) || !strings.HasPrefix(info.FullMethod, "/agentsilo.") {
 		return h(ctx, req)
 	}
 	c, err := unaryCaller(ctx)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -228,7 +229,7 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	if err := g.checkDraining(); err != nil {
 		return err
 	}
-	c, err := callerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
+	c, err := auth.CallerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
 	if err != nil {
 		return err
 	}

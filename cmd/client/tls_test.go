@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 )
@@ -102,7 +103,7 @@ func TestMutualTLSFlags(t *testing.T) {
 	gcfg := gateway.DefaultConfig()
 	gcfg.Addr = ""
 	gcfg.Logger = logger
-	gcfg.Auth = gateway.AuthConfig{TLSCert: srvCert, TLSKey: srvKey, TLSClientCA: ca.file}
+	gcfg.Auth = auth.Config{TLSCert: srvCert, TLSKey: srvKey, TLSClientCA: ca.file}
 	sessions, err := gateway.NewSessions(gcfg, "")
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
@@ -128,7 +129,7 @@ func benchGateway(rt *grain.Runtime, a *acl.Authority) (*client.Client, func(), 
 	h := sha256.Sum256([]byte(benchKey))
 	cfg := gateway.DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.Auth.Keys = []gateway.APIKey{{SHA256: hex.EncodeToString(h[:]), Principal: "alice"}}
+	cfg.Auth.Keys = []auth.APIKey{{SHA256: hex.EncodeToString(h[:]), Principal: "alice"}}
 	cfg.ACL = a
 	cfg.Logger = slog.New(slog.DiscardHandler)
 	sessions, err := gateway.NewSessions(cfg, "")

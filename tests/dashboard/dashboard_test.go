@@ -28,10 +28,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/a2a/a2atest"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -72,10 +72,10 @@ func (failer) OnMessage(context.Context, *grain.Message) (*grain.Message, error)
 	return nil, errors.New("failing on purpose")
 }
 
-func key(name string, groups ...string) (string, gateway.APIKey) {
+func key(name string, groups ...string) (string, auth.APIKey) {
 	k := name + "-key-0123456789"
 	sum := sha256.Sum256([]byte(k))
-	return k, gateway.APIKey{SHA256: hex.EncodeToString(sum[:]), Principal: name, Groups: groups}
+	return k, auth.APIKey{SHA256: hex.EncodeToString(sum[:]), Principal: name, Groups: groups}
 }
 
 // TestDashboard starts three silos, fills the cluster as alice, then logs
@@ -104,7 +104,7 @@ func TestDashboard(t *testing.T) {
 		cfg.HTTPAddr = "127.0.0.1:0"
 		cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/ui/"}
 		cfg.Logger = testutil.Logger()
-		cfg.Gateway.Auth.Keys = []gateway.APIKey{aliceAPI, bobAPI, rootAPI}
+		cfg.Gateway.Auth.Keys = []auth.APIKey{aliceAPI, bobAPI, rootAPI}
 		if i == 0 {
 			cfg.A2A.Addr = "127.0.0.1:0"
 		}

@@ -1,0 +1,230 @@
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+
+	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/protocol"
+)
+
+// Authenticator proves the callers of a server from a Config: the gRPC
+// gateway through ServerOptions, an HTTP server through AuthenticateHTTP.
+// It is immutable and safe for concurrent use.
+type Authenticator struct {
+	keys map[[sha256.Size]byte]*acl.Caller
+	mtls bool
+	tls  *tls.Config // nil: plaintext
+}
+
+// New reads cfg's key file and certificates. A malformed file, key or
+// certificate is InvalidArgument.
+func New(cfg Config) (*Authenticator, error) {
+	a := &Authenticator{keys: make(map[[sha256.Size]byte]*acl.Caller)}
+	keys, err := cfg.allKeys()
+	if err != nil {
+		return nil, err
+	}
+	for i, k := range keys {
+		h, err := hex.DecodeString(strings.TrimSpace(k.SHA256))
+		if err != nil || len(h) != sha256.Size {
+			return nil, errs.New(codes.InvalidArgument, "auth: API key %d (%s): sha256 must be 64 hex digits", i+1, k.Principal)
+		}
+		if !grain.ValidName(k.Principal) {
+			return nil, errs.New(codes.InvalidArgument, "auth: API key %d: principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal)
+		}
+		for _, g := range k.Groups {
+			if !grain.ValidName(g) {
+				return nil, errs.New(codes.InvalidArgument, "auth: API key %d (%s): group %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal, g)
+			}
+		}
+		a.keys[[sha256.Size]byte(h)] = &acl.Caller{Principal: k.Principal, Groups: k.Groups}
+	}
+	if err := a.loadTLS(cfg); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// allKeys returns cfg.Keys and those of cfg.KeyFile.
+func (c *Config) allKeys() ([]APIKey, error) {
+	if c.KeyFile == "" {
+		return c.Keys, nil
+	}
+	b, err := os.ReadFile(c.KeyFile)
+	if err != nil {
+		return nil, errs.New(codes.InvalidArgument, "auth: API-key file: %v", err)
+	}
+	var f struct {
+		Keys []APIKey `json:"keys"`
+	}
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, errs.New(codes.InvalidArgument, "auth: API-key file %s: %v", c.KeyFile, err)
+	}
+	if len(f.Keys) == 0 {
+		return nil, errs.New(codes.InvalidArgument, "auth: API-key file %s has no keys", c.KeyFile)
+	}
+	return append(append([]APIKey(nil), c.Keys...), f.Keys...), nil
+}
+
+// loadTLS reads the server's certificate and the client CA.
+func (a *Authenticator) loadTLS(cfg Config) error {
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		return errs.New(codes.InvalidArgument, "auth: TLS certificate and key go together (--tls-cert, --tls-key)")
+	}
+	if cfg.TLSClientCA != "" && cfg.TLSCert == "" {
+		return errs.New(codes.InvalidArgument, "auth: client certificates (--tls-client-ca) need the server to serve TLS (--tls-cert, --tls-key)")
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			return errs.New(codes.InvalidArgument, "auth: TLS certificate: %v", err)
+		}
+		a.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	}
+	if cfg.TLSClientCA != "" {
+		pem, err := os.ReadFile(cfg.TLSClientCA)
+		if err != nil {
+			return errs.New(codes.InvalidArgument, "auth: client CA: %v", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return errs.New(codes.InvalidArgument, "auth: client CA %s: no PEM certificates", cfg.TLSClientCA)
+		}
+		a.tls.ClientCAs = pool
+		a.tls.ClientAuth = tls.RequireAndVerifyClientCert
+		if len(a.keys) > 0 {
+			a.tls.ClientAuth = tls.VerifyClientCertIfGiven
+		}
+		a.mtls = true
+	}
+	return nil
+}
+
+// Enabled reports whether callers are proven (API keys or client
+// certificates) rather than self-declared.
+func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.mtls }
+
+// APIKeys reports whether API keys are accepted.
+func (a *Authenticator) APIKeys() bool { return len(a.keys) > 0 }
+
+// MutualTLS reports whether client certificates are accepted.
+func (a *Authenticator) MutualTLS() bool { return a.mtls }
+
+// Mode names how callers are authenticated, for a server's log.
+func (a *Authenticator) Mode() string {
+	var m []string
+	if len(a.keys) > 0 {
+		m = append(m, "API keys")
+	}
+	if a.mtls {
+		m = append(m, "client certificates")
+	}
+	if len(m) == 0 {
+		return "self-declared principals"
+	}
+	return strings.Join(m, " or ")
+}
+
+// TLSConfig returns the server's TLS configuration (certificate, client
+// CAs), or nil to serve plaintext.
+func (a *Authenticator) TLSConfig() *tls.Config {
+	if a.tls == nil {
+		return nil
+	}
+	return a.tls.Clone()
+}
+
+// authenticate returns the caller of ctx's call: proven by an API key or a
+// client certificate, or, without authentication configured, nil (the
+// principal is self-declared). A key that is wrong, or no credentials where
+// they are required, is Unauthenticated.
+func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
+	if !a.Enabled() {
+		return nil, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(protocol.APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
+		if c := a.keys[sha256.Sum256([]byte(v[0]))]; c != nil {
+			return c, nil
+		}
+		return nil, errs.New(codes.Unauthenticated, "unknown API key")
+	}
+	if a.mtls {
+		if p, ok := peer.FromContext(ctx); ok {
+			if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 && len(info.State.PeerCertificates) > 0 {
+				return certCaller(info.State.PeerCertificates[0])
+			}
+		}
+	}
+	switch {
+	case len(a.keys) > 0 && a.mtls:
+		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", protocol.APIKeyHeader)
+	case len(a.keys) > 0:
+		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
+	}
+	return nil, errs.New(codes.Unauthenticated, "no client certificate")
+}
+
+// certCaller is the caller a verified client certificate names: its subject
+// common name or, without one, its first DNS name; its organizational units
+// are its groups.
+func certCaller(cert *x509.Certificate) (*acl.Caller, error) {
+	p := cert.Subject.CommonName
+	if p == "" && len(cert.DNSNames) > 0 {
+		p = cert.DNSNames[0]
+	}
+	if !grain.ValidName(p) {
+		return nil, errs.New(codes.Unauthenticated, "the client certificate names no usable principal (common name or first DNS name %q): want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
+	}
+	var groups []string
+	for _, ou := range cert.Subject.OrganizationalUnit {
+		if grain.ValidName(ou) {
+			groups = append(groups, ou)
+		}
+	}
+	return &acl.Caller{Principal: p, Groups: groups}, nil
+}
+
+// CallerFor returns the caller of a call: the proven one (from
+// authentication), which a declared principal (if any) must agree with,
+// or, where nothing is proven (development mode), the declared principal
+// (default DefaultPrincipal). A declared principal other than the proven
+// one is PermissionDenied; a malformed one is InvalidArgument.
+func CallerFor(proven *acl.Caller, declared string) (*acl.Caller, error) {
+	if proven == nil {
+		p, err := principal(declared)
+		if err != nil {
+			return nil, err
+		}
+		return &acl.Caller{Principal: p}, nil
+	}
+	if declared != "" && declared != proven.Principal {
+		return nil, errs.New(codes.PermissionDenied, "authenticated as %s, the client cannot act as %q", proven.Principal, protocol.Clip(declared))
+	}
+	return proven, nil
+}
+
+// principal checks a self-declared principal; empty means DefaultPrincipal.
+func principal(p string) (string, error) {
+	if p == "" {
+		return DefaultPrincipal, nil
+	}
+	if !grain.ValidName(p) {
+		return "", errs.New(codes.InvalidArgument, "principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
+	}
+	return p, nil
+}
