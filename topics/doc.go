@@ -5,20 +5,29 @@
 //
 // The files, in the order a message meets them:
 //
-//	name.go      topics (owner:a.b.c) and patterns (* one segment, # zero
-//	             or more), and the matcher
-//	service.go   Service: publishing (a batcher writes many publishes per
-//	             Store.Append), the registry of subscriptions it follows,
-//	             the subscription and dead-letter calls
-//	store.go     Store, the small interface of the durable part: a queue
-//	             per subscription, the registry, dead letters
-//	etcdstore.go EtcdStore, the Store of a cluster
-//	jsstore.go   JetStreamStore, the Store of a cluster on NATS JetStream
-//	             instead of etcd
-//	memstore.go  MemStore, its twin in memory, for tests
-//	engine.go    the delivery of one subscription on the silo that owns
-//	             it: lanes per publisher, outcomes, the full flag
-//	config.go    Config and its defaults, Observer
+//	name.go        topics (owner:a.b.c) and patterns (* one segment, #
+//	               zero or more), and the matcher
+//	service.go     Service: its lifecycle, the registry of subscriptions it
+//	               follows, the engines of the subscriptions it delivers
+//	publish.go     publishing: a batcher writes many publishes per
+//	               Store.Append
+//	subscribe.go   the subscription, session and dead-letter calls
+//	store.go       Store, the small interface of the durable part: a queue
+//	               per subscription, the registry, dead letters
+//	etcdstore.go   EtcdStore, the Store of a cluster: its keys, the
+//	               subscriptions and their registry
+//	etcdappend.go  its publishes and acknowledgements, with group commit
+//	               (shared etcd transactions)
+//	etcdqueue.go   its queues: following, retries, dead letters
+//	etcdsession.go its session subscriptions, on a lease
+//	jsstore.go     JetStreamStore, the Store of a cluster on NATS JetStream
+//	               instead of etcd: its buckets and the registry
+//	jsqueue.go     its publishes, queues and dead letters
+//	jskeeper.go    its heartbeat, session expiry and sweeping
+//	memstore.go    MemStore, its twin in memory, for tests
+//	engine.go      the delivery of one subscription on the silo that owns
+//	               it: lanes per publisher, outcomes, the full flag
+//	config.go      Config and its defaults, Observer
 //
 // Publishing is durable before it returns: Append writes one copy per
 // matching subscription, conditional on the subscriptions' version of the

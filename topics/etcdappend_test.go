@@ -100,11 +100,11 @@ func TestEtcdIdempotentAcrossTransactions(t *testing.T) {
 // Items of an owner whose subscriptions changed are not queued; the other
 // items of the same Append are, in the same transactions.
 func TestEtcdStaleItemAmongOthers(t *testing.T) {
-	s, cli, versions := etcdWithSubs(t, etcdtest.Start(t), 2)
+	s, cli, _ := etcdWithSubs(t, etcdtest.Start(t), 2)
 	if _, err := s.Subscribe(t.Context(), &SubscriptionRecord{Id: "beta:s", Pattern: "beta:t"}, "W:beta:a"); err != nil {
 		t.Fatal(err)
 	}
-	versions = registryOf(t, s).Versions
+	versions := registryOf(t, s).Versions
 	stale := map[string]int64{"acme": versions["acme"], "beta": versions["beta"] - 1}
 	ok1 := &Item{Subs: []string{"acme:s0"}, Entry: entry("a1"), Owner: "acme"}
 	bad := &Item{Subs: []string{"beta:s"}, Entry: entry("b"), Owner: "beta"}

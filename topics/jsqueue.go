@@ -1,0 +1,446 @@
+package topics
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
+)
+
+// idemK is the idempotency bucket's key of k.
+func idemK(k string) string {
+	h := sha256.Sum256([]byte(k))
+	return hex.EncodeToString(h[:16])
+}
+
+// publish writes msgs asynchronously (in order, on one connection) and
+// waits for each one's acknowledgement; ok[i] tells whether msgs[i] is
+// durable.
+func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []string) (ok []bool, err error) {
+	ok = make([]bool, len(msgs))
+	futs := make([]jetstream.PubAckFuture, len(msgs))
+	for i, m := range msgs {
+		var opts []jetstream.PublishOpt
+		if ids[i] != "" {
+			opts = append(opts, jetstream.WithMsgID(ids[i]))
+		}
+		f, err := s.js.PublishMsgAsync(m, opts...)
+		if err != nil {
+			return ok, s.fail(ctx, err, "write %s", m.Subject)
+		}
+		futs[i] = f
+	}
+	t := time.NewTimer(s.cfg.OpTimeout)
+	defer t.Stop()
+	for i, f := range futs {
+		select {
+		case <-f.Ok():
+			ok[i] = true
+			s.writes.Add(1)
+		case e := <-f.Err():
+			if err == nil {
+				err = s.fail(ctx, e, "write %s", msgs[i].Subject)
+			}
+		case <-t.C:
+			return ok, s.fail(ctx, errors.New("no acknowledgement in time"), "write %s", msgs[i].Subject)
+		case <-ctx.Done():
+			return ok, s.fail(ctx, ctx.Err(), "write %s", msgs[i].Subject)
+		}
+	}
+	return ok, err
+}
+
+func (s *JetStreamStore) qSubject(id, key string) string {
+	return "$KV." + s.cfg.Bucket + "_q." + itemK(id, key)
+}
+
+// Append implements Store.
+func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+	if err := ctx.Err(); err != nil {
+		return errs.Wrap(errs.Code(err), err, "append")
+	}
+	var stale bool
+	cur := make(map[string]int64, len(versions))
+	for o, v := range versions {
+		e, found, err := s.get(ctx, s.reg, verK(o))
+		if err != nil {
+			return err
+		}
+		if found {
+			cur[o] = int64(e.Revision())
+		}
+		if cur[o] != v {
+			stale = true
+		}
+	}
+	if stale {
+		return &StaleError{Versions: cur}
+	}
+	var msgs []*nats.Msg
+	var ids []string
+	owner := make([]int, 0, len(items)) // the item of each message
+	for i, it := range items {
+		if it.IdemKey != "" {
+			e, found, err := s.get(ctx, s.idem, idemK(it.IdemKey))
+			if err != nil {
+				return err
+			}
+			if found && string(e.Value()) != it.Entry.GetMessage().GetId() {
+				it.Duplicate, it.DuplicateOf, it.Done = true, string(e.Value()), true
+				continue
+			}
+		}
+		b, err := proto.Marshal(it.Entry)
+		if err != nil {
+			return errs.New(codes.Internal, "append: %v", err)
+		}
+		for _, id := range it.Subs {
+			msgs = append(msgs, &nats.Msg{Subject: s.qSubject(id, s.newKey()), Data: b})
+			mid := ""
+			if it.IdemKey != "" {
+				mid = idemK(it.IdemKey) + "." + enc(id)
+			}
+			ids = append(ids, mid)
+			owner = append(owner, i)
+		}
+	}
+	ok, err := s.publish(ctx, msgs, ids)
+	done := make([]bool, len(items))
+	for i := range done {
+		done[i] = true
+	}
+	for j, i := range owner {
+		if !ok[j] {
+			done[i] = false
+		}
+	}
+	for i, it := range items {
+		if !done[i] || it.Duplicate {
+			continue
+		}
+		if it.IdemKey != "" {
+			octx, cancel := s.op(ctx)
+			_, cerr := s.idem.Create(octx, idemK(it.IdemKey), []byte(it.Entry.GetMessage().GetId()))
+			cancel()
+			if errors.Is(cerr, jetstream.ErrKeyExists) {
+				// Another publish with the key wrote first: its copies
+				// were the ones kept (the same message ids).
+				if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found && string(e.Value()) != it.Entry.GetMessage().GetId() {
+					it.Duplicate, it.DuplicateOf = true, string(e.Value())
+				}
+			} else if cerr != nil {
+				if err == nil {
+					err = s.fail(ctx, cerr, "remember the idempotency key")
+				}
+				continue
+			}
+		}
+		it.Done = true
+	}
+	return err
+}
+
+// FollowQueue implements Store.
+func (s *JetStreamStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+	s.followMu.Lock()
+	s.followed[id]++
+	s.followMu.Unlock()
+	defer func() {
+		s.followMu.Lock()
+		if s.followed[id]--; s.followed[id] == 0 {
+			delete(s.followed, id)
+		}
+		s.followMu.Unlock()
+	}()
+	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
+	for {
+		err := s.followQueue(ctx, id, f, b)
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("topics: following a queue in JetStream; again", "subscription", id, "err", err)
+		if !b.Wait(ctx, nil) {
+			return
+		}
+	}
+}
+
+func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(QueueEvent), b *retry.Backoff) error {
+	reconn := s.reconnect()
+	w, err := s.q.Watch(ctx, enc(id)+".*")
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	pre := len(enc(id)) + 1
+	initial := map[string]*Entry{}
+	var live map[string]bool // the keys present, once loaded
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case x, ok := <-w.Updates():
+			if !ok {
+				return errors.New("the watch ended")
+			}
+			e = x
+		case <-reconn:
+			return errors.New("reconnected")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e == nil {
+			// Loaded: hand out the queue in its keys' order.
+			b.Reset()
+			keys := make([]string, 0, len(initial))
+			for k := range initial {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			f(QueueEvent{Reset: true})
+			live = make(map[string]bool, len(keys))
+			for _, k := range keys {
+				live[k] = true
+				f(QueueEvent{Key: k, Entry: initial[k]})
+			}
+			initial = nil
+			continue
+		}
+		key := e.Key()[pre:]
+		put := e.Operation() == jetstream.KeyValuePut
+		if key == resetKey {
+			if live != nil && put {
+				live = map[string]bool{}
+				f(QueueEvent{Reset: true})
+			}
+			continue
+		}
+		var en *Entry
+		if put {
+			en = &Entry{}
+			if err := proto.Unmarshal(e.Value(), en); err != nil {
+				s.logger.Warn("topics: an unreadable queued entry, skipped", "subscription", id, "key", key, "err", err)
+				continue
+			}
+		}
+		if live == nil {
+			if put {
+				initial[key] = en
+			} else {
+				delete(initial, key)
+			}
+			continue
+		}
+		if !put {
+			if live[key] {
+				delete(live, key)
+				f(QueueEvent{Key: key})
+			}
+			continue
+		}
+		isNew := !live[key]
+		live[key] = true
+		f(QueueEvent{Key: key, Entry: en, New: isNew})
+	}
+}
+
+// Ack implements Store: a delete marker per entry, all in flight at once.
+func (s *JetStreamStore) Ack(ctx context.Context, acks []AckKey) error {
+	msgs := make([]*nats.Msg, 0, len(acks))
+	for _, a := range acks {
+		if !validKey(a.Key) {
+			continue
+		}
+		m := nats.NewMsg(s.qSubject(a.Sub, a.Key))
+		m.Header.Set("KV-Operation", "DEL")
+		msgs = append(msgs, m)
+	}
+	_, err := s.publish(ctx, msgs, make([]string, len(msgs)))
+	return err
+}
+
+// Update implements Store.
+func (s *JetStreamStore) Update(ctx context.Context, id, key string, e *Entry) error {
+	if !validKey(key) {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	b, err := proto.Marshal(e)
+	if err != nil {
+		return errs.New(codes.Internal, "update: %v", err)
+	}
+	for range 16 {
+		cur, found, err := s.get(ctx, s.q, itemK(id, key))
+		if err != nil {
+			return err
+		}
+		if !found {
+			return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+		}
+		octx, cancel := s.op(ctx)
+		_, err = s.q.Update(octx, itemK(id, key), b, cur.Revision())
+		cancel()
+		if err == nil {
+			s.writes.Add(1)
+			return nil
+		}
+		var apiErr *jetstream.APIError
+		if !errors.Is(err, jetstream.ErrKeyExists) && !(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence) {
+			return s.fail(ctx, err, "update %s %s", id, key)
+		}
+	}
+	return errs.New(codes.Aborted, "update %s %s: too many concurrent changes; retry", id, key)
+}
+
+// Kill implements Store.
+func (s *JetStreamStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
+	if !validKey(key) {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	_, found, err := s.get(ctx, s.q, itemK(id, key))
+	if err != nil {
+		return err
+	}
+	if !found {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	d = proto.Clone(d).(*DeadLetter)
+	d.Id = key
+	b, err := proto.Marshal(d)
+	if err != nil {
+		return errs.New(codes.Internal, "dead letter: %v", err)
+	}
+	if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
+		return err
+	}
+	return s.del(ctx, s.q, itemK(id, key))
+}
+
+// SetFull implements Store.
+func (s *JetStreamStore) SetFull(ctx context.Context, id string, full bool) error {
+	if _, found, err := s.get(ctx, s.reg, subK(id)); err != nil || !found {
+		return err
+	}
+	_, is, err := s.get(ctx, s.reg, fullK(id))
+	if err != nil || is == full {
+		return err
+	}
+	if full {
+		_, err = s.put(ctx, s.reg, fullK(id), nil)
+		return err
+	}
+	return s.del(ctx, s.reg, fullK(id))
+}
+
+// deadLetters reads subscription id's dead letters, by key.
+func (s *JetStreamStore) deadLetters(ctx context.Context, id string) ([]*DeadLetter, error) {
+	es, err := s.list(ctx, s.dead, enc(id)+".*", false)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*DeadLetter, 0, len(es))
+	for _, e := range es {
+		d := &DeadLetter{}
+		if err := proto.Unmarshal(e.Value(), d); err != nil {
+			continue
+		}
+		out = append(out, d)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetId() < out[j].GetId() })
+	return out, nil
+}
+
+// DeadLetters implements Store. It reads all of the subscription's dead
+// letters for each page: a subscription's dead letters are meant to be
+// few, looked at, replayed or dropped.
+func (s *JetStreamStore) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
+	all, err := s.deadLetters(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	var out []*DeadLetter
+	for _, d := range all {
+		if d.GetId() <= after {
+			continue
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, d)
+	}
+	return out, false, nil
+}
+
+// chosen returns the dead letters of id named by keys (nil: all).
+func (s *JetStreamStore) chosen(ctx context.Context, id string, keys []string) ([]*DeadLetter, error) {
+	all, err := s.deadLetters(ctx, id)
+	if err != nil || keys == nil {
+		return all, err
+	}
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	var out []*DeadLetter
+	for _, d := range all {
+		if want[d.GetId()] {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (s *JetStreamStore) dropDead(ctx context.Context, id, key string) error {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	if err := s.deadStream.Purge(octx, jetstream.WithPurgeSubject("$KV."+s.cfg.Bucket+"_dead."+itemK(id, key))); err != nil {
+		return s.fail(ctx, err, "drop the dead letter %s of %s", key, id)
+	}
+	s.writes.Add(1)
+	return nil
+}
+
+// Replay implements Store.
+func (s *JetStreamStore) Replay(ctx context.Context, id string, keys []string) (int, error) {
+	ds, err := s.chosen(ctx, id, keys)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, d := range ds {
+		b, err := proto.Marshal(&Entry{Message: d.GetMessage()})
+		if err != nil {
+			return n, errs.New(codes.Internal, "replay: %v", err)
+		}
+		if _, err := s.put(ctx, s.q, itemK(id, s.newKey()), b); err != nil {
+			return n, err
+		}
+		if err := s.dropDead(ctx, id, d.GetId()); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// Drop implements Store.
+func (s *JetStreamStore) Drop(ctx context.Context, id string, keys []string) (int, error) {
+	ds, err := s.chosen(ctx, id, keys)
+	if err != nil {
+		return 0, err
+	}
+	for i, d := range ds {
+		if err := s.dropDead(ctx, id, d.GetId()); err != nil {
+			return i, err
+		}
+	}
+	return len(ds), nil
+}

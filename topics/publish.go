@@ -1,0 +1,284 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// pubReq is one publish waiting for the batcher.
+type pubReq struct {
+	topic Topic
+	entry *Entry
+	idem  string
+	done  chan pubResult // buffered
+}
+
+type pubResult struct {
+	id   string
+	subs int
+	dup  bool
+	err  error
+}
+
+// ownerOf returns the owner of a sender's address (an agent or a session).
+func ownerOf(from string) (string, error) {
+	a, err := grain.ParseAddress(from)
+	if err != nil {
+		return "", errs.New(codes.InvalidArgument, "publisher %q: %v", clip(from), err)
+	}
+	return a.Owner, nil
+}
+
+// MaxIdemKey is the longest idempotency key.
+const MaxIdemKey = 128
+
+func checkIdemKey(k string) error {
+	if len(k) > MaxIdemKey {
+		return errs.New(codes.InvalidArgument, "idempotency key of %d bytes exceeds %d", len(k), MaxIdemKey)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] <= ' ' || k[i] > '~' || k[i] == '/' {
+			return errs.New(codes.InvalidArgument, "idempotency key %q: want printable ASCII without spaces or /", clip(k))
+		}
+	}
+	return nil
+}
+
+// PublishResult is what Publish did.
+type PublishResult struct {
+	// ID is the message's id (the first's, for a duplicate).
+	ID string
+	// Subscriptions counts the subscriptions it was queued for.
+	Subscriptions int
+	// Duplicate: its idempotency key was published already within the
+	// window; nothing was queued again.
+	Duplicate bool
+}
+
+// Publish implements grain.TopicService.
+func (s *Service) Publish(ctx context.Context, from, topic string, msg *grain.Message) (string, error) {
+	r, err := s.PublishMessage(ctx, from, topic, msg)
+	return r.ID, err
+}
+
+// PublishMessage publishes msg to topic on behalf of from (an agent or a
+// session, whose owner a relative topic belongs to) and returns once it is
+// durable. A matching subscription whose backlog is full makes it wait
+// until there is room, bounded by ctx (or PublishTimeout), and then fail
+// with ResourceExhausted. If ctx ends after the message was handed to the
+// store, whether it was queued is unknown: publish again with the same
+// idempotency key.
+func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *grain.Message) (PublishResult, error) {
+	if msg == nil {
+		return PublishResult{}, errs.New(codes.InvalidArgument, "nil message")
+	}
+	owner, err := ownerOf(from)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	t, err := ParseTopic(topic, owner)
+	if err != nil {
+		return PublishResult{}, err
+	}
+	if grain.IsReserved(msg.GetMessageType()) {
+		return PublishResult{}, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.GetMessageType()), grain.ReservedPrefix)
+	}
+	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
+		return PublishResult{}, err
+	}
+	m := proto.Clone(msg).(*grain.Message)
+	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
+	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
+	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
+	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		defer cancel()
+	}
+	var full string
+	if err := s.waitRegistry(ctx, func(r *Registry) bool {
+		for _, sub := range r.Matching(t) {
+			if sub.Full {
+				full = sub.Record.GetId()
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: the backlog of subscription %s is full (%d messages)", t, full, s.cfg.MaxBacklog)
+	}
+	req := &pubReq{topic: t, entry: &Entry{Message: m}, done: make(chan pubResult, 1)}
+	if k := m.GetIdempotencyKey(); k != "" {
+		req.idem = t.Owner + "/" + owner + "/" + k
+	}
+	select {
+	case s.pubq <- req:
+	case <-ctx.Done():
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: too many publishes waiting", t)
+	case <-s.ctx.Done():
+		return PublishResult{}, errs.New(codes.Unavailable, "topics: closed")
+	}
+	select {
+	case r := <-req.done:
+		if r.err != nil {
+			return PublishResult{}, r.err
+		}
+		if !r.dup {
+			s.stats.published.Add(1)
+			if s.cfg.Observe != nil {
+				s.cfg.Observe.Published(r.subs)
+			}
+		}
+		return PublishResult{ID: r.id, Subscriptions: r.subs, Duplicate: r.dup}, nil
+	case <-ctx.Done():
+		return PublishResult{}, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "publish to %s: outcome unknown (publish again with an idempotency key)", t)
+	}
+}
+
+// batcher writes the publishes in the order they came, as many as are
+// waiting (up to MaxBatch) per Store.Append, with up to MaxAppends appends
+// in flight: while they are, publishes queue and make the next batch
+// bigger. Publishes in different batches in flight at once overlapped in
+// time (a publisher's Publish returns only once its batch is durable), so a
+// publisher that waits for each Publish keeps its order.
+func (s *Service) batcher() {
+	defer s.wg.Done()
+	slots := make(chan struct{}, s.cfg.MaxAppends)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-s.ctx.Done():
+			s.failPending(errs.New(codes.Unavailable, "topics: closed"))
+			return
+		}
+		var batch []*pubReq
+		select {
+		case r := <-s.pubq:
+			batch = append(batch, r)
+		case <-s.ctx.Done():
+			s.failPending(errs.New(codes.Unavailable, "topics: closed"))
+			return
+		}
+	more:
+		for len(batch) < s.cfg.MaxBatch {
+			select {
+			case r := <-s.pubq:
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		inflight.Add(1)
+		go func() {
+			defer inflight.Done()
+			defer func() { <-slots }()
+			s.commit(batch)
+		}()
+	}
+}
+
+func (s *Service) failPending(err error) {
+	for {
+		select {
+		case r := <-s.pubq:
+			r.done <- pubResult{err: err}
+		default:
+			return
+		}
+	}
+}
+
+// commit appends batch, matching each publish against the registry, and
+// again after the registry caught up if the store says it was stale.
+func (s *Service) commit(batch []*pubReq) {
+	pending := batch
+	for attempt := 0; len(pending) > 0; attempt++ {
+		r := s.reg.Load()
+		items := make([]*Item, 0, len(pending))
+		versions := map[string]int64{}
+		idem := map[string]*Item{}
+		var owners []*Item // per pending: the item it shares an idempotency key with, if any
+		for _, p := range pending {
+			versions[p.topic.Owner] = r.Versions[p.topic.Owner]
+			if first := idem[p.idem]; p.idem != "" && first != nil {
+				owners = append(owners, first)
+				continue
+			}
+			subs := r.Matching(p.topic)
+			it := &Item{Entry: p.entry, Owner: p.topic.Owner, IdemKey: p.idem, Subs: make([]string, len(subs))}
+			for i, sub := range subs {
+				it.Subs[i] = sub.Record.GetId()
+			}
+			if p.idem != "" {
+				idem[p.idem] = it
+			}
+			items = append(items, it)
+			owners = append(owners, it)
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+		err := s.cfg.Store.Append(ctx, items, versions)
+		cancel()
+		var stale *StaleError
+		if errors.As(err, &stale) && attempt < 20 {
+			// Wait for this silo's registry to show what changed, then
+			// match again. The items appended already are done.
+			var rest []*pubReq
+			for i, p := range pending {
+				if it := owners[i]; it.Done {
+					s.complete(p, it)
+				} else {
+					rest = append(rest, p)
+				}
+			}
+			pending = rest
+			wctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
+			werr := s.waitRegistry(wctx, func(r *Registry) bool {
+				for o, v := range stale.Versions {
+					if r.Versions[o] < v {
+						return false
+					}
+				}
+				return true
+			})
+			cancel()
+			if werr != nil {
+				err = errs.New(codes.Unavailable, "topics: the subscriptions changed and this silo has not seen them yet")
+			} else {
+				continue
+			}
+		}
+		for i, p := range pending {
+			if err != nil && !owners[i].Done {
+				p.done <- pubResult{err: err}
+				continue
+			}
+			s.complete(p, owners[i])
+		}
+		return
+	}
+}
+
+// complete answers p, whose item it is (or shares its idempotency key).
+func (s *Service) complete(p *pubReq, it *Item) {
+	switch {
+	case it.Entry != p.entry:
+		p.done <- pubResult{id: it.Entry.GetMessage().GetId(), dup: true}
+	case it.Duplicate:
+		p.done <- pubResult{id: it.DuplicateOf, dup: true}
+	default:
+		p.done <- pubResult{id: p.entry.GetMessage().GetId(), subs: len(it.Subs)}
+	}
+}
