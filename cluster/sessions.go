@@ -123,6 +123,18 @@ func fallbackOf(addr string, v membership.View) string {
 	return Owner(addr, others)
 }
 
+// fallbackIn is fallbackOf in st's view, by st's owner table: the owner of
+// addr among all the owners is its fallback holder unless it is the silo
+// addr names (removing a member that does not own addr leaves its owner
+// where it is), so only then are the others hashed.
+func fallbackIn(addr string, st *routeState) string {
+	named := sessionSilo(addr)
+	if o := st.table.owner(addr); o != named {
+		return o
+	}
+	return fallbackOf(addr, st.view)
+}
+
 // sessionRouter delivers messages for client sessions: to the local
 // gateway, to the silo whose gateway holds a session, or, while that silo
 // is out of the view, to the session's fallback holder. It is the
@@ -145,7 +157,8 @@ func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int)
 	if silo == "" {
 		return s.local.DeliverToSession(ctx, msg)
 	}
-	view := s.r.state.Load().view
+	st := s.r.state.Load()
+	view := st.view
 	if silo == s.r.self {
 		err := s.local.DeliverToSession(ctx, msg)
 		if errs.Code(err) != codes.NotFound {
@@ -153,7 +166,7 @@ func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int)
 		}
 		// Not here: this silo restarted since it opened the session, which
 		// another silo may have adopted meanwhile. Its fallback holder knows.
-		f := fallbackOf(msg.To, view)
+		f := fallbackIn(msg.To, st)
 		if f == "" || hops+1 >= MaxHops {
 			return err
 		}
@@ -162,7 +175,7 @@ func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int)
 	if _, ok := view.Member(silo); ok {
 		return s.ask(ctx, silo, view, msg, hops+1)
 	}
-	f := fallbackOf(msg.To, view)
+	f := fallbackIn(msg.To, st)
 	switch {
 	case f == "":
 		return errs.New(codes.NotFound, "no client session %s: its silo %s is not in the cluster", protocol.Clip(msg.To), silo)
@@ -213,7 +226,7 @@ func (s *sessionRouter) receive(ctx context.Context, from string, env *transport
 	go func() {
 		defer s.bg.Done()
 		if from == sessionSilo(msg.To) {
-			if f := fallbackOf(msg.To, s.r.state.Load().view); f != s.r.self {
+			if f := fallbackIn(msg.To, s.r.state.Load()); f != s.r.self {
 				done(errs.New(codes.Unavailable, "client session %s: its fallback holder is %s, not %s", protocol.Clip(msg.To), f, s.r.self))
 				return
 			}
@@ -578,8 +591,9 @@ func homeName(id string) string {
 
 // Register implements gateway.SessionHome.
 func (h sessionHome) Register(ctx context.Context, addr, principal string, tokenHash [sha256.Size]byte) (string, error) {
-	view := h.r.state.Load().view
-	f := fallbackOf(addr, view)
+	st := h.r.state.Load()
+	view := st.view
+	f := fallbackIn(addr, st)
 	switch f {
 	case "":
 		return "", nil
@@ -591,8 +605,9 @@ func (h sessionHome) Register(ctx context.Context, addr, principal string, token
 
 // Adopt implements gateway.SessionHome.
 func (h sessionHome) Adopt(ctx context.Context, addr, principal, token string) (string, error) {
-	view := h.r.state.Load().view
-	f := fallbackOf(addr, view)
+	st := h.r.state.Load()
+	view := st.view
+	f := fallbackIn(addr, st)
 	switch f {
 	case "":
 		return "", errs.New(codes.NotFound, "no silo keeps client session %s", protocol.Clip(addr))
@@ -691,8 +706,8 @@ func (f *sessionsFollowViews) start() {
 // again the adoptions left unfinished.
 func (f *sessionsFollowViews) rehome() {
 	f.sessions.Rehome(f.ctx, func(addr string) string {
-		v := f.r.state.Load().view
-		return homeID(fallbackOf(addr, v), v)
+		st := f.r.state.Load()
+		return homeID(fallbackIn(addr, st), st.view)
 	})
 }
 

@@ -508,7 +508,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		Prefix:    s.etcd.Prefix(),
 		MinPeriod: s.cfg.MinReminderPeriod,
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
-		Owns:      s.router.owns,
+		View:      s.router.reminderView,
 		Clock:     s.clk,
 		Logger:    s.logger,
 

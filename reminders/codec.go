@@ -44,25 +44,62 @@ func decode(name string, b []byte) (grain.Reminder, error) {
 	}, nil
 }
 
-// keys names the etcd keys of reminders: <prefix>reminders/<address>/<name>.
-// Neither addresses nor names contain "/", so a key splits unambiguously.
-type keys struct{ root string }
+// keys names the etcd keys of reminders:
+// <prefix>reminder-buckets/<bucket>/<address>/<name>, the bucket in four
+// digits (see Bucket). Neither addresses nor names contain "/", so a key
+// splits unambiguously. Reminders stored by earlier versions, under
+// <prefix>reminders/<address>/<name> (legacy), are moved to their buckets
+// (see migrate.go).
+type keys struct{ root, legacy string }
 
-func (k keys) of(addr grain.Address, name string) string {
-	return k.root + addr.String() + "/" + name
+func newKeys(prefix string) keys {
+	return keys{root: prefix + "reminder-buckets/", legacy: prefix + "reminders/"}
 }
 
-func (k keys) agent(addr grain.Address) string { return k.root + addr.String() + "/" }
+func (k keys) of(addr grain.Address, name string) string {
+	a := addr.String()
+	return k.root + bucketNames[bucketOf(a)] + "/" + a + "/" + name
+}
 
-// parse splits a key into the address and the name.
-func (k keys) parse(key string) (grain.Address, string, error) {
+func (k keys) agent(addr grain.Address) string {
+	a := addr.String()
+	return k.root + bucketNames[bucketOf(a)] + "/" + a + "/"
+}
+
+func (k keys) legacyAgent(addr grain.Address) string { return k.legacy + addr.String() + "/" }
+
+// parse splits a key into its bucket, the address and the name; the bucket
+// must be the address's.
+func (k keys) parse(key string) (int, grain.Address, string, error) {
 	rest, ok := strings.CutPrefix(key, k.root)
-	if !ok {
-		return grain.Address{}, "", fmt.Errorf("key %q is outside %q", key, k.root)
+	b, ok2 := 0, false
+	if ok && len(rest) > 5 && rest[4] == '/' {
+		b, ok2 = parseBucket(rest[:4])
 	}
+	if !ok2 {
+		return 0, grain.Address{}, "", fmt.Errorf("key %q: want %s<bucket>/<address>/<name>", key, k.root)
+	}
+	addr, name, err := splitKey(key, rest[5:])
+	if err == nil && Bucket(addr) != b {
+		err = fmt.Errorf("key %q: %s is not in bucket %d", key, addr, b)
+	}
+	return b, addr, name, err
+}
+
+// parseLegacy splits a key of the legacy layout into the address and the
+// name.
+func (k keys) parseLegacy(key string) (grain.Address, string, error) {
+	rest, ok := strings.CutPrefix(key, k.legacy)
+	if !ok {
+		return grain.Address{}, "", fmt.Errorf("key %q is outside %q", key, k.legacy)
+	}
+	return splitKey(key, rest)
+}
+
+func splitKey(key, rest string) (grain.Address, string, error) {
 	i := strings.LastIndexByte(rest, '/')
 	if i < 0 {
-		return grain.Address{}, "", fmt.Errorf("key %q: want %s<address>/<name>", key, k.root)
+		return grain.Address{}, "", fmt.Errorf("key %q: want <address>/<name> after the prefix", key)
 	}
 	addr, err := grain.ParseAddress(rest[:i])
 	if err != nil {

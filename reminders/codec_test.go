@@ -34,23 +34,33 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// FuzzParseKey: a key that parses names a valid address and the key is
-// rebuilt from its parts.
+// FuzzParseKey: a key that parses names a valid address in its bucket, and
+// the key is rebuilt from its parts; so does a key of the legacy layout.
 func FuzzParseKey(f *testing.F) {
-	k := keys{root: "/agentsilo/reminders/"}
-	for _, seed := range []string{"/agentsilo/reminders/Echo:a:b/tick", "/agentsilo/reminders/Echo:a:b/", "/other/x", "/agentsilo/reminders/Echo:a/t", "/agentsilo/reminders//"} {
+	k := newKeys("/agentsilo/")
+	for _, seed := range []string{"/agentsilo/reminder-buckets/0377/Echo:a:b/tick", "/agentsilo/reminder-buckets/0000/Echo:a:b/tick",
+		"/agentsilo/reminders/Echo:a:b/tick", "/agentsilo/reminders/Echo:a:b/", "/other/x", "/agentsilo/reminders/Echo:a/t", "/agentsilo/reminders//"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
-		addr, name, err := k.parse(key)
-		if err != nil {
-			return
+		valid := func(addr grain.Address, name string) bool {
+			return grain.ValidType(addr.Type) && grain.ValidName(addr.Owner) && grain.ValidName(addr.Alias) && !strings.Contains(name, "/")
 		}
-		if !grain.ValidType(addr.Type) || !grain.ValidName(addr.Owner) || !grain.ValidName(addr.Alias) || strings.Contains(name, "/") {
-			t.Fatalf("parse(%q) = %v, %q", key, addr, name)
+		if b, addr, name, err := k.parse(key); err == nil {
+			if !valid(addr, name) || b != Bucket(addr) {
+				t.Fatalf("parse(%q) = %d, %v, %q", key, b, addr, name)
+			}
+			if got := k.of(addr, name); got != key {
+				t.Fatalf("parse(%q) rebuilt as %q", key, got)
+			}
 		}
-		if got := k.of(addr, name); got != key {
-			t.Fatalf("parse(%q) rebuilt as %q", key, got)
+		if addr, name, err := k.parseLegacy(key); err == nil {
+			if !valid(addr, name) {
+				t.Fatalf("parseLegacy(%q) = %v, %q", key, addr, name)
+			}
+			if got := k.legacyAgent(addr) + name; got != key {
+				t.Fatalf("parseLegacy(%q) rebuilt as %q", key, got)
+			}
 		}
 	})
 }

@@ -30,11 +30,12 @@ type Config struct {
 	// Known reports whether an agent type is registered; Register of a
 	// reminder of an unknown type is NotFound. Nil: every type is known.
 	Known func(typeName string) bool
-	// Owns reports whether this silo owns (fires the reminders of) addr.
-	// It is called from the scheduler's goroutine and must be quick. Nil:
-	// this silo owns every agent (a single silo). Call Service.Rebalance when
-	// its answers change.
-	Owns func(addr grain.Address) bool
+	// View returns the cluster's view in force: which buckets this silo
+	// owns (holds, and fires the reminders of). It is called from the
+	// Service's goroutines, with no lock of the Service held, and must be
+	// quick. Nil: this silo owns every bucket (a single silo). Call
+	// Service.Rebalance when it changes.
+	View func() View
 	// Deliver delivers a tick: a ONE_WAY message from the agent to itself,
 	// which activates the agent if needed (a silo passes Runtime.Send). It is
 	// called concurrently, by at most Concurrency goroutines. Nil: nothing

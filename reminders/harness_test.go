@@ -90,6 +90,15 @@ func (h *harness) fired(s *Service, want uint64, seen *uint64) []*grain.Message 
 	return out
 }
 
+// settled waits until s has applied its last Rebalance and loaded its
+// buckets.
+func (h *harness) settled(s *Service) {
+	h.t.Helper()
+	if err := s.Settled(h.ctx); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // waitFor waits until cond holds: a named condition, checked as the state
 // changes, bounded by the test's deadline.
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -3,14 +3,10 @@ package reminders
 import (
 	"context"
 	"errors"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/agentsilo/agentsilo/internal/etcderr"
-	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 func prefixOpt(prefix string) []clientv3.OpOption {
@@ -20,81 +16,56 @@ func prefixOpt(prefix string) []clientv3.OpOption {
 // errCompacted: the revision to resume from is gone; read everything again.
 var errCompacted = errors.New("reminders: watch revision compacted")
 
-// sync keeps the Service's reminders in step with etcd: it loads them all
-// (in pages, at one revision), then watches the prefix from that revision on,
-// resuming the watch after errors and loading again if etcd compacted the
-// history the watch needed. It retries with backoff while etcd is away.
-func (s *Service) sync() {
-	defer s.wg.Done()
-	first := true
-	// Retries run on real time: they are not part of the schedule.
-	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
-	for s.ctx.Err() == nil {
-		catchUp := s.cfg.Clock.Now() // a reload fires nothing that is not due
-		if first {
-			catchUp = time.Time{} // a start fires once what was missed while down
-		}
-		rev, err := s.load(catchUp)
-		if err != nil {
-			if s.ctx.Err() != nil {
-				return
-			}
-			s.cfg.Logger.Warn("reminders: loading from etcd failed; retrying", "err", etcderr.Wrap(err))
-			if !b.Wait(s.ctx, nil) {
-				return
-			}
-			continue
-		}
-		if first {
-			close(s.loaded)
-			first = false
-		}
-		b.Reset()
-		from := rev + 1
-		for s.ctx.Err() == nil {
-			from, err = s.watch(from)
-			if errors.Is(err, errCompacted) || s.ctx.Err() != nil {
-				break
-			}
-			s.cfg.Logger.Warn("reminders: watching etcd failed; resuming", "err", etcderr.Wrap(err), "from_revision", from)
-			if !b.Wait(s.ctx, nil) {
-				return
-			}
-		}
-	}
-}
-
-// load reads every reminder at one revision, page by page, and returns that
-// revision. Register and Unregister go on meanwhile: revisions decide which
-// state of a key wins.
-func (s *Service) load(catchUpAfter time.Time) (int64, error) {
+// loadBucket reads bk's reminders at one revision, page by page, and sets
+// bk.seen to that revision. Register and Unregister go on meanwhile:
+// revisions decide which state of a key wins. Nothing is recorded once bk is
+// let go. A first load fires once the ticks after bk.lostAt not fired; a
+// reload (after a compaction) fires nothing that is not due.
+func (s *Service) loadBucket(ctx context.Context, bk *bucket) error {
 	var (
-		rev  int64
-		key  = s.keys.root
-		end  = clientv3.GetPrefixRangeEnd(s.keys.root)
-		seen = make(map[string]struct{})
+		rev    int64
+		prefix = s.keys.bucket(bk.n)
+		key    = prefix
+		end    = clientv3.GetPrefixRangeEnd(prefix)
+		seen   = make(map[string]struct{})
 	)
+	s.mu.Lock()
+	catchUpAfter := bk.lostAt
+	if bk.loaded {
+		catchUpAfter = s.cfg.Clock.Now()
+	}
+	s.mu.Unlock()
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(s.cfg.PageSize))}
 		if rev > 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.OpTimeout)
-		resp, err := s.cfg.Client.Get(ctx, key, opts...)
+		select { // a bounded number of loads at once, so as not to flood etcd
+		case s.loads <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		octx, cancel := context.WithTimeout(ctx, s.cfg.OpTimeout)
+		resp, err := s.cfg.Client.Get(octx, key, opts...)
 		cancel()
+		<-s.loads
 		if err != nil {
-			return 0, err
+			return err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
 		s.mu.Lock()
+		if !s.holds(bk) {
+			s.mu.Unlock()
+			return context.Canceled
+		}
 		now := s.cfg.Clock.Now()
 		head := false
 		for _, kv := range resp.Kvs {
 			k := string(kv.Key)
 			seen[k] = struct{}{}
-			addr, name, err := s.keys.parse(k)
+			_, addr, name, err := s.keys.parse(k)
 			if err != nil {
 				s.cfg.Logger.Warn("reminders: skipping unreadable key", "key", k, "err", err)
 				continue
@@ -104,7 +75,7 @@ func (s *Service) load(catchUpAfter time.Time) (int64, error) {
 				s.cfg.Logger.Warn("reminders: skipping unreadable reminder", "key", k, "err", err)
 				continue
 			}
-			if s.putLocked(k, addr, r, kv.ModRevision, catchUpAfter, now) {
+			if s.putLocked(bk, k, addr, r, kv.ModRevision, catchUpAfter, now, false) {
 				head = true
 			}
 		}
@@ -117,38 +88,49 @@ func (s *Service) load(catchUpAfter time.Time) (int64, error) {
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	// Keys deleted up to rev and not seen are gone; tombstones up to rev
-	// have done their work.
+	// Keys deleted up to rev and not seen are gone (a reload); tombstones
+	// up to rev have done their work.
 	s.mu.Lock()
-	for k, e := range s.entries {
+	defer s.mu.Unlock()
+	if !s.holds(bk) {
+		return context.Canceled
+	}
+	for k, e := range bk.entries {
 		if _, ok := seen[k]; !ok && e.rev <= rev {
-			s.deleteLocked(k, rev, false)
+			s.deleteLocked(bk, k, rev, false)
 		}
 	}
-	for k, t := range s.tombs {
+	for k, t := range bk.tombs {
 		if t <= rev {
-			delete(s.tombs, k)
+			delete(bk.tombs, k)
 		}
 	}
-	s.mu.Unlock()
+	bk.seen, bk.reload = rev, false
+	if !bk.loaded {
+		bk.loaded = true
+		s.loading--
+		s.notifyLocked()
+		s.markLoadedLocked()
+	}
 	s.poke()
-	return rev, nil
+	return nil
 }
 
-// watch applies the changes under the prefix from revision from on, until
-// the watch fails; it returns the revision to resume from.
-func (s *Service) watch(from int64) (int64, error) {
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+// watchRange applies the changes to r's buckets from revision from on,
+// until the watch fails or r ends; it returns the revision to resume from.
+// Each event is applied once, to the bucket of its key if it is held and
+// loaded, and only if newer than what that bucket has seen (a bucket
+// carried over from a replaced run may have seen it already).
+func (s *Service) watchRange(r *run, from int64) (int64, error) {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
 	defer cancel()
-	wch := s.cfg.Client.Watch(ctx, s.keys.root, clientv3.WithPrefix(), clientv3.WithRev(from))
+	start, end := s.keys.bucket(r.lo), clientv3.GetPrefixRangeEnd(s.keys.bucket(r.hi))
+	wch := s.cfg.Client.Watch(ctx, start, clientv3.WithRange(end), clientv3.WithRev(from))
 	for resp := range wch {
-		if resp.CompactRevision != 0 {
+		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return from, errCompacted
 		}
 		if err := resp.Err(); err != nil {
-			if errors.Is(err, rpctypes.ErrCompacted) {
-				return from, errCompacted
-			}
 			return from, err
 		}
 		s.mu.Lock()
@@ -157,17 +139,25 @@ func (s *Service) watch(from int64) (int64, error) {
 		for _, ev := range resp.Events {
 			k := string(ev.Kv.Key)
 			rev := ev.Kv.ModRevision
-			if ev.Type == mvccpb.DELETE {
-				s.deleteLocked(k, rev, false)
-			} else if addr, name, err := s.keys.parse(k); err != nil {
+			n, addr, name, err := s.keys.parse(k)
+			if err != nil {
 				s.cfg.Logger.Warn("reminders: skipping unreadable key", "key", k, "err", err)
+				continue
+			}
+			bk := s.buckets[n]
+			if bk == nil || !bk.loaded || rev <= bk.seen {
+				continue
+			}
+			bk.seen = rev
+			if ev.Type == mvccpb.DELETE {
+				s.deleteLocked(bk, k, rev, false)
 			} else if r, err := decode(name, ev.Kv.Value); err != nil {
 				s.cfg.Logger.Warn("reminders: skipping unreadable reminder", "key", k, "err", err)
-			} else if s.putLocked(k, addr, r, rev, now, now) {
+			} else if s.putLocked(bk, k, addr, r, rev, now, now, true) {
 				head = true
 			}
-			if t, ok := s.tombs[k]; ok && t <= rev {
-				delete(s.tombs, k)
+			if t, ok := bk.tombs[k]; ok && t <= rev {
+				delete(bk.tombs, k)
 			}
 		}
 		s.mu.Unlock()
@@ -178,7 +168,7 @@ func (s *Service) watch(from int64) (int64, error) {
 			from = resp.Events[n-1].Kv.ModRevision + 1
 		}
 	}
-	if err := s.ctx.Err(); err != nil {
+	if err := r.ctx.Err(); err != nil {
 		return from, err
 	}
 	return from, errors.New("reminders: watch closed")

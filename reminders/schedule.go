@@ -11,11 +11,12 @@ import (
 // entry is one reminder known to the Service.
 type entry struct {
 	key  string
+	b    *bucket // the bucket holding it
 	addr grain.Address
 	r    grain.Reminder
 	rev  int64     // etcd mod revision of r
 	next time.Time // next tick, while scheduled
-	idx  int       // index in the heap; -1 when not scheduled (not owned)
+	idx  int       // index in the heap; -1 when not scheduled
 }
 
 // nextAfter is the first tick of r strictly after now: Due, or Due + k*Period.
@@ -46,31 +47,27 @@ func firstTickPending(r grain.Reminder, now time.Time) bool {
 	return !r.Due.After(now) && now.Sub(r.Due) < r.Period
 }
 
-// putLocked records r under key at etcd revision rev, unless the Service
-// already knows a newer state of the key, and schedules it if owned. A tick
+// putLocked records r under key at etcd revision rev in bk, unless the
+// Service already knows a newer state of the key, and schedules it. A tick
 // between catchUpAfter and now fires once at once (see scheduleLocked), and
-// so does a first tick that is due already (see firstTickPending). It
-// reports whether the heap's head changed.
-func (s *Service) putLocked(key string, addr grain.Address, r grain.Reminder, rev int64, catchUpAfter, now time.Time) bool {
-	if t, ok := s.tombs[key]; ok && t >= rev {
+// so does, if this state is learned of as it is written (learned: by
+// Register or the watch, not by a load), a first tick that is due already
+// (see firstTickPending). It reports whether the heap's head changed.
+func (s *Service) putLocked(bk *bucket, key string, addr grain.Address, r grain.Reminder, rev int64, catchUpAfter, now time.Time, learned bool) bool {
+	if t, ok := bk.tombs[key]; ok && t >= rev {
 		return false
 	}
-	e := s.entries[key]
+	e := bk.entries[key]
 	if e != nil && e.rev >= rev {
 		return false
 	}
 	if e == nil {
-		e = &entry{key: key, addr: addr, idx: -1}
-		s.entries[key] = e
+		e = &entry{key: key, b: bk, addr: addr, idx: -1}
+		bk.entries[key] = e
+		s.count++
 	}
 	e.r, e.rev = r, rev
-	if !s.owns(addr) {
-		if e.idx >= 0 {
-			s.heap.remove(e)
-		}
-		return false
-	}
-	if firstTickPending(r, now) {
+	if learned && firstTickPending(r, now) {
 		catchUpAfter = r.Due.Add(-time.Nanosecond)
 	}
 	s.scheduleLocked(e, now, catchUpAfter)
@@ -94,16 +91,16 @@ func (s *Service) scheduleLocked(e *entry, now, catchUpAfter time.Time) {
 	}
 }
 
-// deleteLocked forgets key as of etcd revision rev. A local delete (Unregister)
-// leaves a tombstone, so that an older state of the key still on its way
-// (a page being loaded, a watch event) does not bring it back.
-func (s *Service) deleteLocked(key string, rev int64, tomb bool) {
-	e := s.entries[key]
+// deleteLocked forgets key of bk as of etcd revision rev. A local delete
+// (Unregister) leaves a tombstone, so that an older state of the key still on
+// its way (a page being loaded, a watch event) does not bring it back.
+func (s *Service) deleteLocked(bk *bucket, key string, rev int64, tomb bool) {
+	e := bk.entries[key]
 	if e != nil && e.rev > rev {
 		return
 	}
-	if tomb && s.tombs[key] < rev {
-		s.tombs[key] = rev
+	if tomb && bk.tombs[key] < rev {
+		bk.tombs[key] = rev
 	}
 	if e == nil {
 		return
@@ -111,7 +108,8 @@ func (s *Service) deleteLocked(key string, rev int64, tomb bool) {
 	if e.idx >= 0 {
 		s.heap.remove(e)
 	}
-	delete(s.entries, key)
+	delete(bk.entries, key)
+	s.count--
 }
 
 // batchLimit bounds the ticks taken from the heap per lock hold.
@@ -120,7 +118,14 @@ const batchLimit = 1024
 // due takes up to batchLimit due ticks off the heap, advancing each reminder
 // to its next tick after now, and returns them with the wait until the next
 // one (-1: none scheduled).
+//
+// A tick fires only if its bucket is held (by the newest view applied) and
+// owned by the view in force: between a new view and its Rebalance, the
+// buckets it moved away fire nowhere here (they are parked: taken off the
+// heap, and scheduled again if a later view gives them back before it was
+// applied).
 func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) {
+	v := s.view() // before the lock: Config.View may take the cluster's
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
@@ -129,8 +134,13 @@ func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) 
 		if e.next.After(now) {
 			return batch, e.next.Sub(now)
 		}
-		if !s.owns(e.addr) { // moved away before Rebalance was called
+		if !s.holds(e.b) { // let go; apply takes its entries off
 			s.heap.remove(e)
+			continue
+		}
+		if e.b.version != v.Version && !v.Owns(e.b.n) {
+			s.heap.remove(e) // moved away by a view not yet applied
+			e.b.parked = true
 			continue
 		}
 		if f := s.cfg.ObserveLateness; f != nil {

@@ -2,10 +2,13 @@ package reminders
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -13,31 +16,47 @@ import (
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
-// Service implements grain.ReminderService on etcd and fires the reminders of
-// the agents this silo owns. Its methods are safe for concurrent use.
+// Service implements grain.ReminderService on etcd and fires the reminders
+// of the buckets this silo owns. Its methods are safe for concurrent use.
 //
-// Goroutines: one scheduler (the heap and its timer), one loader/watcher, and
-// Config.Concurrency delivery workers; Close stops them all.
+// Goroutines: one scheduler (the heap and its timer), one follower of the
+// views (Rebalance), one mover of the legacy layout, one loader/watcher per
+// bucket held, and Config.Concurrency delivery workers; Close stops them all.
 //
-// Lock order: Service.mu is the only lock; Config.Owns is called with it held
-// and must not call back into the Service.
+// Lock order: pmu and mu are never held together. Config.View is called
+// with neither held.
 type Service struct {
 	cfg  Config
 	keys keys
 
-	mu      sync.Mutex
-	entries map[string]*entry // by etcd key: every reminder known, owned or not
-	tombs   map[string]int64  // key -> revision of a local delete not yet seen by the watch
-	heap    timeHeap          // owned reminders by next tick
+	pmu      sync.Mutex // guards the pending Rebalance
+	pending  bool       // a Rebalance waits to be applied
+	applying bool       // follow is applying one
+	lostAt   time.Time  // the earliest lostAt of the pending Rebalances
+	rebal    chan struct{}
 
-	wake    chan struct{}      // pokes the scheduler when the heap's head changes
-	flushes chan chan struct{} // see flush
-	jobs    chan *grain.Message
-	loaded  chan struct{}
-	fired   atomic.Uint64
-	started chan struct{} // closed when deliver is set: firing begins
-	deliver func(ctx context.Context, msg *grain.Message) error
-	start   sync.Once
+	mu      sync.Mutex
+	buckets [Buckets]*bucket // the buckets held; nil: not held
+	runs    map[[2]int]*run  // the runs of buckets held, by [lo, hi]
+	held    int              // buckets held
+	loading int              // buckets held and not yet loaded
+	count   int              // reminders in the buckets held
+	version int64            // the View applied last
+	heap    timeHeap         // the held reminders by next tick
+	changed chan struct{}    // closed and replaced when loading or a Rebalance ends
+	loads   chan struct{}    // a slot per bucket page being read
+
+	wake      chan struct{}      // pokes the scheduler when the heap's head changes
+	flushes   chan chan struct{} // see flush
+	jobs      chan *grain.Message
+	loaded    chan struct{}
+	migrated  chan struct{} // closed once the legacy layout was moved, at start
+	migratedN atomic.Int64
+	warned    atomic.Int64 // unix nanoseconds of the last warning (see warn)
+	fired     atomic.Uint64
+	started   chan struct{} // closed when deliver is set: firing begins
+	deliver   func(ctx context.Context, msg *grain.Message) error
+	start     sync.Once
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -46,9 +65,10 @@ type Service struct {
 	once   sync.Once
 }
 
-// New starts a Service. It returns at once: the reminders already in etcd are
-// loaded in the background (see Loaded) while Register, Unregister and List
-// work. ctx bounds nothing after New returns; Close stops the Service.
+// New starts a Service. It returns at once: reminders of the legacy layout
+// are moved to their buckets, then the buckets the view in force owns are
+// loaded, in the background (see Loaded), while Register, Unregister and
+// List work. ctx bounds nothing after New returns; Close stops the Service.
 func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -57,21 +77,33 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{
-		cfg:     cfg,
-		keys:    keys{root: cfg.Prefix + "reminders/"},
-		entries: make(map[string]*entry),
-		tombs:   make(map[string]int64),
-		wake:    make(chan struct{}, 1),
-		flushes: make(chan chan struct{}),
-		jobs:    make(chan *grain.Message, 4*cfg.Concurrency),
-		loaded:  make(chan struct{}),
-		started: make(chan struct{}),
-		stop:    make(chan struct{}),
+		cfg:      cfg,
+		keys:     newKeys(cfg.Prefix),
+		rebal:    make(chan struct{}, 1),
+		changed:  make(chan struct{}),
+		loads:    make(chan struct{}, 4),
+		wake:     make(chan struct{}, 1),
+		flushes:  make(chan chan struct{}),
+		jobs:     make(chan *grain.Message, 4*cfg.Concurrency),
+		loaded:   make(chan struct{}),
+		migrated: make(chan struct{}),
+		started:  make(chan struct{}),
+		stop:     make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(2 + cfg.Concurrency)
+	// The first view, applied now so that Register knows which buckets
+	// are held: a single silo (no Config.View) fires once at once the
+	// ticks missed while it was down; a silo of a cluster takes over
+	// gracefully, unless its Rebalance says otherwise.
+	var lostAt time.Time
+	if cfg.View != nil {
+		lostAt = cfg.Clock.Now()
+	}
+	s.apply(s.view(), lostAt, make([]bool, Buckets))
+	s.wg.Add(3 + cfg.Concurrency)
 	go s.schedule()
-	go s.sync()
+	go s.legacy()
+	go s.follow()
 	for range cfg.Concurrency {
 		go s.work()
 	}
@@ -106,48 +138,37 @@ func (s *Service) Close() error {
 	return nil
 }
 
-// Loaded is closed once the reminders stored in etcd when the Service started
-// have been read (they fire from then on; ticks they missed fire once). It is
-// never closed if the Service closes first.
+// Loaded is closed once the reminders of the legacy layout present at
+// start have moved to their buckets and the buckets of the first view
+// applied are loaded (they fire from then on; ticks they missed fire once).
+// It is never closed if the Service closes first.
 func (s *Service) Loaded() <-chan struct{} { return s.loaded }
 
 // Stats is a snapshot of a Service's state.
 type Stats struct {
-	// Reminders known to this silo, owned or not.
+	// Reminders in the buckets this silo holds (and only those).
 	Reminders int
-	// Scheduled: the reminders this silo owns and fires.
+	// Scheduled: the reminders in the heap, to fire here.
 	Scheduled int
+	// Buckets held: owned in the newest view applied.
+	Buckets int
+	// Loading: buckets held and not yet loaded.
+	Loading int
+	// View is the version of the newest view applied.
+	View int64
 	// Fired counts the ticks handed to Deliver since New.
 	Fired uint64
+	// Migrated counts the reminders this Service moved from the legacy
+	// layout to their buckets.
+	Migrated int64
 }
 
 // Stats returns a snapshot.
 func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Reminders: len(s.entries), Scheduled: len(s.heap), Fired: s.fired.Load()}
-}
-
-// Rebalance re-evaluates Config.Owns for every reminder after the cluster
-// view changed: reminders of agents that moved away stop firing here, and
-// those of agents that moved here start. A reminder taken over fires once at
-// once if one of its ticks fell after lostAt (when the old owner may have
-// stopped firing: its failure, or for a graceful hand-over the time of the
-// hand-over, so nothing fires twice), then on schedule.
-func (s *Service) Rebalance(lostAt time.Time) {
-	s.mu.Lock()
-	now := s.cfg.Clock.Now()
-	for _, e := range s.entries {
-		owned := s.owns(e.addr)
-		switch {
-		case owned && e.idx < 0:
-			s.scheduleLocked(e, now, lostAt)
-		case !owned && e.idx >= 0:
-			s.heap.remove(e)
-		}
-	}
-	s.mu.Unlock()
-	s.poke()
+	return Stats{Reminders: s.count, Scheduled: len(s.heap), Buckets: s.held, Loading: s.loading,
+		View: s.version, Fired: s.fired.Load(), Migrated: s.migratedN.Load()}
 }
 
 // Register implements grain.ReminderService: it creates or replaces the
@@ -173,9 +194,12 @@ func (s *Service) Register(ctx context.Context, addr grain.Address, r grain.Remi
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "register reminder %q of %s", r.Name, addr)
 	}
+	head := false
 	s.mu.Lock()
-	now := s.cfg.Clock.Now()
-	head := s.putLocked(key, addr, r, resp.Header.Revision, now, now)
+	if bk := s.buckets[Bucket(addr)]; bk != nil {
+		now := s.cfg.Clock.Now()
+		head = s.putLocked(bk, key, addr, r, resp.Header.Revision, now, now, true)
+	}
 	s.mu.Unlock()
 	if head {
 		s.poke()
@@ -203,10 +227,19 @@ func (s *Service) Unregister(ctx context.Context, addr grain.Address, name strin
 		return etcderr.FromCall(ctx, err, "unregister reminder %q of %s", name, addr)
 	}
 	s.mu.Lock()
-	s.deleteLocked(key, resp.Header.Revision, true)
+	if bk := s.buckets[Bucket(addr)]; bk != nil {
+		s.deleteLocked(bk, key, resp.Header.Revision, true)
+	}
 	s.mu.Unlock()
 	if resp.Deleted == 0 {
-		return errs.New(codes.NotFound, "%s has no reminder %q", addr, name)
+		// Not moved from the legacy layout yet?
+		resp, err := s.cfg.Client.Delete(octx, s.keys.legacyAgent(addr)+name)
+		if err != nil {
+			return etcderr.FromCall(ctx, err, "unregister reminder %q of %s", name, addr)
+		}
+		if resp.Deleted == 0 {
+			return errs.New(codes.NotFound, "%s has no reminder %q", addr, name)
+		}
 	}
 	return nil
 }
@@ -222,23 +255,30 @@ func (s *Service) List(ctx context.Context, addr grain.Address) ([]grain.Reminde
 	}
 	octx, cancel := s.op(ctx)
 	defer cancel()
-	resp, err := s.cfg.Client.Get(octx, s.keys.agent(addr), prefixOpt(s.keys.agent(addr))...)
+	// Both layouts in one request: a reminder of the legacy layout not
+	// moved yet is listed too.
+	p, lp := s.keys.agent(addr), s.keys.legacyAgent(addr)
+	resp, err := s.cfg.Client.Txn(octx).Then(clientv3.OpGet(p, prefixOpt(p)...), clientv3.OpGet(lp, prefixOpt(lp)...)).Commit()
 	if err != nil {
 		return nil, etcderr.FromCall(ctx, err, "list reminders of %s", addr)
 	}
-	out := make([]grain.Reminder, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		_, name, err := s.keys.parse(string(kv.Key))
-		if err != nil {
-			continue
+	var out []grain.Reminder
+	for _, rr := range resp.Responses {
+		for _, kv := range rr.GetResponseRange().Kvs {
+			k := string(kv.Key)
+			name := k[strings.LastIndexByte(k, '/')+1:]
+			if slices.ContainsFunc(out, func(r grain.Reminder) bool { return r.Name == name }) {
+				continue // the bucket's wins
+			}
+			r, err := decode(name, kv.Value)
+			if err != nil {
+				s.cfg.Logger.Warn("reminders: skipping unreadable reminder", "key", k, "err", err)
+				continue
+			}
+			out = append(out, r)
 		}
-		r, err := decode(name, kv.Value)
-		if err != nil {
-			s.cfg.Logger.Warn("reminders: skipping unreadable reminder", "key", string(kv.Key), "err", err)
-			continue
-		}
-		out = append(out, r)
 	}
+	slices.SortFunc(out, func(a, b grain.Reminder) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
@@ -285,19 +325,17 @@ func (s *Service) validate(addr grain.Address, r *grain.Reminder) error {
 
 func (s *Service) open() error {
 	if s.ctx.Err() != nil {
-		return errs.New(codes.Unavailable, "the reminder service is closed")
+		return errClosed()
 	}
 	return nil
 }
+
+func errClosed() error { return errs.New(codes.Unavailable, "the reminder service is closed") }
 
 // op bounds one etcd request by OpTimeout, so that a lost etcd is answered
 // with Unavailable instead of a hang.
 func (s *Service) op(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, s.cfg.OpTimeout)
-}
-
-func (s *Service) owns(addr grain.Address) bool {
-	return s.cfg.Owns == nil || s.cfg.Owns(addr)
 }
 
 func (s *Service) poke() {

@@ -3,7 +3,6 @@ package reminders
 import (
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,9 +198,10 @@ func TestBadInputs(t *testing.T) {
 // tick the old owner may have missed once.
 func TestOwnership(t *testing.T) {
 	h := newHarness(t)
-	var owned atomic.Bool
+	tv := newTestView(func(int) bool { return false })
+	own := func(owned bool) { tv.set(func(int) bool { return owned }) }
 	cfg := h.config()
-	cfg.Owns = func(grain.Address) bool { return owned.Load() }
+	cfg.View = tv.get
 	s := h.start(cfg)
 	if err := s.Register(h.ctx, agent, grain.Reminder{Name: "tick", Period: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -210,29 +210,39 @@ func TestOwnership(t *testing.T) {
 	var seen uint64
 	h.clk.Advance(time.Minute)
 	h.fired(s, 0, &seen)
-	if st := s.Stats(); st.Reminders != 1 || st.Scheduled != 0 {
+	if st := s.Stats(); st.Reminders != 0 || st.Scheduled != 0 || st.Buckets != 0 {
 		t.Fatalf("Stats = %+v", st)
 	}
 
 	// Graceful hand-over now: the old owner fired the last tick.
-	owned.Store(true)
+	own(true)
 	s.Rebalance(h.clk.Now())
+	h.settled(s)
+	if st := s.Stats(); st.Reminders != 1 || st.Scheduled != 1 || st.Buckets != Buckets {
+		t.Fatalf("Stats = %+v", st)
+	}
 	h.fired(s, 0, &seen)
 	h.clk.Advance(time.Minute)
 	h.fired(s, 1, &seen)
 
-	// Moves away (Owns says no before Rebalance runs): nothing fires.
-	owned.Store(false)
+	// Moves away (the view in force says no before Rebalance runs):
+	// nothing fires.
+	own(false)
 	h.clk.Advance(time.Minute)
 	h.fired(s, 1, &seen)
 	s.Rebalance(h.clk.Now())
+	h.settled(s)
+	if st := s.Stats(); st.Reminders != 0 || st.Scheduled != 0 || st.Buckets != 0 {
+		t.Fatalf("Stats = %+v", st)
+	}
 
 	// Taken over after the old owner failed 90 s ago: the tick it missed
 	// fires once at once.
 	lostAt := h.clk.Now().Add(30 * time.Second)
 	h.clk.Advance(2 * time.Minute)
-	owned.Store(true)
+	own(true)
 	s.Rebalance(lostAt)
+	h.settled(s)
 	h.fired(s, 2, &seen)
 }
 
@@ -241,8 +251,9 @@ func TestOwnership(t *testing.T) {
 func TestTwoServices(t *testing.T) {
 	h := newHarness(t)
 	cfgA, cfgB := h.config(), h.config()
-	cfgA.Owns = func(a grain.Address) bool { return a.Alias == "t1" }
-	cfgB.Owns = func(a grain.Address) bool { return a.Alias != "t1" }
+	mine := Bucket(agent)
+	cfgA.View = newTestView(func(b int) bool { return b == mine }).get
+	cfgB.View = newTestView(func(b int) bool { return b != mine }).get
 	a, b := h.start(cfgA), h.start(cfgB)
 	h.loaded(a)
 	h.loaded(b)
@@ -345,8 +356,8 @@ func TestDueTime(t *testing.T) {
 func TestDueNowOnTheOwner(t *testing.T) {
 	h := newHarness(t)
 	cfgA, cfgB := h.config(), h.config()
-	cfgA.Owns = func(grain.Address) bool { return false }
-	cfgB.Owns = func(grain.Address) bool { return true }
+	cfgA.View = newTestView(func(int) bool { return false }).get
+	cfgB.View = newTestView(func(int) bool { return true }).get
 	a, b := h.start(cfgA), h.start(cfgB)
 	h.loaded(a)
 	h.loaded(b)
