@@ -1,5 +1,5 @@
 // Package etcdbatch writes to etcd with group commit: the writes that
-// arrive while a transaction is in flight are committed together in the
+// arrive while transactions are in flight are committed together in the
 // next one. It is what lets topics' publishes and acknowledgements and A2A
 // task writes share etcd transactions (each commit is a Raft entry and a WAL
 // fsync), instead of one transaction each.
@@ -7,9 +7,10 @@
 // Each Write keeps its own conditions: in a shared transaction it is a
 // nested transaction (If its conditions, Then its operations, Else its
 // reads), so a writer whose condition fails fails alone and the others are
-// written. The first writer when none is in flight goes at once (no linger
-// on an idle store); those that come while a transaction is in flight wait
-// for it and go together in the next, as many as fit etcd's bounds:
+// written. A writer that finds fewer than Config.MaxInflight transactions
+// in flight goes at once (no linger: an idle store adds no delay); those
+// that come while all are in flight wait and go together in the next, as
+// many as fit etcd's bounds:
 // Config.MaxOps operations per level of a transaction (etcd's
 // --max-txn-ops, 128 by default: the shared transaction holds one nested
 // transaction per writer, and a writer's own operations count beside
@@ -50,11 +51,16 @@ type Config struct {
 	MaxBytes int
 	// Timeout bounds each transaction. Default: 5 s.
 	Timeout time.Duration
+	// MaxInflight bounds the transactions in flight at once: etcd commits
+	// those that arrive together with one WAL fsync, and takes the next
+	// while it syncs. A writer that finds one free goes at once; the
+	// others wait and go together. Default: 4.
+	MaxInflight int
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
-	return Config{MaxOps: 128, MaxBytes: 1 << 20, Timeout: 5 * time.Second}
+	return Config{MaxOps: 128, MaxBytes: 1 << 20, Timeout: 5 * time.Second, MaxInflight: 4}
 }
 
 // Write is one writer's part of a transaction: If its conditions hold, Then
@@ -71,8 +77,9 @@ type Write struct {
 	// Revision is the revision of the transaction it was committed in.
 	Revision int64
 
-	err  error
-	done chan struct{}
+	err   error
+	done  chan struct{}
+	group *group // the writes of its Do
 	// set by prepare
 	cost, size int
 	puts, dels []string
@@ -102,7 +109,7 @@ type Batcher struct {
 
 	mu      sync.Mutex
 	queue   []*Write
-	running bool
+	running int // transactions in flight (a goroutine each)
 
 	txns   atomic.Uint64
 	writes atomic.Uint64
@@ -122,6 +129,9 @@ func New(cli *clientv3.Client, cfg Config) *Batcher {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = d.Timeout
+	}
+	if cfg.MaxInflight <= 0 {
+		cfg.MaxInflight = d.MaxInflight
 	}
 	return &Batcher{cli: cli, cfg: cfg}
 }
@@ -163,13 +173,14 @@ func (b *Batcher) Writes() uint64 { return b.writes.Load() }
 // ctx's error without waiting for those in flight: whether they were
 // written is unknown.
 func (b *Batcher) Do(ctx context.Context, ws ...*Write) error {
+	g := &group{}
 	for _, w := range ws {
-		w.prepare()
+		w.prepare(g)
 	}
 	b.mu.Lock()
 	b.queue = append(b.queue, ws...)
-	if !b.running {
-		b.running = true
+	if b.running < b.cfg.MaxInflight {
+		b.running++
 		go b.run()
 	}
 	b.mu.Unlock()
@@ -218,15 +229,27 @@ func (b *Batcher) queued() int {
 	return len(b.queue)
 }
 
-// run commits what is queued, a transaction at a time, until nothing is.
+// group is the writes of one Do: they are committed in order, so a
+// transaction of theirs is in flight only once the one before it is done.
+type group struct{ inflight int }
+
+// run commits what is queued, a transaction at a time, until nothing it
+// may take is.
 func (b *Batcher) run() {
+	var batch []*Write
 	for {
 		b.mu.Lock()
-		batch := b.take()
+		for _, w := range batch {
+			w.group.inflight--
+		}
+		batch = b.take()
 		if len(batch) == 0 {
-			b.running = false
+			b.running--
 			b.mu.Unlock()
 			return
+		}
+		for _, w := range batch {
+			w.group.inflight++
 		}
 		b.mu.Unlock()
 		b.commit(batch)
@@ -242,6 +265,9 @@ func (b *Batcher) take() []*Write {
 		dels              = map[string]bool{}
 	)
 	for _, w := range b.queue {
+		if w.group.inflight > 0 {
+			break // an earlier part of its Do is in flight
+		}
 		if n > 0 && (w.alone || n+1+max(maxCost, w.cost) > b.cfg.MaxOps || bytes+w.size > b.cfg.MaxBytes || clash(w, puts, dels)) {
 			break
 		}
@@ -356,8 +382,8 @@ func refused(err error) bool {
 }
 
 // prepare computes what take needs of w.
-func (w *Write) prepare() {
-	w.done = make(chan struct{})
+func (w *Write) prepare(g *group) {
+	w.done, w.group = make(chan struct{}), g
 	w.err, w.Succeeded, w.Responses, w.Revision = nil, false, nil, 0
 	w.puts, w.dels, w.alone = nil, nil, false
 	w.cost, w.size = w.scan(w.If, w.Then, w.Else)

@@ -48,7 +48,7 @@ func get(t *testing.T, cli *clientv3.Client, k string) string {
 // next one: the first commit is held until 50 more writers queue.
 func TestManyWritersShareOneTransaction(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	b := New(cli, Config{})
+	b := New(cli, Config{MaxInflight: 1})
 	release := make(chan struct{})
 	var sizes []int
 	var mu sync.Mutex
@@ -114,10 +114,48 @@ func TestBatchBoundedByMaxOps(t *testing.T) {
 	if b.Txns() != 2 {
 		t.Fatalf("%d transactions; want 2", b.Txns())
 	}
+	if ws[0].Revision >= ws[199].Revision {
+		t.Fatalf("revisions %d, %d: the second part went first", ws[0].Revision, ws[199].Revision)
+	}
 	resp, err := cli.Get(t.Context(), "/b/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || resp.Count != 200 {
 		t.Fatalf("%v keys, %v", resp.Count, err)
 	}
+}
+
+// With several transactions in flight, each caller's writes still commit
+// in its order (a part of its writes waits for the part before it), and
+// all are written.
+func TestInflightKeepsEachCallersOrder(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	b := New(cli, Config{MaxInflight: 4})
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Go(func() {
+			for r := range 5 {
+				ws := make([]*Write, 150) // two transactions each
+				for i := range ws {
+					ws[i] = put(fmt.Sprintf("/b/%d/%d/%03d", c, r, i), "v")
+				}
+				if err := b.Do(t.Context(), ws...); err != nil {
+					t.Error(err)
+					return
+				}
+				for i := 1; i < len(ws); i++ {
+					if ws[i].Revision < ws[i-1].Revision {
+						t.Errorf("caller %d: write %d at revision %d, before %d's %d", c, i, ws[i].Revision, i-1, ws[i-1].Revision)
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	resp, err := cli.Get(t.Context(), "/b/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 8*5*150 {
+		t.Fatalf("%v keys, %v", resp.Count, err)
+	}
+	t.Logf("%d writes in %d transactions", b.Writes(), b.Txns())
 }
 
 // A writer whose condition fails fails alone: the others of its
@@ -205,7 +243,7 @@ func TestSameKeyNextTransaction(t *testing.T) {
 func TestEtcdFailsMidBatch(t *testing.T) {
 	srv := etcdtest.Start(t)
 	cli := srv.Client(t)
-	b := New(cli, Config{Timeout: 500 * time.Millisecond})
+	b := New(cli, Config{Timeout: 500 * time.Millisecond, MaxInflight: 1})
 	if err := b.Do(t.Context(), put("/b/before", "1")); err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +291,7 @@ func TestEtcdFailsMidBatch(t *testing.T) {
 // are never written.
 func TestCancelledWhileQueued(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	b := New(cli, Config{})
+	b := New(cli, Config{MaxInflight: 1})
 	release := make(chan struct{})
 	inFlight := make(chan struct{})
 	var once sync.Once
