@@ -319,6 +319,14 @@ func (e *Store) stopServer() {
 	e.serverOnce.Do(func() {
 		e.closing.Store(true)
 		if e.server != nil {
+			// Raft and the lessor stop first. Close alone would first wait
+			// (up to its request timeout, 7 s) for the clients' watch
+			// streams to end, while no keepalive got through any more and
+			// the lessor went on expiring leases: every other silo's, whose
+			// records it deleted before their eyes, so they fenced. Stopped
+			// first, the lessor expires nothing, and a restarted etcd
+			// gives every lease its full TTL again.
+			e.server.Server.HardStop()
 			e.server.Close()
 		}
 	})
