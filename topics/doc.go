@@ -24,7 +24,7 @@
 //	               instead of etcd: its buckets and the registry
 //	jsqueue.go     its publishes, queues and dead letters
 //	jskeeper.go    its heartbeat, session expiry and sweeping
-//	memstore.go    MemStore, its twin in memory, for tests
+//	memstore.go    memStore, its twin in memory, for tests
 //	engine.go      the delivery of one subscription on the silo that owns
 //	               it: lanes per publisher, outcomes, the full flag
 //	config.go      Config and its defaults, Observer

@@ -100,7 +100,7 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 		OpTimeout:  5 * time.Second,
 		MaxOps:     128,
 		MaxBytes:   1 << 20,
-		Window:     DefaultIdemWindow,
+		Window:     defaultIdemWindow,
 		SessionTTL: 15 * time.Second,
 		sessHeld:   map[string]sessMember{},
 		keyPrefix:  hex.EncodeToString(b[:]) + "-",
@@ -408,7 +408,7 @@ func (s *EtcdStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 			}
 			fs[id] = full[id]
 		}
-		f(NewRegistry(vs, rs, ms, fs))
+		f(newRegistry(vs, rs, ms, fs))
 	}
 	s.follow(ctx, reg, "subscriptions", func(kvs []*mvccpb.KeyValue) {
 		versions, recs, members, full = map[string]int64{}, map[string]*SubscriptionRecord{}, map[string]map[string]bool{}, map[string]bool{}
@@ -466,5 +466,5 @@ func (s *EtcdStore) Subscriptions(ctx context.Context, owner string) (*Registry,
 			}
 		}
 	}
-	return NewRegistry(nil, recs, members, full), nil
+	return newRegistry(nil, recs, members, full), nil
 }

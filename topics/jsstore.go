@@ -140,7 +140,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		Bucket:     "agentsilo_topics",
 		Replicas:   1,
 		OpTimeout:  5 * time.Second,
-		Window:     DefaultIdemWindow,
+		Window:     defaultIdemWindow,
 		SweepEvery: time.Minute,
 		MarkerAge:  time.Minute,
 		SessionTTL: 15 * time.Second,
@@ -201,7 +201,7 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	if err != nil {
 		return nil, errs.Wrap(codes.Unavailable, err, "topics: connect to NATS at %s", RedactURLs(cfg.URL))
 	}
-	s, err := NewJetStreamStore(ctx, nc, cfg, logger)
+	s, err := newJetStreamStore(ctx, nc, cfg, logger)
 	if err != nil {
 		nc.Close()
 		return nil, err
@@ -224,9 +224,9 @@ func RedactURLs(urls string) string {
 	return strings.Join(parts, ",")
 }
 
-// NewJetStreamStore returns the store on nc (cfg.URL and the credentials
+// newJetStreamStore returns the store on nc (cfg.URL and the credentials
 // are not used), its buckets created if missing. Close leaves nc open.
-func NewJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, logger *slog.Logger) (*JetStreamStore, error) {
+func newJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, logger *slog.Logger) (*JetStreamStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -682,7 +682,7 @@ func (r *regState) registry(keep func(id string) bool) *Registry {
 		}
 		full[id] = r.full[id]
 	}
-	return NewRegistry(versions, recs, members, full)
+	return newRegistry(versions, recs, members, full)
 }
 
 // FollowRegistry implements Store.

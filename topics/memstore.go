@@ -15,10 +15,9 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// MemStore is a Store in memory: for tests, and for a runtime without
-// etcd. Nothing survives the process. The zero value is not usable; use
-// NewMemStore.
-type MemStore struct {
+// memStore is a Store in memory, for tests. Nothing survives the process.
+// The zero value is not usable; use newMemStore.
+type memStore struct {
 	clk    clock.Clock
 	window time.Duration
 
@@ -52,16 +51,16 @@ type memIdem struct {
 	at time.Time
 }
 
-// NewMemStore returns an empty store whose idempotency keys last window
+// newMemStore returns an empty store whose idempotency keys last window
 // on clk (nil: the real clock; 0: 10 minutes).
-func NewMemStore(clk clock.Clock, window time.Duration) *MemStore {
+func newMemStore(clk clock.Clock, window time.Duration) *memStore {
 	if clk == nil {
 		clk = clock.Real{}
 	}
 	if window <= 0 {
-		window = DefaultIdemWindow
+		window = defaultIdemWindow
 	}
-	return &MemStore{
+	return &memStore{
 		clk:      clk,
 		window:   window,
 		versions: map[string]int64{},
@@ -75,19 +74,19 @@ func NewMemStore(clk clock.Clock, window time.Duration) *MemStore {
 	}
 }
 
-var _ Store = (*MemStore)(nil)
+var _ Store = (*memStore)(nil)
 
-func (s *MemStore) nextKey() string {
+func (s *memStore) nextKey() string {
 	s.seq++
 	return fmt.Sprintf("%020d", s.seq)
 }
 
-func (s *MemStore) notifyLocked() {
+func (s *memStore) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-func (s *MemStore) queue(id string) *memQueue {
+func (s *memStore) queue(id string) *memQueue {
 	q := s.queues[id]
 	if q == nil {
 		q = &memQueue{entries: map[string]*Entry{}, followers: map[*memFollower]struct{}{}}
@@ -109,7 +108,7 @@ func (q *memQueue) emit(ev QueueEvent) {
 }
 
 // Subscribe implements Store.
-func (s *MemStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+func (s *memStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
 	p, err := ParsePattern(rec.GetPattern(), "")
 	if err != nil {
 		return nil, err
@@ -133,7 +132,7 @@ func (s *MemStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, membe
 }
 
 // Unsubscribe implements Store.
-func (s *MemStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
+func (s *memStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ms := s.members[id]
@@ -150,7 +149,7 @@ func (s *MemStore) Unsubscribe(ctx context.Context, id, member string) (bool, er
 }
 
 // deleteLocked deletes subscription id with its queue and dead letters.
-func (s *MemStore) deleteLocked(id string) {
+func (s *memStore) deleteLocked(id string) {
 	if p, err := ParsePattern(s.subs[id].GetPattern(), ""); err == nil {
 		s.seq++
 		s.versions[p.Owner] = int64(s.seq)
@@ -168,12 +167,12 @@ func (s *MemStore) deleteLocked(id string) {
 }
 
 // SubscribeSession implements Store: in one process, it is Subscribe.
-func (s *MemStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+func (s *memStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
 	return s.Subscribe(ctx, rec, member)
 }
 
 // Prune implements Store.
-func (s *MemStore) Prune(ctx context.Context, id string) (bool, error) {
+func (s *memStore) Prune(ctx context.Context, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.subs[id]; !ok || len(s.members[id]) > 0 {
@@ -186,7 +185,7 @@ func (s *MemStore) Prune(ctx context.Context, id string) (bool, error) {
 
 // Expire removes member from every subscription, as the end of an etcd
 // lease does a session's: for tests of Prune.
-func (s *MemStore) Expire(member string) {
+func (s *memStore) Expire(member string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ms := range s.members {
@@ -196,7 +195,7 @@ func (s *MemStore) Expire(member string) {
 }
 
 // Subscriptions implements Store.
-func (s *MemStore) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
+func (s *memStore) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.registryLocked()
@@ -205,7 +204,7 @@ func (s *MemStore) Subscriptions(ctx context.Context, owner string) (*Registry, 
 			delete(r.Subs, id)
 		}
 	}
-	return NewRegistry(r.Versions, recsOf(r), membersOf(r), fullOf(r)), nil
+	return newRegistry(r.Versions, recsOf(r), membersOf(r), fullOf(r)), nil
 }
 
 func recsOf(r *Registry) map[string]*SubscriptionRecord {
@@ -232,7 +231,7 @@ func fullOf(r *Registry) map[string]bool {
 	return out
 }
 
-func (s *MemStore) registryLocked() *Registry {
+func (s *memStore) registryLocked() *Registry {
 	versions := make(map[string]int64, len(s.versions))
 	for k, v := range s.versions {
 		versions[k] = v
@@ -247,11 +246,11 @@ func (s *MemStore) registryLocked() *Registry {
 		}
 		full[id] = s.full[id]
 	}
-	return NewRegistry(versions, recs, members, full)
+	return newRegistry(versions, recs, members, full)
 }
 
 // FollowRegistry implements Store.
-func (s *MemStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
+func (s *memStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 	for {
 		s.mu.Lock()
 		r, ch := s.registryLocked(), s.changed
@@ -266,7 +265,7 @@ func (s *MemStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 }
 
 // Append implements Store.
-func (s *MemStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+func (s *memStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
 	if err := ctx.Err(); err != nil {
 		return errs.Wrap(errs.Code(err), err, "append")
 	}
@@ -317,7 +316,7 @@ func (s *MemStore) Append(ctx context.Context, items []*Item, versions map[strin
 }
 
 // FollowQueue implements Store.
-func (s *MemStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+func (s *memStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
 	fl := &memFollower{wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	q := s.queue(id)
@@ -371,7 +370,7 @@ func (q *memQueue) remove(k string) (*Entry, bool) {
 }
 
 // Ack implements Store.
-func (s *MemStore) Ack(ctx context.Context, acks []AckKey) error {
+func (s *memStore) Ack(ctx context.Context, acks []AckKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range acks {
@@ -381,7 +380,7 @@ func (s *MemStore) Ack(ctx context.Context, acks []AckKey) error {
 }
 
 // Update implements Store.
-func (s *MemStore) Update(ctx context.Context, id, key string, e *Entry) error {
+func (s *memStore) Update(ctx context.Context, id, key string, e *Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queue(id)
@@ -394,7 +393,7 @@ func (s *MemStore) Update(ctx context.Context, id, key string, e *Entry) error {
 }
 
 // Kill implements Store.
-func (s *MemStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
+func (s *memStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.queue(id).remove(key); !ok {
@@ -410,7 +409,7 @@ func (s *MemStore) Kill(ctx context.Context, id, key string, d *DeadLetter) erro
 }
 
 // SetFull implements Store.
-func (s *MemStore) SetFull(ctx context.Context, id string, full bool) error {
+func (s *memStore) SetFull(ctx context.Context, id string, full bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.subs[id]; !ok {
@@ -423,7 +422,7 @@ func (s *MemStore) SetFull(ctx context.Context, id string, full bool) error {
 	return nil
 }
 
-func (s *MemStore) deadKeys(id string) []string {
+func (s *memStore) deadKeys(id string) []string {
 	keys := make([]string, 0, len(s.dead[id]))
 	for k := range s.dead[id] {
 		keys = append(keys, k)
@@ -433,7 +432,7 @@ func (s *MemStore) deadKeys(id string) []string {
 }
 
 // DeadLetters implements Store.
-func (s *MemStore) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
+func (s *memStore) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*DeadLetter
@@ -450,7 +449,7 @@ func (s *MemStore) DeadLetters(ctx context.Context, id, after string, limit int)
 }
 
 // Replay implements Store.
-func (s *MemStore) Replay(ctx context.Context, id string, keys []string) (int, error) {
+func (s *memStore) Replay(ctx context.Context, id string, keys []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if keys == nil {
@@ -475,7 +474,7 @@ func (s *MemStore) Replay(ctx context.Context, id string, keys []string) (int, e
 }
 
 // Drop implements Store.
-func (s *MemStore) Drop(ctx context.Context, id string, keys []string) (int, error) {
+func (s *memStore) Drop(ctx context.Context, id string, keys []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if keys == nil {

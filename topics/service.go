@@ -88,7 +88,7 @@ func New(cfg Config) (*Service, error) {
 		pruning: make(map[string]bool),
 		endWake: make(chan struct{}, 1),
 	}
-	s.reg.Store(NewRegistry(nil, nil, nil, nil))
+	s.reg.Store(newRegistry(nil, nil, nil, nil))
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(3)
 	go s.reaper()

@@ -71,12 +71,12 @@ type harness struct {
 	a     *agents
 }
 
-// newHarness makes a harness on store; nil is a MemStore on the
+// newHarness makes a harness on store; nil is a memStore on the
 // harness's fake clock.
 func newHarness(t *testing.T, store Store) *harness {
 	h := &harness{t: t, store: store, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), a: newAgents()}
 	if store == nil {
-		h.store = NewMemStore(h.clk, 0)
+		h.store = newMemStore(h.clk, 0)
 	}
 	return h
 }
@@ -130,7 +130,7 @@ func (h *harness) publish(s *Service, from, topic, text string) string {
 // Each subscription gets a copy; the members of one compete; a publisher's
 // messages arrive in order, each acknowledged once.
 func TestFanOutCompeteOrder(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	s := h.service(nil)
 	h.subscribe(s, "Audit:acme:a", "audit", "acme:orders.#", 0)
 	h.subscribe(s, "Worker:acme:w1", "work", "orders.*", 0)
@@ -188,7 +188,7 @@ func waitStats(t *testing.T, s *Service, what string, cond func(Stats) bool) {
 // Retry then ack: the attempt number counts up, the backoff waits on the
 // clock, and the lane waits for its head.
 func TestRetryThenAck(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	h.a.handle = func(m *grain.Message) error {
 		switch {
 		case m.Message == "flaky" && m.Attempt < 3:
@@ -233,7 +233,7 @@ func TestRetryThenAck(t *testing.T) {
 // attempts become one with the last error; replay delivers again from
 // attempt 1; drop removes.
 func TestDeadLetters(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	var mu sync.Mutex
 	healed := false
 	h.a.handle = func(m *grain.Message) error {
@@ -295,7 +295,7 @@ func TestDeadLetters(t *testing.T) {
 // A full backlog makes publishers wait, and fail with ResourceExhausted at
 // their deadline; acknowledging makes room.
 func TestBacklogBound(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	release := make(chan struct{})
 	h.a.handle = func(*grain.Message) error {
 		<-release
@@ -332,7 +332,7 @@ func TestBacklogBound(t *testing.T) {
 }
 
 func TestPublishValidation(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	s := h.service(func(c *Config) { c.MaxMessageSize = 1024 })
 	ctx := t.Context()
 	for _, tc := range []struct {
@@ -393,7 +393,7 @@ func TestIdempotentPublish(t *testing.T) {
 	if err != nil || other.Duplicate {
 		t.Fatalf("another publisher's owner with the same key: %+v, %v", other, err)
 	}
-	h.clk.Advance(DefaultIdemWindow)
+	h.clk.Advance(defaultIdemWindow)
 	late, err := s.PublishMessage(ctx, "P:acme:p", "x", &grain.Message{IdempotencyKey: "k1"})
 	if err != nil || late.Duplicate {
 		t.Fatalf("after the window: %+v, %v", late, err)
@@ -436,7 +436,7 @@ func (g *gatedStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 // No window: a publish through a silo that has not seen a subscription yet
 // still reaches it, once Subscribe returned elsewhere.
 func TestNoWindowAfterSubscribe(t *testing.T) {
-	mem := NewMemStore(nil, 0)
+	mem := newMemStore(nil, 0)
 	h := newHarness(t, mem)
 	sub := h.service(nil)
 	gated := &gatedStore{Store: mem, open: make(chan struct{}), stale: make(chan struct{})}
@@ -487,7 +487,7 @@ func TestUnavailableIsNotAnAttempt(t *testing.T) {
 // A delivery is on behalf of its subscriber's owner: not of the publisher,
 // and not of a principal the published message claims.
 func TestDeliveryOnBehalfOfSubscriber(t *testing.T) {
-	h := newHarness(t, NewMemStore(nil, 0))
+	h := newHarness(t, newMemStore(nil, 0))
 	s := h.service(nil)
 	h.subscribe(s, "Relay:mallory:r", "in", "mallory:in", 0)
 	if _, err := s.Publish(t.Context(), "Session:mallory:s", "mallory:in", &grain.Message{Message: "x", OnBehalfOf: "ops"}); err != nil {

@@ -125,7 +125,7 @@ func TestSessionGoneAndPruned(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the subscription", hasSub(s, rec.GetId()))
-	h.store.(*MemStore).Expire("Session:acme:lapsed")
+	h.store.(*memStore).Expire("Session:acme:lapsed")
 	// Kept for SessionGrace (a session adopted elsewhere subscribes again
 	// within it), then pruned.
 	testutil.WaitFor(t, "the prune begun", func() bool {
@@ -275,7 +275,7 @@ func TestSessionResubscribedWithinGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the subscription", hasSub(s, rec.GetId()))
-	h.store.(*MemStore).Expire(sess.String())
+	h.store.(*memStore).Expire(sess.String())
 	testutil.WaitFor(t, "the prune begun", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -300,7 +300,7 @@ func TestSessionResubscribedWithinGrace(t *testing.T) {
 	})
 	// Another name for the same session may not take a memberless
 	// subscription that is not its own.
-	h.store.(*MemStore).Expire(sess.String())
+	h.store.(*memStore).Expire(sess.String())
 	testutil.WaitFor(t, "the member gone again", func() bool {
 		sub := s.Registry().Subs[rec.GetId()]
 		return sub != nil && len(sub.Members) == 0

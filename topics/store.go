@@ -22,7 +22,7 @@ type SubscriptionRecord = agentsilov1.SubscriptionRecord
 
 // Store keeps subscriptions, their queues and their dead letters durably:
 // EtcdStore in a cluster, JetStreamStore in a cluster whose topics are kept
-// in NATS JetStream, MemStore in one process (tests, and the embedded
+// in NATS JetStream, a twin in memory in one process (tests, and the embedded
 // default of a runtime without etcd). What the Service needs is an ordered
 // queue per subscription that Append writes to durably, and a registry of
 // subscriptions it can follow.
@@ -164,10 +164,10 @@ type Sub struct {
 	Session bool
 }
 
-// NewRegistry builds a Registry from subscriptions (records and members)
+// newRegistry builds a Registry from subscriptions (records and members)
 // and versions, indexing it. Subscriptions without a parseable pattern are
 // left out.
-func NewRegistry(versions map[string]int64, recs map[string]*SubscriptionRecord, members map[string][]string, full map[string]bool) *Registry {
+func newRegistry(versions map[string]int64, recs map[string]*SubscriptionRecord, members map[string][]string, full map[string]bool) *Registry {
 	r := &Registry{Versions: versions, Subs: make(map[string]*Sub, len(recs)), byOwner: make(map[string][]*Sub)}
 	if r.Versions == nil {
 		r.Versions = map[string]int64{}
@@ -217,8 +217,8 @@ func (r *Registry) Owned(owner string) []*Sub {
 	return out
 }
 
-// DefaultIdemWindow is how long an idempotency key is remembered.
-const DefaultIdemWindow = 10 * time.Minute
+// defaultIdemWindow is how long an idempotency key is remembered.
+const defaultIdemWindow = 10 * time.Minute
 
 // isSession reports whether addr is a client session's address.
 func isSession(addr string) bool {

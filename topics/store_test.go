@@ -18,7 +18,7 @@ import (
 // stores runs f on each Store: the memory twin and etcd (with transactions
 // kept small, so that Append has to split), and NATS JetStream.
 func stores(t *testing.T, f func(t *testing.T, s Store)) {
-	t.Run("mem", func(t *testing.T) { f(t, NewMemStore(nil, 0)) })
+	t.Run("mem", func(t *testing.T) { f(t, newMemStore(nil, 0)) })
 	t.Run("etcd", func(t *testing.T) {
 		cli := etcdtest.Start(t).Client(t)
 		s := NewEtcdStore(cli, "/test/", nil)
