@@ -3,7 +3,6 @@ package a2a
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -91,14 +90,14 @@ const (
 	StateCode  = "a2a.code"
 )
 
-// The errors of the loop guard, wrapped with code ResourceExhausted: the
-// remote task is cancelled.
+// The errors of the loop guard, with code ResourceExhausted: the remote
+// task is cancelled.
 var (
 	// ErrTooManyRounds: the task asked more questions than max_rounds.
-	ErrTooManyRounds = errors.New("the remote task asked more questions than its round limit")
+	ErrTooManyRounds = errs.New(codes.ResourceExhausted, "the remote task asked more questions than its round limit")
 	// ErrRepeatedExchange: the same question got the same answer
 	// max_repeats times in a row.
-	ErrRepeatedExchange = errors.New("the remote task and its caller repeated the same question and answer")
+	ErrRepeatedExchange = errs.New(codes.ResourceExhausted, "the remote task and its caller repeated the same question and answer")
 )
 
 // followSettings are one remote agent's follow and loop settings.

@@ -19,6 +19,7 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
@@ -553,5 +554,15 @@ func TestQuestionsBetweenClusterAgents(t *testing.T) {
 	_, err = askVia(t, c, "Asker:system:q", askRequest{To: "A2A:system:loop", Text: "type input-required", Answers: []string{"type input-required"}})
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "same answer 3 times in a row") {
 		t.Errorf("a loop between cluster agents: %v", err)
+	}
+}
+
+// TestLoopGuardErrorsHaveCodes: the loop guard's exported errors carry
+// their gRPC code on their own, not only once wrapped.
+func TestLoopGuardErrorsHaveCodes(t *testing.T) {
+	for _, err := range []error{a2a.ErrTooManyRounds, a2a.ErrRepeatedExchange} {
+		if status.Code(err) != codes.ResourceExhausted || !errors.Is(err, errs.ErrResourceExhausted) {
+			t.Errorf("%v: code %v, want ResourceExhausted", err, status.Code(err))
+		}
 	}
 }
