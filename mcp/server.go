@@ -60,6 +60,8 @@ type Server struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	stats sessionStats // for Sessions (sessions.go)
 }
 
 // New checks cfg and returns a server for the agents of d.Runtime: the
@@ -149,7 +151,7 @@ func (s *Server) newSDKServer(instructions string) *mcpsdk.Server {
 			Logger:       s.logger,
 			HasTools:     true,
 		})
-	srv.AddReceivingMiddleware(s.guardListing)
+	srv.AddReceivingMiddleware(s.guardListing, s.track)
 	return srv
 }
 
