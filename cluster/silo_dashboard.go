@@ -62,6 +62,9 @@ func (s *Silo) mountDashboard(mux *http.ServeMux) error {
 	if s.a2a != nil {
 		cfg.A2A = s.a2a.Handler()
 	}
+	if s.mcp != nil {
+		cfg.MCP, cfg.MCPAddr = s.mcp, s.MCPAddr()
+	}
 	d, err := dashboard.New(cfg)
 	if err != nil {
 		conn.Close()

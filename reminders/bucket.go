@@ -265,6 +265,10 @@ func (s *Service) apply(v View, lostAt time.Time, owns []bool) {
 // holds reports whether bk is still held (not let go since). s.mu is held.
 func (s *Service) holds(bk *bucket) bool { return s.buckets[bk.n] == bk }
 
+// current reports whether r is still a run of the buckets held (not
+// replaced since). s.mu is held.
+func (s *Service) current(r *run) bool { return s.runs[[2]int{r.lo, r.hi}] == r }
+
 // runRange keeps r's buckets in step with etcd while r lasts: it loads the
 // buckets not loaded (each in pages, at one revision), then watches r's
 // range from the oldest revision its buckets have seen, resuming after
@@ -328,7 +332,7 @@ func (s *Service) loadRange(r *run) (int64, error) {
 			return 0, context.Canceled // r was replaced
 		}
 		if need {
-			if err := s.loadBucket(r.ctx, bk); err != nil {
+			if err := s.loadBucket(r, bk); err != nil {
 				return 0, err
 			}
 		}

@@ -21,7 +21,8 @@ var errCompacted = errors.New("reminders: watch revision compacted")
 // revisions decide which state of a key wins. Nothing is recorded once bk is
 // let go. A first load fires once the ticks after bk.lostAt not fired; a
 // reload (after a compaction) fires nothing that is not due.
-func (s *Service) loadBucket(ctx context.Context, bk *bucket) error {
+func (s *Service) loadBucket(r *run, bk *bucket) error {
+	ctx := r.ctx
 	var (
 		rev    int64
 		prefix = s.keys.bucket(bk.n)
@@ -56,7 +57,7 @@ func (s *Service) loadBucket(ctx context.Context, bk *bucket) error {
 			rev = resp.Header.Revision
 		}
 		s.mu.Lock()
-		if !s.holds(bk) {
+		if !s.holds(bk) || !s.current(r) {
 			s.mu.Unlock()
 			return context.Canceled
 		}
@@ -92,7 +93,7 @@ func (s *Service) loadBucket(ctx context.Context, bk *bucket) error {
 	// up to rev have done their work.
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.holds(bk) {
+	if !s.holds(bk) || !s.current(r) {
 		return context.Canceled
 	}
 	for k, e := range bk.entries {
@@ -105,7 +106,7 @@ func (s *Service) loadBucket(ctx context.Context, bk *bucket) error {
 			delete(bk.tombs, k)
 		}
 	}
-	bk.seen, bk.reload = rev, false
+	bk.seen, bk.reload = max(bk.seen, rev), false
 	if !bk.loaded {
 		bk.loaded = true
 		s.loading--
@@ -125,7 +126,7 @@ func (s *Service) watchRange(r *run, from int64) (int64, error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(r.ctx))
 	defer cancel()
 	start, end := s.keys.bucket(r.lo), clientv3.GetPrefixRangeEnd(s.keys.bucket(r.hi))
-	wch := s.cfg.Client.Watch(ctx, start, clientv3.WithRange(end), clientv3.WithRev(from))
+	wch := s.cfg.Client.Watch(ctx, start, clientv3.WithRange(end), clientv3.WithRev(from), clientv3.WithProgressNotify())
 	for resp := range wch {
 		if resp.CompactRevision != 0 || errors.Is(resp.Err(), rpctypes.ErrCompacted) {
 			return from, errCompacted
@@ -134,6 +135,10 @@ func (s *Service) watchRange(r *run, from int64) (int64, error) {
 			return from, err
 		}
 		s.mu.Lock()
+		if !s.current(r) { // replaced: the new run applies what follows
+			s.mu.Unlock()
+			return from, context.Canceled
+		}
 		now := s.cfg.Clock.Now()
 		head := false
 		for _, ev := range resp.Events {
@@ -160,12 +165,28 @@ func (s *Service) watchRange(r *run, from int64) (int64, error) {
 				delete(bk.tombs, k)
 			}
 		}
+		// The watch has delivered every event of the range up to the last
+		// one (or, in a progress notice, up to the header's revision):
+		// each loaded bucket of r has seen them, so that a run replacing r
+		// resumes from there, not from a quiet bucket's load (which etcd
+		// may have compacted since).
+		var upTo int64
+		if n := len(resp.Events); n > 0 {
+			upTo = resp.Events[n-1].Kv.ModRevision
+		} else if resp.IsProgressNotify() {
+			upTo = resp.Header.Revision
+		}
+		for n := r.lo; n <= r.hi && upTo > 0; n++ {
+			if bk := s.buckets[n]; bk != nil && bk.loaded && bk.seen < upTo {
+				bk.seen = upTo
+			}
+		}
 		s.mu.Unlock()
 		if head {
 			s.poke()
 		}
-		if n := len(resp.Events); n > 0 {
-			from = resp.Events[n-1].Kv.ModRevision + 1
+		if upTo >= from {
+			from = upTo + 1
 		}
 	}
 	if err := r.ctx.Err(); err != nil {
