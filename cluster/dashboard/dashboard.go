@@ -22,6 +22,7 @@ import (
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/mcp"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -43,14 +44,20 @@ type Config struct {
 	// ACL, if set, hides the buttons of actions the principal may not
 	// take (the gateway refuses them anyway).
 	ACL *acl.Authority
-	// Metrics is the registry the charts sample (this silo's).
+	// Metrics is the registry the charts sample (this silo's; the other
+	// silos' come through etcd).
 	Metrics prometheus.Gatherer
-	// Etcd and Prefix, if set, give the etcd health on the cluster page
-	// and the A2A tasks.
+	// Etcd and Prefix, if set, give the etcd health on the cluster page,
+	// the A2A tasks, and the charts of every silo (each silo publishes its
+	// samples there while somebody watches; see load.go).
 	Etcd   *clientv3.Client
 	Prefix string
 	// A2A is the silo's A2A handler, which cancels tasks; nil: A2A is off.
 	A2A http.Handler
+	// MCP is the silo's MCP server and MCPAddr its address, for the MCP
+	// page; nil: the silo serves no MCP.
+	MCP     *mcp.Server
+	MCPAddr string
 	// SampleEvery is how often the charts sample Metrics. Default: 5 s.
 	SampleEvery time.Duration
 	// MaxSessions bounds the logged-in sessions kept; the oldest goes
@@ -75,10 +82,10 @@ type Dashboard struct {
 	static   http.Handler
 	sessions *sessions
 	series   *series
+	load     loadState
 
-	stop chan struct{}
-	done sync.WaitGroup
-	once sync.Once
+	cancel context.CancelFunc // ends the sampler and the watch
+	done   sync.WaitGroup
 }
 
 // New returns a dashboard for cfg; Close stops its sampler.
@@ -119,18 +126,24 @@ func New(cfg Config) (*Dashboard, error) {
 		static:   http.StripPrefix("/ui/static/", http.FileServerFS(sub)),
 		sessions: newSessions(cfg.MaxSessions, cfg.SessionTTL, cfg.Now),
 		series:   newSeries(120),
-		stop:     make(chan struct{}),
+		load:     loadState{kick: make(chan struct{}, 1)},
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d.cancel = cancel
 	if cfg.Metrics != nil {
 		d.done.Add(1)
-		go d.sample()
+		go d.sample(ctx)
+		if cfg.Etcd != nil {
+			d.done.Add(1)
+			go d.watch(ctx)
+		}
 	}
 	return d, nil
 }
 
-// Close stops the sampler. The handler keeps answering.
+// Close stops the sampler and the watch. The handler keeps answering.
 func (d *Dashboard) Close() {
-	d.once.Do(func() { close(d.stop) })
+	d.cancel()
 	d.done.Wait()
 }
 
@@ -155,6 +168,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/a2a", d.page("a2a", d.tasksData))
 	mux.HandleFunc("GET /ui/acl", d.page("acl", d.aclData))
 	mux.HandleFunc("GET /ui/directory", d.page("directory", d.directoryData))
+	mux.HandleFunc("GET /ui/mcp", d.page("mcp", d.mcpData))
 	mux.HandleFunc("POST /ui/agent/deactivate", d.post(d.deactivate))
 	mux.HandleFunc("POST /ui/reminder/remove", d.post(d.removeReminder))
 	mux.HandleFunc("POST /ui/deadletters/replay", d.post(d.replay))
@@ -210,7 +224,7 @@ func (d *Dashboard) page(name string, load func(ctx context.Context, s *session,
 var titles = map[string]string{
 	"cluster": "Cluster", "agents": "Agents", "agent": "Agent", "reminders": "Reminders",
 	"topics": "Topics", "deadletters": "Dead letters", "a2a": "A2A tasks", "acl": "ACL",
-	"directory": "Directory",
+	"directory": "Directory", "mcp": "MCP",
 }
 
 // render executes page name's template: "live" alone for htmx's polls.
@@ -241,7 +255,7 @@ func message(err error) string {
 var nav = [][3]string{
 	{"cluster", "/ui/", "Cluster"}, {"agents", "/ui/agents", "Agents"}, {"reminders", "/ui/reminders", "Reminders"},
 	{"topics", "/ui/topics", "Topics"}, {"a2a", "/ui/a2a", "A2A tasks"}, {"directory", "/ui/directory", "Directory"},
-	{"acl", "/ui/acl", "ACL"},
+	{"mcp", "/ui/mcp", "MCP"}, {"acl", "/ui/acl", "ACL"},
 }
 
 // remindersTable is an agent's reminders with their remove buttons.

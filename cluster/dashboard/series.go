@@ -39,18 +39,24 @@ type bucket struct {
 
 func newSeries(n int) *series { return &series{n: n} }
 
-// sample adds a point every SampleEvery until Close.
-func (d *Dashboard) sample() {
+// sample adds a point every SampleEvery until ctx ends, and publishes
+// the samples while the charts are watched (load.go).
+func (d *Dashboard) sample(ctx context.Context) {
 	defer d.done.Done()
 	t := time.NewTicker(d.cfg.SampleEvery)
 	defer t.Stop()
 	d.sampleOnce()
 	for {
 		select {
-		case <-d.stop:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 			d.sampleOnce()
+			if d.cfg.Etcd != nil {
+				d.publish(ctx)
+			}
+		case <-d.load.kick:
+			d.publish(ctx)
 		}
 	}
 }
@@ -170,12 +176,13 @@ func (s *series) snapshot() []point {
 	return append([]point(nil), s.points...)
 }
 
-func (d *Dashboard) seriesJSON(w http.ResponseWriter, _ *http.Request, _ *session) {
+// seriesJSON answers the charts: every member's samples (load.go).
+func (d *Dashboard) seriesJSON(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	v := d.clusterLoad(s.ctx(ctx))
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(struct {
-		Silo   string  `json:"silo"`
-		Points []point `json:"points"`
-	}{d.cfg.Silo, d.series.snapshot()})
+	json.NewEncoder(w).Encode(v)
 }
 
 // etcdStatus is one etcd endpoint's health.

@@ -25,6 +25,7 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/chromedp/chromedp"
+	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/a2a/a2atest"
@@ -107,6 +108,7 @@ func TestDashboard(t *testing.T) {
 		cfg.Gateway.Auth.Keys = []auth.APIKey{aliceAPI, bobAPI, rootAPI}
 		if i == 0 {
 			cfg.A2A.Addr = "127.0.0.1:0"
+			cfg.MCP.Addr = "127.0.0.1:0"
 		}
 		s, err := cluster.NewSilo(cfg, reg)
 		must(t, err)
@@ -166,6 +168,8 @@ func TestDashboard(t *testing.T) {
 	})
 	// An A2A task that works until cancelled.
 	taskID := a2aSend(t, silos[0].A2AAddr(), "Block/alice/b1", aliceKey)
+	// An MCP session of alice's, with one tool call.
+	mcpSession := mcpCall(t, silos[0].MCPAddr(), aliceKey)
 
 	t.Logf("cluster up and filled in %v", time.Since(start).Round(time.Millisecond))
 
@@ -274,10 +278,17 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("cluster page %q lacks member %s (%s)", got, m.GetName(), m.GetState())
 		}
 	}
-	runT("charts drawn", func(ctx context.Context) error {
-		_, err := chromedp.Run(ctx, chromedp.Poll[bool](`Number(document.body.dataset.charted||0) >= 2`, chromedp.WithPollingInterval(200*time.Millisecond)))
+	// The charts draw every silo's samples, not only s0's.
+	charts := `Number(document.body.dataset.charted||0) >= 2 && (document.body.dataset.silos||"").split(",").sort().join(",") === "s0,s1,s2"`
+	if err := func() error {
+		ctx, cancel := context.WithTimeout(bctx, 90*time.Second)
+		defer cancel()
+		_, err := chromedp.Run(ctx, chromedp.Poll[bool](charts, chromedp.WithPollingInterval(200*time.Millisecond)))
 		return err
-	})
+	}(); err != nil {
+		t.Fatalf("charts of the three silos: %v; the charts show %v; series.json: %v", err,
+			eval(`document.body.dataset.silos`, false), eval(`fetch("/ui/series.json").then(r => r.text())`, true))
+	}
 	shot("cluster")
 
 	// Agents: the count the SDK gives alice.
@@ -393,6 +404,17 @@ func TestDashboard(t *testing.T) {
 	}
 	shot("directory")
 
+	// MCP: alice's session and the agents' tools.
+	run("mcp", chromedp.Navigate(base+"/ui/mcp"), chromedp.WaitVisible(chromedp.ID("mcp-sessions")))
+	waitText("#mcp-sessions", mcpSession)
+	if got := text("#mcp-sessions"); !strings.Contains(got, "alice") || !strings.Contains(got, "dashboard-test") {
+		t.Errorf("MCP sessions %q", got)
+	}
+	if got := text("#mcp-tools"); !strings.Contains(got, "Worker") || !strings.Contains(got, "Echoes.") {
+		t.Errorf("MCP tools %q", got)
+	}
+	shot("mcp")
+
 	// The ACL is for administrators: alice is refused.
 	run("acl as alice", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("error")))
 	if got := text("#error"); !strings.Contains(got, "PermissionDenied") {
@@ -424,11 +446,18 @@ func TestDashboard(t *testing.T) {
 		}
 	}
 	shot("acl")
+	// An administrator sees every MCP session.
+	run("mcp as root", chromedp.Navigate(base+"/ui/mcp"), chromedp.WaitVisible(chromedp.ID("mcp-sessions")))
+	waitText("#mcp-sessions", mcpSession)
 	run("log out", chromedp.Click(chromedp.ID("logout")), chromedp.WaitVisible(chromedp.ID("key")))
 
 	// bob reads alice's agent but gets no button, and a forged action
 	// (with his own valid CSRF token) is refused by the gateway.
 	login(bobKey)
+	run("mcp as bob", chromedp.Navigate(base+"/ui/mcp"), chromedp.WaitVisible(chromedp.ID("mcp-sessions")))
+	if got := text("#mcp-sessions"); strings.Contains(got, mcpSession) {
+		t.Errorf("bob sees alice's MCP session: %q", got)
+	}
 	run("agent as bob", chromedp.Navigate(base+"/ui/agent?addr=Worker:alice:w2"), chromedp.WaitVisible(chromedp.ID("reminders")))
 	if buttons := eval(`document.querySelectorAll("#deactivate, button.remove").length`, false); buttons != float64(0) {
 		t.Errorf("bob sees %d action buttons on alice's agent", buttons)
@@ -492,6 +521,40 @@ func csrfChecks(t *testing.T, base, k string) {
 	if code, b := post(url.Values{"agent": {"Worker:alice:w3"}, "csrf": {string(m[1])}}, base); code != http.StatusOK || !strings.Contains(b, "Deactivated Worker:alice:w3") {
 		t.Errorf("with the token from the same origin: %d %s", code, b)
 	}
+}
+
+// mcpCall opens an MCP session on addr with key, calls the Worker type's
+// tool once and returns the session's id. The session stays open until the
+// test ends.
+func mcpCall(t *testing.T, addr, k string) string {
+	c := mcpsdk.NewClient(&mcpsdk.Implementation{Name: "dashboard-test", Version: "1.0"}, nil)
+	hc := &http.Client{Transport: keyed{k}}
+	cs, err := c.Connect(t.Context(), &mcpsdk.StreamableClientTransport{Endpoint: "http://" + addr + "/mcp", HTTPClient: hc, DisableStandaloneSSE: true}, nil)
+	must(t, err)
+	t.Cleanup(func() { cs.Close() })
+	tools, err := cs.ListTools(t.Context(), nil)
+	must(t, err)
+	name := ""
+	for _, tl := range tools.Tools {
+		if strings.HasPrefix(tl.Name, "Worker") {
+			name = tl.Name
+		}
+	}
+	res, err := cs.CallTool(t.Context(), &mcpsdk.CallToolParams{Name: name, Arguments: map[string]any{"agent": "alice:m1", "message": "hi"}})
+	must(t, err)
+	if res.IsError {
+		t.Fatalf("the tool call failed: %+v", res.Content)
+	}
+	return cs.ID()
+}
+
+// keyed adds an API key to each request.
+type keyed struct{ k string }
+
+func (k keyed) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("x-api-key", k.k)
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // a2aSend starts a task with agent (Type/owner/alias) over HTTP+JSON,
