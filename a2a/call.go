@@ -29,6 +29,11 @@ type call struct {
 	// zeroPage: the request is a ListTasks with an explicit pageSize of 0
 	// (see corners.go).
 	zeroPage bool
+	// grpc: the request came over the gRPC binding, whose agent is its
+	// tenant (set by the guard, see grpc.go).
+	grpc bool
+	// tenant is the tenant a gRPC request carried (see grpc.go).
+	tenant string
 }
 
 type callKey struct{}

@@ -50,6 +50,7 @@ func (s *Server) agentCard(base string, agent grain.Address, ti grain.TypeInfo) 
 			{URL: ep, ProtocolBinding: spec.TransportProtocolJSONRPC, ProtocolVersion: spec.Version},
 			{URL: ep, ProtocolBinding: spec.TransportProtocolHTTPJSON, ProtocolVersion: spec.Version},
 			{URL: ep + "/v0.3", ProtocolBinding: spec.TransportProtocolJSONRPC, ProtocolVersion: a2av0.Version},
+			{URL: grpcTarget(base), ProtocolBinding: spec.TransportProtocolGRPC, ProtocolVersion: spec.Version, Tenant: agent.String()},
 		},
 		Capabilities:       spec.AgentCapabilities{Streaming: true, PushNotifications: true},
 		DefaultInputModes:  ioModes,

@@ -72,7 +72,13 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET "+endpointRoot, s.types)
 	mux.HandleFunc("GET "+endpointRoot+"/{$}", s.types)
 	mux.HandleFunc(endpointRoot+"/", s.endpoint)
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if isGRPC(r) {
+			s.serveGRPC(w, r) // see grpc.go
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // baseOf is the base URL of the server as r reached it.

@@ -18,6 +18,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv/push"
 	"github.com/a2aproject/a2a-go/v2/a2asrv/workqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -73,6 +74,7 @@ type Server struct {
 	cards   http.Handler // agent cards
 	cards03 http.Handler // agent cards for 0.3 clients (the 0.3 fields beside the 1.0 ones)
 	dirCard http.Handler // the directory card
+	grpc    *grpc.Server // spec 1.0 gRPC, on the same port (see grpc.go)
 	http    *http.Server
 
 	lease atomic.Int64 // this silo's lease (clientv3.LeaseID)
@@ -149,6 +151,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 	s.cards = a2asrv.NewAgentCardHandler(cardProducer{s: s})
 	s.cards03 = a2asrv.NewAgentCardHandler(a2av0.NewAgentCardProducer(cardProducer{s: s}))
 	s.dirCard = a2asrv.NewAgentCardHandler(cardProducer{s: s})
+	s.grpc = s.newGRPC()
 	s.http = &http.Server{
 		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -156,6 +159,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		TLSConfig:         authn.TLSConfig(),
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelDebug),
 	}
+	s.http.Protocols = grpcProtocols(s.http) // HTTP/2 for the gRPC binding
 	return s, nil
 }
 
@@ -241,6 +245,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if err := s.http.Shutdown(sctx); err != nil {
 		s.http.Close()
 	}
+	s.grpc.Stop()
 	if l := s.lease.Load(); l != 0 {
 		if _, err := s.cli.Revoke(sctx, clientv3.LeaseID(l)); err != nil {
 			s.logger.Warn("a2a: revoking the lease", "err", err)

@@ -91,7 +91,9 @@ async function run(label, opts) {
   const card = await new DefaultAgentCardResolver({ fetchImpl: fetchWith(null) }).resolve(agent('Skilled', 's'));
   check(card.name === `Skilled:alice:s-${label}`, `${label} card name`, card.name);
   check(card.skills.map((s) => s.id).join(',') === 'plan,book' && card.skills[0].tags.includes('travel'), `${label} card skills`, card.skills);
-  check(card.supportedInterfaces.length === 3 && card.capabilities.streaming, `${label} card interfaces`, card.supportedInterfaces);
+  check(card.supportedInterfaces.length === 4 && card.capabilities.streaming &&
+    card.supportedInterfaces[3].protocolBinding === 'GRPC' && card.supportedInterfaces[3].tenant === `Skilled:alice:s-${label}`,
+    `${label} card interfaces`, card.supportedInterfaces);
   check(Object.keys(card.securitySchemes || {}).sort().join(',') === 'apiKey,bearer', `${label} card security`, card.securitySchemes);
 
   // Without a key: unauthenticated.
