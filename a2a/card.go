@@ -122,6 +122,26 @@ func (s *Server) directoryCard(ctx context.Context, base string) *spec.AgentCard
 	return card
 }
 
+// defaultCard is the card of the default agent (Config.DefaultAgent) for
+// the host root, or nil if there is none: the agent's own card, which says
+// where the directory is.
+func (s *Server) defaultCard(base string) *spec.AgentCard {
+	if s.cfg.DefaultAgent == "" {
+		return nil
+	}
+	a, err := grain.ParseAddress(s.cfg.DefaultAgent)
+	if err != nil {
+		return nil
+	}
+	ti, ok := s.reg.Info(a.Type)
+	if !ok {
+		return nil
+	}
+	card := s.agentCard(base, a, ti)
+	card.Description += fmt.Sprintf(" (This host's default agent. Every agent Type:owner:alias of the cluster is an A2A agent at %s/a2a/{Type}/{owner}/{alias}; GET %s/a2a lists the types.)", base, base)
+	return card
+}
+
 // security declares how callers authenticate: an API key (x-api-key, or
 // as a bearer token) or a client certificate, any one of them.
 func (s *Server) security(card *spec.AgentCard) {
@@ -150,6 +170,9 @@ func (p cardProducer) Card(ctx context.Context) (*spec.AgentCard, error) {
 		return nil, fmt.Errorf("a2a: card: no request")
 	}
 	if r.agent.IsZero() {
+		if c := p.s.defaultCard(r.base); c != nil {
+			return c, nil
+		}
 		return p.s.directoryCard(ctx, r.base), nil
 	}
 	ti, ok := p.s.reg.Info(r.agent.Type)

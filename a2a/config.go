@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/auth"
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 // Config configures a Server. Start from DefaultConfig.
@@ -48,6 +49,12 @@ type Config struct {
 	// second) longer. 0 keeps tasks until they are deleted in etcd.
 	// Default: 24 h.
 	TaskRetention time.Duration
+	// DefaultAgent, if set, is the agent (Type:owner:alias, of a
+	// registered type) whose card the host root serves at
+	// /.well-known/agent-card.json instead of the directory card, so that
+	// a client given only the host reaches it (--a2a-default-agent). The
+	// directory stays at GET /a2a. Empty: the root serves the directory.
+	DefaultAgent string
 	// Version is the agent version written in cards (agentsilo's).
 	Version string
 	// Silo names this silo (in its push inbox addresses and its tasks).
@@ -73,6 +80,11 @@ func (c *Config) Validate() error {
 		u, err := url.Parse(c.PublicURL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return fmt.Errorf("a2a: public URL %q: want http(s)://host[:port][/path]", c.PublicURL)
+		}
+	}
+	if c.DefaultAgent != "" {
+		if _, err := grain.ParseAddress(c.DefaultAgent); err != nil {
+			return fmt.Errorf("a2a: default agent %q: want Type:owner:alias: %v", c.DefaultAgent, err)
 		}
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {

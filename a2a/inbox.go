@@ -1,11 +1,11 @@
 package a2a
 
 import (
-	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/inbox"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
-// Inboxes is the runtime's grain.SessionRouter on a silo that serves A2A
+// Inboxes is the runtime's siloapi.SessionRouter on a silo that serves A2A
 // (or MCP): a message to an A2A turn's sender address,
 // Session:<principal>:a2a-<id>@<silo> (what an agent pushes to m.From
 // during the turn), goes to that turn, and every other session message to
@@ -14,7 +14,7 @@ import (
 type Inboxes = inbox.Inboxes
 
 // NewInboxes returns the inboxes of silo, in front of next.
-func NewInboxes(silo string, next grain.SessionRouter) *Inboxes { return inbox.New(silo, next) }
+func NewInboxes(silo string, next siloapi.SessionRouter) *Inboxes { return inbox.New(silo, next) }
 
 // IsInbox reports whether addr is an A2A turn's sender address.
 func IsInbox(addr string) bool { return inbox.IsKind(addr, inbox.A2A) }

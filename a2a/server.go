@@ -111,6 +111,13 @@ func New(cfg Config, d Deps) (*Server, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = d.Runtime.Config().Silo
 	}
+	if cfg.DefaultAgent != "" {
+		a, _ := grain.ParseAddress(cfg.DefaultAgent) // checked by Validate
+		if _, ok := d.Runtime.Registry().Info(a.Type); !ok {
+			return nil, errs.New(codes.InvalidArgument, "a2a: default agent %s: type %s is not registered", a, a.Type)
+		}
+		cfg.DefaultAgent = a.String()
+	}
 	authn, err := auth.New(cfg.Auth)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -93,7 +94,7 @@ func newSilo() (*silo, error) {
 	if err != nil {
 		return nil, err
 	}
-	rcfg.Sessions = sessions
+	siloapi.Wire(&rcfg, siloapi.Wiring{Sessions: sessions})
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		return nil, err

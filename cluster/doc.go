@@ -9,9 +9,14 @@
 //	cluster/transport   gRPC streams between silos
 //	cluster/gateway     the client gateway: sessions, authentication, ACL
 //
-// and here: silo.go (the wiring and the lifecycle), placement.go (Owner:
+// and here: config.go (SiloConfig, the user's settings, and
+// DefaultSiloConfig, each default explained), subconfig.go (each part's
+// configuration, made from those settings), silo.go (the lifecycle: NewSilo,
+// Start, Err), silo_build.go (the parts made in dependency order and wired
+// together), silo_close.go (graceful shutdown), testhooks.go (fault
+// injection, built only with the agentsilo_testhooks tag), placement.go (Owner:
 // rendezvous hashing over the view, pinned by a contract test), router.go
-// (the runtime's grain.Placement: routing, Claim and the single-activation
+// (the runtime's siloapi.Placement: routing, Claim and the single-activation
 // handover), views.go (following the membership's views and sweeping what
 // they move), peer.go (what peers send this silo), sessions.go (messages for
 // client sessions on other silos), info.go (the cluster as the gateway lists

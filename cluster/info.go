@@ -76,10 +76,10 @@ func (c clusterInfo) askPeersData(ctx context.Context, msgType, text string, dat
 }
 
 // clusterAgents lists the activations of every silo in the view.
-func (c clusterInfo) clusterAgents(ctx context.Context, typeName string) ([]ActivationRecord, error) {
+func (c clusterInfo) clusterAgents(ctx context.Context, typeName string) ([]activationRecord, error) {
 	out := activationInfos(c.rt.Activations(typeName))
 	err := c.askPeers(ctx, msgAgents, typeName, func(_ string, reply *agentsilov1.AgentMessage) error {
-		var recs []ActivationRecord
+		var recs []activationRecord
 		if err := json.Unmarshal(reply.GetData(), &recs); err != nil {
 			return err
 		}
@@ -90,8 +90,8 @@ func (c clusterInfo) clusterAgents(ctx context.Context, typeName string) ([]Acti
 	return out, err
 }
 
-// ActivationRecord is one activation as silos exchange it.
-type ActivationRecord struct {
+// activationRecord is one activation as silos exchange it.
+type activationRecord struct {
 	Address      string    `json:"address"`
 	Silo         string    `json:"silo"`
 	ActivatedAt  time.Time `json:"activated_at"`
@@ -99,10 +99,10 @@ type ActivationRecord struct {
 	MailboxDepth int       `json:"mailbox_depth"`
 }
 
-func activationInfos(as []grain.ActivationInfo) []ActivationRecord {
-	out := make([]ActivationRecord, len(as))
+func activationInfos(as []grain.ActivationInfo) []activationRecord {
+	out := make([]activationRecord, len(as))
 	for i, a := range as {
-		out[i] = ActivationRecord{
+		out[i] = activationRecord{
 			Address:      a.Address.String(),
 			Silo:         a.Silo,
 			ActivatedAt:  a.ActivatedAt,

@@ -17,6 +17,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/retry"
+	"github.com/agentsilo/agentsilo/internal/tracing"
 )
 
 // Main runs a silo program serving the agent types of reg, as `silo` does,
@@ -77,6 +78,15 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 2
+	}
+	if tp, ok := cfg.TracerProvider.(interface{ Shutdown(context.Context) error }); ok {
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tp.Shutdown(ctx); err != nil {
+				logger.Warn("spans not all exported", "err", err)
+			}
+		}()
 	}
 	if showVersion {
 		fmt.Fprintf(stdout, "%s %s\n", p.Name, Version())
@@ -177,7 +187,6 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.GossipKeyFile, "gossip-key-file", "", "file of base64 gossip keys (16, 24 or 32 bytes), one a line, the first used to encrypt; re-read when it changes")
 	join := fs.String("join", "", "comma-separated gossip seeds, host:port or DNS names expanded to all their addresses")
 	fs.DurationVar(&cfg.LeaseTTL, "lease-ttl", membership.DefaultLeaseTTL, "membership lease TTL in etcd (whole seconds): a hung silo is taken over about this long after it hung; a silo whose renewals fail for the TTL less 1% and 250 ms is suspended (its turns wait) until one succeeds, and fences and starts again under a new lease if its lease expired")
-	fs.BoolVar(&cfg.FaultInjection, "fault-injection", false, "tests only: serve POST /debug/partition?on=true|false on --http-addr")
 	endpoints := fs.String("etcd-endpoints", "", "comma-separated endpoints of an external etcd (empty: run an embedded etcd in --data-dir)")
 	fs.StringVar(&cfg.Etcd.DataDir, "data-dir", cfg.Etcd.DataDir, "data directory of the embedded etcd")
 	fs.StringVar(&cfg.Etcd.EmbeddedAddr, "embedded-etcd-addr", cfg.Etcd.EmbeddedAddr, "client address of the embedded etcd, for further local silos' --etcd-endpoints")
@@ -229,9 +238,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	// MCP: every agent's skills as tools for MCP clients (package mcp).
 	fs.StringVar(&cfg.MCP.Addr, "mcp-addr", cfg.MCP.Addr, "MCP listen address (streamable HTTP at /mcp; HTTPS with --tls-cert), empty: off")
 	fs.DurationVar(&cfg.MCP.CallTimeout, "mcp-call-timeout", cfg.MCP.CallTimeout, "bound of one MCP tool call (the agent's turn)")
+	otlpEndpoint := fs.String("otlp-endpoint", "", "export spans to this OTLP/gRPC receiver: http://HOST:4317 (plain) or https://HOST:4317 (TLS); empty: as the standard OTEL_EXPORTER_OTLP_* environment says, else no export")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	version := fs.Bool("version", false, "print the version and exit")
+	testFlags(fs, &cfg) // none in the production build (testhooks_off.go)
 	if p.Flags != nil {
 		p.Flags(fs)
 	}
@@ -272,19 +283,25 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")
 	}
-	logger, err := NewLogger(stderr, *logFormat, *logLevel)
+	logger, err := newLogger(stderr, *logFormat, *logLevel)
 	if err != nil {
 		return cfg, nil, false, err
 	}
 	cfg.Logger = logger
-	cfg.Runtime.Logger = logger
+	otlp := tracing.OTLPConfig{Endpoint: *otlpEndpoint, Instance: cfg.Name}
+	if tp, err := tracing.StartOTLP(context.Background(), otlp); err != nil {
+		return cfg, nil, false, err
+	} else if tp != nil {
+		cfg.TracerProvider = tp // shut down by Run, flushing its spans
+		logger.Info("exporting spans over OTLP", "endpoint", tracing.DescribeOTLP(otlp))
+	}
 	return cfg, logger, *version, nil
 }
 
-// NewLogger returns the logger of a silo program: text or JSON (format) to
+// newLogger returns the logger of a silo program: text or JSON (format) to
 // w, at level (debug, info, warn or error). Durations are written as Go
 // durations ("1.5s"), in JSON too, where slog would write nanoseconds.
-func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)

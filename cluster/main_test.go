@@ -11,7 +11,7 @@ import (
 // JSON logs write durations as Go durations, not nanoseconds.
 func TestNewLoggerDurations(t *testing.T) {
 	var buf bytes.Buffer
-	l, err := NewLogger(&buf, "json", "info")
+	l, err := newLogger(&buf, "json", "info")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,8 +24,8 @@ func TestNewLoggerDurations(t *testing.T) {
 		t.Fatalf("timeout logged as %v (%T), want \"30s\"", rec["timeout"], rec["timeout"])
 	}
 	for _, bad := range [][2]string{{"xml", "info"}, {"json", "loud"}} {
-		if _, err := NewLogger(&buf, bad[0], bad[1]); err == nil {
-			t.Errorf("NewLogger(%q, %q): no error", bad[0], bad[1])
+		if _, err := newLogger(&buf, bad[0], bad[1]); err == nil {
+			t.Errorf("newLogger(%q, %q): no error", bad[0], bad[1])
 		}
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 // Placement: every agent address has exactly one owning silo in a membership
 // view, chosen by rendezvous (highest random weight) hashing. Each member gets
-// a weight for the address, Weight(member, address); the member with the
+// a weight for the address, weight(member, address); the member with the
 // highest weight owns it (ties, which need a 64-bit collision, go to the
 // smaller name). When a member leaves, only the addresses it owned move, each
 // to the member with its next highest weight; when a member joins, it takes
@@ -27,7 +27,7 @@ func Owner(addr string, members []string) string {
 	best := ""
 	var bestW uint64
 	for i, m := range members {
-		w := Weight(m, addr)
+		w := weight(m, addr)
 		if i == 0 || w > bestW || (w == bestW && m < best) {
 			best, bestW = m, w
 		}
@@ -35,9 +35,9 @@ func Owner(addr string, members []string) string {
 	return best
 }
 
-// Weight is the rendezvous weight of member for addr: splitmix64's finalizer
+// weight is the rendezvous weight of member for addr: splitmix64's finalizer
 // applied to FNV-1a 64 of member + "/" + addr. It never changes.
-func Weight(member, addr string) uint64 {
+func weight(member, addr string) uint64 {
 	const (
 		offset64 = 14695981039346656037
 		prime64  = 1099511628211

@@ -14,11 +14,11 @@ func TestPlacementContract(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	members := []string{"silo-a", "silo-b", "silo-c", "silo-d", "silo-e"}
 	// Weight is FNV-1a 64 of member+"/"+address with the splitmix64 finalizer.
-	if w := Weight("silo-a", "Echo:system:a"); w != 0x21bbf9a766611a91 {
-		t.Fatalf("Weight(silo-a, Echo:system:a) = %#x, want 0x21bbf9a766611a91", w)
+	if w := weight("silo-a", "Echo:system:a"); w != 0x21bbf9a766611a91 {
+		t.Fatalf("weight(silo-a, Echo:system:a) = %#x, want 0x21bbf9a766611a91", w)
 	}
-	if w := Weight("", ""); w != 0x7face396ae054c7d {
-		t.Fatalf(`Weight("", "") = %#x, want 0x7face396ae054c7d`, w)
+	if w := weight("", ""); w != 0x7face396ae054c7d {
+		t.Fatalf(`weight("", "") = %#x, want 0x7face396ae054c7d`, w)
 	}
 	for _, c := range []struct{ addr, owner string }{
 		{"Echo:system:a", "silo-b"},

@@ -19,13 +19,14 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/retry"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// MaxHops bounds the silos a message passes through: a silo whose view is
+// maxHops bounds the silos a message passes through: a silo whose view is
 // older than the sender's may forward it once more, and so on.
-const MaxHops = 3
+const maxHops = 3
 
 // The runtime's own message types between silos.
 const (
@@ -46,7 +47,7 @@ const (
 )
 
 // router places addresses over the membership view and carries messages
-// between silos: it is the runtime's grain.Placement. What peers send it
+// between silos: it is the runtime's siloapi.Placement. What peers send it
 // arrives through peerHandler (peer.go); views.go follows the membership's
 // views and sweeps what they move away.
 //
@@ -190,7 +191,7 @@ func (r *router) notifyLocked() {
 	r.changed = make(chan struct{})
 }
 
-// Route implements grain.Placement.
+// Route implements siloapi.Placement.
 func (r *router) Route(key string) string {
 	st := r.state.Load()
 	owner := st.table.owner(key)
@@ -200,7 +201,7 @@ func (r *router) Route(key string) string {
 	return owner
 }
 
-// Hold implements grain.Placement.
+// Hold implements siloapi.Placement.
 func (r *router) Hold(key string) (bool, func()) {
 	r.mu.RLock()
 	st := r.state.Load()
@@ -208,15 +209,15 @@ func (r *router) Hold(key string) (bool, func()) {
 	return owner == r.self || owner == "", r.mu.RUnlock
 }
 
-// Serving implements grain.Placement: false before the silo has joined,
+// Serving implements siloapi.Placement: false before the silo has joined,
 // and once it may have lost its place (see membership.Membership.Valid).
 func (r *router) Serving() bool { return r.m.Valid() }
 
-// WaitServing implements grain.ServingWaiter: turns wait while the silo is
+// WaitServing implements siloapi.ServingWaiter: turns wait while the silo is
 // suspended (see membership.Membership.WaitValid).
 func (r *router) WaitServing(ctx context.Context) error { return r.m.WaitValid(ctx) }
 
-// Claim implements grain.Placement.
+// Claim implements siloapi.Placement.
 func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
 	for {
@@ -228,7 +229,7 @@ func (r *router) Claim(ctx context.Context, key string) (func(), error) {
 		}
 		st := r.state.Load()
 		if owner := st.table.owner(key); owner != r.self && owner != "" {
-			return nil, grain.ErrMoved
+			return nil, siloapi.ErrMoved
 		}
 		if !st.self {
 			return nil, errs.New(codes.Unavailable, "silo %s is not serving activations", r.self)
@@ -265,9 +266,9 @@ func (r *router) backoff(ctx context.Context, b *retry.Backoff) bool {
 // awaitFenced waits until every member that left the view without leaving
 // gracefully, and that could hold key, is certainly fenced or proven dead.
 func (r *router) awaitFenced(ctx context.Context, key string) error {
-	mine := Weight(r.self, key)
+	mine := weight(r.self, key)
 	for _, d := range r.m.Pending() {
-		if d.Name != r.self && Weight(d.Name, key) < mine && r.sweptLast(d.Name) {
+		if d.Name != r.self && weight(d.Name, key) < mine && r.sweptLast(d.Name) {
 			continue // it never owned key since it last swept
 		}
 		if r.provenDead(ctx, d) {
@@ -353,14 +354,14 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 		}
 	}
 	if errs.Code(first) == codes.FailedPrecondition {
-		return grain.ErrMoved // that silo owns it in a newer view
+		return siloapi.ErrMoved // that silo owns it in a newer view
 	}
 	return first
 }
 
-// Forward implements grain.Placement.
+// Forward implements siloapi.Placement.
 func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, hops int) (_ *grain.Message, err error) {
-	if hops+1 >= MaxHops {
+	if hops+1 >= maxHops {
 		return nil, errs.New(codes.Unavailable, "%s: not delivered after %d hops: the silos' views disagree", msg.To, hops+1)
 	}
 	st := r.state.Load()
@@ -368,7 +369,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	if !ok {
 		// The view changed since the runtime routed msg: nothing was sent,
 		// so it is routed again with the new one.
-		return nil, grain.ErrMoved
+		return nil, siloapi.ErrMoved
 	}
 	if msg.GetTraceparent() != "" {
 		var span trace.Span
@@ -382,7 +383,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	// A request the peer certainly never received (its stream was down, or
 	// broke before the request was written) is sent again, within its
 	// deadline: to the same silo once its stream is back, or routed again
-	// (grain.ErrMoved) once a newer view moves the address elsewhere. One
+	// (siloapi.ErrMoved) once a newer view moves the address elsewhere. One
 	// that may have reached the peer fails (Unavailable, saying so): it
 	// may have run.
 	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
@@ -399,10 +400,10 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		}
 		st = r.state.Load()
 		if st.table.owner(msg.To) != silo {
-			return nil, grain.ErrMoved
+			return nil, siloapi.ErrMoved
 		}
 		if mi, ok = st.view.Member(silo); !ok {
-			return nil, grain.ErrMoved
+			return nil, siloapi.ErrMoved
 		}
 	}
 }

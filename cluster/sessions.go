@@ -60,6 +60,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // The runtime messages of surviving sessions; To is the session's address.
@@ -78,10 +79,10 @@ const (
 	msgSessionRelease = grain.ReservedPrefix + "session.release"
 )
 
-// DefaultMaxKeptSessions bounds the session records one silo keeps as a
+// defaultMaxKeptSessions bounds the session records one silo keeps as a
 // fallback holder (see sessionKeeper); past it a registration is refused
 // and that session does not survive its silo.
-const DefaultMaxKeptSessions = 100000
+const defaultMaxKeptSessions = 100000
 
 // releaseTimeout bounds the release of a session by a live silo: one that
 // hangs is not waited for longer (the client tries again; once the view
@@ -138,15 +139,15 @@ func fallbackIn(addr string, st *routeState) string {
 // sessionRouter delivers messages for client sessions: to the local
 // gateway, to the silo whose gateway holds a session, or, while that silo
 // is out of the view, to the session's fallback holder. It is the
-// runtime's grain.SessionRouter, and answers the pushes peers send.
+// runtime's siloapi.SessionRouter, and answers the pushes peers send.
 type sessionRouter struct {
 	r     *router
-	local grain.SessionRouter
+	local siloapi.SessionRouter
 	keep  *sessionKeeper
 	bg    sync.WaitGroup // receive's goroutines
 }
 
-// DeliverToSession implements grain.SessionRouter.
+// DeliverToSession implements siloapi.SessionRouter.
 func (s *sessionRouter) DeliverToSession(ctx context.Context, msg *grain.Message) error {
 	return s.route(ctx, msg, 0)
 }
@@ -167,7 +168,7 @@ func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int)
 		// Not here: this silo restarted since it opened the session, which
 		// another silo may have adopted meanwhile. Its fallback holder knows.
 		f := fallbackIn(msg.To, st)
-		if f == "" || hops+1 >= MaxHops {
+		if f == "" || hops+1 >= maxHops {
 			return err
 		}
 		return s.ask(ctx, f, view, msg, hops+1)
@@ -201,7 +202,7 @@ func (s *sessionRouter) ask(ctx context.Context, silo string, view membership.Vi
 }
 
 // receive is what a silo does with a push a peer sent it (from, with hops):
-// a push the fallback holder hands on (hops MaxHops) is for this silo's
+// a push the fallback holder hands on (hops maxHops) is for this silo's
 // gateway alone; one the silo named in its address sends on (it no longer
 // holds the session) is for the fallback holder; any other is routed as
 // here. sync is called with the outcome; delivery to the local gateway
@@ -210,7 +211,7 @@ func (s *sessionRouter) ask(ctx context.Context, silo string, view membership.Vi
 func (s *sessionRouter) receive(ctx context.Context, from string, env *transport.Envelope, done func(error)) {
 	msg := env.GetMessage()
 	hops := int(env.GetHops())
-	if hops >= MaxHops {
+	if hops >= maxHops {
 		done(s.local.DeliverToSession(ctx, msg))
 		return
 	}
@@ -246,7 +247,7 @@ func (s *sessionRouter) receive(ctx context.Context, from string, env *transport
 type sessionKeeper struct {
 	self         string
 	r            *router
-	local        grain.SessionRouter
+	local        siloapi.SessionRouter
 	gw           *gateway.Sessions // the sessions this silo's gateway holds
 	clk          clock.Clock
 	log          *slog.Logger
@@ -271,7 +272,7 @@ type sessionRecord struct {
 	handing   bool // the buffer is being delivered to holder (adopt)
 }
 
-func newSessionKeeper(r *router, local grain.SessionRouter, gw *gateway.Sessions, cfg gateway.Config, clk clock.Clock, log *slog.Logger) *sessionKeeper {
+func newSessionKeeper(r *router, local siloapi.SessionRouter, gw *gateway.Sessions, cfg gateway.Config, clk clock.Clock, log *slog.Logger) *sessionKeeper {
 	return &sessionKeeper{
 		self:         r.self,
 		r:            r,
@@ -282,7 +283,7 @@ func newSessionKeeper(r *router, local grain.SessionRouter, gw *gateway.Sessions
 		backlog:      cfg.SessionBacklog,
 		backlogBytes: cfg.Limits.SessionBacklogBytes,
 		age:          cfg.SessionBacklogAge,
-		max:          DefaultMaxKeptSessions,
+		max:          defaultMaxKeptSessions,
 		recs:         make(map[string]*sessionRecord),
 	}
 }
@@ -344,7 +345,7 @@ func (k *sessionKeeper) handTo(ctx context.Context, silo string, view membership
 		ctx, cancel = context.WithTimeout(ctx, pushTimeout)
 		defer cancel()
 	}
-	_, err := k.r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{Message: msg, Hops: MaxHops, ViewVersion: view.Version})
+	_, err := k.r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{Message: msg, Hops: maxHops, ViewVersion: view.Version})
 	return errs.FromStatus(err)
 }
 

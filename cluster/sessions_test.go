@@ -307,7 +307,7 @@ func TestSessionKeeperBounds(t *testing.T) {
 	k.forget("s1", "Session:bob:0@s1")
 	k.forget("s1", "Session:bob:1@s1")
 	k.mu.Lock()
-	k.max = DefaultMaxKeptSessions
+	k.max = defaultMaxKeptSessions
 	k.mu.Unlock()
 
 	// A session whose holder is gone: its pushes are kept within the byte

@@ -24,7 +24,7 @@ import (
 // anonymously from elsewhere. Its sampler and connection end when the
 // silo stops.
 func (s *Silo) mountDashboard(mux *http.ServeMux) error {
-	authn, err := auth.New(s.cfg.Gateway.Auth)
+	authn, err := auth.New(s.sub.gateway.Auth)
 	if err != nil {
 		return fmt.Errorf("dashboard: %w", err)
 	}
@@ -86,7 +86,7 @@ func (s *Silo) mountDashboard(mux *http.ServeMux) error {
 // own gateway: plaintext, or TLS trusting exactly the gateway's
 // certificate.
 func (s *Silo) dashboardCreds() (credentials.TransportCredentials, error) {
-	a := s.cfg.Gateway.Auth
+	a := s.sub.gateway.Auth
 	if a.TLSCert == "" {
 		return insecure.NewCredentials(), nil
 	}

@@ -40,7 +40,7 @@ func topicsKey(id string) string { return "topics/" + id }
 // newTopics makes the silo's topics.Service on its etcd, or on NATS
 // JetStream (SiloConfig.TopicStore).
 func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
-	cfg := s.cfg.Topics
+	cfg := s.sub.topics
 	store, err := s.topicStore(ctx)
 	if err != nil {
 		return nil, err
@@ -77,21 +77,6 @@ func (s *Silo) topicStore(ctx context.Context) (topics.Store, error) {
 	}
 	if n.Replicas != 0 {
 		jc.Replicas = n.Replicas
-	}
-	if n.OpTimeout != 0 {
-		jc.OpTimeout = n.OpTimeout
-	}
-	if n.Window != 0 {
-		jc.Window = n.Window
-	}
-	if n.SweepEvery != 0 {
-		jc.SweepEvery = n.SweepEvery
-	}
-	if n.MarkerAge != 0 {
-		jc.MarkerAge = n.MarkerAge
-	}
-	if n.SessionTTL != 0 {
-		jc.SessionTTL = n.SessionTTL
 	}
 	js, err := topics.OpenJetStream(ctx, jc, s.logger)
 	if err != nil {

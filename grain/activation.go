@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // envelope carries one application message through a mailbox.
@@ -307,7 +308,7 @@ func (a *activation) finish(reason Reason) {
 
 	rt := a.rt
 	owned, release := true, func() {}
-	if p := rt.cfg.Placement; p != nil {
+	if p := rt.cfg.silo.Placement; p != nil {
 		owned, release = p.Hold(a.key)
 	}
 	sh := rt.dir.shard(a.key)
@@ -423,10 +424,10 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	msg.From = a.key
 	msg.OnBehalfOf = a.principal(ctx)
 	n, err := a.rt.broadcast(ctx, a.owner(), a.key, pattern, msg)
-	if err != nil || a.rt.cfg.Broadcast == nil {
+	if err != nil || a.rt.cfg.silo.Broadcast == nil {
 		return n, err
 	}
-	m, err := a.rt.cfg.Broadcast(ctx, pattern, msg)
+	m, err := a.rt.cfg.silo.Broadcast(ctx, pattern, msg)
 	return n + m, err
 }
 
@@ -443,7 +444,7 @@ type timer struct {
 	name, messageType, message string
 	period                     time.Duration
 	mu                         sync.Mutex // guards t: the timer's own callback re-arms it
-	t                          Timer
+	t                          clock.Timer
 	queued                     atomic.Bool
 	stopped                    atomic.Bool
 }

@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -53,17 +53,6 @@ type Config struct {
 	// Directory answers agents' Host.Directory calls; package directory
 	// implements it. Nil: they return Unavailable.
 	Directory DirectoryService
-	// Broadcast, if set, takes a Host.Broadcast to the other silos of a
-	// cluster (the agents of this silo are reached by the runtime) and
-	// returns how many agents it reached there. Nil: a broadcast reaches
-	// this silo's agents only.
-	Broadcast func(ctx context.Context, pattern string, msg *Message) (int, error)
-	// Sessions delivers messages addressed to client sessions
-	// (`Session:owner:id`). Nil: such messages are NotFound.
-	Sessions SessionRouter
-	// Placement places addresses across a cluster's silos. Nil: every
-	// address is hosted here.
-	Placement Placement
 	// Authorizer, if set, checks each message an agent sends to another
 	// owner's agent against the principal of its call chain (see
 	// authorize.go). Nil: agents' messages are not checked (trusted
@@ -74,18 +63,11 @@ type Config struct {
 	Observer Observer
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
-	// Clock is the time of idle collection, timers and activation times
-	// (Ask deadlines and latencies are measured on the real clock). Tests
-	// give a fake one (package internal/clock). Default: the real clock.
-	Clock Clock
+
+	// silo is what a silo wires in (siloapi.Wire): its placement, client
+	// sessions, broadcast and clock. Zero: a runtime of its own.
+	silo siloapi.Wiring
 }
-
-// Clock is a replaceable time source: Now, NewTimer and AfterFunc, as in
-// package time. Its methods are called concurrently.
-type Clock = clock.Clock
-
-// Timer is a timer of a Clock.
-type Timer = clock.Timer
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
@@ -126,13 +108,6 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// SessionRouter delivers messages to client sessions. The gateway implements
-// it. DeliverToSession is called concurrently, from any goroutine, and must not
-// block for long: a session that is briefly disconnected keeps what it is sent.
-type SessionRouter interface {
-	DeliverToSession(ctx context.Context, msg *Message) error
-}
-
 // ConfigStore keeps agent configurations written by CreateAgent. Methods are
 // called concurrently.
 type ConfigStore interface {
@@ -144,27 +119,27 @@ type ConfigStore interface {
 	Delete(ctx context.Context, addr Address) error
 }
 
-// MemoryConfigStore is a ConfigStore in memory: the default of a single silo
+// memoryConfigStore is a ConfigStore in memory: the default of a single silo
 // without etcd, and the store for tests.
-type MemoryConfigStore struct {
+type memoryConfigStore struct {
 	mu   sync.RWMutex
 	cfgs map[Address]map[string]string
 }
 
-// NewMemoryConfigStore returns an empty store.
-func NewMemoryConfigStore() *MemoryConfigStore {
-	return &MemoryConfigStore{cfgs: make(map[Address]map[string]string)}
+// newMemoryConfigStore returns an empty store.
+func newMemoryConfigStore() *memoryConfigStore {
+	return &memoryConfigStore{cfgs: make(map[Address]map[string]string)}
 }
 
 // Get implements ConfigStore.
-func (s *MemoryConfigStore) Get(_ context.Context, addr Address) (map[string]string, error) {
+func (s *memoryConfigStore) Get(_ context.Context, addr Address) (map[string]string, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return clone(s.cfgs[addr]), nil
 }
 
 // Put implements ConfigStore.
-func (s *MemoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]string) error {
+func (s *memoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cfgs[addr] = clone(cfg)
@@ -172,7 +147,7 @@ func (s *MemoryConfigStore) Put(_ context.Context, addr Address, cfg map[string]
 }
 
 // Delete implements ConfigStore.
-func (s *MemoryConfigStore) Delete(_ context.Context, addr Address) error {
+func (s *memoryConfigStore) Delete(_ context.Context, addr Address) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.cfgs, addr)

@@ -5,7 +5,7 @@
 // silo when the first message for it arrives. Each activation runs its own
 // bounded mailbox on the runtime's dispatcher (mailbox.go), handles one
 // message at a time, and is deactivated after IdleTimeout without messages
-// (the type's, if its TypeInfo sets one; measured on Config.Clock).
+// (the type's, if its TypeInfo sets one).
 //
 //	reg := grain.NewRegistry()
 //	reg.Register("Echo", func(h grain.Host) (grain.Agent, error) { return echo{}, nil })

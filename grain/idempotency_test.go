@@ -25,7 +25,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	release, started := make(chan struct{}), make(chan struct{})
 	var failOnce sync.Once
 	cfg := DefaultConfig()
-	cfg.Clock, cfg.IdempotencyWindow = clk, time.Minute
+	cfg.silo.Clock, cfg.IdempotencyWindow = clk, time.Minute
 	rt := newRuntime(t, cfg, map[string]Factory{
 		"Counter": func(Host) (Agent, error) {
 			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {

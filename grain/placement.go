@@ -11,45 +11,12 @@ import (
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
-// Placement places addresses across the silos of a cluster. A Runtime
-// without one hosts every address itself; package cluster implements it.
-//
-// The runtime asks Route for every message to an agent (not for client
-// sessions, which Config.Sessions routes). An address routed here is
-// activated only after Claim returned; messages routed elsewhere go to
-// Forward. Methods are called concurrently.
-type Placement interface {
-	// Route returns "" if key (a canonical address) is owned by this silo
-	// under its current view, else the name of the silo that owns it. It is
-	// called on every message and must be cheap.
-	Route(key string) string
-	// Claim is called before key is activated here. It returns once no other
-	// silo can hold a live activation of key (it may wait, bounded by ctx,
-	// for a handover or for a dead owner to be certainly fenced), with
-	// commit, which the runtime calls as soon as the new activation is in its
-	// directory: until then the placement must not change its view, so that
-	// a view change that moves key away sees the activation and deactivates
-	// it. If key is no longer owned here, Claim returns ErrMoved and the
-	// runtime routes the message again.
-	Claim(ctx context.Context, key string) (commit func(), err error)
-	// Hold reports whether key is still owned here, and keeps the view from
-	// changing until release is called. The runtime uses it to re-activate
-	// at once, without Claim, an address whose activation has just ended
-	// with messages still queued.
-	Hold(key string) (owned bool, release func())
-	// Forward delivers msg, a REQUEST, ONE_WAY or EVENT already stamped by
-	// the runtime, to silo, and returns the reply of a REQUEST. hops counts
-	// the silos msg has passed through before this one (0 for a message
-	// that started here). A REQUEST that Forward certainly did not deliver,
-	// and whose address a newer view moved away from silo, returns
-	// ErrMoved: the runtime routes it again.
-	Forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error)
-	// Serving reports whether this silo may run turns at all. It turns
-	// false for good once the silo may have lost its place in the cluster
-	// (another silo may be taking its addresses over): from then on no
-	// turn, timer or OnDeactivate runs. Called before every turn: cheap.
-	Serving() bool
-}
+// A Runtime in a silo is wired to a placement (siloapi.Placement, package
+// cluster's router) that places addresses across the silos of a cluster:
+// Config.silo, set with siloapi.Wire. A Runtime without one hosts every
+// address itself. This file is how the runtime uses it: routing, claiming
+// activations, forwarding, and the silo-only API (siloRuntime) that runs
+// what other silos forward.
 
 // errNotServing fails the messages of a silo that is no longer serving.
 var errNotServing = notRun(errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations"))
@@ -74,28 +41,19 @@ func (e notRunError) NotRun() bool         { return true }
 // notRun marks err (not nil) as ErrNotRun.
 func notRun(err error) error { return notRunError{err} }
 
-// serving reports whether turns may run (see Placement.Serving).
+// serving reports whether turns may run (see siloapi.Placement.Serving).
 func (rt *Runtime) serving() bool {
-	p := rt.cfg.Placement
+	p := rt.cfg.silo.Placement
 	return p == nil || p.Serving()
 }
 
-// ServingWaiter is implemented by a Placement whose silo can be suspended:
-// not Serving for a while, then Serving again. WaitServing returns nil when
-// the silo serves, an error once it no longer may (for good), or ctx's
-// error. Turns that find such a silo not serving wait on it instead of
-// failing at once.
-type ServingWaiter interface {
-	WaitServing(ctx context.Context) error
-}
-
 // awaitServing returns nil if turns may run, waiting while the silo is
-// suspended (see ServingWaiter), bounded by ctx.
+// suspended (see siloapi.ServingWaiter), bounded by ctx.
 func (rt *Runtime) awaitServing(ctx context.Context) error {
 	if rt.serving() {
 		return nil
 	}
-	w, ok := rt.cfg.Placement.(ServingWaiter)
+	w, ok := rt.cfg.silo.Placement.(siloapi.ServingWaiter)
 	if !ok {
 		return errNotServing
 	}
@@ -108,10 +66,6 @@ func (rt *Runtime) awaitServing(ctx context.Context) error {
 	}
 	return notRun(err)
 }
-
-// ErrMoved is returned by Placement.Claim when the address is no longer
-// owned by this silo.
-var ErrMoved = errs.New(codes.Unavailable, "address moved to another silo")
 
 // maxReroutes bounds how often one message is routed again because its
 // address moved while it was being delivered.
@@ -163,7 +117,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 		return
 	}
 	env := &envelope{msg: msg, ctx: ctx, done: done, now: now}
-	if rt.cfg.Placement != nil {
+	if rt.cfg.silo.Placement != nil {
 		err = rt.route(ctx, env, hops)
 	} else if err = rt.deliver(ctx, a, env); err != nil {
 		rt.refused(msg, err)
@@ -188,7 +142,7 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, don
 	if a == nil {
 		return false
 	}
-	if p := rt.cfg.Placement; p != nil && p.Route(msg.To) != "" {
+	if p := rt.cfg.silo.Placement; p != nil && p.Route(msg.To) != "" {
 		return false
 	}
 	if approxSize(msg) > rt.cfg.MaxMessageSize/2 {
@@ -308,7 +262,7 @@ func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops 
 			}
 		}
 	}
-	return rt.cfg.Placement.Forward(ctx, silo, msg, hops)
+	return rt.cfg.silo.Placement.Forward(ctx, silo, msg, hops)
 }
 
 // reroute delivers, in order, the messages left in the mailbox of an
@@ -341,7 +295,7 @@ func (rt *Runtime) reroute(envs []*envelope) {
 
 // route delivers env (already prepared) to its address's owner: here, or
 // through the placement to another silo, routing again when the address
-// moves meanwhile (ErrMoved). A request forwarded elsewhere gets its reply
+// moves meanwhile (siloapi.ErrMoved). A request forwarded elsewhere gets its reply
 // sent to env.reply.
 func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 	return rt.routeThen(ctx, env, hops, nil)
@@ -351,12 +305,12 @@ func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 // ctx: when it returns, or, for a request forwarded from a goroutine of its
 // own, when that is done.
 func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, release func()) error {
-	p := rt.cfg.Placement
+	p := rt.cfg.silo.Placement
 	for i := 0; ; i++ {
 		if silo := p.Route(env.msg.To); silo != "" {
 			if !env.isRequest() {
 				_, err := rt.forward(ctx, silo, env.msg, hops)
-				if errors.Is(err, ErrMoved) && i < maxReroutes {
+				if errors.Is(err, siloapi.ErrMoved) && i < maxReroutes {
 					continue
 				}
 				if release != nil {
@@ -370,7 +324,7 @@ func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, relea
 				}
 				for j := i; ; j++ {
 					r, err := rt.forward(ctx, silo, env.msg, hops)
-					if errors.Is(err, ErrMoved) && j < maxReroutes {
+					if errors.Is(err, siloapi.ErrMoved) && j < maxReroutes {
 						if silo = p.Route(env.msg.To); silo != "" {
 							continue
 						}
@@ -386,7 +340,7 @@ func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, relea
 			return nil
 		}
 		err := rt.deliver(ctx, nil, env)
-		if !errors.Is(err, ErrMoved) || i == maxReroutes {
+		if !errors.Is(err, siloapi.ErrMoved) || i == maxReroutes {
 			if release != nil {
 				release()
 			}
@@ -423,4 +377,5 @@ func (s siloRuntime) Release(ctx context.Context, key string) error { return s.r
 
 func init() {
 	siloapi.Of = func(rt any) siloapi.Runtime { return siloRuntime{rt.(*Runtime)} }
+	siloapi.Wire = func(cfg any, w siloapi.Wiring) { cfg.(*Config).silo = w }
 }

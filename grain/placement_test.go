@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // twoSilos is an in-memory Placement for two runtimes: every address is owned
@@ -41,7 +42,7 @@ func (s siloPlacement) Claim(context.Context, string) (func(), error) {
 	s.p.mu.RLock()
 	if s.p.owner != s.self {
 		s.p.mu.RUnlock()
-		return nil, ErrMoved
+		return nil, siloapi.ErrMoved
 	}
 	return s.p.mu.RUnlock, nil
 }
@@ -86,7 +87,7 @@ func TestPlacementMoveKeepsOneActivationAndOrder(t *testing.T) {
 	for _, silo := range []string{"a", "b"} {
 		cfg := DefaultConfig()
 		cfg.Silo = silo
-		cfg.Placement = siloPlacement{p: p, self: silo}
+		cfg.silo.Placement = siloPlacement{p: p, self: silo}
 		p.rts[silo] = newRuntime(t, cfg, map[string]Factory{"Seq": func(h Host) (Agent, error) {
 			return &funcAgent{
 				onActivate: func(context.Context) error {
@@ -249,7 +250,7 @@ func (refusing) Forward(context.Context, string, *Message, int) (*Message, error
 // gateway pass on, so that it is sent again), and keeps its code.
 func TestClaimRefusalIsNotRun(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Placement = refusing{}
+	cfg.silo.Placement = refusing{}
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	_, err := rt.Ask(t.Context(), &Message{To: "Echo:o:x", From: "Client:o:c"})
 	if !errors.Is(err, ErrNotRun) || errs.Code(err) != codes.Unavailable {
@@ -269,7 +270,7 @@ func TestClaimRefusalIsNotRun(t *testing.T) {
 type elsewhere struct{ entered, proceed chan struct{} }
 
 func (elsewhere) Route(string) string                           { return "b" }
-func (elsewhere) Claim(context.Context, string) (func(), error) { return nil, ErrMoved }
+func (elsewhere) Claim(context.Context, string) (func(), error) { return nil, siloapi.ErrMoved }
 func (elsewhere) Hold(string) (bool, func())                    { return false, func() {} }
 func (elsewhere) Serving() bool                                 { return true }
 
@@ -291,7 +292,7 @@ func (p elsewhere) Forward(ctx context.Context, silo string, m *Message, hops in
 func TestRerouteRequestOutlivesTheHandOff(t *testing.T) {
 	p := elsewhere{entered: make(chan struct{}), proceed: make(chan struct{})}
 	cfg := DefaultConfig()
-	cfg.Placement = p
+	cfg.silo.Placement = p
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	env := &envelope{msg: &Message{Kind: KindRequest, To: "Echo:o:x", From: "Client:o:c", Id: "1"}, reply: make(chan result, 1)}
 	rt.reroute([]*envelope{env})

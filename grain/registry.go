@@ -91,9 +91,9 @@ func (ti TypeInfo) Proto() *agentsilov1.AgentType {
 	return out
 }
 
-// TypeInfoOf is the TypeInfo of t, the wire form of a type (as ListTypes
+// typeInfoOf is the TypeInfo of t, the wire form of a type (as ListTypes
 // and the silos' types exchange carry it): name, description and skills.
-func TypeInfoOf(t *agentsilov1.AgentType) TypeInfo {
+func typeInfoOf(t *agentsilov1.AgentType) TypeInfo {
 	ti := TypeInfo{Name: t.GetName(), Description: t.GetDescription()}
 	for _, s := range t.GetSkills() {
 		sk := Skill{

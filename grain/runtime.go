@@ -18,6 +18,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/deadline"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // Runtime hosts the activations of one silo. It activates an agent when the
@@ -45,7 +46,7 @@ type Runtime struct {
 	base     context.Context // cancelled by Close; parent of one-way turns
 	cancel   context.CancelFunc
 	closing  atomic.Bool
-	clock    clock.Clock        // cfg.Clock: idle collection, timers, activation times
+	clock    clock.Clock        // cfg.silo.Clock: idle collection, timers, activation times
 	now      atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
 	sweeps   chan chan struct{} // see sweepNow
 	sweepBuf []*activation      // sweep's; the collect goroutine only
@@ -62,7 +63,7 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 		return nil, errs.New(codes.InvalidArgument, "grain: nil Registry")
 	}
 	if cfg.Configs == nil {
-		cfg.Configs = NewMemoryConfigStore()
+		cfg.Configs = newMemoryConfigStore()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -70,10 +71,10 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = "local"
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+	if cfg.silo.Clock == nil {
+		cfg.silo.Clock = clock.Real{}
 	}
-	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
+	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.silo.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
 	rt.dir.init()
@@ -245,14 +246,14 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		t.beginWait()
 		defer t.endWait()
 	}
-	if p := rt.cfg.Placement; p != nil {
+	if p := rt.cfg.silo.Placement; p != nil {
 		for i := 0; ; i++ {
 			silo := p.Route(msg.To)
 			if silo != "" {
 				// ErrMoved: the placement did not deliver it, and a newer
 				// view moved the address: route it again.
 				r, err := rt.forward(ctx, silo, msg, hops)
-				if errors.Is(err, ErrMoved) && i < maxReroutes {
+				if errors.Is(err, siloapi.ErrMoved) && i < maxReroutes {
 					a = nil
 					continue
 				}
@@ -263,7 +264,7 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 			if err == nil {
 				break
 			}
-			if !errors.Is(err, ErrMoved) || i == maxReroutes {
+			if !errors.Is(err, siloapi.ErrMoved) || i == maxReroutes {
 				env.release()
 				rt.refused(msg, err)
 				return nil, err
@@ -303,12 +304,12 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 		return err
 	}
 	if isSession(msg.To) {
-		if rt.cfg.Sessions == nil {
+		if rt.cfg.silo.Sessions == nil {
 			return errs.New(codes.NotFound, "no client session %s", msg.To)
 		}
-		return rt.cfg.Sessions.DeliverToSession(ctx, msg)
+		return rt.cfg.silo.Sessions.DeliverToSession(ctx, msg)
 	}
-	if rt.cfg.Placement != nil {
+	if rt.cfg.silo.Placement != nil {
 		return rt.route(ctx, &envelope{msg: msg}, hops)
 	}
 	err = rt.deliver(ctx, a, &envelope{msg: msg})
@@ -448,13 +449,13 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	if err != nil {
 		return nil, err
 	}
-	if p := rt.cfg.Placement; p != nil {
+	if p := rt.cfg.silo.Placement; p != nil {
 		commit, err := p.Claim(ctx, key)
 		if err != nil {
 			// Refused before the agent existed (this silo is fenced, not
 			// serving, or the handover failed): no agent ran the message,
 			// and a caller that can send it again, within its deadline, may.
-			if !errors.Is(err, ErrMoved) && !errors.Is(err, ErrNotRun) {
+			if !errors.Is(err, siloapi.ErrMoved) && !errors.Is(err, ErrNotRun) {
 				err = notRun(err)
 			}
 			return nil, err

@@ -533,7 +533,7 @@ func TestIdleDeactivation(t *testing.T) {
 	var j journal
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.Clock = clk
+	cfg.silo.Clock = clk
 	cfg.IdleTimeout = 15 * time.Minute
 	ended := make(chan Reason, 10)
 	rt := newRuntime(t, cfg, map[string]Factory{
@@ -571,7 +571,7 @@ func TestIdleDeactivation(t *testing.T) {
 func TestIdleSweepOnTheClock(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.Clock = clk
+	cfg.silo.Clock = clk
 	ended := make(chan Reason, 10)
 	rt := newRuntime(t, cfg, map[string]Factory{"Idle": notifyEnd(ended, echoFactory)})
 	if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
@@ -588,7 +588,7 @@ func TestIdleSweepOnTheClock(t *testing.T) {
 func TestTypeIdleTimeout(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.Clock = clk
+	cfg.silo.Clock = clk
 	cfg.IdleTimeout = 10 * time.Minute
 	ended := make(chan string, 10)
 	end := func(f Factory) Factory {
@@ -1080,7 +1080,7 @@ func TestRegisterReminderDue(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	rems := &memReminders{rs: map[string]Reminder{}}
 	cfg := DefaultConfig()
-	cfg.Clock, cfg.Reminders = clk, rems
+	cfg.silo.Clock, cfg.Reminders = clk, rems
 	rt := newRuntime(t, cfg, map[string]Factory{
 		"R": func(h Host) (Agent, error) {
 			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {

@@ -163,7 +163,7 @@ func unmarshalOne(data []byte, v any, strict bool) error {
 // to return to its caller as it is.
 func Decode[In any](msg *Message) (In, error) {
 	var in In
-	if dt := msg.GetDataType(); dt != "" && !IsJSONType(dt) {
+	if dt := msg.GetDataType(); dt != "" && !isJSONType(dt) {
 		return in, errs.New(codes.InvalidArgument, "%s: data of type %q, want %s", what(msg), clip(dt), JSONType)
 	}
 	data := msg.GetData()
@@ -282,9 +282,9 @@ func TypedHandler[In, Out any](f func(ctx context.Context, in In) (Out, error)) 
 	}
 }
 
-// IsJSONType reports whether a data type is JSON: application/json or
+// isJSONType reports whether a data type is JSON: application/json or
 // anything/anything+json, with any parameters.
-func IsJSONType(dataType string) bool {
+func isJSONType(dataType string) bool {
 	mt, _, err := mime.ParseMediaType(dataType)
 	if err != nil {
 		return false

@@ -68,7 +68,7 @@ func TestTypedSkillSchemas(t *testing.T) {
 	if string(info.Skills[0].InputSchema) != string(sk.InputSchema) || string(info.Skills[0].OutputSchema) != string(sk.OutputSchema) {
 		t.Fatal("Info lost the schemas")
 	}
-	// The wire form carries them, and TypeInfoOf reads them back.
+	// The wire form carries them, and typeInfoOf reads them back.
 	p := info.Proto()
 	b, err := proto.Marshal(p)
 	if err != nil {
@@ -78,10 +78,10 @@ func TestTypedSkillSchemas(t *testing.T) {
 	if err := proto.Unmarshal(b, back); err != nil {
 		t.Fatal(err)
 	}
-	ti := TypeInfoOf(back)
+	ti := typeInfoOf(back)
 	if ti.Name != "Planner" || len(ti.Skills) != 2 || string(ti.Skills[0].InputSchema) != string(sk.InputSchema) ||
 		string(ti.Skills[0].OutputSchema) != string(sk.OutputSchema) || ti.Skills[1].InputSchema != nil || ti.Skills[0].Tags[0] != "travel" {
-		t.Fatalf("TypeInfoOf(Proto()) = %+v", ti)
+		t.Fatalf("typeInfoOf(Proto()) = %+v", ti)
 	}
 }
 

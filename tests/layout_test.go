@@ -3,6 +3,7 @@
 package tests
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -275,4 +276,145 @@ func TestLayoutNoProtoactor(t *testing.T) {
 	if len(importers) != 0 {
 		t.Fatalf("files importing github.com/asynkron/: %v, want none", importers)
 	}
+}
+
+// TestSiloAPIOutOfPublicPackages: what only the silo uses is in
+// internal/siloapi, not in grain's API (the placement, client sessions and
+// broadcast a silo wires into its runtime, and the clock), and no exported
+// name of grain or cluster mentions an internal package's type (a user
+// could not name it). SiloConfig holds user settings only: what tests wire
+// in (the clock, fault injection) is unexported.
+func TestSiloAPIOutOfPublicPackages(t *testing.T) {
+	for _, dir := range []string{"grain", "cluster"} {
+		names := exportedAPI(t, filepath.Join("..", dir))
+		for _, bad := range []string{"Placement", "ServingWaiter", "SessionRouter", "ErrMoved", "Clock", "Timer",
+			"Config.Placement", "Config.Sessions", "Config.Broadcast", "Config.Clock",
+			"SiloConfig.Clock", "SiloConfig.FaultInjection"} {
+			if _, ok := names[bad]; ok {
+				t.Errorf("%s exports %s (the silo's own wiring: internal/siloapi, or unexported)", dir, bad)
+			}
+		}
+		for name, internal := range names {
+			if internal != "" {
+				t.Errorf("%s.%s mentions %s, an internal package", dir, name, internal)
+			}
+		}
+	}
+}
+
+// exportedAPI parses the package in dir (tests and files with build tags
+// aside) and returns its exported names (Type.Field and Type.Method for
+// fields and methods of exported types), each with the internal package it
+// mentions, if any.
+func exportedAPI(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make(map[string]string)
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".go") || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, e.Name()), nil, parser.ParseComments)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buildTagged(f) {
+			continue
+		}
+		internal := func(n ast.Node) string {
+			found := ""
+			ast.Inspect(n, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				if x, ok := sel.X.(*ast.Ident); ok {
+					for _, imp := range f.Imports {
+						path := strings.Trim(imp.Path.Value, `"`)
+						name := filepath.Base(path)
+						if imp.Name != nil {
+							name = imp.Name.Name
+						}
+						if name == x.Name && strings.Contains(path, "/internal/") {
+							found = path
+						}
+					}
+				}
+				return true
+			})
+			return found
+		}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() {
+					continue
+				}
+				name := d.Name.Name
+				if d.Recv != nil {
+					recv := d.Recv.List[0].Type
+					if s, ok := recv.(*ast.StarExpr); ok {
+						recv = s.X
+					}
+					if g, ok := recv.(*ast.IndexExpr); ok {
+						recv = g.X
+					}
+					id, ok := recv.(*ast.Ident)
+					if !ok || !id.IsExported() {
+						continue
+					}
+					name = id.Name + "." + name
+				}
+				names[name] = internal(d.Type)
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if !s.Name.IsExported() {
+							continue
+						}
+						st, ok := s.Type.(*ast.StructType)
+						if !ok {
+							names[s.Name.Name] = internal(s.Type)
+							continue
+						}
+						names[s.Name.Name] = ""
+						for _, fld := range st.Fields.List {
+							for _, n := range fld.Names {
+								if n.IsExported() {
+									names[s.Name.Name+"."+n.Name] = internal(fld.Type)
+								}
+							}
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								names[n.Name] = ""
+								if s.Type != nil {
+									names[n.Name] = internal(s.Type)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return names
+}
+
+// buildTagged reports whether f has a //go:build line.
+func buildTagged(f *ast.File) bool {
+	for _, g := range f.Comments {
+		for _, c := range g.List {
+			if c.Pos() < f.Package && strings.HasPrefix(c.Text, "//go:build") {
+				return true
+			}
+		}
+	}
+	return false
 }

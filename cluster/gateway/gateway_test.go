@@ -23,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -137,7 +138,7 @@ func startGateway(t testing.TB, configure func(*Config)) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcfg.Sessions = sessions
+	siloapi.Wire(&rcfg, siloapi.Wiring{Sessions: sessions})
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)

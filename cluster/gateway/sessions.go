@@ -21,7 +21,7 @@ import (
 )
 
 // Sessions holds a gateway's client sessions and their backlogs. It is the
-// runtime's grain.SessionRouter (directly on a single silo, or behind the
+// runtime's siloapi.SessionRouter (directly on a single silo, or behind the
 // cluster's router, which forwards to the silo holding a session), so it is
 // made before the runtime, and the gateway that serves the sessions' streams
 // after it. Its methods are safe for concurrent use.
@@ -480,7 +480,7 @@ func (ss *Sessions) Rehome(ctx context.Context, home func(addr string) string) {
 	}
 }
 
-// DeliverToSession implements grain.SessionRouter: it queues msg for the
+// DeliverToSession implements siloapi.SessionRouter: it queues msg for the
 // session at msg.To, to be written to its stream in order, now or when the
 // client re-attaches. It never blocks. A session with SessionBacklog
 // messages not yet written refuses more with ResourceExhausted; an address

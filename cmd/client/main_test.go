@@ -19,6 +19,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // bin is the client binary, built once by TestMain.
@@ -101,7 +102,7 @@ func startSiloOn(t *testing.T, lis net.Listener) *silo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcfg.Sessions = sessions
+	siloapi.Wire(&rcfg, siloapi.Wiring{Sessions: sessions})
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // testCA issues certificates, written as PEM files to a test directory.
@@ -108,7 +109,7 @@ func TestMutualTLSFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rcfg.Sessions = sessions
+	siloapi.Wire(&rcfg, siloapi.Wiring{Sessions: sessions})
 	rt, err := grain.New(rcfg, reg)
 	if err != nil {
 		t.Fatal(err)

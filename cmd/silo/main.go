@@ -31,9 +31,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	// Hidden test flag: --journal FILE registers the Journal, StateProbe,
-	// TopicSink and Waiter agent types.
-	args, journal, err := cutHiddenFlag(args, "journal")
+	// The test agents and their hidden flag, in a build with the test hooks
+	// (testhooks.go); none in the production build.
+	args, registerTestAgents, err := testAgents(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 2
@@ -52,17 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 					return err
 				}
 			}
-			if journal != "" {
-				if err := demoagents.RegisterTopicSink(reg, journal+".topics"); err != nil {
-					return err
-				}
-				if err := registerWaiter(reg, journal+".waiter"); err != nil {
-					return err
-				}
-				if err := registerSessionPusher(reg); err != nil {
-					return err
-				}
-				return demoagents.RegisterJournal(reg, journal)
+			if registerTestAgents != nil {
+				return registerTestAgents(reg)
 			}
 			return nil
 		},

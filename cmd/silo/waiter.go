@@ -1,3 +1,5 @@
+//go:build agentsilo_testhooks
+
 package main
 
 import (

@@ -1,6 +1,8 @@
 // Package demoagents holds the demo agent types that `silo --demo` serves
 // and the guides' commands call, and the agent types the cluster tests rely
-// on (Journal, StateProbe, TopicSink). They are test fixtures and demos,
+// on (Journal, StateProbe, TopicSink: registered only by a `silo` built
+// with the agentsilo_testhooks tag, so the production binary links none of
+// them). They are test fixtures and demos,
 // apart from the example programs of examples/ that users read. Each shows
 // one part of the programming model:
 //

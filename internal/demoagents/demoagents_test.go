@@ -9,6 +9,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,7 +30,7 @@ func TestDemoAgents(t *testing.T) {
 	cfg := grain.DefaultConfig()
 	cfg.State = grain.NewMemoryStateStore() // Counter keeps its count there
 	p := pusher{got: make(chan *grain.Message, 10)}
-	cfg.Sessions = p
+	siloapi.Wire(&cfg, siloapi.Wiring{Sessions: p})
 	rt, err := grain.New(cfg, reg)
 	if err != nil {
 		t.Fatal(err)

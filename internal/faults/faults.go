@@ -1,9 +1,10 @@
 // Package faults injects a network partition between a silo and its peers,
-// for the cluster tests (cluster.SiloConfig.FaultInjection, `silo
-// --fault-injection`): while isolated, the silo-to-silo transport refuses and
-// breaks its connections in both directions and gossip drops every packet and
-// stream. etcd and the client gateway are not affected. It cuts connections
-// from inside the process; tests of real partitions use network namespaces.
+// for the cluster tests (`silo --fault-injection`, a flag only a build with
+// the agentsilo_testhooks tag has: see cluster/testhooks.go): while
+// isolated, the silo-to-silo transport refuses and breaks its connections
+// in both directions and gossip drops every packet and stream. etcd and the
+// client gateway are not affected. It cuts connections from inside the
+// process; tests of real partitions use network namespaces.
 package faults
 
 import (

@@ -7,7 +7,7 @@
 // (gateway sessions never start so). Like a gateway session's address it
 // names its silo, so the cluster's session routing brings pushes from agents
 // on any silo to the silo that opened the inbox. Inboxes is the runtime's
-// grain.SessionRouter on such a silo: a message to an open inbox goes there,
+// siloapi.SessionRouter on such a silo: a message to an open inbox goes there,
 // every other session message to the next router, the gateway's sessions.
 //
 //	box := inboxes.Open(principal, inbox.MCP)
@@ -27,6 +27,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // Kind names the server whose turn an inbox belongs to; it starts the
@@ -59,14 +60,14 @@ const Backlog = 1000
 // next session router. Its methods are safe for concurrent use.
 type Inboxes struct {
 	silo string
-	next grain.SessionRouter
+	next siloapi.SessionRouter
 
 	mu sync.Mutex
 	m  map[string]*Inbox
 }
 
 // New returns the inboxes of silo, in front of next (nil: none).
-func New(silo string, next grain.SessionRouter) *Inboxes {
+func New(silo string, next siloapi.SessionRouter) *Inboxes {
 	return &Inboxes{silo: silo, next: next, m: make(map[string]*Inbox)}
 }
 
@@ -133,7 +134,7 @@ func (in *Inboxes) Len() int {
 	return len(in.m)
 }
 
-// DeliverToSession implements grain.SessionRouter. It never blocks.
+// DeliverToSession implements siloapi.SessionRouter. It never blocks.
 func (in *Inboxes) DeliverToSession(ctx context.Context, msg *grain.Message) error {
 	if msg == nil || !Is(msg.To) {
 		if in.next == nil {

@@ -1,15 +1,105 @@
 // Package siloapi is the part of the grain runtime that only the silo uses:
-// running messages that another silo forwarded, and giving activations up
-// when ownership moves. It is kept out of grain's public API, so that agents
-// and SDK users see only what they may call; package grain registers it
-// (Of), package cluster uses it.
+// what a silo wires into its runtime (Wiring: the Placement of addresses
+// across silos, the SessionRouter of client sessions, the cluster-wide
+// broadcast, the clock), running messages that another silo forwarded, and
+// giving activations up when ownership moves (Runtime). It is kept out of
+// grain's public API, so that agents and SDK users see only what they may
+// call; package grain implements it (Wire, Of), package cluster uses it.
 package siloapi
 
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
+
+// Wiring is what a silo gives its runtime beside grain.Config. Set it with
+// Wire before grain.New.
+type Wiring struct {
+	// Placement places addresses across a cluster's silos. Nil: every
+	// address is hosted here.
+	Placement Placement
+	// Sessions delivers messages addressed to client sessions
+	// (`Session:owner:id`). Nil: such messages are NotFound.
+	Sessions SessionRouter
+	// Broadcast, if set, takes a Host.Broadcast to the other silos of a
+	// cluster (the agents of this silo are reached by the runtime) and
+	// returns how many agents it reached there. Nil: a broadcast reaches
+	// this silo's agents only.
+	Broadcast func(ctx context.Context, pattern string, msg *agentsilov1.AgentMessage) (int, error)
+	// Clock is the time of idle collection, timers and activation times
+	// (Ask deadlines and latencies are measured on the real clock). Tests
+	// give a fake one. Nil: the real clock.
+	Clock clock.Clock
+}
+
+// Wire sets w on cfg, a *grain.Config. Package grain sets it at init.
+var Wire func(cfg any, w Wiring)
+
+// Placement places addresses across the silos of a cluster. A runtime
+// without one hosts every address itself; package cluster implements it.
+//
+// The runtime asks Route for every message to an agent (not for client
+// sessions, which Wiring.Sessions routes). An address routed here is
+// activated only after Claim returned; messages routed elsewhere go to
+// Forward. Methods are called concurrently.
+type Placement interface {
+	// Route returns "" if key (a canonical address) is owned by this silo
+	// under its current view, else the name of the silo that owns it. It is
+	// called on every message and must be cheap.
+	Route(key string) string
+	// Claim is called before key is activated here. It returns once no other
+	// silo can hold a live activation of key (it may wait, bounded by ctx,
+	// for a handover or for a dead owner to be certainly fenced), with
+	// commit, which the runtime calls as soon as the new activation is in its
+	// directory: until then the placement must not change its view, so that
+	// a view change that moves key away sees the activation and deactivates
+	// it. If key is no longer owned here, Claim returns ErrMoved and the
+	// runtime routes the message again.
+	Claim(ctx context.Context, key string) (commit func(), err error)
+	// Hold reports whether key is still owned here, and keeps the view from
+	// changing until release is called. The runtime uses it to re-activate
+	// at once, without Claim, an address whose activation has just ended
+	// with messages still queued.
+	Hold(key string) (owned bool, release func())
+	// Forward delivers msg, a REQUEST, ONE_WAY or EVENT already stamped by
+	// the runtime, to silo, and returns the reply of a REQUEST. hops counts
+	// the silos msg has passed through before this one (0 for a message
+	// that started here). A REQUEST that Forward certainly did not deliver,
+	// and whose address a newer view moved away from silo, returns
+	// ErrMoved: the runtime routes it again.
+	Forward(ctx context.Context, silo string, msg *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error)
+	// Serving reports whether this silo may run turns at all. It turns
+	// false for good once the silo may have lost its place in the cluster
+	// (another silo may be taking its addresses over): from then on no
+	// turn, timer or OnDeactivate runs. Called before every turn: cheap.
+	Serving() bool
+}
+
+// ServingWaiter is implemented by a Placement whose silo can be suspended:
+// not Serving for a while, then Serving again. WaitServing returns nil when
+// the silo serves, an error once it no longer may (for good), or ctx's
+// error. Turns that find such a silo not serving wait on it instead of
+// failing at once.
+type ServingWaiter interface {
+	WaitServing(ctx context.Context) error
+}
+
+// SessionRouter delivers messages to client sessions. The gateway implements
+// it. DeliverToSession is called concurrently, from any goroutine, and must
+// not block for long: a session that is briefly disconnected keeps what it
+// is sent.
+type SessionRouter interface {
+	DeliverToSession(ctx context.Context, msg *agentsilov1.AgentMessage) error
+}
+
+// ErrMoved is returned by Placement.Claim (and Forward) when the address is
+// no longer owned by this silo: the runtime routes the message again.
+var ErrMoved = errs.New(codes.Unavailable, "address moved to another silo")
 
 // Runtime is a grain runtime seen from its silo. Methods are safe for
 // concurrent use.

@@ -9,6 +9,12 @@ import (
 	"sync"
 )
 
+// TestHooksTag is the build tag that puts the test hooks into `silo`: the
+// --fault-injection flag (Partition), the hidden --journal flag and the test
+// agents that write the journal. Build says it; a program that builds
+// `silo` for the harness itself must too.
+const TestHooksTag = "agentsilo_testhooks"
+
 // Binaries are the programs the harness runs.
 type Binaries struct {
 	Silo, Client string
@@ -50,10 +56,12 @@ func buildBinaries() (Binaries, error) {
 	}
 	build.dir = dir
 	bins := Binaries{Silo: filepath.Join(dir, "silo"), Client: filepath.Join(dir, "client")}
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/silo", "./cmd/client")
+	// The test hooks (--fault-injection, --journal and the test agents)
+	// are built only with this tag; the production binary has none.
+	cmd := exec.Command("go", "build", "-tags", TestHooksTag, "-o", dir+string(filepath.Separator), "./cmd/silo", "./cmd/client")
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("testcluster: go build ./cmd/silo ./cmd/client: %v\n%s", err, msg)
+		return Binaries{}, fmt.Errorf("testcluster: go build -tags %s ./cmd/silo ./cmd/client: %v\n%s", TestHooksTag, err, msg)
 	}
 	return bins, nil
 }

@@ -12,7 +12,8 @@
 // Silo i is named silo-<i> and listens on its own loopback address
 // 127.0.0.<10+i> (127.0.0.1 where only that one can be bound), on ports
 // picked free at Start and kept across restarts. Each silo joins the others'
-// gossip addresses, runs with --fault-injection, registers the demo agents
+// gossip addresses, runs with --fault-injection (Build builds `silo` with
+// the test hooks, TestHooksTag), registers the demo agents
 // (--examples) and the Journal, StateProbe and TopicSink agent types
 // (package internal/demoagents) on a journal file shared by the cluster (TopicSink
 // writes to the file TopicSink names; ReadTopicSink reads it), and logs

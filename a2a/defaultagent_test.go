@@ -1,0 +1,79 @@
+package a2a_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+)
+
+// With a default agent, the host root's card is that agent's card, with
+// its interfaces, so a client given only the host can call it; an address
+// that does not parse, or of a type not registered, is refused.
+func TestDefaultAgentCard(t *testing.T) {
+	reg := grain.NewRegistry()
+	if err := demoagents.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	rt, err := grain.New(grain.DefaultConfig(), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/", Inboxes: a2a.NewInboxes("s1", nil)}
+	newServer := func(agent string) (*a2a.Server, error) {
+		cfg := a2a.DefaultConfig()
+		cfg.DefaultAgent = agent
+		return a2a.New(cfg, deps)
+	}
+	rootCard := func(s *a2a.Server) *spec.AgentCard {
+		t.Helper()
+		srv := httptest.NewServer(s.Handler())
+		defer srv.Close()
+		resp, err := http.Get(srv.URL + "/.well-known/agent-card.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var card spec.AgentCard
+		if err := json.NewDecoder(resp.Body).Decode(&card); err != nil {
+			t.Fatal(err)
+		}
+		return &card
+	}
+
+	s, err := newServer("Echo:acme:front")
+	if err != nil {
+		t.Fatal(err)
+	}
+	card := rootCard(s)
+	if card.Name != "Echo:acme:front" || len(card.SupportedInterfaces) != 4 ||
+		!strings.HasSuffix(card.SupportedInterfaces[0].URL, "/a2a/Echo/acme/front") || !strings.Contains(card.Description, "default agent") {
+		t.Fatalf("root card with a default agent: %+v", card)
+	}
+
+	s, err = newServer("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if card := rootCard(s); card.Name != "agentsilo" || len(card.SupportedInterfaces) != 0 {
+		t.Fatalf("root card without one: %+v", card)
+	}
+
+	for _, bad := range []string{"Echo", "No:such:type"} {
+		if _, err := newServer(bad); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "default agent") {
+			t.Fatalf("default agent %q: %v, want InvalidArgument", bad, err)
+		}
+	}
+}
