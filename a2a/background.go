@@ -256,7 +256,7 @@ func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, 
 			r.h.Logger().DebugContext(ctx, "a2a: the result into the working memory", "memory", mem, "err", err)
 		}
 	}
-	wait := retry.New(time.Second, 30*time.Second, r.set.clk)
+	wait := retry.Redeliver.New(r.set.clk)
 	for {
 		if err := r.h.WaitServing(ctx); err != nil {
 			return

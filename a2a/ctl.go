@@ -11,6 +11,8 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // The silos serving A2A keep each other's tasks from being stuck:
@@ -69,18 +71,16 @@ func (s *Server) startLease(ctx context.Context) error {
 // regrant takes a new lease after the old one was lost, retrying until it
 // succeeds or the server closes.
 func (s *Server) regrant() {
-	for wait := time.Second; s.base.Err() == nil; wait = min(2*wait, 30*time.Second) {
+	b := retry.EtcdLease.New(nil)
+	for s.base.Err() == nil {
 		ctx, cancel := context.WithTimeout(s.base, 10*time.Second)
 		err := s.startLease(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
-		s.logger.Warn("a2a: new lease", "err", err, "retry_in", wait)
-		select {
-		case <-s.base.Done():
-		case <-time.After(wait):
-		}
+		s.logger.Warn("a2a: new lease", "err", err)
+		b.Wait(s.base, nil)
 	}
 }
 
@@ -88,12 +88,13 @@ func (s *Server) regrant() {
 // server closes, sweeping before each watch it starts.
 func (s *Server) watchCtl() {
 	defer s.bg.Done()
-	for wait := time.Second; s.base.Err() == nil; wait = min(2*wait, 30*time.Second) {
+	b := retry.EtcdLease.New(nil)
+	for s.base.Err() == nil {
 		rev, err := s.sweep(s.base)
 		if err != nil {
 			s.logger.Warn("a2a: sweep of tasks of departed silos", "err", err)
 		} else {
-			wait = time.Second
+			b.Reset()
 			wch := s.cli.Watch(clientv3.WithRequireLeader(s.base), s.prefix+ctlDir, clientv3.WithPrefix(), clientv3.WithPrevKV(), clientv3.WithRev(rev+1))
 			for resp := range wch {
 				if err := resp.Err(); err != nil {
@@ -105,10 +106,7 @@ func (s *Server) watchCtl() {
 				}
 			}
 		}
-		select {
-		case <-s.base.Done():
-		case <-time.After(wait):
-		}
+		b.Wait(s.base, nil)
 	}
 }
 

@@ -364,14 +364,15 @@ func (c *Client) broken(st *stream, err error, drained, delivered bool) {
 
 // flapDelay is the pause before re-attaching after n streams in a row broke
 // before delivering anything: none after the first (it may just have been
-// idle), then 50 ms doubling to 5 s. A gateway that ends every stream at
-// once (one that cannot write a message it holds for the session, say) is
-// then not asked for a new stream thousands of times a second.
+// idle), then retry.Reattach's steps (50 ms doubling to 5 s). A gateway
+// that ends every stream at once (one that cannot write a message it holds
+// for the session, say) is then not asked for a new stream thousands of
+// times a second.
 func flapDelay(n int) time.Duration {
 	if n < 2 {
 		return 0
 	}
-	return min(50*time.Millisecond<<min(n-2, 7), 5*time.Second)
+	return retry.Reattach.Step(n - 1)
 }
 
 // reattach re-attaches the session, after pausing for delay, trying the
@@ -386,7 +387,7 @@ func (c *Client) reattach(last int, delay time.Duration) {
 			return
 		}
 	}
-	b := retry.New(50*time.Millisecond, 5*time.Second, nil) // waits through c.after
+	b := retry.Reattach.New(nil) // waits through c.after
 	for {
 		var err error
 		for n := 1; n <= len(c.addrs); n++ {
@@ -493,7 +494,7 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 			// that silo went away.
 			refused = err
 			if b == nil {
-				b = retry.New(50*time.Millisecond, time.Second, nil)
+				b = retry.Resend.New(nil)
 			}
 			if !b.Wait(ctx, nil) {
 				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "call %s: refused before it ran, until the deadline: %v", m.GetTo(), err)
@@ -509,7 +510,7 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 			// Its gateway went away: whether the call ran is unknown, and
 			// its idempotency key makes sending it again safe.
 			if b == nil {
-				b = retry.New(50*time.Millisecond, time.Second, nil)
+				b = retry.Resend.New(nil)
 			}
 			if b.Wait(ctx, nil) {
 				continue

@@ -63,7 +63,7 @@ func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ *Pu
 		defer cancel()
 	}
 	req := &agentsilov1.PublishRequest{Topic: topic, Message: m, Publisher: c.publisher()}
-	b := retry.New(50*time.Millisecond, time.Second, nil)
+	b := retry.Resend.New(nil)
 	for {
 		uctx, cancel, _ := c.unary(ctx)
 		r, err := agentsilov1.NewTopicsClient(c.conns[c.connIndex()]).Publish(uctx, req)
@@ -206,7 +206,7 @@ func (c *Client) resubscribeLocked() {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		b := retry.New(50*time.Millisecond, 5*time.Second, nil)
+		b := retry.Reattach.New(nil)
 		for _, p := range c.SessionSubscriptions() {
 			for {
 				s, err := c.subscribeSession(c.ctx, p)

@@ -1,7 +1,9 @@
 // Package retry is the one backoff of the module: waits that double from a
 // minimum to a cap, with jitter so that silos retrying the same thing do not
 // move in lockstep, on an injectable clock. Every retry loop (etcd watches,
-// revocations, reconnects, claims, the SDK's failover) uses it.
+// revocations, reconnects, claims, the SDK's failover) uses it, with one of
+// the named policies below where one fits (a loop whose bounds are a
+// user's setting passes them to New).
 package retry
 
 import (
@@ -15,6 +17,53 @@ import (
 // Jitter is the fraction by which a wait is randomly shortened or
 // lengthened.
 const Jitter = 0.2
+
+// Policy is a retry loop's schedule: waits from Min, doubling up to Max,
+// each lengthened or shortened by up to Jitter.
+type Policy struct {
+	Min, Max time.Duration
+}
+
+// The named policies of the module's retry loops.
+var (
+	// EtcdWatch paces re-opening an etcd watch or reading again while etcd
+	// is away (100 ms to 5 s): a silo notices etcd's return within
+	// seconds without busying it.
+	EtcdWatch = Policy{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	// EtcdLease paces taking a new etcd lease after one was lost, and
+	// sweeping again after a failed sweep (1 s to 30 s): each attempt is
+	// a write, and nothing waits on it.
+	EtcdLease = Policy{Min: time.Second, Max: 30 * time.Second}
+	// Redeliver paces sending a result again to an agent that is
+	// unavailable (1 s to 30 s): the agent may be moving or its silo
+	// restarting.
+	Redeliver = Policy{Min: time.Second, Max: 30 * time.Second}
+	// Reattach paces the SDK's rounds of re-attaching a session through
+	// its gateways, and its re-subscribing (50 ms to 5 s): a gateway back
+	// from a restart is found within 5 s, as gRPC redials it.
+	Reattach = Policy{Min: 50 * time.Millisecond, Max: 5 * time.Second}
+	// Resend paces the SDK's sending again of a call that was refused
+	// before it ran, or that carries an idempotency key (50 ms to 1 s):
+	// the caller's deadline is running.
+	Resend = Policy{Min: 50 * time.Millisecond, Max: time.Second}
+)
+
+// New returns a backoff following p, on clk (nil: the real clock).
+func (p Policy) New(clk clock.Clock) *Backoff { return New(p.Min, p.Max, clk) }
+
+// Delay returns the wait before the nth retry following p (see Delay).
+func (p Policy) Delay(n int) time.Duration { return Delay(p.Min, p.Max, n) }
+
+// Step returns the nth wait of p (n from 1) without jitter: Min doubled
+// n-1 times, capped at Max. For a pause whose exact length a caller
+// shows or tests.
+func (p Policy) Step(n int) time.Duration {
+	d := p.Min
+	for i := 1; i < n && d < p.Max; i++ {
+		d *= 2
+	}
+	return min(d, p.Max)
+}
 
 // Backoff hands out the waits of one retry loop. The zero value is not
 // usable; use New. It is not safe for concurrent use: one loop, one Backoff.

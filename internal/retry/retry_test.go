@@ -75,3 +75,22 @@ func TestDelay(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicies: a policy's backoff and delays follow its bounds, and every
+// named policy has a minimum below its cap.
+func TestPolicies(t *testing.T) {
+	for name, p := range map[string]Policy{"EtcdWatch": EtcdWatch, "EtcdLease": EtcdLease, "Redeliver": Redeliver, "Reattach": Reattach, "Resend": Resend} {
+		if p.Min <= 0 || p.Max < p.Min {
+			t.Errorf("%s: %v to %v", name, p.Min, p.Max)
+		}
+		if d := p.New(nil).Next(); d < time.Duration(float64(p.Min)*(1-Jitter)) || d > time.Duration(float64(p.Min)*(1+Jitter)) {
+			t.Errorf("%s: first wait %v, want about %v", name, d, p.Min)
+		}
+		if p.Step(1) != p.Min || p.Step(2) != min(2*p.Min, p.Max) || p.Step(100) != p.Max {
+			t.Errorf("%s: steps %v %v %v", name, p.Step(1), p.Step(2), p.Step(100))
+		}
+		if d := p.Delay(100); d > time.Duration(float64(p.Max)*(1+Jitter)) || d < time.Duration(float64(p.Max)*(1-Jitter)) {
+			t.Errorf("%s: 100th delay %v, want about %v", name, d, p.Max)
+		}
+	}
+}
