@@ -20,9 +20,9 @@ import (
 // turn, and the handler's reply. It was 48 before the changes of
 // 2026-11-26 (see cluster/transport/allocs_test.go; a request's envelope and
 // turn in one; the deadline's timer of an inbound call kept for the next
-// call); 31 since. The race detector allocates on its own, so this runs
-// without it (.ci/run runs it so).
-const maxCrossSiloAllocs = 33
+// call); 31 since, and the bound is what that reached. The race detector
+// allocates on its own, so this runs without it (.ci/run runs it so).
+const maxCrossSiloAllocs = 31
 
 type allocEcho struct{}
 
@@ -59,7 +59,14 @@ func TestCrossSiloAskAllocs(t *testing.T) {
 	if rt.Len() != 0 {
 		t.Fatalf("%s is hosted on s1", to)
 	}
+	// The count takes in every goroutine of the process: work the silos do
+	// on their own right after they start (the reminder service loading
+	// its buckets, etcd answering it) only adds to it, for a while. The
+	// least of a few runs is the Ask's own.
 	n := testing.AllocsPerRun(2000, ask)
+	for range 3 {
+		n = min(n, testing.AllocsPerRun(2000, ask))
+	}
 	if n > maxCrossSiloAllocs {
 		t.Fatalf("a cross-silo Ask allocates %.1f times, want at most %d", n, maxCrossSiloAllocs)
 	}

@@ -21,10 +21,15 @@ import (
 // string and message of an envelope apart (see peerCodec): 40 since; 28
 // since the caller's call and its channel are recycled (callPool), a reply's
 // envelope is made with its call's context, a small batch is written into a
-// pooled buffer and each reader reads into one batch again and again. The
-// race detector allocates on its own, so this runs without it (.ci/run runs
-// it so).
-const maxAskAllocs = 30
+// pooled buffer and each reader reads into one batch again and again; the
+// bound is what that reached. Of the 28, 13 are gRPC's (frames, buffers,
+// headers), 2 the BufferSlices the codec returns to it; the rest are the
+// caller's message and envelope, the decoded envelopes (an envelope with its
+// message, and their strings, on each side), the inbound call and its reply
+// function, and the handler's reply.
+// The race detector allocates on its own, so this runs without it (.ci/run
+// runs it so).
+const maxAskAllocs = 28
 
 func TestTransportAskAllocs(t *testing.T) {
 	checkLeaks(t)
@@ -47,10 +52,10 @@ func TestTransportAskAllocs(t *testing.T) {
 	t.Logf("a cross-silo Ask allocates %.1f times (both silos)", n)
 }
 
-// Decoding a request envelope allocates the batch's slice, the envelope
-// with its message, its strings and its data: 4, where the protobuf runtime
-// allocates each string and message apart. The strings share their bytes,
-// and a message keeps none of the wire buffer.
+// Decoding a request envelope (into a batch read into before) allocates
+// the envelope with its message, its strings and its data: 3, where the
+// protobuf runtime allocates each string and message apart. The strings
+// share their bytes, and a message keeps none of the wire buffer.
 func TestPeerCodecAllocs(t *testing.T) {
 	wire := codecMarshal(t, &agentsilov1.PeerBatch{Envelopes: []*Envelope{request()}})
 	var b agentsilov1.PeerBatch
@@ -59,8 +64,8 @@ func TestPeerCodecAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n > 4 {
-		t.Fatalf("decoding a request allocates %.0f times, want at most 4", n)
+	if n > 3 {
+		t.Fatalf("decoding a request allocates %.0f times, want at most 3", n)
 	}
 	var p agentsilov1.PeerBatch
 	pn := testing.AllocsPerRun(1000, func() {
