@@ -221,6 +221,7 @@ type localFlags struct {
 	prof       profFlags
 	nodeB      []string // remote: flags for node-b
 	peerTLS    bool     // remote: also a pair of silos with mutual TLS
+	only       string   // remote: measure this row alone (for a profile of it)
 }
 
 func parseLocalFlags(args []string) (*localFlags, error) {
@@ -240,6 +241,7 @@ func parseLocalFlags(args []string) (*localFlags, error) {
 	fs.BoolVar(&lf.yield, "yield", false, "experiment: callers call runtime.Gosched between calls (not part of the peer's method)")
 	lf.prof.register(fs)
 	fs.BoolVar(&lf.peerTLS, "peer-tls", false, "remote: also run a second pair of silos with peer mutual TLS, and measure its cross-silo Ask against the plain pair's, interleaved")
+	fs.StringVar(&lf.only, "only", "", "remote: measure only this row (grpc-stream, grpc-env, grpc-env-batch or remote), e.g. for a profile of it alone")
 	fs.Func("node-b-cpuprofile", "remote: write a CPU profile of node-b to this file", func(s string) error {
 		lf.nodeB = append(lf.nodeB, "-cpuprofile", s)
 		return nil

@@ -28,13 +28,20 @@
 //	go run ./tests/bench remote    grpc-stream anchor vs cross-silo Ask (interleaved), two processes
 //
 // remote starts an embedded etcd and a second process of this program
-// (node-b: a silo and a raw gRPC echo server), then a silo here. For each N it
-// runs 5 rounds of (grpc-stream window, remote window): grpc-stream is one
-// Int64Value each way on one bidirectional gRPC stream to node-b, shared by
-// the callers (as the peer's); remote is an Ask from this silo's runtime to
-// one of 1,000 agents that node-b owns. With -peer-tls it also starts a second pair of
-// silos whose peer port serves mutual TLS, and runs rounds of (remote
-// window, remote-mtls window): what mutual TLS costs a cross-silo Ask.
+// (node-b: a silo and raw gRPC servers), then a silo here. For each N it
+// runs 5 rounds of one window of each of three anchors and of the
+// cross-silo Ask: grpc-stream is one Int64Value each way on one
+// bidirectional gRPC stream to node-b, shared by the callers (as the
+// peer's); grpc-env carries exactly the envelopes a cross-silo Ask puts on
+// the wire, one per stream message, and grpc-env-batch the same envelopes
+// batched as the peer stream batches them (both on gRPC's standard codec,
+// with the peer stream's flow-control windows; see envanchor.go); remote is
+// an Ask from this silo's runtime to one of 1,000 agents that node-b owns,
+// and its anchor is grpc-env-batch (vs_ratio_medians gives its ratios to
+// the other two). -only ROW measures one row alone, for a profile of it.
+// With -peer-tls it also starts a second pair of silos whose peer port
+// serves mutual TLS, and runs rounds of (remote window, remote-mtls
+// window): what mutual TLS costs a cross-silo Ask.
 package main
 
 import (
@@ -59,7 +66,7 @@ const usage = `usage: go run ./tests/bench <suite> [flags]
   scale     local Ask among 1,000 then 1,000,000 idle activations; heap per activation
   compare   run the Proto.Actor peer and ours in one go; side-by-side table
   report    tables from JSON lines of local/memory/compare (stdin or files)
-  remote    raw gRPC stream ping-pong vs cross-silo Ask, interleaved (N=1,64), two processes
+  remote    raw gRPC stream anchors (8-byte integer; the Ask's envelopes, one per message and batched) vs cross-silo Ask, interleaved (N=1,64), two processes
 
 Run "go run ./tests/bench <suite> -h" for a suite's flags.
 `

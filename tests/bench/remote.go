@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -430,13 +431,21 @@ func runRemote(args []string, out io.Writer) error {
 		one := &series{bench: "grpc-env", n: n, anchor: "grpc-stream"}
 		batched := &series{bench: "grpc-env-batch", n: n, anchor: "grpc-stream", others: []string{"grpc-env"}}
 		subject := &series{bench: "remote", n: n, anchor: "grpc-env-batch", others: []string{"grpc-stream", "grpc-env"}}
+		ss := []*series{anchor, one, batched, subject}
+		callers := []func(int) callFunc{echo.caller, envOne.caller(addrs, n), envBatch.caller(addrs, n), localCaller(rt, addrs, n)}
+		if lf.only != "" {
+			i := slices.IndexFunc(ss, func(s *series) bool { return s.bench == lf.only })
+			if i < 0 {
+				return fmt.Errorf("-only %q: no such row", lf.only)
+			}
+			ss, callers = []*series{{bench: lf.only, n: n}}, callers[i:i+1]
+		}
 		b0, e0 := peerBatches(a)
-		interleaveAll(lf.rounds, lf.warmup, lf.window, lf.yield, n, []*series{anchor, one, batched, subject},
-			[]func(int) callFunc{echo.caller, envOne.caller(addrs, n), envBatch.caller(addrs, n), localCaller(rt, addrs, n)})
+		interleaveAll(lf.rounds, lf.warmup, lf.window, lf.yield, n, ss, callers)
 		if b1, e1 := peerBatches(a); b1 > b0 {
 			logf("n=%d: node-a wrote %.0f requests in %.0f stream messages (%.1f a message)", n, e1-e0, b1-b0, (e1-e0)/(b1-b0))
 		}
-		for _, s := range []*series{anchor, one, batched, subject} {
+		for _, s := range ss {
 			emit(out, s.row(lf.run))
 		}
 		if tlsRT != nil {
