@@ -6,8 +6,10 @@
 //
 // Files: gateway.go (Gateway, Config, unary calls), sessions.go (the client
 // sessions and their backlogs: the runtime's siloapi.SessionRouter),
-// session.go (a client's Session stream: Hello and Welcome, multiplexed
-// calls, pushes in order, re-attach with the resume token), clientgrain.go
+// stream.go (a client's Session stream: Hello and Welcome, its reader and
+// the frames it sends, the budget that holds a client back), session.go
+// (a session's queue and its writer: multiplexed calls, pushes in order,
+// re-attach with the resume token), clientgrain.go
 // (the client grain: every call checked against the ACL), reminders.go (the
 // reminder listing), limits.go (what one client and one principal can make
 // the gateway hold: pending results, sessions, calls, the Hello deadline),

@@ -3,19 +3,15 @@ package gateway
 import (
 	"context"
 	"errors"
-	"io"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/acl"
-	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -199,199 +195,6 @@ func (s *session) unread(f outFrame) {
 	s.queue = append([]outFrame{f}, s.queue...)
 	s.pushes++
 	s.pushBytes += f.size
-}
-
-// Session implements agentsilov1.GatewayServer: a client's long-lived stream.
-func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
-	ctx := stream.Context()
-	// A stream whose credentials prove its principal counts against that
-	// principal's streams awaiting a Hello until it has sent one.
-	helloDone := func() {}
-	if c := acl.CallerFrom(ctx); c != nil {
-		done, err := g.principals.hello(c.Principal)
-		if err != nil {
-			return err
-		}
-		helloDone = done
-	}
-	first, err := g.recvHello(ctx, stream)
-	helloDone()
-	if err != nil {
-		return err
-	}
-	if err := decodeError(first); err != nil {
-		return err
-	}
-	hello := first.GetHello()
-	if hello == nil {
-		return errs.New(codes.InvalidArgument, "the first frame of a session must be a Hello")
-	}
-	if err := g.checkDraining(); err != nil {
-		return err
-	}
-	c, err := auth.CallerFor(acl.CallerFrom(ctx), hello.GetPrincipal())
-	if err != nil {
-		return err
-	}
-	s, resumed, err := g.sessions.open(ctx, c, hello)
-	if err != nil {
-		return err
-	}
-	if g.testHookOpened != nil {
-		g.testHookOpened(s.addr)
-	}
-	att := newAttachment(stream)
-	if err := g.attach(ctx, s, att); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	var calls sync.WaitGroup
-	cleanup := func() {
-		cancel()
-		calls.Wait()
-		<-att.writerDone
-		g.detach(s, att)
-	}
-	// A stream ended because its client does not read returns at once: its
-	// writer may be stuck in Send until the stream ends, so the clean-up
-	// waits for it after the handler has returned.
-	stalled := false
-	defer func() {
-		if !stalled {
-			cleanup()
-			return
-		}
-		g.bg.Add(1)
-		go func() {
-			defer g.bg.Done()
-			cleanup()
-			g.cutOff(stream.Context())
-		}()
-	}()
-	err = stream.Send(&agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Welcome{Welcome: &agentsilov1.Welcome{
-		Address:     s.addr,
-		ResumeToken: s.token,
-		Resumed:     resumed,
-		Principal:   s.principal,
-		Silo:        g.cfg.Silo,
-	}}})
-	if err != nil {
-		close(att.writerDone)
-		return err
-	}
-	go g.write(ctx, s, att)
-
-	// Recv cannot be interrupted but by returning, so a reader goroutine
-	// feeds frames in, and the handler can end the stream on GracefulStop.
-	frames := make(chan *agentsilov1.ClientFrame)
-	readErr := make(chan error, 1)
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
-		for {
-			f, err := stream.Recv()
-			if err != nil {
-				readErr <- err
-				return
-			}
-			select {
-			case frames <- f:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	// finish lets the calls in flight end, writes what is queued, and ends
-	// the stream with err.
-	finish := func(err error) error {
-		calls.Wait()
-		close(att.flush)
-		<-att.writerDone
-		return err
-	}
-	limits := &g.cfg.Limits
-	var stall *time.Timer
-	defer func() {
-		if stall != nil {
-			stall.Stop()
-		}
-	}()
-	for {
-		// Over its budget, the stream's frames are not read (HTTP/2 flow
-		// control holds the client back) until calls end and results are
-		// written; a client that reads nothing meanwhile is cut off.
-		in := frames
-		var stallC <-chan time.Time
-		if !s.hasRoom(att, limits) {
-			in = nil
-			if stall == nil {
-				stall = time.NewTimer(limits.StallTimeout)
-				if g.testHookStalled != nil {
-					g.testHookStalled(s.addr)
-				}
-			}
-			stallC = stall.C
-		} else if stall != nil {
-			stall.Stop()
-			stall = nil
-		}
-		select {
-		case err := <-readErr:
-			if errors.Is(err, io.EOF) {
-				// The client sends no more.
-				return finish(nil)
-			}
-			return err
-		case <-ctx.Done():
-			// The client is gone (the reader may have stopped on this too).
-			return ctx.Err()
-		case <-g.drain:
-			// Every call started on this stream has its result written
-			// before the stream ends; the trailer tells the client that the
-			// calls it is still waiting for were never started, so it may
-			// send them again through another gateway.
-			stream.SetTrailer(metadata.Pairs(protocol.DrainedTrailer, "1"))
-			return finish(g.checkDraining())
-		case <-att.room:
-		case <-stallC:
-			stall = nil
-			if s.stalled(att, limits.StallTimeout) {
-				g.logger.Warn("session stream ended: its client reads none of its results", "session", s.addr, "after", limits.StallTimeout)
-				if g.testHookStallEnd != nil {
-					g.testHookStallEnd(s.addr)
-				}
-				stalled = true
-				return errs.New(codes.ResourceExhausted, "session %s: the client has read no result for %v while %d calls were pending", s.addr, limits.StallTimeout, limits.SessionPending)
-			}
-		case f := <-in:
-			if err := decodeError(f); err != nil {
-				// A Call whose id could be read fails alone; a frame that
-				// says nothing readable ends the stream.
-				if c := f.GetCall(); c != nil {
-					s.result(att, 0, errResult(c.GetCallId(), err))
-					continue
-				}
-				return err
-			}
-			switch f := f.Frame.(type) {
-			case *agentsilov1.ClientFrame_Call:
-				g.startCall(ctx, s, att, f.Call, &calls)
-			case *agentsilov1.ClientFrame_Cancel:
-				att.mu.Lock()
-				if cancel := att.calls[f.Cancel.GetCallId()]; cancel != nil {
-					cancel()
-				}
-				att.mu.Unlock()
-			case *agentsilov1.ClientFrame_Hello:
-				// A stream takes one Hello. The calls it started still
-				// run and have their results written, as on a half-close,
-				// before the stream ends; the session stays, to resume.
-				return finish(errs.New(codes.InvalidArgument, "session %s: a second Hello on its stream (a stream takes one; open another stream to resume the session)", s.addr))
-			default:
-				return errs.New(codes.InvalidArgument, "unexpected frame %T after Hello", f)
-			}
-		}
-	}
 }
 
 // recvHello reads the first frame of a session stream, which must come
