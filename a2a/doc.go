@@ -2,6 +2,32 @@
 // (the Agent2Agent protocol, spec 1.0, with 0.3 JSON-RPC for older
 // clients), and lets agents call A2A agents outside the cluster.
 //
+// # Serving agents over A2A
+//
+// A silo serves A2A when its configuration names an address (the silo's
+// --a2a-addr, cluster.SiloConfig.A2A.Addr): each agent `Type:owner:alias`
+// is then an A2A endpoint under /a2a/Type/owner/alias with its agent card,
+// and a message sent to it becomes an Ask to the agent on behalf of the
+// caller. Tasks live in etcd, so any silo answers for any task, and a
+// silo that dies has its running tasks failed by the others.
+//
+// Callers authenticate as on the gateway, with the same package (auth):
+// an API key (`x-api-key`, or `Authorization: Bearer KEY`) or a client
+// certificate; without either, they declare their principal in the
+// `x-agentsilo-principal` header, and the server then serves only
+// loopback unless --insecure (Config.Validate refuses otherwise, see the
+// Config example). The cluster's ACL applies to every call.
+//
+// # Calling A2A agents outside the cluster
+//
+// The agent type A2A (RemoteType, registered with RegisterRemote, which a
+// silo does with the defaults) makes a remote A2A agent an agent: create
+// `A2A:owner:alias` with its card URL (ConfigCardURL) and credentials,
+// and Ask it like any other (see the remoteAgent example). Its answers
+// that ask for more input are followed, bounded by RemoteOptions.
+//
+// # Inside
+//
 // The protocol layer is the official Go SDK's (github.com/a2aproject/a2a-go/v2):
 // its request handler in cluster mode, its JSON-RPC, HTTP+JSON and 0.3
 // compatibility transports, its agent card handler and its push sender.
@@ -17,7 +43,7 @@
 //	pushstore.go  push notification configs in etcd
 //	inbox.go      the turn's sender address that collects what the agent pushes
 //	http.go       the paths: endpoints, cards, the directory
-//	guard.go      authentication (the gateway's) and the ACL per method
+//	guard.go      authentication (package auth) and the ACL per method
 //	card.go       agent cards from the registry's TypeInfo
 //	remote.go     the built-in agent type A2A, a remote A2A agent as an agent
 //	follow.go     following a remote task past its first answer; loop protection

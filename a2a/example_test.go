@@ -6,6 +6,8 @@ import (
 	"log"
 	"os"
 
+	"google.golang.org/grpc/status"
+
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
@@ -46,4 +48,25 @@ func Example_remoteAgent() {
 		log.Fatal(err)
 	}
 	fmt.Println(reply.Message)
+}
+
+// Without authentication, callers declare their principal, so a server on
+// a non-loopback address is refused (InvalidArgument) unless it
+// authenticates its callers (API keys, client certificates) or is
+// Insecure.
+func ExampleConfig_Validate() {
+	cfg := a2a.DefaultConfig()
+	cfg.Addr = "0.0.0.0:9090"
+	fmt.Println(status.Code(cfg.Validate()))
+
+	cfg.Auth.KeyFile = "/etc/agentsilo/keys.json" // read when the server starts
+	fmt.Println(cfg.Validate())
+
+	cfg = a2a.DefaultConfig()
+	cfg.Addr = "127.0.0.1:9090"
+	fmt.Println(cfg.Validate())
+	// Output:
+	// InvalidArgument
+	// <nil>
+	// <nil>
 }
