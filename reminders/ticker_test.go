@@ -10,6 +10,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // The demo Ticker on a runtime wired as a silo wires it: its reminder is
@@ -29,7 +30,7 @@ func TestTickerOnRuntime(t *testing.T) {
 	svc := h.start(cfg)
 	gcfg := grain.DefaultConfig()
 	gcfg.Reminders = svc
-	gcfg.Clock = h.clk // the host sets Due from its clock
+	siloapi.Wire(&gcfg, siloapi.Wiring{Clock: h.clk}) // the host sets Due from its clock
 	rt, err := grain.New(gcfg, reg)
 	if err != nil {
 		t.Fatal(err)
