@@ -1,0 +1,153 @@
+package grain
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/agentsilo/agentsilo/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+)
+
+func TestRegistry(t *testing.T) {
+	reg := NewRegistry()
+	for _, bad := range []string{"", "1x", "Session", "a b"} {
+		if err := reg.Register(bad, echoFactory); !errors.Is(err, errs.ErrInvalidArgument) {
+			t.Errorf("Register(%q) = %v", bad, err)
+		}
+	}
+	if err := reg.Register("Echo", echoFactory); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("Echo", echoFactory); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Fatalf("duplicate Register = %v", err)
+	}
+	for _, bad := range [][]TypeInfo{
+		{{Name: "Other"}},
+		{{MailboxSize: -1}},
+		{{IdleTimeout: -time.Second}},
+		{{Skills: []Skill{{Description: "no name"}}}},
+		{{Skills: []Skill{{Name: "a"}, {Name: "a"}}}},
+		{{Skills: []Skill{{Name: "a", Tags: []string{" "}}}}},
+		{{}, {}},
+	} {
+		if err := reg.Register("Bad", echoFactory, bad...); !errors.Is(err, errs.ErrInvalidArgument) {
+			t.Errorf("Register with %+v = %v, want InvalidArgument", bad, err)
+		}
+	}
+	if _, ok := reg.Lookup("Bad"); ok {
+		t.Fatal("a refused type was registered")
+	}
+}
+
+// Types returns every type's metadata, by name, as copies.
+func TestRegistryTypes(t *testing.T) {
+	reg := NewRegistry()
+	planner := TypeInfo{
+		Description: "Plans trips.",
+		Skills: []Skill{
+			{Name: "plan", Description: "Plans a trip.", Tags: []string{"travel", "Planning"}, Examples: []string{"plan a trip to Rome"}},
+			{Name: "book", Tags: []string{"travel"}},
+		},
+		MailboxSize: 10,
+		IdleTimeout: time.Minute,
+	}
+	for name, info := range map[string][]TypeInfo{"Planner": {planner}, "Echo": nil, "Zed": {{Name: "Zed", Description: "last"}}} {
+		if err := reg.Register(name, echoFactory, info...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	planner.Skills[0].Tags[0] = "changed after Register"
+	types := reg.Types()
+	var names []string
+	for _, ti := range types {
+		names = append(names, ti.Name)
+	}
+	if fmt.Sprint(names) != "[Echo Planner Zed]" || fmt.Sprint(reg.Names()) != "[Echo Planner Zed]" {
+		t.Fatalf("Types %v, Names %v; want [Echo Planner Zed]", names, reg.Names())
+	}
+	p := types[1]
+	if p.Description != "Plans trips." || len(p.Skills) != 2 || p.Skills[0].Tags[0] != "travel" || p.Skills[0].Examples[0] != "plan a trip to Rome" || p.MailboxSize != 10 || p.IdleTimeout != time.Minute {
+		t.Fatalf("Planner = %+v", p)
+	}
+	if !p.HasTag("planning") || p.HasTag("cooking") || types[0].HasTag("travel") {
+		t.Fatal("HasTag")
+	}
+	p.Skills[0].Name = "changed by a caller"
+	if info, ok := reg.Info("Planner"); !ok || info.Skills[0].Name != "plan" {
+		t.Fatalf("Info = %+v, %v: a caller changed the registry", info, ok)
+	}
+	if types[2].Description != "last" {
+		t.Fatalf("Zed = %+v", types[2])
+	}
+	want := &agentsilov1.AgentType{Name: "Planner", Description: "Plans trips.", Skills: []*agentsilov1.Skill{
+		{Name: "plan", Description: "Plans a trip.", Tags: []string{"travel", "Planning"}, Examples: []string{"plan a trip to Rome"}},
+		{Name: "book", Tags: []string{"travel"}},
+	}}
+	if info, _ := reg.Info("Planner"); !proto.Equal(info.Proto(), want) {
+		t.Fatalf("Proto = %v\nwant %v", info.Proto(), want)
+	}
+}
+
+// An unknown type's NotFound names the known types, at most ten of them.
+func TestUnknownTypeNamesTheKnown(t *testing.T) {
+	rt := newRuntime(t, DefaultConfig(), map[string]Factory{"Echo": echoFactory, "Counter": echoFactory})
+	_, err := ask(t, rt, "Nope:a:b", "x")
+	wantCode(t, err, codes.NotFound, `agent type "Nope" is not registered; known types: Counter, Echo`)
+	if _, err := rt.CreateAgent(t.Context(), "a", "Nope:b", nil); !strings.Contains(fmt.Sprint(err), "known types: Counter, Echo") {
+		t.Fatalf("CreateAgent = %v", err)
+	}
+
+	reg := NewRegistry()
+	for i := range 13 {
+		if err := reg.Register(fmt.Sprintf("T%02d", i), echoFactory); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = reg.unknown("Nope")
+	want := `agent type "Nope" is not registered; known types: T00, T01, T02, T03, T04, T05, T06, T07, T08, T09 …and 3 more (` + "`client types`" + ` lists them)`
+	if err.Error() != want || errs.Code(err) != codes.NotFound {
+		t.Fatalf("unknown = %q,\nwant %q", err, want)
+	}
+	if err := NewRegistry().unknown("Nope"); !strings.Contains(err.Error(), "no agent types are registered") {
+		t.Fatalf("unknown on an empty registry = %q", err)
+	}
+}
+
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	prev := ""
+	for i := 0; i < 1000; i++ {
+		id := NewID()
+		if len(id) != 36 || id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) {
+			t.Fatalf("bad UUIDv7 %q", id)
+		}
+		if seen[id] {
+			t.Fatalf("duplicate id %q", id)
+		}
+		seen[id] = true
+		if id[:13] < prev {
+			t.Fatalf("ids not time-ordered: %q after %q", id, prev)
+		}
+		prev = id[:13]
+	}
+	// A request's id and its reply's, made together, are ids like the
+	// others, and differ.
+	for i := 0; i < 1000; i++ {
+		a, b := newIDPair(time.Now().UnixNano())
+		for _, id := range []string{a, b} {
+			if len(id) != 36 || id[14] != '7' || !strings.ContainsRune("89ab", rune(id[19])) || strings.Count(id, "-") != 4 {
+				t.Fatalf("bad UUIDv7 %q", id)
+			}
+			if seen[id] {
+				t.Fatalf("duplicate id %q", id)
+			}
+			seen[id] = true
+		}
+	}
+}
