@@ -194,7 +194,7 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 3 * time.Second,
 		Logger:               quietZap(),
-		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(ReconnectParams)},
+		DialOptions:          []grpc.DialOption{grpc.WithConnectParams(reconnectParams)},
 	})
 	if err != nil {
 		e.stopEmbedded()
@@ -355,10 +355,10 @@ func (e *Store) Close() error {
 	return e.closeErr
 }
 
-// ReconnectParams is how the etcd client redials a lost etcd: quickly at
+// reconnectParams is how the etcd client redials a lost etcd: quickly at
 // first, then every 3 s at most (gRPC's default grows to 2 min, too slow for a
 // silo waiting to resume).
-var ReconnectParams = grpc.ConnectParams{
+var reconnectParams = grpc.ConnectParams{
 	Backoff: backoff.Config{
 		BaseDelay:  100 * time.Millisecond,
 		Multiplier: 1.6,
