@@ -29,8 +29,8 @@
 // # Inside
 //
 // The protocol layer is the official Go SDK's (github.com/a2aproject/a2a-go/v2):
-// its request handler in cluster mode, its JSON-RPC, HTTP+JSON and 0.3
-// compatibility transports, its agent card handler and its push sender.
+// its request handler in cluster mode, its JSON-RPC, HTTP+JSON, gRPC and
+// 0.3 compatibility transports, its agent card handler and its push sender.
 // This package gives it what makes a silo cluster of it:
 //
 //	executor.go   the AgentExecutor: a message is an Ask to the endpoint's
@@ -43,6 +43,8 @@
 //	pushstore.go  push notification configs in etcd
 //	inbox.go      the turn's sender address that collects what the agent pushes
 //	http.go       the paths: endpoints, cards, the directory
+//	grpc.go       the gRPC binding on the same port; the agent is the request's tenant
+//	corners.go    what the spec says and the SDK's handler does not (ListTasks page size, finished tasks, 0.3 error type)
 //	guard.go      authentication (package auth) and the ACL per method
 //	card.go       agent cards from the registry's TypeInfo
 //	remote.go     the built-in agent type A2A, a remote A2A agent as an agent
