@@ -18,8 +18,8 @@ import (
 // SiloConfig configures a Silo: what its user decides. What the silo wires
 // itself (the runtime's placement, stores and sessions, the gateway's ACL,
 // each part's name and logger) is not here: NewSilo makes each part's
-// configuration from these settings (see subConfigs). Start from
-// DefaultSiloConfig.
+// configuration from these settings. Start from DefaultSiloConfig, whose
+// body explains each default.
 type SiloConfig struct {
 	// Name names the silo. Default: the host name.
 	Name string
