@@ -19,6 +19,9 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	a2agrpc "github.com/a2aproject/a2a-go/v2/a2agrpc/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
@@ -103,6 +106,22 @@ func TestMutualTLS(t *testing.T) {
 		}
 		c.Destroy()
 	}
+	// The gRPC binding, on the same port over the same TLS (h2 by ALPN),
+	// with the same certificate.
+	cc, err := tls.LoadX509KeyPair(carolCert, carolKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc, err := a2aclient.NewFromCard(t.Context(), card,
+		a2agrpc.WithGRPCTransport(grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cc}, MinVersion: tls.VersionTLS12}))),
+		a2aclient.WithConfig(a2aclient.Config{PreferredTransports: []spec.TransportProtocol{spec.TransportProtocolGRPC}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task := taskOf(t)(gc.SendMessage(t.Context(), text("gRPC over TLS"))); artifactText(task) != "gRPC over TLS" {
+		t.Fatalf("gRPC: %q", artifactText(task))
+	}
+	gc.Destroy()
 	// Without a certificate, no connection.
 	if _, err := (&agentcard.Resolver{Client: httpsClient("", "")}).Resolve(t.Context(), "https://"+s.A2AAddr()+"/a2a/Echo/carol/x"); err == nil {
 		t.Fatal("a client without a certificate got the card")
