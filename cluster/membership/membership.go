@@ -83,7 +83,9 @@ type Membership struct {
 	// fence bound (FenceAfter), in ns since epoch, on the monotonic clock. Valid reads
 	// them on every turn, so a silo that was paused (a long GC, a stopped
 	// VM) past its fence runs nothing more, even before its fencing timer
-	// has had a chance to fire.
+	// has had a chance to fire. epoch is set once, by New, before any
+	// goroutine that calls Valid can exist (a runtime's sweep may call it
+	// before Start); validUntil is 0, never valid, until Start.
 	epoch      time.Time
 	validUntil atomic.Int64
 	closeOnce  sync.Once
@@ -130,6 +132,7 @@ func New(cfg Config) (*Membership, error) {
 	m := &Membership{
 		cfg:           cfg,
 		clk:           cfg.Clock,
+		epoch:         cfg.Clock.Now(),
 		log:           cfg.Logger.With("silo", cfg.Name),
 		client:        cfg.Client,
 		dir:           cfg.Prefix + "members/",
@@ -183,8 +186,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	}()
 
 	sent := m.clk.Now()
-	m.epoch = sent
-	m.validUntil.Store(int64(cfg.FenceAfter))
+	m.validUntil.Store(int64(sent.Sub(m.epoch) + cfg.FenceAfter))
 	grant, err := m.client.Grant(ctx, int64(cfg.LeaseTTL/time.Second))
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "membership: grant lease")
