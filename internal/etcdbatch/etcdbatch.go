@@ -256,22 +256,36 @@ func (b *Batcher) run() {
 	}
 }
 
-// take removes from the queue's head the writes that fit one transaction.
-// b.mu is held.
+// take removes from the queue the writes that fit one transaction, in
+// queue order, up to the first that does not fit. A write waits, with the
+// rest of its Do, when a part of that Do is in flight or when it clashes
+// with the batch (so that each Do's writes commit in order); the writes of
+// other Dos behind it may go. b.mu is held.
 func (b *Batcher) take() []*Write {
 	var (
-		n, maxCost, bytes int
-		puts              = map[string]bool{}
-		dels              = map[string]bool{}
+		batch          []*Write
+		maxCost, bytes int
+		full           bool
+		puts           = map[string]bool{}
+		dels           = map[string]bool{}
+		waiting        = map[*group]bool{}
+		rest           = b.queue[:0]
 	)
 	for _, w := range b.queue {
-		if w.group.inflight > 0 {
-			break // an earlier part of its Do is in flight
+		switch {
+		case full || waiting[w.group] || w.group.inflight > 0:
+			rest = append(rest, w)
+			continue
+		case len(batch) > 0 && (w.alone || len(batch)+1+max(maxCost, w.cost) > b.cfg.MaxOps || bytes+w.size > b.cfg.MaxBytes):
+			full = true
+			rest = append(rest, w)
+			continue
+		case len(batch) > 0 && clash(w, puts, dels):
+			waiting[w.group] = true
+			rest = append(rest, w)
+			continue
 		}
-		if n > 0 && (w.alone || n+1+max(maxCost, w.cost) > b.cfg.MaxOps || bytes+w.size > b.cfg.MaxBytes || clash(w, puts, dels)) {
-			break
-		}
-		n++
+		batch = append(batch, w)
 		maxCost, bytes = max(maxCost, w.cost), bytes+w.size
 		for _, k := range w.puts {
 			puts[k] = true
@@ -279,13 +293,10 @@ func (b *Batcher) take() []*Write {
 		for _, k := range w.dels {
 			dels[k] = true
 		}
-		if w.alone {
-			break
-		}
+		full = w.alone
 	}
-	batch := append([]*Write(nil), b.queue[:n]...)
-	clear(b.queue[:n])
-	b.queue = b.queue[n:]
+	clear(b.queue[len(rest):])
+	b.queue = rest
 	return batch
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -156,6 +157,42 @@ func TestInflightKeepsEachCallersOrder(t *testing.T) {
 		t.Fatalf("%v keys, %v", resp.Count, err)
 	}
 	t.Logf("%d writes in %d transactions", b.Writes(), b.Txns())
+}
+
+// A caller's writes waiting for their earlier part in flight do not hold
+// up another caller's: those go in another transaction meanwhile.
+func TestOtherCallersPassAWaitingPart(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	b := New(cli, Config{MaxInflight: 2})
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	var held atomic.Bool
+	b.testHookCommit = func([]*Write) {
+		if held.CompareAndSwap(false, true) { // the first commit only
+			close(inFlight)
+			<-release
+		}
+	}
+	ws := make([]*Write, 200) // two transactions: the second waits for the first
+	for i := range ws {
+		ws[i] = put(fmt.Sprintf("/b/a/%03d", i), "v")
+	}
+	first := make(chan error, 1)
+	go func() { first <- b.Do(t.Context(), ws...) }()
+	<-inFlight
+	if err := b.Do(t.Context(), put("/b/other", "1")); err != nil {
+		t.Fatal(err)
+	}
+	if get(t, cli, "/b/other") != "1" || get(t, cli, "/b/a/000") != "" {
+		t.Fatal("the other caller's write did not go first")
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if ws[0].Revision >= ws[199].Revision {
+		t.Fatalf("revisions %d, %d: the second part went first", ws[0].Revision, ws[199].Revision)
+	}
 }
 
 // A writer whose condition fails fails alone: the others of its
