@@ -9,9 +9,12 @@ import (
 	"testing"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2aclient"
+	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
@@ -75,5 +78,25 @@ func TestDefaultAgentCard(t *testing.T) {
 		if _, err := newServer(bad); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "default agent") {
 			t.Fatalf("default agent %q: %v, want InvalidArgument", bad, err)
 		}
+	}
+}
+
+// A silo with --a2a-default-agent: a client given only the host resolves
+// the root card and calls that agent through it.
+func TestDefaultAgentThroughHost(t *testing.T) {
+	e := etcdtest.Start(t)
+	s := startSilo(t, e, "s1", "/default-host/", func(c *cluster.SiloConfig) { c.A2A.DefaultAgent = "Echo:dev:front" })
+	hc := httpClient(t, map[string]string{"x-agentsilo-principal": "dev"})
+	card, err := (&agentcard.Resolver{Client: hc}).Resolve(t.Context(), "http://"+s.A2AAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := a2aclient.NewFromCard(t.Context(), card, a2aclient.WithJSONRPCTransport(hc), a2aclient.WithRESTTransport(hc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Destroy()
+	if task := taskOf(t)(c.SendMessage(t.Context(), text("hi host"))); artifactText(task) != "hi host" {
+		t.Fatalf("through the host's card: %q", artifactText(task))
 	}
 }

@@ -223,6 +223,9 @@ type TopicNATSConfig struct {
 type A2AConfig struct {
 	// Addr is the HTTP listen address (--a2a-addr). Empty: no A2A server.
 	Addr string
+	// DefaultAgent, if set, is the agent (Type:owner:alias) whose card the
+	// host root serves instead of the directory card (--a2a-default-agent).
+	DefaultAgent string
 	// PublicURL is the base URL written in agent cards (--a2a-public-url).
 	// Empty: the scheme and Host of each request.
 	PublicURL string

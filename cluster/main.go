@@ -231,6 +231,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	// A2A: every agent as an A2A agent (package a2a).
 	fs.StringVar(&cfg.A2A.Addr, "a2a-addr", cfg.A2A.Addr, "A2A listen address (HTTP; HTTPS with --tls-cert), empty: off")
 	fs.StringVar(&cfg.A2A.PublicURL, "a2a-public-url", cfg.A2A.PublicURL, "base URL written in agent cards (default: the scheme and host of each request)")
+	fs.StringVar(&cfg.A2A.DefaultAgent, "a2a-default-agent", cfg.A2A.DefaultAgent, "agent Type:owner:alias whose card the host root serves, so a client given only the host calls it (default: the directory card)")
 	fs.DurationVar(&cfg.A2A.TaskTimeout, "a2a-task-timeout", cfg.A2A.TaskTimeout, "bound of one agent turn for A2A")
 	fs.DurationVar(&cfg.A2A.TaskRetention, "a2a-task-retention", cfg.A2A.TaskRetention, "how long a finished A2A task (completed, failed, canceled, rejected) and its push configs stay in etcd; 0: until deleted there")
 	fs.BoolVar(&cfg.A2A.AllowPrivateNetworks, "a2a-allow-private-networks", cfg.A2A.AllowPrivateNetworks, "let push notifications and the A2A agent type reach loopback and private addresses (off: SSRF guard)")

@@ -83,6 +83,7 @@ func a2aConfig(cfg *SiloConfig, gwAuth auth.Config) (a2a.Config, error) {
 	c := a2a.DefaultConfig()
 	c.Addr, c.PublicURL, c.AllowPrivateNetworks = u.Addr, u.PublicURL, u.AllowPrivateNetworks
 	c.TaskTimeout, c.TaskRetention = u.TaskTimeout, u.TaskRetention
+	c.DefaultAgent = u.DefaultAgent
 	c.Silo, c.Version, c.Logger = cfg.Name, Version(), cfg.Logger
 	c.Auth = u.Auth
 	if !authSet(c.Auth) {
