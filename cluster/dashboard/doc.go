@@ -1,7 +1,8 @@
 // Package dashboard is the silo's web dashboard, served under /ui on the
-// silo's HTTP port: the cluster's members and charts of this silo's load,
-// agents, reminders, topics with their dead letters, A2A tasks, the
-// service directory and the ACL with an explain box.
+// silo's HTTP port: the cluster's members and charts of every silo's load
+// (published through etcd while watched, load.go), agents, reminders,
+// topics with their dead letters, A2A tasks, the service directory, the
+// silo's MCP sessions and tools, and the ACL with an explain box.
 //
 // It shows what the gateway answers the principal who logged in: every
 // read and action is a call to the silo's own gateway carrying that
