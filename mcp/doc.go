@@ -19,6 +19,8 @@
 //	call.go    a call as an Ask: progress from pushes, cancellation, results
 //	errors.go  refusals as JSON-RPC errors
 //	directory_tools.go  the service directory's tools on /mcp
+//	sessions.go  Sessions and Tools: the open sessions and the agents'
+//	           tools, for the silo's dashboard
 //	remote.go  the built-in agent type MCP: an outside MCP server (or
 //	           another silo's endpoint) as an agent
 //
