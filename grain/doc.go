@@ -26,4 +26,11 @@
 // (LoadState, SaveState, State[T]), and may implement Activator, EventHandler and
 // Deactivator for the other lifecycle callbacks. Errors carry gRPC codes; see
 // package errs.
+//
+// A Runtime made with New hosts every agent itself (the Example runs one).
+// In a silo (package cluster) the same runtime is placed across the
+// cluster: the silo wires in where each address lives, how client sessions
+// are reached and a cluster-wide broadcast, through package
+// internal/siloapi, which is not part of this API: an agent sees the
+// cluster only through its Host.
 package grain
