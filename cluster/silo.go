@@ -34,7 +34,7 @@ import (
 // longer be sure it holds its place in the membership view, so another silo
 // may take over its agents. The silo must stop at once: Program tears it
 // down (no OnDeactivate runs) and starts a new one under a new lease.
-var ErrFenced = errors.New("fenced: the silo lost its membership lease and must stop serving")
+var ErrFenced = errs.New(codes.Unavailable, "fenced: the silo lost its membership lease and must stop serving")
 
 // Silo is one agentsilo server: the grain runtime, the client gateway in
 // front of it (authenticating clients and enforcing the ACL), the

@@ -2,11 +2,13 @@ package topics
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -137,7 +139,7 @@ func (e *StaleError) Error() string {
 }
 
 // ErrStale matches every *StaleError with errors.Is.
-var ErrStale = errors.New("topics: stale subscriptions")
+var ErrStale = errs.New(codes.Aborted, "topics: stale subscriptions")
 
 // Is makes errors.Is(err, ErrStale) true.
 func (e *StaleError) Is(target error) bool { return target == ErrStale }
