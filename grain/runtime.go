@@ -290,10 +290,11 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		}
 	}
 	// The envelope is not reused: the agent may still answer into it.
-	if env.expired != nil {
-		return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded", msg.To)
+	// It was delivered: its turn may have run, or may run yet.
+	if env.expired == nil && errors.Is(ctx.Err(), context.Canceled) {
+		return nil, errs.New(codes.Canceled, "ask %s: cancelled after it was delivered: it may have run", msg.To)
 	}
-	return nil, ctxError(ctx, "ask "+msg.To)
+	return nil, errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded after it was delivered: it may have run", msg.To)
 }
 
 // tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
