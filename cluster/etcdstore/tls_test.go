@@ -69,11 +69,16 @@ func TestSecuredEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var putWithin func(time.Duration, Config) error
 	secured := Config{Endpoints: []string{endpoint}, Prefix: "/t", CAFile: ca.CertFile, CertFile: cert, KeyFile: key}
 	// put writes through a store of cfg; the store connects lazily, so the
-	// write says whether it is let in.
-	put := func(cfg Config) error {
-		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	// write says whether it is let in. A client that is let in gets a
+	// minute (a loaded machine is slow to do TLS and auth), one that is
+	// not gets 3 s to be refused.
+	put := func(cfg Config) error { return putWithin(time.Minute, cfg) }
+	refused := func(cfg Config) error { return putWithin(3*time.Second, cfg) }
+	putWithin = func(d time.Duration, cfg Config) error {
+		ctx, cancel := context.WithTimeout(t.Context(), d)
 		defer cancel()
 		e, err := Start(ctx, cfg)
 		if err != nil {
@@ -88,11 +93,11 @@ func TestSecuredEtcd(t *testing.T) {
 	}
 	noCert := secured
 	noCert.CertFile, noCert.KeyFile = "", ""
-	if err := put(noCert); err == nil {
+	if err := refused(noCert); err == nil {
 		t.Fatal("etcd took a client without a certificate")
 	}
 	noTLS := Config{Endpoints: []string{endpoint}, Prefix: "/t"}
-	if err := put(noTLS); err == nil {
+	if err := refused(noTLS); err == nil {
 		t.Fatal("etcd took a client without TLS")
 	}
 
@@ -119,7 +124,7 @@ func TestSecuredEtcd(t *testing.T) {
 	}
 	wrong := withUser
 	wrong.Password = "nope"
-	if err := put(wrong); err == nil {
+	if err := refused(wrong); err == nil {
 		t.Fatal("etcd took a wrong password")
 	}
 }
