@@ -120,7 +120,7 @@ func (h *peerHandler) HandleOneWay(ctx context.Context, from string, env *transp
 	msg := env.GetMessage()
 	switch msg.GetMessageType() {
 	case msgSwept:
-		h.r.noteSwept(from, env.GetViewVersion())
+		h.r.noteSwept(from, env.GetViewVersion(), msg.GetMessage())
 		return
 	case msgSessionForget:
 		h.sessions.keep.forget(from, msg.GetTo())

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,8 +35,14 @@ const (
 	// msgRelease asks a silo to deactivate an address (To) that the asker
 	// owns in its view (ViewVersion) and to reply once it has.
 	msgRelease = grain.ReservedPrefix + "release"
-	// msgSwept tells the peers that the sender has applied the view
-	// ViewVersion and deactivated every activation it no longer owns.
+	// msgSwept tells a peer that the sender has applied the view
+	// ViewVersion, which has the peer in it, and deactivated every
+	// activation it no longer owns. Message is "<peer's lease> <sender's
+	// lease>" (decimal): the incarnations of both that the view holds. A
+	// silo sends it to the members it has not told since they joined (and
+	// to every member while it is leaving), so that a view change costs
+	// messages in proportion to the silos that joined or leave, not to the
+	// square of the cluster's size (see router).
 	msgSwept = grain.ReservedPrefix + "swept"
 	// msgAgents asks a silo for its activations (Message: a type or "").
 	msgAgents = grain.ReservedPrefix + "agents"
@@ -59,10 +67,18 @@ const (
 //     (Membership.TakeoverAt), or proven dead by two independent signals
 //     (Membership.ProvenDead: its peer port refused connections and etcd
 //     showed its lease unrenewed);
-//   - every other member that has not reported that it swept (applied the
-//     current view and deactivated what it no longer owns) is asked to
-//     release the address: it first catches up with the asker's view, then
-//     deactivates its activation, if any, and answers.
+//   - every other member that may still hold it is asked to release the
+//     address: it first catches up with the asker's view, then deactivates
+//     its activation, if any, and answers. A member that is leaving may hold
+//     it unless it reported sweeping the current view. Any other member of
+//     the current view ranks below this silo for the address (rendezvous
+//     hashing), so it can have owned the address only in a view without
+//     this silo: once it reports sweeping a view that holds this silo (the
+//     incarnation of this lease), it deactivated the address then and has
+//     not owned it since, as every later view it installs holds this silo
+//     too. Each member tells each other member that once, when it first
+//     sweeps a view holding it (see views.sweep): a join costs a notice from
+//     each member to the joiner and one from the joiner to each member.
 //
 // Claim then holds mu for reading until the activation is in the runtime's
 // directory, and a new view is installed under mu held for writing, so an
@@ -82,10 +98,19 @@ type router struct {
 
 	smu     sync.Mutex
 	swept   map[string]int64                   // peer -> newest view version it reported swept
-	last    map[string]int64                   // member -> newest view version that had it
+	sweptMe map[incarnation]int64              // peer incarnation -> newest view version holding this silo it reported swept
 	leases  map[string]int64                   // member -> lease of its record in the newest view
 	changed chan struct{}                      // closed and replaced when state or swept change
 	probes  map[membership.Departure]dialProbe // provenDead's last dial of each departure
+
+	notices  atomic.Int64 // swept notices sent (see msgSwept)
+	releases atomic.Int64 // release requests sent (see handover)
+}
+
+// incarnation is one run of a silo: its name and the lease of its record.
+type incarnation struct {
+	name  string
+	lease int64
 }
 
 // dialProbe is the outcome of a dial to a departed silo's peer port.
@@ -112,7 +137,7 @@ func newRouter(self string, m *membership.Membership, tp *transport.Transport, t
 		tp:      tp,
 		tracer:  tr,
 		swept:   make(map[string]int64),
-		last:    make(map[string]int64),
+		sweptMe: make(map[incarnation]int64),
 		leases:  make(map[string]int64),
 		changed: make(chan struct{}),
 		probes:  make(map[membership.Departure]dialProbe),
@@ -149,9 +174,6 @@ func (r *router) install(v membership.View) {
 	r.state.Store(st)
 	r.mu.Unlock()
 	r.smu.Lock()
-	for _, mi := range v.Members {
-		r.last[mi.Name] = v.Version
-	}
 	r.notifyLocked()
 	r.smu.Unlock()
 }
@@ -176,14 +198,46 @@ func (r *router) closeDeparted() {
 	}
 }
 
-// noteSwept records that peer reported sweeping view version.
-func (r *router) noteSwept(peer string, version int64) {
+// noteSwept records that peer reported sweeping view version; leases is
+// the notice's "<this silo's lease> <peer's lease>" (empty from a silo of an
+// earlier version, which tells every member at every view change).
+func (r *router) noteSwept(peer string, version int64, leases string) {
+	to, from, ok := parseLeases(leases)
 	r.smu.Lock()
 	defer r.smu.Unlock()
 	if version > r.swept[peer] {
 		r.swept[peer] = version
-		r.notifyLocked()
 	}
+	if ok && to == r.m.Self().LeaseID {
+		if inc := (incarnation{peer, from}); version > r.sweptMe[inc] {
+			r.sweptMe[inc] = version
+		}
+	}
+	r.notifyLocked()
+}
+
+// parseLeases reads a swept notice's "<to> <from>" leases.
+func parseLeases(s string) (to, from int64, ok bool) {
+	a, b, ok := strings.Cut(s, " ")
+	if !ok {
+		return 0, 0, false
+	}
+	to, err1 := strconv.ParseInt(a, 10, 64)
+	from, err2 := strconv.ParseInt(b, 10, 64)
+	return to, from, err1 == nil && err2 == nil
+}
+
+// mayHoldLocked reports whether member mi of view v, in which this silo owns an
+// address, may still hold an activation of it (see router). Called with smu
+// held.
+func (r *router) mayHoldLocked(mi membership.Member, v membership.View) bool {
+	if r.swept[mi.Name] >= v.Version {
+		return false
+	}
+	if mi.Leaving {
+		return true
+	}
+	return r.sweptMe[incarnation{mi.Name, mi.LeaseID}] == 0
 }
 
 func (r *router) notifyLocked() {
@@ -268,8 +322,8 @@ func (r *router) backoff(ctx context.Context, b *retry.Backoff) bool {
 func (r *router) awaitFenced(ctx context.Context, key string) error {
 	mine := weight(r.self, key)
 	for _, d := range r.m.Pending() {
-		if d.Name != r.self && weight(d.Name, key) < mine && r.sweptLast(d.Name) {
-			continue // it never owned key since it last swept
+		if d.Name != r.self && weight(d.Name, key) < mine && r.sweptWithSelf(d) {
+			continue // it never owned key since it swept a view holding this silo
 		}
 		if r.provenDead(ctx, d) {
 			continue
@@ -289,12 +343,13 @@ func (r *router) awaitFenced(ctx context.Context, key string) error {
 	return nil
 }
 
-// sweptLast reports whether name reported sweeping the newest view it was in.
-func (r *router) sweptLast(name string) bool {
+// sweptWithSelf reports whether the departed silo reported sweeping a view
+// that held this silo: ranking below this silo for an address, it has not
+// owned it since (see router).
+func (r *router) sweptWithSelf(d membership.Departure) bool {
 	r.smu.Lock()
 	defer r.smu.Unlock()
-	last, ok := r.last[name]
-	return ok && r.swept[name] >= last
+	return r.sweptMe[incarnation{d.Name, int64(d.Lease)}] > 0
 }
 
 // provenDead reports whether the departed silo's process is certainly gone
@@ -321,12 +376,12 @@ func (r *router) provenDead(ctx context.Context, d membership.Departure) bool {
 	return dead
 }
 
-// handover asks every member that has not swept st's view to release key.
+// handover asks every member that may still hold key to release it.
 func (r *router) handover(ctx context.Context, key string, st *routeState) error {
 	var peers []membership.Member
 	r.smu.Lock()
 	for _, mi := range st.view.Members {
-		if mi.Name != r.self && r.swept[mi.Name] < st.view.Version {
+		if mi.Name != r.self && r.mayHoldLocked(mi, st.view) {
 			peers = append(peers, mi)
 		}
 	}
@@ -334,6 +389,7 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 	if len(peers) == 0 {
 		return nil
 	}
+	r.releases.Add(int64(len(peers)))
 	errc := make(chan error, len(peers))
 	for _, mi := range peers {
 		go func() {
