@@ -14,6 +14,22 @@
 // Unavailable, later calls go through, and the session's pushes sent
 // meanwhile arrive if the gateway still holds the session.
 //
+// What a Client does, by file:
+//
+//	client.go     Dial, Ask, Send, Event, the session's Address and Messages,
+//	              CreateAgent and the cluster's listings (Agents, Members,
+//	              Reminders), Close
+//	session.go    the session's stream: re-attaching through the gateways
+//	typed.go      AskTyped: a typed skill call, its arguments checked first
+//	agents.go     an agent's configuration, state and reminders; the types
+//	topics.go     Publish, subscriptions (an agent's or the session's),
+//	              dead letters, Broadcast
+//	directory.go  the service directory: Search, listings, entries
+//	memory.go     an agent's working memory (Memory)
+//	acl.go        ACL administration and CheckACL, which explains a decision
+//	options.go    the options of Dial: principal, API key, TLS, timeout,
+//	              message size, a push callback
+//
 // Every error carries a gRPC code: test it with errors.Is against ErrNotFound
 // and the other sentinels, or read it with status.Code. The package links no
 // part of the silo: only the wire protocol and the error table.
