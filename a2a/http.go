@@ -8,6 +8,9 @@ import (
 	"net/url"
 	"strings"
 
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 )
 
@@ -125,6 +128,16 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 	if c.caller, c.err = s.auth.AuthenticateHTTP(r); c.err == nil && c.caller.Principal == "" {
 		c.err = errors.New("no principal")
 	}
+	if c.err != nil && unauthenticated(c.err) {
+		// A caller that is not authenticated gets HTTP 401 with a
+		// challenge on every HTTP binding, as the A2A spec asks; the body
+		// is the binding's own error (the REST handler answers 401 itself).
+		w.Header().Set("WWW-Authenticate", challenge)
+		if rest == "" || rest == v03Path {
+			jsonrpcUnauthenticated(w, c.err)
+			return
+		}
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
 	notePageSize(c, r, rest)
 	r = r.WithContext(withCall(r.Context(), c))
@@ -184,6 +197,36 @@ func (s *Server) types(w http.ResponseWriter, r *http.Request) {
 }
 
 // httpError writes a JSON error outside the protocol's methods.
+// challenge is the WWW-Authenticate header of a 401: an API key goes in
+// Authorization as a bearer token (or in x-api-key).
+const challenge = `Bearer realm="agentsilo"`
+
+// unauthenticated reports whether an authentication error means the
+// caller proved no principal (401), not that it claimed one it may not
+// act as (PermissionDenied, answered by the binding as a refusal) or sent
+// a malformed credential (InvalidArgument).
+func unauthenticated(err error) bool {
+	switch errs.Code(err) {
+	case codes.PermissionDenied, codes.InvalidArgument:
+		return false
+	}
+	return true
+}
+
+// jsonrpcUnauthenticated answers a JSON-RPC request whose caller is not
+// authenticated: HTTP 401 with the JSON-RPC error Unauthenticated (-31401)
+// and no id (the request was not read).
+func jsonrpcUnauthenticated(w http.ResponseWriter, err error) {
+	msg := err.Error()
+	var e *errs.Error
+	if errors.As(err, &e) {
+		msg = e.Message()
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusUnauthorized)
+	json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{"code": -31401, "message": msg}})
+}
+
 func httpError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
