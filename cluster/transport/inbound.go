@@ -48,6 +48,7 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	defer in.calls.close(t.ctx)
 	for i := range in.lanes {
 		in.lanes[i] = make(chan laneItem, max(t.cfg.QueueSize/numLanes, 64))
+		in.runLane[i] = func() { in.lane(in.lanes[i], &in.busy[i]) }
 	}
 	// The peer speaks first: this silo says who it is only to a peer whose
 	// certificate names the silo its hello claims.
@@ -107,6 +108,7 @@ type inbound struct {
 	serving atomic.Int64    // requests read and not yet answered
 	lanes   [numLanes]chan laneItem
 	busy    [numLanes]atomic.Int32 // envelopes on each lane, queued or being handed on
+	runLane [numLanes]func()       // each lane's goroutine, started while the lane is busy
 	calls   calls                  // the requests being handled
 	rdone   chan struct{}          // closed when the reader ends
 	rerr    error
@@ -183,10 +185,6 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer, first *agentsilov1.Pe
 	t := in.t
 	defer t.wg.Done()
 	defer close(in.rdone)
-	for i := range in.lanes {
-		t.wg.Add(1)
-		go in.lane(in.lanes[i], &in.busy[i])
-	}
 	b := first
 	for {
 		// The batch's requests count as served from now on, so that the
@@ -221,7 +219,12 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer, first *agentsilov1.Pe
 					}
 					li.tried = true
 				}
-				in.busy[l].Add(1)
+				if in.busy[l].Add(1) == 1 {
+					// The lane was idle and has no goroutine: start one
+					// (see lane). An idle peer costs no lane goroutines.
+					t.wg.Add(1)
+					go in.runLane[l]()
+				}
 				select {
 				case in.lanes[l] <- li:
 				case <-in.ctx.Done():
@@ -399,7 +402,11 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 	return in.h.HandleRequest(ctx, in.from, env)
 }
 
-// lane hands on the envelopes of one of the stream's lanes, in order.
+// lane hands on the envelopes of one of the stream's lanes, in order. The
+// reader starts it when it queues an envelope on an idle lane (busy from 0
+// to 1); it ends once it has handed on every envelope queued (busy back to
+// 0), so that one goroutine at most serves a lane, each after the one
+// before has handed on everything queued before it.
 func (in *inbound) lane(envs chan laneItem, busy *atomic.Int32) {
 	defer in.t.wg.Done()
 	for {
@@ -410,7 +417,9 @@ func (in *inbound) lane(envs chan laneItem, busy *atomic.Int32) {
 			} else {
 				in.oneWay(li.env)
 			}
-			busy.Add(-1)
+			if busy.Add(-1) == 0 {
+				return
+			}
 		case <-in.ctx.Done():
 			return
 		}

@@ -47,8 +47,10 @@ type Handler interface {
 	// HandleOneWay handles a ONE_WAY message or an EVENT. The envelopes of
 	// one inbound stream (that is, from one peer) go to one of the stream's
 	// lanes by their receiver's address, and each lane's are handled one at
-	// a time, in the order the peer sent them, on one goroutine per lane,
-	// concurrently with the other lanes and other peers' streams. It should
+	// a time, in the order the peer sent them, on one goroutine per lane
+	// (started when the lane gets an envelope, ended once it has handed on
+	// all it had: an idle peer costs no lane goroutines), concurrently with
+	// the other lanes and other peers' streams. It should
 	// only hand the message on (a mailbox post, which may wait briefly for
 	// room): while it runs, the lane's next envelopes queue, and once that
 	// queue is full the peer's whole stream waits. ctx
