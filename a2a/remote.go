@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -599,6 +600,13 @@ func fromParts(parts spec.ContentParts) *grain.Message {
 	return out
 }
 
+// httpStatusError reports whether err is the SDK's JSON-RPC client
+// reporting an answer of HTTP status code (it reads no body of a non-200
+// answer, so a 401 carries no A2A error, only its status in the text).
+func httpStatusError(err error, code int) bool {
+	return strings.Contains(err.Error(), fmt.Sprintf("unexpected HTTP status: %d ", code))
+}
+
 // remoteError gives a failed call to a remote agent its code.
 func remoteError(err error) error {
 	code := codes.Unavailable
@@ -609,9 +617,9 @@ func remoteError(err error) error {
 		code = codes.DeadlineExceeded
 	case errors.Is(err, spec.ErrTaskNotFound):
 		code = codes.NotFound
-	case errors.Is(err, spec.ErrUnauthenticated):
+	case errors.Is(err, spec.ErrUnauthenticated), httpStatusError(err, http.StatusUnauthorized):
 		code = codes.Unauthenticated
-	case errors.Is(err, spec.ErrUnauthorized):
+	case errors.Is(err, spec.ErrUnauthorized), httpStatusError(err, http.StatusForbidden):
 		code = codes.PermissionDenied
 	case errors.Is(err, spec.ErrInvalidParams), errors.Is(err, spec.ErrInvalidRequest), errors.Is(err, spec.ErrParseError), errors.Is(err, spec.ErrTaskNotCancelable):
 		code = codes.InvalidArgument
