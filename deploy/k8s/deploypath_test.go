@@ -10,8 +10,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -120,40 +118,6 @@ func (tr *tree) run(args ...string) (stdout, stderr string, err error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
 	return out.String(), errOut.String(), err
-}
-
-// keyFile is the silo's API-key file (cluster.AuthConfig.KeyFile).
-type keyFile struct {
-	Keys []struct {
-		SHA256    string   `json:"sha256"`
-		Principal string   `json:"principal"`
-		Groups    []string `json:"groups,omitempty"`
-	} `json:"keys"`
-}
-
-func sha256Hex(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
-}
-
-// checkKeySecret: the rendered Secret silo-auth holds exactly the key file
-// make-keys.sh wrote: no variant brings a key file of its own (such as a
-// placeholder that matches no key).
-func checkKeySecret(t *testing.T, o *objects, want []byte) {
-	t.Helper()
-	n := 0
-	for name, s := range o.secrets {
-		if !strings.HasPrefix(name, "silo-auth-") {
-			continue
-		}
-		n++
-		if got := s.Data["keys.json"]; !bytes.Equal(got, want) {
-			t.Errorf("Secret %s holds keys.json\n%s\nwant what make-keys.sh wrote:\n%s", name, got, want)
-		}
-	}
-	if n != 1 {
-		t.Errorf("%d Secrets silo-auth-…, want 1", n)
-	}
 }
 
 // TestKeysMustBeMade: the repository ships no key file, so the
