@@ -213,7 +213,7 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 		if err != nil && errors.Is(err, ErrNotRun) {
 			// The handler ran: an error it passes on from a call of its own
 			// that was not run must not say that this message was not.
-			err = errs.New(errs.Code(err), "%s", err.Error())
+			err = errs.New(errs.Code(err), "the turn of %s ran and failed on a call of its own: %s", a.key, err.Error())
 		}
 	}()
 	if !a.started {
@@ -325,6 +325,7 @@ func (a *activation) finish(reason Reason) {
 			}
 		}
 	}
+	var failed error // what the requests left get, made once
 	for _, m := range rest {
 		env, ok := m.(*envelope)
 		switch {
@@ -334,10 +335,12 @@ func (a *activation) finish(reason Reason) {
 		case !owned && !rt.closing.Load():
 			moved = append(moved, env)
 		case env.isRequest():
-			if err == nil {
-				err = errs.New(codes.Unavailable, "agent %s is deactivating", a.key)
+			if failed == nil && err == nil {
+				failed = errs.New(codes.Unavailable, "agent %s is deactivating (the request did not run)", a.key)
+			} else if failed == nil {
+				failed = errs.Wrap(errs.Code(err), err, "agent %s could not be activated again (the request did not run)", a.key)
 			}
-			env.complete(result{err: err})
+			env.complete(result{err: failed})
 		}
 	}
 	sh.mu.Unlock()

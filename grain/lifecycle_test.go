@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
@@ -351,5 +354,48 @@ func TestHandOverOnDeactivate(t *testing.T) {
 	events, bad := j.snapshot()
 	if len(bad) > 0 || fmt.Sprint(events) != "[start end:requested start]" {
 		t.Fatalf("events %v, overlapping %v", events, bad)
+	}
+}
+
+// TestRequestsOfAnEndedActivationSayTheyDidNotRun: a request queued for an
+// activation that ends, whose agent then cannot be activated again, fails
+// saying it did not run (and with the activation's error).
+func TestRequestsOfAnEndedActivationSayTheyDidNotRun(t *testing.T) {
+	inDeactivate := make(chan struct{})
+	finishDeactivate := make(chan struct{})
+	var made atomic.Int32
+	rt := newRuntime(t, DefaultConfig(), map[string]Factory{
+		"H": func(h Host) (Agent, error) {
+			if made.Add(1) > 1 {
+				return nil, errs.New(codes.FailedPrecondition, "no second activation")
+			}
+			return &funcAgent{
+				onDeactivate: func(context.Context, Reason) {
+					close(inDeactivate)
+					<-finishDeactivate
+				},
+				onMessage: func(_ context.Context, m *Message) (*Message, error) {
+					h.Deactivate()
+					return nil, nil
+				},
+			}, nil
+		},
+	})
+	if err := rt.Send(t.Context(), &Message{From: "Session:a:s", To: "H:a:h", Message: "quit"}); err != nil {
+		t.Fatal(err)
+	}
+	<-inDeactivate
+	done := make(chan error, 1)
+	go func() {
+		_, err := ask(t, rt, "H:a:h", "late")
+		done <- err
+	}()
+	h := rt.dir.get("H:a:h")
+	waitUntil(t, "the request queued for the ending activation", func() bool { return h.mb.UserMessageCount() == 1 })
+	close(finishDeactivate)
+	err := <-done
+	wantCode(t, err, codes.FailedPrecondition, "agent H:a:h could not be activated again (the request did not run)")
+	if !strings.Contains(err.Error(), "no second activation") {
+		t.Errorf("error %q does not carry the activation's error", err)
 	}
 }

@@ -181,7 +181,7 @@ func TestHandlerErrorsAndPanics(t *testing.T) {
 	// The handler ran: what it passes on of a refusal must not say that
 	// its own message was not run.
 	_, err = ask(t, rt, "Fragile:a:b", "passon")
-	wantCode(t, err, codes.Unavailable, "shutting down")
+	wantCode(t, err, codes.Unavailable, "the turn of Fragile:a:b ran and failed on a call of its own: silo is shutting down")
 	if errors.Is(err, ErrNotRun) {
 		t.Errorf("a handler's error %v is ErrNotRun: its message ran", err)
 	}
