@@ -343,13 +343,28 @@ func (t *Transport) Ask(ctx context.Context, peerAddr string, env *Envelope) (*a
 			r := <-c.done
 			return r.msg, r.err
 		}
-		// A request that may have been written is cancelled on the peer
-		// too; one still queued never will be (the sender skips it).
-		if errors.Is(ctx.Err(), context.Canceled) && !c.fate.CompareAndSwap(callQueued, callUnsent) {
+		// A request still queued never will be sent (the sender skips
+		// it): it did not run. One that may have been written may have,
+		// and a cancelled one is cancelled on the peer too.
+		unsent := c.fate.CompareAndSwap(callQueued, callUnsent)
+		if !unsent && errors.Is(ctx.Err(), context.Canceled) {
 			p.sendCancel(env.CallId)
 		}
-		return nil, ctxErr(ctx, "ask peer "+peerAddr)
+		return nil, askCtxErr(ctx, peerAddr, !unsent)
 	}
+}
+
+// askCtxErr is the error of an Ask to peerAddr cut short by ctx, after its
+// request was written (it may have run) or before (it did not).
+func askCtxErr(ctx context.Context, peerAddr string, written bool) error {
+	how := "before it was sent (it did not run)"
+	if written {
+		how = "after it was sent: it may have run"
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return errs.New(codes.Canceled, "ask peer %s: cancelled %s", peerAddr, how)
+	}
+	return errs.New(codes.DeadlineExceeded, "ask peer %s: deadline exceeded %s", peerAddr, how)
 }
 
 // Send queues env's message for the peer at peerAddr as a ONE_WAY message,

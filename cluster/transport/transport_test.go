@@ -393,10 +393,15 @@ func near(ms string, want int64) bool {
 
 func TestTransportDeadline(t *testing.T) {
 	checkLeaks(t)
+	hold := make(chan struct{})
 	hb := &testHandler{request: func(ctx context.Context, _ string, env *Envelope) (*agentsilov1.AgentMessage, error) {
-		if env.Message.Message == "block" {
+		switch env.Message.Message {
+		case "block":
 			<-ctx.Done()
 			return nil, ctx.Err()
+		case "hold": // past the caller's deadline
+			<-hold
+			return env.Message.Response(), nil
 		}
 		r := env.Message.Response()
 		if dl, ok := ctx.Deadline(); ok {
@@ -432,6 +437,15 @@ func TestTransportDeadline(t *testing.T) {
 	defer cancel()
 	_, err = a.tr.Ask(short, b.addr, requestEnv("block"))
 	wantCode(t, err, codes.DeadlineExceeded)
+	// A caller that gave up on a request it sent says it may have run.
+	held, cancelHeld := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancelHeld()
+	_, err = a.tr.Ask(held, b.addr, requestEnv("hold"))
+	close(hold)
+	wantCode(t, err, codes.DeadlineExceeded)
+	if !strings.Contains(err.Error(), "after it was sent: it may have run") {
+		t.Errorf("an Ask given up after it was sent: %v, want it to say it may have run", err)
+	}
 	// A request whose deadline has passed is not sent.
 	_, err = a.tr.Ask(short, b.addr, requestEnv("late"))
 	wantCode(t, err, codes.DeadlineExceeded)
