@@ -11,6 +11,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // TestStopCutOffFromEtcd: a silo whose etcd went away (suspended) says what
@@ -27,7 +29,7 @@ func TestStopCutOffFromEtcd(t *testing.T) {
 	defer link.close()
 	defer c.close()
 	const timeout = 20 * time.Second
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	s1 := c.startWith("s1", func(cfg *SiloConfig, _ *grain.Registry) {
 		cfg.Etcd = etcdstore.Config{Endpoints: []string{link.addr()}, Prefix: "/t"}
 		cfg.ShutdownTimeout = timeout

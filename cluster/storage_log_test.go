@@ -1,41 +1,23 @@
 package cluster
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/grain"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // The startup log names the silo's etcd and state store.
 func TestStartupLogNamesStorage(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
 	defer c.close()
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	c.startWith("s1", func(cfg *SiloConfig, _ *grain.Registry) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&log, nil))
 	})

@@ -78,7 +78,7 @@ func TestClusterGuide(t *testing.T) {
 		}
 		host, _, _ := net.SplitHostPort(a)
 		if a == "127.0.0.1:2379" {
-			addrs[a] = freeConsecutivePorts(t)
+			addrs[a] = testutil.FreeAddrPair(t)
 			continue
 		}
 		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))

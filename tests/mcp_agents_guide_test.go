@@ -27,14 +27,14 @@ func TestMCPAgentsGuide(t *testing.T) {
 	}
 	addr, gw := freePort(t), freePort(t)
 	args := append([]string{"--name", "mcpagents", "--data-dir", filepath.Join(t.TempDir(), "data"),
-		"--embedded-etcd-addr", freeConsecutivePorts(t), "--gateway-addr", gw, "--http-addr", freePort(t),
+		"--embedded-etcd-addr", testutil.FreeAddrPair(t), "--gateway-addr", gw, "--http-addr", freePort(t),
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0"}, words[3:]...)
 	for i, a := range args {
 		if a == docAddr {
 			args[i] = addr
 		}
 	}
-	stdout, stderr := new(syncBuffer), new(syncBuffer)
+	stdout, stderr := new(testutil.SyncBuffer), new(testutil.SyncBuffer)
 	cmd := exec.Command(bins.silo, args...)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if err := cmd.Start(); err != nil {

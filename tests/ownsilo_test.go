@@ -79,7 +79,7 @@ type ownSilo struct {
 // waits until its gateway answers.
 func startOwnSilo(t *testing.T, bin, name, dataDir string, extra ...string) *ownSilo {
 	t.Helper()
-	s := &ownSilo{name: name, gateway: freePort(t), gossip: freePort(t), etcd: freeConsecutivePorts(t), stderr: new(bytes.Buffer)}
+	s := &ownSilo{name: name, gateway: freePort(t), gossip: freePort(t), etcd: testutil.FreeAddrPair(t), stderr: new(bytes.Buffer)}
 	args := []string{"--name", name, "--gateway-addr", s.gateway, "--http-addr", "",
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", s.gossip, "--lease-ttl", "3s"}
 	if dataDir != "" {

@@ -1,34 +1,14 @@
 package tests
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer a process writes while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
 
 // TestQuickStart runs the README's quick start: `silo --demo` (on free
 // ports and a fresh data directory instead of the defaults, so that it
@@ -40,10 +20,10 @@ func TestQuickStart(t *testing.T) {
 		t.Fatalf("README quickstart:silo is %q; this test runs `silo --demo`", got)
 	}
 	gateway := freePort(t)
-	stdout := new(syncBuffer)
-	stderr := new(syncBuffer)
+	stdout := new(testutil.SyncBuffer)
+	stderr := new(testutil.SyncBuffer)
 	cmd := exec.Command(bins.silo, "--demo", "--name", "quickstart",
-		"--data-dir", filepath.Join(t.TempDir(), "data"), "--embedded-etcd-addr", freeConsecutivePorts(t),
+		"--data-dir", filepath.Join(t.TempDir(), "data"), "--embedded-etcd-addr", testutil.FreeAddrPair(t),
 		"--gateway-addr", gateway, "--http-addr", freePort(t),
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0")
 	cmd.Stdout, cmd.Stderr = stdout, stderr

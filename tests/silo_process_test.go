@@ -18,6 +18,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // bins holds the silo and client binaries, built once per test run.
@@ -70,30 +72,10 @@ func startSilo(t *testing.T, dataDir string, extra ...string) *siloProc {
 		"--gateway-addr", p.gateway, "--http-addr", p.http,
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 		// The embedded etcd serves clients on this port and peers on the next.
-		"--embedded-etcd-addr", freeConsecutivePorts(t),
+		"--embedded-etcd-addr", testutil.FreeAddrPair(t),
 	}, extra...)
 	p.start()
 	return p
-}
-
-// freeConsecutivePorts returns 127.0.0.1:P with P and P+1 both free.
-func freeConsecutivePorts(t *testing.T) string {
-	t.Helper()
-	for i := 0; i < 50; i++ {
-		l1, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l1.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
-		l1.Close()
-		if err == nil {
-			l2.Close()
-			return "127.0.0.1:" + strconv.Itoa(port)
-		}
-	}
-	t.Fatal("no two consecutive free ports")
-	return ""
 }
 
 func (p *siloProc) start() {

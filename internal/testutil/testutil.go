@@ -1,14 +1,18 @@
 // Package testutil holds what tests across the module share: free loopback
-// addresses, waiting on a named condition, a logger that is quiet unless
+// addresses (and pairs of ports for an embedded etcd), a buffer safe to
+// write while it is read, waiting on a named condition, a logger that is quiet unless
 // AGENTSILO_TEST_LOG is set, and goleak's options for tests that start
 // silos.
 package testutil
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -66,4 +70,45 @@ func LeakOptions() []goleak.Option {
 		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode"),
 		goleak.IgnoreAnyFunction("github.com/hashicorp/memberlist.(*Memberlist).probeNode.func1"),
 	}
+}
+
+// FreeAddrPair returns a 127.0.0.1 address whose port P and P+1 were both
+// free a moment ago: an embedded etcd serves clients on P and its peers on
+// P+1.
+func FreeAddrPair(t testing.TB) string {
+	t.Helper()
+	for range 50 {
+		l1, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l1.Addr().(*net.TCPAddr).Port
+		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
+		l1.Close()
+		if err == nil {
+			l2.Close()
+			return "127.0.0.1:" + strconv.Itoa(port)
+		}
+	}
+	t.Fatal("no two consecutive free ports")
+	return ""
+}
+
+// SyncBuffer is a bytes.Buffer that a logger or a process writes while a
+// test reads it.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *SyncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

@@ -1,16 +1,12 @@
 package dashboard
 
 import (
-	"bytes"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -46,9 +42,9 @@ func startDemo(tb testing.TB) (string, *os.Process) {
 		tb.Fatalf("go build: %v\n%s", err, out)
 	}
 	httpAddr := testutil.FreeAddr(tb)
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd := exec.Command(bin, "--demo", "--data-dir", filepath.Join(dir, "data"),
-		"--http-addr", httpAddr, "--gateway-addr", testutil.FreeAddr(tb), "--embedded-etcd-addr", consecutivePorts(tb),
+		"--http-addr", httpAddr, "--gateway-addr", testutil.FreeAddr(tb), "--embedded-etcd-addr", testutil.FreeAddrPair(tb),
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0")
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &out, io.Discard
 	if err := cmd.Start(); err != nil {
@@ -69,35 +65,4 @@ func startDemo(tb testing.TB) (string, *os.Process) {
 		return strings.Contains(out.String(), "demo: done")
 	})
 	return "http://" + httpAddr, cmd.Process
-}
-
-// consecutivePorts is a loopback address whose port and the next are
-// free: the embedded etcd takes both.
-func consecutivePorts(tb testing.TB) string {
-	for {
-		addr := testutil.FreeAddr(tb)
-		host, port, _ := net.SplitHostPort(addr)
-		p, _ := strconv.Atoi(port)
-		if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(p+1))); err == nil {
-			l.Close()
-			return addr
-		}
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

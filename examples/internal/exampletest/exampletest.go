@@ -5,13 +5,9 @@
 package exampletest
 
 import (
-	"bytes"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -39,12 +35,12 @@ func Start(t *testing.T, env []string, args ...string) *Program {
 	p := &Program{Gateway: testutil.FreeAddr(t)}
 	cmd := exec.Command(bin, append([]string{
 		"--name", "example", "--data-dir", filepath.Join(dir, "data"),
-		"--embedded-etcd-addr", freePair(t),
+		"--embedded-etcd-addr", testutil.FreeAddrPair(t),
 		"--gateway-addr", p.Gateway, "--http-addr", testutil.FreeAddr(t),
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
 	}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
-	log := new(syncBuffer)
+	log := new(testutil.SyncBuffer)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -81,43 +77,4 @@ func Start(t *testing.T, env []string, args ...string) *Program {
 		return err == nil
 	})
 	return p
-}
-
-// freePair returns 127.0.0.1:P with P and P+1 free: the embedded etcd's
-// client and peer ports.
-func freePair(t *testing.T) string {
-	t.Helper()
-	for range 50 {
-		l1, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l1.Addr().(*net.TCPAddr).Port
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+1))
-		l1.Close()
-		if err == nil {
-			l2.Close()
-			return "127.0.0.1:" + strconv.Itoa(port)
-		}
-	}
-	t.Fatal("no two consecutive free ports")
-	return ""
-}
-
-// syncBuffer is a bytes.Buffer written by a process while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
