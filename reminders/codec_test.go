@@ -1,6 +1,7 @@
 package reminders
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -61,6 +62,45 @@ func FuzzParseKey(f *testing.F) {
 			if got := k.legacyAgent(addr) + name; got != key {
 				t.Fatalf("parseLegacy(%q) rebuilt as %q", key, got)
 			}
+		}
+	})
+}
+
+// FuzzDecodeRecord: what the fast path accepts, encoding/json reads the
+// same; and encode's output always takes the fast path unless a string
+// needed an escape.
+func FuzzDecodeRecord(f *testing.F) {
+	for _, r := range []grain.Reminder{
+		{Period: time.Minute, Due: time.UnixMilli(1_800_000_000_000)},
+		{Period: time.Millisecond, MessageType: "tick", Message: "hi there", Due: time.UnixMilli(-5)},
+		{Period: time.Hour, Message: "é ☃ <b>&", Due: time.UnixMilli(0)},
+		{Period: time.Hour, MessageType: "a\"b", Message: "line\nbreak", Due: time.UnixMilli(7)},
+	} {
+		b, _ := encode(r)
+		f.Add(b)
+	}
+	for _, s := range []string{`{"period_ms":01,"due_unix_ms":1}`, `{"period_ms":1,"due_unix_ms":-0}`, `{"period_ms":1,"message":"","due_unix_ms":1}`,
+		`{"period_ms":99999999999999999999,"due_unix_ms":1}`, `{"period_ms":1,"due_unix_ms":1} `, `{"period_ms":1,"message_type":"\xff","due_unix_ms":1}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rec, ok := decodeRecord(b)
+		if ok {
+			var want record
+			if err := json.Unmarshal(b, &want); err != nil || want != rec {
+				t.Fatalf("decodeRecord(%q) = %+v; encoding/json: %+v, %v", b, rec, want, err)
+			}
+		}
+		var r record
+		if json.Unmarshal(b, &r) != nil {
+			return
+		}
+		again, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := decodeRecord(again); !strings.Contains(string(again), `\`) && (!ok || got != r) {
+			t.Fatalf("decodeRecord(%q) = %+v, %v; want the fast path to read %+v", again, got, ok, r)
 		}
 	})
 }

@@ -3,10 +3,13 @@ package reminders
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 func prefixOpt(prefix string) []clientv3.OpOption {
@@ -15,6 +18,14 @@ func prefixOpt(prefix string) []clientv3.OpOption {
 
 // errCompacted: the revision to resume from is gone; read everything again.
 var errCompacted = errors.New("reminders: watch revision compacted")
+
+// loadedKV is one reminder of a page read, decoded.
+type loadedKV struct {
+	key  string
+	addr grain.Address
+	r    grain.Reminder
+	rev  int64
+}
 
 // loadBucket reads bk's reminders at one revision, page by page, and sets
 // bk.seen to that revision. Register and Unregister go on meanwhile:
@@ -29,6 +40,7 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		key    = prefix
 		end    = clientv3.GetPrefixRangeEnd(prefix)
 		seen   = make(map[string]struct{})
+		page   []loadedKV
 	)
 	s.mu.Lock()
 	catchUpAfter := bk.lostAt
@@ -56,13 +68,9 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
-		s.mu.Lock()
-		if !s.holds(bk) || !s.current(r) {
-			s.mu.Unlock()
-			return context.Canceled
-		}
-		now := s.cfg.Clock.Now()
-		head := false
+		// The page is decoded before the lock is taken: firing, Register
+		// and the other buckets' loads wait only for the puts.
+		page = slices.Grow(page[:0], len(resp.Kvs))
 		for _, kv := range resp.Kvs {
 			k := string(kv.Key)
 			seen[k] = struct{}{}
@@ -76,7 +84,18 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 				s.cfg.Logger.Warn("reminders: skipping unreadable reminder", "key", k, "err", err)
 				continue
 			}
-			if s.putLocked(bk, k, addr, r, kv.ModRevision, catchUpAfter, now, false) {
+			page = append(page, loadedKV{key: k, addr: addr, r: r, rev: kv.ModRevision})
+		}
+		s.mu.Lock()
+		if !s.holds(bk) || !s.current(r) {
+			s.mu.Unlock()
+			return context.Canceled
+		}
+		now := s.cfg.Clock.Now()
+		head := false
+		for i := range page {
+			l := &page[i]
+			if s.putLocked(bk, l.key, l.addr, l.r, l.rev, catchUpAfter, now, false) {
 				head = true
 			}
 		}
