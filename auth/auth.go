@@ -152,21 +152,28 @@ func (a *Authenticator) TLSConfig() *tls.Config {
 // client certificate, or, without authentication configured, nil (the
 // principal is self-declared). A key that is wrong, or no credentials where
 // they are required, is Unauthenticated.
+//
+// A call of the silo's own code over an InProcess connection may instead
+// carry the caller it vouches for (Vouch); on any other connection that is
+// Unauthenticated.
 func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if c, err := vouched(ctx, md); c != nil || err != nil {
+		return c, err
+	}
 	if !a.Enabled() {
 		return nil, nil
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
 	if v := md.Get(protocol.APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
 		if c := a.keys[sha256.Sum256([]byte(v[0]))]; c != nil {
 			return c, nil
 		}
 		return nil, errs.New(codes.Unauthenticated, "unknown API key")
 	}
-	if a.mtls {
-		if p, ok := peer.FromContext(ctx); ok {
-			if info, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(info.State.VerifiedChains) > 0 && len(info.State.PeerCertificates) > 0 {
-				return certCaller(info.State.PeerCertificates[0])
+	if p, ok := peer.FromContext(ctx); ok {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			if c, err := a.CertificateCaller(&info.State); c != nil || err != nil {
+				return c, err
 			}
 		}
 	}
@@ -177,6 +184,18 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
 	}
 	return nil, errs.New(codes.Unauthenticated, "no client certificate")
+}
+
+// CertificateCaller returns the caller the client certificate of a TLS
+// connection proves, exactly as the gateway takes it (see certCaller), or
+// nil, nil if the connection showed no certificate verified against the
+// client CA (or client certificates are not configured). A verified
+// certificate naming no usable principal is Unauthenticated.
+func (a *Authenticator) CertificateCaller(state *tls.ConnectionState) (*acl.Caller, error) {
+	if !a.mtls || state == nil || len(state.VerifiedChains) == 0 || len(state.PeerCertificates) == 0 {
+		return nil, nil
+	}
+	return certCaller(state.PeerCertificates[0])
 }
 
 // certCaller is the caller a verified client certificate names: its subject

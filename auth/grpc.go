@@ -13,18 +13,19 @@ import (
 )
 
 // ServerOptions are the gRPC server options that authenticate every call:
-// TLS credentials (if configured) and interceptors that put the caller in
+// TLS credentials (if configured; a connection of an InProcess listener
+// skips the handshake and may vouch for its caller) and interceptors that put the caller in
 // the call's context (acl.CallerFrom). A unary call's caller is proven, or
 // declared in its `x-agentsilo-principal` metadata; a stream carries a
 // proven caller only (a gateway Session declares its principal in its
 // Hello: see CallerFor). The health service and server reflection are
 // served without authentication.
 func (a *Authenticator) ServerOptions() []grpc.ServerOption {
-	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream)}
+	creds := serverCreds{}
 	if a.tls != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(a.tls)))
+		creds.inner = credentials.NewTLS(a.tls)
 	}
-	return opts
+	return []grpc.ServerOption{grpc.Creds(creds), grpc.ChainUnaryInterceptor(a.unary), grpc.ChainStreamInterceptor(a.stream)}
 }
 
 // PublicMethod reports whether a gRPC method (its full name) is served

@@ -126,7 +126,8 @@ func (d *Dashboard) mayRead(s *session, agent string) bool {
 }
 
 // cancelTask cancels one of the principal's own tasks through the silo's
-// A2A handler, as an A2A client would (HTTP+JSON, the session's key).
+// A2A handler, as an A2A client would (HTTP+JSON, the session's key or
+// client certificate).
 func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request, s *session) {
 	d.act(w, r, s, func(ctx context.Context) (string, error) {
 		if d.cfg.A2A == nil {
@@ -139,9 +140,14 @@ func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request, s *sessio
 		}
 		req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/a2a/"+strings.Join(parts, "/")+"/tasks/"+id+":cancel", strings.NewReader("{}"))
 		req.Header.Set("Content-Type", "application/json")
-		if s.key != "" {
+		switch {
+		case s.cert != nil && !d.cfg.A2ACertificates:
+			return "", fmt.Errorf("A2A on this silo does not take this dashboard's client certificates: cancel the task through A2A")
+		case s.cert != nil:
+			req.TLS = s.cert
+		case s.key != "":
 			req.Header.Set(protocol.APIKeyHeader, s.key)
-		} else {
+		default:
 			req.Header.Set(protocol.PrincipalHeader, s.caller.Principal)
 		}
 		rec := httptest.NewRecorder()

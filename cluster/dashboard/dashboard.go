@@ -41,6 +41,12 @@ type Config struct {
 	// auth.DefaultPrincipal, which the silo allows only where its
 	// gateway runs without authentication (loopback, or --insecure).
 	Auth *auth.Authenticator
+	// CertificateAddr is the address (host:port) where users log in with a
+	// client certificate, which the plain HTTP port cannot take: the silo's
+	// --dashboard-addr, served over TLS. The login page of the plain port
+	// links there (an unspecified host: the host the browser used). Empty:
+	// nowhere.
+	CertificateAddr string
 	// ACL, if set, hides the buttons of actions the principal may not
 	// take (the gateway refuses them anyway).
 	ACL *acl.Authority
@@ -54,6 +60,11 @@ type Config struct {
 	Prefix string
 	// A2A is the silo's A2A handler, which cancels tasks; nil: A2A is off.
 	A2A http.Handler
+	// A2ACertificates: A2A takes the client certificates the dashboard
+	// takes (the same client CA), so a certificate's cancel is handed to A2A
+	// with the browser's TLS connection, as A2A's own clients' are. False:
+	// a certificate's principal cannot cancel A2A tasks here.
+	A2ACertificates bool
 	// MCP is the silo's MCP server and MCPAddr its address, for the MCP
 	// page; nil: the silo serves no MCP.
 	MCP     *mcp.Server
@@ -81,6 +92,7 @@ type Dashboard struct {
 	pages    map[string]*template.Template
 	static   http.Handler
 	sessions *sessions
+	certKey  []byte // keys the CSRF tokens of certificates (session.go)
 	series   *series
 	load     loadState
 
@@ -125,6 +137,7 @@ func New(cfg Config) (*Dashboard, error) {
 		pages:    pages,
 		static:   http.StripPrefix("/ui/static/", http.FileServerFS(sub)),
 		sessions: newSessions(cfg.MaxSessions, cfg.SessionTTL, cfg.Now),
+		certKey:  []byte(token()),
 		series:   newSeries(120),
 		load:     loadState{kick: make(chan struct{}, 1)},
 	}
@@ -201,6 +214,7 @@ type view struct {
 	Principal string
 	CSRF      string
 	Open      bool // nobody logs in
+	Cert      bool // a client certificate logged in: no logging out
 	Error     string
 	Self      string // the page's URL, which its live part polls
 	Data      any
@@ -213,7 +227,7 @@ func (d *Dashboard) page(name string, load func(ctx context.Context, s *session,
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		data, err := load(s.ctx(ctx), s, r)
-		v := view{Self: r.URL.RequestURI(), Page: name, Title: titles[name], Silo: d.cfg.Silo, Principal: s.caller.Principal, CSRF: s.csrf, Open: d.open(), Data: data}
+		v := view{Self: r.URL.RequestURI(), Page: name, Title: titles[name], Silo: d.cfg.Silo, Principal: s.caller.Principal, CSRF: s.csrf, Open: d.open(), Cert: s.cert != nil, Data: data}
 		if err != nil {
 			v.Error = message(err)
 		}

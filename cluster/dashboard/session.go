@@ -2,9 +2,13 @@ package dashboard
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
+	"net"
 	"net/http"
 	"net/url"
 	"sync"
@@ -13,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 )
@@ -24,18 +29,27 @@ const cookieName = "agentsilo_ui"
 const maxKeyLen = 4096
 
 // A session is one login: the principal, the key its calls carry, and the
-// token its actions must send back.
+// token its actions must send back. A request over TLS that shows a client
+// certificate is a session of its own (cert), made for the request: the
+// certificate, not a cookie, says who it is.
 type session struct {
 	id     string
 	key    string // the API key; "" where nobody logs in
+	cert   *tls.ConnectionState
 	caller *acl.Caller
 	csrf   string
 	used   time.Time
 }
 
-// ctx is ctx carrying the session's credentials to the gateway.
+// ctx is ctx carrying the session's credentials to the gateway. A
+// certificate's private key stays in the browser, so for a certificate's
+// principal the silo vouches instead, which its gateway takes only from
+// the in-process connection the dashboard holds (auth.Vouch).
 func (s *session) ctx(ctx context.Context) context.Context {
-	if s.key != "" {
+	switch {
+	case s.cert != nil:
+		return auth.Vouch(ctx, s.caller)
+	case s.key != "":
 		return metadata.AppendToOutgoingContext(ctx, protocol.APIKeyHeader, s.key)
 	}
 	return metadata.AppendToOutgoingContext(ctx, protocol.PrincipalHeader, s.caller.Principal)
@@ -112,30 +126,57 @@ func token() string {
 // anonymous is the session of every visitor where nobody logs in.
 var anonymous = &session{caller: &acl.Caller{Principal: gateway.DefaultPrincipal}}
 
-// current returns the request's session, or nil.
-func (d *Dashboard) current(r *http.Request) *session {
+// current returns the request's session, or nil: its client
+// certificate's, or its cookie's. A certificate that the client CA signed
+// but that names no usable principal is an error.
+func (d *Dashboard) current(r *http.Request) (*session, error) {
+	if s, err := d.certSession(r); s != nil || err != nil {
+		return s, err
+	}
 	if d.open() {
 		// One session for everybody; its CSRF token still comes from a
 		// cookie, so another site cannot forge an action.
 		if c, err := r.Cookie(cookieName); err == nil {
 			if s := d.sessions.get(c.Value); s != nil {
-				return s
+				return s, nil
 			}
 		}
-		return nil
+		return nil, nil
 	}
 	c, err := r.Cookie(cookieName)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	return d.sessions.get(c.Value)
+	return d.sessions.get(c.Value), nil
+}
+
+// certSession is the session of a request whose TLS connection showed a
+// client certificate verified against the client CA: its principal taken
+// from the certificate exactly as the gateway takes it, and a CSRF token
+// bound to the certificate. Nil for any other request; the plain HTTP port
+// never has one.
+func (d *Dashboard) certSession(r *http.Request) (*session, error) {
+	if d.open() || r.TLS == nil {
+		return nil, nil
+	}
+	c, err := d.cfg.Auth.CertificateCaller(r.TLS)
+	if c == nil || err != nil {
+		return nil, err
+	}
+	mac := hmac.New(sha256.New, d.certKey)
+	mac.Write(r.TLS.PeerCertificates[0].Raw)
+	return &session{cert: r.TLS, caller: c, csrf: base64.RawURLEncoding.EncodeToString(mac.Sum(nil))}, nil
 }
 
 // authed serves h to a logged-in session; others go to the login page
 // (htmx's requests get 401, and the page reloads into the login).
 func (d *Dashboard) authed(h func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := d.current(r)
+		s, err := d.current(r)
+		if err != nil {
+			d.refuse(w, r, err)
+			return
+		}
 		if s == nil && d.open() {
 			s = d.sessions.add("", anonymous.caller)
 			d.setCookie(w, r, s)
@@ -196,18 +237,55 @@ func (d *Dashboard) setCookie(w http.ResponseWriter, r *http.Request, s *session
 	})
 }
 
+// refuse answers a request whose client certificate names no usable
+// principal.
+func (d *Dashboard) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	if r.Header.Get("HX-Request") == "true" || r.Method != http.MethodGet {
+		http.Error(w, message(err), http.StatusUnauthorized)
+		return
+	}
+	d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, "", message(err)))
+}
+
 type loginView struct {
 	Silo  string
 	Next  string
 	Error string
+	// Keys: API keys log in here. CertURL: where client certificates log
+	// in, if not here (the plain HTTP port). Cert: client certificates
+	// log in here, and the browser showed none.
+	Keys    bool
+	CertURL string
+	Cert    bool
+}
+
+func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
+	v := loginView{Silo: d.cfg.Silo, Next: next, Error: errMsg}
+	if d.open() {
+		return v
+	}
+	v.Keys = d.cfg.Auth.APIKeys()
+	if d.cfg.Auth.MutualTLS() {
+		if r.TLS != nil {
+			v.Cert = true
+		} else {
+			v.CertURL = certURL(d.cfg.CertificateAddr, r.Host)
+		}
+	}
+	return v
 }
 
 func (d *Dashboard) loginPage(w http.ResponseWriter, r *http.Request) {
-	if d.open() {
-		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+	s, err := d.current(r)
+	if err != nil {
+		d.refuse(w, r, err)
 		return
 	}
-	d.renderLogin(w, http.StatusOK, loginView{Silo: d.cfg.Silo, Next: safeNext(r.URL.Query().Get("next"))})
+	if d.open() || (s != nil && s.cert != nil) {
+		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		return
+	}
+	d.renderLogin(w, http.StatusOK, d.loginView(r, safeNext(r.URL.Query().Get("next")), ""))
 }
 
 func (d *Dashboard) renderLogin(w http.ResponseWriter, code int, v loginView) {
@@ -221,7 +299,8 @@ func (d *Dashboard) renderLogin(w http.ResponseWriter, code int, v loginView) {
 // login takes an API key, proves it as the gateway would, and starts a
 // session.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
-	if d.open() {
+	if s, _ := d.certSession(r); d.open() || s != nil {
+		// A client certificate is already who the browser is.
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 		return
 	}
@@ -232,15 +311,21 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostFormValue("next"))
 	key := r.PostFormValue("key")
-	if key == "" || len(key) > maxKeyLen || !d.cfg.Auth.APIKeys() {
-		d.renderLogin(w, http.StatusUnauthorized, loginView{Silo: d.cfg.Silo, Next: next, Error: "Enter an API key of this cluster."})
+	if !d.cfg.Auth.APIKeys() {
+		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "This cluster takes no API keys: log in with a client certificate."))
 		return
 	}
+	if key == "" || len(key) > maxKeyLen {
+		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "Enter an API key of this cluster."))
+		return
+	}
+	// A plain request with the key alone: whatever certificate the
+	// browser showed, the key decides who logs in.
 	probe, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/", nil)
 	probe.Header.Set(protocol.APIKeyHeader, key)
 	caller, err := d.cfg.Auth.AuthenticateHTTP(probe)
 	if err != nil {
-		d.renderLogin(w, http.StatusUnauthorized, loginView{Silo: d.cfg.Silo, Next: next, Error: "That key is not valid here."})
+		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "That key is not valid here."))
 		return
 	}
 	s := d.sessions.add(key, caller)
@@ -263,4 +348,21 @@ func safeNext(next string) string {
 		return "/ui/"
 	}
 	return u.RequestURI()
+}
+
+// certURL is the dashboard's address on its TLS listener addr, as a
+// browser that reached it at host (the plain port) can open it.
+func certURL(addr, host string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(h); h == "" || (ip != nil && ip.IsUnspecified()) {
+		if hh, _, err := net.SplitHostPort(host); err == nil {
+			h = hh
+		} else {
+			h = host
+		}
+	}
+	return "https://" + net.JoinHostPort(h, port) + "/ui/"
 }
