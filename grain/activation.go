@@ -204,6 +204,9 @@ func (a *activation) runReentrant(env *envelope) bool {
 // invoke calls the agent's handler for msg, recovering a panic into Internal.
 // The caller holds exec.
 func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, err error) {
+	if end := a.traceTurn(ctx, msg); end != nil { // a traced turn's span (tracing.go)
+		defer func() { end(err) }()
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			a.rt.logger.Error("agent panicked", "agent", a.key, "message_type", msg.MessageType, "panic", r, "stack", string(debug.Stack()))

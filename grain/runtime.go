@@ -208,6 +208,15 @@ var errShuttingDown = notRun(errs.New(codes.Unavailable, "silo is shutting down"
 // ask is the one path of every REQUEST. hops is 0 for a request that starts
 // here, else the number of silos it came through.
 func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int) (*Message, error) {
+	t := turnFrom(ctx)
+	if hops == 0 && rt.callTraced(t, msg) {
+		return rt.askTraced(ctx, t, owner, msg)
+	}
+	return rt.askFrom(ctx, t, owner, msg, hops)
+}
+
+// askFrom is ask from turn t (nil: not from a turn).
+func (rt *Runtime) askFrom(ctx context.Context, t *turn, owner string, msg *Message, hops int) (*Message, error) {
 	now := time.Now().UnixNano()
 	env := envelopes.Get().(*envelope)
 	env.msg, env.now = msg, now
@@ -226,7 +235,6 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 		}
 	}
 	env.ctx = ctx
-	t := turnFrom(ctx)
 	id := ""
 	if hops == 0 && msg.Topic == "" {
 		id, env.replyID = newIDPair(now)
@@ -299,7 +307,16 @@ func (rt *Runtime) ask(ctx context.Context, owner string, msg *Message, hops int
 
 // tell is the one path of every ONE_WAY message and EVENT; hops as for ask.
 func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops int) error {
-	a, err := rt.prepare(ctx, turnFrom(ctx), owner, msg, time.Now().UnixNano(), hops == 0, "")
+	t := turnFrom(ctx)
+	if hops == 0 && rt.callTraced(t, msg) {
+		return rt.tellTraced(ctx, t, owner, msg)
+	}
+	return rt.tellFrom(ctx, t, owner, msg, hops)
+}
+
+// tellFrom is tell from turn t (nil: not from a turn).
+func (rt *Runtime) tellFrom(ctx context.Context, t *turn, owner string, msg *Message, hops int) error {
+	a, err := rt.prepare(ctx, t, owner, msg, time.Now().UnixNano(), hops == 0, "")
 	if err != nil {
 		rt.refused(msg, err)
 		return err

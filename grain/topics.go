@@ -48,7 +48,7 @@ func (a *activation) Publish(ctx context.Context, topic string, msg *Message) (s
 	}
 	if msg.Traceparent == "" {
 		if t := turnFrom(ctx); t != nil {
-			msg.Traceparent = t.msg.GetTraceparent()
+			msg.Traceparent = a.rt.traceparent(ctx, t)
 		}
 	}
 	return svc.Publish(ctx, a.key, topic, msg)

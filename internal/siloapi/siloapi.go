@@ -35,6 +35,29 @@ type Wiring struct {
 	// (Ask deadlines and latencies are measured on the real clock). Tests
 	// give a fake one. Nil: the real clock.
 	Clock clock.Clock
+	// Tracer, if set, makes the spans of agents' turns and of the messages
+	// they send. Nil: none (messages still carry their traceparent).
+	Tracer Tracer
+}
+
+// Tracer makes the spans of agents' work; package cluster implements it
+// with OpenTelemetry, which grain does not import. The runtime calls it
+// only for messages that are part of a trace (a traceparent in the
+// message, or in the turn it is sent from), so that untraced messages cost
+// nothing. Methods are called concurrently, from turns and senders.
+type Tracer interface {
+	// Call starts the client span of msg, a REQUEST, ONE_WAY or EVENT an
+	// agent sends from a turn whose context is ctx, as a child of ctx's
+	// span (else of msg's traceparent, else of the turn's), makes msg
+	// carry it, and returns ctx with it and the function that ends it with
+	// the call's outcome.
+	Call(ctx context.Context, msg *agentsilov1.AgentMessage, parent string) (context.Context, func(error))
+	// Turn starts the server span of the turn of agent that handles msg,
+	// as a child of msg's traceparent, and returns ctx with it and the
+	// function that ends it with the handler's outcome. msg is not changed.
+	Turn(ctx context.Context, agent string, msg *agentsilov1.AgentMessage) (context.Context, func(error))
+	// Traceparent returns the W3C traceparent of ctx's span, "" if none.
+	Traceparent(ctx context.Context) string
 }
 
 // Wire sets w on cfg, a *grain.Config. Package grain sets it at init.

@@ -7,12 +7,18 @@
 // to them). The silo starts spans where a message enters or leaves it:
 //
 //	gateway <Kind>   server span per client call, at the gateway
+//	turn <Kind>      server span per agent's turn handling a message
+//	call <Kind>      client span per message an agent sends from a turn
 //	forward <Kind>   client span per message sent to another silo
 //	peer <Kind>      server span per message received from another silo
 //
 // and puts the span's own traceparent in the message, so what it causes
-// nests under it. Forward and peer spans are started only for messages that
-// are part of a trace already. Spans are made by cluster.SiloConfig.TracerProvider
+// nests under it (a turn's span is in its handler's context instead, and
+// the messages the handler sends are its children). Turn, call, forward and
+// peer spans are started only for messages that are part of a trace
+// already: with no trace, they cost nothing. An agent's Ask to another
+// silo is thus call, forward, peer and the callee's turn, each the child of
+// the one before; to an agent on the same silo, call and turn. Spans are made by cluster.SiloConfig.TracerProvider
 // (default: the global one, a no-op unless the program installs an SDK).
 package tracing
 
@@ -112,3 +118,120 @@ func End(span trace.Span, err error) {
 	}
 	span.End()
 }
+
+// spanName is "<prefix> <kind>" for call and turn spans, without an
+// allocation.
+func spanName(prefix string, k agentsilov1.Kind) string {
+	call := prefix == "call"
+	switch k {
+	case agentsilov1.Kind_KIND_REQUEST:
+		if call {
+			return "call Ask"
+		}
+		return "turn Ask"
+	case agentsilov1.Kind_KIND_ONE_WAY:
+		if call {
+			return "call Send"
+		}
+		return "turn Send"
+	case agentsilov1.Kind_KIND_EVENT:
+		if call {
+			return "call Event"
+		}
+		return "turn Event"
+	}
+	return prefix + " " + KindName(k)
+}
+
+// Call starts the client span of m, a message an agent sends from a turn
+// (siloapi.Tracer): the child of m's own traceparent if it has one, else of
+// ctx's span (the turn's, or one of the agent's own), else of parent (the
+// traceparent of the turn's message). m carries the span once it starts.
+func (t Tracer) Call(ctx context.Context, m *agentsilov1.AgentMessage, parent string) (context.Context, func(error)) {
+	pctx := ctx
+	switch {
+	case m.GetTraceparent() != "":
+		pctx = traceContext.Extract(ctx, messageCarrier{m})
+	case trace.SpanContextFromContext(ctx).IsValid():
+	case parent != "":
+		pctx = traceContext.Extract(ctx, stringCarrier(parent))
+	}
+	ctx, span := t.t.Start(pctx, spanName("call", m.GetKind()), trace.WithSpanKind(trace.SpanKindClient))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("agentsilo.from", m.GetFrom()),
+			attribute.String("agentsilo.to", m.GetTo()),
+			attribute.String("agentsilo.kind", m.GetKind().String()),
+			attribute.String("agentsilo.message_type", m.GetMessageType()),
+		)
+		traceContext.Inject(ctx, messageCarrier{m})
+	} else if m.GetTraceparent() == "" {
+		// No SDK: the message carries the trace it was sent in.
+		if sc := trace.SpanContextFromContext(pctx); sc.IsValid() {
+			traceContext.Inject(pctx, messageCarrier{m})
+		} else {
+			m.Traceparent = parent
+		}
+	}
+	return ctx, func(err error) { End(span, err) }
+}
+
+// Turn starts the server span of agent's turn handling m
+// (siloapi.Tracer), the child of m's traceparent; the returned context
+// carries it. m is not changed.
+func (t Tracer) Turn(ctx context.Context, agent string, m *agentsilov1.AgentMessage) (context.Context, func(error)) {
+	ctx = traceContext.Extract(ctx, messageCarrier{m})
+	ctx, span := t.t.Start(ctx, spanName("turn", m.GetKind()), trace.WithSpanKind(trace.SpanKindServer))
+	if span.IsRecording() {
+		span.SetAttributes(
+			attribute.String("agentsilo.agent", agent),
+			attribute.String("agentsilo.from", m.GetFrom()),
+			attribute.String("agentsilo.kind", m.GetKind().String()),
+			attribute.String("agentsilo.message_type", m.GetMessageType()),
+		)
+	}
+	return ctx, func(err error) { End(span, err) }
+}
+
+// Traceparent returns the W3C traceparent of ctx's span, "" if it has
+// none (siloapi.Tracer).
+func (t Tracer) Traceparent(ctx context.Context) string {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ""
+	}
+	var c outCarrier
+	traceContext.Inject(ctx, &c)
+	return c.tp
+}
+
+// stringCarrier is a propagation carrier that holds a traceparent.
+type stringCarrier string
+
+func (c stringCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return string(c)
+	}
+	return ""
+}
+
+func (c stringCarrier) Set(string, string) {}
+
+func (c stringCarrier) Keys() []string { return []string{"traceparent"} }
+
+// outCarrier is a propagation carrier that takes a traceparent.
+type outCarrier struct{ tp string }
+
+func (c *outCarrier) Get(key string) string {
+	if key == "traceparent" {
+		return c.tp
+	}
+	return ""
+}
+
+func (c *outCarrier) Set(key, value string) {
+	if key == "traceparent" {
+		c.tp = value
+	}
+}
+
+func (c *outCarrier) Keys() []string { return []string{"traceparent"} }

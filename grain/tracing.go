@@ -1,0 +1,71 @@
+package grain
+
+import (
+	"context"
+)
+
+// Spans. A silo wires a siloapi.Tracer into its runtime; the runtime asks it
+// for spans only around messages that are part of a trace (a traceparent
+// in the message, or in the message of the turn that sends it), so that
+// untraced messages cost a string check:
+//
+//   - the turn of an agent that handles a traced message runs inside a
+//     server span (Tracer.Turn), which its handler's context carries: its
+//     logs and the messages it sends belong to it;
+//   - a REQUEST, ONE_WAY message or EVENT an agent sends from a traced turn
+//     gets a client span (Tracer.Call), whose traceparent the message
+//     carries to its receiver, on this silo or another.
+
+// callTraced reports whether a message msg sent from turn t (nil: not sent
+// from a turn) gets a client span, and with which parent traceparent
+// beside ctx's span: the turn's.
+func (rt *Runtime) callTraced(t *turn, msg *Message) bool {
+	return t != nil && rt.cfg.silo.Tracer != nil && (msg.Traceparent != "" || t.msg.GetTraceparent() != "")
+}
+
+// askTraced is ask for a request that gets a client span (callTraced).
+func (rt *Runtime) askTraced(ctx context.Context, t *turn, owner string, msg *Message) (*Message, error) {
+	ctx, end := rt.cfg.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
+	reply, err := rt.askFrom(ctx, t, owner, msg, 0)
+	end(err)
+	return reply, err
+}
+
+// tellTraced is tell for a one-way message or event that gets a client
+// span (callTraced).
+func (rt *Runtime) tellTraced(ctx context.Context, t *turn, owner string, msg *Message) error {
+	ctx, end := rt.cfg.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
+	err := rt.tellFrom(ctx, t, owner, msg, 0)
+	end(err)
+	return err
+}
+
+// traceTurn starts the server span of turn ctx (a *turn) handling msg, if
+// msg is part of a trace and the silo traces: the turn's context then
+// carries the span. It returns the function that ends the span with the
+// handler's outcome, or nil.
+func (a *activation) traceTurn(ctx context.Context, msg *Message) func(error) {
+	tr := a.rt.cfg.silo.Tracer
+	if tr == nil || msg.GetTraceparent() == "" {
+		return nil
+	}
+	t, ok := ctx.(*turn)
+	if !ok {
+		return nil
+	}
+	var end func(error)
+	t.Context, end = tr.Turn(t.Context, a.key, msg)
+	return end
+}
+
+// traceparent is the traceparent a message sent from turn t with ctx
+// carries when it sets none: that of ctx's span (the turn's server span,
+// or a span of the agent's own), else that of the turn's message.
+func (rt *Runtime) traceparent(ctx context.Context, t *turn) string {
+	if tr := rt.cfg.silo.Tracer; tr != nil && t.msg.GetTraceparent() != "" {
+		if tp := tr.Traceparent(ctx); tp != "" {
+			return tp
+		}
+	}
+	return t.msg.GetTraceparent()
+}
