@@ -37,7 +37,6 @@ func TestDefaultSiloConfigMatchesParts(t *testing.T) {
 		t.Errorf("gateway: %+v, gateway.DefaultConfig: %+v", c, gw)
 	}
 	tc := topics.DefaultConfig()
-	tc.Clock = nil
 	if !reflect.DeepEqual(sub.topics, tc) {
 		t.Errorf("topics: %+v, topics.DefaultConfig: %+v", sub.topics, tc)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/inbox"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 	"github.com/agentsilo/agentsilo/mcp"
 	"github.com/agentsilo/agentsilo/memory"
 	"github.com/agentsilo/agentsilo/reminders"
@@ -68,7 +69,7 @@ type Silo struct {
 	router    *router
 	reminders *reminders.Service
 	topics    *topics.Service
-	topicJS   *topics.JetStreamStore // nil unless TopicStore is NATS
+	topicJS   *topicstore.JetStreamStore // nil unless TopicStore is NATS
 	state     state.Store
 	rt        *grain.Runtime
 	views     *views

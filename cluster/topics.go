@@ -13,13 +13,14 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"github.com/agentsilo/agentsilo/topics"
 )
 
 // Topics in a silo: the topics.Service keeps its subscriptions and queues
-// in etcd (topics.EtcdStore), or in NATS JetStream with --topic-store
-// (topics.JetStreamStore), publishes for the agents and clients of this
+// in etcd (topicstore.EtcdStore), or in NATS JetStream with --topic-store
+// (topicstore.JetStreamStore), publishes for the agents and clients of this
 // silo, and delivers the subscriptions this silo owns: a subscription is
 // placed like an agent, by rendezvous hashing of "topics/<id>" over the
 // view, and follows the views as reminders do (Rebalance at each). During
@@ -45,12 +46,11 @@ func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.Store = store
+	topicstore.Wire(&cfg, topicstore.Wiring{Store: store, Clock: s.clk})
 	cfg.Owns = func(id string) bool {
 		return s.router.state.Load().self && s.router.Route(topicsKey(id)) == ""
 	}
 	cfg.Known = func(t string) bool { _, ok := s.reg.Lookup(t); return ok }
-	cfg.Clock = s.clk
 	cfg.Logger = s.logger
 	tm, err := newTopicMetrics(s.cfg.Metrics)
 	if err != nil {
@@ -61,15 +61,15 @@ func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
 }
 
 // topicStore opens the store SiloConfig.TopicStore names.
-func (s *Silo) topicStore(ctx context.Context) (topics.Store, error) {
+func (s *Silo) topicStore(ctx context.Context) (topicstore.Store, error) {
 	url := s.cfg.TopicStore
 	switch {
 	case url == "" || url == "etcd":
-		return topics.NewEtcdStore(s.etcd.Client(), s.etcd.Prefix(), s.logger), nil
+		return topicstore.NewEtcdStore(s.etcd.Client(), s.etcd.Prefix(), s.logger), nil
 	case !strings.HasPrefix(url, "nats://") && !strings.HasPrefix(url, "tls://"):
-		return nil, errs.New(codes.InvalidArgument, "--topic-store %q: use etcd, or nats://HOST:PORT for NATS JetStream", topics.RedactURLs(url))
+		return nil, errs.New(codes.InvalidArgument, "--topic-store %q: use etcd, or nats://HOST:PORT for NATS JetStream", topicstore.RedactURLs(url))
 	}
-	jc := topics.DefaultJetStreamConfig(url)
+	jc := topicstore.DefaultJetStreamConfig(url)
 	n := s.cfg.TopicNATS
 	jc.CredsFile, jc.CAFile, jc.CertFile, jc.KeyFile = n.CredsFile, n.CAFile, n.CertFile, n.KeyFile
 	if n.Bucket != "" {
@@ -78,7 +78,7 @@ func (s *Silo) topicStore(ctx context.Context) (topics.Store, error) {
 	if n.Replicas != 0 {
 		jc.Replicas = n.Replicas
 	}
-	js, err := topics.OpenJetStream(ctx, jc, s.logger)
+	js, err := topicstore.OpenJetStream(ctx, jc, s.logger)
 	if err != nil {
 		return nil, err
 	}

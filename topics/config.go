@@ -10,13 +10,14 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
-// Config configures a Service. Store is required; every other field has a
-// default, described beside it.
+// Config configures a Service: every field has a default, described
+// beside it. Where the Service keeps subscriptions and queues is not a
+// setting: in a silo, etcd or NATS JetStream (see package cluster); else
+// this process's memory.
 type Config struct {
-	// Store keeps the subscriptions and queues. Required.
-	Store Store
 	// Owns reports whether this silo delivers the messages of subscription
 	// id (`owner:name`). It is called often and must be quick; call
 	// Service.Rebalance when its answers change. Nil: every subscription
@@ -72,11 +73,21 @@ type Config struct {
 	// was published meanwhile. Default: 2 min (a detached session's
 	// backlog age).
 	SessionGrace time.Duration
-	// Clock is the time of retries' backoff and of SessionGrace. Default:
-	// the real clock.
-	Clock clock.Clock
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// store and clk are what a silo wires in (topicstore.Wire): the store
+	// of subscriptions and queues (nil: one in memory, made by New) and the
+	// clock of retries' backoff and of SessionGrace (nil: the real clock).
+	store topicstore.Store
+	clk   clock.Clock
+}
+
+func init() {
+	topicstore.Wire = func(cfg any, w topicstore.Wiring) {
+		c := cfg.(*Config)
+		c.store, c.clk = w.Store, w.Clock
+	}
 }
 
 // Observer is told what a Service does, for metrics. Its methods are
@@ -109,7 +120,6 @@ func DefaultConfig() Config {
 		MaxAppends:       4,
 		QueueSize:        10000,
 		SessionGrace:     2 * time.Minute,
-		Clock:            clock.Real{},
 	}
 }
 
@@ -144,15 +154,13 @@ func (c *Config) Validate() error {
 	fillD(&c.AckTimeout, d.AckTimeout)
 	fillD(&c.PublishTimeout, d.PublishTimeout)
 	fillD(&c.SessionGrace, d.SessionGrace)
-	if c.Clock == nil {
-		c.Clock = d.Clock
+	if c.clk == nil {
+		c.clk = clock.Real{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	switch {
-	case c.Store == nil:
-		return errs.New(codes.InvalidArgument, "topics: Config.Store is nil")
 	case c.MaxSubscriptions < 1, c.MaxMembers < 1:
 		return errs.New(codes.InvalidArgument, "topics: MaxSubscriptions and MaxMembers must be positive")
 	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1, c.MaxAppends < 1:

@@ -1,62 +1,65 @@
-// Package topics is agentsilo's publish/subscribe: hierarchical topics
-// owned like addresses, subscriptions with wildcard patterns, durable
-// queues with acknowledged delivery, retries with backoff and dead
-// letters.
+// Package topics is agentsilo's publish/subscribe. Agents and clients
+// publish messages to hierarchical topics that belong to an owner, as
+// addresses do (`acme:orders.created.eu`); durable subscriptions, each with
+// a pattern over one owner's topics (`orders.*.eu`, `orders.#`), queue a
+// copy of every matching message for their agents, and deliver it at least
+// once, in the order each publisher published, with retries, backoff and
+// dead letters.
 //
-// The files, in the order a message meets them:
+// Why topics rather than Send: a publisher does not know its subscribers,
+// a publish is durable before it returns (a subscriber that is down, busy
+// or being moved gets the message later), and a subscriber controls
+// redelivery by what its handler returns.
 //
-//	name.go        topics (owner:a.b.c) and patterns (* one segment, #
-//	               zero or more), and the matcher
-//	service.go     Service: its lifecycle, the registry of subscriptions it
-//	               follows, the engines of the subscriptions it delivers
-//	publish.go     publishing: a batcher writes many publishes per
-//	               Store.Append
-//	subscribe.go   the subscription, session and dead-letter calls
-//	store.go       Store, the small interface of the durable part: a queue
-//	               per subscription, the registry, dead letters
-//	etcdstore.go   EtcdStore, the Store of a cluster: its keys, the
-//	               subscriptions and their registry
-//	etcdappend.go  its publishes and acknowledgements, with group commit
-//	               (shared etcd transactions)
-//	etcdqueue.go   its queues: following, retries, dead letters
-//	etcdsession.go its session subscriptions, on a lease
-//	jsstore.go     JetStreamStore, the Store of a cluster on NATS JetStream
-//	               instead of etcd: its buckets and the registry
-//	jsqueue.go     its publishes, queues and dead letters
-//	jskeeper.go    its heartbeat, session expiry and sweeping
-//	memstore.go    memStore, its twin in memory, for tests
-//	engine.go      the delivery of one subscription on the silo that owns
-//	               it: lanes per publisher, outcomes, the full flag
-//	config.go      Config and its defaults, Observer
+// # Using it
 //
-// Publishing is durable before it returns: Append writes one copy per
-// matching subscription, conditional on the subscriptions' version of the
-// topic's owner, which Subscribe bumps; a publisher that has not seen a new
-// subscription yet gets a StaleError, waits for its registry and matches
-// again, so that nothing published after Subscribe returned misses it.
+// Users do not call this package to publish or subscribe: an agent does
+// through its grain.Host, a program through the client SDK.
 //
-// A silo wires it so (package cluster does; the runtime takes the Service
-// as its grain.TopicService, and delivers through the runtime's Ask):
+//	// In an agent's turn: subscribe itself, publish (a relative topic is
+//	// the agent's owner's).
+//	err := h.Subscribe(ctx, "audit", "orders.#", grain.WithMaxAttempts(3))
+//	id, err := h.Publish(ctx, "orders.created.eu", &grain.Message{Message: "order 42"})
 //
-//	svc, err := topics.New(topics.Config{
-//		Store: topics.NewEtcdStore(etcd.Client(), prefix, logger),
-//		Owns:  func(id string) bool { return router.owns("topics/" + id) },
-//	})
-//	...
-//	rcfg.Topics = svc
-//	rt, err := grain.New(rcfg, reg)
-//	...
-//	svc.Start(rt.Ask)
-//	...
-//	svc.Close(ctx) // before rt.Close: deliveries in flight settle
+//	// From a program, through a silo's gateway (package client):
+//	res, err := c.Publish(ctx, "acme:orders.created.eu", &client.Message{Message: "order 42"})
+//	sub, err := c.SubscribeSession(ctx, "orders.#") // this session's, while it lives
 //
-// and calls svc.Rebalance when the membership's view changes.
+// A delivery is a request to the subscriber's OnMessage with Message.Topic,
+// Message.Subscription and Message.Attempt set, and the same Message.Id on
+// every attempt. Its result is the outcome: nil acknowledges it,
+// grain.Retry(after, reason) or any other error asks for it again (counting
+// an attempt; past the subscription's maximum it becomes a dead letter),
+// grain.Poison(reason) makes it a dead letter at once. Several agents under
+// one subscription name compete for its messages; each subscription gets
+// its own copy.
 //
-// A client session subscribes through its gateway (SubscribeSession, with
-// the gateway's push into the session's backlog): the silo holding the
-// session delivers its subscription, a message being acknowledged once it
-// is in the backlog. The subscription ends with the session: Unsubscribe
-// at its Close, EndSession when the gateway forgets it, and, if the silo
-// dies, its member's lease (Store.SubscribeSession), after which the
-// subscription's owner in the view prunes it (Store.Prune).
+// What holds:
+//   - A publish returns once its copies are durable, and everything
+//     published after Subscribe returned (through any silo) reaches the
+//     subscription.
+//   - At least once: a message is delivered again until acknowledged, after
+//     a crash or a move of the subscription to another silo too.
+//   - A publisher's messages reach a subscription one at a time, in order.
+//   - A subscription's backlog is bounded (Config.MaxBacklog): past it,
+//     publishers to its topics wait, and then fail with ResourceExhausted.
+//   - A message with an idempotency key is queued once within the store's
+//     window, however often it is published.
+//
+// # Where it runs
+//
+// A silo (package cluster) hosts one Service and wires it: the
+// subscriptions and queues are kept in etcd, or in NATS JetStream
+// (--topic-store), and each subscription is delivered by one silo of the
+// cluster, placed as an agent is. The silo's TopicsConfig holds the
+// settings of Config. A Service made by New outside a silo keeps them in
+// this process's memory, for a runtime of its own (see the Example).
+//
+// The files: name.go (topics and patterns), service.go (the Service's
+// lifecycle and the registry of subscriptions it follows), publish.go (a
+// batcher writes many publishes per store append), subscribe.go (the
+// subscription, session and dead-letter calls), engine.go (the delivery of
+// one subscription on the silo that owns it: lanes per publisher, outcomes,
+// the full flag), config.go (Config and its defaults, Observer). Where the
+// subscriptions and queues are kept is internal/topicstore's.
 package topics

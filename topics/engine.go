@@ -13,6 +13,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/retry"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
 // engine delivers one subscription's queue, on the silo that owns it.
@@ -55,7 +56,7 @@ type engine struct {
 	wg      sync.WaitGroup
 
 	mu    sync.Mutex
-	sub   *Sub
+	sub   *topicstore.Sub
 	items map[string]*item
 	lanes map[string]*lane
 	// removed holds the keys this engine settled (acknowledged, or made
@@ -73,7 +74,7 @@ type engine struct {
 // item is one queued entry.
 type item struct {
 	key  string
-	e    *Entry
+	e    *topicstore.Entry
 	lane *lane
 	busy bool   // a delivery is in flight
 	gone bool   // removed from the lane while in flight
@@ -90,7 +91,7 @@ type lane struct {
 	q    []*item
 }
 
-func newEngine(s *Service, id string, sub *Sub) *engine {
+func newEngine(s *Service, id string, sub *topicstore.Sub) *engine {
 	e := &engine{
 		s:       s,
 		id:      id,
@@ -111,7 +112,7 @@ func (e *engine) start() {
 	e.wg.Add(3)
 	go func() {
 		defer e.wg.Done()
-		e.s.cfg.Store.FollowQueue(e.ctx, e.id, e.onEvent)
+		e.s.cfg.store.FollowQueue(e.ctx, e.id, e.onEvent)
 	}()
 	go e.dispatcher()
 	go e.flagger()
@@ -132,7 +133,7 @@ func (e *engine) abort() {
 	e.dcancel()
 }
 
-func (e *engine) setSub(sub *Sub) {
+func (e *engine) setSub(sub *topicstore.Sub) {
 	e.mu.Lock()
 	e.sub = sub
 	e.mu.Unlock()
@@ -153,7 +154,7 @@ func poke(ch chan struct{}) {
 }
 
 // onEvent applies a change of the queue.
-func (e *engine) onEvent(ev QueueEvent) {
+func (e *engine) onEvent(ev topicstore.QueueEvent) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -240,7 +241,7 @@ func (e *engine) checkFullLocked() {
 // one is, or something changes.
 func (e *engine) dispatcher() {
 	defer e.wg.Done()
-	clk := e.s.cfg.Clock
+	clk := e.s.cfg.clk
 	t := clk.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -264,7 +265,7 @@ func (e *engine) dispatch() time.Time {
 	if e.ctx.Err() != nil || len(e.sub.Members) == 0 {
 		return time.Time{}
 	}
-	now := e.s.cfg.Clock.Now()
+	now := e.s.cfg.clk.Now()
 	var next time.Time
 	for _, l := range e.lanes {
 		if e.inflight >= e.s.cfg.MaxInflight {
@@ -309,7 +310,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
 	var reply *grain.Message
 	var err error
-	if isSession(member) {
+	if topicstore.IsSession(member) {
 		// Into the session's backlog: there, it is acknowledged. A full
 		// backlog waits, as an unreachable agent does; a session gone
 		// ends its subscriptions here.
@@ -360,8 +361,8 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		}
 		e.mu.Lock()
 		it.unavailable++
-		ne := proto.Clone(it.e).(*Entry)
-		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
+		ne := proto.Clone(it.e).(*topicstore.Entry)
+		ne.NotBeforeUnixMs = e.s.cfg.clk.Now().Add(retry.Delay(e.s.cfg.RetryMin, e.s.cfg.RetryMax, it.unavailable)).UnixMilli()
 		it.e = ne
 		e.mu.Unlock()
 		e.s.stats.unavailable.Add(1)
@@ -386,11 +387,11 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, "attempts exhausted", last)
 		return
 	}
-	ne := proto.Clone(it.e).(*Entry)
+	ne := proto.Clone(it.e).(*topicstore.Entry)
 	ne.Attempts, ne.LastError, ne.Agent = uint32(attempts), last, member
-	ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(wait).UnixMilli()
+	ne.NotBeforeUnixMs = e.s.cfg.clk.Now().Add(wait).UnixMilli()
 	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	if err := e.s.cfg.Store.Update(ctx, e.id, it.key, ne); err != nil && errs.Code(err) != codes.NotFound {
+	if err := e.s.cfg.store.Update(ctx, e.id, it.key, ne); err != nil && errs.Code(err) != codes.NotFound {
 		// Kept in memory: a restart counts this attempt again.
 		e.s.cfg.Logger.Warn("topics: could not record a failed delivery", "subscription", e.id, "err", err)
 	}
@@ -426,18 +427,18 @@ func (e *engine) kill(it *item, member, reason, last string) {
 		Reason:       reason,
 		Attempts:     it.e.GetAttempts() + 1,
 		LastError:    last,
-		DeadAt:       timestamppb.New(e.s.cfg.Clock.Now()),
+		DeadAt:       timestamppb.New(e.s.cfg.clk.Now()),
 		Agent:        member,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	err := e.s.cfg.Store.Kill(ctx, e.id, it.key, d)
+	err := e.s.cfg.store.Kill(ctx, e.id, it.key, d)
 	cancel()
 	if err != nil && errs.Code(err) != codes.NotFound {
 		e.s.cfg.Logger.Warn("topics: could not write a dead letter; trying again", "subscription", e.id, "err", err)
 		e.mu.Lock()
 		it.dead, it.last = reason, last
-		ne := proto.Clone(it.e).(*Entry)
-		ne.NotBeforeUnixMs = e.s.cfg.Clock.Now().Add(e.s.cfg.RetryMin).UnixMilli()
+		ne := proto.Clone(it.e).(*topicstore.Entry)
+		ne.NotBeforeUnixMs = e.s.cfg.clk.Now().Add(e.s.cfg.RetryMin).UnixMilli()
 		it.e = ne
 		e.mu.Unlock()
 		e.release(it)
@@ -486,7 +487,7 @@ func (e *engine) flush(ctx context.Context) bool {
 	if want == is {
 		return true
 	}
-	if err := e.s.cfg.Store.SetFull(ctx, e.id, want); err != nil {
+	if err := e.s.cfg.store.SetFull(ctx, e.id, want); err != nil {
 		e.s.cfg.Logger.Warn("topics: could not mark the backlog", "subscription", e.id, "full", want, "err", err)
 		return false
 	}

@@ -11,12 +11,13 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
 // pubReq is one publish waiting for the batcher.
 type pubReq struct {
 	topic Topic
-	entry *Entry
+	entry *topicstore.Entry
 	idem  string
 	done  chan pubResult // buffered
 }
@@ -107,8 +108,8 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 		defer cancel()
 	}
 	var full string
-	if err := s.waitRegistry(ctx, func(r *Registry) bool {
-		for _, sub := range r.Matching(t) {
+	if err := s.waitRegistry(ctx, func(r *topicstore.Registry) bool {
+		for _, sub := range r.Matching(topicstore.Topic(t)) {
 			if sub.Full {
 				full = sub.Record.GetId()
 				return false
@@ -118,7 +119,7 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 	}); err != nil {
 		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: the backlog of subscription %s is full (%d messages)", t, full, s.cfg.MaxBacklog)
 	}
-	req := &pubReq{topic: t, entry: &Entry{Message: m}, done: make(chan pubResult, 1)}
+	req := &pubReq{topic: t, entry: &topicstore.Entry{Message: m}, done: make(chan pubResult, 1)}
 	if k := m.GetIdempotencyKey(); k != "" {
 		req.idem = t.Owner + "/" + owner + "/" + k
 	}
@@ -207,18 +208,18 @@ func (s *Service) commit(batch []*pubReq) {
 	pending := batch
 	for attempt := 0; len(pending) > 0; attempt++ {
 		r := s.reg.Load()
-		items := make([]*Item, 0, len(pending))
+		items := make([]*topicstore.Item, 0, len(pending))
 		versions := map[string]int64{}
-		idem := map[string]*Item{}
-		var owners []*Item // per pending: the item it shares an idempotency key with, if any
+		idem := map[string]*topicstore.Item{}
+		var owners []*topicstore.Item // per pending: the item it shares an idempotency key with, if any
 		for _, p := range pending {
 			versions[p.topic.Owner] = r.Versions[p.topic.Owner]
 			if first := idem[p.idem]; p.idem != "" && first != nil {
 				owners = append(owners, first)
 				continue
 			}
-			subs := r.Matching(p.topic)
-			it := &Item{Entry: p.entry, Owner: p.topic.Owner, IdemKey: p.idem, Subs: make([]string, len(subs))}
+			subs := r.Matching(topicstore.Topic(p.topic))
+			it := &topicstore.Item{Entry: p.entry, Owner: p.topic.Owner, IdemKey: p.idem, Subs: make([]string, len(subs))}
 			for i, sub := range subs {
 				it.Subs[i] = sub.Record.GetId()
 			}
@@ -229,9 +230,9 @@ func (s *Service) commit(batch []*pubReq) {
 			owners = append(owners, it)
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
-		err := s.cfg.Store.Append(ctx, items, versions)
+		err := s.cfg.store.Append(ctx, items, versions)
 		cancel()
-		var stale *StaleError
+		var stale *topicstore.StaleError
 		if errors.As(err, &stale) && attempt < 20 {
 			// Wait for this silo's registry to show what changed, then
 			// match again. The items appended already are done.
@@ -245,7 +246,7 @@ func (s *Service) commit(batch []*pubReq) {
 			}
 			pending = rest
 			wctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-			werr := s.waitRegistry(wctx, func(r *Registry) bool {
+			werr := s.waitRegistry(wctx, func(r *topicstore.Registry) bool {
 				for o, v := range stale.Versions {
 					if r.Versions[o] < v {
 						return false
@@ -272,7 +273,7 @@ func (s *Service) commit(batch []*pubReq) {
 }
 
 // complete answers p, whose item it is (or shares its idempotency key).
-func (s *Service) complete(p *pubReq, it *Item) {
+func (s *Service) complete(p *pubReq, it *topicstore.Item) {
 	switch {
 	case it.Entry != p.entry:
 		p.done <- pubResult{id: it.Entry.GetMessage().GetId(), dup: true}

@@ -11,6 +11,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/retry"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
 // Service is one silo's part of publish/subscribe: it publishes (batching
@@ -25,7 +26,7 @@ import (
 type Service struct {
 	cfg Config
 
-	reg    atomic.Pointer[Registry]
+	reg    atomic.Pointer[topicstore.Registry]
 	regMu  sync.Mutex
 	regCh  chan struct{} // closed and replaced when reg changes
 	loaded chan struct{} // closed at the first registry
@@ -37,8 +38,8 @@ type Service struct {
 	wg     sync.WaitGroup // the registry follower, the batcher, engines' stops
 
 	ackMu   sync.Mutex
-	acks    []AckKey      // acknowledged, not yet removed from the store
-	ackWake chan struct{} // the acker: acks to write
+	acks    []topicstore.AckKey // acknowledged, not yet removed from the store
+	ackWake chan struct{}       // the acker: acks to write
 
 	mu      sync.Mutex // guards engines, deliver, closed, local, pruning
 	engines map[string]*engine
@@ -77,6 +78,9 @@ func New(cfg Config) (*Service, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.store == nil {
+		cfg.store = topicstore.NewMemory(cfg.clk, 0)
+	}
 	s := &Service{
 		cfg:     cfg,
 		regCh:   make(chan struct{}),
@@ -88,14 +92,14 @@ func New(cfg Config) (*Service, error) {
 		pruning: make(map[string]bool),
 		endWake: make(chan struct{}, 1),
 	}
-	s.reg.Store(newRegistry(nil, nil, nil, nil))
+	s.reg.Store(topicstore.NewRegistry())
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(3)
 	go s.reaper()
 	go func() {
 		defer s.wg.Done()
 		first := true
-		cfg.Store.FollowRegistry(s.ctx, func(r *Registry) {
+		cfg.store.FollowRegistry(s.ctx, func(r *topicstore.Registry) {
 			s.setRegistry(r)
 			if first {
 				first = false
@@ -112,7 +116,7 @@ func New(cfg Config) (*Service, error) {
 // ack queues the removal of an acknowledged entry.
 func (s *Service) ack(sub, key string) {
 	s.ackMu.Lock()
-	s.acks = append(s.acks, AckKey{Sub: sub, Key: key})
+	s.acks = append(s.acks, topicstore.AckKey{Sub: sub, Key: key})
 	s.ackMu.Unlock()
 	poke(s.ackWake)
 }
@@ -151,7 +155,7 @@ func (s *Service) flushAcks(ctx context.Context) bool {
 	if len(acks) == 0 {
 		return true
 	}
-	if err := s.cfg.Store.Ack(ctx, acks); err != nil {
+	if err := s.cfg.store.Ack(ctx, acks); err != nil {
 		s.cfg.Logger.Warn("topics: could not remove acknowledged messages; retrying", "n", len(acks), "err", err)
 		s.ackMu.Lock()
 		s.acks = append(acks, s.acks...)
@@ -215,7 +219,7 @@ func (s *Service) Close(ctx context.Context) error {
 	s.cancel()
 	s.wg.Wait()
 	<-s.ackerDone
-	if c, ok := s.cfg.Store.(interface{ Close() error }); ok {
+	if c, ok := s.cfg.store.(interface{ Close() error }); ok {
 		if cerr := c.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
@@ -223,7 +227,7 @@ func (s *Service) Close(ctx context.Context) error {
 	return err
 }
 
-func (s *Service) setRegistry(r *Registry) {
+func (s *Service) setRegistry(r *topicstore.Registry) {
 	s.reg.Store(r)
 	s.regMu.Lock()
 	close(s.regCh)
@@ -232,11 +236,11 @@ func (s *Service) setRegistry(r *Registry) {
 	s.Rebalance()
 }
 
-// Registry returns the subscriptions as this silo last saw them.
-func (s *Service) Registry() *Registry { return s.reg.Load() }
+// registry returns the subscriptions as this silo last saw them.
+func (s *Service) registry() *topicstore.Registry { return s.reg.Load() }
 
 // waitRegistry waits until ok holds for the registry, bounded by ctx.
-func (s *Service) waitRegistry(ctx context.Context, ok func(*Registry) bool) error {
+func (s *Service) waitRegistry(ctx context.Context, ok func(*topicstore.Registry) bool) error {
 	for {
 		s.regMu.Lock()
 		r, ch := s.reg.Load(), s.regCh
@@ -304,7 +308,7 @@ func (s *Service) prune(id string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		t := s.cfg.Clock.NewTimer(s.cfg.SessionGrace)
+		t := s.cfg.clk.NewTimer(s.cfg.SessionGrace)
 		select {
 		case <-t.C():
 		case <-s.ctx.Done():
@@ -312,7 +316,7 @@ func (s *Service) prune(id string) {
 			return
 		}
 		ctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
-		ok, err := s.cfg.Store.Prune(ctx, id)
+		ok, err := s.cfg.store.Prune(ctx, id)
 		cancel()
 		if err != nil && s.ctx.Err() == nil {
 			s.cfg.Logger.Warn("topics: could not delete a subscription without members", "subscription", id, "err", err)

@@ -14,6 +14,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -66,24 +67,24 @@ func (a *agents) wait(t *testing.T, what string, cond func(got []*grain.Message)
 
 type harness struct {
 	t     *testing.T
-	store Store
+	store topicstore.Store
 	clk   *clock.Fake
 	a     *agents
 }
 
 // newHarness makes a harness on store; nil is a memStore on the
 // harness's fake clock.
-func newHarness(t *testing.T, store Store) *harness {
+func newHarness(t *testing.T, store topicstore.Store) *harness {
 	h := &harness{t: t, store: store, clk: clock.NewFake(time.Unix(1_700_000_000, 0)), a: newAgents()}
 	if store == nil {
-		h.store = newMemStore(h.clk, 0)
+		h.store = topicstore.NewMemory(h.clk, 0)
 	}
 	return h
 }
 
 func (h *harness) service(mod func(*Config)) *Service {
 	h.t.Helper()
-	cfg := Config{Store: h.store, Clock: h.clk, MaxBacklog: 100, RetryMin: time.Second, RetryMax: 8 * time.Second}
+	cfg := Config{store: h.store, clk: h.clk, MaxBacklog: 100, RetryMin: time.Second, RetryMax: 8 * time.Second}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -130,7 +131,7 @@ func (h *harness) publish(s *Service, from, topic, text string) string {
 // Each subscription gets a copy; the members of one compete; a publisher's
 // messages arrive in order, each acknowledged once.
 func TestFanOutCompeteOrder(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	s := h.service(nil)
 	h.subscribe(s, "Audit:acme:a", "audit", "acme:orders.#", 0)
 	h.subscribe(s, "Worker:acme:w1", "work", "orders.*", 0)
@@ -188,7 +189,7 @@ func waitStats(t *testing.T, s *Service, what string, cond func(Stats) bool) {
 // Retry then ack: the attempt number counts up, the backoff waits on the
 // clock, and the lane waits for its head.
 func TestRetryThenAck(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	h.a.handle = func(m *grain.Message) error {
 		switch {
 		case m.Message == "flaky" && m.Attempt < 3:
@@ -233,7 +234,7 @@ func TestRetryThenAck(t *testing.T) {
 // attempts become one with the last error; replay delivers again from
 // attempt 1; drop removes.
 func TestDeadLetters(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	var mu sync.Mutex
 	healed := false
 	h.a.handle = func(m *grain.Message) error {
@@ -295,7 +296,7 @@ func TestDeadLetters(t *testing.T) {
 // A full backlog makes publishers wait, and fail with ResourceExhausted at
 // their deadline; acknowledging makes room.
 func TestBacklogBound(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	release := make(chan struct{})
 	h.a.handle = func(*grain.Message) error {
 		<-release
@@ -307,7 +308,7 @@ func TestBacklogBound(t *testing.T) {
 		h.publish(s, "P:acme:p", "jobs", fmt.Sprint(i))
 	}
 	ctx := t.Context()
-	if err := s.waitRegistry(ctx, func(r *Registry) bool { return r.Subs["acme:work"].Full }); err != nil {
+	if err := s.waitRegistry(ctx, func(r *topicstore.Registry) bool { return r.Subs["acme:work"].Full }); err != nil {
 		t.Fatal(err)
 	}
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -332,7 +333,7 @@ func TestBacklogBound(t *testing.T) {
 }
 
 func TestPublishValidation(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	s := h.service(func(c *Config) { c.MaxMessageSize = 1024 })
 	ctx := t.Context()
 	for _, tc := range []struct {
@@ -393,7 +394,7 @@ func TestIdempotentPublish(t *testing.T) {
 	if err != nil || other.Duplicate {
 		t.Fatalf("another publisher's owner with the same key: %+v, %v", other, err)
 	}
-	h.clk.Advance(defaultIdemWindow)
+	h.clk.Advance(topicstore.DefaultIdemWindow)
 	late, err := s.PublishMessage(ctx, "P:acme:p", "x", &grain.Message{IdempotencyKey: "k1"})
 	if err != nil || late.Duplicate {
 		t.Fatalf("after the window: %+v, %v", late, err)
@@ -404,23 +405,23 @@ func TestIdempotentPublish(t *testing.T) {
 // gatedStore holds back the registry updates of one Service until opened,
 // so that it publishes with subscriptions it has not seen.
 type gatedStore struct {
-	Store
+	topicstore.Store
 	open  chan struct{}
 	stale chan struct{} // closed at the first StaleError
 	once  sync.Once
 }
 
-func (g *gatedStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+func (g *gatedStore) Append(ctx context.Context, items []*topicstore.Item, versions map[string]int64) error {
 	err := g.Store.Append(ctx, items, versions)
-	if errors.Is(err, ErrStale) {
+	if errors.Is(err, topicstore.ErrStale) {
 		g.once.Do(func() { close(g.stale) })
 	}
 	return err
 }
 
-func (g *gatedStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
+func (g *gatedStore) FollowRegistry(ctx context.Context, f func(*topicstore.Registry)) {
 	first := true
-	g.Store.FollowRegistry(ctx, func(r *Registry) {
+	g.Store.FollowRegistry(ctx, func(r *topicstore.Registry) {
 		if !first {
 			select {
 			case <-g.open:
@@ -436,7 +437,7 @@ func (g *gatedStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 // No window: a publish through a silo that has not seen a subscription yet
 // still reaches it, once Subscribe returned elsewhere.
 func TestNoWindowAfterSubscribe(t *testing.T) {
-	mem := newMemStore(nil, 0)
+	mem := topicstore.NewMemory(nil, 0)
 	h := newHarness(t, mem)
 	sub := h.service(nil)
 	gated := &gatedStore{Store: mem, open: make(chan struct{}), stale: make(chan struct{})}
@@ -487,7 +488,7 @@ func TestUnavailableIsNotAnAttempt(t *testing.T) {
 // A delivery is on behalf of its subscriber's owner: not of the publisher,
 // and not of a principal the published message claims.
 func TestDeliveryOnBehalfOfSubscriber(t *testing.T) {
-	h := newHarness(t, newMemStore(nil, 0))
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
 	s := h.service(nil)
 	h.subscribe(s, "Relay:mallory:r", "in", "mallory:in", 0)
 	if _, err := s.Publish(t.Context(), "Session:mallory:s", "mallory:in", &grain.Message{Message: "x", OnBehalfOf: "ops"}); err != nil {
@@ -507,7 +508,9 @@ func TestSubscriptionBounds(t *testing.T) {
 	h.subscribe(s, "W:acme:b", "one", "x", 0)
 	h.subscribe(s, "W:acme:a", "two", "x", 0)
 	ctx := t.Context()
-	if err := s.waitRegistry(ctx, func(r *Registry) bool { return len(r.Owned("acme")) == 2 && len(r.Subs["acme:one"].Members) == 2 }); err != nil {
+	if err := s.waitRegistry(ctx, func(r *topicstore.Registry) bool {
+		return len(r.Owned("acme")) == 2 && len(r.Subs["acme:one"].Members) == 2
+	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Subscribe(ctx, addr("W:acme:c"), "one", "x", 0); errs.Code(err) != codes.ResourceExhausted {

@@ -71,7 +71,7 @@ func (s *Service) SubscribeAgent(ctx context.Context, agent grain.Address, name,
 		return nil, errs.New(codes.ResourceExhausted, "subscription %s has %d agents, the most allowed", id, len(sub.Members))
 	}
 	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
-	return s.cfg.Store.Subscribe(ctx, rec, agent.String())
+	return s.cfg.store.Subscribe(ctx, rec, agent.String())
 }
 
 // attempts is a subscription's bound on deliveries: n, or the default for
@@ -86,18 +86,18 @@ func (s *Service) attempts(n int) (int, error) {
 	return n, nil
 }
 
-// SessionSubscriptionName is the name of session's subscription to
+// sessionSubscriptionName is the name of session's subscription to
 // pattern (canonical) when the session gives none: the same for the same
 // session and pattern, so that subscribing again (after a re-attach) is
 // idempotent.
-func SessionSubscriptionName(session, pattern string) string {
+func sessionSubscriptionName(session, pattern string) string {
 	h := sha256.Sum256([]byte(session + "\x00" + pattern))
 	return "session-" + hex.EncodeToString(h[:8])
 }
 
 // SubscribeSession subscribes the client session at session (on this
 // silo, reached through push) to pattern (relative to the session's
-// owner), under name ("": SessionSubscriptionName), and returns the
+// owner), under name ("": sessionSubscriptionName), and returns the
 // subscription. This silo delivers it, into the session's backlog (which
 // acknowledges a message), for as long as the session lives: until
 // Unsubscribe, EndSession, or this silo's end (the member is on a lease of
@@ -115,7 +115,7 @@ func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, n
 		return nil, err
 	}
 	if name == "" {
-		name = SessionSubscriptionName(session.String(), p.String())
+		name = sessionSubscriptionName(session.String(), p.String())
 	}
 	if strings.Contains(name, ":") {
 		return nil, errs.New(codes.InvalidArgument, "subscription name %q: a name, without an owner (it is the session's)", clip(name))
@@ -137,7 +137,7 @@ func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, n
 		// Its member went with a silo's lease and it waits out
 		// SessionGrace: the session, adopted here, takes it back with its
 		// queue; only under the name made for this session and pattern.
-		if name != SessionSubscriptionName(session.String(), p.String()) {
+		if name != sessionSubscriptionName(session.String(), p.String()) {
 			return nil, errs.New(codes.FailedPrecondition, "subscription %s exists and is not this session's", id)
 		}
 	} else if !sub.Session || len(sub.Members) > 1 || sub.Members[0] != session.String() {
@@ -153,7 +153,7 @@ func (s *Service) SubscribeSession(ctx context.Context, session grain.Address, n
 	s.local[id] = &localSub{session: session.String(), push: push}
 	s.mu.Unlock()
 	rec := &SubscriptionRecord{Id: id, Pattern: p.String(), MaxAttempts: uint32(maxAttempts), CreatedUnixMs: time.Now().UnixMilli()}
-	out, err := s.cfg.Store.SubscribeSession(ctx, rec, session.String())
+	out, err := s.cfg.store.SubscribeSession(ctx, rec, session.String())
 	if err != nil {
 		s.mu.Lock()
 		if s.reg.Load().Subs[id] == nil {
@@ -243,7 +243,7 @@ func (s *Service) UnsubscribeAgent(ctx context.Context, agent grain.Address, nam
 	if err != nil {
 		return false, err
 	}
-	deleted, err := s.cfg.Store.Unsubscribe(ctx, id, agent.String())
+	deleted, err := s.cfg.store.Unsubscribe(ctx, id, agent.String())
 	if agent.Type == grain.SessionType && (err == nil || errs.Code(err) == codes.NotFound) {
 		s.mu.Lock()
 		if l := s.local[id]; l != nil && l.session == agent.String() {
@@ -258,7 +258,7 @@ func (s *Service) UnsubscribeAgent(ctx context.Context, agent grain.Address, nam
 // (so a subscription is listed once Subscribe has returned, through any
 // silo); the backlog is known for those this silo delivers.
 func (s *Service) Subscriptions(ctx context.Context, owner string) ([]*agentsilov1.Subscription, error) {
-	r, err := s.cfg.Store.Subscriptions(ctx, owner)
+	r, err := s.cfg.store.Subscriptions(ctx, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +295,7 @@ func (s *Service) DeadLetters(ctx context.Context, id, after string, limit int) 
 	if err := checkKey(after); err != nil {
 		return nil, false, err
 	}
-	return s.cfg.Store.DeadLetters(ctx, id, after, limit)
+	return s.cfg.store.DeadLetters(ctx, id, after, limit)
 }
 
 // Replay queues dead letters of subscription id again (ids nil: all).
@@ -303,7 +303,7 @@ func (s *Service) Replay(ctx context.Context, id string, ids []string) (int, err
 	if err := checkKeys(ids); err != nil {
 		return 0, err
 	}
-	return s.cfg.Store.Replay(ctx, id, ids)
+	return s.cfg.store.Replay(ctx, id, ids)
 }
 
 // Drop deletes dead letters of subscription id (ids nil: all).
@@ -311,7 +311,7 @@ func (s *Service) Drop(ctx context.Context, id string, ids []string) (int, error
 	if err := checkKeys(ids); err != nil {
 		return 0, err
 	}
-	return s.cfg.Store.Drop(ctx, id, ids)
+	return s.cfg.store.Drop(ctx, id, ids)
 }
 
 // MaxIDs bounds the dead letters named in one call.

@@ -13,7 +13,7 @@
 //   - topics-etcd-writes: etcd revisions (write transactions) per message
 //     published, acknowledgments included.
 //   - topics-js-*: the same through a silo whose topics are kept in NATS
-//     JetStream (--topic-store nats://...; topics.JetStreamStore) on the
+//     JetStream (--topic-store nats://...; topicstore.JetStreamStore) on the
 //     same nats-server as the anchor: what the store adds on top of
 //     JetStream.
 //   - jetstream-*: the same on a nats-server (-nats-server, Debian's

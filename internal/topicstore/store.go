@@ -1,4 +1,4 @@
-package topics
+package topicstore
 
 import (
 	"context"
@@ -24,8 +24,9 @@ type SubscriptionRecord = agentsilov1.SubscriptionRecord
 
 // Store keeps subscriptions, their queues and their dead letters durably:
 // EtcdStore in a cluster, JetStreamStore in a cluster whose topics are kept
-// in NATS JetStream, a twin in memory in one process (tests, and the embedded
-// default of a runtime without etcd). What the Service needs is an ordered
+// in NATS JetStream, a twin in memory in one process (NewMemory: tests, and
+// the default of a topics.Service that a silo did not wire). What the
+// topics.Service needs is an ordered
 // queue per subscription that Append writes to durably, and a registry of
 // subscriptions it can follow.
 //
@@ -183,7 +184,7 @@ func newRegistry(versions map[string]int64, recs map[string]*SubscriptionRecord,
 		sort.Strings(ms)
 		s := &Sub{Record: rec, Pattern: p, Members: ms, Full: full[id], Session: len(ms) > 0}
 		for _, m := range ms {
-			if !isSession(m) {
+			if !IsSession(m) {
 				s.Session = false
 			}
 		}
@@ -219,10 +220,10 @@ func (r *Registry) Owned(owner string) []*Sub {
 	return out
 }
 
-// defaultIdemWindow is how long an idempotency key is remembered.
-const defaultIdemWindow = 10 * time.Minute
+// DefaultIdemWindow is how long an idempotency key is remembered.
+const DefaultIdemWindow = 10 * time.Minute
 
-// isSession reports whether addr is a client session's address.
-func isSession(addr string) bool {
+// IsSession reports whether addr is a client session's address.
+func IsSession(addr string) bool {
 	return len(addr) > len(grain.SessionType) && addr[len(grain.SessionType)] == ':' && addr[:len(grain.SessionType)] == grain.SessionType
 }

@@ -1,4 +1,4 @@
-package topics
+package topicstore
 
 import (
 	"context"
@@ -247,51 +247,4 @@ func entryID(text, id string) *Entry {
 	e := entry(text)
 	e.Message.Id = id
 	return e
-}
-
-// The Service over etcd: fan-out, retries and dead letters end to end.
-func TestServiceOnEtcd(t *testing.T) {
-	cli := etcdtest.Start(t).Client(t)
-	store := NewEtcdStore(cli, "/svc/", nil)
-	h := newHarness(t, store)
-	h.a.handle = func(m *grain.Message) error {
-		if m.Message == "bad" {
-			return grain.Poison("bad")
-		}
-		return nil
-	}
-	s := h.service(nil)
-	h.subscribe(s, "W:acme:a", "one", "orders.#", 0)
-	h.subscribe(s, "W:acme:b", "two", "orders.*", 0)
-	const n = 50
-	var wg sync.WaitGroup
-	for p := range 5 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range n / 5 {
-				h.publish(s, fmt.Sprintf("P:acme:p%d", p), "orders.new", fmt.Sprint(i))
-			}
-		}()
-	}
-	wg.Wait()
-	h.publish(s, "P:acme:p", "orders.new", "bad")
-	got := h.a.wait(t, "deliveries", func(got []*grain.Message) bool { return len(got) == 2*n+2 })
-	last := map[string]int{}
-	for _, m := range got {
-		if m.Message == "bad" {
-			continue
-		}
-		k := m.Subscription + " " + m.From
-		var i int
-		fmt.Sscan(m.Message, &i)
-		if prev, ok := last[k]; ok && i != prev+1 {
-			t.Fatalf("%s: %d after %d", k, i, prev)
-		}
-		last[k] = i
-	}
-	waitStats(t, s, "acks and dead letters", func(st Stats) bool { return st.Acked == 2*n && st.DeadLettered == 2 })
-	if st := store.Txns(); st > 2*n+20 {
-		t.Logf("%d transactions for %d publishes", st, n)
-	}
 }

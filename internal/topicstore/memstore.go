@@ -1,4 +1,4 @@
-package topics
+package topicstore
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
-// memStore is a Store in memory, for tests. Nothing survives the process.
-// The zero value is not usable; use newMemStore.
-type memStore struct {
+// Memory is a Store in memory: the default of a topics.Service that no
+// silo wired, and the twin of the durable stores in tests. Nothing survives
+// the process.
+// The zero value is not usable; use NewMemory.
+type Memory struct {
 	clk    clock.Clock
 	window time.Duration
 
@@ -53,14 +55,14 @@ type memIdem struct {
 
 // newMemStore returns an empty store whose idempotency keys last window
 // on clk (nil: the real clock; 0: 10 minutes).
-func newMemStore(clk clock.Clock, window time.Duration) *memStore {
+func newMemStore(clk clock.Clock, window time.Duration) *Memory {
 	if clk == nil {
 		clk = clock.Real{}
 	}
 	if window <= 0 {
-		window = defaultIdemWindow
+		window = DefaultIdemWindow
 	}
-	return &memStore{
+	return &Memory{
 		clk:      clk,
 		window:   window,
 		versions: map[string]int64{},
@@ -74,19 +76,19 @@ func newMemStore(clk clock.Clock, window time.Duration) *memStore {
 	}
 }
 
-var _ Store = (*memStore)(nil)
+var _ Store = (*Memory)(nil)
 
-func (s *memStore) nextKey() string {
+func (s *Memory) nextKey() string {
 	s.seq++
 	return fmt.Sprintf("%020d", s.seq)
 }
 
-func (s *memStore) notifyLocked() {
+func (s *Memory) notifyLocked() {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
 
-func (s *memStore) queue(id string) *memQueue {
+func (s *Memory) queue(id string) *memQueue {
 	q := s.queues[id]
 	if q == nil {
 		q = &memQueue{entries: map[string]*Entry{}, followers: map[*memFollower]struct{}{}}
@@ -108,7 +110,7 @@ func (q *memQueue) emit(ev QueueEvent) {
 }
 
 // Subscribe implements Store.
-func (s *memStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+func (s *Memory) Subscribe(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
 	p, err := ParsePattern(rec.GetPattern(), "")
 	if err != nil {
 		return nil, err
@@ -132,7 +134,7 @@ func (s *memStore) Subscribe(ctx context.Context, rec *SubscriptionRecord, membe
 }
 
 // Unsubscribe implements Store.
-func (s *memStore) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
+func (s *Memory) Unsubscribe(ctx context.Context, id, member string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ms := s.members[id]
@@ -149,7 +151,7 @@ func (s *memStore) Unsubscribe(ctx context.Context, id, member string) (bool, er
 }
 
 // deleteLocked deletes subscription id with its queue and dead letters.
-func (s *memStore) deleteLocked(id string) {
+func (s *Memory) deleteLocked(id string) {
 	if p, err := ParsePattern(s.subs[id].GetPattern(), ""); err == nil {
 		s.seq++
 		s.versions[p.Owner] = int64(s.seq)
@@ -167,12 +169,12 @@ func (s *memStore) deleteLocked(id string) {
 }
 
 // SubscribeSession implements Store: in one process, it is Subscribe.
-func (s *memStore) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
+func (s *Memory) SubscribeSession(ctx context.Context, rec *SubscriptionRecord, member string) (*SubscriptionRecord, error) {
 	return s.Subscribe(ctx, rec, member)
 }
 
 // Prune implements Store.
-func (s *memStore) Prune(ctx context.Context, id string) (bool, error) {
+func (s *Memory) Prune(ctx context.Context, id string) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.subs[id]; !ok || len(s.members[id]) > 0 {
@@ -185,7 +187,7 @@ func (s *memStore) Prune(ctx context.Context, id string) (bool, error) {
 
 // Expire removes member from every subscription, as the end of an etcd
 // lease does a session's: for tests of Prune.
-func (s *memStore) Expire(member string) {
+func (s *Memory) Expire(member string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ms := range s.members {
@@ -195,7 +197,7 @@ func (s *memStore) Expire(member string) {
 }
 
 // Subscriptions implements Store.
-func (s *memStore) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
+func (s *Memory) Subscriptions(ctx context.Context, owner string) (*Registry, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.registryLocked()
@@ -231,7 +233,7 @@ func fullOf(r *Registry) map[string]bool {
 	return out
 }
 
-func (s *memStore) registryLocked() *Registry {
+func (s *Memory) registryLocked() *Registry {
 	versions := make(map[string]int64, len(s.versions))
 	for k, v := range s.versions {
 		versions[k] = v
@@ -250,7 +252,7 @@ func (s *memStore) registryLocked() *Registry {
 }
 
 // FollowRegistry implements Store.
-func (s *memStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
+func (s *Memory) FollowRegistry(ctx context.Context, f func(*Registry)) {
 	for {
 		s.mu.Lock()
 		r, ch := s.registryLocked(), s.changed
@@ -265,7 +267,7 @@ func (s *memStore) FollowRegistry(ctx context.Context, f func(*Registry)) {
 }
 
 // Append implements Store.
-func (s *memStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
+func (s *Memory) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
 	if err := ctx.Err(); err != nil {
 		return errs.Wrap(errs.Code(err), err, "append")
 	}
@@ -316,7 +318,7 @@ func (s *memStore) Append(ctx context.Context, items []*Item, versions map[strin
 }
 
 // FollowQueue implements Store.
-func (s *memStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+func (s *Memory) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
 	fl := &memFollower{wake: make(chan struct{}, 1)}
 	s.mu.Lock()
 	q := s.queue(id)
@@ -370,7 +372,7 @@ func (q *memQueue) remove(k string) (*Entry, bool) {
 }
 
 // Ack implements Store.
-func (s *memStore) Ack(ctx context.Context, acks []AckKey) error {
+func (s *Memory) Ack(ctx context.Context, acks []AckKey) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range acks {
@@ -380,7 +382,7 @@ func (s *memStore) Ack(ctx context.Context, acks []AckKey) error {
 }
 
 // Update implements Store.
-func (s *memStore) Update(ctx context.Context, id, key string, e *Entry) error {
+func (s *Memory) Update(ctx context.Context, id, key string, e *Entry) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	q := s.queue(id)
@@ -393,7 +395,7 @@ func (s *memStore) Update(ctx context.Context, id, key string, e *Entry) error {
 }
 
 // Kill implements Store.
-func (s *memStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
+func (s *Memory) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.queue(id).remove(key); !ok {
@@ -409,7 +411,7 @@ func (s *memStore) Kill(ctx context.Context, id, key string, d *DeadLetter) erro
 }
 
 // SetFull implements Store.
-func (s *memStore) SetFull(ctx context.Context, id string, full bool) error {
+func (s *Memory) SetFull(ctx context.Context, id string, full bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.subs[id]; !ok {
@@ -422,7 +424,7 @@ func (s *memStore) SetFull(ctx context.Context, id string, full bool) error {
 	return nil
 }
 
-func (s *memStore) deadKeys(id string) []string {
+func (s *Memory) deadKeys(id string) []string {
 	keys := make([]string, 0, len(s.dead[id]))
 	for k := range s.dead[id] {
 		keys = append(keys, k)
@@ -432,7 +434,7 @@ func (s *memStore) deadKeys(id string) []string {
 }
 
 // DeadLetters implements Store.
-func (s *memStore) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
+func (s *Memory) DeadLetters(ctx context.Context, id, after string, limit int) ([]*DeadLetter, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*DeadLetter
@@ -449,7 +451,7 @@ func (s *memStore) DeadLetters(ctx context.Context, id, after string, limit int)
 }
 
 // Replay implements Store.
-func (s *memStore) Replay(ctx context.Context, id string, keys []string) (int, error) {
+func (s *Memory) Replay(ctx context.Context, id string, keys []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if keys == nil {
@@ -474,7 +476,7 @@ func (s *memStore) Replay(ctx context.Context, id string, keys []string) (int, e
 }
 
 // Drop implements Store.
-func (s *memStore) Drop(ctx context.Context, id string, keys []string) (int, error) {
+func (s *Memory) Drop(ctx context.Context, id string, keys []string) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if keys == nil {

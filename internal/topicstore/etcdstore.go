@@ -1,4 +1,4 @@
-package topics
+package topicstore
 
 import (
 	"context"
@@ -100,7 +100,7 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 		OpTimeout:  5 * time.Second,
 		MaxOps:     128,
 		MaxBytes:   1 << 20,
-		Window:     defaultIdemWindow,
+		Window:     DefaultIdemWindow,
 		SessionTTL: 15 * time.Second,
 		sessHeld:   map[string]sessMember{},
 		keyPrefix:  hex.EncodeToString(b[:]) + "-",

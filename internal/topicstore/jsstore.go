@@ -1,4 +1,4 @@
-package topics
+package topicstore
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		Bucket:     "agentsilo_topics",
 		Replicas:   1,
 		OpTimeout:  5 * time.Second,
-		Window:     defaultIdemWindow,
+		Window:     DefaultIdemWindow,
 		SweepEvery: time.Minute,
 		MarkerAge:  time.Minute,
 		SessionTTL: 15 * time.Second,
