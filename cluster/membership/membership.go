@@ -40,6 +40,13 @@ type Membership struct {
 	ml         *memberlist.Memberlist
 	keys       *keyring // nil: gossip in the clear
 	sec        atomic.Pointer[Security]
+	// unreach is this silo's standing as its record says it: reachable,
+	// unreachMarked or unreachDrained (unreachable.go). It only grows.
+	unreach atomic.Int32
+	// unreachFrom is the revision at which a majority of the others was
+	// first seen reporting this silo unreachable, 0 if none is (see
+	// CheckUnreachable; its caller's goroutine only).
+	unreachFrom int64
 	// refused holds the leases of records admit kept out of the view
 	// (watch goroutine only).
 	refused map[int64]bool

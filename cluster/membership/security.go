@@ -202,6 +202,12 @@ func (m *Membership) record(leaving bool) Member {
 	r := m.self
 	r.Security = m.Security()
 	r.Leaving = leaving
+	switch m.unreach.Load() {
+	case unreachMarked:
+		r.Unreachable = true
+	case unreachDrained:
+		r.Unreachable, r.Drained = true, true
+	}
 	return r
 }
 

@@ -22,6 +22,15 @@ type Member struct {
 	// Leaving is set by Leave just before the record is removed: the silo
 	// has stopped serving and its addresses may be taken over at once.
 	Leaving bool `json:"leaving,omitempty"`
+	// Unreachable is set by the silo itself once a majority of the other
+	// members reported that they cannot reach its peer port (see
+	// unreachable.go): from the view that shows it, the silo owns no
+	// addresses (View.Owners leaves it out), for the rest of its run.
+	Unreachable bool `json:"unreachable,omitempty"`
+	// Drained is set by an Unreachable silo once it has deactivated every
+	// activation it held and can start none: the new owners of its
+	// addresses take them over without asking it (it cannot be asked).
+	Drained bool `json:"drained,omitempty"`
 	// Security is the fingerprint of the silo's security settings (see
 	// Security); not Known in the record of a silo of an older version.
 	Security Security `json:"security,omitzero"`
@@ -54,11 +63,11 @@ func (v View) Member(name string) (Member, bool) {
 }
 
 // Owners returns the names, sorted, of the members that own addresses: those
-// not leaving.
+// not leaving and not unreachable.
 func (v View) Owners() []string {
 	names := make([]string, 0, len(v.Members))
 	for _, m := range v.Members {
-		if !m.Leaving {
+		if !m.Leaving && !m.Unreachable {
 			names = append(names, m.Name)
 		}
 	}
