@@ -15,12 +15,26 @@ import (
 // context, or else the traceparent of the message an agent is handling
 // (grain.Traceparent), so that an agent logging with its handler's context
 // (`h.Logger().InfoContext(ctx, ...)`) is tied to the call that caused it.
-// A silo wraps its logger's handler with it.
+// A silo wraps its loggers' handlers with it (SiloConfig.Logger, and
+// the runtime's and gateway's own if set).
 func TraceLogHandler(h slog.Handler) slog.Handler {
 	if _, ok := h.(*traceLogHandler); ok {
 		return h
 	}
 	return &traceLogHandler{h: h, top: h}
+}
+
+// traceLogger returns l with its handler wrapped by TraceLogHandler (l
+// itself if it is already): the runtime's and the gateway's loggers, when
+// a program sets its own, carry trace ids like the silo's.
+func traceLogger(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return nil
+	}
+	if _, ok := l.Handler().(*traceLogHandler); ok {
+		return l
+	}
+	return slog.New(TraceLogHandler(l.Handler()))
 }
 
 // traceLogHandler puts the ids at the top level of a record, outside any

@@ -74,3 +74,33 @@ func TestParseTraceparent(t *testing.T) {
 		}
 	}
 }
+
+// A program that sets its own runtime or gateway logger (SiloConfig's
+// Runtime.Logger, Gateway.Logger) gets trace ids in what is logged
+// through it, as the silo's own logger does.
+func TestOwnLoggersCarryTraceIDs(t *testing.T) {
+	var buf bytes.Buffer
+	own := slog.New(slog.NewJSONHandler(&buf, nil))
+	cfg := DefaultSiloConfig()
+	cfg.Logger = testLogger()
+	cfg.Runtime.Logger, cfg.Gateway.Logger = own, own
+	sc, err := newSubConfigs(&cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("test").Start(t.Context(), "op")
+	defer span.End()
+	for name, l := range map[string]*slog.Logger{"runtime": sc.runtime.Logger, "gateway": sc.gateway.Logger} {
+		buf.Reset()
+		l.With("agent", "A:o:x").InfoContext(ctx, "traced")
+		var m map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+			t.Fatalf("%s: %q: %v", name, buf.String(), err)
+		}
+		if m["trace_id"] != span.SpanContext().TraceID().String() || m["span_id"] != span.SpanContext().SpanID().String() {
+			t.Errorf("the program's own %s logger wrote %v: no trace ids", name, m)
+		}
+	}
+}

@@ -37,7 +37,7 @@ func newSubConfigs(cfg *SiloConfig) (subConfigs, error) {
 	sc.runtime.MailboxSize, sc.runtime.AskTimeout, sc.runtime.IdleTimeout = r.MailboxSize, r.AskTimeout, r.IdleTimeout
 	sc.runtime.DeactivateTimeout, sc.runtime.MaxMessageSize = r.DeactivateTimeout, r.MaxMessageSize
 	sc.runtime.IdempotencyWindow, sc.runtime.IdempotencyKeys = r.IdempotencyWindow, r.IdempotencyKeys
-	sc.runtime.Observer, sc.runtime.Logger = r.Observer, orLogger(r.Logger, cfg.Logger)
+	sc.runtime.Observer, sc.runtime.Logger = r.Observer, traceLogger(orLogger(r.Logger, cfg.Logger))
 	if err := sc.runtime.Validate(); err != nil {
 		return sc, err
 	}
@@ -48,7 +48,7 @@ func newSubConfigs(cfg *SiloConfig) (subConfigs, error) {
 	sc.gateway.MaxMessageSize = sc.runtime.MaxMessageSize
 	sc.gateway.Auth, sc.gateway.Insecure = g.Auth, g.Insecure || cfg.Insecure
 	sc.gateway.SessionBacklog, sc.gateway.SessionBacklogAge, sc.gateway.Limits = g.SessionBacklog, g.SessionBacklogAge, g.Limits
-	sc.gateway.Logger = orLogger(g.Logger, cfg.Logger)
+	sc.gateway.Logger = traceLogger(orLogger(g.Logger, cfg.Logger))
 	if err := sc.gateway.Validate(); err != nil {
 		return sc, err
 	}
