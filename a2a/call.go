@@ -34,6 +34,9 @@ type call struct {
 	grpc bool
 	// tenant is the tenant a gRPC request carried (see grpc.go).
 	tenant string
+	// send is what the call knows of the task it works on (see
+	// sendstate.go).
+	send sendState
 }
 
 type callKey struct{}

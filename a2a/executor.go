@@ -68,7 +68,17 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			t := spec.NewSubmittedTask(ec, ec.Message)
 			now := time.Now().UTC()
 			t.Status = spec.TaskStatus{State: spec.TaskStateWorking, Timestamp: &now}
-			if !yield(t, nil) {
+			if c.send.fastFor(ec.TaskID) {
+				p, err := e.s.store.createAsync(ctx, t)
+				if err != nil {
+					yield(nil, err)
+					return
+				}
+				f := &fastStart{p: p, t: t, send: &c.send}
+				defer f.settle()
+				view.t = copyTask(t)
+				yield = f.wrap(yield)
+			} else if !yield(t, nil) {
 				return
 			}
 		} else {
@@ -78,6 +88,55 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			}
 		}
 		e.turn(ctx, ec, c, msg, view, yield)
+	}
+}
+
+// fastStart is the start of a blocking send's new task on the fast path
+// (see sendState.fast): the executor writes the working task itself,
+// through the group commit, while the turn runs, instead of yielding it to
+// the SDK first, and takes that write back if the turn ends while it still
+// waits to be sent: the task's one write is then its end. The SDK learns
+// of the task with the first event the turn yields (wrap): a whole task
+// (the blocking send's final snapshot) as its first write, which is an
+// update of the executor's write if that was made (sendState.own); any
+// other event after the working task. The working task is stored while
+// the turn runs, as on the SDK's path (where the turn starts as soon as
+// the SDK has the event, not once it is written), unless the turn ends
+// before it could be: no one can have seen the task by then (a blocking
+// send's caller learns its id from the result, no push config is set).
+type fastStart struct {
+	p        *pendingCreate
+	t        *spec.Task // the working task
+	send     *sendState
+	resolved bool
+}
+
+// wrap wraps yield so that the first event settles the working task's
+// write first.
+func (f *fastStart) wrap(yield func(spec.Event, error) bool) func(spec.Event, error) bool {
+	return func(ev spec.Event, err error) bool {
+		if f.resolved || err != nil {
+			return yield(ev, err)
+		}
+		f.resolved = true
+		if !f.p.withdraw() {
+			rev, err := f.p.wait()
+			if err != nil {
+				return yield(nil, err)
+			}
+			f.send.setOwn(f.t.ID, rev)
+		}
+		if _, whole := ev.(*spec.Task); whole {
+			return yield(ev, nil)
+		}
+		return yield(f.t, nil) && yield(ev, nil)
+	}
+}
+
+// settle waits for the working task's write if no event settled it.
+func (f *fastStart) settle() {
+	if !f.resolved {
+		f.p.wait()
 	}
 }
 

@@ -149,12 +149,18 @@ func (s *pushStore) List(ctx context.Context, id spec.TaskID) ([]*spec.PushConfi
 	if !validID(string(id)) {
 		return []*spec.PushConfig{}, nil
 	}
-	resp, err := s.cli.Get(ctx, s.dir(id), clientv3.WithPrefix())
-	if err != nil {
-		return nil, etcderr.FromCall(ctx, err, "a2a: list push configs of %s", id)
+	// After the task store's write of a task, the SDK lists its configs
+	// to send the event it wrote: the write read them (see sendState).
+	kvs, ok := sendOf(ctx).takePushes(id)
+	if !ok {
+		resp, err := s.cli.Get(ctx, s.dir(id), clientv3.WithPrefix())
+		if err != nil {
+			return nil, etcderr.FromCall(ctx, err, "a2a: list push configs of %s", id)
+		}
+		kvs = resp.Kvs
 	}
-	out := make([]*spec.PushConfig, 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	out := make([]*spec.PushConfig, 0, len(kvs))
+	for _, kv := range kvs {
 		c, err := decodePushConfig(kv.Value)
 		if err != nil {
 			return nil, err

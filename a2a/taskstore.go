@@ -80,7 +80,8 @@ func activeState(s spec.TaskState) bool {
 
 var _ taskstore.Store = (*taskStore)(nil)
 
-// Create implements taskstore.Store.
+// Create implements taskstore.Store. A task the executor wrote itself
+// (see sendState.own) is written as an update of the revision it wrote.
 func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.TaskVersion, error) {
 	if task == nil {
 		return 0, invalidParams("no task")
@@ -89,13 +90,22 @@ func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.Task
 	if key == "" {
 		return 0, spec.ErrTaskNotFound
 	}
-	rec := s.record(ctx, task)
-	rev, _, err := s.write(ctx, key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), rec, task.ID)
-	if err != nil {
-		return 0, err
+	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+	ownRev, own := sendOf(ctx).takeOwn(task.ID)
+	if own {
+		cond = clientv3.Compare(clientv3.ModRevision(key), "=", ownRev)
 	}
-	if rev == 0 {
+	rec := s.record(ctx, task)
+	rev, exists, err := s.write(ctx, key, cond, rec, task.ID)
+	switch {
+	case err != nil:
+		return 0, err
+	case rev == 0 && !own:
 		return 0, taskstore.ErrTaskAlreadyExists
+	case rev == 0 && exists:
+		return 0, taskstore.ErrConcurrentModification
+	case rev == 0:
+		return 0, spec.ErrTaskNotFound
 	}
 	return taskstore.TaskVersion(rev), nil
 }
@@ -169,15 +179,11 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 			return 0, false, err
 		}
 	}
+	sendOf(ctx).writing(id)
 	for retried := false; ; retried = true {
-		ops := []clientv3.Op{clientv3.OpPut(key, string(val), withLease(lease)...), s.markerOp(key, id, rec.Task.Status.State)}
-		if lease != 0 {
-			// The push configs, to put them on the same lease.
-			ops = append(ops, clientv3.OpGet(s.prefix+pushDir+string(id)+"/", clientv3.WithPrefix()))
-		}
 		// Through the client's group commit: the writes of tasks that
 		// arrive together (and topics' publishes) share a transaction.
-		w := &etcdbatch.Write{If: []clientv3.Cmp{cond}, Then: ops, Else: []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}}
+		w := s.taskWrite(key, cond, val, id, rec.Task.Status.State, lease)
 		err := etcdbatch.Of(s.cli).Do(ctx, w)
 		if err != nil && lease != 0 && !retried && leaseGone(err) {
 			s.retain.forget(lease)
@@ -187,17 +193,108 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 			continue
 		}
 		if err != nil {
+			sendOf(ctx).setPushes(id, nil, false)
 			return 0, false, etcderr.FromCall(ctx, err, "a2a: task store: write task %s", id)
 		}
-		if w.Succeeded {
-			if lease != 0 {
-				s.retainPushConfigs(ctx, id, lease, w.Responses[2].GetResponseRange().Kvs)
-			}
-			return w.Revision, true, nil
-		}
-		exists = len(w.Responses) > 0 && len(w.Responses[0].GetResponseRange().Kvs) > 0
-		return 0, exists, nil
+		rev, exists = s.written(ctx, w, id, lease)
+		return rev, exists, nil
 	}
+}
+
+// taskWrite is the write of a task's value val at key (on lease, a
+// terminal task's, see retention.go) if cond holds, in one transaction
+// with the task's active marker (set or removed for state st) and a read
+// of its push configs (the SDK lists them after each write it makes, see
+// sendState; a terminal write puts them on its lease). If cond fails, it
+// reads whether the key exists.
+func (s *taskStore) taskWrite(key string, cond clientv3.Cmp, val []byte, id spec.TaskID, st spec.TaskState, lease clientv3.LeaseID) *etcdbatch.Write {
+	return &etcdbatch.Write{
+		If: []clientv3.Cmp{cond},
+		Then: []clientv3.Op{
+			clientv3.OpPut(key, string(val), withLease(lease)...),
+			s.markerOp(key, id, st),
+			clientv3.OpGet(s.prefix+pushDir+string(id)+"/", clientv3.WithPrefix()),
+		},
+		Else: []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())},
+	}
+}
+
+// written settles a committed taskWrite of id for the call of ctx: it
+// returns the revision it wrote, or 0 if its condition failed and then
+// whether the key exists; it keeps the push configs it read for the SDK's
+// List, and puts them on the task's lease, if any.
+func (s *taskStore) written(ctx context.Context, w *etcdbatch.Write, id spec.TaskID, lease clientv3.LeaseID) (rev int64, exists bool) {
+	if !w.Succeeded {
+		sendOf(ctx).setPushes(id, nil, false)
+		return 0, len(w.Responses) > 0 && len(w.Responses[0].GetResponseRange().Kvs) > 0
+	}
+	kvs := w.Responses[2].GetResponseRange().Kvs
+	sendOf(ctx).setPushes(id, kvs, true)
+	if lease != 0 {
+		s.retainPushConfigs(ctx, id, lease, kvs)
+	}
+	return w.Revision, true
+}
+
+// pendingCreate is the create of a new working task in the group commit's
+// queue (the executor's fast path): withdrawn if the task ends before it
+// is sent, so that its one write is its end.
+type pendingCreate struct {
+	b    *etcdbatch.Batcher
+	w    *etcdbatch.Write
+	done chan struct{}
+	rev  int64 // once done: the revision written, 0 if the task existed
+	err  error
+}
+
+// createAsync starts the create of task, a new task in an active state,
+// and returns at once.
+func (s *taskStore) createAsync(ctx context.Context, task *spec.Task) (*pendingCreate, error) {
+	key := taskKey(ctx, s.prefix, task.ID)
+	if key == "" {
+		return nil, spec.ErrTaskNotFound
+	}
+	val, err := json.Marshal(s.record(ctx, task))
+	if err != nil {
+		return nil, fmt.Errorf("a2a: task store: %w", err)
+	}
+	sendOf(ctx).writing(task.ID)
+	p := &pendingCreate{
+		b:    etcdbatch.Of(s.cli),
+		w:    s.taskWrite(key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), val, task.ID, task.Status.State, 0),
+		done: make(chan struct{}),
+	}
+	p.b.Go(p.w) // queued now: withdraw finds it until it is sent
+	go func() {
+		defer close(p.done)
+		if err := p.b.Wait(ctx, p.w); err != nil {
+			p.err = err
+			if !errors.Is(err, etcdbatch.ErrWithdrawn) {
+				p.err = etcderr.FromCall(ctx, err, "a2a: task store: write task %s", task.ID)
+			}
+			return
+		}
+		if p.rev, _ = s.written(ctx, p.w, task.ID, 0); p.rev == 0 {
+			p.err = taskstore.ErrTaskAlreadyExists
+		}
+	}()
+	return p, nil
+}
+
+// withdraw takes the create back if it waits to be sent, and reports
+// whether it did: the task is then not written.
+func (p *pendingCreate) withdraw() bool {
+	if !p.b.Withdraw(p.w) {
+		return false
+	}
+	<-p.done
+	return true
+}
+
+// wait returns the revision the task was written at, once settled.
+func (p *pendingCreate) wait() (int64, error) {
+	<-p.done
+	return p.rev, p.err
 }
 
 // withLease is the option that puts a key on lease, none for 0.
@@ -221,7 +318,7 @@ func (s *taskStore) markerOp(key string, id spec.TaskID, st spec.TaskState) clie
 // Get implements taskstore.Store.
 func (s *taskStore) Get(ctx context.Context, id spec.TaskID) (*taskstore.StoredTask, error) {
 	key := taskKey(ctx, s.prefix, id)
-	if key == "" {
+	if key == "" || sendOf(ctx).unwritten(id) {
 		return nil, spec.ErrTaskNotFound
 	}
 	rec, rev, err := s.get(ctx, key)

@@ -34,6 +34,15 @@ func (w *work) Write(ctx context.Context, p *workqueue.Payload) (spec.TaskID, er
 	}
 	s.running.Add(1)
 	s.mu.Unlock()
+	if p.Type == workqueue.PayloadTypeExecute && p.ExecuteRequest != nil && p.ExecuteRequest.Message != nil && p.ExecuteRequest.Message.TaskID == "" {
+		// A new task, its id just made by the SDK (see sendState); a
+		// blocking send that wants its result only may take the
+		// executor's fast path.
+		if c := callFrom(ctx); c != nil {
+			cfg := p.ExecuteRequest.Config
+			c.send.markFresh(p.TaskID, c.blocking && (cfg == nil || !cfg.ReturnImmediately && cfg.PushConfig == nil))
+		}
+	}
 	// The work outlives the request (a client that goes away does not
 	// cancel the turn); Close cuts it short as a last resort.
 	hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

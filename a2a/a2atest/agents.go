@@ -8,8 +8,9 @@
 //     replies of the message type named after "type " ("type rejected").
 //   - Stream pushes artifact chunks (a2a.TypeArtifact) and progress to its
 //     caller before replying.
-//   - Block pushes "started", then waits until its context ends (a cancel,
-//     the task timeout) or a message "release" reaches Block:<owner>:gate.
+//   - Block pushes "started" (unless its text is "quiet"), then waits
+//     until its context ends (a cancel, the task timeout) or a message
+//     "release" reaches Block:<owner>:gate.
 //   - Skilled has a description and skills, for cards and the directory.
 package a2atest
 
@@ -129,10 +130,10 @@ func (a *Stream) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	return r, nil
 }
 
-// Block tells its caller "started", then waits until its context ends (it
-// replies with the context's error) or a message "release" comes to the
-// gate agent Block:<owner>:gate, which opens every Block of that owner on
-// this silo.
+// Block tells its caller "started" (unless the message is "quiet"), then
+// waits until its context ends (it replies with the context's error) or a
+// message "release" comes to the gate agent Block:<owner>:gate, which
+// opens every Block of that owner on this silo.
 type Block struct{ h grain.Host }
 
 var gates = struct {
@@ -181,7 +182,7 @@ func (a *Block) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	Started.Lock()
 	Started.N[owner]++
 	Started.Unlock()
-	if m.From != "" && m.Kind == grain.KindRequest {
+	if m.From != "" && m.Kind == grain.KindRequest && m.Message != "quiet" {
 		// The caller may see the push and cancel before Send returns: a
 		// Send that fails because the turn ended counts as cancelled below.
 		if err := a.h.Send(ctx, m.From, &grain.Message{Message: "started"}); err != nil && ctx.Err() == nil {

@@ -29,6 +29,7 @@ package etcdbatch
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,6 +90,10 @@ type Write struct {
 // ErrInFlight is the Err of a write that was in flight when Do returned
 // (its context ended): whether it is written is not known yet.
 var ErrInFlight = errors.New("etcdbatch: the write is in flight; its outcome is unknown")
+
+// ErrWithdrawn is the Err of a write taken back by Withdraw: it was never
+// sent.
+var ErrWithdrawn = errors.New("etcdbatch: the write was withdrawn before it was sent")
 
 // Err is the write's failure once Do returned: nil if it was committed (its
 // results are then set), ErrInFlight if Do returned before it was settled.
@@ -173,6 +178,14 @@ func (b *Batcher) Writes() uint64 { return b.writes.Load() }
 // ctx's error without waiting for those in flight: whether they were
 // written is unknown.
 func (b *Batcher) Do(ctx context.Context, ws ...*Write) error {
+	b.Go(ws...)
+	return b.Wait(ctx, ws...)
+}
+
+// Go queues ws as Do does and returns at once: Wait (with the same ws)
+// then waits for them, and until it is called, Withdraw may take back
+// those not yet sent.
+func (b *Batcher) Go(ws ...*Write) {
 	g := &group{}
 	for _, w := range ws {
 		w.prepare(g)
@@ -184,6 +197,10 @@ func (b *Batcher) Do(ctx context.Context, ws ...*Write) error {
 		go b.run()
 	}
 	b.mu.Unlock()
+}
+
+// Wait waits for ws, queued together by Go, and returns as Do does.
+func (b *Batcher) Wait(ctx context.Context, ws ...*Write) error {
 	for i, w := range ws {
 		select {
 		case <-w.done:
@@ -220,6 +237,26 @@ func (b *Batcher) takeBack(ws []*Write, err error) {
 	clear(b.queue[len(q):])
 	b.queue = q
 	b.mu.Unlock()
+}
+
+// Withdraw takes w back if it still waits to be sent, and reports whether
+// it did: w is then never written, and its Do (or Wait) returns
+// ErrWithdrawn. Once
+// w is in a transaction (or settled), Withdraw reports false and its Do
+// returns its outcome. It is for a writer whose write has become useless
+// while it waited (a task that ended before its start was written: its
+// end is the one write needed).
+func (b *Batcher) Withdraw(w *Write) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.queue, w)
+	if i < 0 {
+		return false
+	}
+	b.queue = slices.Delete(b.queue, i, i+1)
+	w.err = ErrWithdrawn
+	close(w.done)
+	return true
 }
 
 // queued returns how many writes wait (for tests).

@@ -358,3 +358,51 @@ func TestCancelledWhileQueued(t *testing.T) {
 		t.Fatal("the cancelled write was kept")
 	}
 }
+
+// A write queued by Go can be withdrawn while it waits: it is never
+// written and its Wait says so; once in a transaction, it cannot be, and
+// Wait gives its outcome.
+func TestWithdraw(t *testing.T) {
+	cli := etcdtest.Start(t).Client(t)
+	b := New(cli, Config{MaxInflight: 1})
+	release := make(chan struct{})
+	inFlight := make(chan struct{})
+	var once sync.Once
+	b.testHookCommit = func([]*Write) {
+		once.Do(func() {
+			close(inFlight)
+			<-release
+		})
+	}
+	sent := put("/b/sent", "1")
+	b.Go(sent)
+	<-inFlight
+	waiting, other := put("/b/withdrawn", "1"), put("/b/other", "1")
+	b.Go(waiting)
+	b.Go(other)
+	if b.Withdraw(sent) {
+		t.Fatal("withdrew a write in flight")
+	}
+	if !b.Withdraw(waiting) {
+		t.Fatal("could not withdraw a queued write")
+	}
+	if b.Withdraw(waiting) {
+		t.Fatal("withdrew a write twice")
+	}
+	if err := b.Wait(t.Context(), waiting); !errors.Is(err, ErrWithdrawn) || !errors.Is(waiting.Err(), ErrWithdrawn) {
+		t.Fatalf("Wait: %v, Err: %v", err, waiting.Err())
+	}
+	close(release)
+	if err := b.Wait(t.Context(), sent); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Wait(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if b.Withdraw(other) {
+		t.Fatal("withdrew a settled write")
+	}
+	if get(t, cli, "/b/sent") != "1" || get(t, cli, "/b/other") != "1" || get(t, cli, "/b/withdrawn") != "" || b.queued() != 0 {
+		t.Fatal("wrong values")
+	}
+}
