@@ -49,3 +49,11 @@ func TestStartWithoutEtcd(t *testing.T) {
 func TestStartWithoutPostgres(t *testing.T) {
 	startFails(t, "connection refused", "--state-store", "postgres://agentsilo@"+testutil.FreeAddr(t)+"/agentsilo?connect_timeout=5")
 }
+
+// A NATS JetStream topic store that refuses connections: one line that
+// names it, exit 1. (The NATS client reports "no servers available for
+// connection", not the refusal itself.)
+func TestStartWithoutNATS(t *testing.T) {
+	addr := testutil.FreeAddr(t)
+	startFails(t, "connect to NATS at nats://"+addr, "--topic-store", "nats://"+addr)
+}
