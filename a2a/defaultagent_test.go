@@ -19,6 +19,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/inbox"
 )
 
 // With a default agent, the host root's card is that agent's card, with
@@ -34,7 +35,7 @@ func TestDefaultAgentCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(context.Background())
-	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/", Inboxes: a2a.NewInboxes("s1", nil)}
+	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/", Inboxes: inbox.New("s1", nil)}
 	newServer := func(agent string) (*a2a.Server, error) {
 		cfg := a2a.DefaultConfig()
 		cfg.DefaultAgent = agent

@@ -25,6 +25,7 @@ import (
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/inbox"
 )
 
 // Deps are the parts of the silo a Server works with.
@@ -38,7 +39,7 @@ type Deps struct {
 	Prefix string
 	// Inboxes must be the runtime's session router (or in front of it), so
 	// that what agents push to a turn's sender reaches the turn.
-	Inboxes *Inboxes
+	Inboxes *inbox.Inboxes
 	// Outside, if set, lists the service directory's outside A2A agents,
 	// which the root card and GET /a2a show beside the agent types.
 	Outside func(ctx context.Context) []grain.DirectoryEntry
@@ -59,7 +60,7 @@ type Server struct {
 	logger *slog.Logger
 
 	auth    *auth.Authenticator
-	inboxes *Inboxes
+	inboxes *inbox.Inboxes
 	outside func(ctx context.Context) []grain.DirectoryEntry // Deps.Outside
 	store   *taskStore
 	queues  *queues

@@ -20,7 +20,6 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -381,17 +380,17 @@ func TestClusterSessionSubscription(t *testing.T) {
 }
 
 // Under steady topic load, etcd's database in use grows by every round
-// while nothing compacts, and stays flat once the silo's compactor runs
-// (its clock advanced a CompactInterval per round): over four rounds it
-// grows by less than one round grew without. A size bound, not a time one.
+// while nothing compacts, and stays flat once compaction runs (a step of
+// the silo's compactor, Store.CompactOnce, per round, as one interval of
+// the compactor does): over four rounds it grows by less than one round
+// grew without. A size bound, not a time one.
 func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
 	defer c.close()
 	var acked atomic.Int64
-	compactClk := clock.NewFake(time.Unix(1e9, 0))
 	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
-		cfg.Etcd.CompactInterval, cfg.Etcd.Clock = time.Minute, compactClk
+		cfg.Etcd.CompactInterval = 0 // the test compacts, one interval's step per round
 		err := reg.Register("Acker", func(grain.Host) (grain.Agent, error) {
 			return agentFunc(func(context.Context, *grain.Message) (*grain.Message, error) {
 				acked.Add(1)
@@ -450,12 +449,14 @@ func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 		}
 		return st.DbSizeInUse
 	}
+	var noted int64 // the revision the compactor noted an interval before
 	compact := func() {
 		t.Helper()
-		armed := func() bool { n, _ := compactClk.Waiting(); return n == 1 }
-		waitFor(t, "the compactor's timer", armed)
-		compactClk.Advance(time.Minute)
-		waitFor(t, "the compactor done", armed)
+		rev, err := s.etcd.CompactOnce(t.Context(), noted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		noted = rev
 	}
 	// Without compaction.
 	u1 := round()

@@ -28,7 +28,7 @@ type Deps struct {
 	ACL *acl.Authority
 	// Inboxes must be the runtime's session router (or in front of it),
 	// so that what agents push to a call's sender reaches the call
-	// (required; the A2A server's, a2a.NewInboxes, when both are on).
+	// (required; the A2A server's, when both are on).
 	Inboxes *inbox.Inboxes
 }
 

@@ -36,7 +36,7 @@ func (e *Store) startCompactor() {
 	if e.cfg.CompactInterval <= 0 {
 		return
 	}
-	clk := e.cfg.Clock
+	clk := e.cfg.clk
 	if clk == nil {
 		clk = clock.Real{}
 	}

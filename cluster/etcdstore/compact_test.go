@@ -20,7 +20,7 @@ func TestCompactor(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	clk := clock.NewFake(time.Unix(1e9, 0))
 	cfg := testEtcdConfig(t, t.TempDir())
-	cfg.CompactInterval, cfg.Clock = time.Minute, clk
+	cfg.CompactInterval, cfg.clk = time.Minute, clk
 	e := startEtcd(t, cfg)
 	defer e.Close()
 	ctx := t.Context()

@@ -75,8 +75,11 @@ type Config struct {
 	// see compact.go). 0: never (an embedded etcd still compacts hourly).
 	// DefaultConfig: 5 min.
 	CompactInterval time.Duration
-	// Clock times the compactor. Default: the real clock.
-	Clock clock.Clock
+
+	// clk times the compactor (nil: the real clock); this package's tests
+	// set it. A caller that wants another schedule sets CompactInterval to
+	// 0 and calls Store.CompactOnce.
+	clk clock.Clock
 }
 
 // DefaultDialTimeout is how long Start waits for an external etcd to
