@@ -47,6 +47,7 @@ type Membership struct {
 	// first seen reporting this silo unreachable, 0 if none is (see
 	// CheckUnreachable; its caller's goroutine only).
 	unreachFrom int64
+	unreachSeen time.Time // when unreachFrom was set
 	// refused holds the leases of records admit kept out of the view
 	// (watch goroutine only).
 	refused map[int64]bool

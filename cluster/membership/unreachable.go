@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
@@ -26,9 +28,9 @@ import (
 // The member reads the reports about itself (CheckUnreachable). When a
 // strict majority of the other members (not leaving, not unreachable
 // themselves) report it, and each of them writes its report again after the
-// member first saw the majority (so that reports left from a pause of the
-// member, SIGSTOP or a long GC, whose reporters reach it again, do not
-// count), the member marks its own record Unreachable, in a transaction
+// member first saw the majority, and no sooner than a grace period after
+// that (so that reports left from a pause of the member, SIGSTOP or a long
+// GC, whose reporters reach it again, do not count), the member marks its own record Unreachable, in a transaction
 // that fails if any of those reporters' records changed meanwhile: two
 // members that cannot reach each other (a cluster of two, split) cannot
 // both mark themselves.
@@ -112,9 +114,11 @@ func (m *Membership) Unreachable() bool { return m.unreach.Load() != reachable }
 
 // CheckUnreachable reads the reports about this silo and marks its record
 // Unreachable when a majority of the other members report it and confirm
-// it (see above); it returns the reporters then, and nil otherwise. It is
-// called from one goroutine, at every probe round.
-func (m *Membership) CheckUnreachable(ctx context.Context) ([]string, error) {
+// it (see above), no sooner than wait after it first saw the majority
+// (the reporters' time to reach it again); it returns the reporters then,
+// and nil otherwise. It is called from one goroutine, at every probe
+// round.
+func (m *Membership) CheckUnreachable(ctx context.Context, wait time.Duration) ([]string, error) {
 	if m.unreach.Load() != reachable || m.lease == 0 {
 		return nil, nil
 	}
@@ -160,10 +164,10 @@ func (m *Membership) CheckUnreachable(ctx context.Context) ([]string, error) {
 		m.unreachFrom = 0
 		return nil, nil
 	case m.unreachFrom == 0:
-		m.unreachFrom = rev
+		m.unreachFrom, m.unreachSeen = rev, m.clk.Now()
 		m.log.Warn("a majority of the other silos report that they cannot reach this silo's peer port; waiting for them to confirm", "reported_by", all, "peer_addr", m.cfg.PeerAddr)
 		return nil, nil
-	case !majority(len(confirmed)):
+	case !majority(len(confirmed)) || clock.Since(m.clk, m.unreachSeen) < wait:
 		return nil, nil
 	}
 	// Mark the record, unless a reporter's record or report changed since

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
@@ -27,7 +28,7 @@ func TestUnreachableMarking(t *testing.T) {
 	ctx := t.Context()
 	check := func(m *Membership) []string {
 		t.Helper()
-		by, err := m.CheckUnreachable(ctx)
+		by, err := m.CheckUnreachable(ctx, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,6 +70,10 @@ func TestUnreachableMarking(t *testing.T) {
 	}
 	report(a, c)
 	report(b, c)
+	// Confirmed, but not yet a grace period after the majority was seen.
+	if by, err := c.CheckUnreachable(ctx, time.Hour); by != nil || err != nil {
+		t.Fatalf("marked before the grace period: %v, %v", by, err)
+	}
 	by := check(c)
 	slices.Sort(by)
 	if !slices.Equal(by, []string{"silo-a", "silo-b"}) || !c.Unreachable() {
@@ -105,8 +110,8 @@ func TestUnreachableMarking(t *testing.T) {
 	check(b)
 	report(a, b)
 	report(b, a)
-	byA, errA := a.CheckUnreachable(context.Background())
-	byB, errB := b.CheckUnreachable(context.Background())
+	byA, errA := a.CheckUnreachable(context.Background(), 0)
+	byB, errB := b.CheckUnreachable(context.Background(), 0)
 	if errA != nil || errB != nil {
 		t.Fatal(errA, errB)
 	}
