@@ -56,29 +56,32 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			yield(nil, spec.ErrUnauthenticated)
 			return
 		}
+		// view follows the task as the SDK stores it, for a final snapshot.
+		view := &taskView{}
+		yield = view.tracking(yield)
+		if h := c.send.takeHandover(ec.TaskID); h != nil {
+			// The turn the fast path started (see fastpath.go) goes on
+			// here, and ends with this execution, as one started here.
+			defer context.AfterFunc(ctx, func() { h.run.cancel(context.Cause(ctx)) })()
+			if h.written {
+				view.t = copyTask(h.t)
+			} else if !yield(h.t, nil) {
+				h.run.stop()
+				return
+			}
+			e.drive(ec, c, view, h.run, h.pushes, h.ended, yield)
+			return
+		}
 		msg, err := toAgentMessage(ec.Message)
 		if err != nil {
 			yield(nil, err)
 			return
 		}
-		// view follows the task as the SDK stores it, for a final snapshot.
-		view := &taskView{}
-		yield = view.tracking(yield)
 		if ec.StoredTask == nil {
 			t := spec.NewSubmittedTask(ec, ec.Message)
 			now := time.Now().UTC()
 			t.Status = spec.TaskStatus{State: spec.TaskStateWorking, Timestamp: &now}
-			if c.send.fastFor(ec.TaskID) {
-				p, err := e.s.store.createAsync(ctx, t)
-				if err != nil {
-					yield(nil, err)
-					return
-				}
-				f := &fastStart{p: p, t: t, send: &c.send}
-				defer f.settle()
-				view.t = copyTask(t)
-				yield = f.wrap(yield)
-			} else if !yield(t, nil) {
+			if !yield(t, nil) {
 				return
 			}
 		} else {
@@ -87,63 +90,34 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 				return
 			}
 		}
-		e.turn(ctx, ec, c, msg, view, yield)
+		e.drive(ec, c, view, e.startTurn(ctx, ec, c, msg), nil, false, yield)
 	}
 }
 
-// fastStart is the start of a blocking send's new task on the fast path
-// (see sendState.fast): the executor writes the working task itself,
-// through the group commit, while the turn runs, instead of yielding it to
-// the SDK first, and takes that write back if the turn ends while it still
-// waits to be sent: the task's one write is then its end. The SDK learns
-// of the task with the first event the turn yields (wrap): a whole task
-// (the blocking send's final snapshot) as its first write, which is an
-// update of the executor's write if that was made (sendState.own); any
-// other event after the working task. The working task is stored while
-// the turn runs, as on the SDK's path (where the turn starts as soon as
-// the SDK has the event, not once it is written), unless the turn ends
-// before it could be: no one can have seen the task by then (a blocking
-// send's caller learns its id from the result, no push config is set).
-type fastStart struct {
-	p        *pendingCreate
-	t        *spec.Task // the working task
-	send     *sendState
-	resolved bool
+// turnRun is the agent's turn for a task: an Ask through the runtime on
+// behalf of the caller, from a fresh inbox address, which runs in a
+// goroutine while what the agent pushes to that address waits in the
+// inbox. Its owner takes what comes (next) until the turn ends, then
+// releases it (stop).
+type turnRun struct {
+	box     *inbox.Inbox
+	tctx    context.Context
+	cancel  context.CancelCauseFunc
+	done    chan turnResult
+	ended   bool // the turn ended: its result is res
+	res     turnResult
+	st      streamState
+	release func()
 }
 
-// wrap wraps yield so that the first event settles the working task's
-// write first.
-func (f *fastStart) wrap(yield func(spec.Event, error) bool) func(spec.Event, error) bool {
-	return func(ev spec.Event, err error) bool {
-		if f.resolved || err != nil {
-			return yield(ev, err)
-		}
-		f.resolved = true
-		if !f.p.withdraw() {
-			rev, err := f.p.wait()
-			if err != nil {
-				return yield(nil, err)
-			}
-			f.send.setOwn(f.t.ID, rev)
-		}
-		if _, whole := ev.(*spec.Task); whole {
-			return yield(ev, nil)
-		}
-		return yield(f.t, nil) && yield(ev, nil)
-	}
+type turnResult struct {
+	reply *grain.Message
+	err   error
 }
 
-// settle waits for the working task's write if no event settled it.
-func (f *fastStart) settle() {
-	if !f.resolved {
-		f.p.wait()
-	}
-}
-
-// turn asks the agent and yields what comes of it.
-func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message, view *taskView, yield func(spec.Event, error) bool) {
+// startTurn starts the turn that asks the call's agent msg.
+func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message) *turnRun {
 	box := e.s.inboxes.Open(c.caller.Principal, inbox.A2A)
-	defer e.s.inboxes.Close(box)
 	msg.To = c.agent.String()
 	msg.From = box.Addr()
 	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
@@ -152,43 +126,60 @@ func (e *executor) turn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	msg.State = map[string]string{StateContextID: ec.ContextID, StateTaskID: string(ec.TaskID)}
 
 	tctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	tctx, stop := context.WithTimeout(tctx, e.s.cfg.TaskTimeout)
-	defer stop()
-	defer e.s.turns.add(ec.TaskID, cancel)()
-
-	type result struct {
-		reply *grain.Message
-		err   error
+	remove := e.s.turns.add(ec.TaskID, cancel)
+	r := &turnRun{box: box, tctx: tctx, cancel: cancel, done: make(chan turnResult, 1)}
+	r.release = func() {
+		remove()
+		stop()
+		cancel(nil)
+		e.s.inboxes.Close(box)
 	}
-	done := make(chan result, 1)
 	go func() {
-		r, err := e.s.rt.Ask(tctx, msg)
-		done <- result{r, err}
+		reply, err := e.s.rt.Ask(tctx, msg)
+		r.done <- turnResult{reply, err}
 	}()
-	st := &streamState{}
-	pushes := func() bool {
-		for _, p := range box.Take() {
-			if !yield(st.event(ec, p), nil) {
-				return false
-			}
-		}
-		return true
+	return r
+}
+
+// next waits for the agent's pushes or the turn's end, and returns the
+// pushes taken and whether the turn ended (its result is then r.res).
+func (r *turnRun) next() ([]*grain.Message, bool) {
+	select {
+	case <-r.box.Signal():
+		return r.box.Take(), false
+	case r.res = <-r.done:
+		r.ended = true
+		return r.box.Take(), true
 	}
+}
+
+// stop ends the turn, if it runs, once its events are no longer taken,
+// and releases it.
+func (r *turnRun) stop() {
+	if !r.ended {
+		r.cancel(errStopped)
+		r.res, r.ended = <-r.done, true
+	}
+	r.release()
+}
+
+// drive yields the events of turn r, from the pushes already taken (and
+// its end, if ended) on, and releases it.
+func (e *executor) drive(ec *a2asrv.ExecutorContext, c *call, view *taskView, r *turnRun, pushes []*grain.Message, ended bool, yield func(spec.Event, error) bool) {
 	for {
-		select {
-		case <-box.Signal():
-			if !pushes() {
-				cancel(errStopped)
-				<-done
+		for _, p := range pushes {
+			if !yield(r.st.event(ec, p), nil) {
+				r.stop()
 				return
 			}
-		case r := <-done:
-			if pushes() {
-				e.finish(tctx, ec, c, view, r.reply, r.err, yield)
-			}
+		}
+		if ended {
+			defer r.release()
+			e.finish(r.tctx, ec, c, view, r.res.reply, r.res.err, yield)
 			return
 		}
+		pushes, ended = r.next()
 	}
 }
 
@@ -235,10 +226,7 @@ func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, c *c
 	case TypeRejected:
 		status(spec.TaskStateRejected, agentMsg(reply))
 	default:
-		ev := spec.NewArtifactEvent(ec, toParts(reply)...)
-		ev.Artifact.Name = "reply"
-		ev.Artifact.Metadata = stateMap(reply)
-		ev.LastChunk = true
+		ev := replyArtifact(ec, reply)
 		if c.blocking && view.t != nil {
 			// Nobody streams: the artifact and the final state in one
 			// write, the task as the SDK would have stored it after both.
@@ -251,6 +239,24 @@ func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, c *c
 			status(spec.TaskStateCompleted, nil)
 		}
 	}
+}
+
+// replyArtifact is the artifact event of a reply that completes a task.
+func replyArtifact(ec *a2asrv.ExecutorContext, reply *grain.Message) *spec.TaskArtifactUpdateEvent {
+	ev := spec.NewArtifactEvent(ec, toParts(reply)...)
+	ev.Artifact.Name = "reply"
+	ev.Artifact.Metadata = stateMap(reply)
+	ev.LastChunk = true
+	return ev
+}
+
+// completes reports whether reply completes its task (see finish).
+func completes(reply *grain.Message) bool {
+	switch reply.GetMessageType() {
+	case TypeInputRequired, TypeAuthRequired, TypeRejected:
+		return false
+	}
+	return true
 }
 
 // taskView is a task as the SDK's task store holds it after the events an

@@ -25,10 +25,8 @@ import (
 //   - pushes: the task's push configs as the transaction of the call's
 //     last write of it read them, for the SDK's List that follows the
 //     write (once). A config saved later is read by the next write.
-//   - own: the revision at which the executor wrote a new task itself (the
-//     fast path of a blocking send, see executor.go), so that the SDK's
-//     first write of the task, a Create for the SDK, is an update of that
-//     revision.
+//   - hand: the turn of a blocking send's new task that the fast path
+//     (fastpath.go) started and leaves to the SDK's execution.
 //
 // A call is one request: its execution and its subscription use it from
 // two goroutines, hence the lock.
@@ -43,8 +41,8 @@ type sendState struct {
 	pushID spec.TaskID
 	pushes []*mvccpb.KeyValue
 
-	ownID  spec.TaskID
-	ownRev int64
+	handID spec.TaskID
+	hand   *handover
 }
 
 // sendOf returns the send state of the call of ctx, nil without one (the
@@ -131,27 +129,28 @@ func (s *sendState) takePushes(id spec.TaskID) ([]*mvccpb.KeyValue, bool) {
 	return kvs, true
 }
 
-// setOwn records that the executor wrote id at rev.
-func (s *sendState) setOwn(id spec.TaskID, rev int64) {
+// setHandover leaves the turn of id to the SDK's execution (see
+// fastpath.go).
+func (s *sendState) setHandover(id spec.TaskID, h *handover) {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	s.ownID, s.ownRev = id, rev
+	s.handID, s.hand = id, h
 	s.mu.Unlock()
 }
 
-// takeOwn returns the revision at which the executor wrote id, once.
-func (s *sendState) takeOwn(id spec.TaskID) (int64, bool) {
+// takeHandover returns the turn of id the fast path left, once.
+func (s *sendState) takeHandover(id spec.TaskID) *handover {
 	if s == nil {
-		return 0, false
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ownID == "" || s.ownID != id {
-		return 0, false
+	if s.hand == nil || s.handID != id {
+		return nil
 	}
-	rev := s.ownRev
-	s.ownID, s.ownRev = "", 0
-	return rev, true
+	h := s.hand
+	s.handID, s.hand = "", nil
+	return h
 }

@@ -80,8 +80,7 @@ func activeState(s spec.TaskState) bool {
 
 var _ taskstore.Store = (*taskStore)(nil)
 
-// Create implements taskstore.Store. A task the executor wrote itself
-// (see sendState.own) is written as an update of the revision it wrote.
+// Create implements taskstore.Store.
 func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.TaskVersion, error) {
 	if task == nil {
 		return 0, invalidParams("no task")
@@ -90,22 +89,13 @@ func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.Task
 	if key == "" {
 		return 0, spec.ErrTaskNotFound
 	}
-	cond := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-	ownRev, own := sendOf(ctx).takeOwn(task.ID)
-	if own {
-		cond = clientv3.Compare(clientv3.ModRevision(key), "=", ownRev)
-	}
 	rec := s.record(ctx, task)
-	rev, exists, err := s.write(ctx, key, cond, rec, task.ID)
-	switch {
-	case err != nil:
+	rev, _, err := s.write(ctx, key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), rec, task.ID)
+	if err != nil {
 		return 0, err
-	case rev == 0 && !own:
+	}
+	if rev == 0 {
 		return 0, taskstore.ErrTaskAlreadyExists
-	case rev == 0 && exists:
-		return 0, taskstore.ErrConcurrentModification
-	case rev == 0:
-		return 0, spec.ErrTaskNotFound
 	}
 	return taskstore.TaskVersion(rev), nil
 }
@@ -237,8 +227,8 @@ func (s *taskStore) written(ctx context.Context, w *etcdbatch.Write, id spec.Tas
 }
 
 // pendingCreate is the create of a new working task in the group commit's
-// queue (the executor's fast path): withdrawn if the task ends before it
-// is sent, so that its one write is its end.
+// queue (the fast path, see fastpath.go): withdrawn if the task ends before
+// it is sent, so that its one write is its end.
 type pendingCreate struct {
 	b    *etcdbatch.Batcher
 	w    *etcdbatch.Write

@@ -62,7 +62,20 @@ func (w *work) run(ctx context.Context, p *workqueue.Payload) {
 	// Hold the task's local event log open until settled.
 	hold, _ := w.s.queues.CreateWriter(ctx, p.TaskID)
 	defer hold.Close()
+	if p.Type == workqueue.PayloadTypeExecute && sendOf(ctx).fastFor(p.TaskID) {
+		if done, err := (&executor{s: w.s}).lean(ctx, p); done {
+			if err != nil {
+				w.settle(context.WithoutCancel(ctx), p.TaskID, nil, err)
+			}
+			return
+		}
+	}
 	res, err := w.handler(ctx, p)
+	if h := sendOf(ctx).takeHandover(p.TaskID); h != nil {
+		// The SDK's execution ended before it took the turn over (it
+		// could not set up): end the turn.
+		h.run.stop()
+	}
 	if p.Type == workqueue.PayloadTypeExecute {
 		w.settle(context.WithoutCancel(ctx), p.TaskID, res, err)
 	} else if err != nil {

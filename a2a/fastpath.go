@@ -1,0 +1,93 @@
+package a2a
+
+import (
+	"context"
+	"time"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/a2aproject/a2a-go/v2/a2asrv/workqueue"
+
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// The fast path of a blocking send. A SendMessage that makes a new task
+// and waits for its result only (no returnImmediately, no push config:
+// sendState.fast) is run by the work queue (work.run) before the SDK's
+// execution sees it:
+//
+//   - the working task is queued for writing (group commit) and the turn
+//     starts at once, as on the SDK's path (where the turn starts when the
+//     SDK has the task, not once it is written);
+//   - if the turn ends with a reply that completes the task, before the
+//     agent pushed anything and while the working task still waits to be
+//     sent, that write is taken back and the completed task is the task's
+//     one write: no one can have seen the task by then (its caller learns
+//     its id from the result; without a write there is nothing to list,
+//     get, subscribe to, cancel or attach a push config to). The result is
+//     handed to the send's subscription (the local event queue) once
+//     written, with its version;
+//   - else (a push, another ending, or the working task written: then it
+//     may have been seen), the turn, still running or ended, is handed
+//     over to the SDK's execution (handover), which the executor resumes
+//     where the fast path left it, with the task as written or not.
+//
+// What this saves is the SDK's processing of each event, whose deep copy
+// of the task (through encoding/gob) was a quarter of a task's CPU, and,
+// under load, the working task's write.
+
+// handover is a turn the fast path leaves to the SDK's execution.
+type handover struct {
+	run     *turnRun
+	t       *spec.Task       // the working task
+	written bool             // t is stored (else the SDK's first write makes it)
+	pushes  []*grain.Message // taken from the turn, not yet yielded
+	ended   bool             // the turn ended (run.res)
+}
+
+// lean runs p, the execution of a blocking send's new task, on the fast
+// path, and reports whether it ended the execution, with the error of the
+// task's write if that failed; if not, the SDK's execution takes the turn
+// over (see above).
+func (e *executor) lean(ctx context.Context, p *workqueue.Payload) (bool, error) {
+	c := callFrom(ctx)
+	m := p.ExecuteRequest.Message
+	msg, err := toAgentMessage(m)
+	if c == nil || err != nil {
+		return false, nil // the SDK's execution reports it
+	}
+	if m.ContextID == "" {
+		// The task's context, made here rather than by the SDK: a turn
+		// it takes over has been told it.
+		m.ContextID = spec.NewContextID()
+	}
+	ec := &a2asrv.ExecutorContext{Message: m, TaskID: p.TaskID, ContextID: m.ContextID, Metadata: p.ExecuteRequest.Metadata}
+	t := spec.NewSubmittedTask(ec, m)
+	now := time.Now().UTC()
+	t.Status = spec.TaskStatus{State: spec.TaskStateWorking, Timestamp: &now}
+	pend, err := e.s.store.createAsync(ctx, t)
+	if err != nil {
+		return false, nil
+	}
+	r := e.startTurn(ctx, ec, c, msg)
+	pushes, ended := r.next()
+	if ended && len(pushes) == 0 && r.res.err == nil && completes(r.res.reply) && pend.withdraw() {
+		r.release()
+		view := &taskView{t: copyTask(t)}
+		view.apply(replyArtifact(ec, r.res.reply))
+		view.apply(spec.NewStatusUpdateEvent(ec, spec.TaskStateCompleted, nil))
+		v, err := e.s.store.Create(ctx, view.t)
+		if err != nil {
+			return true, err
+		}
+		e.s.queues.publish(p.TaskID, view.t, v)
+		return true, nil
+	}
+	h := &handover{run: r, t: t, pushes: pushes, ended: ended}
+	if !pend.withdraw() {
+		_, err := pend.wait()
+		h.written = err == nil
+	}
+	c.send.setHandover(p.TaskID, h)
+	return false, nil
+}
