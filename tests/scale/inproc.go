@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
+	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
 // inproc is N silos in this process, each with its own gateway, peer
@@ -29,6 +31,7 @@ type inproc struct {
 	prefix   string
 	cl       *client.Client
 	base     uint64 // the heap before the silos
+	leaseTTL time.Duration
 }
 
 func (p *inproc) config(i int) (cluster.SiloConfig, *grain.Registry, error) {
@@ -41,12 +44,13 @@ func (p *inproc) config(i int) (cluster.SiloConfig, *grain.Registry, error) {
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{p.endpoint}, Prefix: p.prefix}
+	cfg.LeaseTTL = p.leaseTTL
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	return cfg, reg, nil
 }
 
-func startInproc(ctx context.Context, n int, endpoint, prefix string) (harness, func(), error) {
-	p := &inproc{silos: make([]*cluster.Silo, n), names: make([]string, n), endpoint: endpoint, prefix: prefix, base: heap()}
+func startInproc(ctx context.Context, n int, endpoint, prefix string, leaseTTL time.Duration) (harness, func(), error) {
+	p := &inproc{leaseTTL: leaseTTL, silos: make([]*cluster.Silo, n), names: make([]string, n), endpoint: endpoint, prefix: prefix, base: heap()}
 	for i := range p.names {
 		p.names[i] = fmt.Sprintf("silo-%03d", i)
 	}
@@ -64,7 +68,7 @@ func startInproc(ctx context.Context, n int, endpoint, prefix string) (harness, 
 		}
 		wg.Wait()
 	}
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, 2) // starts at once: each joins the gossip group, which a starved process fails
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -88,7 +92,7 @@ func startInproc(ctx context.Context, n int, endpoint, prefix string) (harness, 
 	for _, s := range p.silos {
 		addrs = append(addrs, s.GatewayAddr())
 	}
-	cl, err := client.Dial(ctx, addrs, client.WithPrincipal("bench"))
+	cl, err := client.Dial(ctx, addrs, client.WithPrincipal(testcluster.Principal))
 	if err != nil {
 		closeAll()
 		return nil, nil, err

@@ -32,6 +32,7 @@ import (
 	"os/signal"
 	"slices"
 	"syscall"
+	"time"
 )
 
 type opts struct {
@@ -45,6 +46,7 @@ type opts struct {
 	period     string
 	idle       string
 	cpuprofile string
+	leaseTTL   time.Duration
 }
 
 func main() {
@@ -58,6 +60,7 @@ func main() {
 	flag.IntVar(&o.conc, "c", 64, "concurrent callers")
 	flag.StringVar(&o.period, "period", "1m", "procs and inproc modes: the seeded reminders' period (they fire, spread over it)")
 	flag.StringVar(&o.idle, "idle", "10s", "procs and inproc modes: how long etcd's requests are counted at idle")
+	flag.DurationVar(&o.leaseTTL, "lease-ttl", 0, "procs and inproc modes: the silos' --lease-ttl (0: their default, 2 s, which a 2-core machine running 100 silos cannot renew in time)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "reminders mode: CPU profile of the view changes, to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -21,13 +21,17 @@ type procs struct {
 
 // startProcs starts n silo processes on the etcd at endpoint. The closer
 // kills them.
-func startProcs(ctx context.Context, n int, endpoint, prefix string) (harness, func(), error) {
+func startProcs(ctx context.Context, n int, endpoint, prefix string, leaseTTL time.Duration) (harness, func(), error) {
+	var args []string
+	if leaseTTL > 0 {
+		args = append(args, "--lease-ttl", leaseTTL.String())
+	}
 	ready := make(chan *procs, 1)
 	done := make(chan struct{})
 	finished := make(chan bool, 1)
 	go func() {
 		finished <- testcluster.Run(ctx, func(tb testcluster.TB) {
-			c := testcluster.Start(tb, testcluster.Options{Silos: n, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, WaitTimeout: 5 * time.Minute})
+			c := testcluster.Start(tb, testcluster.Options{Silos: n, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, Args: args, WaitTimeout: 5 * time.Minute})
 			ready <- &procs{c: c, cl: c.Client(tb), http: &http.Client{Timeout: 10 * time.Second}}
 			<-done
 		})
