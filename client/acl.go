@@ -7,11 +7,6 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// ACLRule is a rule of the cluster's access control list: owner and agent
-// patterns (`*`, `prefix*` or a name), a caller pattern (`*`, `group:NAME`
-// or a principal) and the permission it grants ("Message,Read", "All", ...).
-type ACLRule = agentsilov1.AclRule
-
 // The ACL methods below call the admin service of the gateway. They need
 // Admin on the pseudo-agent system:acl, or membership of group admins;
 // others get PermissionDenied. Changes are in force on that gateway's silo
@@ -21,33 +16,41 @@ type ACLRule = agentsilov1.AclRule
 
 // ACLRules returns the rules in order, the revision of the ACL, and, while
 // no rules are set, the seed rule that applies instead (else nil).
-func (c *Client) ACLRules(ctx context.Context) (rules []*ACLRule, seed *ACLRule, revision int64, err error) {
+func (c *Client) ACLRules(ctx context.Context) (rules []ACLRule, seed *ACLRule, revision int64, err error) {
 	ctx, cancel, adm := c.admin(ctx)
 	defer cancel()
 	r, err := adm.ListRules(ctx, &agentsilov1.ListRulesRequest{})
 	if err != nil {
 		return nil, nil, 0, errs.FromStatus(err)
 	}
-	return r.GetRules(), r.GetSeedRule(), r.GetRevision(), nil
-}
-
-// AddACLRule inserts rule at position (1 for the first; 0 appends) and
-// returns it with the id it got, and its position.
-func (c *Client) AddACLRule(ctx context.Context, rule *ACLRule, position int, revision int64) (*ACLRule, int, error) {
-	ctx, cancel, adm := c.admin(ctx)
-	defer cancel()
-	r, err := adm.AddRule(ctx, &agentsilov1.AddRuleRequest{Rule: rule, Position: int32(position), Revision: revision})
-	if err != nil {
-		return nil, 0, errs.FromStatus(err)
+	rules = make([]ACLRule, len(r.GetRules()))
+	for i, rule := range r.GetRules() {
+		rules[i] = *aclRule(rule)
 	}
-	return r.GetRule(), int(r.GetPosition()), nil
+	return rules, aclRule(r.GetSeedRule()), r.GetRevision(), nil
 }
 
-// UpdateACLRule replaces the rule with rule.Id.
-func (c *Client) UpdateACLRule(ctx context.Context, rule *ACLRule, revision int64) error {
+// AddACLRule inserts rule (its ID ignored) at position (1 for the first;
+// 0 appends) and returns it with the ID it got, and its position.
+func (c *Client) AddACLRule(ctx context.Context, rule ACLRule, position int, revision int64) (ACLRule, int, error) {
 	ctx, cancel, adm := c.admin(ctx)
 	defer cancel()
-	_, err := adm.UpdateRule(ctx, &agentsilov1.UpdateRuleRequest{Rule: rule, Revision: revision})
+	r, err := adm.AddRule(ctx, &agentsilov1.AddRuleRequest{Rule: rule.wire(), Position: int32(position), Revision: revision})
+	if err != nil {
+		return ACLRule{}, 0, errs.FromStatus(err)
+	}
+	added := rule
+	if a := aclRule(r.GetRule()); a != nil {
+		added = *a
+	}
+	return added, int(r.GetPosition()), nil
+}
+
+// UpdateACLRule replaces the rule with rule.ID.
+func (c *Client) UpdateACLRule(ctx context.Context, rule ACLRule, revision int64) error {
+	ctx, cancel, adm := c.admin(ctx)
+	defer cancel()
+	_, err := adm.UpdateRule(ctx, &agentsilov1.UpdateRuleRequest{Rule: rule.wire(), Revision: revision})
 	return errs.FromStatus(err)
 }
 
@@ -85,14 +88,14 @@ func (c *Client) SetACLGroup(ctx context.Context, name string, members []string,
 // CheckACL explains whether caller (with groups, beside the ACL's) holds
 // permission on agent (`Type:owner:alias` or `owner:alias`): allowed or
 // not, and why (own agent, the rule that matched, or default deny).
-func (c *Client) CheckACL(ctx context.Context, caller, agent, permission string, groups ...string) (*agentsilov1.CheckResponse, error) {
+func (c *Client) CheckACL(ctx context.Context, caller, agent, permission string, groups ...string) (Decision, error) {
 	ctx, cancel, adm := c.admin(ctx)
 	defer cancel()
 	r, err := adm.Check(ctx, &agentsilov1.CheckRequest{Caller: caller, Groups: groups, Agent: agent, Permission: permission})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return Decision{}, errs.FromStatus(err)
 	}
-	return r, nil
+	return Decision{Allowed: r.GetAllowed(), Reason: r.GetReason(), Rule: aclRule(r.GetRule()), Position: int(r.GetPosition()), Granted: r.GetGranted()}, nil
 }
 
 // admin prepares a call to the admin service of the session's gateway.

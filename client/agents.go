@@ -14,27 +14,27 @@ import (
 // AgentsOf lists the active agents of owner (empty: every owner the caller
 // may read), of one type if typ is not empty. An operator (one who may
 // administer the ACL) sees every activation.
-func (c *Client) AgentsOf(ctx context.Context, owner, typ string) ([]*agentsilov1.ActivationInfo, error) {
+func (c *Client) AgentsOf(ctx context.Context, owner, typ string) ([]AgentInfo, error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ, Owner: owner})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetAgents(), nil
+	return agentInfos(r.GetAgents()), nil
 }
 
 // Types lists the agent types the cluster's silos host, by name, with their
 // descriptions and skills; with a tag, only the types having a skill with
 // that tag (compared without regard to case).
-func (c *Client) Types(ctx context.Context, skillTag string) ([]*agentsilov1.AgentType, error) {
+func (c *Client) Types(ctx context.Context, skillTag string) ([]AgentType, error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListTypes(ctx, &agentsilov1.ListTypesRequest{SkillTag: skillTag})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetTypes(), nil
+	return agentTypes(r.GetTypes()), nil
 }
 
 // Config returns the configuration CreateAgent stored for the agent, and

@@ -27,7 +27,13 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// Message is agentsilo's one message type.
+// Message is agentsilo's one message type: what a Client sends and gets
+// back, what agents push to the session, and what agents exchange among
+// themselves (grain.Message is the same type). It stays the wire's type,
+// not a copy of it, because it is that shared type: an agent's handler and
+// a Client take and return the same *Message (both are an Asker), a reply
+// can be forwarded as it came, and a call converts nothing on its way.
+// Set its fields directly; its Kind is one of the Kind constants.
 type Message = agentsilov1.AgentMessage
 
 // The errors a Client returns carry gRPC codes; test for them with
@@ -430,37 +436,37 @@ func (c *Client) CreateAgent(ctx context.Context, addr string, cfg map[string]st
 }
 
 // Agents lists the active agents, of type typ if it is not empty.
-func (c *Client) Agents(ctx context.Context, typ string) ([]*agentsilov1.ActivationInfo, error) {
+func (c *Client) Agents(ctx context.Context, typ string) ([]AgentInfo, error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetAgents(), nil
+	return agentInfos(r.GetAgents()), nil
 }
 
 // Members lists the silos of the cluster as the gateway sees them.
-func (c *Client) Members(ctx context.Context) ([]*agentsilov1.Member, error) {
+func (c *Client) Members(ctx context.Context) ([]Member, error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListMembers(ctx, &agentsilov1.ListMembersRequest{})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetMembers(), nil
+	return members(r.GetMembers()), nil
 }
 
 // Reminders lists the durable reminders of the agent at addr (canonical, or
 // relative to the client's principal).
-func (c *Client) Reminders(ctx context.Context, addr string) ([]*agentsilov1.ReminderInfo, error) {
+func (c *Client) Reminders(ctx context.Context, addr string) ([]Reminder, error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListReminders(ctx, &agentsilov1.ListRemindersRequest{Agent: addr})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetReminders(), nil
+	return reminders(r.GetReminders()), nil
 }
 
 // unary prepares a unary call to the session's current gateway.

@@ -31,20 +31,24 @@ type DirectoryQuery struct {
 
 // Search ranks the directory's entries by how well they match query
 // (BM25), best first, each with its score and how to call it.
-func (c *Client) Search(ctx context.Context, query string, q DirectoryQuery) ([]*agentsilov1.DirectoryHit, error) {
+func (c *Client) Search(ctx context.Context, query string, q DirectoryQuery) ([]DirectoryHit, error) {
 	ctx, cancel, dc := c.directory(ctx)
 	defer cancel()
 	r, err := dc.Search(ctx, &agentsilov1.DirectorySearchRequest{Query: query, Kind: q.Kind, Tag: q.Tag, Limit: int32(q.Limit)})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetHits(), nil
+	hits := make([]DirectoryHit, len(r.GetHits()))
+	for i, h := range r.GetHits() {
+		hits[i] = DirectoryHit{Entry: directoryEntry(h.GetEntry()), Score: h.GetScore()}
+	}
+	return hits, nil
 }
 
 // ListDirectory returns the directory's entries of q's kind and tag, by
 // kind and name, all of them (a page of 500 at a time).
-func (c *Client) ListDirectory(ctx context.Context, q DirectoryQuery) ([]*agentsilov1.DirectoryEntry, error) {
-	var out []*agentsilov1.DirectoryEntry
+func (c *Client) ListDirectory(ctx context.Context, q DirectoryQuery) ([]DirectoryEntry, error) {
+	var out []DirectoryEntry
 	after := ""
 	for {
 		page, next, err := c.ListDirectoryPage(ctx, q, after, 0)
@@ -62,40 +66,41 @@ func (c *Client) ListDirectory(ctx context.Context, q DirectoryQuery) ([]*agents
 // ListDirectoryPage returns at most limit entries (0: 500, at most 1000)
 // of q's kind and tag after the entry named after (kind/name; "": from the
 // first), and the after of the next page ("" if there is none).
-func (c *Client) ListDirectoryPage(ctx context.Context, q DirectoryQuery, after string, limit int) ([]*agentsilov1.DirectoryEntry, string, error) {
+func (c *Client) ListDirectoryPage(ctx context.Context, q DirectoryQuery, after string, limit int) ([]DirectoryEntry, string, error) {
 	ctx, cancel, dc := c.directory(ctx)
 	defer cancel()
 	r, err := dc.List(ctx, &agentsilov1.DirectoryListRequest{Kind: q.Kind, Tag: q.Tag, After: after, Limit: int32(limit)})
 	if err != nil {
 		return nil, "", errs.FromStatus(err)
 	}
-	return r.GetEntries(), r.GetNext(), nil
+	return directoryEntries(r.GetEntries()), r.GetNext(), nil
 }
 
 // DirectoryEntry returns one entry by name (or kind/name); NotFound if
 // there is none.
-func (c *Client) DirectoryEntry(ctx context.Context, name string) (*agentsilov1.DirectoryEntry, error) {
+func (c *Client) DirectoryEntry(ctx context.Context, name string) (DirectoryEntry, error) {
 	ctx, cancel, dc := c.directory(ctx)
 	defer cancel()
 	r, err := dc.Get(ctx, &agentsilov1.DirectoryGetRequest{Name: name})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return DirectoryEntry{}, errs.FromStatus(err)
 	}
-	return r.GetEntry(), nil
+	return directoryEntry(r.GetEntry()), nil
 }
 
 // AddToDirectory adds or replaces an outside entry: an A2A agent (kind
 // "a2a", its base or card URL) or an MCP server ("mcp", its endpoint),
 // with headers sent to it (credentials, never returned) and pinned skills.
 // It returns the entry once listed.
-func (c *Client) AddToDirectory(ctx context.Context, req *agentsilov1.DirectoryAddRequest) (*agentsilov1.DirectoryEntry, error) {
+func (c *Client) AddToDirectory(ctx context.Context, e OutsideEntry) (DirectoryEntry, error) {
 	ctx, cancel, dc := c.directory(ctx)
 	defer cancel()
-	r, err := dc.Add(ctx, req)
+	r, err := dc.Add(ctx, &agentsilov1.DirectoryAddRequest{Name: e.Name, Kind: e.Kind, Url: e.URL, Description: e.Description,
+		Headers: e.Headers, Skills: skillsToWire(e.Skills)})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return DirectoryEntry{}, errs.FromStatus(err)
 	}
-	return r.GetEntry(), nil
+	return directoryEntry(r.GetEntry()), nil
 }
 
 // RemoveFromDirectory removes an outside entry; NotFound if there is none.

@@ -93,7 +93,7 @@ func TestInvalidUTF8UnaryCalls(t *testing.T) {
 	wantInvalid(t, "Agents", err, "type")
 	_, err = c.Reminders(ctx, "Echo:\xff")
 	wantInvalid(t, "Reminders", err, "agent")
-	_, _, err = c.AddACLRule(ctx, &client.ACLRule{OwnerPattern: "a\xff", CallerPattern: "*", Permission: "Message"}, 0, 0)
+	_, _, err = c.AddACLRule(ctx, client.ACLRule{OwnerPattern: "a\xff", CallerPattern: "*", Permission: "Message"}, 0, 0)
 	wantInvalid(t, "AddACLRule", err, "rule.owner_pattern")
 	wantInvalid(t, "SetACLGroup", c.SetACLGroup(ctx, "g", []string{"alice", "b\xffb"}, 0), "group.members[1]")
 	_, err = c.CheckACL(ctx, "alice\xff", "Echo:bob:x", "Message")

@@ -25,18 +25,6 @@ import (
 // of its agents, at least once, until the agent's handler acknowledges it
 // (returns nil), or it becomes a dead letter.
 
-// PublishResult is what Publish did: the message's id, the subscriptions
-// it was queued for, and whether its idempotency key had been published
-// already (then nothing was queued again, and the id is the first's).
-type PublishResult = agentsilov1.PublishResponse
-
-// Subscription is a durable named subscription.
-type Subscription = agentsilov1.Subscription
-
-// DeadLetter is a message a subscription gave up on, with its reason,
-// attempts, last error and the original message.
-type DeadLetter = agentsilov1.DeadLetter
-
 // Publish publishes msg to topic and returns once the message is durable:
 // it is then delivered to every subscription whose pattern matches, and
 // the messages this Client publishes reach each subscription in the order
@@ -47,13 +35,13 @@ type DeadLetter = agentsilov1.DeadLetter
 // gateway went away: the outcome is unknown) is sent again, through the
 // gateway the session moves to, until ctx ends: within the cluster's
 // window (10 minutes) the key is queued once.
-func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ *PublishResult, err error) {
+func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ PublishResult, err error) {
 	m := &Message{}
 	if msg != nil {
 		m = proto.Clone(msg).(*Message)
 	}
 	if n := proto.Size(m); n > c.opts.maxSize {
-		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
 	}
 	ctx, span := c.startSpan(ctx, "agentsilo Publish", m)
 	defer func() { endSpan(span, err) }()
@@ -69,11 +57,11 @@ func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ *Pu
 		r, err := agentsilov1.NewTopicsClient(c.conns[c.connIndex()]).Publish(uctx, req)
 		cancel()
 		if err == nil {
-			return r, nil
+			return PublishResult{ID: r.GetId(), Subscriptions: int(r.GetSubscriptions()), Duplicate: r.GetDuplicate()}, nil
 		}
 		err = errs.FromStatus(err)
 		if m.GetIdempotencyKey() == "" || errs.Code(err) != codes.Unavailable || ctx.Err() != nil || !b.Wait(ctx, nil) {
-			return nil, err
+			return PublishResult{}, err
 		}
 	}
 }
@@ -104,17 +92,17 @@ func (c *Client) topics(ctx context.Context) (context.Context, context.CancelFun
 // agent's owner, creating it with pattern (and maxAttempts, 0 for the
 // default of 5) if it does not exist. Everything published after it
 // returns is delivered.
-func (c *Client) Subscribe(ctx context.Context, agent, name, pattern string, maxAttempts int) (*Subscription, error) {
+func (c *Client) Subscribe(ctx context.Context, agent, name, pattern string, maxAttempts int) (Subscription, error) {
 	if maxAttempts < 0 {
-		return nil, errs.New(codes.InvalidArgument, "max attempts %d is negative", maxAttempts)
+		return Subscription{}, errs.New(codes.InvalidArgument, "max attempts %d is negative", maxAttempts)
 	}
 	ctx, cancel, tc := c.topics(ctx)
 	defer cancel()
 	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: agent, Name: name, Pattern: pattern, MaxAttempts: uint32(min(maxAttempts, 1<<20))})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return Subscription{}, errs.FromStatus(err)
 	}
-	return r.GetSubscription(), nil
+	return subscription(r.GetSubscription()), nil
 }
 
 // sessionSubs are the patterns the session subscribed to, with the names
@@ -140,12 +128,12 @@ type sessionSubs struct {
 // After a re-attach the client subscribes again by itself (a session that
 // had to be opened afresh, with a new Address, loses what was published
 // in between). Subscribing to a pattern again is no error.
-func (c *Client) SubscribeSession(ctx context.Context, pattern string) (*Subscription, error) {
+func (c *Client) SubscribeSession(ctx context.Context, pattern string) (Subscription, error) {
 	s, err := c.subscribeSession(ctx, pattern)
 	if err != nil {
-		return nil, err
+		return Subscription{}, err
 	}
-	_, name, _ := strings.Cut(s.GetId(), ":")
+	_, name, _ := strings.Cut(s.ID, ":")
 	c.sessSubs.mu.Lock()
 	if c.sessSubs.byPat == nil {
 		c.sessSubs.byPat = map[string]string{}
@@ -155,15 +143,15 @@ func (c *Client) SubscribeSession(ctx context.Context, pattern string) (*Subscri
 	return s, nil
 }
 
-func (c *Client) subscribeSession(ctx context.Context, pattern string) (*Subscription, error) {
+func (c *Client) subscribeSession(ctx context.Context, pattern string) (Subscription, error) {
 	addr := c.Address()
 	ctx, cancel, tc := c.topics(ctx)
 	defer cancel()
 	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: addr, Pattern: pattern})
 	if err != nil {
-		return nil, errs.FromStatus(err)
+		return Subscription{}, errs.FromStatus(err)
 	}
-	return r.GetSubscription(), nil
+	return subscription(r.GetSubscription()), nil
 }
 
 // UnsubscribeSession ends the session's subscription to pattern (as given
@@ -211,7 +199,7 @@ func (c *Client) resubscribeLocked() {
 			for {
 				s, err := c.subscribeSession(c.ctx, p)
 				if err == nil {
-					_, name, _ := strings.Cut(s.GetId(), ":")
+					_, name, _ := strings.Cut(s.ID, ":")
 					c.sessSubs.mu.Lock()
 					if _, ok := c.sessSubs.byPat[p]; ok {
 						c.sessSubs.byPat[p] = name
@@ -277,19 +265,23 @@ func (c *Client) Unsubscribe(ctx context.Context, agent, name string) (deleted b
 
 // Subscriptions lists owner's subscriptions ("": the client's principal's)
 // that the client may read.
-func (c *Client) Subscriptions(ctx context.Context, owner string) ([]*Subscription, error) {
+func (c *Client) Subscriptions(ctx context.Context, owner string) ([]Subscription, error) {
 	ctx, cancel, tc := c.topics(ctx)
 	defer cancel()
 	r, err := tc.ListSubscriptions(ctx, &agentsilov1.ListSubscriptionsRequest{Owner: owner})
 	if err != nil {
 		return nil, errs.FromStatus(err)
 	}
-	return r.GetSubscriptions(), nil
+	subs := make([]Subscription, len(r.GetSubscriptions()))
+	for i, s := range r.GetSubscriptions() {
+		subs[i] = subscription(s)
+	}
+	return subs, nil
 }
 
 // DeadLetters lists a subscription's dead letters after the id after (""
 // from the first), at most limit (0: 100); more says there are others.
-func (c *Client) DeadLetters(ctx context.Context, subscription, after string, limit int) (ds []*DeadLetter, more bool, err error) {
+func (c *Client) DeadLetters(ctx context.Context, subscription, after string, limit int) (ds []DeadLetter, more bool, err error) {
 	if limit < 0 {
 		return nil, false, errs.New(codes.InvalidArgument, "limit %d is negative", limit)
 	}
@@ -299,7 +291,11 @@ func (c *Client) DeadLetters(ctx context.Context, subscription, after string, li
 	if err != nil {
 		return nil, false, errs.FromStatus(err)
 	}
-	return r.GetDeadLetters(), r.GetMore(), nil
+	ds = make([]DeadLetter, len(r.GetDeadLetters()))
+	for i, d := range r.GetDeadLetters() {
+		ds[i] = deadLetter(d)
+	}
+	return ds, r.GetMore(), nil
 }
 
 // ReplayDeadLetters queues the dead letters ids of subscription again, at
@@ -327,7 +323,7 @@ func (c *Client) DropDeadLetters(ctx context.Context, subscription string, ids .
 	return int(r.GetCount()), nil
 }
 
-// Broadcast sends msg (ONE_WAY, or an EVENT if its kind is KIND_EVENT) to
+// Broadcast sends msg (ONE_WAY, or an EVENT if its Kind is KindEvent) to
 // every active agent of the cluster whose address matches the glob pattern
 // (e.g. `Worker:acme:*`) and returns how many it reached. A pattern of
 // another owner's agents needs Message on them; a pattern whose owner is

@@ -120,7 +120,7 @@ func TestClusterTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	subs, err := cl.Subscriptions(ctx, "")
-	if err != nil || len(subs) != 2 || subs[0].Id != "acme:audit" || subs[0].MaxAttempts != 2 || len(subs[1].Members) != 2 {
+	if err != nil || len(subs) != 2 || subs[0].ID != "acme:audit" || subs[0].MaxAttempts != 2 || len(subs[1].Members) != 2 {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}
 	const n = 30
@@ -174,7 +174,7 @@ func TestClusterTopics(t *testing.T) {
 	k.healed = true
 	before := len(k.got)
 	k.mu.Unlock()
-	if nr, err := cl.ReplayDeadLetters(ctx, "audit", dead[0].Id); err != nil || nr != 1 {
+	if nr, err := cl.ReplayDeadLetters(ctx, "audit", dead[0].ID); err != nil || nr != 1 {
 		t.Fatalf("replay: %d %v", nr, err)
 	}
 	k.wait(t, "the replay", func(got []*grain.Message) bool { return len(got) > before })
@@ -308,12 +308,12 @@ func TestClusterSessionSubscription(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(s.Id, "acme:session-") || s.Pattern != "acme:orders.#" {
+	if !strings.HasPrefix(s.ID, "acme:session-") || s.Pattern != "acme:orders.#" {
 		t.Fatalf("subscription %v", s)
 	}
 	// Listed at once, through any silo (Subscriptions reads etcd).
 	subs, err := acme.Subscriptions(ctx, "")
-	if err != nil || len(subs) != 1 || subs[0].Id != s.Id || len(subs[0].Members) != 1 || subs[0].Members[0] != sub.Address() {
+	if err != nil || len(subs) != 1 || subs[0].ID != s.ID || len(subs[0].Members) != 1 || subs[0].Members[0] != sub.Address() {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}
 	if _, err := bob.SubscribeSession(ctx, "acme:orders.#"); !errors.Is(err, client.ErrPermissionDenied) {
@@ -338,7 +338,7 @@ func TestClusterSessionSubscription(t *testing.T) {
 	for got := 0; got < 2*n+1; got++ {
 		select {
 		case m := <-sub.Messages():
-			if m.Subscription != s.Id || !strings.HasPrefix(m.Topic, "acme:orders.") {
+			if m.Subscription != s.ID || !strings.HasPrefix(m.Topic, "acme:orders.") {
 				t.Fatalf("delivery %v", m)
 			}
 			who, _, _ := strings.Cut(m.Message, " ")
@@ -368,7 +368,7 @@ func TestClusterSessionSubscription(t *testing.T) {
 			return false
 		}
 		for _, kv := range r.Kvs {
-			if strings.Contains(string(kv.Key), s.Id) {
+			if strings.Contains(string(kv.Key), s.ID) {
 				return false
 			}
 		}
@@ -533,7 +533,7 @@ func TestClusterSessionSubscriptionExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, sub := range subs {
-			if sub.Id == id {
+			if sub.ID == id {
 				return true
 			}
 		}

@@ -475,7 +475,7 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 		t.Fatalf("AskTyped with bad arguments: %v, want InvalidArgument", err)
 	}
 	types, err := c1.Types(t.Context(), "shop")
-	if err != nil || len(types) != 1 || types[0].GetSkills()[0].GetInputSchema() != string(skill.InputSchema) {
+	if err != nil || len(types) != 1 || types[0].Skills[0].InputSchema != string(skill.InputSchema) {
 		t.Fatalf("Types: %v, %v", types, err)
 	}
 
@@ -492,8 +492,8 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	}
 	testutil.WaitFor(t, "s3 lists Shop from s1", func() bool {
 		types, err := c3.Types(t.Context(), "shop")
-		return err == nil && len(types) == 1 && types[0].GetSkills()[0].GetInputSchema() == string(skill.InputSchema) &&
-			types[0].GetSkills()[0].GetOutputSchema() == string(skill.OutputSchema)
+		return err == nil && len(types) == 1 && types[0].Skills[0].InputSchema == string(skill.InputSchema) &&
+			types[0].Skills[0].OutputSchema == string(skill.OutputSchema)
 	})
 	// (Now s3 hosts the type too, for the agents placed on it.)
 	if err := s3.Runtime().Registry().Register("Shop", shop, info); err != nil {

@@ -67,7 +67,7 @@ func TestClusterPlacement(t *testing.T) {
 		}
 		gateways := map[string]string{}
 		for _, m := range ms {
-			gateways[m.GetName()] = m.GetGatewayAddr()
+			gateways[m.Name] = m.GatewayAddr
 		}
 		for i := range c.Len() {
 			if s := c.Silo(i); gateways[s.Name] != s.GatewayAddr {
@@ -82,9 +82,9 @@ func TestClusterPlacement(t *testing.T) {
 	}
 	listed := map[string]bool{}
 	for _, a := range agents {
-		listed[a.GetAddress()] = true
-		if want := cluster.Owner(a.GetAddress(), names); a.GetSilo() != want {
-			t.Errorf("Agents: %s on %s, want %s", a.GetAddress(), a.GetSilo(), want)
+		listed[a.Address] = true
+		if want := cluster.Owner(a.Address, names); a.Silo != want {
+			t.Errorf("Agents: %s on %s, want %s", a.Address, a.Silo, want)
 		}
 	}
 	for _, a := range addrs {

@@ -27,7 +27,6 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
-	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // finder is an agent that finds who can do a task and has it done: it
@@ -148,10 +147,10 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer admin.Close()
-	for _, req := range []*agentsilov1.DirectoryAddRequest{
-		{Name: "weather", Kind: "a2a", Url: weather.URL, Headers: map[string]string{"Authorization": "Bearer w-token"}},
-		{Name: "translator", Kind: "a2a", Url: "http://" + remote.A2AAddr() + "/a2a/Translator/carol/t", Headers: map[string]string{"X-Api-Key": "carol-key"}},
-		{Name: "files", Kind: "mcp", Url: files.URL},
+	for _, req := range []client.OutsideEntry{
+		{Name: "weather", Kind: "a2a", URL: weather.URL, Headers: map[string]string{"Authorization": "Bearer w-token"}},
+		{Name: "translator", Kind: "a2a", URL: "http://" + remote.A2AAddr() + "/a2a/Translator/carol/t", Headers: map[string]string{"X-Api-Key": "carol-key"}},
+		{Name: "files", Kind: "mcp", URL: files.URL},
 	} {
 		if _, err := admin.AddToDirectory(t.Context(), req); err != nil {
 			t.Fatal(err)
@@ -170,12 +169,12 @@ func TestDirectory(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		for _, e := range l {
-			seen[e.GetName()] = e.GetKind() == "type" || (e.GetLastSeen() != nil && (len(e.GetSkills()) > 0 || len(e.GetTools()) > 0))
+			seen[e.Name] = e.Kind == "type" || (!e.LastSeen.IsZero() && (len(e.Skills) > 0 || len(e.Tools) > 0))
 		}
 		types, err := admin.ListDirectory(t.Context(), client.DirectoryQuery{Kind: "type"})
 		s1Sum := false
 		for _, e := range types {
-			s1Sum = s1Sum || e.GetName() == "Archivist"
+			s1Sum = s1Sum || e.Name == "Archivist"
 		}
 		return err == nil && s1Sum && seen["weather"] && seen["translator"] && seen["files"] && seen["Summarizer"]
 	})
@@ -194,7 +193,7 @@ func TestDirectory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(hits) == 0 || hits[0].GetEntry().GetKind()+"/"+hits[0].GetEntry().GetName() != want {
+		if len(hits) == 0 || hits[0].Entry.Kind+"/"+hits[0].Entry.Name != want {
 			t.Errorf("search %q: %v, want %s first", query, hits, want)
 		}
 		b, _ := json.Marshal(hits)
@@ -207,7 +206,7 @@ func TestDirectory(t *testing.T) {
 	if _, err := reader.Search(t.Context(), "x", client.DirectoryQuery{Kind: "agents"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("search of kind agents: %v", err)
 	}
-	if _, err := admin.AddToDirectory(t.Context(), &agentsilov1.DirectoryAddRequest{Name: "bad", Kind: "a2a", Url: "file:///etc/passwd"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := admin.AddToDirectory(t.Context(), client.OutsideEntry{Name: "bad", Kind: "a2a", URL: "file:///etc/passwd"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("add of a file URL: %v", err)
 	}
 	if err := admin.RemoveFromDirectory(t.Context(), "nobody"); status.Code(err) != codes.NotFound {
@@ -287,7 +286,7 @@ func TestDirectory(t *testing.T) {
 	// Access: reading needs Read on system:directory (while the ACL has
 	// no rules its seed rule grants everyone Read on system's agents),
 	// changing it Admin.
-	if _, _, err := admin.AddACLRule(t.Context(), &client.ACLRule{OwnerPattern: "system", AgentPattern: "directory", CallerPattern: "alice", Permission: "Read"}, 0, 0); err != nil {
+	if _, _, err := admin.AddACLRule(t.Context(), client.ACLRule{OwnerPattern: "system", AgentPattern: "directory", CallerPattern: "alice", Permission: "Read"}, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	alice, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("alice"))
@@ -309,7 +308,7 @@ func TestDirectory(t *testing.T) {
 	if _, err := dev.Search(t.Context(), "weather", client.DirectoryQuery{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("dev searches: %v", err)
 	}
-	if _, err := dev.AddToDirectory(t.Context(), &agentsilov1.DirectoryAddRequest{Name: "evil", Kind: "a2a", Url: "http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
+	if _, err := dev.AddToDirectory(t.Context(), client.OutsideEntry{Name: "evil", Kind: "a2a", URL: "http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("dev adds: %v", err)
 	}
 	if _, err := dev.Ask(t.Context(), "Finder:dev:f", &client.Message{Message: "weather", State: map[string]string{"ask": "x"}}); status.Code(err) != codes.PermissionDenied {
@@ -325,9 +324,9 @@ func TestDirectory(t *testing.T) {
 	weather.Stop()
 	testutil.WaitFor(t, "weather's failed refresh", func() bool {
 		e, err := reader.DirectoryEntry(t.Context(), "weather")
-		return err == nil && e.GetLastError() != "" && e.GetLastSeen() != nil
+		return err == nil && e.LastError != "" && !e.LastSeen.IsZero()
 	})
-	if hits, err := reader.Search(t.Context(), "weather forecast", client.DirectoryQuery{}); err != nil || len(hits) == 0 || hits[0].GetEntry().GetName() != "weather" {
+	if hits, err := reader.Search(t.Context(), "weather forecast", client.DirectoryQuery{}); err != nil || len(hits) == 0 || hits[0].Entry.Name != "weather" {
 		t.Errorf("a peer that is down: %v %v", hits, err)
 	}
 

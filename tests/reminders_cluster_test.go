@@ -72,7 +72,7 @@ func TestReminderSurvivesKillInCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range agents {
-		if a.GetAddress() == addr && a.GetSilo() == owner {
+		if a.Address == addr && a.Silo == owner {
 			t.Fatalf("%s listed on the dead silo %s", addr, owner)
 		}
 	}

@@ -113,7 +113,7 @@ func TestTopicsCluster(t *testing.T) {
 					t.Errorf("publish: %v", err)
 					return
 				}
-				ids[p] = append(ids[p], r.Id)
+				ids[p] = append(ids[p], r.ID)
 			}
 		}()
 	}
@@ -125,7 +125,7 @@ func TestTopicsCluster(t *testing.T) {
 		if err != nil || r.Subscriptions != 2 {
 			t.Fatalf("publish %s: %v, %v", text, r, err)
 		}
-		special[text] = r.Id
+		special[text] = r.ID
 	}
 	if _, err := cl.Ask(ctx, "TopicSink:test:pub", &client.Message{Message: "publish jobs.deep.x from an agent"}); err != nil {
 		t.Fatal(err)
@@ -272,7 +272,7 @@ func TestTopicsKill9(t *testing.T) {
 			for {
 				r, err := pub.Publish(ctx, "steady.ticks", m)
 				if err == nil {
-					ids[i] = r.Id
+					ids[i] = r.ID
 					break
 				}
 				if ctx.Err() != nil {
@@ -320,7 +320,7 @@ func TestTopicsKill9(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, d := range ds {
-			dead[d.GetMessage().GetId()] = true
+			dead[d.Message.GetId()] = true
 		}
 		var missing []int
 		for id, i := range published {

@@ -90,7 +90,7 @@ func TestTopicsSessionSubscription(t *testing.T) {
 	for len(got) < n+1 {
 		select {
 		case m := <-sub.Messages():
-			if m.Subscription != s.Id {
+			if m.Subscription != s.ID {
 				t.Fatalf("delivery %v", m)
 			}
 			got = append(got, m.Topic+" "+m.Message)
@@ -144,8 +144,8 @@ func TestTopicsSessionSubscription(t *testing.T) {
 	if err := cli.Wait(); err != nil {
 		t.Fatalf("client subscribe after an interrupt: %v", err)
 	}
-	if l := sessionSubs(); len(l) != 1 || !strings.HasSuffix(l[0], s.Id) {
-		t.Fatalf("session subscriptions after the CLI ended: %v, want %s's alone", l, s.Id)
+	if l := sessionSubs(); len(l) != 1 || !strings.HasSuffix(l[0], s.ID) {
+		t.Fatalf("session subscriptions after the CLI ended: %v, want %s's alone", l, s.ID)
 	}
 	// The SDK session's silo dies: its lease ends, and the subscription is
 	// pruned by the silo that owns it in the view.

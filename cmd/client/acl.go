@@ -67,12 +67,12 @@ func aclRules(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListRulesResponse{Rules: rules, SeedRule: seed, Revision: rev})
+			g.printList(&agentsilov1.ListRulesResponse{Rules: wireRules(rules), SeedRule: wireRule(seed), Revision: rev})
 			return nil
 		}
 		err = g.table("POS\tID\tOWNER\tAGENT\tCALLER\tPERMISSION", len(rules), func(w io.Writer, i int) {
 			r := rules[i]
-			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\n", i+1, r.Id, r.OwnerPattern, r.AgentPattern, r.CallerPattern, r.Permission)
+			fmt.Fprintf(w, "%d\t%d\t%s\t%s\t%s\t%s\n", i+1, r.ID, r.OwnerPattern, r.AgentPattern, r.CallerPattern, r.Permission)
 		})
 		if err != nil {
 			return err
@@ -87,7 +87,7 @@ func aclRules(g *globals, name string, args []string) error {
 func aclPut(g *globals, name string, args []string) error {
 	sub := strings.TrimPrefix(name, "acl ")
 	fs := newFlagSet(name, g)
-	r := &client.ACLRule{}
+	r := client.ACLRule{}
 	fs.StringVar(&r.OwnerPattern, "owner", "", "owner `pattern`: *, prefix* or a name (required)")
 	fs.StringVar(&r.AgentPattern, "agent", "*", "agent (alias) `pattern`: *, prefix* or a name")
 	fs.StringVar(&r.CallerPattern, "caller", "", "caller `pattern`: *, group:NAME or a principal (required)")
@@ -107,7 +107,7 @@ func aclPut(g *globals, name string, args []string) error {
 		if len(pos) != 1 {
 			return usagef("acl update: want one rule ID")
 		}
-		if r.Id, err = strconv.ParseUint(pos[0], 10, 64); err != nil {
+		if r.ID, err = strconv.ParseUint(pos[0], 10, 64); err != nil {
 			return usagef("acl update: rule ID %q: want a number", pos[0])
 		}
 	} else if err := noArgs("acl add", pos); err != nil {
@@ -122,9 +122,9 @@ func aclPut(g *globals, name string, args []string) error {
 				return err
 			}
 			if g.output == "json" {
-				g.printJSON(g.stdout, &agentsilov1.UpdateRuleResponse{Rule: r})
+				g.printJSON(g.stdout, &agentsilov1.UpdateRuleResponse{Rule: wireRule(&r)})
 			} else {
-				fmt.Fprintf(g.stdout, "updated rule %d\n", r.Id)
+				fmt.Fprintf(g.stdout, "updated rule %d\n", r.ID)
 			}
 			return nil
 		}
@@ -144,9 +144,9 @@ func aclPut(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, &agentsilov1.AddRuleResponse{Rule: added, Position: int32(p)})
+			g.printJSON(g.stdout, &agentsilov1.AddRuleResponse{Rule: wireRule(&added), Position: int32(p)})
 		} else {
-			fmt.Fprintf(g.stdout, "added rule %d at position %d\n", added.Id, p)
+			fmt.Fprintf(g.stdout, "added rule %d at position %d\n", added.ID, p)
 		}
 		if seed != nil {
 			fmt.Fprintf(g.stderr, "note: it replaces the seed rule %s:%s -> %s -> %s, which applied while no rules were set; to keep what it allowed: client acl add --owner %s --agent '%s' --caller '%s' --perm %s\n",
@@ -263,7 +263,7 @@ func aclCheck(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, r)
+			g.printJSON(g.stdout, wireDecision(r))
 		} else {
 			g.printVerdict(r)
 		}
@@ -275,7 +275,7 @@ func aclCheck(g *globals, name string, args []string) error {
 }
 
 // printVerdict writes acl check's answer in text.
-func (g *globals) printVerdict(r *agentsilov1.CheckResponse) {
+func (g *globals) printVerdict(r client.Decision) {
 	verdict := "denied"
 	if r.Allowed {
 		verdict = "allowed"
@@ -284,7 +284,7 @@ func (g *globals) printVerdict(r *agentsilov1.CheckResponse) {
 	case r.Rule != nil && r.Position == 0:
 		fmt.Fprintf(g.stdout, "%s: the seed rule %s:%s -> %s -> %s (no rules set)\n", verdict, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
 	case r.Rule != nil:
-		fmt.Fprintf(g.stdout, "%s: rule %d at position %d: %s:%s -> %s -> %s\n", verdict, r.Rule.Id, r.Position, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
+		fmt.Fprintf(g.stdout, "%s: rule %d at position %d: %s:%s -> %s -> %s\n", verdict, r.Rule.ID, r.Position, r.Rule.OwnerPattern, r.Rule.AgentPattern, r.Rule.CallerPattern, r.Rule.Permission)
 	default:
 		fmt.Fprintf(g.stdout, "%s: %s\n", verdict, r.Reason)
 	}

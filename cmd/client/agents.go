@@ -31,20 +31,20 @@ func cmdTypes(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListTypesResponse{Types: types})
+			g.printList(&agentsilov1.ListTypesResponse{Types: wireTypes(types)})
 			return nil
 		}
 		return g.table("TYPE\tDESCRIPTION\tSKILLS", len(types), func(w io.Writer, i int) {
 			t := types[i]
 			var skills []string
-			for _, sk := range t.GetSkills() {
-				s := sk.GetName()
-				if len(sk.GetTags()) > 0 {
-					s += " [" + strings.Join(sk.GetTags(), ",") + "]"
+			for _, sk := range t.Skills {
+				s := sk.Name
+				if len(sk.Tags) > 0 {
+					s += " [" + strings.Join(sk.Tags, ",") + "]"
 				}
 				skills = append(skills, s)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", t.GetName(), t.GetDescription(), strings.Join(skills, "; "))
+			fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Description, strings.Join(skills, "; "))
 		})
 	})
 }

@@ -74,12 +74,12 @@ func cmdSearch(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.DirectorySearchResponse{Hits: hits})
+			g.printList(&agentsilov1.DirectorySearchResponse{Hits: wireHits(hits)})
 			return nil
 		}
 		return g.table("SCORE\tKIND\tNAME\tCALL\tDESCRIPTION", len(hits), func(w io.Writer, i int) {
-			e := hits[i].GetEntry()
-			fmt.Fprintf(w, "%.2f\t%s\t%s\t%s\t%s\n", hits[i].GetScore(), e.GetKind(), e.GetName(), e.GetCall(), oneLine(e.GetDescription()))
+			e := hits[i].Entry
+			fmt.Fprintf(w, "%.2f\t%s\t%s\t%s\t%s\n", hits[i].Score, e.Kind, e.Name, e.Call, oneLine(e.Description))
 		})
 	})
 }
@@ -104,12 +104,12 @@ func cmdDirectoryList(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.DirectoryListResponse{Entries: entries, Next: next})
+			g.printList(&agentsilov1.DirectoryListResponse{Entries: wireEntries(entries), Next: next})
 			return nil
 		}
 		err = g.table("KIND\tNAME\tCALL\tLAST SEEN\tLAST ERROR", len(entries), func(w io.Writer, i int) {
 			e := entries[i]
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.GetKind(), e.GetName(), e.GetCall(), lastSeen(e), oneLine(e.GetLastError()))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", e.Kind, e.Name, e.Call, lastSeen(e), oneLine(e.LastError))
 		})
 		if err == nil && next != "" {
 			fmt.Fprintf(g.stderr, "more: --after %s\n", next)
@@ -133,32 +133,32 @@ func cmdDirectoryGet(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, e)
+			g.printJSON(g.stdout, wireEntry(e))
 			return nil
 		}
 		w := g.stdout
-		fmt.Fprintf(w, "%s %s\ncall: %s\n", e.GetKind(), e.GetName(), e.GetCall())
-		if e.GetUrl() != "" {
-			fmt.Fprintf(w, "url: %s\nlast seen: %s\n", e.GetUrl(), lastSeen(e))
+		fmt.Fprintf(w, "%s %s\ncall: %s\n", e.Kind, e.Name, e.Call)
+		if e.URL != "" {
+			fmt.Fprintf(w, "url: %s\nlast seen: %s\n", e.URL, lastSeen(e))
 		}
-		if e.GetLastError() != "" {
-			fmt.Fprintf(w, "last error: %s\n", flat(e.GetLastError()))
+		if e.LastError != "" {
+			fmt.Fprintf(w, "last error: %s\n", flat(e.LastError))
 		}
-		if e.GetDescription() != "" {
-			fmt.Fprintf(w, "description: %s\n", flat(e.GetDescription()))
+		if e.Description != "" {
+			fmt.Fprintf(w, "description: %s\n", flat(e.Description))
 		}
-		for _, sk := range e.GetSkills() {
-			fmt.Fprintf(w, "skill %s", sk.GetName())
-			if len(sk.GetTags()) > 0 {
-				fmt.Fprintf(w, " [%s]", strings.Join(sk.GetTags(), ","))
+		for _, sk := range e.Skills {
+			fmt.Fprintf(w, "skill %s", sk.Name)
+			if len(sk.Tags) > 0 {
+				fmt.Fprintf(w, " [%s]", strings.Join(sk.Tags, ","))
 			}
-			if sk.GetDescription() != "" {
-				fmt.Fprintf(w, ": %s", flat(sk.GetDescription()))
+			if sk.Description != "" {
+				fmt.Fprintf(w, ": %s", flat(sk.Description))
 			}
 			fmt.Fprintln(w)
 		}
-		for _, t := range e.GetTools() {
-			fmt.Fprintf(w, "tool %s: %s\n", t.GetName(), flat(t.GetDescription()))
+		for _, t := range e.Tools {
+			fmt.Fprintf(w, "tool %s: %s\n", t.Name, flat(t.Description))
 		}
 		return nil
 	})
@@ -166,7 +166,7 @@ func cmdDirectoryGet(g *globals, name string, args []string) error {
 
 func cmdDirectoryAdd(g *globals, name string, args []string) error {
 	fs := newFlagSet(name, g)
-	req := &agentsilov1.DirectoryAddRequest{Headers: map[string]string{}}
+	req := client.OutsideEntry{Headers: map[string]string{}}
 	fs.StringVar(&req.Kind, "kind", "a2a", "`kind` of entry: a2a or mcp")
 	fs.StringVar(&req.Description, "description", "", "`text` that replaces the card's description")
 	fs.Func("header", "`K=V` header sent with every request to it (repeatable; a credential, never shown)", func(s string) error {
@@ -183,7 +183,7 @@ func cmdDirectoryAdd(g *globals, name string, args []string) error {
 		if n == "" {
 			return fmt.Errorf("want NAME[:TAG,TAG][=DESCRIPTION], got %q", clipArg(s))
 		}
-		sk := &agentsilov1.Skill{Name: n, Description: desc}
+		sk := client.Skill{Name: n, Description: desc}
 		if tags != "" {
 			sk.Tags = strings.Split(tags, ",")
 		}
@@ -197,17 +197,17 @@ func cmdDirectoryAdd(g *globals, name string, args []string) error {
 	if len(pos) != 2 {
 		return usagef("%s: want NAME URL", name)
 	}
-	req.Name, req.Url = pos[0], pos[1]
+	req.Name, req.URL = pos[0], pos[1]
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		e, err := c.AddToDirectory(ctx, req)
 		if err != nil {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, e)
+			g.printJSON(g.stdout, wireEntry(e))
 			return nil
 		}
-		fmt.Fprintf(g.stdout, "%s %s: %s\n", e.GetKind(), e.GetName(), e.GetCall())
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", e.Kind, e.Name, e.Call)
 		return nil
 	})
 }
@@ -232,14 +232,14 @@ func cmdDirectoryRemove(g *globals, name string, args []string) error {
 
 // lastSeen says when an outside entry last answered: "never", or a UTC
 // time; "-" for a type.
-func lastSeen(e *agentsilov1.DirectoryEntry) string {
+func lastSeen(e client.DirectoryEntry) string {
 	switch {
-	case e.GetKind() == "type":
+	case e.Kind == "type":
 		return "-"
-	case e.GetLastSeen() == nil:
+	case e.LastSeen.IsZero():
 		return "never"
 	}
-	return e.GetLastSeen().AsTime().UTC().Format(time.RFC3339)
+	return e.LastSeen.UTC().Format(time.RFC3339)
 }
 
 // flat puts s on one line.

@@ -60,7 +60,7 @@ func TestDirectoryCLIDoc(t *testing.T) {
 				l, err := c.ListDirectory(t.Context(), client.DirectoryQuery{})
 				n := 0
 				for _, e := range l {
-					if e.GetLastSeen() != nil {
+					if !e.LastSeen.IsZero() {
 						n++
 					}
 				}

@@ -496,13 +496,13 @@ func cmdAgents(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListAgentsResponse{Agents: agents})
+			g.printList(&agentsilov1.ListAgentsResponse{Agents: wireAgents(agents)})
 			return nil
 		}
 		return g.table("ADDRESS\tSILO\tMAILBOX\tACTIVATED\tLAST ACTIVE", len(agents), func(w io.Writer, i int) {
 			a := agents[i]
 			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", a.Address, a.Silo, a.MailboxDepth,
-				a.ActivatedAt.AsTime().Local().Format(time.DateTime), a.LastActive.AsTime().Local().Format(time.DateTime))
+				a.ActivatedAt.Local().Format(time.DateTime), a.LastActive.Local().Format(time.DateTime))
 		})
 	})
 }
@@ -522,7 +522,7 @@ func cmdMembers(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListMembersResponse{Members: members})
+			g.printList(&agentsilov1.ListMembersResponse{Members: wireMembers(members)})
 			return nil
 		}
 		return g.table("NAME\tSTATE\tGATEWAY\tPEER\tACTIVATIONS", len(members), func(w io.Writer, i int) {
@@ -564,12 +564,12 @@ func cmdReminders(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListRemindersResponse{Reminders: rs})
+			g.printList(&agentsilov1.ListRemindersResponse{Reminders: wireReminders(rs)})
 			return nil
 		}
 		return g.table("NAME\tPERIOD\tNEXT\tTYPE\tMESSAGE", len(rs), func(w io.Writer, i int) {
 			r := rs[i]
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period.AsDuration(), r.Due.AsTime().Local().Format(time.DateTime), r.MessageType, r.Message)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", r.Name, r.Period, r.Due.Local().Format(time.DateTime), r.MessageType, r.Message)
 		})
 	})
 }

@@ -47,14 +47,14 @@ func cmdPublish(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, r)
+			g.printJSON(g.stdout, &agentsilov1.PublishResponse{Id: r.ID, Subscriptions: uint32(r.Subscriptions), Duplicate: r.Duplicate})
 			return nil
 		}
 		if r.Duplicate {
-			fmt.Fprintf(g.stdout, "%s (published already; not queued again)\n", r.Id)
+			fmt.Fprintf(g.stdout, "%s (published already; not queued again)\n", r.ID)
 			return nil
 		}
-		fmt.Fprintf(g.stdout, "%s (queued for %d subscriptions)\n", r.Id, r.Subscriptions)
+		fmt.Fprintf(g.stdout, "%s (queued for %d subscriptions)\n", r.ID, r.Subscriptions)
 		return nil
 	})
 }
@@ -79,10 +79,10 @@ func cmdSubscribe(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printJSON(g.stdout, s)
+			g.printJSON(g.stdout, wireSubscription(s))
 			return nil
 		}
-		fmt.Fprintf(g.stdout, "subscribed %s to %s (%s, %d attempts)\n", pos[0], s.Id, s.Pattern, s.MaxAttempts)
+		fmt.Fprintf(g.stdout, "subscribed %s to %s (%s, %d attempts)\n", pos[0], s.ID, s.Pattern, s.MaxAttempts)
 		return nil
 	})
 }
@@ -112,7 +112,7 @@ func subscribeSession(g *globals, pattern string, maxAttempts int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stderr, "subscribed %s to %s as %s (interrupt to stop)\n", c.Address(), s.Pattern, s.Id)
+	fmt.Fprintf(g.stderr, "subscribed %s to %s as %s (interrupt to stop)\n", c.Address(), s.Pattern, s.ID)
 	<-ctx.Done()
 	return nil
 }
@@ -160,12 +160,12 @@ func cmdSubscriptions(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListSubscriptionsResponse{Subscriptions: subs})
+			g.printList(&agentsilov1.ListSubscriptionsResponse{Subscriptions: wireSubscriptions(subs)})
 			return nil
 		}
 		return g.table("SUBSCRIPTION\tPATTERN\tMAX ATTEMPTS\tMEMBERS", len(subs), func(w io.Writer, i int) {
 			s := subs[i]
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", s.Id, s.Pattern, s.MaxAttempts, strings.Join(s.Members, ","))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", s.ID, s.Pattern, s.MaxAttempts, strings.Join(s.Members, ","))
 		})
 	})
 }
@@ -190,16 +190,16 @@ func cmdDeadLetters(g *globals, name string, args []string) error {
 			return err
 		}
 		if g.output == "json" {
-			g.printList(&agentsilov1.ListDeadLettersResponse{DeadLetters: ds, More: more})
+			g.printList(&agentsilov1.ListDeadLettersResponse{DeadLetters: wireDeadLetters(ds), More: more})
 			return nil
 		}
 		err = g.table("ID\tTOPIC\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR\tMESSAGE", len(ds), func(w io.Writer, i int) {
 			d := ds[i]
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.Id, d.GetMessage().GetTopic(), d.Attempts,
-				d.DeadAt.AsTime().Local().Format(time.DateTime), oneLine(d.Reason), oneLine(d.LastError), oneLine(d.GetMessage().GetMessage()))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Message.GetTopic(), d.Attempts,
+				d.DeadAt.Local().Format(time.DateTime), oneLine(d.Reason), oneLine(d.LastError), oneLine(d.Message.GetMessage()))
 		})
 		if err == nil && more {
-			fmt.Fprintf(g.stderr, "more: --after %s\n", ds[len(ds)-1].Id)
+			fmt.Fprintf(g.stderr, "more: --after %s\n", ds[len(ds)-1].ID)
 		}
 		return err
 	})
@@ -271,7 +271,7 @@ func cmdBroadcast(g *globals, name string, args []string) error {
 		return err
 	}
 	if *event {
-		m.Kind = agentsilov1.Kind_KIND_EVENT
+		m.Kind = client.KindEvent
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		n, err := c.Broadcast(ctx, pos[0], m)

@@ -364,7 +364,7 @@ func run(tb testcluster.TB, cfg config) summary {
 					cancel()
 					if err == nil {
 						pmu.Lock()
-						published = append(published, r.GetId())
+						published = append(published, r.ID)
 						if text == "poison" {
 							poisoned++
 						}
@@ -576,12 +576,12 @@ func messagesLost(tb testcluster.TB, c *testcluster.Cluster, cl *client.Client, 
 				break
 			}
 			for _, d := range ds {
-				dead[d.GetMessage().GetId()] = true
+				dead[d.Message.GetId()] = true
 			}
 			if !more || len(ds) == 0 {
 				break
 			}
-			after = ds[len(ds)-1].GetMessage().GetId()
+			after = ds[len(ds)-1].Message.GetId()
 		}
 		missing = missing[:0]
 		for _, id := range published {

@@ -36,7 +36,6 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
-	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
@@ -128,9 +127,9 @@ func TestDashboard(t *testing.T) {
 	testutil.WaitFor(t, "three members", func() bool { m, err := root.Members(ctx); return err == nil && len(m) == 3 })
 
 	// bob may read alice's agents; the seed's rule is kept for system's.
-	_, _, err := root.AddACLRule(ctx, &client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"}, 0, 0)
+	_, _, err := root.AddACLRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"}, 0, 0)
 	must(t, err)
-	_, _, err = root.AddACLRule(ctx, &client.ACLRule{OwnerPattern: "system", AgentPattern: "*", CallerPattern: "*", Permission: "Message,Read"}, 0, 0)
+	_, _, err = root.AddACLRule(ctx, client.ACLRule{OwnerPattern: "system", AgentPattern: "*", CallerPattern: "*", Permission: "Message,Read"}, 0, 0)
 	must(t, err)
 
 	// alice's agents, a reminder on two, a state, a configuration with script.
@@ -167,7 +166,7 @@ func TestDashboard(t *testing.T) {
 		return err == nil && len(ds) == 2
 	})
 	// An A2A task that works until cancelled.
-	taskID := a2aSend(t, silos[0].A2AAddr(), "Block/alice/b1", aliceKey)
+	taskID := a2aSend(t, http.DefaultClient, "http://"+silos[0].A2AAddr(), "Block/alice/b1", aliceKey)
 	// An MCP session of alice's, with one tool call.
 	mcpSession := mcpCall(t, silos[0].MCPAddr(), aliceKey)
 
@@ -274,8 +273,8 @@ func TestDashboard(t *testing.T) {
 	must(t, err)
 	got := text("#members")
 	for _, m := range members {
-		if !strings.Contains(got, m.GetName()) || !strings.Contains(got, m.GetState()) {
-			t.Errorf("cluster page %q lacks member %s (%s)", got, m.GetName(), m.GetState())
+		if !strings.Contains(got, m.Name) || !strings.Contains(got, m.State) {
+			t.Errorf("cluster page %q lacks member %s (%s)", got, m.Name, m.State)
 		}
 	}
 	// The charts draw every silo's samples, not only s0's.
@@ -311,8 +310,8 @@ func TestDashboard(t *testing.T) {
 	// reminder, then deactivate it.
 	silo := ""
 	for _, a := range agents {
-		if a.GetAddress() == "Worker:alice:w1" {
-			silo = a.GetSilo()
+		if a.Address == "Worker:alice:w1" {
+			silo = a.Silo
 		}
 	}
 	run("agent w1", chromedp.Navigate(base+"/ui/agent?addr=Worker:alice:w1"), chromedp.WaitVisible(chromedp.ID("reminders")))
@@ -336,7 +335,7 @@ func TestDashboard(t *testing.T) {
 			return false
 		}
 		for _, a := range as {
-			if a.GetAddress() == "Worker:alice:w1" {
+			if a.Address == "Worker:alice:w1" {
 				return false
 			}
 		}
@@ -364,17 +363,17 @@ func TestDashboard(t *testing.T) {
 	shot("deadletters")
 	ds, _, err := alice.DeadLetters(ctx, "audit", "", 10)
 	must(t, err)
-	act("#deadletters tr:nth-child(2) button.drop", "Drop dead letter "+ds[1].GetId()+"?")
+	act("#deadletters tr:nth-child(2) button.drop", "Drop dead letter "+ds[1].ID+"?")
 	waitText("#flash", "Dropped 1 dead letters of alice:audit")
 	left, _, err := alice.DeadLetters(ctx, "audit", "", 10)
-	if err != nil || len(left) != 1 || left[0].GetId() != ds[0].GetId() {
-		t.Fatalf("after dropping %s the SDK lists %v, %v", ds[1].GetId(), left, err)
+	if err != nil || len(left) != 1 || left[0].ID != ds[0].ID {
+		t.Fatalf("after dropping %s the SDK lists %v, %v", ds[1].ID, left, err)
 	}
-	act("#deadletters button.replay", "Replay dead letter "+ds[0].GetId()+"?")
+	act("#deadletters button.replay", "Replay dead letter "+ds[0].ID+"?")
 	waitText("#flash", "Replayed 1 dead letters of alice:audit")
 	testutil.WaitFor(t, "the replayed letter delivered and dead again", func() bool {
 		l, _, err := alice.DeadLetters(ctx, "audit", "", 10)
-		return err == nil && len(l) == 1 && l[0].GetId() != ds[0].GetId()
+		return err == nil && len(l) == 1 && l[0].ID != ds[0].ID
 	})
 
 	// A2A tasks: cancel the working one.
@@ -385,7 +384,7 @@ func TestDashboard(t *testing.T) {
 	act("#tasks button.cancel", "Cancel task "+string(taskID)+" of Block:alice:b1?")
 	waitText("#flash", "Cancelled task "+string(taskID))
 	waitText("#tasks", "canceled")
-	if st := a2aState(t, silos[0].A2AAddr(), "Block/alice/b1", aliceKey, taskID); st != spec.TaskStateCanceled {
+	if st := a2aState(t, http.DefaultClient, "http://"+silos[0].A2AAddr(), "Block/alice/b1", aliceKey, taskID); st != spec.TaskStateCanceled {
 		t.Errorf("the task is %s after the cancel", st)
 	}
 
@@ -395,8 +394,8 @@ func TestDashboard(t *testing.T) {
 	run("directory", chromedp.Navigate(base+"/ui/directory"), chromedp.WaitVisible(chromedp.ID("directory")))
 	got = text("#directory")
 	for _, e := range entries {
-		if !strings.Contains(got, e.GetName()) {
-			t.Errorf("directory page lacks %s/%s", e.GetKind(), e.GetName())
+		if !strings.Contains(got, e.Name) {
+			t.Errorf("directory page lacks %s/%s", e.Kind, e.Name)
 		}
 	}
 	if len(entries) == 0 {
@@ -429,7 +428,7 @@ func TestDashboard(t *testing.T) {
 	run("acl", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("rules")))
 	got = text("#rules")
 	for _, r := range rules {
-		if !strings.Contains(got, fmt.Sprint(r.GetId())) || !strings.Contains(got, r.GetCallerPattern()) {
+		if !strings.Contains(got, fmt.Sprint(r.ID)) || !strings.Contains(got, r.CallerPattern) {
 			t.Errorf("rules table %q lacks rule %v", got, r)
 		}
 	}
@@ -441,7 +440,7 @@ func TestDashboard(t *testing.T) {
 			chromedp.SetValue(chromedp.ID("perm"), perm), chromedp.Click(chromedp.ID("explain")), chromedp.WaitVisible(chromedp.ID("answer")))
 		ans, err := root.CheckACL(ctx, "bob", "Worker:alice:w2", perm)
 		must(t, err)
-		if got := text("#answer"); !strings.HasPrefix(got, want) || ans.GetAllowed() != strings.HasPrefix(want, "Allowed") {
+		if got := text("#answer"); !strings.HasPrefix(got, want) || ans.Allowed != strings.HasPrefix(want, "Allowed") {
 			t.Errorf("explain bob %s: %q; the SDK: %v", perm, got, ans)
 		}
 	}
@@ -561,14 +560,15 @@ func (k keyed) RoundTrip(r *http.Request) (*http.Response, error) {
 	return http.DefaultTransport.RoundTrip(r)
 }
 
-// a2aSend starts a task with agent (Type/owner/alias) over HTTP+JSON,
+// a2aSend starts a task with agent (Type/owner/alias) over HTTP+JSON
+// (hc, to base: scheme and host; k the API key, if any),
 // returning at once, and returns its id.
-func a2aSend(t *testing.T, addr, agent, k string) spec.TaskID {
+func a2aSend(t *testing.T, hc *http.Client, base, agent, k string) spec.TaskID {
 	req := &spec.SendMessageRequest{Message: spec.NewMessage(spec.MessageRoleUser, spec.NewTextPart("wait")), Config: &spec.SendMessageConfig{ReturnImmediately: true}}
 	b, err := json.Marshal(req)
 	must(t, err)
 	var task spec.Task
-	a2aDo(t, http.MethodPost, "http://"+addr+"/a2a/"+agent+"/message:send", k, b, &struct {
+	a2aDo(t, hc, http.MethodPost, base+"/a2a/"+agent+"/message:send", k, b, &struct {
 		Task *spec.Task `json:"task"`
 	}{&task})
 	if task.ID == "" {
@@ -577,18 +577,20 @@ func a2aSend(t *testing.T, addr, agent, k string) spec.TaskID {
 	return task.ID
 }
 
-func a2aState(t *testing.T, addr, agent, k string, id spec.TaskID) spec.TaskState {
+func a2aState(t *testing.T, hc *http.Client, base, agent, k string, id spec.TaskID) spec.TaskState {
 	var task spec.Task
-	a2aDo(t, http.MethodGet, "http://"+addr+"/a2a/"+agent+"/tasks/"+string(id), k, nil, &task)
+	a2aDo(t, hc, http.MethodGet, base+"/a2a/"+agent+"/tasks/"+string(id), k, nil, &task)
 	return task.Status.State
 }
 
-func a2aDo(t *testing.T, method, u, k string, body []byte, out any) {
+func a2aDo(t *testing.T, hc *http.Client, method, u, k string, body []byte, out any) {
 	t.Helper()
 	req, _ := http.NewRequestWithContext(t.Context(), method, u, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("x-api-key", k)
-	resp, err := http.DefaultClient.Do(req)
+	if k != "" {
+		req.Header.Set("x-api-key", k)
+	}
+	resp, err := hc.Do(req)
 	must(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
@@ -600,9 +602,9 @@ func a2aDo(t *testing.T, method, u, k string, body []byte, out any) {
 	}
 }
 
-func hasAgent(as []*agentsilov1.ActivationInfo, addr string) bool {
+func hasAgent(as []client.AgentInfo, addr string) bool {
 	for _, a := range as {
-		if a.GetAddress() == addr {
+		if a.Address == addr {
 			return true
 		}
 	}

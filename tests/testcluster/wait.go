@@ -110,7 +110,7 @@ func (c *Cluster) Members(ctx context.Context, i int) ([]string, error) {
 	}
 	names := make([]string, 0, len(ms))
 	for _, m := range ms {
-		names = append(names, m.GetName())
+		names = append(names, m.Name)
 	}
 	slices.Sort(names)
 	return names, nil
