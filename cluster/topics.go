@@ -52,6 +52,7 @@ func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
 	}
 	cfg.Known = func(t string) bool { _, ok := s.reg.Lookup(t); return ok }
 	cfg.Logger = s.logger
+	cfg.TracerProvider = s.cfg.TracerProvider
 	tm, err := newTopicMetrics(s.cfg.Metrics)
 	if err != nil {
 		return nil, err

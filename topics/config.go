@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -75,6 +76,10 @@ type Config struct {
 	SessionGrace time.Duration
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the spans of publishes and deliveries of
+	// messages that are part of a trace (see tracing.go). Nil:
+	// otel.GetTracerProvider(), a no-op unless the program sets one.
+	TracerProvider trace.TracerProvider
 
 	// store and clk are what a silo wires in (topicstore.Wire): the store
 	// of subscriptions and queues (nil: one in memory, made by New) and the

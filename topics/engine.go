@@ -308,6 +308,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		msg.OnBehalfOf = a.Owner
 	}
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
+	end := e.s.traceDeliver(ctx, e.id, msg)
 	var reply *grain.Message
 	var err error
 	if topicstore.IsSession(member) {
@@ -328,6 +329,9 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	}
 	cancel()
 	out := grain.Outcome(reply, err)
+	if end != nil {
+		end(out)
+	}
 	obs := e.s.cfg.Observe
 	var oe *grain.OutcomeError
 	switch {

@@ -77,7 +77,7 @@ func (s *Service) Publish(ctx context.Context, from, topic string, msg *grain.Me
 // with ResourceExhausted. If ctx ends after the message was handed to the
 // store, whether it was queued is unknown: publish again with the same
 // idempotency key.
-func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *grain.Message) (PublishResult, error) {
+func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *grain.Message) (res PublishResult, err error) {
 	if msg == nil {
 		return PublishResult{}, errs.New(codes.InvalidArgument, "nil message")
 	}
@@ -101,6 +101,9 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
 	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
 		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
+	}
+	if end := s.tracePublish(ctx, m, t); end != nil {
+		defer func() { end(err) }()
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

@@ -12,6 +12,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	"github.com/agentsilo/agentsilo/internal/topicstore"
+	"github.com/agentsilo/agentsilo/internal/tracing"
 )
 
 // Service is one silo's part of publish/subscribe: it publishes (batching
@@ -24,7 +25,8 @@ import (
 // (delivery begins, once the runtime that delivers exists), Close. All
 // methods are safe for concurrent use.
 type Service struct {
-	cfg Config
+	cfg    Config
+	tracer tracing.Tracer // the publish and deliver spans (tracing.go)
 
 	reg    atomic.Pointer[topicstore.Registry]
 	regMu  sync.Mutex
@@ -83,6 +85,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s := &Service{
 		cfg:     cfg,
+		tracer:  tracing.New(cfg.TracerProvider),
 		regCh:   make(chan struct{}),
 		loaded:  make(chan struct{}),
 		pubq:    make(chan *pubReq, cfg.QueueSize),
