@@ -18,6 +18,11 @@
 // 1.5 MiB by default). Two writers that put (or put and delete) one key are
 // never in one transaction: etcd refuses that.
 //
+// A writer may also queue its writes (Go) and wait for them later (Wait);
+// until one is sent, it may take it back (Withdraw): a write that became
+// useless while it waited (a task's start, when the task ended meanwhile)
+// then costs nothing.
+//
 // Failures: when a shared transaction fails because etcd refuses the
 // request (a lease gone, too many operations, too large), each of its
 // writers is tried again alone, so that only the writer at fault gets the

@@ -16,9 +16,12 @@
 // line per bench and N: rates per round, their median, latency
 // percentiles over all rounds, and ratio_median, the median rate over
 // gateway-ask's. A program, not a test: figures are measured, never
-// asserted.
+// asserted. -cpuprofile writes a CPU profile of the run (the silo, its
+// etcd and the callers share this process); -anchor=false leaves
+// gateway-ask out, to profile the A2A benches alone.
 //
 //	go run ./tests/a2abench -rounds 5 -n 1,16
+//	go run ./tests/a2abench -anchor=false -bench send-jsonrpc -n 16 -cpuprofile a2a.prof
 package main
 
 import (
