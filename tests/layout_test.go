@@ -3,9 +3,13 @@
 package tests
 
 import (
+	"fmt"
 	"go/ast"
+	"go/importer"
 	"go/parser"
 	"go/token"
+	"go/types"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -417,4 +421,203 @@ func buildTagged(f *ast.File) bool {
 		}
 	}
 	return false
+}
+
+// TestTopicsStorageInternal: topics shows what its users need (names,
+// patterns, the Service a silo hosts and its settings); where it keeps
+// subscriptions and queues (the Store and its etcd, JetStream and memory
+// implementations, their types) is internal/topicstore's.
+func TestTopicsStorageInternal(t *testing.T) {
+	names := exportedAPI(t, filepath.Join("..", "topics"))
+	for _, bad := range []string{"Store", "Item", "AckKey", "QueueEvent", "Registry", "Sub", "StaleError", "ErrStale", "Entry",
+		"EtcdStore", "NewEtcdStore", "JetStreamStore", "JetStreamConfig", "OpenJetStream", "DefaultJetStreamConfig", "RedactURLs",
+		"Config.Store", "Config.Clock", "Service.Registry"} {
+		if _, ok := names[bad]; ok {
+			t.Errorf("topics exports %s (its storage: internal/topicstore)", bad)
+		}
+	}
+	for _, want := range []string{"Service", "Config", "New", "Topic", "Pattern", "ParseTopic", "ParsePattern"} {
+		if _, ok := names[want]; !ok {
+			t.Errorf("topics does not export %s", want)
+		}
+	}
+	store := exportedAPI(t, filepath.Join("..", "internal", "topicstore"))
+	for _, want := range []string{"Store", "EtcdStore", "JetStreamStore", "Memory", "Wire"} {
+		if _, ok := store[want]; !ok {
+			t.Errorf("internal/topicstore does not export %s", want)
+		}
+	}
+}
+
+// internalInAPI lists, for each exported name of the module's public
+// packages that mentions a type of one of its internal packages in its
+// declaration (a signature, a field, an alias), the first such type. Users
+// cannot name those types: they belong to the silo's wiring. The packages
+// are read with go/types from the compiler's export data (go list -export),
+// so a type is seen wherever it hides: behind an alias, in a promoted
+// method, in an exported field of an exported type. tests/, cmd/ and
+// examples/ are programs and test harnesses, not API.
+func internalInAPI(t *testing.T) map[string]string {
+	t.Helper()
+	const mod = "github.com/agentsilo/agentsilo"
+	out, err := exec.Command("go", "list", "-e", "-export", "-deps", "-f", "{{.ImportPath}} {{.Export}}", "../...").Output()
+	if err != nil {
+		t.Fatalf("go list -export: %v", err)
+	}
+	exports := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if f := strings.Fields(line); len(f) == 2 {
+			exports[f[0]] = f[1]
+		}
+	}
+	imp := importer.ForCompiler(token.NewFileSet(), "gc", func(path string) (io.ReadCloser, error) {
+		if exports[path] == "" {
+			return nil, fmt.Errorf("no export data for %s (does it build?)", path)
+		}
+		return os.Open(exports[path])
+	})
+	internal := func(p *types.Package) bool {
+		return p != nil && (strings.HasPrefix(p.Path(), mod+"/internal/") || p.Path() == mod+"/internal")
+	}
+	found := map[string]string{}
+	for path := range exports {
+		rel, ok := strings.CutPrefix(path, mod+"/")
+		if !ok || internal(types.NewPackage(path, "")) || strings.HasPrefix(rel, "tests/") || strings.HasPrefix(rel, "cmd/") ||
+			strings.HasPrefix(rel, "examples/") || strings.HasPrefix(rel, "proto/") {
+			continue
+		}
+		pkg, err := imp.Import(path)
+		if err != nil {
+			t.Errorf("read %s: %v", path, err)
+			continue
+		}
+		for _, n := range pkg.Scope().Names() {
+			o := pkg.Scope().Lookup(n)
+			if !o.Exported() {
+				continue
+			}
+			note := func(name string, typ types.Type, top bool) {
+				if bad := firstInternal(typ, top, internal); bad != "" {
+					found[rel+"."+name] = bad
+				}
+			}
+			note(n, o.Type(), true)
+			if tn, ok := o.(*types.TypeName); ok && !tn.IsAlias() {
+				ms := types.NewMethodSet(types.NewPointer(o.Type()))
+				for i := range ms.Len() {
+					if m := ms.At(i).Obj(); m.Exported() {
+						note(n+"."+m.Name(), m.Type(), false)
+					}
+				}
+			}
+		}
+	}
+	return found
+}
+
+// firstInternal returns the first type of an internal package (as internal
+// says) that typ mentions, "" if none. A named type of a public package is
+// not looked into (its own declaration is checked on its own), except at the
+// top, where a declaration's own struct fields and interface methods are.
+func firstInternal(typ types.Type, top bool, internal func(*types.Package) bool) string {
+	seen := map[types.Type]bool{}
+	var walk func(types.Type, bool) string
+	walk = func(typ types.Type, top bool) string {
+		if seen[typ] {
+			return ""
+		}
+		seen[typ] = true
+		switch typ := typ.(type) {
+		case *types.Alias:
+			if o := typ.Obj(); internal(o.Pkg()) {
+				return o.Pkg().Path() + "." + o.Name()
+			}
+			return walk(types.Unalias(typ), top)
+		case *types.Named:
+			if o := typ.Obj(); internal(o.Pkg()) {
+				return o.Pkg().Path() + "." + o.Name()
+			}
+			for i := range typ.TypeArgs().Len() {
+				if s := walk(typ.TypeArgs().At(i), false); s != "" {
+					return s
+				}
+			}
+			if top {
+				return walk(typ.Underlying(), false)
+			}
+		case *types.Pointer:
+			return walk(typ.Elem(), top)
+		case *types.Slice:
+			return walk(typ.Elem(), false)
+		case *types.Array:
+			return walk(typ.Elem(), false)
+		case *types.Chan:
+			return walk(typ.Elem(), false)
+		case *types.Map:
+			if s := walk(typ.Key(), false); s != "" {
+				return s
+			}
+			return walk(typ.Elem(), false)
+		case *types.Signature:
+			for _, tuple := range []*types.Tuple{typ.Params(), typ.Results()} {
+				for i := range tuple.Len() {
+					if s := walk(tuple.At(i).Type(), false); s != "" {
+						return s
+					}
+				}
+			}
+		case *types.Struct:
+			for i := range typ.NumFields() {
+				if f := typ.Field(i); f.Exported() {
+					if s := walk(f.Type(), false); s != "" {
+						return s
+					}
+				}
+			}
+		case *types.Interface:
+			for i := range typ.NumMethods() {
+				if m := typ.Method(i); m.Exported() {
+					if s := walk(m.Type(), false); s != "" {
+						return s
+					}
+				}
+			}
+		}
+		return ""
+	}
+	return walk(typ, top)
+}
+
+// TestNoInternalTypesInPublicAPI: no exported name of a public package
+// mentions an internal package's type, but for the ones listed here, each
+// with the reason it is still there; one no longer found must leave the
+// list, so the list only shrinks.
+func TestNoInternalTypesInPublicAPI(t *testing.T) {
+	known := map[string]string{
+		"a2a.Deps":                  "the silo's wiring of the A2A server (its inboxes)",
+		"mcp.Deps":                  "the silo's wiring of the MCP server (its inboxes)",
+		"a2a.RemoteOptions":         "Clock, which a2a's external tests set",
+		"cluster/membership.Config": "Clock, which tests set",
+		"cluster/transport.Config":  "the certificate reloader the silo shares",
+		"directory.Config":          "Clock, which tests set",
+		"memory.Config":             "Clock, which tests set",
+		"reminders.Config":          "Clock, an alias of the internal clock",
+		"reminders.Clock":           "an alias of the internal clock",
+		"reminders.RealClock":       "an alias of the internal clock",
+		"reminders.Timer":           "an alias of the internal clock",
+	}
+	found := internalInAPI(t)
+	for name, typ := range found {
+		if _, ok := known[name]; !ok {
+			t.Errorf("%s mentions %s, an internal package's type: users cannot name it", name, typ)
+		}
+	}
+	for name, why := range known {
+		if _, ok := found[name]; !ok {
+			t.Errorf("%s no longer mentions an internal type: remove it from the known list (%s)", name, why)
+		}
+	}
+	if _, ok := found["topics.Config"]; ok {
+		t.Error("topics.Config mentions an internal type")
+	}
 }
