@@ -58,12 +58,17 @@ func (c *Client) DeleteConfig(ctx context.Context, agent string) error {
 }
 
 // Deactivate ends the agent's activation after its current turn, wherever
-// it lives (needs Configure). An agent that is not active is left alone.
-func (c *Client) Deactivate(ctx context.Context, agent string) error {
+// it lives (needs Configure), and says whether it was active. An agent
+// that is not active is left alone (false: nothing was done). A gateway
+// older than this answer does not say: then it is true.
+func (c *Client) Deactivate(ctx context.Context, agent string) (wasActive bool, err error) {
 	ctx, cancel, gw := c.unary(ctx)
 	defer cancel()
-	_, err := gw.Deactivate(ctx, &agentsilov1.DeactivateRequest{Agent: agent})
-	return errs.FromStatus(err)
+	r, err := gw.Deactivate(ctx, &agentsilov1.DeactivateRequest{Agent: agent})
+	if err != nil {
+		return false, errs.FromStatus(err)
+	}
+	return r.WasActive == nil || *r.WasActive, nil
 }
 
 // UnregisterReminder removes the agent's reminder name (needs Configure);

@@ -21,7 +21,14 @@
 //	              Reminders), Close
 //	session.go    the session's stream: re-attaching through the gateways
 //	typed.go      AskTyped: a typed skill call, its arguments checked first
-//	agents.go     an agent's configuration, state and reminders; the types
+//	agents.go     an agent's configuration, state, reminders and
+//	              deactivation; the types
+//	types.go      what the calls return: AgentInfo, Member, Reminder,
+//	              AgentType, ACLRule, Decision, DirectoryEntry,
+//	              PublishResult, Subscription, DeadLetter... plain structs
+//	              converted from the wire here, so a program using the SDK
+//	              imports no protobuf package (Message excepted: it is the
+//	              message type agents share)
 //	topics.go     Publish, subscriptions (an agent's or the session's),
 //	              dead letters, Broadcast
 //	directory.go  the service directory: Search, listings, entries
@@ -29,6 +36,11 @@
 //	acl.go        ACL administration and CheckACL, which explains a decision
 //	options.go    the options of Dial: principal, API key, TLS, timeout,
 //	              message size, a push callback
+//
+// The examples (Example, ExampleClient_AgentsOf, ExampleClient_Publish,
+// ExampleClient_CheckACL, ExampleClient_Search, ...) walk through the main
+// flows: a call and its errors, pushes, listings, topics, the ACL, the
+// directory.
 //
 // Every error carries a gRPC code: test it with errors.Is against ErrNotFound
 // and the other sentinels, or read it with status.Code. The package links no

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"time"
 
 	"github.com/agentsilo/agentsilo/client"
 )
@@ -85,4 +86,196 @@ func ExampleClient_Ask_errors() {
 	// Output:
 	// true
 	// true
+}
+
+// The listings return the SDK's own types: plain structs with time.Time
+// and int fields, nothing of the wire's.
+func ExampleClient_AgentsOf() {
+	s, err := newSilo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.stop()
+
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{s.addr}, client.WithPrincipal("alice"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	for _, to := range []string{"Echo:one", "Echo:two"} {
+		if _, err := c.Ask(ctx, to, &client.Message{Message: "hi"}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	agents, err := c.AgentsOf(ctx, "alice", "Echo")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, a := range agents {
+		fmt.Println(a.Address, a.MailboxDepth, !a.ActivatedAt.IsZero())
+	}
+	members, err := c.Members(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range members {
+		fmt.Println(m.State, m.Self, m.Activations)
+	}
+	// Output:
+	// Echo:alice:one 0 true
+	// Echo:alice:two 0 true
+	// alive true 2
+}
+
+func ExampleClient_Types() {
+	s, err := newSilo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.stop()
+
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{s.addr})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	types, err := c.Types(ctx, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, t := range types {
+		fmt.Println(t.Name, len(t.Skills))
+	}
+	// Output:
+	// Echo 0
+	// Fail 0
+	// Progress 0
+	// Slow 0
+}
+
+// Deactivate says whether there was an activation to end.
+func ExampleClient_Deactivate() {
+	s, err := newSilo()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.stop()
+
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{s.addr}, client.WithPrincipal("alice"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	if _, err := c.Ask(ctx, "Echo:one", &client.Message{Message: "hi"}); err != nil {
+		log.Fatal(err)
+	}
+	for range 2 {
+		active, err := c.Deactivate(ctx, "Echo:one")
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("was active:", active)
+	}
+	// Output:
+	// was active: true
+	// was active: false
+}
+
+// Publishing and subscribing need a silo with a topic store (any silo
+// with etcd). This example is compiled, not run.
+func ExampleClient_Publish() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithPrincipal("alice"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// Inbox:alice:in competes for the messages of subscription alice:orders.
+	sub, err := c.Subscribe(ctx, "Inbox:in", "orders", "orders.#", 3)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("subscribed to", sub.ID, "with", sub.Pattern)
+
+	r, err := c.Publish(ctx, "orders.created", &client.Message{Message: "order 42", IdempotencyKey: "order-42"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(r.ID, "queued for", r.Subscriptions, "subscriptions; a repeat:", r.Duplicate)
+
+	// What its agents gave up on.
+	dead, more, err := c.DeadLetters(ctx, "orders", "", 100)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, d := range dead {
+		fmt.Println(d.ID, d.Message.Topic, d.Attempts, d.Reason, d.DeadAt.Format(time.RFC3339))
+	}
+	if more {
+		fmt.Println("more after", dead[len(dead)-1].ID)
+	}
+}
+
+// An operator (group admins, or Admin on system:acl) adds a rule and asks
+// why a call is allowed. This example is compiled, not run.
+func ExampleClient_CheckACL() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithAPIKey("root-key"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// alice may message and read bob's shared-* agents.
+	rule, pos, err := c.AddACLRule(ctx, client.ACLRule{OwnerPattern: "bob", AgentPattern: "shared-*", CallerPattern: "alice", Permission: "Message,Read"}, 1, 0)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("rule", rule.ID, "at", pos)
+
+	d, err := c.CheckACL(ctx, "alice", "Echo:bob:shared-1", "Message")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if d.Rule != nil {
+		fmt.Println(d.Allowed, d.Reason, d.Rule.ID, d.Position, d.Granted)
+	} else {
+		fmt.Println(d.Allowed, d.Reason) // "own agent" or "default deny"
+	}
+}
+
+// The service directory ranks agent types, outside A2A agents and MCP
+// servers together. This example is compiled, not run.
+func ExampleClient_Search() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithPrincipal("alice"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+
+	// An outside A2A agent, with a credential it is sent (never shown).
+	if _, err := c.AddToDirectory(ctx, client.OutsideEntry{
+		Name: "weather", Kind: "a2a", URL: "https://weather.example.com",
+		Headers: map[string]string{"Authorization": "Bearer " + "token"},
+	}); err != nil {
+		log.Fatal(err)
+	}
+	hits, err := c.Search(ctx, "weather forecast", client.DirectoryQuery{Limit: 5})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, h := range hits {
+		fmt.Printf("%.2f %s %s: call %s\n", h.Score, h.Entry.Kind, h.Entry.Name, h.Entry.Call)
+		for _, sk := range h.Entry.Skills {
+			fmt.Println("  skill", sk.Name, sk.Tags)
+		}
+	}
 }

@@ -239,7 +239,7 @@ func TestClusterRoutesToOwner(t *testing.T) {
 			break
 		}
 	}
-	if err := (clusterInfo{r: silos[0].router, rt: silos[0].rt}).Deactivate(t.Context(), far); err != nil {
+	if _, err := (clusterInfo{r: silos[0].router, rt: silos[0].rt}).Deactivate(t.Context(), far); err != nil {
 		t.Fatalf("deactivate %s: %v", far, err)
 	}
 	c.l.mu.Lock()

@@ -183,14 +183,21 @@ func (c clusterInfo) Types(ctx context.Context) ([]*agentsilov1.AgentType, error
 	return out, err
 }
 
+// deactivateNotActive is the reply to msgDeactivate from a silo on which
+// the agent was not active; a silo that deactivated it replies nothing, as
+// every silo did before it said.
+const deactivateNotActive = "not active"
+
 // Deactivate implements gateway.ClusterInfo: the silo that owns addr in this
-// silo's view deactivates it (after catching up to this view).
-func (c clusterInfo) Deactivate(ctx context.Context, addr string) error {
+// silo's view deactivates it (after catching up to this view), and says
+// whether it was active. A silo that does not say (one older than the
+// answer) is taken to have deactivated it.
+func (c clusterInfo) Deactivate(ctx context.Context, addr string) (wasActive bool, err error) {
 	r := c.r
 	owner := r.Route(addr)
 	a, err := grain.ParseAddress(addr)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if owner == "" {
 		return c.rt.Deactivate(ctx, a)
@@ -198,11 +205,14 @@ func (c clusterInfo) Deactivate(ctx context.Context, addr string) error {
 	st := r.state.Load()
 	mi, ok := st.view.Member(owner)
 	if !ok {
-		return errs.New(codes.Unavailable, "deactivate %s: its silo %s is not in the view", addr, owner)
+		return false, errs.New(codes.Unavailable, "deactivate %s: its silo %s is not in the view", addr, owner)
 	}
-	_, err = r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{
+	reply, err := r.tp.Ask(ctx, mi.PeerAddr, &transport.Envelope{
 		Message:     &agentsilov1.AgentMessage{MessageType: msgDeactivate, To: addr, From: r.self},
 		ViewVersion: st.view.Version,
 	})
-	return err
+	if err != nil {
+		return false, err
+	}
+	return reply.GetMessage() != deactivateNotActive, nil
 }

@@ -57,7 +57,11 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		if err != nil {
 			return nil, err
 		}
-		return nil, h.rt.Deactivate(ctx, a)
+		active, err := h.rt.Deactivate(ctx, a)
+		if err != nil || active {
+			return nil, err
+		}
+		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: deactivateNotActive}, nil
 	}
 	if grain.IsReserved(msg.GetMessageType()) {
 		return nil, errs.New(codes.InvalidArgument, "unknown runtime message %q from silo %s", msg.GetMessageType(), from)

@@ -190,27 +190,29 @@ func (rt *Runtime) rehome(ctx context.Context, keep func(key string) bool) error
 // now owns key asks for it; the caller makes sure that this silo no longer
 // routes key to itself, so no new activation can start meanwhile.
 func (rt *Runtime) release(ctx context.Context, key string) error {
-	return rt.deactivate(ctx, key, ReasonMoved)
+	_, err := rt.deactivate(ctx, key, ReasonMoved)
+	return err
 }
 
 // Deactivate ends the activation of addr on this silo, if there is one,
 // after its current turn (OnDeactivate gets ReasonRequested), and returns
-// once it has ended or ctx ends. An agent that is not active here is left
-// alone. In a cluster, the gateway's Deactivate reaches the silo that holds
-// the agent.
-func (rt *Runtime) Deactivate(ctx context.Context, addr Address) error {
+// once it has ended or ctx ends; wasActive says whether there was one. An
+// agent that is not active here is left alone (wasActive false). In a
+// cluster, the gateway's Deactivate reaches the silo that holds the agent.
+func (rt *Runtime) Deactivate(ctx context.Context, addr Address) (wasActive bool, err error) {
 	return rt.deactivate(ctx, addr.String(), ReasonRequested)
 }
 
-func (rt *Runtime) deactivate(ctx context.Context, key string, why Reason) error {
+func (rt *Runtime) deactivate(ctx context.Context, key string, why Reason) (wasActive bool, err error) {
 	for {
 		a := rt.dir.get(key)
 		if a == nil {
-			return nil
+			return wasActive, nil
 		}
+		wasActive = true
 		a.requestDeactivation(why)
 		if err := rt.waitEnded(ctx, a); err != nil {
-			return err
+			return wasActive, err
 		}
 	}
 }

@@ -127,15 +127,16 @@ func (g *Gateway) Deactivate(ctx context.Context, req *agentsilov1.DeactivateReq
 	if a.Type == grain.SessionType {
 		return nil, errs.New(codes.InvalidArgument, "%s is a client session, not an agent", a)
 	}
+	var active bool
 	if g.cfg.Cluster != nil {
-		err = g.cfg.Cluster.Deactivate(ctx, a.String())
+		active, err = g.cfg.Cluster.Deactivate(ctx, a.String())
 	} else {
-		err = g.rt.Deactivate(ctx, a)
+		active, err = g.rt.Deactivate(ctx, a)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &agentsilov1.DeactivateResponse{Address: a.String()}, nil
+	return &agentsilov1.DeactivateResponse{Address: a.String(), WasActive: &active}, nil
 }
 
 // UnregisterReminder implements agentsilov1.GatewayServer.

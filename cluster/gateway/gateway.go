@@ -91,8 +91,9 @@ type ClusterInfo interface {
 	// Types lists the agent types the silos host, by name.
 	Types(ctx context.Context) ([]*agentsilov1.AgentType, error)
 	// Deactivate ends the activation of addr (canonical) on the silo that
-	// holds it, if any, after its current turn.
-	Deactivate(ctx context.Context, addr string) error
+	// holds it, if any, after its current turn, and says whether there
+	// was one.
+	Deactivate(ctx context.Context, addr string) (wasActive bool, err error)
 	// Agents lists the activations of every silo, of one type if typeName
 	// is not empty. With an error it returns what it could gather.
 	Agents(ctx context.Context, typeName string) ([]*agentsilov1.ActivationInfo, error)

@@ -159,8 +159,13 @@ func cmdDeactivate(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.Deactivate(ctx, agent); err != nil {
+		active, err := c.Deactivate(ctx, agent)
+		if err != nil {
 			return err
+		}
+		if !active {
+			g.done("%s was not active", agent)
+			return nil
 		}
 		g.done("deactivated %s", agent)
 		return nil

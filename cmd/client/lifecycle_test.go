@@ -85,11 +85,20 @@ func TestAgentLifecycleCLI(t *testing.T) {
 			t.Fatalf("agents before deactivate: %q", out)
 		}
 		wantExit(4, "bob-key", "--addr", addr, "deactivate", "Echo:alice:d")
-		if _, errOut, code := runClient(t, addr, "--api-key", "alice-key", "deactivate", "Echo:d"); code != 0 {
-			t.Fatalf("deactivate through gateway %d: exit %d, %q", i, code, errOut)
+		if out, errOut, code := runClient(t, addr, "--api-key", "alice-key", "deactivate", "Echo:d"); code != 0 || out != "deactivated Echo:d\n" {
+			t.Fatalf("deactivate through gateway %d: exit %d, %q, %q", i, code, out, errOut)
 		}
 		if out := must("alice-key", "agents", "--owner", "alice", "--type", "Echo"); strings.Contains(out, "Echo:alice:d") {
 			t.Fatalf("agents after deactivate through gateway %d: %q", i, out)
+		}
+		// Again, or an agent that never was active: nothing to do, and
+		// the command says so. Each agent lives on one of the two silos,
+		// so one of the two gateways asks the other silo (the peer
+		// message), the other its own runtime.
+		for _, agent := range []string{"Echo:d", "Echo:never"} {
+			if out, errOut, code := runClient(t, addr, "--api-key", "alice-key", "deactivate", agent); code != 0 || out != agent+" was not active\n" {
+				t.Fatalf("deactivate %s (not active) through gateway %d: exit %d, %q, %q; want %q", agent, i, code, out, errOut, agent+" was not active\n")
+			}
 		}
 	}
 

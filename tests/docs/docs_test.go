@@ -250,6 +250,7 @@ var fragments = []fragment{
 	{"docs/state.md", "state:notetaker", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/topics.md", "topics:inbox", []string{"context", "strconv", "strings", "time", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/sdk.md", "sdk:dial", []string{"context", "errors", "fmt", "google.golang.org/grpc/codes", "google.golang.org/grpc/status", "github.com/agentsilo/agentsilo/client"}},
+	{"docs/sdk.md", "sdk:listings", []string{"context", "fmt", "time", "github.com/agentsilo/agentsilo/client"}},
 }
 
 // TestGoFragmentsCompile builds each Go fragment of the guides in a

@@ -1880,8 +1880,12 @@ func (x *DeactivateRequest) GetAgent() string {
 }
 
 type DeactivateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Address       string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// was_active says whether the agent had an activation to end: false if
+	// it was not active (nothing was done). Unset from a gateway older than
+	// the field, which did not say.
+	WasActive     *bool `protobuf:"varint,2,opt,name=was_active,json=wasActive,proto3,oneof" json:"was_active,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1921,6 +1925,13 @@ func (x *DeactivateResponse) GetAddress() string {
 		return x.Address
 	}
 	return ""
+}
+
+func (x *DeactivateResponse) GetWasActive() bool {
+	if x != nil && x.WasActive != nil {
+		return *x.WasActive
+	}
+	return false
 }
 
 type UnregisterReminderRequest struct {
@@ -2352,9 +2363,12 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\x14DeleteConfigResponse\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\")\n" +
 	"\x11DeactivateRequest\x12\x14\n" +
-	"\x05agent\x18\x01 \x01(\tR\x05agent\".\n" +
+	"\x05agent\x18\x01 \x01(\tR\x05agent\"a\n" +
 	"\x12DeactivateResponse\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"E\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\"\n" +
+	"\n" +
+	"was_active\x18\x02 \x01(\bH\x00R\twasActive\x88\x01\x01B\r\n" +
+	"\v_was_active\"E\n" +
 	"\x19UnregisterReminderRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"6\n" +
@@ -2524,6 +2538,7 @@ func file_agentsilo_v1_gateway_proto_init() {
 		(*ServerFrame_Result)(nil),
 		(*ServerFrame_Push)(nil),
 	}
+	file_agentsilo_v1_gateway_proto_msgTypes[32].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
