@@ -45,7 +45,7 @@ func (p *inproc) config(i int) (cluster.SiloConfig, *grain.Registry, error) {
 	cfg.HTTPAddr = ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{p.endpoint}, Prefix: p.prefix}
 	cfg.LeaseTTL = p.leaseTTL
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	return cfg, reg, nil
 }
 

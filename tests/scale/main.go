@@ -18,8 +18,11 @@
 //     processes).
 //   - route: the cost of finding an address's owner at 4, 16 and 100
 //     members (the cluster's BenchmarkRoute).
+//   - grpc: what gRPC alone costs per idle connection (-silos of them,
+//     each with an open stream, the peer transport's settings): the floor
+//     under an idle peer.
 //
-// Usage: go run ./tests/scale [-mode reminders|procs|inproc|route] [-silos 4] [-r 1000000] [-agents 20000]
+// Usage: go run ./tests/scale [-mode reminders|procs|inproc|route|grpc] [-silos 4] [-r 1000000] [-agents 20000]
 package main
 
 import (
@@ -51,7 +54,7 @@ type opts struct {
 
 func main() {
 	var o opts
-	flag.StringVar(&o.mode, "mode", "reminders", "reminders, procs, inproc or route")
+	flag.StringVar(&o.mode, "mode", "reminders", "reminders, procs, inproc, route or grpc")
 	flag.IntVar(&o.silos, "silos", 4, "silos")
 	flag.IntVar(&o.reminders, "r", 100_000, "reminders, seeded in their stored layout")
 	flag.IntVar(&o.register, "register", 5_000, "reminders mode: Register calls measured, on top of -r")
@@ -73,8 +76,10 @@ func main() {
 		err = runCluster(ctx, o)
 	case "route":
 		err = runRoute(ctx)
+	case "grpc":
+		err = runGRPC(ctx, o.silos)
 	default:
-		err = fmt.Errorf("-mode %q: want reminders, procs, inproc or route", o.mode)
+		err = fmt.Errorf("-mode %q: want reminders, procs, inproc, route or grpc", o.mode)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
