@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -272,6 +274,11 @@ func runCluster(ctx context.Context, o opts) error {
 		heaps, gors = append(heaps, hp/(1<<20)), append(gors, g)
 	}
 	emit(row{Bench: "scale-silo-heap", N: h.n(), Median: median(heaps), Unit: "MiB", Note: fmt.Sprintf("%s; max %.1f; %d agents, %d reminders over the silos", o.mode, slices.Max(heaps), o.agents, o.reminders)})
+	if o.memprofile != "" && o.mode == "inproc" {
+		if err := writeHeapProfile(o.memprofile); err != nil {
+			return err
+		}
+	}
 	emit(row{Bench: "scale-silo-goroutines", N: h.n(), Median: median(gors), Unit: "goroutines", Note: fmt.Sprintf("%s; max %.0f", o.mode, slices.Max(gors))})
 
 	// etcd at idle.
@@ -430,4 +437,16 @@ func runRoute(ctx context.Context) error {
 		emit(row{Bench: "scale-route-" + strings.ReplaceAll(name, "/members=", "-"), N: len(per[name]), Median: median(per[name]), Unit: "ns", Note: note})
 	}
 	return nil
+}
+
+// writeHeapProfile writes this process's heap profile (the in-process
+// silos', with the etcd's) after a GC.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.Lookup("heap").WriteTo(f, 0)
 }

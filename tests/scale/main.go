@@ -49,6 +49,7 @@ type opts struct {
 	period     string
 	idle       string
 	cpuprofile string
+	memprofile string
 	leaseTTL   time.Duration
 }
 
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&o.period, "period", "1m", "procs and inproc modes: the seeded reminders' period (they fire, spread over it)")
 	flag.StringVar(&o.idle, "idle", "10s", "procs and inproc modes: how long etcd's requests are counted at idle")
 	flag.DurationVar(&o.leaseTTL, "lease-ttl", 0, "procs and inproc modes: the silos' --lease-ttl (0: their default, 2 s, which a 2-core machine running 100 silos cannot renew in time)")
+	flag.StringVar(&o.memprofile, "memprofile", "", "inproc mode: a heap profile of the process once the agents are active, to this file")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "reminders mode: CPU profile of the view changes, to this file")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
