@@ -152,7 +152,8 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		Broadcast: func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
 			return info.broadcastPeers(ctx, pattern, msg)
 		},
-		Clock: s.clk,
+		Clock:  s.clk,
+		Tracer: tracer,
 	})
 	d, err := s.newDirectory(&info)
 	if err != nil {
