@@ -120,21 +120,3 @@ func sumMetric(resp *http.Response, name string) (float64, error) {
 	}
 	return sum, nil
 }
-
-// scrape sums the samples of each name at url.
-func scrape(client *http.Client, u string, names ...string) (map[string]float64, error) {
-	out := make(map[string]float64)
-	for _, n := range names {
-		resp, err := client.Get(u)
-		if err != nil {
-			return nil, err
-		}
-		v, err := sumMetric(resp, n)
-		resp.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		out[n] = v
-	}
-	return out, nil
-}

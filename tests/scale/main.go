@@ -30,7 +30,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"slices"
@@ -110,13 +109,4 @@ func median(xs []float64) float64 {
 	xs = slices.Clone(xs)
 	slices.Sort(xs)
 	return xs[len(xs)/2]
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "127.0.0.1:0"
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
