@@ -30,6 +30,12 @@ type SiloConfig struct {
 	// empty turns it off.
 	// Default: 127.0.0.1:8080.
 	HTTPAddr string
+	// DashboardAddr, if set, also serves the dashboard (/ui) there over
+	// TLS, with the gateway's certificate (Gateway.Auth.TLSCert, needed),
+	// asking for client certificates of the gateway's client CA: where a
+	// user whose credential is a certificate logs in (--dashboard-addr).
+	// Default: empty, none.
+	DashboardAddr string
 	// Metrics is the Prometheus registry the silo registers its metrics in
 	// (see metrics.go) and serves at /metrics. Each silo needs its own: a
 	// second silo registering in the same one fails NewSilo. Nil: a new

@@ -63,7 +63,8 @@ type Silo struct {
 	gwLis     net.Listener
 	peerLis   net.Listener
 	httpLis   net.Listener
-	hooks     testHooks // fault injection, in a build with the test hooks (testhooks.go)
+	dash      siloDashboard // the dashboard's gateway connection and TLS listener (silo_dashboard.go)
+	hooks     testHooks     // fault injection, in a build with the test hooks (testhooks.go)
 	members   *membership.Membership
 	tp        *transport.Transport
 	router    *router
@@ -210,6 +211,9 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		})
 	}
 	s.serve("gateway", func() error { return s.gw.Serve(s.gwLis) })
+	if err := s.serveDashboard(ctx); err != nil { // silo_dashboard.go
+		return err
+	}
 	if s.a2a != nil {
 		if err := s.a2a.Start(ctx); err != nil {
 			return fmt.Errorf("a2a: %w", err)

@@ -41,12 +41,12 @@ type Config struct {
 	// auth.DefaultPrincipal, which the silo allows only where its
 	// gateway runs without authentication (loopback, or --insecure).
 	Auth *auth.Authenticator
-	// CertificateAddr is the address (host:port) where users log in with a
-	// client certificate, which the plain HTTP port cannot take: the silo's
-	// --dashboard-addr, served over TLS. The login page of the plain port
-	// links there (an unspecified host: the host the browser used). Empty:
-	// nowhere.
-	CertificateAddr string
+	// CertificateAddr returns the address (host:port) where users log in
+	// with a client certificate, which the plain HTTP port cannot take: the
+	// silo's --dashboard-addr, served over TLS. The login page of the plain
+	// port links there (an unspecified host: the host the browser used).
+	// Nil, or "": nowhere.
+	CertificateAddr func() string
 	// ACL, if set, hides the buttons of actions the principal may not
 	// take (the gateway refuses them anyway).
 	ACL *acl.Authority

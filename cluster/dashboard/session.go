@@ -268,8 +268,8 @@ func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
 	if d.cfg.Auth.MutualTLS() {
 		if r.TLS != nil {
 			v.Cert = true
-		} else {
-			v.CertURL = certURL(d.cfg.CertificateAddr, r.Host)
+		} else if d.cfg.CertificateAddr != nil {
+			v.CertURL = certURL(d.cfg.CertificateAddr(), r.Host)
 		}
 	}
 	return v
