@@ -384,7 +384,7 @@ func (b *Batcher) settle(w *Write, err error) {
 // txn commits batch: one writer as a transaction of its own, several as
 // nested transactions of one.
 func (b *Batcher) txn(batch []*Write) error {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(b.cli.Ctx(), b.cfg.Timeout) // a closed client ends it at once
 	defer cancel()
 	if len(batch) == 1 {
 		w := batch[0]
