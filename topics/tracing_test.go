@@ -66,8 +66,12 @@ func TestPublishAndDeliverySpans(t *testing.T) {
 	}
 	root.End()
 	h.publish(s, "P:acme:p", "orders.new", "untraced")
-	got := h.a.wait(t, "two attempts and the untraced message", func(got []*grain.Message) bool { return len(got) == 3 })
+	h.a.wait(t, "two attempts and the untraced message", func(got []*grain.Message) bool { return len(got) >= 3 })
 	waitStats(t, s, "both acknowledged", func(st Stats) bool { return st.Acked == 2 })
+	got := h.a.wait(t, "the deliveries", func([]*grain.Message) bool { return true })
+	if len(got) != 3 {
+		t.Fatalf("%d deliveries, want 3 (two attempts, one untraced)", len(got))
+	}
 
 	var publish sdktrace.ReadOnlySpan
 	var delivers []sdktrace.ReadOnlySpan
@@ -134,8 +138,10 @@ func TestPublishAllocsUntraced(t *testing.T) {
 			}
 		}
 		pub()
+		// The least of several runs: the batcher and the acker run
+		// beside the publishes and allocate at their own pace.
 		n := testing.AllocsPerRun(200, pub)
-		for range 2 {
+		for range 4 {
 			n = min(n, testing.AllocsPerRun(200, pub))
 		}
 		return n
@@ -149,7 +155,9 @@ func TestPublishAllocsUntraced(t *testing.T) {
 	}()
 	off, on := allocs(noop.NewTracerProvider()), allocs(tp)
 	t.Logf("allocations per untraced publish: %.1f without a tracer, %.1f with", off, on)
-	if on > off+0.5 {
+	// A span would cost a dozen allocations; one is the noise of the
+	// goroutines beside.
+	if on > off+1 {
 		t.Errorf("an untraced publish allocates %.1f with a tracer provider, %.1f without", on, off)
 	}
 	if n := len(rec.Ended()); n != 0 {
