@@ -92,3 +92,49 @@ func TestSweptNoticesLinear(t *testing.T) {
 	}
 	c.l.check(t)
 }
+
+// A swept notice counts for the run of the silo that sent it: one from an
+// earlier run of a silo that restarted (delivered late) says nothing of
+// what the new run holds, so a takeover still asks the new run to release
+// while it may hold an address (here: while it leaves and has not swept).
+func TestSweptNoticeOfEarlierRun(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	a := c.start("a")
+	c.start("b")
+	c.waitView("a", "b")
+	old := c.silos["b"].router.m.Self().LeaseID
+	c.stop("b")
+	c.waitView("a")
+	b := c.start("b")
+	c.waitView("a", "b")
+	r := a.router
+	v := r.state.Load().view
+	mi, ok := v.Member("b")
+	if !ok || mi.LeaseID == old || mi.LeaseID != b.router.m.Self().LeaseID {
+		t.Fatalf("view %v: want b's new run (lease %d, the earlier %d)", v.Members, b.router.m.Self().LeaseID, old)
+	}
+	// A newer view in which b's new run leaves, and has not swept it; the
+	// earlier run's notice (late) claims that view swept.
+	next := v
+	next.Version += 10
+	leaving := mi
+	leaving.Leaving = true
+	r.noteSwept("b", next.Version, fmt.Sprintf("%d %d", r.m.Self().LeaseID, old))
+	r.smu.Lock()
+	mayHold := r.mayHoldLocked(leaving, next)
+	r.smu.Unlock()
+	if !mayHold {
+		t.Fatal("a notice of b's earlier run counted for its new run: a takeover would not ask it to release")
+	}
+	// The new run's own notice counts.
+	r.noteSwept("b", next.Version, fmt.Sprintf("%d %d", r.m.Self().LeaseID, mi.LeaseID))
+	r.smu.Lock()
+	mayHold = r.mayHoldLocked(leaving, next)
+	r.smu.Unlock()
+	if mayHold {
+		t.Fatal("b's new run reported sweeping the view, yet may hold")
+	}
+	c.l.check(t)
+}

@@ -97,7 +97,7 @@ type router struct {
 	state atomic.Pointer[routeState]
 
 	smu     sync.Mutex
-	swept   map[string]int64                   // peer -> newest view version it reported swept
+	swept   map[incarnation]int64              // peer incarnation -> newest view version it reported swept
 	sweptMe map[incarnation]int64              // peer incarnation -> newest view version holding this silo it reported swept
 	leases  map[string]int64                   // member -> lease of its record in the newest view
 	changed chan struct{}                      // closed and replaced when state or swept change
@@ -136,7 +136,7 @@ func newRouter(self string, m *membership.Membership, tp *transport.Transport, t
 		m:       m,
 		tp:      tp,
 		tracer:  tr,
-		swept:   make(map[string]int64),
+		swept:   make(map[incarnation]int64),
 		sweptMe: make(map[incarnation]int64),
 		leases:  make(map[string]int64),
 		changed: make(chan struct{}),
@@ -205,8 +205,15 @@ func (r *router) noteSwept(peer string, version int64, leases string) {
 	to, from, ok := parseLeases(leases)
 	r.smu.Lock()
 	defer r.smu.Unlock()
-	if version > r.swept[peer] {
-		r.swept[peer] = version
+	// By the sender's incarnation: a late notice of an earlier run of a
+	// restarted silo says nothing of what its new run holds. A notice
+	// without leases counts for the run in the newest view, as before.
+	inc := incarnation{peer, from}
+	if !ok {
+		inc.lease = r.leases[peer]
+	}
+	if version > r.swept[inc] {
+		r.swept[inc] = version
 	}
 	if ok && to == r.m.Self().LeaseID {
 		if inc := (incarnation{peer, from}); version > r.sweptMe[inc] {
@@ -231,7 +238,7 @@ func parseLeases(s string) (to, from int64, ok bool) {
 // address, may still hold an activation of it (see router). Called with smu
 // held.
 func (r *router) mayHoldLocked(mi membership.Member, v membership.View) bool {
-	if r.swept[mi.Name] >= v.Version {
+	if r.swept[incarnation{mi.Name, mi.LeaseID}] >= v.Version {
 		return false
 	}
 	if mi.Leaving {
