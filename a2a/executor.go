@@ -63,8 +63,9 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 			// The turn the fast path started (see fastpath.go) goes on
 			// here, and ends with this execution, as one started here.
 			defer context.AfterFunc(ctx, func() { h.run.cancel(context.Cause(ctx)) })()
-			if h.written {
-				view.t = copyTask(h.t)
+			if ec.StoredTask != nil {
+				// Written (the SDK read it): as stored.
+				view.t = copyTask(ec.StoredTask)
 			} else if !yield(h.t, nil) {
 				h.run.stop()
 				return

@@ -30,19 +30,22 @@ import (
 //   - else (a push, another ending, or the working task written: then it
 //     may have been seen), the turn, still running or ended, is handed
 //     over to the SDK's execution (handover), which the executor resumes
-//     where the fast path left it, with the task as written or not.
+//     where the fast path left it, from the task as written, if it was.
 //
 // What this saves is the SDK's processing of each event, whose deep
 // copies of the task (through encoding/gob, four per task) were a fifth of
 // a task's CPU, and, under load, the working task's write.
 
-// handover is a turn the fast path leaves to the SDK's execution.
+// handover is a turn the fast path leaves to the SDK's execution, once
+// the working task's write is settled (taken back, or done), so that the
+// SDK's read of the task finds it if it was written: the executor then
+// goes on from the task as stored, else it yields t, which the SDK
+// creates.
 type handover struct {
-	run     *turnRun
-	t       *spec.Task       // the working task
-	written bool             // t is stored (else the SDK's first write makes it)
-	pushes  []*grain.Message // taken from the turn, not yet yielded
-	ended   bool             // the turn ended (run.res)
+	run    *turnRun
+	t      *spec.Task       // the working task
+	pushes []*grain.Message // taken from the turn, not yet yielded
+	ended  bool             // the turn ended (run.res)
 }
 
 // lean runs p, the execution of a blocking send's new task, on the fast
@@ -83,11 +86,9 @@ func (e *executor) lean(ctx context.Context, p *workqueue.Payload) (bool, error)
 		e.s.queues.publish(p.TaskID, view.t, v)
 		return true, nil
 	}
-	h := &handover{run: r, t: t, pushes: pushes, ended: ended}
 	if !pend.withdraw() {
-		_, err := pend.wait()
-		h.written = err == nil
+		pend.wait() // a failed write: the SDK's read tells
 	}
-	c.send.setHandover(p.TaskID, h)
+	c.send.setHandover(p.TaskID, &handover{run: r, t: t, pushes: pushes, ended: ended})
 	return false, nil
 }
