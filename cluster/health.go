@@ -28,6 +28,9 @@ func (s *Silo) notReady() string {
 	if !h.EtcdFailing.IsZero() {
 		return fmt.Sprintf("etcd unreachable %s: %v", since(h.EtcdFailing, now), h.EtcdErr)
 	}
+	if s.members.Unreachable() {
+		return "unreachable: the other silos report that they cannot reach this silo's peer port (" + s.members.Self().PeerAddr + "), so it takes no agents; restart it once they can"
+	}
 	if st := s.router.state.Load(); !st.self {
 		return "not serving activations (leaving, or not in the view)"
 	}
@@ -44,6 +47,12 @@ func since(t, now time.Time) string {
 // answers; while it does not, what is known and since when.
 func memberState(h membership.Health, clk clock.Clock, mi membership.Member, self bool) string {
 	state := "alive"
+	switch {
+	case mi.Unreachable && mi.Drained:
+		state = "unreachable (drained): the others cannot reach its peer port; it runs no agents"
+	case mi.Unreachable:
+		state = "unreachable (draining): the others cannot reach its peer port; it takes no agents"
+	}
 	if mi.Leaving {
 		state = "leaving"
 	}

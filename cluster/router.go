@@ -103,6 +103,8 @@ type router struct {
 	changed chan struct{}                      // closed and replaced when state or swept change
 	probes  map[membership.Departure]dialProbe // provenDead's last dial of each departure
 
+	reach *reach // the probes of the members' peer ports (reach.go); nil until startReach
+
 	notices  atomic.Int64 // swept notices sent (see msgSwept)
 	releases atomic.Int64 // release requests sent (see handover)
 }
@@ -240,6 +242,11 @@ func parseLeases(s string) (to, from int64, ok bool) {
 func (r *router) mayHoldLocked(mi membership.Member, v membership.View) bool {
 	if r.swept[incarnation{mi.Name, mi.LeaseID}] >= v.Version {
 		return false
+	}
+	if mi.Unreachable {
+		// It cannot be asked, and said in its record when it held nothing
+		// more (membership/unreachable.go).
+		return !mi.Drained
 	}
 	if mi.Leaving {
 		return true
@@ -456,6 +463,9 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		if !errors.Is(err, transport.ErrNotDelivered) {
 			return resp, err
 		}
+		if r.reach != nil {
+			r.reach.doubtPeer(silo) // probed at once: unreachable, or only restarting?
+		}
 		if !r.backoff(ctx, b) {
 			// Its caller's deadline (or cancellation) ended it, not a
 			// silo: the code says so.
@@ -469,6 +479,15 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 			return nil, siloapi.ErrMoved
 		}
 	}
+}
+
+// startReach starts probing the members' peer ports (reach.go), reporting
+// those not reached for grace, until the membership closes; rt is the
+// runtime an unreachable silo drains.
+func (r *router) startReach(grace time.Duration, rt siloapi.Runtime) {
+	r.reach = newReach(r, grace)
+	r.reach.rt = func() siloapi.Runtime { return rt }
+	go r.reach.run()
 }
 
 // waitVersion waits until this silo's view is at least version.

@@ -1,0 +1,133 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// A member that the others cannot reach on its peer port (its listener
+// closed: it still renews its lease and gossips) is not given work: the
+// others report it, it marks itself unreachable and drains, and then the
+// agents it owned, and new ones, are placed on the others, and Asks to
+// them succeed through every reachable gateway. `members` and its /readyz
+// say it is unreachable.
+func TestUnreachableMemberGetsNoWork(t *testing.T) {
+	defer goleak.VerifyNone(t, leakOptions()...)
+	c := newTestCluster(t)
+	defer c.close()
+	configure := func(_ *SiloConfig, reg *grain.Registry) {
+		if err := reg.Register("Echo", func(grain.Host) (grain.Agent, error) {
+			return agentFunc(func(_ context.Context, m *grain.Message) (*grain.Message, error) { return m.Response(), nil }), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := c.startWith("a", configure)
+	b := c.startWith("b", configure)
+	s := c.startWith("c", configure)
+	c.waitView("a", "b", "c")
+
+	// Agents of c's share in the view of three: one active on c, the rest
+	// new.
+	var owned []string
+	for i := 0; len(owned) < 6; i++ {
+		addr := fmt.Sprintf("Echo:alice:x%d", i)
+		if Owner(addr, []string{"a", "b", "c"}) == "c" {
+			owned = append(owned, addr)
+		}
+	}
+	dial := func(s *Silo) *client.Client {
+		cl, err := client.Dial(t.Context(), []string{s.GatewayAddr()}, client.WithPrincipal("alice"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cl
+	}
+	ca, cb := dial(a), dial(b)
+	defer ca.Close()
+	defer cb.Close()
+	if _, err := ca.Ask(t.Context(), owned[0], grain.Text("before")); err != nil {
+		t.Fatal(err)
+	}
+	if s.rt.Len() != 1 {
+		t.Fatalf("c holds %d activations, want 1", s.rt.Len())
+	}
+
+	// c's peer port stops answering: its listener closes, and the others'
+	// streams to it go.
+	peerAddr := s.members.Self().PeerAddr
+	s.peerLis.Close()
+	a.tp.ClosePeer(peerAddr)
+	b.tp.ClosePeer(peerAddr)
+
+	// A call routed to c is not delivered: a probes c, reports it, b
+	// follows, and c marks itself unreachable and drains.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	_, _ = ca.Ask(ctx, owned[1], grain.Text("to c"))
+	cancel()
+	waitFor(t, "c unreachable and drained in every view", func() bool {
+		for _, x := range []*Silo{a, b, s} {
+			mi, ok := x.router.state.Load().view.Member("c")
+			if !ok || !mi.Unreachable || !mi.Drained {
+				return false
+			}
+		}
+		return true
+	})
+	if n := s.rt.Len(); n != 0 {
+		t.Errorf("drained c holds %d activations", n)
+	}
+
+	// Every agent of c's share, the one it held and the new ones, answers
+	// through a's and b's gateways, from a or b.
+	for i, addr := range owned {
+		cl := ca
+		if i%2 == 1 {
+			cl = cb
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, err := cl.Ask(ctx, addr, grain.Text("after"))
+		cancel()
+		if err != nil {
+			t.Errorf("Ask %s after c drained: %v", addr, err)
+		}
+		if owner := a.router.Route(addr); owner != "" && owner != "b" {
+			t.Errorf("%s routed to %q by a", addr, owner)
+		}
+	}
+	if got := a.rt.Len() + b.rt.Len(); got != len(owned) {
+		t.Errorf("a and b hold %d activations, want %d", got, len(owned))
+	}
+	if n := s.rt.Len(); n != 0 {
+		t.Errorf("c holds %d activations after the calls", n)
+	}
+
+	// members, asked anywhere, says c is unreachable; c is not ready.
+	for _, x := range []*Silo{a, s} {
+		ms, _, _ := clusterInfo{r: x.router, rt: x.rt}.Members(t.Context())
+		var state string
+		for _, m := range ms {
+			if m.GetName() == "c" {
+				state = m.GetState()
+			}
+		}
+		if !strings.HasPrefix(state, "unreachable") {
+			t.Errorf("members on %s says c is %q, want unreachable", x.cfg.Name, state)
+		}
+	}
+	if why := s.notReady(); !strings.Contains(why, "unreachable") {
+		t.Errorf("c's /readyz says %q, want unreachable", why)
+	}
+	if why := a.notReady(); why != "" {
+		t.Errorf("a's /readyz says %q", why)
+	}
+	c.l.check(t)
+}
