@@ -1,6 +1,7 @@
 package client
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -183,7 +184,7 @@ type Subscription struct {
 	Members []string
 	// Backlog counts the messages queued and not yet acknowledged, as the
 	// listing silo last saw them.
-	Backlog uint64
+	Backlog int
 	Created time.Time
 }
 
@@ -301,7 +302,7 @@ func directoryEntries(es []*agentsilov1.DirectoryEntry) []DirectoryEntry {
 
 func subscription(s *agentsilov1.Subscription) Subscription {
 	return Subscription{ID: s.GetId(), Pattern: s.GetPattern(), MaxAttempts: int(s.GetMaxAttempts()), Members: s.GetMembers(),
-		Backlog: s.GetBacklog(), Created: asTime(s.GetCreated())}
+		Backlog: int(min(s.GetBacklog(), math.MaxInt)), Created: asTime(s.GetCreated())}
 }
 
 func deadLetter(d *agentsilov1.DeadLetter) DeadLetter {
