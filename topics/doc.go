@@ -60,6 +60,7 @@
 // batcher writes many publishes per store append), subscribe.go (the
 // subscription, session and dead-letter calls), engine.go (the delivery of
 // one subscription on the silo that owns it: lanes per publisher, outcomes,
-// the full flag), config.go (Config and its defaults, Observer). Where the
+// the full flag), tracing.go (the publish and deliver spans of messages in
+// a trace), config.go (Config and its defaults, Observer). Where the
 // subscriptions and queues are kept is internal/topicstore's.
 package topics
