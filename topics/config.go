@@ -56,10 +56,12 @@ type Config struct {
 	// PublishTimeout bounds a publish whose context has no deadline.
 	// Default: 30 s.
 	PublishTimeout time.Duration
-	// MaxBatch bounds the publishes written in one Store.Append. Default:
+	// MaxBatch bounds the publishes written together, in one append to
+	// the store (one etcd transaction, shared with other writes). Default:
 	// 256.
 	MaxBatch int
-	// MaxAppends bounds the Store.Appends in flight at once. Default: 4.
+	// MaxAppends bounds the appends to the store in flight at once.
+	// Default: 4.
 	MaxAppends int
 	// QueueSize bounds the publishes waiting for the batcher. Default:
 	// 10000.

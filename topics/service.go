@@ -16,7 +16,7 @@ import (
 )
 
 // Service is one silo's part of publish/subscribe: it publishes (batching
-// what many publishers write into few Store appends), follows the
+// what many publishers write into few appends to its store), follows the
 // registry of subscriptions, and delivers the subscriptions this silo owns
 // (Config.Owns), one engine each (engine.go). It is the runtime's
 // grain.TopicService.
@@ -191,8 +191,8 @@ func (s *Service) deliverTo(ctx context.Context, msg *grain.Message) (*grain.Mes
 // Close stops publishing (publishes waiting fail with Unavailable) and
 // delivering: the engines stop dispatching, wait for the deliveries in
 // flight (bounded by ctx) and write their acknowledgments. Last, it closes
-// the Store if it has a Close method (EtcdStore: the sessions' lease is
-// revoked, so that this silo's session subscriptions end with it).
+// its store (on etcd, the lease of this silo's session subscriptions is
+// revoked, so that they end with it).
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
