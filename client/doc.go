@@ -22,7 +22,7 @@
 //	session.go    the session's stream: re-attaching through the gateways
 //	typed.go      AskTyped: a typed skill call, its arguments checked first
 //	agents.go     an agent's configuration, state, reminders and
-//	              deactivation; the types
+//	              deactivation; the agent types the cluster hosts (Types)
 //	types.go      what the calls return: AgentInfo, Member, Reminder,
 //	              AgentType, ACLRule, Decision, DirectoryEntry,
 //	              PublishResult, Subscription, DeadLetter... plain structs
