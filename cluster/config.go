@@ -68,7 +68,7 @@ type SiloConfig struct {
 	// TopicStore says where topics keep subscriptions, queues and dead
 	// letters (--topic-store): "" or "etcd" for the silo's etcd, or
 	// nats://HOST:PORT (several comma-separated) for NATS JetStream (see
-	// topics.JetStreamStore), with TopicNATS's credentials, TLS, bucket
+	// docs/jetstream.md), with TopicNATS's credentials, TLS, bucket
 	// and replicas.
 	TopicStore string
 	TopicNATS  TopicNATSConfig
@@ -210,7 +210,7 @@ type TopicsConfig struct {
 }
 
 // TopicNATSConfig is how a silo reaches NATS JetStream when TopicStore
-// names it (see topics.JetStreamConfig).
+// names it.
 type TopicNATSConfig struct {
 	// CredsFile is a NATS credentials file (--topic-store-creds).
 	CredsFile string
