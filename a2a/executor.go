@@ -43,7 +43,9 @@ var (
 //	    (stateFor), with "<Code>: <message>" as the status message
 //
 // It never returns an error once the task exists, so that every execution
-// ends in a stored state with its reason.
+// ends in a stored state with its reason. A blocking send's new task
+// starts on the fast path instead (fastpath.go), which ends it itself or
+// hands its turn to an execution here.
 type executor struct{ s *Server }
 
 var _ a2asrv.AgentExecutor = (*executor)(nil)
