@@ -114,7 +114,11 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if err := s.Start(ctx); err != nil {
-			if incarnation == 0 || ctx.Err() != nil {
+			if incarnation == 0 || ctx.Err() != nil || errors.Is(err, membership.ErrSecurityMismatch) {
+				// A refusal of this silo's security settings (its peer TLS
+				// or gossip key files changed since it first joined) does
+				// not heal by trying again: it is said once, and the
+				// program exits.
 				logger.Error("silo failed to start", "err", err)
 				return 1
 			}
@@ -175,6 +179,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "silo name (default: the host name)")
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&cfg.DashboardAddr, "dashboard-addr", cfg.DashboardAddr, "also serve the dashboard here over TLS (needs --tls-cert), where client certificates log in (empty: off)")
 	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address, and serve non-loopback peer and gossip addresses without mutual TLS and a gossip key")
 	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
 	fs.StringVar(&cfg.PeerAddr, "peer-addr", cfg.PeerAddr, "silo-to-silo transport listen address (gRPC)")
