@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
@@ -537,10 +538,14 @@ func fastMessage(buf []byte, m *agentsilov1.AgentMessage) error {
 	return fastLargeMessage(buf, m)
 }
 
-// fastSmallMessage is fastMessage in one pass: buf is copied into one
-// string, and the string fields are its substrings.
+// fastSmallMessage is fastMessage in one pass: buf is copied once, the
+// string fields are substrings of the copy and the data a slice of it
+// (whose capacity ends with it, so an append to it copies; its bytes are
+// no string's). One allocation for all of them.
 func fastSmallMessage(buf []byte, m *agentsilov1.AgentMessage) error {
-	all := string(buf)
+	raw := append(make([]byte, 0, len(buf)), buf...)
+	// Read-only but for the data's bytes, which no string shares.
+	all := unsafe.String(unsafe.SliceData(raw), len(raw))
 	var seen uint32 // the singular string fields read
 	for pos := 0; pos < len(buf); {
 		num, typ, n := protowire.ConsumeTag(buf[pos:])
@@ -576,7 +581,7 @@ func fastSmallMessage(buf []byte, m *agentsilov1.AgentMessage) error {
 		pos += n
 		switch {
 		case num == fMsgData:
-			m.Data = append(make([]byte, 0, len(v)), v...)
+			m.Data = raw[from:pos:pos]
 		case !utf8.Valid(v):
 			return errInvalidUTF8
 		case num == fMsgFiles:
