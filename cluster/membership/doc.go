@@ -7,7 +7,9 @@
 // Files: config.go (Config and defaults), view.go (Member records and
 // View), membership.go (New, Start, Leave, Close), watch.go (the view, kept
 // from etcd), lease.go (the lease, keepalives and fencing), gossip.go
-// (memberlist), revoke.go (removing dead members).
+// (memberlist), revoke.go (removing dead members), security.go (keeping
+// out members whose security settings differ), unreachable.go (members the
+// others cannot reach, which take themselves out of placement).
 //
 // # Two layers
 //
