@@ -91,9 +91,7 @@ func TestUnreachableMarking(t *testing.T) {
 	if err := c.MarkDrained(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if mi, _ := a.View().Member("silo-c"); !mi.Drained {
-		t.Errorf("silo-c not drained in a's view: %+v", mi)
-	}
+	waitFor(t, "silo-c drained in a's view", func() bool { mi, _ := a.View().Member("silo-c"); return mi.Drained })
 	// Reports cleared later do not bring it back.
 	if err := a.ClearUnreachable(ctx, "silo-c"); err != nil {
 		t.Fatal(err)
