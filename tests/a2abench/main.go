@@ -71,6 +71,7 @@ type series struct {
 	lat    []time.Duration
 	calls  int64
 	errors int64
+	first  string // the first error
 }
 
 func run(args []string, out io.Writer) error {
@@ -259,7 +260,13 @@ func window(ctx context.Context, n int, d time.Duration, sr *series, call callFu
 			for time.Now().Before(stop) {
 				l, err := call(ctx, i)
 				if err != nil {
-					errs.Add(1)
+					if errs.Add(1) == 1 && sr != nil {
+						mu.Lock()
+						if sr.first == "" {
+							sr.first = err.Error()
+						}
+						mu.Unlock()
+					}
 					continue
 				}
 				calls.Add(1)
@@ -315,6 +322,9 @@ func emit(out io.Writer, sr *series, anchor float64) {
 		"bench": sr.bench, "n": sr.n, "rates": sr.rates, "rate_median": median(sr.rates),
 		"p50_us": q(0.50), "p99_us": q(0.99), "max_us": q(1), "mean_us": mean,
 		"calls": sr.calls, "errors": sr.errors,
+	}
+	if sr.first != "" {
+		rec["first_error"] = sr.first
 	}
 	if anchor > 0 {
 		rec["anchor"] = "gateway-ask"
