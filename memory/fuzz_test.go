@@ -79,7 +79,7 @@ func FuzzMemoryRequest(f *testing.F) {
 		f.Add(s.typ, []byte(s.data))
 	}
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	cfg := Config{Clock: clk, MaxEntries: 5, MaxBytes: 400, MaxEntryBytes: 200}.fill()
+	cfg := Config{clk: clk, MaxEntries: 5, MaxBytes: 400, MaxEntryBytes: 200}.fill()
 	f.Fuzz(func(t *testing.T, typ string, data []byte) {
 		lh := &memHost{alias: usageScope}
 		h := &memHost{ledger: &agent{h: lh, cfg: cfg, st: grain.NewState[stored](lh)}}

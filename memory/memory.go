@@ -60,8 +60,10 @@ type Config struct {
 	// MaxOwnerBytes bounds the size of all the memories of one owner
 	// together. Default: 16 MiB.
 	MaxOwnerBytes int
-	// Clock tells the time of expiries (nil: the real clock).
-	Clock clock.Clock
+
+	// clk tells the time of expiries (nil: the real clock); only tests
+	// replace it (export_test.go).
+	clk clock.Clock
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -95,8 +97,8 @@ func (c Config) fill() Config {
 	if c.MaxOwnerBytes <= 0 {
 		c.MaxOwnerBytes = d.MaxOwnerBytes
 	}
-	if c.Clock == nil {
-		c.Clock = clock.Real{}
+	if c.clk == nil {
+		c.clk = clock.Real{}
 	}
 	return c
 }
@@ -171,7 +173,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		}
 		a.loaded = true
 	}
-	now := a.cfg.Clock.Now()
+	now := a.cfg.clk.Now()
 	var out client.MemoryReply
 	switch m.GetMessageType() {
 	case client.MemoryPut:

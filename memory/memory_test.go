@@ -96,7 +96,9 @@ func keys(es []client.MemoryEntry) []string {
 func TestMemory(t *testing.T) {
 	e := etcdtest.Start(t)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	s := startSilo(t, e, "m1", memory.Config{Clock: clk, MaxEntries: 4, MaxBytes: 200, MaxEntryBytes: 100})
+	cfg := memory.Config{MaxEntries: 4, MaxBytes: 200, MaxEntryBytes: 100}
+	memory.SetClock(&cfg, clk)
+	s := startSilo(t, e, "m1", cfg)
 	c := dial(t, s)
 	ctx := t.Context()
 	mem := client.NewMemory(c, "Memory:dev:work")
@@ -218,7 +220,8 @@ func TestMemoryFromAgentsOutlivesSilo(t *testing.T) {
 func TestMemoryOwnerBounds(t *testing.T) {
 	e := etcdtest.Start(t)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
-	cfg := memory.Config{Clock: clk, MaxEntries: 4, MaxOwnerEntries: 6, MaxOwnerBytes: 300}
+	cfg := memory.Config{MaxEntries: 4, MaxOwnerEntries: 6, MaxOwnerBytes: 300}
+	memory.SetClock(&cfg, clk)
 	s1 := startSilo(t, e, "m1", cfg)
 	s2 := startSilo(t, e, "m2", cfg)
 	c1, c2 := dial(t, s1), dial(t, s2)

@@ -156,7 +156,7 @@ func (a *agent) ledger(ctx context.Context, m *grain.Message) (*grain.Message, e
 			return nil, err
 		}
 	}
-	now := a.cfg.Clock.Now().UnixNano()
+	now := a.cfg.clk.Now().UnixNano()
 	scope := from.Alias
 	err = a.usage.Update(ctx, func(u *usage) error {
 		evict(u, now)

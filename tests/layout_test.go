@@ -600,7 +600,6 @@ func TestNoInternalTypesInPublicAPI(t *testing.T) {
 		"cluster/membership.Config": "Clock, which tests set",
 		"cluster/transport.Config":  "the certificate reloader the silo shares",
 		"directory.Config":          "Clock, which tests set",
-		"memory.Config":             "Clock, which tests set",
 		"reminders.Config":          "Clock, an alias of the internal clock",
 		"reminders.Clock":           "an alias of the internal clock",
 		"reminders.RealClock":       "an alias of the internal clock",
