@@ -109,7 +109,7 @@ type followSettings struct {
 
 // defaults fills the zero fields of opts' settings.
 func (o *RemoteOptions) settings() followSettings {
-	s := followSettings{pollMin: o.PollMin, pollMax: o.PollMax, maxRounds: o.MaxRounds, maxRepeats: o.MaxRepeats, clk: o.Clock}
+	s := followSettings{pollMin: o.PollMin, pollMax: o.PollMax, maxRounds: o.MaxRounds, maxRepeats: o.MaxRepeats, clk: o.clk}
 	if s.pollMin <= 0 {
 		s.pollMin = DefaultPollMin
 	}

@@ -431,7 +431,9 @@ func TestPollBackoff(t *testing.T) {
 	e := etcdtest.Start(t)
 	clk := clock.NewFake(time.Unix(1_800_000_000, 0))
 	reg := prometheus.NewRegistry()
-	s := followSilo(t, e, "poll", "/poll/", &askerLog{}, a2a.RemoteOptions{PollMin: 2 * time.Second, PollMax: 30 * time.Second, Clock: clk, Metrics: reg})
+	opts := a2a.RemoteOptions{PollMin: 2 * time.Second, PollMax: 30 * time.Second, Metrics: reg}
+	a2a.SetRemoteClock(&opts, clk)
+	s := followSilo(t, e, "poll", "/poll/", &askerLog{}, opts)
 	c := dialSilo(t, s)
 	out := outside.Start(false)
 	defer out.Close()

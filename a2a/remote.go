@@ -87,12 +87,14 @@ type RemoteOptions struct {
 	// from the Ask that started it: past it the remote task is cancelled
 	// and the caller gets DeadlineExceeded as the result. Default: 24 h.
 	MaxFollow time.Duration
-	// Clock times polls (nil: the real clock); tests inject a fake one.
-	Clock clock.Clock
 	// Metrics, if set, gets the type's counters (see observe.go).
 	Metrics prometheus.Registerer
 	// TracerProvider makes the type's spans (nil: the global one).
 	TracerProvider trace.TracerProvider
+
+	// clk times polls (nil: the real clock); only tests replace it
+	// (export_test.go).
+	clk clock.Clock
 }
 
 // remoteShared is what every agent of RemoteType of one registration

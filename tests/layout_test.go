@@ -596,7 +596,6 @@ func TestNoInternalTypesInPublicAPI(t *testing.T) {
 	known := map[string]string{
 		"a2a.Deps":                  "the silo's wiring of the A2A server (its inboxes)",
 		"mcp.Deps":                  "the silo's wiring of the MCP server (its inboxes)",
-		"a2a.RemoteOptions":         "Clock, which a2a's external tests set",
 		"cluster/membership.Config": "Clock, which tests set",
 		"cluster/transport.Config":  "the certificate reloader the silo shares",
 		"directory.Config":          "Clock, which tests set",
