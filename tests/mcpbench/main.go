@@ -133,7 +133,7 @@ func run(args []string, out io.Writer) error {
 	if cfg.Etcd.EmbeddedPeerAddr, err = freeAddr(); err != nil {
 		return err
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // warnings say why a run failed (a fence, an etcd stall)
 	ctx := context.Background()
 	s, err := cluster.NewSilo(cfg, reg)
 	if err != nil {

@@ -46,7 +46,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -313,7 +312,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	cfg.Name = "bench"
 	cfg.GatewayAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: prefix}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // warnings say why a run failed (a fence, an etcd stall)
 	cfg.Topics.MaxBacklog = n + 1
 	if natsURL != "" {
 		cfg.TopicStore = natsURL
@@ -620,7 +619,7 @@ func runSteady(n, pubs, window, rounds int) error {
 	cfg.Name = "steady"
 	cfg.GatewayAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: "/steady/"}
-	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // warnings say why a run failed (a fence, an etcd stall)
 	cfg.Topics.MaxBacklog = n + 1
 	s, err := cluster.NewSilo(cfg, reg)
 	if err != nil {
