@@ -20,6 +20,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/inbox"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
@@ -111,17 +112,18 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if s.reminders, err = reminders.New(ctx, reminders.Config{
+	remCfg := reminders.Config{
 		Client:    s.etcd.Client(),
 		Prefix:    s.etcd.Prefix(),
 		MinPeriod: s.cfg.MinReminderPeriod,
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
 		View:      s.router.reminderView,
-		Clock:     s.clk,
 		Logger:    s.logger,
 
 		ObserveLateness: s.metrics.observeLateness,
-	}); err != nil {
+	}
+	clock.WireReminders(&remCfg, s.clk)
+	if s.reminders, err = reminders.New(ctx, remCfg); err != nil {
 		return fmt.Errorf("reminders: %w", err)
 	}
 	if s.state, err = state.Open(ctx, s.cfg.StateStore, s.etcd.Client(), s.etcd.Prefix()); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -42,7 +43,7 @@ func (s *Silo) newDirectory(info *clusterInfo) (*directory.Directory, error) {
 		return s.router.owns(grain.Address{Type: directoryType, Owner: directory.ACLOwner, Alias: name})
 	}
 	cfg.Transport = a2a.OutgoingTransport(s.cfg.A2A.AllowPrivateNetworks)
-	cfg.Clock = s.clk
+	clock.WireDirectory(&cfg, s.clk)
 	cfg.Logger = s.logger
 	return directory.New(cfg)
 }

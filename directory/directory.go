@@ -55,12 +55,18 @@ type Config struct {
 	Parallel int
 	// MaxEntries bounds the outside entries. Default: 100,000.
 	MaxEntries int
-	// Clock schedules refreshes and stamps last-seen times. Default: the
-	// real clock.
-	Clock clock.Clock
 	// Logger receives the directory's logs (never an entry's headers).
 	// Default: slog.Default().
 	Logger *slog.Logger
+
+	// clk schedules refreshes and stamps last-seen times (nil: the real
+	// clock): the silo's clock, which it wires in (clock.WireDirectory),
+	// as this package's tests do.
+	clk clock.Clock
+}
+
+func init() {
+	clock.WireDirectory = func(cfg any, clk clock.Clock) { cfg.(*Config).clk = clk }
 }
 
 // DefaultConfig returns the defaults described on Config's fields.
@@ -128,8 +134,8 @@ func New(cfg Config) (*Directory, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Clock == nil {
-		cfg.Clock = clock.Real{}
+	if cfg.clk == nil {
+		cfg.clk = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -140,7 +146,7 @@ func New(cfg Config) (*Directory, error) {
 	dir := &Directory{
 		cfg:      cfg,
 		logger:   cfg.Logger.With("component", "directory"),
-		clk:      cfg.Clock,
+		clk:      cfg.clk,
 		records:  make(map[string]*record),
 		statuses: make(map[string]*status),
 		inflight: make(map[string]bool),

@@ -182,7 +182,7 @@ func (s *Service) apply(v View, lostAt time.Time, owns []bool) {
 	var lost []*bucket
 	var started []*run
 	s.mu.Lock()
-	now := s.cfg.Clock.Now()
+	now := s.cfg.clk.Now()
 	changed := false
 	for b, own := range owns {
 		bk := s.buckets[b]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
 // Config configures a Service. Client is required; every other
@@ -57,10 +58,16 @@ type Config struct {
 	// late it fires after its due time (for metrics). It is called from the
 	// scheduler's goroutine with the service's lock held: it must be quick.
 	ObserveLateness func(late time.Duration)
-	// Clock is the scheduler's time. Default: RealClock.
-	Clock Clock
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
+
+	// clk is the scheduler's time (nil: the real clock): the silo's clock,
+	// which it wires in (clock.WireReminders), as this package's tests do.
+	clk clock.Clock
+}
+
+func init() {
+	clock.WireReminders = func(cfg any, clk clock.Clock) { cfg.(*Config).clk = clk }
 }
 
 // DefaultConfig returns the defaults described on Config's fields (without
@@ -74,7 +81,6 @@ func DefaultConfig() Config {
 		DeliverTimeout: 30 * time.Second,
 		OpTimeout:      5 * time.Second,
 		PageSize:       1000,
-		Clock:          RealClock{},
 	}
 }
 
@@ -106,8 +112,8 @@ func (c *Config) Validate() error {
 	if c.PageSize == 0 {
 		c.PageSize = d.PageSize
 	}
-	if c.Clock == nil {
-		c.Clock = d.Clock
+	if c.clk == nil {
+		c.clk = clock.Real{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

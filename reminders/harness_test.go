@@ -43,7 +43,7 @@ func (h *harness) config() Config {
 			h.got <- m
 			return nil
 		},
-		Clock:       h.clk,
+		clk:         h.clk,
 		Concurrency: 4,
 	}
 }

@@ -45,7 +45,7 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 	s.mu.Lock()
 	catchUpAfter := bk.lostAt
 	if bk.loaded {
-		catchUpAfter = s.cfg.Clock.Now()
+		catchUpAfter = s.cfg.clk.Now()
 	}
 	s.mu.Unlock()
 	for {
@@ -91,7 +91,7 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 			s.mu.Unlock()
 			return context.Canceled
 		}
-		now := s.cfg.Clock.Now()
+		now := s.cfg.clk.Now()
 		head := false
 		for i := range page {
 			l := &page[i]
@@ -158,7 +158,7 @@ func (s *Service) watchRange(r *run, from int64) (int64, error) {
 			s.mu.Unlock()
 			return from, context.Canceled
 		}
-		now := s.cfg.Clock.Now()
+		now := s.cfg.clk.Now()
 		head := false
 		for _, ev := range resp.Events {
 			k := string(ev.Kv.Key)

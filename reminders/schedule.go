@@ -128,7 +128,7 @@ func (s *Service) due(batch []*grain.Message) ([]*grain.Message, time.Duration) 
 	v := s.view() // before the lock: Config.View may take the cluster's
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := s.cfg.Clock.Now()
+	now := s.cfg.clk.Now()
 	for len(s.heap) > 0 && len(batch) < batchLimit {
 		e := s.heap[0]
 		if e.next.After(now) {
@@ -168,7 +168,7 @@ func (s *Service) schedule() {
 	case <-s.stop:
 		return
 	}
-	timer := s.cfg.Clock.NewTimer(time.Hour)
+	timer := s.cfg.clk.NewTimer(time.Hour)
 	defer timer.Stop()
 	var (
 		batch   []*grain.Message

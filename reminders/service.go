@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	// gracefully, unless its Rebalance says otherwise.
 	var lostAt time.Time
 	if cfg.View != nil {
-		lostAt = cfg.Clock.Now()
+		lostAt = cfg.clk.Now()
 	}
 	s.apply(s.view(), lostAt, make([]bool, Buckets))
 	s.wg.Add(3 + cfg.Concurrency)
@@ -197,7 +197,7 @@ func (s *Service) Register(ctx context.Context, addr grain.Address, r grain.Remi
 	head := false
 	s.mu.Lock()
 	if bk := s.buckets[Bucket(addr)]; bk != nil {
-		now := s.cfg.Clock.Now()
+		now := s.cfg.clk.Now()
 		head = s.putLocked(bk, key, addr, r, resp.Header.Revision, now, now, true)
 	}
 	s.mu.Unlock()
@@ -317,7 +317,7 @@ func (s *Service) validate(addr grain.Address, r *grain.Reminder) error {
 		return errs.New(codes.InvalidArgument, "reminder %q: message type %q is reserved", r.Name, r.MessageType)
 	}
 	if r.Due.IsZero() {
-		r.Due = s.cfg.Clock.Now().Add(r.Period)
+		r.Due = s.cfg.clk.Now().Add(r.Period)
 	}
 	r.Due = time.UnixMilli(r.Due.UnixMilli()) // stored in ms
 	return s.open()

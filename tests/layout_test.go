@@ -598,11 +598,6 @@ func TestNoInternalTypesInPublicAPI(t *testing.T) {
 		"mcp.Deps":                  "the silo's wiring of the MCP server (its inboxes)",
 		"cluster/membership.Config": "Clock, which tests set",
 		"cluster/transport.Config":  "the certificate reloader the silo shares",
-		"directory.Config":          "Clock, which tests set",
-		"reminders.Config":          "Clock, an alias of the internal clock",
-		"reminders.Clock":           "an alias of the internal clock",
-		"reminders.RealClock":       "an alias of the internal clock",
-		"reminders.Timer":           "an alias of the internal clock",
 	}
 	found := internalInAPI(t)
 	for name, typ := range found {
