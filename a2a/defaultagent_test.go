@@ -35,7 +35,8 @@ func TestDefaultAgentCard(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close(context.Background())
-	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/", Inboxes: inbox.New("s1", nil)}
+	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/"}
+	inbox.WireA2A(&deps, inbox.New("s1", nil))
 	newServer := func(agent string) (*a2a.Server, error) {
 		cfg := a2a.DefaultConfig()
 		cfg.DefaultAgent = agent

@@ -37,12 +37,18 @@ type Deps struct {
 	// Etcd and Prefix are the silo's etcd, where tasks live (required).
 	Etcd   *clientv3.Client
 	Prefix string
-	// Inboxes must be the runtime's session router (or in front of it), so
-	// that what agents push to a turn's sender reaches the turn.
-	Inboxes *inbox.Inboxes
 	// Outside, if set, lists the service directory's outside A2A agents,
 	// which the root card and GET /a2a show beside the agent types.
 	Outside func(ctx context.Context) []grain.DirectoryEntry
+
+	// inboxes must be the runtime's session router (or in front of it), so
+	// that what agents push to a turn's sender reaches the turn (required):
+	// the silo's, which it wires in (inbox.WireA2A).
+	inboxes *inbox.Inboxes
+}
+
+func init() {
+	inbox.WireA2A = func(deps any, in *inbox.Inboxes) { deps.(*Deps).inboxes = in }
 }
 
 // Server is a silo's A2A server: every agent of the cluster as an A2A
@@ -97,8 +103,8 @@ type Server struct {
 // New checks cfg and returns a server for the agents of d.Runtime. It
 // starts nothing.
 func New(cfg Config, d Deps) (*Server, error) {
-	if d.Runtime == nil || d.Etcd == nil || d.Inboxes == nil {
-		return nil, errs.New(codes.InvalidArgument, "a2a: New: Runtime, Etcd and Inboxes are required")
+	if d.Runtime == nil || d.Etcd == nil || d.inboxes == nil {
+		return nil, errs.New(codes.InvalidArgument, "a2a: New: Runtime, Etcd and the silo's inboxes are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.Wrap(codes.InvalidArgument, err, "")
@@ -132,7 +138,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		prefix:  d.Prefix,
 		logger:  cfg.Logger.With("component", "a2a"),
 		auth:    authn,
-		inboxes: d.Inboxes,
+		inboxes: d.inboxes,
 		outside: d.Outside,
 		maxBody: 2*d.Runtime.Config().MaxMessageSize + 64<<10,
 	}

@@ -189,12 +189,16 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	s.gw.ServeDirectory(d)
 	if s.a2aLis != nil {
-		if s.a2a, err = a2a.New(s.sub.a2a, a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix(), Inboxes: s.inboxes}); err != nil {
+		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
+		inbox.WireA2A(&deps, s.inboxes)
+		if s.a2a, err = a2a.New(s.sub.a2a, deps); err != nil {
 			return err
 		}
 	}
 	if s.mcpLis != nil {
-		if s.mcp, err = mcp.New(s.sub.mcp, mcp.Deps{Runtime: s.rt, ACL: s.acl, Inboxes: s.inboxes}); err != nil {
+		deps := mcp.Deps{Runtime: s.rt, ACL: s.acl}
+		inbox.WireMCP(&deps, s.inboxes)
+		if s.mcp, err = mcp.New(s.sub.mcp, deps); err != nil {
 			return err
 		}
 		mcp.AddDirectoryTools(s.mcp, d, s.acl)

@@ -26,10 +26,16 @@ type Deps struct {
 	Runtime *grain.Runtime
 	// ACL, if set, is checked on every listing and call.
 	ACL *acl.Authority
-	// Inboxes must be the runtime's session router (or in front of it),
+
+	// inboxes must be the runtime's session router (or in front of it),
 	// so that what agents push to a call's sender reaches the call
-	// (required; the A2A server's, when both are on).
-	Inboxes *inbox.Inboxes
+	// (required; the A2A server's, when both are on): the silo's, which it
+	// wires in (inbox.WireMCP).
+	inboxes *inbox.Inboxes
+}
+
+func init() {
+	inbox.WireMCP = func(deps any, in *inbox.Inboxes) { deps.(*Deps).inboxes = in }
 }
 
 // Server is a silo's MCP server: every agent of the cluster as MCP tools,
@@ -67,8 +73,8 @@ type Server struct {
 // New checks cfg and returns a server for the agents of d.Runtime: the
 // tools of the types registered now. It starts nothing.
 func New(cfg Config, d Deps) (*Server, error) {
-	if d.Runtime == nil || d.Inboxes == nil {
-		return nil, errs.New(codes.InvalidArgument, "mcp: New: Runtime and Inboxes are required")
+	if d.Runtime == nil || d.inboxes == nil {
+		return nil, errs.New(codes.InvalidArgument, "mcp: New: Runtime and the silo's inboxes are required")
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, errs.Wrap(codes.InvalidArgument, err, "")
@@ -103,7 +109,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		acl:     d.ACL,
 		logger:  cfg.Logger.With("component", "mcp"),
 		auth:    authn,
-		inboxes: d.Inboxes,
+		inboxes: d.inboxes,
 		maxBody: 2*int64(d.Runtime.Config().MaxMessageSize) + 64<<10,
 		types:   make(map[string]*mcpsdk.Server),
 	}

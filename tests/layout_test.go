@@ -594,8 +594,6 @@ func firstInternal(typ types.Type, top bool, internal func(*types.Package) bool)
 // list, so the list only shrinks.
 func TestNoInternalTypesInPublicAPI(t *testing.T) {
 	known := map[string]string{
-		"a2a.Deps":                  "the silo's wiring of the A2A server (its inboxes)",
-		"mcp.Deps":                  "the silo's wiring of the MCP server (its inboxes)",
 		"cluster/membership.Config": "Clock, which tests set",
 		"cluster/transport.Config":  "the certificate reloader the silo shares",
 	}
