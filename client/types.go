@@ -185,7 +185,11 @@ type Subscription struct {
 	// Backlog counts the messages queued and not yet acknowledged, as the
 	// listing silo last saw them.
 	Backlog int
-	Created time.Time
+	// InFlight counts the messages of the backlog being delivered now
+	// (handed to an agent, not yet acknowledged or failed), as the listing
+	// silo last saw them.
+	InFlight int
+	Created  time.Time
 }
 
 // DeadLetter is a message a subscription gave up on, with its reason,
@@ -302,7 +306,7 @@ func directoryEntries(es []*agentsilov1.DirectoryEntry) []DirectoryEntry {
 
 func subscription(s *agentsilov1.Subscription) Subscription {
 	return Subscription{ID: s.GetId(), Pattern: s.GetPattern(), MaxAttempts: int(s.GetMaxAttempts()), Members: s.GetMembers(),
-		Backlog: int(min(s.GetBacklog(), math.MaxInt)), Created: asTime(s.GetCreated())}
+		Backlog: int(min(s.GetBacklog(), math.MaxInt)), InFlight: int(min(s.GetInFlight(), math.MaxInt)), Created: asTime(s.GetCreated())}
 }
 
 func deadLetter(d *agentsilov1.DeadLetter) DeadLetter {

@@ -140,10 +140,11 @@ func (e *engine) setSub(sub *topicstore.Sub) {
 	poke(e.wake)
 }
 
-func (e *engine) backlog() int {
+// counts returns the entries queued and, of them, those being delivered.
+func (e *engine) counts() (queued, inflight int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.n
+	return e.n, e.inflight
 }
 
 func poke(ch chan struct{}) {

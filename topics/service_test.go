@@ -14,6 +14,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/internal/topicstore"
 )
 
@@ -520,4 +521,37 @@ func TestSubscriptionBounds(t *testing.T) {
 		t.Errorf("a third subscription: %v, want ResourceExhausted", err)
 	}
 	h.subscribe(s, "W:bob:c", "three", "x", 0) // another owner's
+}
+
+// A subscription's listing counts the messages queued and, of them, those
+// being delivered now.
+func TestSubscriptionCounts(t *testing.T) {
+	h := newHarness(t, topicstore.NewMemory(nil, 0))
+	release := make(chan struct{})
+	h.a.handle = func(*grain.Message) error {
+		<-release
+		return nil
+	}
+	s := h.service(func(c *Config) { c.MaxInflight = 2 })
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before the service's Close, which waits for deliveries
+	h.subscribe(s, "Worker:acme:w", "work", "jobs", 0)
+	for i := range 5 { // from three publishers: each one's messages go in order, one at a time
+		h.publish(s, fmt.Sprintf("P:acme:p%d", i%3), "jobs", fmt.Sprint(i))
+	}
+	h.a.wait(t, "two deliveries in flight", func(got []*grain.Message) bool { return len(got) == 2 })
+	counts := func() (uint64, uint64) {
+		t.Helper()
+		subs, err := s.Subscriptions(t.Context(), "acme")
+		if err != nil || len(subs) != 1 {
+			t.Fatalf("subscriptions: %v, %v", subs, err)
+		}
+		return subs[0].GetBacklog(), subs[0].GetInFlight()
+	}
+	// The engine learns of the queued messages from the store's events.
+	testutil.WaitFor(t, "5 queued, 2 in flight", func() bool { q, f := counts(); return q == 5 && f == 2 })
+	free()
+	waitStats(t, s, "all acked", func(st Stats) bool { return st.Acked == 5 })
+	testutil.WaitFor(t, "none queued or in flight after the acks", func() bool { q, f := counts(); return q == 0 && f == 0 })
 }

@@ -256,7 +256,8 @@ func (s *Service) UnsubscribeAgent(ctx context.Context, agent grain.Address, nam
 
 // Subscriptions lists owner's subscriptions as the store has them now
 // (so a subscription is listed once Subscribe has returned, through any
-// silo); the backlog is known for those this silo delivers.
+// silo); the backlog and the deliveries in flight are known for those
+// this silo delivers.
 func (s *Service) Subscriptions(ctx context.Context, owner string) ([]*agentsilov1.Subscription, error) {
 	r, err := s.cfg.store.Subscriptions(ctx, owner)
 	if err != nil {
@@ -276,7 +277,8 @@ func (s *Service) Subscriptions(ctx context.Context, owner string) ([]*agentsilo
 		e := s.engines[rec.GetId()]
 		s.mu.Unlock()
 		if e != nil {
-			ps.Backlog = uint64(e.backlog())
+			n, inflight := e.counts()
+			ps.Backlog, ps.InFlight = uint64(n), uint64(inflight)
 		}
 		out = append(out, ps)
 	}

@@ -108,7 +108,7 @@ func wireHits(hs []client.DirectoryHit) []*agentsilov1.DirectoryHit {
 
 func wireSubscription(s client.Subscription) *agentsilov1.Subscription {
 	return &agentsilov1.Subscription{Id: s.ID, Pattern: s.Pattern, MaxAttempts: uint32(s.MaxAttempts), Members: s.Members,
-		Backlog: uint64(max(s.Backlog, 0)), Created: wireOptionalTime(s.Created)}
+		Backlog: uint64(max(s.Backlog, 0)), InFlight: uint64(max(s.InFlight, 0)), Created: wireOptionalTime(s.Created)}
 }
 
 func wireSubscriptions(ss []client.Subscription) []*agentsilov1.Subscription {

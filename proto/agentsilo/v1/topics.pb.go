@@ -387,8 +387,12 @@ type Subscription struct {
 	Members []string `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
 	// backlog counts the messages queued and not yet acknowledged, as the
 	// listing silo last saw them.
-	Backlog       uint64                 `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
-	Created       *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created,proto3" json:"created,omitempty"`
+	Backlog uint64                 `protobuf:"varint,5,opt,name=backlog,proto3" json:"backlog,omitempty"`
+	Created *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=created,proto3" json:"created,omitempty"`
+	// in_flight counts the messages of the backlog being delivered now
+	// (handed to a member, not yet acknowledged or failed), as the listing
+	// silo last saw them.
+	InFlight      uint64 `protobuf:"varint,7,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -463,6 +467,13 @@ func (x *Subscription) GetCreated() *timestamppb.Timestamp {
 		return x.Created
 	}
 	return nil
+}
+
+func (x *Subscription) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
 }
 
 type ListSubscriptionsRequest struct {
@@ -1262,14 +1273,15 @@ const file_agentsilo_v1_topics_proto_rawDesc = "" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\"/\n" +
 	"\x13UnsubscribeResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xc5\x01\n" +
+	"\adeleted\x18\x01 \x01(\bR\adeleted\"\xe2\x01\n" +
 	"\fSubscription\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12!\n" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x18\n" +
 	"\abacklog\x18\x05 \x01(\x04R\abacklog\x124\n" +
-	"\acreated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\"0\n" +
+	"\acreated\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\acreated\x12\x1b\n" +
+	"\tin_flight\x18\a \x01(\x04R\binFlight\"0\n" +
 	"\x18ListSubscriptionsRequest\x12\x14\n" +
 	"\x05owner\x18\x01 \x01(\tR\x05owner\"]\n" +
 	"\x19ListSubscriptionsResponse\x12@\n" +
