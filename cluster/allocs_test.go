@@ -24,7 +24,7 @@ import (
 // transport's envelopes and gRPC's frames and buffers on both sides, the
 // decoded request and reply, the call's context, the grain's envelope and
 // turn, and the handler's reply. It was 48 before the changes of
-// 2026-11-26 (see cluster/transport/allocs_test.go; a request's envelope and
+// 2026-11-26 (see internal/transport/allocs_test.go; a request's envelope and
 // turn in one; the deadline's timer of an inbound call kept for the next
 // call); 31 since, and the bound is what that reached. The race detector
 // allocates on its own, so this runs without it (.ci/run runs it so).

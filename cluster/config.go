@@ -10,9 +10,9 @@ import (
 
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 )
 
 // SiloConfig configures a Silo: what its user decides. What the silo wires
@@ -183,7 +183,7 @@ type GatewayConfig struct {
 	// Limits bound what one client can make the gateway hold
 	// (--max-sessions-per-principal, --max-calls-per-principal,
 	// --hello-timeout).
-	Limits gateway.Limits
+	Limits GatewayLimits
 	// Logger receives the gateway's logs. Nil: SiloConfig.Logger.
 	Logger *slog.Logger
 }
@@ -326,8 +326,8 @@ func DefaultSiloConfig() SiloConfig {
 			SessionBacklog:    1000,
 			SessionBacklogAge: 2 * time.Minute,
 			// 100 sessions and 1000 calls in flight per principal, a Hello
-			// within 10 s (see gateway.Limits).
-			Limits: gateway.DefaultLimits(),
+			// within 10 s (see GatewayLimits).
+			Limits: GatewayLimits(gateway.DefaultLimits()),
 		},
 		Topics: TopicsConfig{
 			// A subscription 1000 messages behind makes publishers wait.
@@ -368,4 +368,33 @@ func DefaultSiloConfig() SiloConfig {
 			MaxSessions:    10000,
 		},
 	}
+}
+
+// GatewayLimits bound what one client, and one principal, can make the
+// gateway hold; past them calls get ResourceExhausted (or the stream ends).
+type GatewayLimits struct {
+	// HelloTimeout is how long a Session stream may take to send its
+	// Hello (--hello-timeout); then it ends with DeadlineExceeded.
+	// Default: 10 s.
+	HelloTimeout time.Duration
+	// MaxSessionsPerPrincipal bounds the sessions of one principal
+	// (--max-sessions-per-principal), and, separately, its streams awaiting
+	// their Hello. Default: 100.
+	MaxSessionsPerPrincipal int
+	// MaxCallsPerPrincipal bounds one principal's calls in flight, unary
+	// and on sessions (--max-calls-per-principal). Default: 1000.
+	MaxCallsPerPrincipal int
+	// SessionPending bounds a session stream's calls in flight plus the
+	// results it has not written yet. Default: 256.
+	SessionPending int
+	// SessionPendingBytes bounds the encoded bytes of those calls' messages
+	// and results. Default: 8 MiB.
+	SessionPendingBytes int
+	// SessionBacklogBytes bounds the encoded bytes of the pushes waiting
+	// for a session (SessionBacklog bounds their number). Default: 8 MiB.
+	SessionBacklogBytes int
+	// StallTimeout is how long a session stream over its pending bounds
+	// may go without the client reading a frame before the stream ends
+	// with ResourceExhausted. Default: 30 s.
+	StallTimeout time.Duration
 }

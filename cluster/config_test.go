@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/agentsilo/agentsilo/a2a"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/mcp"
 	"github.com/agentsilo/agentsilo/topics"
 )

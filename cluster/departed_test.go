@@ -10,7 +10,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/internal/membership"
 )
 
 // transportGoroutines counts the goroutines of this process's silo-to-silo
@@ -22,7 +22,7 @@ func transportGoroutines() int {
 	_ = pprof.Lookup("goroutine").WriteTo(&buf, 2)
 	n := 0
 	for _, g := range strings.Split(buf.String(), "\n\n") {
-		if strings.Contains(g, "agentsilo/cluster/transport.") && !strings.Contains(g, "(*workers).work") {
+		if strings.Contains(g, "agentsilo/internal/transport.") && !strings.Contains(g, "(*workers).work") {
 			n++
 		}
 	}

@@ -4,10 +4,14 @@
 //
 // The parts, each a package of its own:
 //
-//	cluster/etcdstore   etcd, embedded or external; agent configurations
-//	cluster/membership  who the members are: etcd leases, gossip, fencing
-//	cluster/transport   gRPC streams between silos
-//	cluster/gateway     the client gateway: sessions, authentication, ACL
+//	cluster/etcdstore    etcd, embedded or external; agent configurations
+//	internal/membership  who the members are: etcd leases, gossip, fencing
+//	internal/transport   gRPC streams between silos
+//	internal/gateway     the client gateway: sessions, authentication, ACL
+//	internal/dashboard   the web view at /ui
+//
+// (the last four under internal/: a program never imports them, it
+// configures them through SiloConfig)
 //
 // and here: config.go (SiloConfig, the user's settings, and
 // DefaultSiloConfig, each default explained), subconfig.go (each part's

@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 )

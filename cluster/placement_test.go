@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"go.uber.org/goleak"
 )
 

@@ -9,11 +9,11 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
-	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
+	"github.com/agentsilo/agentsilo/internal/transport"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 

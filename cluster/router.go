@@ -15,14 +15,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
-	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
+	"github.com/agentsilo/agentsilo/internal/transport"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 

@@ -53,14 +53,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/agentsilo/agentsilo/cluster/gateway"
-	"github.com/agentsilo/agentsilo/cluster/membership"
-	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/gateway"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
+	"github.com/agentsilo/agentsilo/internal/transport"
 )
 
 // The runtime messages of surviving sessions; To is the session's address.

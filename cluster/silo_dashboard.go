@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/agentsilo/agentsilo/auth"
-	"github.com/agentsilo/agentsilo/cluster/dashboard"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/dashboard"
 )
 
 // siloDashboard is what serves the dashboard besides the HTTP port's mux:

@@ -7,9 +7,9 @@ import (
 
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/auth"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/mcp"
 	"github.com/agentsilo/agentsilo/topics"
 )
@@ -47,7 +47,7 @@ func newSubConfigs(cfg *SiloConfig) (subConfigs, error) {
 	sc.gateway.Silo, sc.gateway.Addr = cfg.Name, cfg.GatewayAddr
 	sc.gateway.MaxMessageSize = sc.runtime.MaxMessageSize
 	sc.gateway.Auth, sc.gateway.Insecure = g.Auth, g.Insecure || cfg.Insecure
-	sc.gateway.SessionBacklog, sc.gateway.SessionBacklogAge, sc.gateway.Limits = g.SessionBacklog, g.SessionBacklogAge, g.Limits
+	sc.gateway.SessionBacklog, sc.gateway.SessionBacklogAge, sc.gateway.Limits = g.SessionBacklog, g.SessionBacklogAge, gateway.Limits(g.Limits)
 	sc.gateway.Logger = traceLogger(orLogger(g.Logger, cfg.Logger))
 	if err := sc.gateway.Validate(); err != nil {
 		return sc, err

@@ -6,10 +6,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/agentsilo/agentsilo/cluster/membership"
-	"github.com/agentsilo/agentsilo/cluster/transport"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
+	"github.com/agentsilo/agentsilo/internal/transport"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 

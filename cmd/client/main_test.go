@@ -17,8 +17,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 

@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/auth"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 

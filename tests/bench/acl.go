@@ -16,8 +16,8 @@ import (
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 )
 
 // The acl suite: end-to-end Ask through a gateway with the ACL on versus

@@ -148,7 +148,7 @@ func serveEnvBatch(_ any, s grpc.ServerStream) error {
 }
 
 // envWriter writes envelopes to a stream as the peer transport's writer
-// and batcher do (cluster/transport/batch.go).
+// and batcher do (internal/transport/batch.go).
 type envWriter struct {
 	mu     sync.Mutex // held while writing
 	send   func(any) error

@@ -18,7 +18,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/auth"
-	"github.com/agentsilo/agentsilo/cluster/gateway"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
