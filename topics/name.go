@@ -8,13 +8,13 @@ import (
 // Limits of topic names and patterns: each bounds what a client can make
 // the silos store and match.
 const (
-	// MaxSegment is the longest segment of a topic name.
-	MaxSegment = 64
-	// MaxSegments is the most segments a name or pattern has.
-	MaxSegments = 32
+	// MaxSegment is the longest segment of a topic name (64).
+	MaxSegment = topicstore.MaxSegment
+	// MaxSegments is the most segments a name or pattern has (32).
+	MaxSegments = topicstore.MaxSegments
 	// MaxName is the longest name or pattern, dots included (the owner
-	// not counted).
-	MaxName = 255
+	// not counted): 255.
+	MaxName = topicstore.MaxName
 )
 
 // Topic is a topic: a hierarchical dot-separated Name (`orders.created.eu`)

@@ -143,7 +143,11 @@ type Running struct {
 
 // Run starts an etcd keeping its data in dir (created if missing) on free
 // loopback ports and waits, bounded by ctx, until it serves. Close stops it.
-func Run(ctx context.Context, dir string) (*Running, error) {
+// Each tune function may change the server's configuration first (a
+// program measuring silos rather than the disk turns fsync off, or allows
+// larger transactions; the client sends requests up to the server's
+// MaxRequestBytes).
+func Run(ctx context.Context, dir string, tune ...func(*embed.Config)) (*Running, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -165,6 +169,9 @@ func Run(ctx context.Context, dir string) (*Running, error) {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop()) // failures come back as errors
+	for _, f := range tune {
+		f(cfg)
+	}
 	srv, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcdtest: start etcd: %w", err)
@@ -179,10 +186,11 @@ func Run(ctx context.Context, dir string) (*Running, error) {
 		return nil, fmt.Errorf("etcdtest: waiting for etcd: %w", ctx.Err())
 	}
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{cu.String()},
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
-		Context:     context.WithoutCancel(ctx),
+		Endpoints:          []string{cu.String()},
+		DialTimeout:        5 * time.Second,
+		Logger:             zap.NewNop(),
+		Context:            context.WithoutCancel(ctx),
+		MaxCallSendMsgSize: max(2<<20, int(cfg.MaxRequestBytes)+1<<20),
 	})
 	if err != nil {
 		srv.Close()

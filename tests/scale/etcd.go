@@ -4,16 +4,14 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
+
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
 // etcdServer is the program's own embedded etcd. It runs without fsync
@@ -21,59 +19,24 @@ import (
 // reminders at the disk's fsync rate takes ten minutes) and accepts large
 // transactions, for seeding.
 type etcdServer struct {
-	srv      *embed.Etcd
+	*etcdtest.Running
 	client   *clientv3.Client
 	endpoint string
 }
 
 func startEtcd(ctx context.Context, dir string) (*etcdServer, error) {
-	var addrs [2]string
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		addrs[i] = l.Addr().String()
-		l.Close()
-	}
-	cfg := embed.NewConfig()
-	cfg.Name = "scale"
-	cfg.Dir = dir
-	cu := url.URL{Scheme: "http", Host: addrs[0]}
-	pu := url.URL{Scheme: "http", Host: addrs[1]}
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.UnsafeNoFsync = true
-	cfg.MaxTxnOps = 4096
-	cfg.MaxRequestBytes = 16 << 20
-	cfg.QuotaBackendBytes = 8 << 30
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	srv, err := embed.StartEtcd(cfg)
+	r, err := etcdtest.Run(ctx, dir, func(cfg *embed.Config) {
+		cfg.Name = "scale"
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		cfg.UnsafeNoFsync = true
+		cfg.MaxTxnOps = 4096
+		cfg.MaxRequestBytes = 16 << 20
+		cfg.QuotaBackendBytes = 8 << 30
+	})
 	if err != nil {
-		return nil, fmt.Errorf("start etcd: %w", err)
-	}
-	select {
-	case <-srv.Server.ReadyNotify():
-	case err := <-srv.Err():
-		srv.Close()
-		return nil, fmt.Errorf("etcd failed: %w", err)
-	case <-ctx.Done():
-		srv.Close()
-		return nil, ctx.Err()
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second,
-		Logger: zap.NewNop(), MaxCallSendMsgSize: 32 << 20})
-	if err != nil {
-		srv.Close()
 		return nil, err
 	}
-	return &etcdServer{srv: srv, client: cli, endpoint: cu.String()}, nil
-}
-
-func (e *etcdServer) Close() {
-	e.client.Close()
-	e.srv.Close()
+	return &etcdServer{Running: r, client: r.Client(), endpoint: r.Endpoint()}, nil
 }
 
 // requests reads etcd's count of gRPC messages received (unary requests,
