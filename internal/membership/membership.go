@@ -325,7 +325,20 @@ func (m *Membership) MarkLeaving(ctx context.Context) error {
 	}
 	m.leaving = true
 	m.mu.Unlock()
-	rec, err := json.Marshal(m.record(true))
+	if err := m.putRecord(ctx, true, "mark record leaving"); err != nil {
+		return err
+	}
+	return m.waitView(ctx, func(v View) bool {
+		mi, ok := v.Member(m.cfg.Name)
+		return !ok || mi.Leaving
+	})
+}
+
+// putRecord writes this silo's record again, as it is now (leaving or
+// not), if its lease is still the record's; what names the write in an
+// error.
+func (m *Membership) putRecord(ctx context.Context, leaving bool, what string) error {
+	rec, err := json.Marshal(m.record(leaving))
 	if err != nil {
 		return errs.New(codes.Internal, "membership: %v", err)
 	}
@@ -333,15 +346,12 @@ func (m *Membership) MarkLeaving(ctx context.Context) error {
 		If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
 		Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
 	if err != nil {
-		return etcderr.FromCall(ctx, err, "membership: mark record leaving")
+		return etcderr.FromCall(ctx, err, "membership: %s", what)
 	}
 	if !tx.Succeeded {
 		return errs.New(codes.FailedPrecondition, "membership: the silo's record is gone")
 	}
-	return m.waitView(ctx, func(v View) bool {
-		mi, ok := v.Member(m.cfg.Name)
-		return !ok || mi.Leaving
-	})
+	return nil
 }
 
 // gossipLeaveWait bounds how long Leave waits for its gossip leave

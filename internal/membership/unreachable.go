@@ -218,18 +218,8 @@ func (m *Membership) MarkDrained(ctx context.Context) error {
 	m.mu.Lock()
 	leaving := m.leaving
 	m.mu.Unlock()
-	rec, err := json.Marshal(m.record(leaving))
-	if err != nil {
-		return errs.New(codes.Internal, "membership: %v", err)
-	}
-	tx, err := m.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).
-		Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
-	if err != nil {
-		return etcderr.FromCall(ctx, err, "membership: mark the record drained")
-	}
-	if !tx.Succeeded {
-		return errs.New(codes.FailedPrecondition, "membership: the silo's record is gone")
+	if err := m.putRecord(ctx, leaving, "mark the record drained"); err != nil {
+		return err
 	}
 	return m.waitView(ctx, func(v View) bool { mi, ok := v.Member(m.cfg.Name); return !ok || mi.Drained })
 }
