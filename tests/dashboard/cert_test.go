@@ -207,47 +207,9 @@ func TestDashboardCertificate(t *testing.T) {
 	})
 	t.Cleanup(proxy.Close)
 	base := proxy.URL
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1200, 760), chromedp.Flag("disable-gpu", true))
-	actx, cancelA := chromedp.NewExecAllocator(ctx, opts...)
-	defer cancelA()
-	bctx, cancelB := chromedp.NewContext(actx)
-	defer cancelB()
-	must(t, chromedp.Do(bctx))
-	runT := func(what string, f func(ctx context.Context) error) {
-		t.Helper()
-		tctx, cancel := context.WithTimeout(bctx, 30*time.Second)
-		defer cancel()
-		if err := f(tctx); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-	}
-	run := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		runT(what, func(ctx context.Context) error { return chromedp.Do(ctx, steps...) })
-	}
-	text := func(sel string) string {
-		t.Helper()
-		var s string
-		runT("read "+sel, func(ctx context.Context) (err error) {
-			s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-			return err
-		})
-		return s
-	}
-	eval := func(expr string, promise bool) any {
-		t.Helper()
-		var v any
-		var opts []chromedp.EvaluateOption
-		if promise {
-			opts = append(opts, chromedp.EvalAwaitPromise)
-		}
-		runT("evaluate "+expr, func(ctx context.Context) (err error) {
-			v, err = chromedp.Run(ctx, chromedp.Evaluate[any](expr, opts...))
-			return err
-		})
-		return v
-	}
+	b, stop := newBrowser(t, ctx, chromium)
+	defer stop()
+	runT, run, text, eval := b.runT, b.run, b.text, b.eval
 	waitText := func(sel, want string) {
 		t.Helper()
 		runT("wait for "+sel+" to say "+want, func(ctx context.Context) error {
