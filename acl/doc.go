@@ -1,4 +1,4 @@
-// Package acl is agentsilo's access control: FabrCore's rules and groups,
+// Package acl is agentsilo's access control: rules and groups,
 // their evaluation, the stores that keep them, and the admin service that
 // changes them.
 //
@@ -11,7 +11,7 @@
 // answer is no. While no rules are set, SeedRule applies:
 // `system:* -> * -> Message,Read`.
 //
-//	d, err := acl.ParseDocument(fileBytes) // FabrCore's "Acl" JSON section
+//	d, err := acl.ParseDocument(fileBytes) // an ACL file's JSON
 //	p, err := acl.Compile(d)
 //	dec := p.Check(&acl.Caller{Principal: "alice"}, "bob", "ticket-1", acl.Message)
 //	if !dec.Allowed { ... } // dec.Reason, dec.Rule explain it

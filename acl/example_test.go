@@ -7,7 +7,7 @@ import (
 )
 
 func ExamplePolicy_Check() {
-	// FabrCore's "Acl" section: premium callers may message and read bob's
+	// An ACL file: premium callers may message and read bob's
 	// support agents; nobody else may touch them.
 	d, err := acl.ParseDocument([]byte(`{"Rules": [
 		{"OwnerPattern": "bob", "AgentPattern": "support-*", "CallerPattern": "group:premium", "Permission": "Message,Read"}],

@@ -10,7 +10,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 )
 
-// Permission is a set of permission flags, FabrCore's AclPermission.
+// Permission is a set of permission flags: Message, Configure, Read, Admin.
 type Permission uint8
 
 // The permission flags. A rule grants a set of them; a check needs one or
@@ -35,8 +35,8 @@ var permNames = [...]struct {
 	name string
 }{{Message, "Message"}, {Configure, "Configure"}, {Read, "Read"}, {Admin, "Admin"}}
 
-// String returns the flags as FabrCore writes them: "Message,Read", "All" or
-// "None".
+// String returns the flags as ACL files write them: "Message,Read", "All"
+// or "None".
 func (p Permission) String() string {
 	switch p {
 	case None:
@@ -107,7 +107,7 @@ func ParsePermission(s string) (Permission, error) {
 	return p, nil
 }
 
-// MarshalJSON writes p as its String, as FabrCore's ACL section does.
+// MarshalJSON writes p as its String, as ACL files do.
 func (p Permission) MarshalJSON() ([]byte, error) { return json.Marshal(p.String()) }
 
 // UnmarshalJSON reads a string as ParsePermission does, or a number.

@@ -86,7 +86,7 @@ func TestPatterns(t *testing.T) {
 	}
 }
 
-// fabr is the ACL of the tests: FabrCore's examples (shared system agents,
+// fabr is the ACL of the tests: the usual cases (shared system agents,
 // a premium group reaching an owner's support agents, a named partner with
 // read access, an explicit deny before a broader grant) in one document.
 func fabr(t testing.TB) *Policy {
@@ -201,7 +201,7 @@ func TestCheckAdmin(t *testing.T) {
 }
 
 func TestParseDocument(t *testing.T) {
-	// Wrapped in "Acl", as in a FabrCore settings file; ids in order.
+	// Wrapped in "Acl", as in a settings file with other sections; ids in order.
 	d, err := ParseDocument([]byte(`{"Acl": {"Rules": [
 		{"OwnerPattern": "system", "AgentPattern": "*", "CallerPattern": "*", "Permission": "Message, Read"},
 		{"OwnerPattern": "a", "AgentPattern": "b*", "CallerPattern": "group:g", "Permission": 15}],

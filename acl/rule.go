@@ -15,8 +15,8 @@ import (
 
 // Rule grants Permission to the callers matching CallerPattern on the agents
 // whose owner matches OwnerPattern and whose alias matches AgentPattern.
-// Its JSON is FabrCore's (OwnerPattern, AgentPattern, CallerPattern,
-// Permission such as "Message,Read"), plus the Id agentsilo gives it.
+// Its JSON has OwnerPattern, AgentPattern, CallerPattern and Permission
+// (such as "Message,Read"), plus the Id agentsilo gives it.
 type Rule struct {
 	// ID names the rule for update and removal; the store assigns it.
 	ID            uint64     `json:"Id,omitempty"`
@@ -53,7 +53,7 @@ func (r Rule) Validate() error {
 var SeedRule = Rule{OwnerPattern: "system", AgentPattern: "*", CallerPattern: "*", Permission: Message | Read}
 
 // Document is a cluster's whole ACL: the rules in order and the groups. Its
-// JSON is FabrCore's `Acl` section ({"Rules": [...], "Groups": {"premium":
+// JSON is that of an ACL file ({"Rules": [...], "Groups": {"premium":
 // ["alice"]}}), plus the next rule id.
 type Document struct {
 	Rules  []Rule              `json:"Rules"`
@@ -121,8 +121,8 @@ func (d *Document) normalize() {
 	}
 }
 
-// ParseDocument reads an ACL file: FabrCore's `Acl` JSON section, either
-// alone ({"Rules": ..., "Groups": ...}) or inside an object under "Acl".
+// ParseDocument reads an ACL file: its JSON ({"Rules": [...], "Groups":
+// {...}}), either alone ({"Rules": ..., "Groups": ...}) or inside an object under "Acl".
 // Rules get ids 1, 2, ... in order.
 func ParseDocument(b []byte) (Document, error) {
 	var wrapper struct {

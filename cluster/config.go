@@ -93,7 +93,8 @@ type SiloConfig struct {
 	LeaseTTL   time.Duration
 	FenceAfter time.Duration
 	// ACLFile seeds the cluster's ACL in etcd when none is stored yet
-	// (--acl-file): FabrCore's "Acl" JSON section. Empty: no seed.
+	// (--acl-file, JSON: {"Rules": [...], "Groups": {...}}, see
+	// docs/security.md). Empty: no seed.
 	ACLFile string
 	// TrustedAgents turns off the check of agents' messages to other
 	// owners' agents (--trusted-agents): an agent may then message any

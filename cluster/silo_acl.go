@@ -18,8 +18,8 @@ import (
 const aclLoadWait = 10 * time.Second
 
 // startACL starts the silo's view of the cluster's ACL, kept in etcd under
-// the silo's prefix and seeded from file (the --acl-file, FabrCore's "Acl"
-// JSON section) when etcd holds none yet.
+// the silo's prefix and seeded from file (the --acl-file's JSON) when etcd
+// holds none yet.
 func startACL(ctx context.Context, e *etcdstore.Store, file string, onDenied func(acl.Permission), logger *slog.Logger) (*acl.Authority, error) {
 	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), OnDenied: onDenied, Logger: logger}
 	if file != "" {

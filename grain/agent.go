@@ -24,7 +24,7 @@ type Agent interface {
 }
 
 // Activator is implemented by agents that want to run code when activated,
-// before their first message (FabrCore's OnInitialize). An error fails the
+// before their first message. An error fails the
 // message that caused the activation, and the activation is discarded.
 type Activator interface {
 	OnActivate(ctx context.Context) error

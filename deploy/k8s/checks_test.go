@@ -63,7 +63,7 @@ func mountedFile(t *testing.T, s *appsv1.StatefulSet, c *corev1.Container, o *ob
 	return nil, false
 }
 
-// checkACL: FabrCore's Acl section.
+// checkACL: the ACL file's JSON (its Rules and Groups).
 func checkACL(t *testing.T, data []byte) {
 	t.Helper()
 	var acl struct {

@@ -21,7 +21,7 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// AclRule is FabrCore's rule: owner_pattern and agent_pattern are `*`,
+// AclRule is one ACL rule: owner_pattern and agent_pattern are `*`,
 // `prefix*` or a name (case-insensitive); agent_pattern matches the alias.
 // caller_pattern is `*`, `group:NAME` or a principal. permission is a list
 // of Message, Configure, Read, Admin, or All or None: "Message,Read".

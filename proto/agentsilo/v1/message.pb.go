@@ -85,8 +85,8 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 	return file_agentsilo_v1_message_proto_rawDescGZIP(), []int{0}
 }
 
-// AgentMessage is the one message type of agentsilo. Field names follow
-// FabrCore's AgentMessage, plus tracing and routing.
+// AgentMessage is the one message type of agentsilo: every kind (request,
+// response, one-way, event) carries it, with its tracing and routing.
 type AgentMessage struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is a UUIDv7 set by the runtime when the message is sent.
