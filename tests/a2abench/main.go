@@ -26,22 +26,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"runtime/pprof"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -52,6 +47,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
+	"github.com/agentsilo/agentsilo/tests/internal/callbench"
 )
 
 func main() {
@@ -59,19 +55,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "a2abench:", err)
 		os.Exit(1)
 	}
-}
-
-// callFunc makes one call as caller i.
-type callFunc func(ctx context.Context, i int) (time.Duration, error)
-
-type series struct {
-	bench  string
-	n      int
-	rates  []float64
-	lat    []time.Duration
-	calls  int64
-	errors int64
-	first  string // the first error
 }
 
 func run(args []string, out io.Writer) error {
@@ -107,10 +90,10 @@ func run(args []string, out io.Writer) error {
 	cfg.Name = "bench"
 	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Etcd.DataDir = dir
-	if cfg.Etcd.EmbeddedAddr, err = freeAddr(); err != nil {
+	if cfg.Etcd.EmbeddedAddr, err = callbench.FreeAddr(); err != nil {
 		return err
 	}
-	if cfg.Etcd.EmbeddedPeerAddr, err = freeAddr(); err != nil {
+	if cfg.Etcd.EmbeddedPeerAddr, err = callbench.FreeAddr(); err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // warnings say why a run failed (a fence, an etcd stall)
@@ -152,7 +135,7 @@ func run(args []string, out io.Writer) error {
 	msg := func() *spec.SendMessageRequest {
 		return &spec.SendMessageRequest{Message: spec.NewMessage(spec.MessageRoleUser, spec.NewTextPart("ping"))}
 	}
-	send := func(p spec.TransportProtocol) callFunc {
+	send := func(p spec.TransportProtocol) callbench.Call {
 		return func(ctx context.Context, i int) (time.Duration, error) {
 			start := time.Now()
 			res, err := clients[p][i].SendMessage(ctx, msg())
@@ -165,7 +148,7 @@ func run(args []string, out io.Writer) error {
 			return time.Since(start), nil
 		}
 	}
-	stream := func(first bool) callFunc {
+	stream := func(first bool) callbench.Call {
 		return func(ctx context.Context, i int) (time.Duration, error) {
 			start := time.Now()
 			var d time.Duration
@@ -188,7 +171,7 @@ func run(args []string, out io.Writer) error {
 	}
 	benches := []struct {
 		name string
-		call callFunc
+		call callbench.Call
 	}{
 		{"gateway-ask", func(ctx context.Context, i int) (time.Duration, error) {
 			start := time.Now()
@@ -203,7 +186,7 @@ func run(args []string, out io.Writer) error {
 	if *only != "" {
 		benches = slices.DeleteFunc(benches, func(b struct {
 			name string
-			call callFunc
+			call callbench.Call
 		}) bool {
 			return b.name != "gateway-ask" && !strings.Contains(b.name, *only)
 		})
@@ -223,122 +206,27 @@ func run(args []string, out io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	for _, n := range ns {
-		all := make([]*series, len(benches))
+		all := make([]*callbench.Series, len(benches))
 		for i, b := range benches {
-			all[i] = &series{bench: b.name, n: n}
+			all[i] = &callbench.Series{Bench: b.name, N: n}
 		}
 		for range *rounds {
 			for i, b := range benches {
-				window(ctx, n, *warm, nil, b.call)
-				window(ctx, n, *win, all[i], b.call)
+				callbench.Window(ctx, n, *warm, nil, b.call)
+				callbench.Window(ctx, n, *win, all[i], b.call)
 			}
 		}
 		var base float64
 		if *anchor {
-			base = median(all[0].rates)
+			base = all[0].RateMedian()
 		}
 		for _, sr := range all {
-			emit(out, sr, base)
+			callbench.Emit(out, sr, "gateway-ask", base)
 		}
 	}
 	return nil
 }
 
-// window runs n callers for d, recording into sr (nil: a warm-up).
-func window(ctx context.Context, n int, d time.Duration, sr *series, call callFunc) {
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
-	defer cancel()
-	stop := time.Now().Add(d)
-	var mu sync.Mutex
-	var calls, errs atomic.Int64
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var lat []time.Duration
-			for time.Now().Before(stop) {
-				l, err := call(ctx, i)
-				if err != nil {
-					if errs.Add(1) == 1 && sr != nil {
-						mu.Lock()
-						if sr.first == "" {
-							sr.first = err.Error()
-						}
-						mu.Unlock()
-					}
-					continue
-				}
-				calls.Add(1)
-				lat = append(lat, l)
-			}
-			if sr != nil {
-				mu.Lock()
-				sr.lat = append(sr.lat, lat...)
-				mu.Unlock()
-			}
-		}()
-	}
-	start := time.Now()
-	wg.Wait()
-	if sr != nil {
-		sr.rates = append(sr.rates, float64(calls.Load())/time.Since(start).Seconds())
-		sr.calls += calls.Load()
-		sr.errors += errs.Load()
-	}
-}
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
-// emit writes sr as a JSON line, its rate also as a ratio of the anchor's.
-func emit(out io.Writer, sr *series, anchor float64) {
-	slices.Sort(sr.lat)
-	q := func(p float64) float64 {
-		if len(sr.lat) == 0 {
-			return 0
-		}
-		i := min(int(p*float64(len(sr.lat))), len(sr.lat)-1)
-		return float64(sr.lat[i].Nanoseconds()) / 1e3
-	}
-	var sum time.Duration
-	for _, l := range sr.lat {
-		sum += l
-	}
-	mean := 0.0
-	if len(sr.lat) > 0 {
-		mean = float64(sum.Nanoseconds()) / float64(len(sr.lat)) / 1e3
-	}
-	rec := map[string]any{
-		"bench": sr.bench, "n": sr.n, "rates": sr.rates, "rate_median": median(sr.rates),
-		"p50_us": q(0.50), "p99_us": q(0.99), "max_us": q(1), "mean_us": mean,
-		"calls": sr.calls, "errors": sr.errors,
-	}
-	if sr.first != "" {
-		rec["first_error"] = sr.first
-	}
-	if anchor > 0 {
-		rec["anchor"] = "gateway-ask"
-		rec["ratio_median"] = median(sr.rates) / anchor
-	}
-	b, _ := json.Marshal(rec)
-	fmt.Fprintln(out, string(b))
-}
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}

@@ -23,7 +23,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -34,12 +33,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -48,6 +44,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
+	"github.com/agentsilo/agentsilo/tests/internal/callbench"
 )
 
 func main() {
@@ -55,21 +52,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "mcpbench:", err)
 		os.Exit(1)
 	}
-}
-
-// callFunc makes one call as caller i.
-type callFunc func(ctx context.Context, i int) (time.Duration, error)
-
-type series struct {
-	bench  string
-	n      int
-	rates  []float64
-	lat    []time.Duration
-	calls  int64
-	errors int64
-	cpu    time.Duration // the process's CPU time (user and system) in the windows
-	wall   time.Duration // the windows' wall time
-	alloc  uint64        // bytes allocated by the process in the windows
 }
 
 // headers adds the declared principal to every request.
@@ -127,10 +109,10 @@ func run(args []string, out io.Writer) error {
 	cfg.Name = "bench"
 	cfg.GatewayAddr, cfg.HTTPAddr, cfg.MCP.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
 	cfg.Etcd.DataDir = dir
-	if cfg.Etcd.EmbeddedAddr, err = freeAddr(); err != nil {
+	if cfg.Etcd.EmbeddedAddr, err = callbench.FreeAddr(); err != nil {
 		return err
 	}
-	if cfg.Etcd.EmbeddedPeerAddr, err = freeAddr(); err != nil {
+	if cfg.Etcd.EmbeddedPeerAddr, err = callbench.FreeAddr(); err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})) // warnings say why a run failed (a fence, an etcd stall)
@@ -187,7 +169,7 @@ func run(args []string, out io.Writer) error {
 		tools++
 	}
 	fmt.Fprintf(os.Stderr, "mcpbench: %d tools on /mcp\n", tools)
-	call := func(sessions []*mcpsdk.ClientSession, name string, agent bool) callFunc {
+	call := func(sessions []*mcpsdk.ClientSession, name string, agent bool) callbench.Call {
 		return func(ctx context.Context, i int) (time.Duration, error) {
 			args := map[string]any{"message": "ping"}
 			if agent {
@@ -206,7 +188,7 @@ func run(args []string, out io.Writer) error {
 	}
 	benches := []struct {
 		name string
-		call callFunc
+		call callbench.Call
 	}{
 		{"gateway-ask", func(ctx context.Context, i int) (time.Duration, error) {
 			start := time.Now()
@@ -233,7 +215,7 @@ func run(args []string, out io.Writer) error {
 	if *only != "" {
 		benches = slices.DeleteFunc(benches, func(b struct {
 			name string
-			call callFunc
+			call callbench.Call
 		}) bool {
 			return b.name != "gateway-ask" && !strings.Contains(b.name, *only)
 		})
@@ -272,108 +254,26 @@ func run(args []string, out io.Writer) error {
 		}()
 	}
 	for _, n := range ns {
-		all := make([]*series, len(benches))
+		all := make([]*callbench.Series, len(benches))
 		for i, b := range benches {
-			all[i] = &series{bench: b.name, n: n}
+			all[i] = &callbench.Series{Bench: b.name, N: n}
 		}
 		for range *rounds {
 			for i, b := range benches {
-				window(ctx, n, *warm, nil, b.call)
-				window(ctx, n, *win, all[i], b.call)
+				callbench.Window(ctx, n, *warm, nil, b.call)
+				callbench.Window(ctx, n, *win, all[i], b.call)
 			}
 		}
-		anchor := median(all[0].rates)
+		anchor := all[0].RateMedian()
 		for _, sr := range all {
-			emit(out, sr, anchor)
+			callbench.Emit(out, sr, "gateway-ask", anchor)
 		}
 	}
 	return nil
 }
 
-// window runs n callers for d, recording into sr (nil: a warm-up).
-func window(ctx context.Context, n int, d time.Duration, sr *series, call callFunc) {
-	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
-	defer cancel()
-	stop := time.Now().Add(d)
-	var mu sync.Mutex
-	var calls, errs atomic.Int64
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var lat []time.Duration
-			for time.Now().Before(stop) {
-				l, err := call(ctx, i)
-				if err != nil {
-					if errs.Add(1) == 1 {
-						fmt.Fprintln(os.Stderr, "mcpbench: first error:", err)
-					}
-					continue
-				}
-				calls.Add(1)
-				lat = append(lat, l)
-			}
-			if sr != nil {
-				mu.Lock()
-				sr.lat = append(sr.lat, lat...)
-				mu.Unlock()
-			}
-		}()
-	}
-	start, cpu0, alloc0 := time.Now(), cpuTime(), allocated()
-	wg.Wait()
-	if sr != nil {
-		sr.cpu += cpuTime() - cpu0
-		sr.alloc += allocated() - alloc0
-		sr.wall += time.Since(start)
-		sr.rates = append(sr.rates, float64(calls.Load())/time.Since(start).Seconds())
-		sr.calls += calls.Load()
-		sr.errors += errs.Load()
-	}
-}
 
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
-// emit writes sr as a JSON line, its rate also as a ratio of the anchor's.
-func emit(out io.Writer, sr *series, anchor float64) {
-	slices.Sort(sr.lat)
-	q := func(p float64) float64 {
-		if len(sr.lat) == 0 {
-			return 0
-		}
-		i := min(int(p*float64(len(sr.lat))), len(sr.lat)-1)
-		return float64(sr.lat[i].Nanoseconds()) / 1e3
-	}
-	rec := map[string]any{
-		"bench": sr.bench, "n": sr.n, "rates": sr.rates, "rate_median": median(sr.rates),
-		"p50_us": q(0.50), "p99_us": q(0.99), "max_us": q(1),
-		"calls": sr.calls, "errors": sr.errors, "anchor": "gateway-ask",
-	}
-	if sr.calls > 0 && sr.wall > 0 {
-		// On a loaded machine the wall times say little; what a call
-		// costs the process's CPU says more, and how busy it was says
-		// whether the callers waited for CPU or for something else.
-		rec["cpu_us_per_call"] = float64(sr.cpu.Microseconds()) / float64(sr.calls)
-		rec["cpu_busy"] = sr.cpu.Seconds() / sr.wall.Seconds()
-		rec["alloc_kb_per_call"] = float64(sr.alloc) / 1024 / float64(sr.calls)
-	}
-	if anchor > 0 {
-		rec["ratio_median"] = median(sr.rates) / anchor
-	}
-	b, _ := json.Marshal(rec)
-	fmt.Fprintln(out, string(b))
-}
 
 // writeProfile writes the named runtime profile to file.
 func writeProfile(name, file string) error {
@@ -388,27 +288,5 @@ func writeProfile(name, file string) error {
 	return f.Close()
 }
 
-// cpuTime is the CPU time (user and system) the process used so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
-// allocated is the bytes the process allocated so far.
-func allocated() uint64 {
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	return ms.TotalAlloc
-}
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
