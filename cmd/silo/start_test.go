@@ -20,7 +20,7 @@ func startFails(t *testing.T, cause string, args ...string) {
 		"--name", "s1",
 		"--gateway-addr", "127.0.0.1:0", "--http-addr", "",
 		"--peer-addr", "127.0.0.1:0", "--gossip-addr", "127.0.0.1:0",
-		"--data-dir", t.TempDir(), "--embedded-etcd-addr", testutil.FreeAddr(t),
+		"--data-dir", t.TempDir(), "--embedded-etcd-addr", testutil.FreeAddrPair(t), // it listens on the port and the next
 	}, args...)
 	var stdout, stderr bytes.Buffer
 	code := run(args, &stdout, &stderr)
