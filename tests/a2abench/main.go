@@ -226,7 +226,3 @@ func run(args []string, out io.Writer) error {
 	}
 	return nil
 }
-
-
-
-

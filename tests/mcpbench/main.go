@@ -272,9 +272,6 @@ func run(args []string, out io.Writer) error {
 	return nil
 }
 
-
-
-
 // writeProfile writes the named runtime profile to file.
 func writeProfile(name, file string) error {
 	f, err := os.Create(file)
@@ -287,6 +284,3 @@ func writeProfile(name, file string) error {
 	}
 	return f.Close()
 }
-
-
-
