@@ -107,6 +107,7 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	// the old record is gone: the cluster recovers from a long etcd outage
 	// without a supervisor.
 	b := retry.New(time.Second, 10*time.Second, nil)
+	rejoin := retry.Rejoin.New(nil) // the pauses before a silo the others could not reach starts again
 	for incarnation := 0; ; incarnation++ {
 		s, err := NewSilo(cfg, p.Registry)
 		if err != nil {
@@ -142,6 +143,24 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 			logger.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 		case runErr = <-s.Err():
 			logger.Error("silo failed", "err", runErr)
+		}
+		if errors.Is(runErr, ErrUnreachable) && ctx.Err() == nil {
+			// Drained: its agents run elsewhere already. It leaves the
+			// cluster, pauses and joins again as a new member, which the
+			// others probe again; each time it is found unreachable again,
+			// the pause doubles, up to a minute.
+			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
+			err := s.Close(sctx)
+			cancel()
+			if err != nil {
+				logger.Warn("closing the silo the others could not reach", "err", err)
+			}
+			logger.Info("starting the silo again after a pause: the others could not reach its peer port")
+			if !rejoin.Wait(ctx, nil) {
+				logger.Info("silo stopped")
+				return 0
+			}
+			continue
 		}
 		if errors.Is(runErr, ErrFenced) && ctx.Err() == nil {
 			// Fenced: Close runs no OnDeactivate and does not leave.

@@ -48,6 +48,9 @@ type reach struct {
 	seen     map[incarnation]bool      // members probed once at their join
 	kick     chan struct{}
 	drained  bool
+	// onDrained is called once this silo, marked unreachable, has drained
+	// (nil: nothing).
+	onDrained func()
 }
 
 func newReach(r *router, grace time.Duration) *reach {
@@ -280,5 +283,8 @@ func (x *reach) checkSelf(ctx context.Context) {
 		return
 	}
 	x.drained = true
-	r.log.Error("this silo is drained: no agent runs here, the other silos have taken its agents; restart it once the others can reach its peer port", "peer_addr", r.m.Self().PeerAddr)
+	r.log.Error("this silo is drained: no agent runs here, the other silos have taken its agents; it must start again (the silo program does, after a pause) once the others can reach its peer port", "peer_addr", r.m.Self().PeerAddr)
+	if x.onDrained != nil {
+		x.onDrained()
+	}
 }

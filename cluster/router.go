@@ -483,10 +483,11 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 
 // startReach starts probing the members' peer ports (reach.go), reporting
 // those not reached for grace, until the membership closes; rt is the
-// runtime an unreachable silo drains.
-func (r *router) startReach(grace time.Duration, rt siloapi.Runtime) {
+// runtime an unreachable silo drains, and drained is called once it has.
+func (r *router) startReach(grace time.Duration, rt siloapi.Runtime, drained func()) {
 	r.reach = newReach(r, grace)
 	r.reach.rt = func() siloapi.Runtime { return rt }
+	r.reach.onDrained = drained
 	go r.reach.run()
 }
 

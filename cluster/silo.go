@@ -37,6 +37,13 @@ import (
 // down (no OnDeactivate runs) and starts a new one under a new lease.
 var ErrFenced = errs.New(codes.Unavailable, "fenced: the silo lost its membership lease and must stop serving")
 
+// ErrUnreachable is reported on Silo.Err when a majority of the other silos
+// could not reach this silo's peer port, so it marked itself unreachable
+// and ran its agents down (docs/cluster.md). It serves nothing more in this
+// run; Main closes it and starts it again, after a pause, as a new member
+// that the others probe again.
+var ErrUnreachable = errs.New(codes.Unavailable, "unreachable: the other silos could not reach this silo's peer port; it drained and must start again")
+
 // Silo is one agentsilo server: the grain runtime, the client gateway in
 // front of it (authenticating clients and enforcing the ACL), the
 // silo-to-silo transport, its membership in the cluster, and its durable

@@ -175,7 +175,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		leaseTTL = membership.DefaultLeaseTTL
 	}
 	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics), s.sessions.observe)
-	s.router.startReach(leaseTTL, siloapi.Of(s.rt)) // until the membership closes
+	s.router.startReach(leaseTTL, siloapi.Of(s.rt), func() { s.fail(ErrUnreachable) }) // until the membership closes
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
 	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt})
 	gcfg := s.sub.gateway

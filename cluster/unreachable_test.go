@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // A member that the others cannot reach on its peer port (its listener
@@ -67,6 +69,13 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 	s.peerLis.Close()
 	a.tp.ClosePeer(peerAddr)
 	b.tp.ClosePeer(peerAddr)
+	// (The closed listener is c's first failure on Err: taken here, so
+	// that what c says once drained can be read below.)
+	select {
+	case <-s.Err():
+	case <-time.After(testutil.WaitTimeout):
+		t.Fatal("c's closed peer listener reported nothing on Err")
+	}
 
 	// A call routed to c is not delivered: a probes c, reports it, b
 	// follows, and c marks itself unreachable and drains.
@@ -84,6 +93,15 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 	})
 	if n := s.rt.Len(); n != 0 {
 		t.Errorf("drained c holds %d activations", n)
+	}
+	// c says so on Err, where Main learns to close it and start it again.
+	select {
+	case err := <-s.Err():
+		if !errors.Is(err, ErrUnreachable) {
+			t.Errorf("c's Err: %v, want ErrUnreachable", err)
+		}
+	case <-time.After(testutil.WaitTimeout):
+		t.Error("c drained but reported nothing on Err")
 	}
 
 	// Every agent of c's share, the one it held and the new ones, answers

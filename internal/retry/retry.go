@@ -46,6 +46,11 @@ var (
 	// before it ran, or that carries an idempotency key (50 ms to 1 s):
 	// the caller's deadline is running.
 	Resend = Policy{Min: 50 * time.Millisecond, Max: time.Second}
+	// Rejoin paces starting again a silo that the others could not reach
+	// and that drained (5 s to 1 min): until its peer port is fixed, each
+	// new run is found unreachable again, and each join and leave changes
+	// every silo's view.
+	Rejoin = Policy{Min: 5 * time.Second, Max: time.Minute}
 )
 
 // New returns a backoff following p, on clk (nil: the real clock).
