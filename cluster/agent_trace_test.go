@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
@@ -27,13 +26,8 @@ import (
 // allocation guards of cluster/allocs_test.go.)
 func TestAgentSpans(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	rec, tp, stopTracing := spanRecorder(t)
+	defer stopTracing()
 	c := newTestCluster(t)
 	defer c.close()
 

@@ -12,7 +12,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -99,31 +98,7 @@ func (dataEcho) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, 
 func BenchmarkCrossSiloAsk(b *testing.B) {
 	etcd := etcdtest.Start(b)
 	start := func(name string) *Silo {
-		reg := grain.NewRegistry()
-		if err := reg.Register("AllocEcho", func(grain.Host) (grain.Agent, error) { return dataEcho{}, nil }); err != nil {
-			b.Fatal(err)
-		}
-		cfg := DefaultSiloConfig()
-		cfg.Name = name
-		cfg.GatewayAddr = "127.0.0.1:0"
-		cfg.HTTPAddr = ""
-		cfg.Etcd = etcdstore.Config{Endpoints: []string{etcd.Endpoint()}, Prefix: "/bench"}
-		cfg.Logger = testLogger()
-		s, err := NewSilo(cfg, reg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-		defer cancel()
-		if err := s.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-			defer cancel()
-			_ = s.Close(ctx)
-		})
-		return s
+		return startBenchSilo(b, etcd.Endpoint(), "/bench", name, "AllocEcho", func(grain.Host) (grain.Agent, error) { return dataEcho{}, nil })
 	}
 	s1, _ := start("s1"), start("s2")
 	var addrs []string

@@ -5,6 +5,10 @@ import (
 	"log/slog"
 	"testing"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"go.uber.org/goleak"
@@ -32,4 +36,47 @@ func (f agentFunc) OnMessage(ctx context.Context, m *grain.Message) (*grain.Mess
 func newTestRegistry(t *testing.T) *grain.Registry {
 	t.Helper()
 	return grain.NewRegistry()
+}
+
+// spanRecorder returns a tracer provider that records every span in rec;
+// stop shuts it down (deferred by the test, so before its leak check).
+func spanRecorder(t *testing.T) (rec *tracetest.SpanRecorder, tp *sdktrace.TracerProvider, stop func()) {
+	rec = tracetest.NewSpanRecorder()
+	tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	return rec, tp, func() {
+		if err := tp.Shutdown(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// startBenchSilo starts a silo for a benchmark on the etcd at endpoint,
+// under prefix, with the one agent type typ; the benchmark's end closes it.
+func startBenchSilo(b *testing.B, endpoint, prefix, name, typ string, f grain.Factory) *Silo {
+	b.Helper()
+	reg := grain.NewRegistry()
+	if err := reg.Register(typ, f); err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultSiloConfig()
+	cfg.Name = name
+	cfg.GatewayAddr = "127.0.0.1:0"
+	cfg.HTTPAddr = ""
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{endpoint}, Prefix: prefix}
+	cfg.Logger = testLogger()
+	s, err := NewSilo(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		_ = s.Close(ctx)
+	})
+	return s
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
@@ -257,13 +256,8 @@ func (h *recordingHandler) attrsOf(msg string) []map[string]string {
 // B's log record carries the trace id.
 func TestTraceAcrossSilos(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	rec, tp, stopTracing := spanRecorder(t)
+	defer stopTracing()
 	c := newTestCluster(t)
 	defer c.close()
 

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
@@ -409,33 +408,9 @@ func BenchmarkSessionPush(b *testing.B) {
 	e := etcdtest.Start(b)
 	defer e.Stop()
 	start := func(name string) *Silo {
-		reg := grain.NewRegistry()
-		if err := reg.Register("Echo", func(grain.Host) (grain.Agent, error) {
+		return startBenchSilo(b, e.Endpoint(), "/b", name, "Echo", func(grain.Host) (grain.Agent, error) {
 			return agentFunc(func(_ context.Context, m *grain.Message) (*grain.Message, error) { return m.Response(), nil }), nil
-		}); err != nil {
-			b.Fatal(err)
-		}
-		cfg := DefaultSiloConfig()
-		cfg.Name = name
-		cfg.GatewayAddr = "127.0.0.1:0"
-		cfg.HTTPAddr = ""
-		cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/b"}
-		cfg.Logger = testLogger()
-		s, err := NewSilo(cfg, reg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(b.Context(), waitTimeout)
-		defer cancel()
-		if err := s.Start(ctx); err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
-			defer cancel()
-			s.Close(ctx)
 		})
-		return s
 	}
 	s1, s2 := start("s1"), start("s2")
 	for len(s1.router.state.Load().owners) != 2 || len(s2.router.state.Load().owners) != 2 {

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
@@ -23,13 +22,8 @@ import (
 // delivery's child.
 func TestTopicsTraceThroughSilo(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	defer func() {
-		if err := tp.Shutdown(context.Background()); err != nil {
-			t.Error(err)
-		}
-	}()
+	rec, tp, stopTracing := spanRecorder(t)
+	defer stopTracing()
 	c := newTestCluster(t)
 	defer c.close()
 	var subSaw atomic.Value
