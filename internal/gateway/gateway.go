@@ -166,8 +166,11 @@ type Gateway struct {
 	drainOnce sync.Once
 	drain     chan struct{} // closed by GracefulStop: sessions end
 	stopOnce  sync.Once
-	stop      chan struct{}  // closed by Stop: the sweeper ends
-	bg        sync.WaitGroup // the sweeper and the sessions' readers
+	stop      chan struct{} // closed by Stop: the sweeper ends
+
+	bgMu     sync.Mutex     // orders spawn's Add before Stop's Wait
+	stopping bool           // Stop has begun: spawn starts nothing more
+	bg       sync.WaitGroup // the sweeper and the sessions' readers
 
 	// testHookDetached, if set, is called when a stream detaches from a
 	// session.
@@ -254,16 +257,9 @@ func (g *Gateway) Serve(lis net.Listener) error {
 		g.logger.Warn("gateway accepts self-declared principals (no authentication configured); serving loopback only", "addr", addr)
 	}
 	g.addr.Store(addr)
-	select {
-	case <-g.stop:
+	if !g.spawn(func() { g.sessions.sweepLoop(g.stop) }) {
 		return grpc.ErrServerStopped
-	default:
 	}
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
-		g.sessions.sweepLoop(g.stop)
-	}()
 	lis = g.conns.listener(lis)
 	g.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	g.health.SetServingStatus(agentsilov1.Gateway_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
@@ -297,9 +293,29 @@ func (g *Gateway) GracefulStop() {
 // holds a goroutine from New until Stop or GracefulStop.
 func (g *Gateway) Stop() {
 	g.health.Shutdown()
+	g.bgMu.Lock()
+	g.stopping = true
 	g.stopOnce.Do(func() { close(g.stop) })
+	g.bgMu.Unlock()
 	g.server.Stop()
 	g.bg.Wait()
+}
+
+// spawn runs f in a goroutine that Stop waits for, and reports false,
+// starting nothing, once Stop has begun (a WaitGroup may not grow from zero
+// while it is waited on).
+func (g *Gateway) spawn(f func()) bool {
+	g.bgMu.Lock()
+	defer g.bgMu.Unlock()
+	if g.stopping {
+		return false
+	}
+	g.bg.Add(1)
+	go func() {
+		defer g.bg.Done()
+		f()
+	}()
+	return true
 }
 
 // Draining reports whether GracefulStop has begun: the gateway takes no new

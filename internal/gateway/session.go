@@ -206,12 +206,12 @@ func (g *Gateway) recvHello(ctx context.Context, stream agentsilov1.Gateway_Sess
 		err error
 	}
 	ch := make(chan recv, 1)
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
+	if !g.spawn(func() {
 		f, err := stream.Recv()
 		ch <- recv{f, err}
-	}()
+	}) {
+		return nil, errs.New(codes.Unavailable, "gateway %s is stopping", g.cfg.Silo)
+	}
 	t := time.NewTimer(g.cfg.Limits.HelloTimeout)
 	defer t.Stop()
 	select {

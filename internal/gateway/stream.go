@@ -108,9 +108,7 @@ func (g *Gateway) hello(ctx context.Context, stream agentsilov1.Gateway_SessionS
 func (g *Gateway) readFrames(ctx context.Context, stream agentsilov1.Gateway_SessionServer) (<-chan *agentsilov1.ClientFrame, <-chan error) {
 	frames := make(chan *agentsilov1.ClientFrame)
 	readErr := make(chan error, 1)
-	g.bg.Add(1)
-	go func() {
-		defer g.bg.Done()
+	read := func() {
 		for {
 			f, err := stream.Recv()
 			if err != nil {
@@ -123,7 +121,10 @@ func (g *Gateway) readFrames(ctx context.Context, stream agentsilov1.Gateway_Ses
 				return
 			}
 		}
-	}()
+	}
+	if !g.spawn(read) {
+		readErr <- errs.New(codes.Unavailable, "gateway %s is stopping", g.cfg.Silo)
+	}
 	return frames, readErr
 }
 
@@ -160,12 +161,14 @@ func (st *sessionStream) end() {
 		cleanup()
 		return
 	}
-	st.g.bg.Add(1)
-	go func() {
-		defer st.g.bg.Done()
+	later := func() {
 		cleanup()
 		st.g.cutOff(st.stream.Context())
-	}()
+	}
+	if !st.g.spawn(later) {
+		// Stop has cut every connection: the writer's Send returns.
+		later()
+	}
 }
 
 // finish lets the calls in flight end, writes what is queued, and ends
