@@ -106,8 +106,8 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	// starts in its place, under a new lease, as soon as etcd answers and
 	// the old record is gone: the cluster recovers from a long etcd outage
 	// without a supervisor.
-	b := retry.New(time.Second, 10*time.Second, nil)
-	rejoin := retry.Rejoin.New(nil) // the pauses before a silo the others could not reach starts again
+	restart := retry.Restart.New(nil) // the pauses between failed starts of a fenced silo
+	rejoin := retry.Rejoin.New(nil)   // the pauses before a silo the others could not reach starts again
 	for incarnation := 0; ; incarnation++ {
 		s, err := NewSilo(cfg, p.Registry)
 		if err != nil {
@@ -124,12 +124,12 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			logger.Warn("silo failed to start again after fencing; retrying", "err", err)
-			if !b.Wait(ctx, nil) {
+			if !restart.Wait(ctx, nil) {
 				return 1
 			}
 			continue
 		}
-		b.Reset()
+		restart.Reset()
 		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "mcp", s.MCPAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
 		if p.AfterStart != nil && incarnation == 0 {
 			if err := p.AfterStart(ctx, s); err != nil {

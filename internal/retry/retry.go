@@ -51,6 +51,11 @@ var (
 	// new run is found unreachable again, and each join and leave changes
 	// every silo's view.
 	Rejoin = Policy{Min: 5 * time.Second, Max: time.Minute}
+	// Restart paces a silo program's attempts to start a fenced silo again
+	// while the start fails (1 s to 10 s): the usual cause is etcd still
+	// away, and the silo serves nothing until a start succeeds, so the
+	// cap stays short.
+	Restart = Policy{Min: time.Second, Max: 10 * time.Second}
 )
 
 // New returns a backoff following p, on clk (nil: the real clock).

@@ -79,7 +79,7 @@ func TestDelay(t *testing.T) {
 // TestPolicies: a policy's backoff and delays follow its bounds, and every
 // named policy has a minimum below its cap.
 func TestPolicies(t *testing.T) {
-	for name, p := range map[string]Policy{"EtcdWatch": EtcdWatch, "EtcdLease": EtcdLease, "Redeliver": Redeliver, "Reattach": Reattach, "Resend": Resend} {
+	for name, p := range map[string]Policy{"EtcdWatch": EtcdWatch, "EtcdLease": EtcdLease, "Redeliver": Redeliver, "Reattach": Reattach, "Resend": Resend, "Rejoin": Rejoin, "Restart": Restart} {
 		if p.Min <= 0 || p.Max < p.Min {
 			t.Errorf("%s: %v to %v", name, p.Min, p.Max)
 		}
