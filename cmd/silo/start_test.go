@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -51,9 +52,9 @@ func TestStartWithoutPostgres(t *testing.T) {
 }
 
 // A NATS JetStream topic store that refuses connections: one line that
-// names it, exit 1. (The NATS client reports "no servers available for
-// connection", not the refusal itself.)
+// names it and the cause, exit 1. (The NATS client itself reports "no
+// servers available for connection", not the refusal.)
 func TestStartWithoutNATS(t *testing.T) {
 	addr := testutil.FreeAddr(t)
-	startFails(t, "connect to NATS at nats://"+addr, "--topic-store", "nats://"+addr)
+	startFails(t, "topics: connect to NATS at nats://"+addr+": "+nats.ErrNoServers.Error()+" (dial tcp "+addr+": connect: connection refused)", "--topic-store", "nats://"+addr)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	neturl "net/url"
 	"regexp"
 	"strings"
@@ -197,9 +198,15 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	if cfg.CertFile != "" {
 		opts = append(opts, nats.ClientCert(cfg.CertFile, cfg.KeyFile))
 	}
+	d := &dialer{d: net.Dialer{Timeout: cfg.OpTimeout}}
+	opts = append(opts, nats.SetCustomDialer(d))
 	nc, err := nats.Connect(cfg.URL, opts...)
 	if err != nil {
-		return nil, errs.Wrap(codes.Unavailable, err, "topics: connect to NATS at %s", RedactURLs(cfg.URL))
+		if last := d.lastErr(); last != nil && errors.Is(err, nats.ErrNoServers) {
+			// The client says only that no server was reached: say why.
+			err = fmt.Errorf("%w (%v)", err, last)
+		}
+		return nil, errs.Wrap(codes.Unavailable, err, "connect to NATS at %s", RedactURLs(cfg.URL))
 	}
 	s, err := newJetStreamStore(ctx, nc, cfg, logger)
 	if err != nil {
@@ -208,6 +215,30 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	}
 	s.ownsNC = true
 	return s, nil
+}
+
+// dialer is the NATS client's dialer, remembering its last error: the
+// client reports a refused connection as "no servers available" only.
+type dialer struct {
+	d   net.Dialer
+	mu  sync.Mutex
+	err error
+}
+
+func (d *dialer) Dial(network, address string) (net.Conn, error) {
+	c, err := d.d.Dial(network, address)
+	if err != nil {
+		d.mu.Lock()
+		d.err = err
+		d.mu.Unlock()
+	}
+	return c, err
+}
+
+func (d *dialer) lastErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
 }
 
 // RedactURLs returns urls (comma-separated) with their passwords hidden.
