@@ -243,8 +243,9 @@ type A2AConfig struct {
 	// non-loopback address; SiloConfig.Insecure does too.
 	Insecure bool
 	// AllowPrivateNetworks turns off the SSRF guard of what the silo
-	// sends out for A2A (--a2a-allow-private-networks). For development
-	// and trusted networks only.
+	// sends out for A2A (--a2a-allow-private-networks): push
+	// notifications, the A2A agent type and the service directory's
+	// fetches. For development and trusted networks only.
 	AllowPrivateNetworks bool
 	// LeaseTTL is the TTL of the lease that marks this silo's A2A tasks
 	// alive. Zero or a2a's default: LeaseTTL of the silo, if set.
@@ -273,6 +274,12 @@ type MCPConfig struct {
 	SessionTimeout time.Duration
 	// MaxSessions bounds the MCP sessions open at once.
 	MaxSessions int
+	// AllowPrivateNetworks turns off the SSRF guard of the MCP agent type
+	// (agents that call outside MCP servers' tools): servers on loopback,
+	// private and link-local addresses are refused without it
+	// (--mcp-allow-private-networks). It does not need Addr. For
+	// development and trusted networks only.
+	AllowPrivateNetworks bool
 }
 
 // DefaultSiloConfig returns a configuration for one silo on this machine,

@@ -153,8 +153,9 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 
 // registerTypes registers the agent types a silo brings, unless the
 // program registered its own: A2A (remote A2A agents as agents) when A2A is
-// on, MCP (outside MCP servers as agents) and Memory. The A2A server's
-// --a2a-allow-private-networks lifts their SSRF guard too.
+// on, MCP (outside MCP servers as agents) and Memory.
+// --a2a-allow-private-networks lifts the A2A type's SSRF guard,
+// --mcp-allow-private-networks the MCP type's.
 func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef) error {
 	if _, ok := reg.Lookup(a2a.RemoteType); !ok && cfg.A2A.Addr != "" {
 		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveA2A,
@@ -163,7 +164,7 @@ func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef) error {
 		}
 	}
 	if _, ok := reg.Lookup(mcp.RemoteType); !ok {
-		if err := mcp.RegisterRemote(reg, mcp.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveMCP, Version: Version()}); err != nil {
+		if err := mcp.RegisterRemote(reg, mcp.RemoteOptions{AllowPrivateNetworks: cfg.MCP.AllowPrivateNetworks, Resolve: dir.resolveMCP, Version: Version()}); err != nil {
 			return err
 		}
 	}

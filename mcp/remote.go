@@ -72,7 +72,9 @@ const (
 type RemoteOptions struct {
 	// AllowPrivateNetworks lets servers be on loopback, private and
 	// link-local addresses. Default: refused, as for the A2A agent type
-	// (a caller could otherwise reach the silo's own network).
+	// (a caller could otherwise reach the silo's own network). A silo
+	// sets it from --mcp-allow-private-networks, on its own: the A2A
+	// flag does not lift it.
 	AllowPrivateNetworks bool
 	// Resolve, if set, gives the endpoint of an agent MCP:owner:alias that
 	// has no configuration of its own (never created with CreateAgent):

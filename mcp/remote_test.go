@@ -448,7 +448,7 @@ type quoteOut struct {
 func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	e := etcdtest.Start(t)
 	s1 := startSilo(t, e, "s1", "/remote1/", func(c *cluster.SiloConfig) { c.A2A.Addr = "127.0.0.1:0" })
-	s2 := startSilo(t, e, "s2", "/remote2/", func(c *cluster.SiloConfig) { c.A2A.AllowPrivateNetworks = true })
+	s2 := startSilo(t, e, "s2", "/remote2/", func(c *cluster.SiloConfig) { c.MCP.AllowPrivateNetworks = true })
 	skill := grain.TypedSkill[quoteIn, quoteOut]("quote", "Prices an order.", "shop")
 	var runs atomic.Int32
 	shop := func(grain.Host) (grain.Agent, error) {

@@ -84,6 +84,7 @@ func dirSilo(t *testing.T, e *etcdtest.Server, name, prefix string, reg *grain.R
 	cfg.Logger = testutil.Logger()
 	cfg.A2A.Addr = "127.0.0.1:0"
 	cfg.A2A.AllowPrivateNetworks = true // the outside peers are on loopback
+	cfg.MCP.AllowPrivateNetworks = true // the MCP one too, which MCP agents call
 	cfg.DirectoryRefresh = time.Second
 	if configure != nil {
 		configure(&cfg)
