@@ -13,36 +13,38 @@ type batcher struct {
 	t     *Transport
 	batch *agentsilov1.PeerBatch
 	bytes int
-	taken int  // items of the batch taken from the queue, skipped ones included
-	carry item // taken from the queue but left for the next batch
+	taken int // items of the batch taken from the queue, skipped ones included
 }
 
-// fill starts a batch with it and adds what else is queued, up to MaxBatch
-// envelopes and about MaxMessageSize bytes. Requests whose caller gave up are
-// skipped. If nothing else is queued yet, it yields once first (no timer,
-// no wait: with nothing else runnable it returns at once), so that callers
-// that are about to queue join the batch; under load that is what turns one
-// stream message per envelope into batches.
-func (w *batcher) fill(it item, q chan item) {
+// fill starts a batch with it, just taken from q, and adds what else is
+// queued, up to MaxBatch envelopes and about MaxMessageSize bytes (an
+// envelope that would go past that stays queued for the next batch).
+// Requests whose caller gave up are skipped. If nothing else is queued yet,
+// it yields once first (no timer, no wait: with nothing else runnable it
+// returns at once), so that callers that are about to queue join the batch;
+// under load that is what turns one stream message per envelope into
+// batches.
+func (w *batcher) fill(it item, q *queue[item]) {
 	w.batch.Envelopes = w.batch.Envelopes[:0]
 	w.bytes = 0
 	w.taken = 0
 	w.add(it)
-	if len(q) == 0 {
+	q.mu.Lock()
+	if q.n == 0 {
+		q.mu.Unlock()
 		runtime.Gosched()
+		q.mu.Lock()
 	}
 	for len(w.batch.Envelopes) < w.t.cfg.MaxBatch {
-		select {
-		case it := <-q:
-			if len(w.batch.Envelopes) > 0 && w.bytes+it.size > w.t.cfg.MaxMessageSize {
-				w.carry = it
-				return
-			}
-			w.add(it)
-		default:
-			return
+		next, ok := q.peekLocked()
+		if !ok || (len(w.batch.Envelopes) > 0 && w.bytes+next.size > w.t.cfg.MaxMessageSize) {
+			break
 		}
+		q.popLocked()
+		w.add(next)
 	}
+	q.endTakeLocked()
+	q.mu.Unlock()
 }
 
 func (w *batcher) add(it item) {

@@ -31,9 +31,7 @@ func (p *peer) sendCancel(id uint64) {
 		return
 	}
 	p.w.queued.Add(1)
-	select {
-	case p.queue <- item{env: cancelNotice(id), size: 16}:
-	default:
+	if !p.queue.tryPut(item{env: cancelNotice(id), size: 16}) {
 		p.w.queued.Add(-1)
 		p.t.logger.Debug("cancel notice not sent: queue full", "peer", p.addr, "call", id)
 	}

@@ -5,10 +5,12 @@
 // Send and handles what peers send through a Handler (its router).
 //
 // Files: transport.go (Transport, Config, Handler, Ask, Send), peer.go (the
-// outbound stream to one peer: its bounded queue, its sender, reconnects),
-// batch.go (filling one stream message from the queue: batches form by
-// themselves when busy; the writer that lets a lone envelope be written by
-// its own goroutine), inbound.go (the streams peers open to this silo),
+// outbound stream to one peer: its bounded queue, its sender, reconnects,
+// closing an idle stream), queue.go (the bounded queues, which grow on
+// demand), batch.go (filling one stream message from the queue: batches
+// form by themselves when busy; the writer that lets a lone envelope be
+// written by its own goroutine), inbound.go (the streams peers open to this
+// silo),
 // workers.go (parked goroutines that run inbound requests), cancel.go (a
 // cancelled Ask's notice to its peer, and the contexts of inbound requests
 // that it cancels).

@@ -41,14 +41,14 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 		t:     t,
 		h:     s.h,
 		ctx:   ctx,
-		out:   make(chan item, t.cfg.QueueSize),
 		rdone: make(chan struct{}),
 	}
+	in.out.init(t.cfg.QueueSize)
 	in.calls.values = context.WithoutCancel(ctx)
 	defer in.calls.close(t.ctx)
 	for i := range in.lanes {
-		in.lanes[i] = make(chan laneItem, max(t.cfg.QueueSize/numLanes, 64))
-		in.runLane[i] = func() { in.lane(in.lanes[i], &in.busy[i]) }
+		in.lanes[i].init(max(t.cfg.QueueSize/numLanes, 64))
+		in.runLane[i] = func() { in.lane(&in.lanes[i], &in.busy[i]) }
 	}
 	// The peer speaks first: this silo says who it is only to a peer whose
 	// certificate names the silo its hello claims.
@@ -68,14 +68,15 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 	go in.read(srv, first)
 	w := batcher{t: t, batch: &agentsilov1.PeerBatch{}}
 	for {
-		var it item
-		if w.carry.env != nil {
-			it, w.carry = w.carry, item{}
-		} else {
+		it, ok := in.out.take()
+		if !ok {
 			select {
-			case it = <-in.out:
+			case <-in.out.ready:
 			case <-in.rdone:
 				if errors.Is(in.rerr, io.EOF) {
+					// The peer closed its side (its stream was idle): what
+					// it sent is handed on before the stream ends.
+					in.laneWG.Wait()
 					return nil
 				}
 				return in.rerr
@@ -85,9 +86,10 @@ func (s server) Stream(srv agentsilov1.Peer_StreamServer) error {
 				}
 				return ctx.Err()
 			}
+			continue
 		}
 		in.w.mu.Lock()
-		w.fill(it, in.out)
+		w.fill(it, &in.out)
 		err := w.flush(srv.Send)
 		in.w.queued.Add(-int64(w.taken))
 		in.w.mu.Unlock()
@@ -103,12 +105,13 @@ type inbound struct {
 	t       *Transport
 	ctx     context.Context // ends with the stream or the transport
 	from    string          // the peer's silo name, from its hello
-	out     chan item       // responses for the writer
+	out     queue[item]     // responses for the writer
 	w       writer          // writes the responses
 	serving atomic.Int64    // requests read and not yet answered
-	lanes   [numLanes]chan laneItem
+	lanes   [numLanes]queue[laneItem]
 	busy    [numLanes]atomic.Int32 // envelopes on each lane, queued or being handed on
 	runLane [numLanes]func()       // each lane's goroutine, started while the lane is busy
+	laneWG  sync.WaitGroup         // the lanes' goroutines, started by the reader only
 	calls   calls                  // the requests being handled
 	rdone   chan struct{}          // closed when the reader ends
 	rerr    error
@@ -223,11 +226,10 @@ func (in *inbound) read(srv agentsilov1.Peer_StreamServer, first *agentsilov1.Pe
 					// The lane was idle and has no goroutine: start one
 					// (see lane). An idle peer costs no lane goroutines.
 					t.wg.Add(1)
+					in.laneWG.Add(1)
 					go in.runLane[l]()
 				}
-				select {
-				case in.lanes[l] <- li:
-				case <-in.ctx.Done():
+				if in.lanes[l].put(li, in.ctx.Done(), nil) != 0 {
 					in.rerr = in.ctx.Err()
 					return
 				}
@@ -384,9 +386,7 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 		return
 	}
 	in.w.queued.Add(1)
-	select {
-	case in.out <- it:
-	case <-in.ctx.Done():
+	if in.out.put(it, in.ctx.Done(), nil) != 0 {
 		in.w.queued.Add(-1)
 	}
 }
@@ -407,20 +407,31 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 // to 1); it ends once it has handed on every envelope queued (busy back to
 // 0), so that one goroutine at most serves a lane, each after the one
 // before has handed on everything queued before it.
-func (in *inbound) lane(envs chan laneItem, busy *atomic.Int32) {
+func (in *inbound) lane(envs *queue[laneItem], busy *atomic.Int32) {
 	defer in.t.wg.Done()
+	defer in.laneWG.Done()
+	done := in.ctx.Done()
 	for {
 		select {
-		case li := <-envs:
-			if li.env.Kind == agentsilov1.Kind_KIND_REQUEST {
-				in.request(li.env, li.call, li.tried)
-			} else {
-				in.oneWay(li.env)
-			}
-			if busy.Add(-1) == 0 {
+		case <-done:
+			return
+		default:
+		}
+		li, ok := envs.take()
+		if !ok {
+			select {
+			case <-envs.ready:
+			case <-done:
 				return
 			}
-		case <-in.ctx.Done():
+			continue
+		}
+		if li.env.Kind == agentsilov1.Kind_KIND_REQUEST {
+			in.request(li.env, li.call, li.tried)
+		} else {
+			in.oneWay(li.env)
+		}
+		if busy.Add(-1) == 0 {
 			return
 		}
 	}

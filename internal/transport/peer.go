@@ -46,10 +46,11 @@ func (t *Transport) peer(addr string) (*peer, error) {
 		addr:    addr,
 		conn:    conn,
 		client:  agentsilov1.NewPeerClient(conn),
-		queue:   make(chan item, t.cfg.QueueSize),
 		pending: make(map[uint64]*call),
 		stopped: make(chan struct{}),
+		idleNow: make(chan struct{}, 1),
 	}
+	p.queue.init(t.cfg.QueueSize)
 	p.ctx, p.cancel = context.WithCancel(t.ctx)
 	if t.hookEnqueued != nil || t.hookBeforeSend != nil {
 		p.w.hook = func() {
@@ -123,6 +124,7 @@ const (
 	stateConnecting peerState = iota // asks queue until the stream is open
 	stateUp
 	stateDown // broken, waiting to retry: asks fail at once
+	stateIdle // closed for want of traffic: asks queue, and open it again
 )
 
 // peer is the outbound side towards one peer: its queue, its sender (run)
@@ -130,15 +132,17 @@ const (
 type peer struct {
 	t       *Transport
 	addr    string
-	conn    *grpc.ClientConn
+	conn    *grpc.ClientConn // nil while idle; used by run only, once started
 	client  agentsilov1.PeerClient
 	ctx     context.Context // cancelled by ClosePeer or Close
 	cancel  context.CancelFunc
-	queue   chan item
+	queue   queue[item]
 	w       writer // writes to the stream, when there is one
 	nextID  atomic.Uint64
+	sends   atomic.Uint64 // Sends queued; with nextID, tells an idle stream
 	asking  atomic.Int64  // Asks under way
 	stopped chan struct{} // closed when run returns
+	idleNow chan struct{} // test hook: check for idleness now, as if IdleTimeout had passed quietly
 
 	mu      sync.Mutex
 	state   peerState
@@ -229,20 +233,17 @@ func (p *peer) enqueue(ctx context.Context, it item) error {
 		return nil
 	}
 	p.w.queued.Add(1)
-	select {
-	case p.queue <- it:
-	default:
+	if !p.queue.tryPut(it) {
 		done := ctx.Done()
 		if done == nil {
 			p.w.queued.Add(-1)
-			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue))
+			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes)", p.addr, p.t.cfg.QueueSize)
 		}
-		select {
-		case p.queue <- it:
-		case <-done:
+		switch p.queue.put(it, done, p.ctx.Done()) {
+		case 1:
 			p.w.queued.Add(-1)
-			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes)", p.addr, cap(p.queue)))
-		case <-p.ctx.Done():
+			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes)", p.addr, p.t.cfg.QueueSize))
+		case 2:
 			p.w.queued.Add(-1)
 			return errTransportClosed()
 		}
@@ -278,19 +279,46 @@ func (p *peer) setState(s peerState, err error) {
 }
 
 // run keeps a stream open to the peer until ClosePeer or Close, and sends
-// what is queued on it.
+// what is queued on it. A stream that carried nothing for IdleTimeout is
+// closed with its connection (see idle), and opened again for the next
+// envelope.
 func (p *peer) run() {
 	defer p.t.wg.Done()
 	defer close(p.stopped)
-	defer p.conn.Close()
+	defer func() {
+		if p.conn != nil {
+			p.conn.Close()
+		}
+	}()
 	b := retry.New(minBackoff, p.t.cfg.MaxBackoff, nil)
 	logged := false
 	for {
-		up, err := p.connectAndServe()
+		var up bool
+		var err error
+		if p.conn == nil {
+			err = p.dial()
+		}
+		if err == nil {
+			up, err = p.connectAndServe()
+		}
 		if p.ctx.Err() != nil {
 			p.setState(stateDown, errTransportClosed())
 			p.drain(errTransportClosed())
 			return
+		}
+		if errors.Is(err, errIdle) {
+			p.conn.Close()
+			p.conn, p.client = nil, nil
+			p.queue.release()
+			b.Reset()
+			logged = false
+			if !p.waitWork() {
+				p.setState(stateDown, errTransportClosed())
+				p.drain(errTransportClosed())
+				return
+			}
+			p.setState(stateConnecting, nil)
+			continue
 		}
 		if up {
 			b.Reset()
@@ -301,15 +329,15 @@ func (p *peer) run() {
 		}
 		p.setState(stateDown, errs.New(codes.Unavailable, "peer %s: stream down: %s", p.addr, errMessage(err)))
 		// Wait before retrying, failing what is queued meanwhile.
+		p.dropQueued()
 		timer := time.NewTimer(b.Next())
 	backoff:
 		for {
 			select {
 			case <-timer.C:
 				break backoff
-			case it := <-p.queue:
-				p.w.queued.Add(-1)
-				p.drop(it)
+			case <-p.queue.ready:
+				p.dropQueued()
 			case <-p.ctx.Done():
 				timer.Stop()
 				p.setState(stateDown, errTransportClosed())
@@ -321,6 +349,53 @@ func (p *peer) run() {
 	}
 }
 
+// dial makes the peer's connection again after it was closed for
+// idleness (it connects on the stream's first use).
+func (p *peer) dial() error {
+	conn, err := grpc.NewClient("passthrough:///"+p.addr, p.t.dial...)
+	if err != nil {
+		return err
+	}
+	p.conn, p.client = conn, agentsilov1.NewPeerClient(conn)
+	return nil
+}
+
+// errIdle ends a stream closed for idleness.
+var errIdle = errors.New("idle")
+
+// idle marks the peer idle and stops direct writes to its stream, if
+// nothing is queued for it, held by its sender or waiting for a reply: its
+// stream may then be closed. An Ask or Send from then on queues, and its
+// sender opens the stream again.
+func (p *peer) idle() bool {
+	p.w.mu.Lock()
+	defer p.w.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.pending) > 0 || p.w.queued.Load() != 0 || p.retired || p.state != stateUp {
+		return false
+	}
+	p.state = stateIdle
+	p.w.send, p.w.broken = nil, nil
+	return true
+}
+
+// activity changes with every Ask and Send to the peer.
+func (p *peer) activity() uint64 { return p.nextID.Load() + p.sends.Load() }
+
+// waitWork waits, the stream closed for idleness, for an envelope to
+// send; false if the peer was closed first.
+func (p *peer) waitWork() bool {
+	for p.queue.len() == 0 {
+		select {
+		case <-p.queue.ready:
+		case <-p.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
 // drop discards a queued envelope whose stream is down; its call, if any,
 // has already failed with the stream.
 func (p *peer) drop(it item) {
@@ -329,19 +404,30 @@ func (p *peer) drop(it item) {
 	}
 }
 
-// drain drops everything queued.
-func (p *peer) drain(err error) {
+// dropQueued drops what is queued while the stream is down.
+func (p *peer) dropQueued() {
 	for {
-		select {
-		case it := <-p.queue:
-			p.w.queued.Add(-1)
-			if it.call != nil && !it.call.finished.Load() {
-				p.complete(it.env.CallId, result{err: err})
-			}
-			p.drop(it)
-		default:
+		it, ok := p.queue.take()
+		if !ok {
 			return
 		}
+		p.w.queued.Add(-1)
+		p.drop(it)
+	}
+}
+
+// drain drops everything queued, failing the calls with err.
+func (p *peer) drain(err error) {
+	for {
+		it, ok := p.queue.take()
+		if !ok {
+			return
+		}
+		p.w.queued.Add(-1)
+		if it.call != nil && !it.call.finished.Load() {
+			p.complete(it.env.CallId, result{err: err})
+		}
+		p.drop(it)
 	}
 }
 
@@ -394,9 +480,24 @@ func (p *peer) connectAndServe() (up bool, err error) {
 		}
 	}()
 	err = p.write(ctx, stream, rdone)
+	if errors.Is(err, errIdle) {
+		// Half-close: the peer hands on what it was sent, then ends the
+		// stream, which the reader sees. Bounded, in case it does not.
+		_ = stream.CloseSend()
+		t := time.NewTimer(p.t.cfg.ConnectTimeout)
+		select {
+		case <-rdone:
+		case <-t.C:
+		}
+		t.Stop()
+	}
 	cancel()
 	p.w.shut()
 	<-rdone
+	if errors.Is(err, errIdle) {
+		p.t.logger.Debug("peer stream closed: idle", "peer", p.addr)
+		return true, err
+	}
 	if err == nil || errors.Is(err, io.EOF) {
 		err = rerr
 	}
@@ -432,37 +533,51 @@ func (p *peer) deliver(b *agentsilov1.PeerBatch) {
 }
 
 // write sends what is queued, in batches, until the stream breaks (rdone) or
-// ctx ends.
+// ctx ends, or until the stream is found idle (errIdle): nothing sent to
+// the peer for a whole IdleTimeout, nothing queued and no reply awaited.
 func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, rdone <-chan struct{}) error {
 	w := batcher{t: p.t, batch: &agentsilov1.PeerBatch{}}
+	var idle <-chan time.Time
+	var timer *time.Timer
+	d := p.t.cfg.IdleTimeout
+	if d > 0 {
+		timer = time.NewTimer(d)
+		defer timer.Stop()
+		idle = timer.C
+	}
+	mark := p.activity()
 	for {
-		var it item
-		if w.carry.env != nil {
-			it, w.carry = w.carry, item{}
-		} else {
+		it, ok := p.queue.take()
+		if !ok {
 			select {
-			case it = <-p.queue:
+			case <-p.queue.ready:
 			case <-rdone:
 				return nil
 			case <-ctx.Done():
 				return ctx.Err()
+			case <-idle:
+				now := p.activity()
+				if now == mark && p.idle() {
+					return errIdle
+				}
+				mark = now
+				timer.Reset(d)
+			case <-p.idleNow:
+				if p.idle() {
+					return errIdle
+				}
 			}
+			continue
 		}
 		p.w.mu.Lock()
 		if h := p.t.hookBeforeSend; h != nil {
 			h(p.addr)
 		}
-		w.fill(it, p.queue)
+		w.fill(it, &p.queue)
 		err := w.flush(stream.Send)
 		p.w.queued.Add(-int64(w.taken))
 		p.w.mu.Unlock()
 		if err != nil {
-			if w.carry.env != nil {
-				// Lost with the stream, as what is still queued will be;
-				// its call, if any, fails with the stream.
-				p.w.queued.Add(-1)
-				p.drop(w.carry)
-			}
 			return err
 		}
 	}
