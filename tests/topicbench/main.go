@@ -57,6 +57,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,6 +118,7 @@ type row struct {
 	PubRate    float64 `json:"publish_rate,omitempty"`
 	P50us      float64 `json:"p50_us,omitempty"`
 	P99us      float64 `json:"p99_us,omitempty"`
+	CPUus      float64 `json:"cpu_us_per_msg,omitempty"`
 	Value      float64 `json:"value,omitempty"`
 	Note       string  `json:"note,omitempty"`
 }
@@ -131,7 +133,8 @@ type result struct {
 	rate     float64 // messages per second, published to all acknowledged
 	pubRate  float64 // messages per second, until the last publish returned
 	p50, p99 time.Duration
-	writes   float64 // etcd revisions per message (agentsilo only)
+	writes   float64       // etcd revisions per message (agentsilo only)
+	cpu      time.Duration // CPU per message published (see cpuNow)
 }
 
 // recorder collects the deliveries of a pass: latencies, and a signal when
@@ -260,17 +263,17 @@ func runAll(n, pubs, window, passes int, natsBin string, stores []string) error 
 			theirs = append(theirs, r)
 		}
 		t := median(theirs)
-		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate, PubRate: t.pubRate})
+		emit(row{Bench: "jetstream-publish-to-ack", N: n, Subs: subs, RateMedian: t.rate, PubRate: t.pubRate, CPUus: us(t.cpu)})
 		emit(row{Bench: "jetstream-e2e-latency", N: n, Subs: subs, P50us: us(t.p50), P99us: us(t.p99)})
 		if withEtcd {
 			o := median(ours)
-			emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, Note: fmt.Sprintf("agentsilo on etcd/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, CPUus: us(o.cpu), Note: fmt.Sprintf("agentsilo on etcd/jetstream x%.2f, CPU x%.2f", o.rate/t.rate, float64(o.cpu)/float64(t.cpu))})
 			emit(row{Bench: "topics-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
 			emit(row{Bench: "topics-etcd-writes", N: n, Subs: subs, Value: o.writes, Note: "etcd revisions per message published, acknowledgments included"})
 		}
 		if withJS {
 			o := median(onJS)
-			emit(row{Bench: "topics-js-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, Note: fmt.Sprintf("agentsilo on jetstream/jetstream x%.2f", o.rate/t.rate)})
+			emit(row{Bench: "topics-js-publish-to-ack", N: n, Subs: subs, RateMedian: o.rate, PubRate: o.pubRate, CPUus: us(o.cpu), Note: fmt.Sprintf("agentsilo on jetstream/jetstream x%.2f, CPU x%.2f", o.rate/t.rate, float64(o.cpu)/float64(t.cpu))})
 			emit(row{Bench: "topics-js-e2e-latency", N: n, Subs: subs, P50us: us(o.p50), P99us: us(o.p99)})
 			emit(row{Bench: "topics-js-writes", N: n, Subs: subs, Value: o.writes, Note: "JetStream messages the store wrote per message published, acknowledgments included"})
 		}
@@ -347,7 +350,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	if err != nil {
 		return result{}, err
 	}
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuNow()
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions\n", subs)
 	err = publishAll(ctx, n, pubs, window, func(p, i int) error {
 		m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
@@ -363,7 +366,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	case <-ctx.Done():
 		return result{}, ctx.Err()
 	}
-	elapsed := time.Since(start)
+	elapsed, cpu := time.Since(start), (cpuNow()-cpu0)/time.Duration(n)
 	p50, p99 := rec.percentiles()
 	if natsURL != "" {
 		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(2*n*subs))
@@ -371,7 +374,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 			return result{}, err
 		}
 		fmt.Fprintf(os.Stderr, "topicbench: agentsilo on jetstream, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
-		return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(w) / float64(n)}, nil
+		return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(w) / float64(n), cpu: cpu}, nil
 	}
 	// The acknowledgments are written in batches after the handler
 	// returned: wait for the queues to be empty before reading the
@@ -384,7 +387,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 		return result{}, err
 	}
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions: published in %v, all acknowledged after %v\n", subs, published.Round(time.Millisecond), elapsed.Round(time.Millisecond))
-	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n)}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n), cpu: cpu}, nil
 }
 
 // jsWrites waits until the queue bucket of the store named bucket holds
@@ -475,6 +478,7 @@ func startNATS(ctx context.Context, bin, dir string) (*natsServer, error) {
 		return nil, fmt.Errorf("start %s (apt-get install nats-server): %w", bin, err)
 	}
 	ns := &natsServer{cmd: cmd, url: fmt.Sprintf("nats://127.0.0.1:%d", port)}
+	natsPID = cmd.Process.Pid
 	for {
 		nc, err := nats.Connect(ns.url)
 		if err == nil {
@@ -488,6 +492,35 @@ func startNATS(ctx context.Context, bin, dir string) (*natsServer, error) {
 			return nil, fmt.Errorf("nats-server did not come up: %w", err)
 		}
 	}
+}
+
+// natsPID is the nats-server's process, whose CPU cpuNow counts.
+var natsPID int
+
+// cpuNow is the CPU time used so far by this process (the silo, its
+// embedded etcd, the publishers and subscribers) and by the nats-server:
+// divided by the messages of a pass, what each cost the machine, a figure
+// that the machine's load moves less than it moves the rates.
+func cpuNow() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	d := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	if natsPID == 0 {
+		return d
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", natsPID))
+	if err != nil {
+		return d
+	}
+	// Fields 14 and 15 (utime, stime), in clock ticks of 10 ms, after
+	// the command's closing parenthesis.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) > 12 {
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		d += time.Duration(ut+st) * 10 * time.Millisecond
+	}
+	return d
 }
 
 func (ns *natsServer) stop() {
@@ -560,7 +593,7 @@ func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, 
 		}()
 	}
 	payload := make([]byte, 128)
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuNow()
 	fmt.Fprintf(os.Stderr, "topicbench: jetstream, %d subscriptions\n", subs)
 	err := publishAll(ctx, n, pubs, window, func(p, i int) error {
 		m := nats.NewMsg(subject)
@@ -580,7 +613,7 @@ func benchJetStream(ctx context.Context, url string, n, subs, pubs, window int, 
 	}
 	elapsed := time.Since(start)
 	p50, p99 := rec.percentiles()
-	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99}, nil
+	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, cpu: (cpuNow() - cpu0) / time.Duration(n)}, nil
 }
 
 // runSteady publishes n messages a round to one subscription, rounds
