@@ -38,11 +38,16 @@ func (c clusterInfo) askPeers(ctx context.Context, msgType, text string, each fu
 
 // askPeersData is askPeers with data in the runtime message too.
 func (c clusterInfo) askPeersData(ctx context.Context, msgType, text string, data []byte, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
+	return c.askSome(ctx, c.r.state.Load(), func(membership.Member) bool { return true }, msgType, text, data, each)
+}
+
+// askSome is askPeersData to the other silos of st's view that ask
+// selects.
+func (c clusterInfo) askSome(ctx context.Context, st *routeState, ask func(membership.Member) bool, msgType, text string, data []byte, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
 	r := c.r
-	st := r.state.Load()
 	var peers []membership.Member
 	for _, mi := range st.view.Members {
-		if mi.Name != r.self {
+		if mi.Name != r.self && ask(mi) {
 			peers = append(peers, mi)
 		}
 	}
@@ -114,12 +119,16 @@ func activationInfos(as []grain.ActivationInfo) []activationRecord {
 }
 
 // Members implements gateway.ClusterInfo: each member with its count of
-// activations, as that silo reports it.
+// activations, as that silo reports it. A member marked unreachable is
+// listed with its state and a count of 0, and not asked: a majority of
+// the others could not reach its peer port, so asking would fail, or wait
+// for ctx's end, and it takes no agents (a drained one runs none).
 func (c clusterInfo) Members(ctx context.Context) ([]*agentsilov1.Member, int64, error) {
 	r := c.r
 	st := r.state.Load()
 	counts := map[string]uint32{r.self: uint32(max(c.rt.Len(), 0))}
-	err := c.askPeers(ctx, msgCount, "", func(silo string, reply *agentsilov1.AgentMessage) error {
+	reachable := func(mi membership.Member) bool { return !mi.Unreachable }
+	err := c.askSome(ctx, st, reachable, msgCount, "", nil, func(silo string, reply *agentsilov1.AgentMessage) error {
 		n, err := strconv.ParseUint(reply.GetMessage(), 10, 32)
 		counts[silo] = uint32(n)
 		return err

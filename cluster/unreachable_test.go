@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,7 +22,9 @@ import (
 // others report it, it marks itself unreachable and drains, and then the
 // agents it owned, and new ones, are placed on the others, and Asks to
 // them succeed through every reachable gateway. `members` and its /readyz
-// say it is unreachable.
+// say it is unreachable; `members` lists it without asking it for its
+// count (its peer port now takes connections and never answers, so an
+// Ask would wait for the call's end).
 func TestUnreachableMemberGetsNoWork(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
@@ -128,17 +132,46 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 		t.Errorf("c holds %d activations after the calls", n)
 	}
 
-	// members, asked anywhere, says c is unreachable; c is not ready.
+	// c's peer address takes connections and answers nothing: a request
+	// to it would wait for its deadline.
+	stopHole := blackHole(t, peerAddr)
+	defer stopHole()
+
+	// members, asked anywhere, says c is unreachable, with no error: c is
+	// not asked for its count; c is not ready.
 	for _, x := range []*Silo{a, s} {
-		ms, _, _ := clusterInfo{r: x.router, rt: x.rt}.Members(t.Context())
+		ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitTimeout)
+		ms, _, err := clusterInfo{r: x.router, rt: x.rt}.Members(ctx)
+		cancel()
+		if err != nil {
+			t.Errorf("members on %s: %v", x.cfg.Name, err)
+		}
 		var state string
 		for _, m := range ms {
 			if m.GetName() == "c" {
 				state = m.GetState()
+				if m.GetActivations() != 0 {
+					t.Errorf("members on %s counts %d activations on drained c", x.cfg.Name, m.GetActivations())
+				}
 			}
 		}
 		if !strings.HasPrefix(state, "unreachable") {
 			t.Errorf("members on %s says c is %q, want unreachable", x.cfg.Name, state)
+		}
+	}
+	// So does the SDK's Members, within its call's deadline.
+	ctx, cancel = context.WithTimeout(t.Context(), testutil.WaitTimeout)
+	ms, err := cb.Members(ctx)
+	cancel()
+	if err != nil {
+		t.Errorf("client Members: %v", err)
+	}
+	if len(ms) != 3 {
+		t.Errorf("client Members: %+v, want 3 members", ms)
+	}
+	for _, m := range ms {
+		if m.Name == "c" && !strings.HasPrefix(m.State, "unreachable") {
+			t.Errorf("client Members says c is %q, want unreachable", m.State)
 		}
 	}
 	if why := s.notReady(); !strings.Contains(why, "unreachable") {
@@ -148,4 +181,40 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 		t.Errorf("a's /readyz says %q", why)
 	}
 	c.l.check(t)
+}
+
+// blackHole listens on addr, takes every connection and answers nothing,
+// until the returned stop closes it all.
+func blackHole(t *testing.T, addr string) (stop func()) {
+	t.Helper()
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	return func() {
+		lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}
 }
