@@ -253,20 +253,39 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(Queu
 	}
 }
 
-// Ack implements Store: a delete marker per entry, all in flight at once.
+// Ack implements Store: a delete marker per entry, sent without asking
+// for the stream's acknowledgement of each (as a JetStream consumer's Ack
+// is), then one round trip to the server that returns once it has read
+// them all. A marker the server lost after that (it died before storing
+// it) leaves its entry queued: it is delivered again after the next
+// reload, as an entry whose acknowledgement did not arrive is (at least
+// once).
 func (s *JetStreamStore) Ack(ctx context.Context, acks []AckKey) error {
-	msgs := make([]*nats.Msg, 0, len(acks))
+	n := 0
 	for _, a := range acks {
 		if !validKey(a.Key) {
 			continue
 		}
-		m := nats.NewMsg(s.qSubject(a.Sub, a.Key))
-		m.Header.Set("KV-Operation", "DEL")
-		msgs = append(msgs, m)
+		m := &nats.Msg{Subject: s.qSubject(a.Sub, a.Key), Header: nats.Header{"KV-Operation": delOp}}
+		if err := s.nc.PublishMsg(m); err != nil {
+			return s.fail(ctx, err, "acknowledge")
+		}
+		n++
 	}
-	_, err := s.publish(ctx, msgs, make([]string, len(msgs)))
-	return err
+	if n == 0 {
+		return nil
+	}
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	if err := s.nc.FlushWithContext(octx); err != nil {
+		return s.fail(ctx, err, "acknowledge")
+	}
+	s.writes.Add(uint64(n))
+	return nil
 }
+
+// delOp is a delete marker's KV-Operation header, shared by all.
+var delOp = []string{"DEL"}
 
 // Update implements Store.
 func (s *JetStreamStore) Update(ctx context.Context, id, key string, e *Entry) error {
