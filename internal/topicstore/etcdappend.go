@@ -94,14 +94,32 @@ type pendingItem struct {
 	it     *Item
 	owners []string
 	w      *etcdbatch.Write
+	// more are the items that share w with it: without idempotency keys,
+	// conditional on the same owner's version, their copies after its.
+	more          []*Item
+	copies, bytes int // of it and more
 }
 
-// add queues it, whole, for the next flush.
+// add queues it, whole, for the next flush: in the writer of the item
+// before it if both are conditional on the same owner's version alone and
+// their copies fit in one writer (one condition, and one nested
+// transaction, for many publishes to the same owner's topics), else in a
+// writer of its own.
 func (a *appender) add(it *Item, val []byte) {
 	owners := a.ownersOf(it)
+	if n := len(a.pending); n > 0 && it.IdemKey == "" && len(owners) == 1 {
+		p := &a.pending[n-1]
+		copies, bytes := p.copies+len(it.Subs), p.bytes+len(it.Subs)*(len(val)+64)
+		if p.it.IdemKey == "" && len(p.owners) == 1 && p.owners[0] == owners[0] && copies <= a.s.MaxOps/2-1 && bytes <= a.s.MaxBytes/2 {
+			p.w.Then = append(p.w.Then, a.copies(it.Subs, val)...)
+			p.more = append(p.more, it)
+			p.copies, p.bytes = copies, bytes
+			return
+		}
+	}
 	w := a.conditional(it, owners)
 	w.Then = append(w.Then, a.copies(it.Subs, val)...)
-	a.pending = append(a.pending, pendingItem{it: it, owners: owners, w: w})
+	a.pending = append(a.pending, pendingItem{it: it, owners: owners, w: w, copies: len(it.Subs), bytes: len(it.Subs) * (len(val) + 64)})
 }
 
 // flush commits the items queued and settles them.
@@ -118,6 +136,9 @@ func (a *appender) flush(ctx context.Context) error {
 	for _, p := range a.pending {
 		if p.w.Err() == nil && a.settle(p) {
 			p.it.Done = true
+			for _, it := range p.more {
+				it.Done = true
+			}
 		}
 	}
 	a.pending = nil
@@ -215,6 +236,9 @@ func (a *appender) settle(p pendingItem) bool {
 			a.stale[o] = v
 		}
 		return false
+	}
+	if p.it.IdemKey == "" || len(p.w.Responses) <= len(p.owners) {
+		return false // not written, and not for a key: cannot be
 	}
 	p.it.Duplicate = true
 	if kvs := p.w.Responses[len(p.owners)].GetResponseRange().GetKvs(); len(kvs) > 0 {
