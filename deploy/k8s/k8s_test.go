@@ -487,6 +487,28 @@ func checkSilo(t *testing.T, o *objects, want variant, flags siloFlags, paths []
 	}
 	gatewayPort, httpPort := args.port(t, "gateway-addr"), args.port(t, "http-addr")
 
+	// The dashboard for client certificates: with TLS on the gateway (it
+	// needs --tls-cert), on the pod's loopback, for kubectl port-forward
+	// (docs/operations.md): no other pod reaches it, so it has no
+	// containerPort, and its port is none of the listeners'.
+	if da, ok := args["dashboard-addr"]; ok != want.tls {
+		t.Errorf("--dashboard-addr given: %v, want %v (with TLS on the gateway only)", ok, want.tls)
+	} else if ok {
+		host, _, err := net.SplitHostPort(da)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("--dashboard-addr=%s: want a loopback address, reached by kubectl port-forward", da)
+		}
+		dp := args.port(t, "dashboard-addr")
+		for _, l := range listeners {
+			if _, ok := args[l.flag]; ok && args.port(t, l.flag) == dp {
+				t.Errorf("--dashboard-addr=%s: port taken by --%s", da, l.flag)
+			}
+		}
+		if _, ok := containerPort(c, intstr.FromInt32(dp), corev1.ProtocolTCP); ok {
+			t.Errorf("--dashboard-addr=%s: a containerPort %d declares a port no other pod can reach", da, dp)
+		}
+	}
+
 	// --join: a headless Service over the silos that publishes not-ready
 	// pods, governing the StatefulSet, on the gossip port.
 	joinHost, joinPort, err := net.SplitHostPort(args["join"])
