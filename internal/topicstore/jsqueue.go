@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,37 +28,66 @@ func idemK(k string) string {
 // waits for each one's acknowledgement; ok[i] tells whether msgs[i] is
 // durable.
 func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []string) (ok []bool, err error) {
+	opts := make([][]jetstream.PublishOpt, len(msgs))
+	for i := range msgs {
+		if ids[i] != "" {
+			opts[i] = []jetstream.PublishOpt{jetstream.WithMsgID(ids[i])}
+		}
+	}
+	errs, err := s.publishEach(ctx, msgs, opts)
 	ok = make([]bool, len(msgs))
+	for i, e := range errs {
+		ok[i] = e == nil
+		if e != nil && err == nil {
+			err = s.fail(ctx, e, "write %s", msgs[i].Subject)
+		}
+	}
+	return ok, err
+}
+
+// publishEach writes msgs asynchronously, msgs[i] with opts[i], and waits
+// for their acknowledgements: errs[i] is msgs[i]'s refusal (nil: it is
+// durable). err is set if the waiting was cut short (the server did not
+// answer in time, ctx ended, the connection refused): then the messages
+// without an answer have a non-nil errs[i] too.
+func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts [][]jetstream.PublishOpt) (errs []error, err error) {
+	errs = make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
-		var opts []jetstream.PublishOpt
-		if ids[i] != "" {
-			opts = append(opts, jetstream.WithMsgID(ids[i]))
-		}
-		f, err := s.js.PublishMsgAsync(m, opts...)
-		if err != nil {
-			return ok, s.fail(ctx, err, "write %s", m.Subject)
+		f, perr := s.js.PublishMsgAsync(m, opts[i]...)
+		if perr != nil {
+			for j := i; j < len(msgs); j++ {
+				errs[j] = perr
+			}
+			err = s.fail(ctx, perr, "write %s", m.Subject)
+			break
 		}
 		futs[i] = f
 	}
 	t := time.NewTimer(s.cfg.OpTimeout)
 	defer t.Stop()
 	for i, f := range futs {
+		if f == nil {
+			break
+		}
+		if err != nil && errs[i] == nil {
+			errs[i] = err
+			continue
+		}
 		select {
 		case <-f.Ok():
-			ok[i] = true
 			s.writes.Add(1)
 		case e := <-f.Err():
-			if err == nil {
-				err = s.fail(ctx, e, "write %s", msgs[i].Subject)
-			}
+			errs[i] = e
 		case <-t.C:
-			return ok, s.fail(ctx, errors.New("no acknowledgement in time"), "write %s", msgs[i].Subject)
+			err = s.fail(ctx, errors.New("no acknowledgement in time"), "write %s", msgs[i].Subject)
+			errs[i] = err
 		case <-ctx.Done():
-			return ok, s.fail(ctx, ctx.Err(), "write %s", msgs[i].Subject)
+			err = s.fail(ctx, ctx.Err(), "write %s", msgs[i].Subject)
+			errs[i] = err
 		}
 	}
-	return ok, err
+	return errs, err
 }
 
 func (s *JetStreamStore) qSubject(id, key string) string {
@@ -86,17 +116,17 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 	if stale {
 		return &StaleError{Versions: cur}
 	}
+	firsts, err := s.firsts(ctx, items)
+	if err != nil {
+		return err
+	}
 	var msgs []*nats.Msg
 	var ids []string
 	owner := make([]int, 0, len(items)) // the item of each message
 	for i, it := range items {
 		if it.IdemKey != "" {
-			e, found, err := s.get(ctx, s.idem, idemK(it.IdemKey))
-			if err != nil {
-				return err
-			}
-			if found && string(e.Value()) != it.Entry.GetMessage().GetId() {
-				it.Duplicate, it.DuplicateOf, it.Done = true, string(e.Value()), true
+			if first := firsts[i]; first != "" && first != it.Entry.GetMessage().GetId() {
+				it.Duplicate, it.DuplicateOf, it.Done = true, first, true
 				continue
 			}
 		}
@@ -124,30 +154,77 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 			done[i] = false
 		}
 	}
+	// The idempotency keys of the items written, all in flight at once,
+	// each written only if it is new.
+	var keyed []*Item
+	var keys []*nats.Msg
+	var opts [][]jetstream.PublishOpt
 	for i, it := range items {
 		if !done[i] || it.Duplicate {
 			continue
 		}
-		if it.IdemKey != "" {
-			octx, cancel := s.op(ctx)
-			_, cerr := s.idem.Create(octx, idemK(it.IdemKey), []byte(it.Entry.GetMessage().GetId()))
-			cancel()
-			if errors.Is(cerr, jetstream.ErrKeyExists) {
-				// Another publish with the key wrote first: its copies
-				// were the ones kept (the same message ids).
-				if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found && string(e.Value()) != it.Entry.GetMessage().GetId() {
-					it.Duplicate, it.DuplicateOf = true, string(e.Value())
-				}
-			} else if cerr != nil {
-				if err == nil {
-					err = s.fail(ctx, cerr, "remember the idempotency key")
-				}
-				continue
-			}
+		if it.IdemKey == "" {
+			it.Done = true
+			continue
 		}
-		it.Done = true
+		keyed = append(keyed, it)
+		keys = append(keys, &nats.Msg{Subject: "$KV." + s.cfg.Bucket + "_idem." + idemK(it.IdemKey), Data: []byte(it.Entry.GetMessage().GetId())})
+		opts = append(opts, []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)})
+	}
+	if len(keys) == 0 {
+		return err
+	}
+	kerrs, kerr := s.publishEach(ctx, keys, opts)
+	for i, it := range keyed {
+		var apiErr *jetstream.APIError
+		switch e := kerrs[i]; {
+		case e == nil:
+			it.Done = true
+		case kerr == nil && errors.As(e, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
+			// Another publish with the key wrote first: its copies
+			// were the ones kept (the same message ids).
+			if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found && string(e.Value()) != it.Entry.GetMessage().GetId() {
+				it.Duplicate, it.DuplicateOf = true, string(e.Value())
+			}
+			it.Done = true
+		case err == nil:
+			err = s.fail(ctx, e, "remember the idempotency key")
+		}
 	}
 	return err
+}
+
+// firsts reads the message ids remembered for the items' idempotency keys
+// (firsts[i] for items[i]; "" if it has none or none is remembered), up
+// to 32 reads in flight at once.
+func (s *JetStreamStore) firsts(ctx context.Context, items []*Item) ([]string, error) {
+	firsts := make([]string, len(items))
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i, it := range items {
+		if it.IdemKey == "" {
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			e, found, err := s.get(ctx, s.idem, idemK(it.IdemKey))
+			if found {
+				firsts[i] = string(e.Value())
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return firsts, nil
 }
 
 // FollowQueue implements Store.

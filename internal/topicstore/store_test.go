@@ -248,3 +248,76 @@ func entryID(text, id string) *Entry {
 	e.Message.Id = id
 	return e
 }
+
+// Idempotency keys across appends: several keyed publishes in one append
+// (new keys, and one seen before) and the same key in appends running at
+// once: one copy per key, the others Duplicate of the first's id.
+func TestStoreIdempotentAppends(t *testing.T) {
+	stores(t, func(t *testing.T, s Store) {
+		ctx := t.Context()
+		if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+			t.Fatal(err)
+		}
+		work := follow(t, s, "acme:work")
+		its := []*Item{{Subs: []string{"acme:work"}, Entry: entryID("a", "id-a"), IdemKey: "acme/acme/a"}}
+		if err := s.Append(ctx, its, nil); err != nil || its[0].Duplicate || !its[0].Done {
+			t.Fatalf("first keyed append: %v %+v", err, its[0])
+		}
+		its = []*Item{
+			{Subs: []string{"acme:work"}, Entry: entryID("b", "id-b"), IdemKey: "acme/acme/b"},
+			{Subs: []string{"acme:work"}, Entry: entryID("a again", "id-a2"), IdemKey: "acme/acme/a"},
+			{Subs: []string{"acme:work"}, Entry: entryID("plain", "id-p")},
+			{Subs: []string{"acme:work"}, Entry: entryID("c", "id-c"), IdemKey: "acme/acme/c"},
+		}
+		if err := s.Append(ctx, its, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []string{"", "id-a", "", ""} {
+			if it := its[i]; !it.Done || it.Duplicate != (want != "") || it.DuplicateOf != want {
+				t.Fatalf("item %d: %+v, want duplicate of %q", i, it, want)
+			}
+		}
+		var wg sync.WaitGroup
+		racers := make([]*Item, 4)
+		errc := make(chan error, len(racers))
+		for i := range racers {
+			racers[i] = &Item{Subs: []string{"acme:work"}, Entry: entryID("d", fmt.Sprint("id-d", i)), IdemKey: "acme/acme/d"}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				errc <- s.Append(ctx, racers[i:i+1], nil)
+			}()
+		}
+		wg.Wait()
+		close(errc)
+		for err := range errc {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		var first string
+		for _, it := range racers {
+			if !it.Done {
+				t.Fatalf("not done: %+v", it)
+			}
+			if !it.Duplicate {
+				if first != "" {
+					t.Fatalf("two firsts of one key: %s and %s", first, it.Entry.GetMessage().GetId())
+				}
+				first = it.Entry.GetMessage().GetId()
+			}
+		}
+		for _, it := range racers {
+			if it.Duplicate && it.DuplicateOf != first {
+				t.Fatalf("%+v: want duplicate of %s", it, first)
+			}
+		}
+		// Written after all of them: once it shows, so has any copy of d.
+		if err := s.Append(ctx, []*Item{{Subs: []string{"acme:work"}, Entry: entryID("e", "id-e")}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if got := work.texts(t, 6); fmt.Sprint(got) != "[a b plain c d e]" {
+			t.Fatalf("queue %v", got)
+		}
+	})
+}
