@@ -299,7 +299,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, it.dead, it.last)
 		return
 	}
-	msg := proto.Clone(it.e.GetMessage()).(*grain.Message)
+	msg := copyMessage(it.e.GetMessage())
 	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, grain.KindRequest, e.id, it.e.GetAttempts()+1
 	// A delivery acts for the subscriber's owner, whoever published (see
 	// grain.Authorizer): a publisher cannot lend its principal, nor claim

@@ -95,7 +95,7 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
 		return PublishResult{}, err
 	}
-	m := proto.Clone(msg).(*grain.Message)
+	m := copyMessage(msg)
 	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
 	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
 	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
