@@ -81,12 +81,22 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 // for a live activation here (see siloapi.Runtime.TryAskRemote); everything
 // else (runtime messages, a sender with a newer view, traced messages) goes
 // to HandleRequest.
+//
+// A sender that routed with this silo's view found this silo the owner, as
+// this silo would: the runtime does not look the owner up again. (The
+// sender stamps the view it holds when it sends, which a view change right
+// after its lookup can make newer than the one it routed with; the request
+// then joins a live activation here that this silo's sweep of that view is
+// about to deactivate, and follows it to its new owner, as the messages
+// queued there do. Single activation rests on Claim and the sweep, not on
+// this lookup.)
 func (h *peerHandler) TryHandleRequest(ctx context.Context, _ string, env *transport.Envelope, reply func(*agentsilov1.AgentMessage, error)) bool {
 	msg := env.GetMessage()
-	if msg.GetTraceparent() != "" || h.r.state.Load().view.Version < env.GetViewVersion() || isSessionAddr(msg.GetTo()) {
+	version, sent := h.r.state.Load().view.Version, env.GetViewVersion()
+	if msg.GetTraceparent() != "" || version < sent || isSessionAddr(msg.GetTo()) {
 		return false
 	}
-	return h.silo.TryAskRemote(ctx, msg, int(env.GetHops()), reply)
+	return h.silo.TryAskRemote(ctx, msg, int(env.GetHops()), version == sent, reply)
 }
 
 // PostRequest implements transport.OrderedHandler: a forwarded request takes

@@ -123,9 +123,10 @@ type dialProbe struct {
 
 type routeState struct {
 	view   membership.View
-	owners []string    // view.Owners()
-	table  *ownerTable // owners' owner of each address
-	self   bool        // this silo owns addresses in view
+	owners []string          // view.Owners()
+	table  *ownerTable       // owners' owner of each address
+	peers  map[string]string // member name -> its peer address, for Forward
+	self   bool              // this silo owns addresses in view
 }
 
 // newRouter returns the router of silo self, routing by the views of m (which
@@ -165,8 +166,11 @@ func (r *router) install(v membership.View) {
 	for _, addr := range restarted {
 		r.tp.Redial(addr)
 	}
-	st := &routeState{view: v, owners: v.Owners()}
+	st := &routeState{view: v, owners: v.Owners(), peers: make(map[string]string, len(v.Members))}
 	st.table = newOwnerTable(st.owners)
+	for _, mi := range v.Members {
+		st.peers[mi.Name] = mi.PeerAddr
+	}
 	for _, o := range st.owners {
 		if o == r.self {
 			st.self = true
@@ -429,13 +433,16 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 	return first
 }
 
+// requestEnvelopes recycles the envelopes of the requests Forward sends.
+var requestEnvelopes = sync.Pool{New: func() any { return new(transport.Envelope) }}
+
 // Forward implements siloapi.Placement.
 func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, hops int) (_ *grain.Message, err error) {
 	if hops+1 >= maxHops {
 		return nil, errs.New(codes.Unavailable, "%s: not delivered after %d hops: the silos' views disagree", msg.To, hops+1)
 	}
 	st := r.state.Load()
-	mi, ok := st.view.Member(silo)
+	peer, ok := st.peers[silo]
 	if !ok {
 		// The view changed since the runtime routed msg: nothing was sent,
 		// so it is routed again with the new one.
@@ -448,7 +455,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	}
 	if msg.Kind != agentsilov1.Kind_KIND_REQUEST {
 		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
-		return nil, r.tp.Send(ctx, mi.PeerAddr, env)
+		return nil, r.tp.Send(ctx, peer, env)
 	}
 	// A request the peer certainly never received (its stream was down, or
 	// broke before the request was written) is sent again, within its
@@ -458,8 +465,16 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 	// may have run.
 	b := retry.New(20*time.Millisecond, 500*time.Millisecond, r.clk)
 	for {
-		env := &transport.Envelope{Kind: msg.Kind, Message: msg, ViewVersion: st.view.Version, Hops: uint32(hops + 1)}
-		resp, err := r.tp.Ask(ctx, mi.PeerAddr, env)
+		env := requestEnvelopes.Get().(*transport.Envelope)
+		env.Kind, env.Message, env.ViewVersion, env.Hops = msg.Kind, msg, st.view.Version, uint32(hops+1)
+		resp, err := r.tp.Ask(ctx, peer, env)
+		if err == nil {
+			// Answered: the request was written, and the transport is
+			// done with its envelope. (After an error it may still be
+			// queued, or held for a retry: it is left to the GC.)
+			*env = transport.Envelope{}
+			requestEnvelopes.Put(env)
+		}
 		if !errors.Is(err, transport.ErrNotDelivered) {
 			return resp, err
 		}
@@ -475,7 +490,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		if st.table.owner(msg.To) != silo {
 			return nil, siloapi.ErrMoved
 		}
-		if mi, ok = st.view.Member(silo); !ok {
+		if peer, ok = st.peers[silo]; !ok {
 			return nil, siloapi.ErrMoved
 		}
 	}

@@ -40,11 +40,13 @@ type envelope struct {
 	turn *turn
 }
 
-// remoteRequest is the envelope of a request another silo forwarded, and
-// its turn, in one allocation (see Runtime.tryAskRemote).
+// remoteRequest is the envelope of a request another silo forwarded, its
+// turn and the bytes of its reply's id, in one allocation (see
+// Runtime.tryAskRemote).
 type remoteRequest struct {
 	env envelope
 	t   turn
+	id  [36]byte // env.replyID's bytes: written once, before that string is made
 }
 
 // envelopes recycles the envelopes (and reply channels) of requests whose

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"time"
+	"unsafe"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/deadline"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
@@ -107,7 +109,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 	}
 	msg.Kind = KindRequest
 	now := time.Now().UnixNano()
-	a, err := rt.prepare(ctx, nil, ownerOf(msg.From), msg, now, hops == 0, "")
+	a, err := rt.prepare(ctx, nil, ownerOf(msg.From), msg, now, hops == 0, nil)
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}
@@ -134,7 +136,15 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 // and returns true, and done gets the reply or error later, from the
 // activation's goroutine (or the runtime's), so it must not block for long.
 // Otherwise it returns false and has done nothing: use askRemote.
-func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
+//
+// owned says that the sender routed msg here with the view this silo has
+// now, in which this silo owns msg.To: the placement is not asked again.
+// That lookup is not what keeps an address to one activation (the
+// placement's Claim is, with the deactivation of what a view moves away,
+// after which the directory no longer has it); it sends a request that a
+// newer view moved elsewhere on to its owner rather than into an
+// activation about to end, whose queued messages would follow it there.
+func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
 	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
 		return false
 	}
@@ -142,7 +152,7 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, don
 	if a == nil {
 		return false
 	}
-	if p := rt.cfg.silo.Placement; p != nil && p.Route(msg.To) != "" {
+	if p := rt.cfg.silo.Placement; p != nil && !owned && p.Route(msg.To) != "" {
 		return false
 	}
 	if approxSize(msg) > rt.cfg.MaxMessageSize/2 {
@@ -157,6 +167,8 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, don
 	}
 	r := &remoteRequest{env: envelope{msg: msg, ctx: ctx, done: done, now: time.Now().UnixNano()}}
 	r.env.turn = &r.t
+	putID(&r.id, r.env.now)
+	r.env.replyID = unsafe.String(&r.id[0], len(r.id)) // r is never reused: the bytes stay as they are
 	return a.mb.post(closedChan, &r.env) == nil
 }
 
@@ -250,13 +262,20 @@ func (rt *Runtime) noteEnded(a *activation) {
 }
 
 // forward sends msg to the silo that owns it. A request without a deadline
-// gets the runtime's AskTimeout.
-func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops int) (*Message, error) {
+// gets the runtime's AskTimeout from now, when it was sent (Unix ns; 0: the
+// clock is read).
+func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops int, now int64) (*Message, error) {
 	if msg.Kind == KindRequest {
 		if _, ok := ctx.Deadline(); !ok {
-			if ctx.Done() == nil {
-				// The common case: a shared deadline, no timer per call.
-				ctx = rt.deadlines.Context(ctx, time.Now().UnixNano()+int64(rt.cfg.AskTimeout))
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			if ctx == context.Background() {
+				// The common case: a shared deadline, no timer per call,
+				// and one context per tick, not per call.
+				ctx = rt.backgroundDeadline(now + int64(rt.cfg.AskTimeout))
+			} else if ctx.Done() == nil {
+				ctx = rt.deadlines.Context(ctx, now+int64(rt.cfg.AskTimeout))
 			} else {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, rt.cfg.AskTimeout)
@@ -265,6 +284,27 @@ func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops 
 		}
 	}
 	return rt.cfg.silo.Placement.Forward(ctx, silo, msg, hops)
+}
+
+// tickContext is the context of the forwarded requests without one of their
+// own whose default deadline falls in one tick of the shared deadlines.
+type tickContext struct {
+	tick int64
+	ctx  context.Context
+}
+
+// backgroundDeadline returns a context.Background() with the shared
+// deadline of the tick of at (Unix ns): the same context for every call due
+// in that tick (they are all equal), so a forwarded request of a caller
+// without a context of its own allocates none.
+func (rt *Runtime) backgroundDeadline(at int64) context.Context {
+	tick := (at + deadline.Tick - 1) / deadline.Tick
+	if c := rt.lastTick.Load(); c != nil && c.tick == tick {
+		return c.ctx
+	}
+	c := &tickContext{tick: tick, ctx: rt.deadlines.Context(context.Background(), at)}
+	rt.lastTick.Store(c)
+	return c.ctx
 }
 
 // reroute delivers, in order, the messages left in the mailbox of an
@@ -311,7 +351,7 @@ func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, relea
 	for i := 0; ; i++ {
 		if silo := p.Route(env.msg.To); silo != "" {
 			if !env.isRequest() {
-				_, err := rt.forward(ctx, silo, env.msg, hops)
+				_, err := rt.forward(ctx, silo, env.msg, hops, env.now)
 				if errors.Is(err, siloapi.ErrMoved) && i < maxReroutes {
 					continue
 				}
@@ -325,7 +365,7 @@ func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, relea
 					defer release()
 				}
 				for j := i; ; j++ {
-					r, err := rt.forward(ctx, silo, env.msg, hops)
+					r, err := rt.forward(ctx, silo, env.msg, hops, env.now)
 					if errors.Is(err, siloapi.ErrMoved) && j < maxReroutes {
 						if silo = p.Route(env.msg.To); silo != "" {
 							continue
@@ -367,8 +407,8 @@ func (s siloRuntime) AskRemoteAsync(ctx context.Context, msg *Message, hops int,
 	s.rt.askRemoteAsync(ctx, msg, hops, done)
 }
 
-func (s siloRuntime) TryAskRemote(ctx context.Context, msg *Message, hops int, done func(*Message, error)) bool {
-	return s.rt.tryAskRemote(ctx, msg, hops, done)
+func (s siloRuntime) TryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
+	return s.rt.tryAskRemote(ctx, msg, hops, owned, done)
 }
 
 func (s siloRuntime) Rehome(ctx context.Context, keep func(key string) bool) error {

@@ -206,7 +206,7 @@ func TestTryAskRemote(t *testing.T) {
 	msg := func(text string) *Message {
 		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
 	}
-	if rt.tryAskRemote(t.Context(), msg("a"), 1, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*Message, error) { t.Error("done called") }) {
 		t.Fatal("taken without a live activation")
 	}
 	if _, err := rt.askRemote(t.Context(), msg("warm"), 1); err != nil {
@@ -214,7 +214,7 @@ func TestTryAskRemote(t *testing.T) {
 	}
 	got := make(chan *Message, 1)
 	m := msg("b")
-	if !rt.tryAskRemote(t.Context(), m, 1, func(r *Message, err error) {
+	if !rt.tryAskRemote(t.Context(), m, 1, false, func(r *Message, err error) {
 		if err != nil {
 			t.Error(err)
 		}
@@ -226,8 +226,37 @@ func TestTryAskRemote(t *testing.T) {
 	if r.GetMessage() != "b" || r.GetCorrelationId() != m.Id || r.GetKind() != KindResponse {
 		t.Fatalf("reply %v", r)
 	}
-	if rt.tryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, nil) {
+	if rt.tryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, false, nil) {
 		t.Fatal("a reserved message type was taken")
+	}
+}
+
+// TryAskRemote asks the placement for the owner unless the sender routed
+// with this silo's view (owned): a live activation whose address the
+// placement now routes elsewhere takes the request only then.
+func TestTryAskRemoteOwned(t *testing.T) {
+	p := &twoSilos{owner: "a", rts: map[string]*Runtime{}}
+	cfg := DefaultConfig()
+	cfg.Silo = "a"
+	cfg.silo.Placement = siloPlacement{p: p, self: "a"}
+	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
+	p.rts["a"] = rt
+	msg := func() *Message { return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c"} }
+	if _, err := rt.askRemote(t.Context(), msg(), 1); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	p.owner = "b" // a newer view, not yet swept: the activation is still live here
+	p.mu.Unlock()
+	if rt.tryAskRemote(t.Context(), msg(), 1, false, func(*Message, error) { t.Error("done called") }) {
+		t.Fatal("taken for an address the placement routes elsewhere")
+	}
+	got := make(chan error, 1)
+	if !rt.tryAskRemote(t.Context(), msg(), 1, true, func(_ *Message, err error) { got <- err }) {
+		t.Fatal("not taken with owned set")
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -37,7 +37,8 @@ type Runtime struct {
 	wheel     idleWheel // when each activation becomes idle (wheel.go)
 	idem      idemCache // see idempotency.go
 	deadlines deadline.Slots
-	live      sync.WaitGroup // one per activation not yet removed
+	lastTick  atomic.Pointer[tickContext] // see backgroundDeadline
+	live      sync.WaitGroup              // one per activation not yet removed
 	count     atomic.Int64
 
 	endMu sync.Mutex    // guards endCh
@@ -235,11 +236,11 @@ func (rt *Runtime) askFrom(ctx context.Context, t *turn, owner string, msg *Mess
 		}
 	}
 	env.ctx = ctx
-	id := ""
+	var replyID *string
 	if hops == 0 && msg.Topic == "" {
-		id, env.replyID = newIDPair(now)
+		replyID = &env.replyID
 	}
-	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0, id)
+	a, err := rt.prepare(ctx, t, owner, msg, now, hops == 0, replyID)
 	if err == nil && isSession(msg.To) {
 		err = errs.New(codes.InvalidArgument, "ask %s: client sessions take one-way messages and events only", msg.To)
 	}
@@ -260,7 +261,7 @@ func (rt *Runtime) askFrom(ctx context.Context, t *turn, owner string, msg *Mess
 			if silo != "" {
 				// ErrMoved: the placement did not deliver it, and a newer
 				// view moved the address: route it again.
-				r, err := rt.forward(ctx, silo, msg, hops)
+				r, err := rt.forward(ctx, silo, msg, hops, now)
 				if errors.Is(err, siloapi.ErrMoved) && i < maxReroutes {
 					a = nil
 					continue
@@ -316,7 +317,7 @@ func (rt *Runtime) tell(ctx context.Context, owner string, msg *Message, hops in
 
 // tellFrom is tell from turn t (nil: not from a turn).
 func (rt *Runtime) tellFrom(ctx context.Context, t *turn, owner string, msg *Message, hops int) error {
-	a, err := rt.prepare(ctx, t, owner, msg, time.Now().UnixNano(), hops == 0, "")
+	a, err := rt.prepare(ctx, t, owner, msg, time.Now().UnixNano(), hops == 0, nil)
 	if err != nil {
 		rt.refused(msg, err)
 		return err
@@ -337,9 +338,12 @@ func (rt *Runtime) tellFrom(ctx context.Context, t *turn, owner string, msg *Mes
 
 // prepare validates msg, resolves msg.To to its canonical form and, if stamp,
 // stamps the runtime's fields (id, call chain; a message forwarded by another
-// silo keeps them), with id if it is not empty. It returns msg.To's live
-// activation if there is one, to save deliver a lookup.
-func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool, id string) (*activation, error) {
+// silo keeps them). If replyID is not nil and msg is to be answered here
+// (its activation is live here, or there is no placement), the id of its
+// reply is made with msg's in one allocation and put in *replyID; a reply
+// from another silo comes with its own. It returns msg.To's live activation
+// if there is one, to save deliver a lookup.
+func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Message, now int64, stamp bool, replyID *string) (*activation, error) {
 	if rt.closing.Load() {
 		return nil, errShuttingDown
 	}
@@ -370,7 +374,9 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 	}
 	if (stamp && msg.Topic == "") || msg.Id == "" {
 		// A topic delivery keeps its published id.
-		if msg.Id = id; id == "" {
+		if replyID != nil && (a != nil || rt.cfg.silo.Placement == nil) {
+			msg.Id, *replyID = newIDPair(now)
+		} else {
 			msg.Id = newIDAt(now)
 		}
 	}

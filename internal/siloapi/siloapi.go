@@ -137,8 +137,10 @@ type Runtime interface {
 	// once: the transport calls it in the sender's order.
 	AskRemoteAsync(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error))
 	// TryAskRemote is AskRemote without a goroutine waiting for the reply,
-	// for a live activation only; false if it did nothing.
-	TryAskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error)) bool
+	// for a live activation only; false if it did nothing. owned says the
+	// sender routed msg with this silo's current view (which makes this
+	// silo msg.To's owner): the Placement is not asked again.
+	TryAskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool
 	// Rehome deactivates, after their current turn, the activations whose
 	// address keep rejects (the view moved them away).
 	Rehome(ctx context.Context, keep func(key string) bool) error
