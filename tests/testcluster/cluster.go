@@ -47,6 +47,13 @@ type Options struct {
 	// NoWait makes Start return once the processes are started, without
 	// waiting for them to be ready and to agree on the members.
 	NoWait bool
+	// StartConcurrency, if positive, starts the silos in a moving window
+	// of that many: silo i is started once silo i-StartConcurrency is
+	// ready (WaitReady), even with NoWait. A host that cannot run many
+	// silos starting at once (each taking its lease, joining the gossip
+	// group and loading its share) then does not starve the first ones
+	// of their lease renewals. Default 0: all are started at once.
+	StartConcurrency int
 	// A2A serves A2A on each silo (--a2a-addr Silo.A2AAddr).
 	A2A bool
 	// Netns runs each silo in a network namespace of its own, joined to a
@@ -220,7 +227,10 @@ func Start(tb TB, opts Options) *Cluster {
 		}
 		c.silos = append(c.silos, s)
 	}
-	for _, s := range c.silos {
+	for i, s := range c.silos {
+		if k := opts.StartConcurrency; k > 0 && i >= k {
+			c.WaitReady(i - k)
+		}
 		if err := s.start(); err != nil {
 			tb.Fatalf("testcluster: start %s: %v", s.Name, err)
 		}

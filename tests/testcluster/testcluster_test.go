@@ -2,6 +2,7 @@ package testcluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -219,4 +220,50 @@ func TestCheckDir(t *testing.T) {
 	if len(over) != 1 || over[0].A.Address != "B" {
 		t.Fatalf("overlaps %v, want B's only", over)
 	}
+}
+
+// TestStartConcurrency: with a window of 1, each silo is started only once
+// the one before it has joined the cluster (its log says so before the
+// next one's first line).
+func TestStartConcurrency(t *testing.T) {
+	c := Start(t, Options{Silos: 3, StartConcurrency: 1})
+	for i := 1; i < c.Len(); i++ {
+		joined := logTime(t, c.Silo(i-1).LogPath, `"joined the cluster"`)
+		started := logTime(t, c.Silo(i).LogPath, "=== testcluster ")
+		if !started.After(joined) {
+			t.Errorf("%s started at %v, before %s joined at %v", c.Silo(i).Name, started, c.Silo(i-1).Name, joined)
+		}
+	}
+}
+
+// logTime is the time of the first line of the log at path that contains
+// s: a harness line's, or a JSON line's "time".
+func logTime(t *testing.T, path, s string) time.Time {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if !strings.Contains(line, s) {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "=== testcluster "); ok {
+			ts, _, _ := strings.Cut(rest, ": ")
+			at, err := time.Parse(time.RFC3339Nano, ts)
+			if err != nil {
+				t.Fatalf("%s: %q: %v", path, line, err)
+			}
+			return at
+		}
+		var rec struct {
+			Time time.Time `json:"time"`
+		}
+		if err := json.Unmarshal([]byte(line), &rec); err != nil || rec.Time.IsZero() {
+			t.Fatalf("%s: %q: no time (%v)", path, line, err)
+		}
+		return rec.Time
+	}
+	t.Fatalf("%s has no line with %q", path, s)
+	return time.Time{}
 }
