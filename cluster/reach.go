@@ -32,7 +32,9 @@ import (
 // unreachable, deactivates its activations and marks itself drained.
 //
 // A cluster where every member reaches every other costs one probe per
-// member and join, and one etcd read per silo and round.
+// member and join, and one etcd read per silo and round (of the reports,
+// none then: the members' records are read only while some report this
+// silo).
 type reach struct {
 	r     *router
 	rt    func() siloapi.Runtime // the runtime, once built
@@ -131,9 +133,9 @@ func (x *reach) round(ctx context.Context) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, x.every+x.grace)
 	defer cancel()
-	reports, err := r.m.Reports(ctx)
-	if err != nil {
-		r.log.Debug("reports of unreachable members not read", "err", err)
+	reports, readErr := r.m.Reports(ctx)
+	if readErr != nil {
+		r.log.Debug("reports of unreachable members not read", "err", readErr)
 	}
 	reportedByOthers := map[incarnation]bool{}
 	for _, rep := range reports {
@@ -219,7 +221,7 @@ func (x *reach) round(ctx context.Context) {
 			r.log.Debug("report not cleared", "member", name, "err", err)
 		}
 	}
-	x.checkSelf(ctx)
+	x.checkSelf(ctx, reports, readErr)
 }
 
 // probe reports whether mi's peer port answers a runtime request within
@@ -250,14 +252,22 @@ func (x *reach) probe(ctx context.Context, mi membership.Member) bool {
 
 // checkSelf marks this silo unreachable when the others say so, and then
 // drains it: its sweep of the view that shows the mark deactivates every
-// activation (it owns none in it); once none is left, it says so.
-func (x *reach) checkSelf(ctx context.Context) {
+// activation (it owns none in it); once none is left, it says so. reports
+// are the round's reports (readErr: why they were not read); while none
+// is about this silo, nothing more is read.
+func (x *reach) checkSelf(ctx context.Context, reports []membership.Report, readErr error) {
 	r := x.r
 	if x.drained {
 		return
 	}
 	if !r.m.Unreachable() {
-		by, err := r.m.CheckUnreachable(ctx, x.grace)
+		var by []string
+		var err error
+		if readErr == nil {
+			by, err = r.m.CheckUnreachableSeen(ctx, x.grace, reports)
+		} else {
+			by, err = r.m.CheckUnreachable(ctx, x.grace)
+		}
 		if err != nil {
 			r.log.Debug("reports about this silo not checked", "err", err)
 		}

@@ -3,6 +3,7 @@ package membership
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -205,6 +206,27 @@ func (m *Membership) CheckUnreachable(ctx context.Context, wait time.Duration) (
 		return confirmed, err
 	}
 	return confirmed, nil
+}
+
+// CheckUnreachableSeen is CheckUnreachable for a caller that has just
+// read the reports (Reports): while none of them reports this silo under
+// its lease and no majority was seen before, there is nothing to count,
+// and it reads nothing from etcd. CheckUnreachable reads, with the reports
+// about this silo, every member's record: called by every silo at every
+// probe round, that is the whole member list per silo and round, N^2
+// records a round for the cluster. A report written after the caller's
+// read counts at the next call.
+func (m *Membership) CheckUnreachableSeen(ctx context.Context, wait time.Duration, reports []Report) ([]string, error) {
+	if m.unreach.Load() != reachable || m.lease == 0 {
+		return nil, nil
+	}
+	mine := int64(m.lease)
+	if m.unreachFrom == 0 && !slices.ContainsFunc(reports, func(r Report) bool {
+		return r.Member == m.cfg.Name && r.By != m.cfg.Name && r.Lease == mine
+	}) {
+		return nil, nil
+	}
+	return m.CheckUnreachable(ctx, wait)
 }
 
 // MarkDrained marks this silo's record, already Unreachable, Drained: it

@@ -118,3 +118,51 @@ func TestUnreachableMarking(t *testing.T) {
 	}
 	notFenced(t, a, b, c)
 }
+
+// CheckUnreachableSeen reads etcd only when the reports given name the
+// silo under its lease (a cancelled context makes any read fail).
+func TestCheckUnreachableSeen(t *testing.T) {
+	verifyNoLeaks(t)
+	e := etcdtest.Start(t)
+	cli := e.Client(t)
+	a := newTestMember(t, cli, "silo-a", 0)
+	defer a.Close()
+	b := newTestMember(t, cli, "silo-b", 0, a.Self().GossipAddr)
+	defer b.Close()
+	waitMembers(t, []*Membership{a, b}, "silo-a", "silo-b")
+	done, cancel := context.WithCancel(t.Context())
+	cancel()
+	old := Report{Member: "silo-a", By: "silo-b", Lease: a.Self().LeaseID + 1}
+	for _, reports := range [][]Report{nil, {{Member: "silo-b", By: "silo-a", Lease: b.Self().LeaseID}}, {old}} {
+		if by, err := a.CheckUnreachableSeen(done, 0, reports); by != nil || err != nil {
+			t.Errorf("reports %v: %v, %v; want nothing read", reports, by, err)
+		}
+	}
+	if _, err := a.CheckUnreachableSeen(done, 0, []Report{{Member: "silo-a", By: "silo-b", Lease: a.Self().LeaseID}}); err == nil {
+		t.Error("a report about the silo: nothing read, want the reports and records read (an error on a cancelled context)")
+	}
+	// The reports read, as CheckUnreachable counts them: one other of one
+	// reports a, first seen, then confirmed.
+	mi, _ := b.View().Member("silo-a")
+	for range 2 {
+		if err := b.ReportUnreachable(t.Context(), mi); err != nil {
+			t.Fatal(err)
+		}
+		reports, err := a.Reports(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		by, err := a.CheckUnreachableSeen(t.Context(), 0, reports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if by != nil {
+			if !slices.Equal(by, []string{"silo-b"}) || !a.Unreachable() {
+				t.Fatalf("marked by %v (unreachable %t), want silo-b", by, a.Unreachable())
+			}
+			notFenced(t, a, b)
+			return
+		}
+	}
+	t.Fatal("not marked on a confirmed report of the only other member")
+}
