@@ -145,7 +145,9 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 // newer view moved elsewhere on to its owner rather than into an
 // activation about to end, whose queued messages would follow it there.
 func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
-	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) || !rt.serving() {
+	// Whether the silo serves is not asked here: the turn asks, as every
+	// turn does, before it runs (activation.handle).
+	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) {
 		return false
 	}
 	a := rt.dir.get(msg.To)
