@@ -32,11 +32,12 @@ func (s *Silo) newDirectory(info *clusterInfo) (*directory.Directory, error) {
 	if s.cfg.DirectoryRefresh > 0 {
 		cfg.Refresh = s.cfg.DirectoryRefresh
 	}
+	var cache peerTypes
 	cfg.Types = func(ctx context.Context) ([]grain.TypeInfo, error) {
 		if info.rt == nil {
 			return nil, nil
 		}
-		types, err := info.Types(ctx)
+		types, err := info.directoryTypes(ctx, &cache)
 		return typeInfos(types), err
 	}
 	cfg.Owns = func(name string) bool {
