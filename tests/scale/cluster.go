@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,6 +184,9 @@ func runCluster(ctx context.Context, o opts) error {
 	// are due in a day (held, not fired).
 	fire := min(o.fire, o.reminders)
 	margin := 30*time.Second + time.Duration(o.silos)*time.Second
+	if o.first > 0 {
+		margin = o.first
+	}
 	first := time.Now().Add(margin)
 	addr := func(i int) grain.Address {
 		if i < fire {
@@ -207,7 +212,8 @@ func runCluster(ctx context.Context, o opts) error {
 	var h harness
 	var closeH func()
 	if o.mode == "procs" {
-		h, closeH, err = startProcs(ctx, o.silos, etcd.endpoint, prefix, o.leaseTTL)
+		defer testcluster.Cleanup() // the binaries, after the silos (closeH)
+		h, closeH, err = startProcs(ctx, o.silos, o.window, etcd.endpoint, prefix, o.leaseTTL)
 	} else {
 		h, closeH, err = startInproc(ctx, o.silos, etcd.endpoint, prefix, o.leaseTTL)
 	}
@@ -261,6 +267,7 @@ func runCluster(ctx context.Context, o opts) error {
 		wg.Wait()
 	}
 	activate()
+	quietFrom := time.Now()
 	emit(row{Bench: "scale-agents", N: o.agents, Median: float64(o.agents) / time.Since(t0).Seconds(), Unit: "asks/s",
 		Note: fmt.Sprintf("activating; %d failed %v", failed.Load(), firstErr.Load())})
 
@@ -281,23 +288,61 @@ func runCluster(ctx context.Context, o opts) error {
 	}
 	emit(row{Bench: "scale-silo-goroutines", N: h.n(), Median: median(gors), Unit: "goroutines", Note: fmt.Sprintf("%s; max %.0f", o.mode, slices.Max(gors))})
 
-	// etcd at idle.
-	r0, err := etcd.requests()
+	// etcd and the silos' CPU at idle.
+	r0, err := etcd.requestsByMethod()
 	if err != nil {
 		return err
 	}
+	c0 := cpuTimes(h)
 	select {
 	case <-time.After(idle):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	r1, err := etcd.requests()
+	c1 := cpuTimes(h)
+	r1, err := etcd.requestsByMethod()
 	if err != nil {
 		return err
 	}
-	rate := (r1 - r0) / idle.Seconds()
+	rate, byMethod := rates(r0, r1, idle)
 	emit(row{Bench: "scale-etcd-idle", N: h.n(), Median: rate, Unit: "req/s",
-		Note: fmt.Sprintf("gRPC messages etcd received over %v (keep-alives, reads, watch requests): %.2f/s per silo; 1,000 silos at that rate: %.0f/s", idle, rate/float64(h.n()), rate/float64(h.n())*1000)})
+		Note: fmt.Sprintf("gRPC messages etcd received over %v: %.2f/s per silo; 1,000 silos at that rate: %.0f/s; by method: %s", idle, rate/float64(h.n()), rate/float64(h.n())*1000, byMethod)})
+	if c0 != nil && c1 != nil {
+		var cpus []float64
+		total := 0.0
+		for i := range c0 {
+			if c1[i] >= c0[i] {
+				cpus = append(cpus, (c1[i]-c0[i])/idle.Seconds()*100)
+				total += (c1[i] - c0[i]) / idle.Seconds()
+			}
+		}
+		if len(cpus) > 0 {
+			emit(row{Bench: "scale-silo-idle-cpu", N: len(cpus), Median: median(cpus), Unit: "% of a core",
+				Note: fmt.Sprintf("each silo's user+system CPU over %v at idle (/proc/<pid>/stat); max %.2f; all silos %.2f cores", idle, slices.Max(cpus), total)})
+		}
+	}
+	if o.quiet > 0 {
+		// The peer transport closes a stream that carried nothing for its
+		// idle timeout (checked as often): after it, the silos hold only
+		// the peers that still talk (reminders firing on another silo's
+		// agents).
+		wait := time.Until(quietFrom.Add(o.quiet))
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		heaps, gors = heaps[:0], gors[:0]
+		for _, i := range all {
+			hp, g, err := h.perSilo(ctx, i)
+			if err != nil {
+				return err
+			}
+			heaps, gors = append(heaps, hp/(1<<20)), append(gors, g)
+		}
+		emit(row{Bench: "scale-silo-goroutines-quiet", N: h.n(), Median: median(gors), Unit: "goroutines",
+			Note: fmt.Sprintf("%s; %v after the agents were activated; max %.0f; heap %.1f MiB median, %.1f max", o.mode, time.Since(quietFrom).Round(time.Second), slices.Max(gors), median(heaps), slices.Max(heaps))})
+	}
 
 	names := make([]string, h.n())
 	for i := range names {
@@ -335,9 +380,9 @@ func runCluster(ctx context.Context, o opts) error {
 		return err
 	}
 	stopped := time.Since(t0)
-	d, ok := waitUntil(ctx, time.Minute, members(rest))
-	emit(row{Bench: "scale-view-leave", N: h.n(), Median: float64((stopped + d).Milliseconds()), Unit: "ms",
-		Note: fmt.Sprintf("graceful stop (%v) then every silo's view without it; converged %t", stopped.Round(time.Millisecond), ok)})
+	seen, ok := converge(ctx, h, rest, t0)
+	emit(row{Bench: "scale-view-leave", N: h.n(), Median: ms(slices.Max(seen)), Unit: "ms",
+		Note: fmt.Sprintf("graceful stop (%v) then every silo's view without it (the last silo's; the median silo's %.0f ms); converged %t", stopped.Round(time.Millisecond), ms(medianDur(seen)), ok)})
 	emit(row{Bench: "scale-moved-leave", N: h.n(), Median: onLast, Unit: "agents",
 		Note: fmt.Sprintf("activations the leaving silo held (placement: %d of %d, ideal 1/N %d); reminders moved by placement: %d of %d (ideal %d)",
 			movedAgents(names, names[:last]), o.agents, o.agents/h.n(), movedReminders(names, names[:last]), o.reminders, o.reminders/h.n())})
@@ -354,9 +399,9 @@ func runCluster(ctx context.Context, o opts) error {
 		return err
 	}
 	started := time.Since(t0)
-	d, ok = waitUntil(ctx, time.Minute, members(all))
-	emit(row{Bench: "scale-view-join", N: h.n(), Median: float64((started + d).Milliseconds()), Unit: "ms",
-		Note: fmt.Sprintf("start (%v, to ready) then every silo's view with it; converged %t", started.Round(time.Millisecond), ok)})
+	seen, ok = converge(ctx, h, all, t0)
+	emit(row{Bench: "scale-view-join", N: h.n(), Median: ms(slices.Max(seen)), Unit: "ms",
+		Note: fmt.Sprintf("start (%v, to ready) then every silo's view with it (the last silo's; the median silo's %.0f ms); converged %t", started.Round(time.Millisecond), ms(medianDur(seen)), ok)})
 	var after float64
 	_, swept := waitUntil(ctx, 30*time.Second, func() bool {
 		after, _ = sumOver(ctx, h, rest, "agentsilo_activations", echo)
@@ -449,4 +494,120 @@ func writeHeapProfile(path string) error {
 	defer f.Close()
 	runtime.GC()
 	return pprof.Lookup("heap").WriteTo(f, 0)
+}
+
+// pider is a harness of processes.
+type pider interface{ pid(i int) int }
+
+// clockTicks is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on
+// Linux).
+const clockTicks = 100
+
+// cpuTimes is each silo's user+system CPU so far, in seconds (from
+// /proc/<pid>/stat); nil for silos in this process or off Linux.
+func cpuTimes(h harness) []float64 {
+	p, ok := h.(pider)
+	if !ok {
+		return nil
+	}
+	out := make([]float64, h.n())
+	for i := range out {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.pid(i)))
+		if err != nil {
+			return nil
+		}
+		// The fields after the command's closing parenthesis: state is
+		// the first (field 3), utime and stime fields 14 and 15.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return nil
+		}
+		u, err1 := strconv.ParseFloat(f[11], 64)
+		s, err2 := strconv.ParseFloat(f[12], 64)
+		if err1 != nil || err2 != nil {
+			return nil
+		}
+		out[i] = (u + s) / clockTicks
+	}
+	return out
+}
+
+// rates is the total rate between two counts by method, and the methods
+// by rate, highest first.
+func rates(from, to map[string]float64, over time.Duration) (float64, string) {
+	type mr struct {
+		m string
+		r float64
+	}
+	var all []mr
+	total := 0.0
+	for m, v := range to {
+		r := (v - from[m]) / over.Seconds()
+		total += r
+		if r > 0 {
+			all = append(all, mr{m, r})
+		}
+	}
+	slices.SortFunc(all, func(a, b mr) int { return cmp.Compare(b.r, a.r) })
+	var parts []string
+	for _, x := range all {
+		parts = append(parts, fmt.Sprintf("%s %.2f/s", x.m, x.r))
+	}
+	return total, strings.Join(parts, ", ")
+}
+
+// converge polls the silos in live (8 at a time) until each has shown a
+// view of len(live) members, for at most a minute, and returns when each
+// first showed it, since t0 (a minute for one that did not), and whether
+// all did.
+func converge(ctx context.Context, h harness, live []int, t0 time.Time) ([]time.Duration, bool) {
+	seen := make([]time.Duration, len(live))
+	left := len(live)
+	for left > 0 && time.Since(t0) < time.Minute && ctx.Err() == nil {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for k, i := range live {
+			if seen[k] != 0 {
+				continue
+			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				text, err := h.metrics(ctx, i)
+				if err != nil {
+					return
+				}
+				if v, _ := metric(text, "agentsilo_view_members", ""); int(v) == len(live) {
+					at := time.Since(t0)
+					mu.Lock()
+					seen[k] = at
+					left--
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		if left > 0 {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	}
+	for k := range seen {
+		if seen[k] == 0 {
+			seen[k] = time.Minute
+		}
+	}
+	return seen, left == 0
+}
+
+func ms(d time.Duration) float64 { return float64(d.Milliseconds()) }
+
+func medianDur(ds []time.Duration) time.Duration {
+	xs := slices.Clone(ds)
+	slices.Sort(xs)
+	return xs[len(xs)/2]
 }

@@ -39,23 +39,18 @@ func startEtcd(ctx context.Context, dir string) (*etcdServer, error) {
 	return &etcdServer{Running: r, client: r.Client(), endpoint: r.Endpoint()}, nil
 }
 
-// requests reads etcd's count of gRPC messages received (unary requests,
-// and each message on a stream: lease keep-alives, watch creations) from
-// its metrics endpoint.
-func (e *etcdServer) requests() (float64, error) {
+// requestsByMethod is etcd's count of gRPC messages received (unary
+// requests, and each message on a stream: lease keep-alives, watch
+// creations) from its metrics endpoint, by method
+// (LeaseKeepAlive, Range, Watch, ...).
+func (e *etcdServer) requestsByMethod() (map[string]float64, error) {
 	resp, err := http.Get(e.endpoint + "/metrics")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
-	return sumMetric(resp, "grpc_server_msg_received_total")
-}
-
-// sumMetric sums every sample of the counter or gauge name in a
-// Prometheus text exposition.
-func sumMetric(resp *http.Response, name string) (float64, error) {
-	var sum float64
-	found := false
+	const name = "grpc_server_msg_received_total{"
+	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
@@ -63,23 +58,21 @@ func sumMetric(resp *http.Response, name string) (float64, error) {
 		if !strings.HasPrefix(line, name) {
 			continue
 		}
-		rest := line[len(name):]
-		if rest == "" || (rest[0] != ' ' && rest[0] != '{') {
+		_, rest, ok := strings.Cut(line, `grpc_method="`)
+		if !ok {
 			continue
 		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
+		method, _, _ := strings.Cut(rest, `"`)
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			out[method] += v
 		}
-		sum += v
-		found = true
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	if !found {
-		return 0, fmt.Errorf("no metric %s", name)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no metric %s", name)
 	}
-	return sum, nil
+	return out, nil
 }

@@ -50,6 +50,9 @@ type opts struct {
 	cpuprofile string
 	memprofile string
 	leaseTTL   time.Duration
+	window     int
+	first      time.Duration
+	quiet      time.Duration
 }
 
 func main() {
@@ -64,6 +67,9 @@ func main() {
 	flag.StringVar(&o.period, "period", "1m", "procs and inproc modes: the seeded reminders' period (they fire, spread over it)")
 	flag.StringVar(&o.idle, "idle", "10s", "procs and inproc modes: how long etcd's requests are counted at idle")
 	flag.DurationVar(&o.leaseTTL, "lease-ttl", 0, "procs and inproc modes: the silos' --lease-ttl (0: their default, 2 s, which a 2-core machine running 100 silos cannot renew in time)")
+	flag.DurationVar(&o.first, "first", 0, "procs and inproc modes: the firing reminders' first ticks are spread over the -period after this long from the seeding (0: 30 s plus 1 s per silo; a start in waves takes longer, and ticks due before a silo loads its reminders fire late)")
+	flag.IntVar(&o.window, "start-concurrency", 0, "procs mode: start the silos this many at a time (silo i once silo i-k is ready); 0: all at once")
+	flag.DurationVar(&o.quiet, "quiet", 0, "procs and inproc modes: also measure goroutines and heap per silo this long after the agents were activated (the peer transport closes streams idle for 1 min, checked every minute: 2m10s sees them closed); 0: not")
 	flag.StringVar(&o.memprofile, "memprofile", "", "inproc mode: a heap profile of the process once the agents are active, to this file")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "reminders mode: CPU profile of the view changes, to this file")
 	flag.Parse()

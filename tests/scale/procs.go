@@ -19,9 +19,10 @@ type procs struct {
 	http *http.Client
 }
 
-// startProcs starts n silo processes on the etcd at endpoint. The closer
-// kills them.
-func startProcs(ctx context.Context, n int, endpoint, prefix string, leaseTTL time.Duration) (harness, func(), error) {
+// startProcs starts n silo processes on the etcd at endpoint, window at
+// a time if window is positive (testcluster's StartConcurrency). The
+// closer kills them.
+func startProcs(ctx context.Context, n, window int, endpoint, prefix string, leaseTTL time.Duration) (harness, func(), error) {
 	var args []string
 	if leaseTTL > 0 {
 		args = append(args, "--lease-ttl", leaseTTL.String())
@@ -31,7 +32,7 @@ func startProcs(ctx context.Context, n int, endpoint, prefix string, leaseTTL ti
 	finished := make(chan bool, 1)
 	go func() {
 		finished <- testcluster.Run(ctx, func(tb testcluster.TB) {
-			c := testcluster.Start(tb, testcluster.Options{Silos: n, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, Args: args, WaitTimeout: 5 * time.Minute})
+			c := testcluster.Start(tb, testcluster.Options{Silos: n, EtcdEndpoints: []string{endpoint}, EtcdPrefix: prefix, Args: args, WaitTimeout: 5 * time.Minute, StartConcurrency: window})
 			ready <- &procs{c: c, cl: c.Client(tb), http: &http.Client{Timeout: 10 * time.Second}}
 			<-done
 		})
@@ -46,6 +47,7 @@ func startProcs(ctx context.Context, n int, endpoint, prefix string, leaseTTL ti
 
 func (p *procs) n() int            { return p.c.Len() }
 func (p *procs) name(i int) string { return p.c.Silo(i).Name }
+func (p *procs) pid(i int) int     { return p.c.PID(i) }
 
 func (p *procs) metrics(ctx context.Context, i int) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.c.Silo(i).HTTPAddr+"/metrics", nil)
