@@ -12,7 +12,9 @@
 //     build) with -agents agents and -r reminders: per-silo heap and
 //     goroutines, etcd requests/s at idle, the time for every silo to see
 //     a join and a leave, agents and reminders moved by them, and reminder
-//     lateness.
+//     lateness; with -start-concurrency the processes start in a moving
+//     window, and with -quiet goroutines and heap are measured again once
+//     idle peer streams are closed.
 //   - inproc: the same with -silos silos in this process, on real gRPC
 //     transports over loopback (for 100 silos, more than 2 cores run as
 //     processes).
