@@ -5,65 +5,17 @@ import (
 	"testing"
 
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
-
-// fill sets every field of m, nested messages included, to a value that
-// is not zero.
-func fill(m protoreflect.Message) {
-	fields := m.Descriptor().Fields()
-	for i := range fields.Len() {
-		fd := fields.Get(i)
-		switch {
-		case fd.IsList():
-			l := m.Mutable(fd).List()
-			if fd.Kind() == protoreflect.MessageKind {
-				e := l.NewElement()
-				fill(e.Message())
-				l.Append(e)
-			} else {
-				l.Append(scalar(fd))
-			}
-		case fd.IsMap():
-			m.Mutable(fd).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
-		case fd.Kind() == protoreflect.MessageKind:
-			fill(m.Mutable(fd).Message())
-		default:
-			m.Set(fd, scalar(fd))
-		}
-	}
-}
-
-func scalar(fd protoreflect.FieldDescriptor) protoreflect.Value {
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString("x")
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	case protoreflect.BytesKind:
-		return protoreflect.ValueOfBytes([]byte("x"))
-	case protoreflect.DoubleKind:
-		return protoreflect.ValueOfFloat64(1.5)
-	case protoreflect.EnumKind:
-		return protoreflect.ValueOfEnum(1)
-	case protoreflect.Uint32Kind:
-		return protoreflect.ValueOfUint32(7)
-	case protoreflect.Uint64Kind:
-		return protoreflect.ValueOfUint64(7)
-	case protoreflect.Int32Kind:
-		return protoreflect.ValueOfInt32(7)
-	}
-	return protoreflect.ValueOfInt64(7)
-}
 
 // TestTypesCarryEveryField: each SDK type, converted from a wire message
 // whose every field is set, has every field set, and has as many fields as
 // the message: a field added to the wire and not to the SDK, or dropped by
 // a conversion, fails here.
 func TestTypesCarryEveryField(t *testing.T) {
-	full := func(m proto.Message) proto.Message { fill(m.ProtoReflect()); return m }
+	full := func(m proto.Message) proto.Message { testutil.FillProto(t, m.ProtoReflect()); return m }
 	cases := []struct {
 		wire proto.Message
 		sdk  func(proto.Message) any

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // copyMessage copies every field the message type declares (a field added
@@ -15,62 +16,23 @@ import (
 func TestCopyMessageCopiesEveryField(t *testing.T) {
 	m := &grain.Message{}
 	r := m.ProtoReflect()
-	fields := r.Descriptor().Fields()
-	for i := range fields.Len() {
-		f := fields.Get(i)
-		switch {
-		case f.IsMap():
-			r.Mutable(f).Map().Set(protoreflect.ValueOfString("k").MapKey(), protoreflect.ValueOfString("v"))
-		case f.IsList():
-			r.Mutable(f).List().Append(protoreflect.ValueOfString("f"))
-		case f.Kind() == protoreflect.MessageKind:
-			sub := r.Mutable(f).Message()
-			sf := sub.Descriptor().Fields()
-			for j := range sf.Len() {
-				sub.Set(sf.Get(j), nonZero(t, sf.Get(j)))
-			}
-		default:
-			r.Set(f, nonZero(t, f))
-		}
-	}
+	testutil.FillProto(t, r)
 	r.SetUnknown(protoreflect.RawFields{0xf8, 0x01, 0x01}) // field 31, varint 1
 	c := copyMessage(m)
 	if !proto.Equal(c, m) {
 		t.Fatalf("copy differs:\n%v\n%v", c, m)
 	}
+	orig := proto.Clone(m)
 	c.Data[0]++
 	c.Files[0] = "g"
-	c.State["k"] = "w"
+	for k := range c.State {
+		c.State[k] = "w"
+	}
 	c.Deadline.Seconds++
-	if m.Data[0] == c.Data[0] || m.Files[0] != "f" || m.State["k"] != "v" || m.Deadline.Seconds == c.Deadline.Seconds {
+	if !proto.Equal(m, orig) {
 		t.Fatalf("the copy shares its parts with the original: %v", m)
 	}
 	if c := copyMessage(nil); c == nil || !proto.Equal(c, &grain.Message{}) {
 		t.Fatalf("a copy of nil: %v", c)
 	}
-}
-
-// nonZero is a value of f's kind that is not its zero.
-func nonZero(t *testing.T, f protoreflect.FieldDescriptor) protoreflect.Value {
-	t.Helper()
-	switch f.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString(string(f.Name()))
-	case protoreflect.BytesKind:
-		return protoreflect.ValueOfBytes([]byte(f.Name()))
-	case protoreflect.EnumKind:
-		return protoreflect.ValueOfEnum(1)
-	case protoreflect.Uint32Kind:
-		return protoreflect.ValueOfUint32(7)
-	case protoreflect.Int32Kind:
-		return protoreflect.ValueOfInt32(7)
-	case protoreflect.Uint64Kind:
-		return protoreflect.ValueOfUint64(7)
-	case protoreflect.Int64Kind:
-		return protoreflect.ValueOfInt64(7)
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	}
-	t.Fatalf("field %s: add its kind %s to nonZero", f.FullName(), f.Kind())
-	return protoreflect.Value{}
 }
