@@ -205,10 +205,12 @@ func TestClusterRollingRestart(t *testing.T) {
 	c.CheckJournal()
 }
 
-// TestClusterPartition: a silo cut off from its peers (not from etcd) is
-// declared dead and fences itself; the survivors take over its agents. The
-// silo process starts its silo again under a new lease by itself (the
-// in-process cut ends with the fenced silo), and it rejoins.
+// TestClusterPartition: a silo cut off from its peers (not from etcd)
+// leaves the cluster, and the survivors take over its agents, by whichever
+// comes first: gossip declares it dead and it fences itself, or the others
+// report its peer port unreachable and it drains itself. The silo process
+// starts its silo again under a new lease by itself (the in-process cut
+// ends with the silo), and it rejoins.
 func TestClusterPartition(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3})
 	addrs := journalAddrs("part", 60)
@@ -216,8 +218,13 @@ func TestClusterPartition(t *testing.T) {
 	const victim = 2
 	pid := c.PID(victim)
 	c.Partition(victim, true)
-	c.WaitLog(victim, `"msg":"fenced"`)
 	c.WaitLog(victim, `"incarnation":1`)
+	fenced := c.LogContains(victim, `"msg":"fenced"`)
+	drained := c.LogContains(victim, `"err":"unreachable: `)
+	if !fenced && !drained {
+		t.Fatalf("%s started again with neither a fence nor an unreachable drain in its log", c.Silo(victim).Name)
+	}
+	t.Logf("%s left by: fenced %v, drained as unreachable %v", c.Silo(victim).Name, fenced, drained)
 	c.Partition(victim, false) // the new silo is not cut off: marks it Live
 	c.WaitMembers(c.Len())
 	c.WaitOwners(addrs...)

@@ -240,6 +240,17 @@ func (c *Cluster) WaitOwners(addrs ...string) {
 	}
 }
 
+// LogContains reports whether silo i's log has a line containing s now
+// (all its incarnations: the process's log is one file).
+func (c *Cluster) LogContains(i int, s string) bool {
+	c.tb.Helper()
+	b, err := os.ReadFile(c.Silo(i).LogPath)
+	if err != nil {
+		c.tb.Fatalf("testcluster: %v", err)
+	}
+	return strings.Contains(string(b), s)
+}
+
 // WaitLog waits until silo i's log (across its processes) has a line that
 // contains s, and returns the first such line.
 func (c *Cluster) WaitLog(i int, s string) string {
