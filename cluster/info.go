@@ -169,28 +169,50 @@ func (c clusterInfo) Agents(ctx context.Context, typeName string) ([]*agentsilov
 // two silos disagree about a type (a rolling upgrade), this silo's wins,
 // then the first silo's by name.
 func (c clusterInfo) Types(ctx context.Context) ([]*agentsilov1.AgentType, error) {
+	bySilo := make(map[string][]*agentsilov1.AgentType)
+	err := c.askPeers(ctx, msgTypes, "", func(silo string, reply *agentsilov1.AgentMessage) error {
+		types, err := decodeTypes(reply)
+		bySilo[silo] = types
+		return err
+	})
+	return c.mergeTypes(bySilo), err
+}
+
+// decodeTypes reads a silo's answer to msgTypes.
+func decodeTypes(reply *agentsilov1.AgentMessage) ([]*agentsilov1.AgentType, error) {
+	var l agentsilov1.ListTypesResponse
+	if err := proto.Unmarshal(reply.GetData(), &l); err != nil {
+		return nil, err
+	}
+	return l.GetTypes(), nil
+}
+
+// mergeTypes is the union of this silo's types and the other silos'
+// (bySilo), sorted by name: where two disagree about a type, this silo's
+// wins, then the first silo's by name.
+func (c clusterInfo) mergeTypes(bySilo map[string][]*agentsilov1.AgentType) []*agentsilov1.AgentType {
 	byName := make(map[string]*agentsilov1.AgentType)
 	for _, t := range c.rt.Registry().Types() {
 		byName[t.Name] = t.Proto()
 	}
-	err := c.askPeers(ctx, msgTypes, "", func(_ string, reply *agentsilov1.AgentMessage) error {
-		var l agentsilov1.ListTypesResponse
-		if err := proto.Unmarshal(reply.GetData(), &l); err != nil {
-			return err
-		}
-		for _, t := range l.GetTypes() {
+	silos := make([]string, 0, len(bySilo))
+	for silo := range bySilo {
+		silos = append(silos, silo)
+	}
+	sort.Strings(silos)
+	for _, silo := range silos {
+		for _, t := range bySilo[silo] {
 			if _, ok := byName[t.GetName()]; !ok {
 				byName[t.GetName()] = t
 			}
 		}
-		return nil
-	})
+	}
 	out := make([]*agentsilov1.AgentType, 0, len(byName))
 	for _, t := range byName {
 		out = append(out, t)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
-	return out, err
+	return out
 }
 
 // peerTypes holds the types other silos listed, by incarnation, for the
@@ -227,14 +249,12 @@ func (c clusterInfo) directoryTypes(ctx context.Context, cache *peerTypes) ([]*a
 	if cache.by == nil {
 		cache.by = make(map[incarnation]peerTypesAnswer)
 	}
-	in := make(map[incarnation]bool, len(st.view.Members))
 	lease := make(map[string]int64, len(st.view.Members))
 	for _, mi := range st.view.Members {
-		in[incarnation{mi.Name, mi.LeaseID}] = true
 		lease[mi.Name] = mi.LeaseID
 	}
 	for inc := range cache.by {
-		if !in[inc] {
+		if id, ok := lease[inc.name]; !ok || id != inc.lease {
 			delete(cache.by, inc)
 		}
 	}
@@ -248,39 +268,22 @@ func (c clusterInfo) directoryTypes(ctx context.Context, cache *peerTypes) ([]*a
 		defer cache.mu.Unlock()
 		return stale(mi)
 	}, msgTypes, "", nil, func(silo string, reply *agentsilov1.AgentMessage) error {
-		var l agentsilov1.ListTypesResponse
-		if err := proto.Unmarshal(reply.GetData(), &l); err != nil {
+		types, err := decodeTypes(reply)
+		if err != nil {
 			return err
 		}
 		cache.mu.Lock()
-		cache.by[incarnation{silo, lease[silo]}] = peerTypesAnswer{at: now, types: l.GetTypes()}
+		cache.by[incarnation{silo, lease[silo]}] = peerTypesAnswer{at: now, types: types}
 		cache.mu.Unlock()
 		return nil
 	})
-	byName := make(map[string]*agentsilov1.AgentType)
-	for _, t := range c.rt.Registry().Types() {
-		byName[t.Name] = t.Proto()
-	}
-	names := make([]string, 0, len(lease))
-	for name := range lease {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+	bySilo := make(map[string][]*agentsilov1.AgentType, len(lease))
 	cache.mu.Lock()
-	for _, name := range names {
-		for _, t := range cache.by[incarnation{name, lease[name]}].types {
-			if _, ok := byName[t.GetName()]; !ok {
-				byName[t.GetName()] = t
-			}
-		}
+	for name, id := range lease {
+		bySilo[name] = cache.by[incarnation{name, id}].types
 	}
 	cache.mu.Unlock()
-	out := make([]*agentsilov1.AgentType, 0, len(byName))
-	for _, t := range byName {
-		out = append(out, t)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
-	return out, err
+	return c.mergeTypes(bySilo), err
 }
 
 // deactivateNotActive is the reply to msgDeactivate from a silo on which
