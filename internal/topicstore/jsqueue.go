@@ -34,9 +34,9 @@ func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []st
 			opts[i] = []jetstream.PublishOpt{jetstream.WithMsgID(ids[i])}
 		}
 	}
-	errs, err := s.publishEach(ctx, msgs, opts)
+	refused, err := s.publishEach(ctx, msgs, opts)
 	ok = make([]bool, len(msgs))
-	for i, e := range errs {
+	for i, e := range refused {
 		ok[i] = e == nil
 		if e != nil && err == nil {
 			err = s.fail(ctx, e, "write %s", msgs[i].Subject)
@@ -46,18 +46,18 @@ func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []st
 }
 
 // publishEach writes msgs asynchronously, msgs[i] with opts[i], and waits
-// for their acknowledgements: errs[i] is msgs[i]'s refusal (nil: it is
+// for their acknowledgements: refused[i] is msgs[i]'s refusal (nil: it is
 // durable). err is set if the waiting was cut short (the server did not
 // answer in time, ctx ended, the connection refused): then the messages
-// without an answer have a non-nil errs[i] too.
-func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts [][]jetstream.PublishOpt) (errs []error, err error) {
-	errs = make([]error, len(msgs))
+// without an answer have a non-nil refused[i] too.
+func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts [][]jetstream.PublishOpt) (refused []error, err error) {
+	refused = make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, perr := s.js.PublishMsgAsync(m, opts[i]...)
 		if perr != nil {
 			for j := i; j < len(msgs); j++ {
-				errs[j] = perr
+				refused[j] = perr
 			}
 			err = s.fail(ctx, perr, "write %s", m.Subject)
 			break
@@ -70,24 +70,24 @@ func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts
 		if f == nil {
 			break
 		}
-		if err != nil && errs[i] == nil {
-			errs[i] = err
+		if err != nil && refused[i] == nil {
+			refused[i] = err
 			continue
 		}
 		select {
 		case <-f.Ok():
 			s.writes.Add(1)
 		case e := <-f.Err():
-			errs[i] = e
+			refused[i] = e
 		case <-t.C:
 			err = s.fail(ctx, errors.New("no acknowledgement in time"), "write %s", msgs[i].Subject)
-			errs[i] = err
+			refused[i] = err
 		case <-ctx.Done():
 			err = s.fail(ctx, ctx.Err(), "write %s", msgs[i].Subject)
-			errs[i] = err
+			refused[i] = err
 		}
 	}
-	return errs, err
+	return refused, err
 }
 
 func (s *JetStreamStore) qSubject(id, key string) string {
@@ -199,7 +199,7 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 // to 32 reads in flight at once.
 func (s *JetStreamStore) firsts(ctx context.Context, items []*Item) ([]string, error) {
 	firsts := make([]string, len(items))
-	errs := make([]error, len(items))
+	failed := make([]error, len(items))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 32)
 	for i, it := range items {
@@ -215,11 +215,11 @@ func (s *JetStreamStore) firsts(ctx context.Context, items []*Item) ([]string, e
 			if found {
 				firsts[i] = string(e.Value())
 			}
-			errs[i] = err
+			failed[i] = err
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
+	for _, err := range failed {
 		if err != nil {
 			return nil, err
 		}
