@@ -272,13 +272,9 @@ func runCluster(ctx context.Context, o opts) error {
 		Note: fmt.Sprintf("activating; %d failed %v", failed.Load(), firstErr.Load())})
 
 	// Per silo, settled.
-	var heaps, gors []float64
-	for _, i := range all {
-		hp, g, err := h.perSilo(ctx, i)
-		if err != nil {
-			return err
-		}
-		heaps, gors = append(heaps, hp/(1<<20)), append(gors, g)
+	heaps, gors, err := perSiloAll(ctx, h, all)
+	if err != nil {
+		return err
 	}
 	emit(row{Bench: "scale-silo-heap", N: h.n(), Median: median(heaps), Unit: "MiB", Note: fmt.Sprintf("%s; max %.1f; %d agents, %d reminders over the silos", o.mode, slices.Max(heaps), o.agents, o.reminders)})
 	if o.memprofile != "" && o.mode == "inproc" {
@@ -332,13 +328,8 @@ func runCluster(ctx context.Context, o opts) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		heaps, gors = heaps[:0], gors[:0]
-		for _, i := range all {
-			hp, g, err := h.perSilo(ctx, i)
-			if err != nil {
-				return err
-			}
-			heaps, gors = append(heaps, hp/(1<<20)), append(gors, g)
+		if heaps, gors, err = perSiloAll(ctx, h, all); err != nil {
+			return err
 		}
 		emit(row{Bench: "scale-silo-goroutines-quiet", N: h.n(), Median: median(gors), Unit: "goroutines",
 			Note: fmt.Sprintf("%s; %v after the agents were activated; max %.0f; heap %.1f MiB median, %.1f max", o.mode, time.Since(quietFrom).Round(time.Second), slices.Max(gors), median(heaps), slices.Max(heaps))})
@@ -610,4 +601,17 @@ func medianDur(ds []time.Duration) time.Duration {
 	xs := slices.Clone(ds)
 	slices.Sort(xs)
 	return xs[len(xs)/2]
+}
+
+// perSiloAll reads the heap in use (MiB) and the goroutines of each silo
+// of all.
+func perSiloAll(ctx context.Context, h harness, all []int) (heaps, gors []float64, err error) {
+	for _, i := range all {
+		hp, g, err := h.perSilo(ctx, i)
+		if err != nil {
+			return nil, nil, err
+		}
+		heaps, gors = append(heaps, hp/(1<<20)), append(gors, g)
+	}
+	return heaps, gors, nil
 }
