@@ -81,6 +81,7 @@ type writer struct {
 	broken func()                             // ends the stream after a failed direct write; guarded by mu
 	one    agentsilov1.PeerBatch              // the batch of a direct write; guarded by mu
 	queued atomic.Int64                       // envelopes queued or held by the sender goroutine, not yet written
+	writes uint64                             // stream messages written, direct or not; guarded by mu (idleness)
 	hook   func()                             // test hook, called before a direct write
 }
 
@@ -121,6 +122,7 @@ func (w *writer) direct(t *Transport, it item) bool {
 	}
 	w.one.Envelopes = append(w.one.Envelopes[:0], it.env)
 	t.count(1)
+	w.writes++
 	err := w.send(&w.one)
 	w.one.Envelopes[0] = nil
 	if err != nil {

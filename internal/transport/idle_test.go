@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -244,5 +245,35 @@ func TestIdleCloseHandsOnWhatWasSent(t *testing.T) {
 	// And the peer is used again.
 	if r, err := a.tr.Ask(ctx, b.addr, requestEnv("again")); err != nil || r.Message != "echo:again" {
 		t.Fatalf("ask after idle: %v, %v", r, err)
+	}
+}
+
+// A stream that carries nothing for IdleTimeout is closed by its sender's
+// timer alone (no test hook), and the next Ask opens it again.
+func TestIdleTimeoutClosesQuietStream(t *testing.T) {
+	checkLeaks(t)
+	a := startSilo(t, "a", "127.0.0.1:0", nil, func(c *Config) { c.IdleTimeout = 20 * time.Millisecond }, nil)
+	b := startSilo(t, "b", "127.0.0.2:0", nil, nil, nil)
+	ask := func() {
+		t.Helper()
+		env := &Envelope{Message: &agentsilov1.AgentMessage{To: "Echo:acme:x", From: "Caller:acme:y", Message: "hi"}}
+		if _, err := a.tr.Ask(context.Background(), b.addr, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := func() bool {
+		a.tr.mu.RLock()
+		p := a.tr.peers[b.addr]
+		a.tr.mu.RUnlock()
+		if p == nil {
+			return false
+		}
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.state == stateIdle
+	}
+	for round := range 2 {
+		ask()
+		testutil.WaitFor(t, fmt.Sprintf("round %d: the quiet stream closed for idleness", round), closed)
 	}
 }

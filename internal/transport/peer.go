@@ -139,7 +139,6 @@ type peer struct {
 	queue   queue[item]
 	w       writer // writes to the stream, when there is one
 	nextID  atomic.Uint64
-	sends   atomic.Uint64 // Sends queued; with nextID, tells an idle stream
 	asking  atomic.Int64  // Asks under way
 	stopped chan struct{} // closed when run returns
 	idleNow chan struct{} // test hook: check for idleness now, as if IdleTimeout had passed quietly
@@ -364,24 +363,26 @@ func (p *peer) dial() error {
 var errIdle = errors.New("idle")
 
 // idle marks the peer idle and stops direct writes to its stream, if
-// nothing is queued for it, held by its sender or waiting for a reply: its
-// stream may then be closed. An Ask or Send from then on queues, and its
-// sender opens the stream again.
-func (p *peer) idle() bool {
+// nothing was written to it since the writer's count was mark (any: quiet
+// is true), and nothing is queued for it, held by its sender or waiting
+// for a reply: its stream may then be closed. An Ask or Send from then on
+// queues, and its sender opens the stream again. It returns the writer's
+// count, the mark of the next check.
+func (p *peer) idle(mark uint64, quiet bool) (bool, uint64) {
 	p.w.mu.Lock()
 	defer p.w.mu.Unlock()
+	if !quiet && p.w.writes != mark {
+		return false, p.w.writes
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if len(p.pending) > 0 || p.w.queued.Load() != 0 || p.retired || p.state != stateUp {
-		return false
+		return false, p.w.writes
 	}
 	p.state = stateIdle
 	p.w.send, p.w.broken = nil, nil
-	return true
+	return true, p.w.writes
 }
-
-// activity changes with every Ask and Send to the peer.
-func (p *peer) activity() uint64 { return p.nextID.Load() + p.sends.Load() }
 
 // waitWork waits, the stream closed for idleness, for an envelope to
 // send; false if the peer was closed first.
@@ -545,7 +546,9 @@ func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, 
 		defer timer.Stop()
 		idle = timer.C
 	}
-	mark := p.activity()
+	p.w.mu.Lock()
+	mark := p.w.writes
+	p.w.mu.Unlock()
 	for {
 		it, ok := p.queue.take()
 		if !ok {
@@ -556,14 +559,13 @@ func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, 
 			case <-ctx.Done():
 				return ctx.Err()
 			case <-idle:
-				now := p.activity()
-				if now == mark && p.idle() {
+				var quiet bool
+				if quiet, mark = p.idle(mark, false); quiet {
 					return errIdle
 				}
-				mark = now
 				timer.Reset(d)
 			case <-p.idleNow:
-				if p.idle() {
+				if quiet, _ := p.idle(0, true); quiet {
 					return errIdle
 				}
 			}
@@ -576,6 +578,7 @@ func (p *peer) write(ctx context.Context, stream agentsilov1.Peer_StreamClient, 
 		w.fill(it, &p.queue)
 		err := w.flush(stream.Send)
 		p.w.queued.Add(-int64(w.taken))
+		p.w.writes++
 		p.w.mu.Unlock()
 		if err != nil {
 			return err

@@ -406,7 +406,6 @@ func (t *Transport) Send(ctx context.Context, peerAddr string, env *Envelope) er
 	if err := p.usable(); err != nil {
 		return err
 	}
-	p.sends.Add(1)
 	return p.enqueue(ctx, item{env: env, size: size})
 }
 
