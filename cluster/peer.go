@@ -16,6 +16,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/internal/transport"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+	"github.com/agentsilo/agentsilo/reminders"
 )
 
 // peerHandler is what the silo does with what its peers send it: runtime
@@ -27,6 +28,7 @@ type peerHandler struct {
 	silo     siloapi.Runtime // rt's silo-only API
 	tracer   tracing.Tracer  // the peer spans
 	sessions *sessionRouter  // pushes to client sessions (sessions.go)
+	rem      *reminders.Service
 }
 
 var (
@@ -49,6 +51,16 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
 	case msgTypes:
 		return h.types()
+	case msgReminders:
+		b, err := strconv.Atoi(msg.GetMessage())
+		if err != nil {
+			return nil, errs.New(codes.InvalidArgument, "reminder bucket %q: %v", msg.GetMessage(), err)
+		}
+		data, err := h.rem.Export(b)
+		if err != nil {
+			return nil, err
+		}
+		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Data: data}, nil
 	case msgBroadcast:
 		return h.broadcast(ctx, msg)
 	case msgDeactivate:

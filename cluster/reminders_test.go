@@ -15,7 +15,9 @@ import (
 // silo holds exactly the reminder buckets it owns in its view and the
 // reminders in them, none other; when a silo leaves, the others take its
 // buckets (every reminder held once in all), and when it comes back it
-// reads back only its own again.
+// holds only its own again. Both moves are hand-overs: the silo that held
+// a bucket sends it to the silo taking it over, which reads none of it from
+// etcd.
 func TestRemindersHeldByBucketOwner(t *testing.T) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
@@ -65,10 +67,36 @@ func TestRemindersHeldByBucketOwner(t *testing.T) {
 		})
 	}
 	held("three silos", "s1", "s2", "s3")
+	fetched := func(names ...string) (n uint64) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, name := range names {
+			n += c.silos[name].reminders.Stats().Fetched
+		}
+		return n
+	}
+	owned := func(name string, owners ...string) (n uint64) {
+		for b := range reminders.Buckets {
+			if Owner(reminders.BucketName(b), owners) == name {
+				n++
+			}
+		}
+		return n
+	}
+	before := fetched("s1", "s2")
 	c.stop("s3")
 	c.waitView("s1", "s2")
 	held("s3 left", "s1", "s2")
+	// s3 left gracefully: it handed its buckets to s1 and s2, which read
+	// none of them from etcd.
+	if got, want := fetched("s1", "s2")-before, owned("s3", names...); got != want {
+		t.Fatalf("s1 and s2 fetched %d buckets from s3 as it left, want all its %d", got, want)
+	}
 	c.start("s3")
 	c.waitView(names...)
 	held("s3 back", "s1", "s2", "s3")
+	// s3 joined: s1 and s2 handed it its buckets.
+	if got, want := fetched("s3"), owned("s3", names...); got != want {
+		t.Fatalf("s3 fetched %d buckets from s1 and s2 as it joined, want all its %d", got, want)
+	}
 }

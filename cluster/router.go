@@ -52,6 +52,10 @@ const (
 	msgTypes = grain.ReservedPrefix + "types"
 	// msgDeactivate asks the silo that owns To to deactivate it, if active.
 	msgDeactivate = grain.ReservedPrefix + "deactivate"
+	// msgReminders asks the silo that held a reminder bucket (Message: its
+	// number) before the asker took it over for the bucket's reminders
+	// (reminders.Service.Export); the reply's Data holds them.
+	msgReminders = grain.ReservedPrefix + "reminders"
 )
 
 // router places addresses over the membership view and carries messages
@@ -95,6 +99,7 @@ type router struct {
 
 	mu    sync.RWMutex // see above
 	state atomic.Pointer[routeState]
+	prev  atomic.Pointer[routeState] // the state before state (see fetchReminders)
 
 	smu     sync.Mutex
 	swept   map[incarnation]int64              // peer incarnation -> newest view version it reported swept
@@ -176,7 +181,15 @@ func (r *router) install(v membership.View) {
 			st.self = true
 		}
 	}
+	prev := r.state.Load()
+	if prev.view.Version == 0 {
+		// This silo's first view: what it owns in it, the owners without
+		// it held before it joined.
+		others := slices.DeleteFunc(slices.Clone(st.owners), func(o string) bool { return o == r.self })
+		prev = &routeState{owners: others, table: newOwnerTable(others)}
+	}
 	r.mu.Lock()
+	r.prev.Store(prev)
 	r.state.Store(st)
 	r.mu.Unlock()
 	r.smu.Lock()

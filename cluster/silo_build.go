@@ -118,6 +118,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		MinPeriod: s.cfg.MinReminderPeriod,
 		Known:     func(t string) bool { _, ok := s.reg.Lookup(t); return ok },
 		View:      s.router.reminderView,
+		Fetch:     s.router.fetchReminders,
 		Logger:    s.logger,
 
 		ObserveLateness: s.metrics.observeLateness,
@@ -177,7 +178,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics), s.sessions.observe)
 	s.router.startReach(leaseTTL, siloapi.Of(s.rt), func() { s.fail(ErrUnreachable) }) // until the membership closes
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt})
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt, rem: s.reminders})
 	gcfg := s.sub.gateway
 	gcfg.Cluster = info
 	gcfg.Topics = s.topics

@@ -80,6 +80,9 @@ func (s *Silo) shutdown(ctx context.Context) error {
 		s.acl.Close()
 	}
 	if s.reminders != nil {
+		if leave {
+			s.handOverReminders(ctx)
+		}
 		if err := s.reminders.Close(); err != nil {
 			errsOut = append(errsOut, fmt.Errorf("reminders: %w", err))
 		}

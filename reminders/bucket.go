@@ -65,15 +65,17 @@ type View struct {
 // goroutine of the run of held buckets it is in, and kept in step by that
 // run's watch.
 type bucket struct {
-	n       int
-	version int64             // the View by which it is held
-	entries map[string]*entry // by etcd key
-	tombs   map[string]int64  // key -> revision of a local delete not yet seen by the watch
-	lostAt  time.Time         // for its first load: see Rebalance
-	loaded  bool              // loaded once: its ticks fire
-	reload  bool              // to load again (its watch's history was compacted)
-	seen    int64             // the etcd revision its state is at: watch events up to it are applied
-	parked  bool              // due took some entries off the heap: the view in force did not own it
+	n        int
+	version  int64             // the View by which it is held
+	entries  map[string]*entry // by etcd key
+	tombs    map[string]int64  // key -> revision of a local delete not yet seen by the watch
+	lostAt   time.Time         // for its first load: see Rebalance
+	loaded   bool              // loaded once: its ticks fire
+	reload   bool              // to load again (its watch's history was compacted)
+	seen     int64             // the etcd revision its state is at: watch events up to it are applied
+	parked   bool              // due took some entries off the heap: the view in force did not own it
+	exported bool              // handed over while held (see Export)
+	partedIn int64             // the View that took it away, once let go of
 }
 
 // run is a range of consecutive buckets held, [lo, hi]: one goroutine loads
@@ -200,6 +202,7 @@ func (s *Service) apply(v View, lostAt time.Time, owns []bool) {
 			if !bk.loaded {
 				s.loading--
 			}
+			s.partLocked(bk, v.Version)
 			lost = append(lost, bk)
 			changed = true
 		case bk != nil:
@@ -247,8 +250,22 @@ func (s *Service) apply(v View, lostAt time.Time, owns []bool) {
 	s.version = v.Version
 	s.mu.Unlock()
 	// A lost bucket's reminders leave the heap a bucket per lock hold, so
-	// that firing goes on for the rest meanwhile (due skips them already).
+	// that firing goes on for the rest meanwhile (due skips them already);
+	// if they are most of the heap (this silo is leaving), in one pass.
+	s.mu.Lock()
+	lostN := 0
 	for _, bk := range lost {
+		lostN += len(bk.entries)
+	}
+	most := lostN > len(s.heap)/2
+	if most {
+		s.heap.keep(func(e *entry) bool { return s.holds(e.b) })
+	}
+	s.mu.Unlock()
+	for _, bk := range lost {
+		if most {
+			break
+		}
 		s.mu.Lock()
 		for _, e := range bk.entries {
 			s.heap.remove(e)

@@ -164,8 +164,11 @@ func (k keys) parse(key string) (int, grain.Address, string, error) {
 	if !ok2 {
 		return 0, grain.Address{}, "", fmt.Errorf("key %q: want %s<bucket>/<address>/<name>", key, k.root)
 	}
-	addr, name, err := splitKey(key, rest[5:])
-	if err == nil && Bucket(addr) != b {
+	a := rest[5:]
+	addr, name, err := splitKey(key, a)
+	// The address as written in the key is its canonical form (ParseAddress
+	// takes Type:owner:alias only), so its bucket is hashed from the key.
+	if err == nil && bucketOf(a[:len(a)-len(name)-1]) != b {
 		err = fmt.Errorf("key %q: %s is not in bucket %d", key, addr, b)
 	}
 	return b, addr, name, err

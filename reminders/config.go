@@ -43,6 +43,13 @@ type Config struct {
 	// fires until Service.Start gives it (for a silo that creates its
 	// runtime after the Service, since the runtime takes the Service).
 	Deliver func(ctx context.Context, msg *grain.Message) error
+	// Fetch, if set, asks the silo that held bucket b before this one took
+	// it over for what that silo's Export returns, so that a bucket moving
+	// between silos that are both up (a graceful leave, a join) is read
+	// from the old owner's memory instead of etcd. Any error and the
+	// bucket is read from etcd (NotFound quietly: no silo to ask). Nil:
+	// always etcd.
+	Fetch func(ctx context.Context, b int) ([]byte, error)
 	// Concurrency bounds the deliveries in flight. Default: 64.
 	Concurrency int
 	// DeliverTimeout bounds one delivery (a full mailbox makes Deliver

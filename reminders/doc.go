@@ -15,7 +15,11 @@
 // its silo owns, holding nothing of the others. The cluster calls Rebalance
 // when its view changes; the Service takes the buckets gained and lets go of
 // the ones lost in its own goroutine, at a cost in proportion to what moved,
-// and fires nothing whose bucket the view in force does not own. Reminders
+// and fires nothing whose bucket the view in force does not own. A bucket
+// moving between two silos that are both up is handed over: the taker
+// fetches it from the old owner's memory (Config.Fetch, Service.Export) at
+// the etcd revision that owner had reached and watches from there, instead
+// of reading every reminder from etcd (handover.go). Reminders
 // of the layout without buckets (<prefix>reminders/<address>/<name>) move
 // to their buckets at start (migrate.go).
 //

@@ -43,11 +43,14 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		page   []loadedKV
 	)
 	s.mu.Lock()
-	catchUpAfter := bk.lostAt
+	catchUpAfter, first := bk.lostAt, !bk.loaded
 	if bk.loaded {
 		catchUpAfter = s.cfg.clk.Now()
 	}
 	s.mu.Unlock()
+	if first && s.fetchBucket(r, bk) {
+		return nil
+	}
 	for {
 		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(int64(s.cfg.PageSize))}
 		if rev > 0 {
@@ -108,16 +111,25 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		}
 		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	// Keys deleted up to rev and not seen are gone (a reload); tombstones
-	// up to rev have done their work.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.holds(bk) || !s.current(r) {
 		return context.Canceled
 	}
-	for k, e := range bk.entries {
-		if _, ok := seen[k]; !ok && e.rev <= rev {
-			s.deleteLocked(bk, k, rev, false)
+	s.loadedLocked(bk, seen, rev)
+	return nil
+}
+
+// loadedLocked ends a load of bk at revision rev, which read the keys in
+// seen: keys deleted up to rev and not seen are gone (a reload; nil seen:
+// the caller saw to it), and tombstones up to rev have done their work.
+// s.mu is held.
+func (s *Service) loadedLocked(bk *bucket, seen map[string]struct{}, rev int64) {
+	if seen != nil {
+		for k, e := range bk.entries {
+			if _, ok := seen[k]; !ok && e.rev <= rev {
+				s.deleteLocked(bk, k, rev, false)
+			}
 		}
 	}
 	for k, t := range bk.tombs {
@@ -133,7 +145,6 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		s.markLoadedLocked()
 	}
 	s.poke()
-	return nil
 }
 
 // watchRange applies the changes to r's buckets from revision from on,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
@@ -36,15 +37,18 @@ type Service struct {
 	rebal    chan struct{}
 
 	mu      sync.Mutex
-	buckets [Buckets]*bucket // the buckets held; nil: not held
-	runs    map[[2]int]*run  // the runs of buckets held, by [lo, hi]
-	held    int              // buckets held
-	loading int              // buckets held and not yet loaded
-	count   int              // reminders in the buckets held
-	version int64            // the View applied last
-	heap    timeHeap         // the held reminders by next tick
-	changed chan struct{}    // closed and replaced when loading or a Rebalance ends
-	loads   chan struct{}    // a slot per bucket page being read
+	buckets [Buckets]*bucket         // the buckets held; nil: not held
+	runs    map[[2]int]*run          // the runs of buckets held, by [lo, hi]
+	held    int                      // buckets held
+	loading int                      // buckets held and not yet loaded
+	count   int                      // reminders in the buckets held
+	version int64                    // the View applied last
+	heap    timeHeap                 // the held reminders by next tick
+	changed chan struct{}            // closed and replaced when loading or a Rebalance ends
+	loads   chan struct{}            // a slot per bucket page being read
+	fetches chan struct{}            // a slot per bucket being fetched (Config.Fetch)
+	parted  map[int]*bucket          // buckets let go of, kept for their takers (see Export)
+	timers  map[clock.Timer]struct{} // dropping the parted buckets after partedFor
 
 	wake      chan struct{}      // pokes the scheduler when the heap's head changes
 	flushes   chan chan struct{} // see flush
@@ -54,6 +58,7 @@ type Service struct {
 	migratedN atomic.Int64
 	warned    atomic.Int64 // unix nanoseconds of the last warning (see warn)
 	fired     atomic.Uint64
+	fetched   atomic.Uint64
 	started   chan struct{} // closed when deliver is set: firing begins
 	deliver   func(ctx context.Context, msg *grain.Message) error
 	start     sync.Once
@@ -82,6 +87,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		rebal:    make(chan struct{}, 1),
 		changed:  make(chan struct{}),
 		loads:    make(chan struct{}, 4),
+		fetches:  make(chan struct{}, 16),
 		wake:     make(chan struct{}, 1),
 		flushes:  make(chan chan struct{}),
 		jobs:     make(chan *grain.Message, 4*cfg.Concurrency),
@@ -134,6 +140,12 @@ func (s *Service) Close() error {
 		s.cancel()
 		close(s.stop)
 		s.wg.Wait()
+		s.mu.Lock()
+		for t := range s.timers {
+			t.Stop()
+		}
+		s.timers, s.parted = nil, nil
+		s.mu.Unlock()
 	})
 	return nil
 }
@@ -161,6 +173,9 @@ type Stats struct {
 	// Migrated counts the reminders this Service moved from the legacy
 	// layout to their buckets.
 	Migrated int64
+	// Fetched counts the buckets taken over from the silo that held them
+	// before (Config.Fetch), not read from etcd.
+	Fetched uint64
 }
 
 // Stats returns a snapshot.
@@ -168,7 +183,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Reminders: s.count, Scheduled: len(s.heap), Buckets: s.held, Loading: s.loading,
-		View: s.version, Fired: s.fired.Load(), Migrated: s.migratedN.Load()}
+		View: s.version, Fired: s.fired.Load(), Migrated: s.migratedN.Load(), Fetched: s.fetched.Load()}
 }
 
 // Register implements grain.ReminderService: it creates or replaces the

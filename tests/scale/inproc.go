@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -49,7 +50,16 @@ func (p *inproc) config(i int) (cluster.SiloConfig, *grain.Registry, error) {
 	return cfg, reg, nil
 }
 
+// inprocFiles is about how many open files n silos in one process need:
+// both ends of the two peer connections of every pair of silos, and the
+// listeners and etcd connections of each.
+func inprocFiles(n int) uint64 { return uint64(2*n*(n-1) + 16*n) }
+
 func startInproc(ctx context.Context, n int, endpoint, prefix string, leaseTTL time.Duration) (harness, func(), error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err == nil && inprocFiles(n) > lim.Cur {
+		return nil, nil, fmt.Errorf("%d silos in one process need about %d open files, over this process's limit of %d: raise it (ulimit -n) or use -mode procs", n, inprocFiles(n), lim.Cur)
+	}
 	p := &inproc{leaseTTL: leaseTTL, silos: make([]*cluster.Silo, n), names: make([]string, n), endpoint: endpoint, prefix: prefix, base: heap()}
 	for i := range p.names {
 		p.names[i] = fmt.Sprintf("silo-%03d", i)
