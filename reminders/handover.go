@@ -72,29 +72,26 @@ func (s *Service) Export(b int) ([]byte, error) {
 	if s.buckets[b] == bk {
 		bk.exported = true // its taker has it: not kept once let go of
 	}
-	seen := bk.seen
-	list := make([]loadedKV, 0, len(bk.entries))
-	for k, e := range bk.entries {
-		list = append(list, loadedKV{key: k, r: e.r, rev: e.rev})
-	}
-	s.mu.Unlock()
+	// Encoded under the lock (a bucket's worth of appends), without a copy.
 	prefix := len(s.keys.bucket(b))
-	out := make([]byte, 0, 16+len(list)*96)
+	out := make([]byte, 0, 16+len(bk.entries)*96)
 	out = append(out, handOverFormat)
 	out = binary.AppendUvarint(out, uint64(b))
-	out = binary.AppendUvarint(out, uint64(seen))
-	out = binary.AppendUvarint(out, uint64(len(list)))
-	for _, l := range list {
-		out = appendString(out, l.key[prefix:])
-		out = binary.AppendUvarint(out, uint64(l.rev))
-		out = binary.AppendUvarint(out, uint64(l.r.Period.Milliseconds()))
-		out = binary.AppendVarint(out, l.r.Due.UnixMilli())
-		out = appendString(out, l.r.MessageType)
-		out = appendString(out, l.r.Message)
+	out = binary.AppendUvarint(out, uint64(bk.seen))
+	out = binary.AppendUvarint(out, uint64(len(bk.entries)))
+	for k, e := range bk.entries {
+		out = appendString(out, k[prefix:])
+		out = binary.AppendUvarint(out, uint64(e.rev))
+		out = binary.AppendUvarint(out, uint64(e.r.Period.Milliseconds()))
+		out = binary.AppendVarint(out, e.r.Due.UnixMilli())
+		out = appendString(out, e.r.MessageType)
+		out = appendString(out, e.r.Message)
 		if len(out) > maxHandOver {
+			s.mu.Unlock()
 			return nil, errs.New(codes.ResourceExhausted, "reminder bucket %d is over %d bytes: its taker reads it from etcd", b, maxHandOver)
 		}
 	}
+	s.mu.Unlock()
 	return out, nil
 }
 
@@ -105,7 +102,7 @@ func appendString(b []byte, s string) []byte {
 // decodeHandOver reads Export's encoding of bucket b: the reminders and the
 // etcd revision their state is at. Any flaw fails the whole: the taker
 // reads the bucket from etcd instead.
-func (s *Service) decodeHandOver(b int, p []byte) (list []loadedKV, seen int64, err error) {
+func (s *Service) decodeHandOver(b int, p []byte) (list []entry, seen int64, err error) {
 	bad := func(what string) error { return fmt.Errorf("reminders: hand-over of bucket %d: %s", b, what) }
 	if len(p) == 0 || p[0] != handOverFormat {
 		return nil, 0, bad("unknown format")
@@ -140,7 +137,7 @@ func (s *Service) decodeHandOver(b int, p []byte) (list []loadedKV, seen int64, 
 		return nil, 0, bad("count over its bytes")
 	}
 	prefix := s.keys.bucket(b)
-	list = make([]loadedKV, 0, count)
+	list = make([]entry, 0, count) // one allocation for the bucket's entries
 	for range count {
 		rest, ok := str()
 		if !ok {
@@ -163,7 +160,7 @@ func (s *Service) decodeHandOver(b int, p []byte) (list []loadedKV, seen int64, 
 		if !ok1 || !ok2 {
 			return nil, 0, bad(fmt.Sprintf("reminder %q", key))
 		}
-		list = append(list, loadedKV{key: key, addr: addr, rev: int64(mrev), r: grain.Reminder{
+		list = append(list, entry{key: key, addr: addr, rev: int64(mrev), idx: -1, r: grain.Reminder{
 			Name: name, Period: time.Duration(period) * time.Millisecond,
 			MessageType: mt, Message: msg, Due: time.UnixMilli(due),
 		}})
@@ -209,11 +206,11 @@ func (s *Service) fetchBucket(r *run, bk *bucket) bool {
 	now := s.cfg.clk.Now()
 	// What the bucket holds already (Register's writes while it was not
 	// loaded; usually nothing) stays if the hand-over has it, or is newer.
-	var keep map[string]struct{}
-	if len(bk.entries) == 0 {
+	fresh := len(bk.entries) == 0
+	if fresh {
 		bk.entries = make(map[string]*entry, len(list))
 	} else {
-		keep = make(map[string]struct{}, len(list))
+		keep := make(map[string]struct{}, len(list))
 		for i := range list {
 			keep[list[i].key] = struct{}{}
 		}
@@ -225,7 +222,16 @@ func (s *Service) fetchBucket(r *run, bk *bucket) bool {
 	}
 	for i := range list {
 		l := &list[i]
-		s.putLocked(bk, l.key, l.addr, l.r, l.rev, bk.lostAt, now, false)
+		if t, ok := bk.tombs[l.key]; !fresh || bk.entries[l.key] != nil || (ok && t >= l.rev) {
+			s.putLocked(bk, l.key, l.addr, l.r, l.rev, bk.lostAt, now, false)
+			continue
+		}
+		// What putLocked does for a key the bucket does not hold, with
+		// the entry decoded in place.
+		l.b = bk
+		bk.entries[l.key] = l
+		s.count++
+		s.scheduleLocked(l, now, bk.lostAt)
 	}
 	s.loadedLocked(bk, nil, seen)
 	s.fetched.Add(1)
