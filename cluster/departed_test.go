@@ -85,7 +85,7 @@ func TestDepartedPeersClosed(t *testing.T) {
 		}
 	}
 	baseline := transportGoroutines()
-	const rounds, perRound = 4, 3
+	const rounds, perRound = 10, 5 // 50 joins and leaves
 	for round := range rounds {
 		names := []string{"s0", "s1"}
 		for i := range perRound {
