@@ -31,11 +31,16 @@ type clusterInfo struct {
 }
 
 // askPeers sends the runtime message msgType (with text) to every other
-// silo of the view, concurrently, and gives each reply to each, from the
-// calling goroutine. Failures are joined, naming their silo.
+// silo of the view not marked unreachable, concurrently, and gives each
+// reply to each, from the calling goroutine. Failures are joined, naming
+// their silo. (A member marked unreachable drained its agents, and asking
+// it would fail, or wait for ctx's end.)
 func (c clusterInfo) askPeers(ctx context.Context, msgType, text string, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
-	return c.askPeersData(ctx, msgType, text, nil, each)
+	return c.askSome(ctx, c.r.state.Load(), reachable, msgType, text, nil, each)
 }
+
+// reachable selects the members not marked unreachable.
+func reachable(mi membership.Member) bool { return !mi.Unreachable }
 
 // askPeersData is askPeers with data in the runtime message too.
 func (c clusterInfo) askPeersData(ctx context.Context, msgType, text string, data []byte, each func(silo string, reply *agentsilov1.AgentMessage) error) error {
@@ -128,7 +133,6 @@ func (c clusterInfo) Members(ctx context.Context) ([]*agentsilov1.Member, int64,
 	r := c.r
 	st := r.state.Load()
 	counts := map[string]uint32{r.self: uint32(max(c.rt.Len(), 0))}
-	reachable := func(mi membership.Member) bool { return !mi.Unreachable }
 	err := c.askSome(ctx, st, reachable, msgCount, "", nil, func(silo string, reply *agentsilov1.AgentMessage) error {
 		n, err := strconv.ParseUint(reply.GetMessage(), 10, 32)
 		counts[silo] = uint32(n)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/testutil"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // A member that the others cannot reach on its peer port (its listener
@@ -159,6 +161,18 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 			t.Errorf("members on %s says c is %q, want unreachable", x.cfg.Name, state)
 		}
 	}
+	// agents and types do not ask c either: it runs no agents, and the
+	// others' types are the cluster's.
+	info := clusterInfo{r: a.router, rt: a.rt}
+	ctx, cancel = context.WithTimeout(t.Context(), testutil.WaitTimeout)
+	agents, err := info.Agents(ctx, "")
+	if err != nil || len(agents) != a.rt.Len()+b.rt.Len() {
+		t.Errorf("agents on a with c unreachable: %d, %v; want a's and b's %d", len(agents), err, a.rt.Len()+b.rt.Len())
+	}
+	if types, err := info.Types(ctx); err != nil || !slices.ContainsFunc(types, func(at *agentsilov1.AgentType) bool { return at.GetName() == "Probe" }) {
+		t.Errorf("types on a with c unreachable: %v, %v", types, err)
+	}
+	cancel()
 	// So does the SDK's Members, within its call's deadline.
 	ctx, cancel = context.WithTimeout(t.Context(), testutil.WaitTimeout)
 	ms, err := cb.Members(ctx)
