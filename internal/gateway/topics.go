@@ -288,44 +288,41 @@ func ids(list []string, all bool) ([]string, error) {
 
 // ReplayDeadLetters implements agentsilov1.TopicsServer.
 func (ts topicServer) ReplayDeadLetters(ctx context.Context, req *agentsilov1.ReplayDeadLettersRequest) (*agentsilov1.ReplayDeadLettersResponse, error) {
-	svc, err := ts.svc()
+	n, err := ts.deadLetters(ctx, req.GetSubscription(), req.GetIds(), req.GetAll(), (*topics.Service).Replay)
 	if err != nil {
 		return nil, err
 	}
-	id, err := ts.subscription(ctx, req.GetSubscription(), acl.Configure)
-	if err != nil {
-		return nil, err
-	}
-	list, err := ids(req.GetIds(), req.GetAll())
-	if err != nil {
-		return nil, err
-	}
-	n, err := svc.Replay(ctx, id, list)
-	if err != nil {
-		return nil, err
-	}
-	return &agentsilov1.ReplayDeadLettersResponse{Count: uint32(n)}, nil
+	return &agentsilov1.ReplayDeadLettersResponse{Count: n}, nil
 }
 
 // DropDeadLetters implements agentsilov1.TopicsServer.
 func (ts topicServer) DropDeadLetters(ctx context.Context, req *agentsilov1.DropDeadLettersRequest) (*agentsilov1.DropDeadLettersResponse, error) {
+	n, err := ts.deadLetters(ctx, req.GetSubscription(), req.GetIds(), req.GetAll(), (*topics.Service).Drop)
+	if err != nil {
+		return nil, err
+	}
+	return &agentsilov1.DropDeadLettersResponse{Count: n}, nil
+}
+
+// deadLetters runs op, the topic service's Replay or Drop, on the dead
+// letters of subscription sub that reqIDs (or all) name, for a caller
+// allowed to configure it, and returns how many it handled.
+func (ts topicServer) deadLetters(ctx context.Context, sub string, reqIDs []string, all bool,
+	op func(*topics.Service, context.Context, string, []string) (int, error)) (uint32, error) {
 	svc, err := ts.svc()
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	id, err := ts.subscription(ctx, req.GetSubscription(), acl.Configure)
+	id, err := ts.subscription(ctx, sub, acl.Configure)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	list, err := ids(req.GetIds(), req.GetAll())
+	list, err := ids(reqIDs, all)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	n, err := svc.Drop(ctx, id, list)
-	if err != nil {
-		return nil, err
-	}
-	return &agentsilov1.DropDeadLettersResponse{Count: uint32(n)}, nil
+	n, err := op(svc, ctx, id, list)
+	return uint32(n), err
 }
 
 // Broadcast implements agentsilov1.TopicsServer.
