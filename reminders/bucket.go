@@ -115,14 +115,25 @@ func (s *Service) Rebalance(lostAt time.Time) {
 // Settled returns once the Service has applied the last Rebalance and
 // loaded every bucket it holds, or with ctx's error.
 func (s *Service) Settled(ctx context.Context) error {
-	for {
+	return s.waitUntil(ctx, func() bool {
 		s.mu.Lock()
-		ch, loading := s.changed, s.loading
+		loading := s.loading
 		s.mu.Unlock()
 		s.pmu.Lock()
 		busy := s.pending || s.applying
 		s.pmu.Unlock()
-		if !busy && loading == 0 {
+		return !busy && loading == 0
+	})
+}
+
+// waitUntil returns once done reports true, asked now and again each time
+// the Service's state changes (notifyLocked), or with ctx's error.
+func (s *Service) waitUntil(ctx context.Context, done func() bool) error {
+	for {
+		s.mu.Lock()
+		ch := s.changed
+		s.mu.Unlock()
+		if done() {
 			return nil
 		}
 		select {

@@ -271,25 +271,14 @@ func (s *Service) partLocked(bk *bucket, version int64) {
 // calls it, bounded, before Close, so that the silos taking its buckets
 // over read them from it, not from etcd.
 func (s *Service) HandedOver(ctx context.Context) error {
-	for {
+	return s.waitUntil(ctx, func() bool {
 		s.mu.Lock()
-		ch, done := s.changed, s.held == 0
+		defer s.mu.Unlock()
 		for _, bk := range s.parted {
 			if bk.partedIn == s.version {
-				done = false
-				break
+				return false
 			}
 		}
-		s.mu.Unlock()
-		if done {
-			return nil
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.stop:
-			return errClosed()
-		}
-	}
+		return s.held == 0
+	})
 }
