@@ -195,6 +195,7 @@ type siloCollector struct {
 
 	activations, queued, maxQueued *prometheus.Desc
 	members, version, fired        *prometheus.Desc
+	bucketsLoaded                  *prometheus.Desc
 	suspended                      *prometheus.Desc
 	batches, envelopes, maxBatch   *prometheus.Desc
 }
@@ -208,16 +209,18 @@ func newSiloCollector(s *Silo) *siloCollector {
 		members:     prometheus.NewDesc("agentsilo_view_members", "Silos in this silo's membership view.", nil, nil),
 		version:     prometheus.NewDesc("agentsilo_view_version", "The version (etcd revision) of this silo's membership view.", nil, nil),
 		fired:       prometheus.NewDesc("agentsilo_reminders_fired_total", "Reminder ticks this silo fired (handed for delivery).", nil, nil),
-		suspended:   prometheus.NewDesc("agentsilo_suspended", "1 while this silo is suspended: no lease renewal succeeded within its fence bound, so its turns wait.", nil, nil),
-		batches:     prometheus.NewDesc("agentsilo_peer_batches_total", "Stream messages carrying envelopes this silo wrote to its peers (requests on its own streams, replies on theirs).", nil, nil),
-		envelopes:   prometheus.NewDesc("agentsilo_peer_envelopes_total", "Envelopes (messages, replies, cancels) in those stream messages.", nil, nil),
-		maxBatch:    prometheus.NewDesc("agentsilo_peer_batch_max", "The most envelopes one of those stream messages carried.", nil, nil),
+		bucketsLoaded: prometheus.NewDesc("agentsilo_reminder_buckets_loaded_total",
+			"Reminder buckets this silo took over, by where it read them: from the silo that held them (peer) or from etcd.", []string{"from"}, nil),
+		suspended: prometheus.NewDesc("agentsilo_suspended", "1 while this silo is suspended: no lease renewal succeeded within its fence bound, so its turns wait.", nil, nil),
+		batches:   prometheus.NewDesc("agentsilo_peer_batches_total", "Stream messages carrying envelopes this silo wrote to its peers (requests on its own streams, replies on theirs).", nil, nil),
+		envelopes: prometheus.NewDesc("agentsilo_peer_envelopes_total", "Envelopes (messages, replies, cancels) in those stream messages.", nil, nil),
+		maxBatch:  prometheus.NewDesc("agentsilo_peer_batch_max", "The most envelopes one of those stream messages carried.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *siloCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired, c.suspended, c.batches, c.envelopes, c.maxBatch} {
+	for _, d := range []*prometheus.Desc{c.activations, c.queued, c.maxQueued, c.members, c.version, c.fired, c.bucketsLoaded, c.suspended, c.batches, c.envelopes, c.maxBatch} {
 		ch <- d
 	}
 }
@@ -234,7 +237,10 @@ func (c *siloCollector) Collect(ch chan<- prometheus.Metric) {
 	v := c.s.router.state.Load().view
 	constMetric(ch, c.members, prometheus.GaugeValue, float64(len(v.Members)))
 	constMetric(ch, c.version, prometheus.GaugeValue, float64(v.Version))
-	constMetric(ch, c.fired, prometheus.CounterValue, float64(c.s.reminders.Stats().Fired))
+	rs := c.s.reminders.Stats()
+	constMetric(ch, c.fired, prometheus.CounterValue, float64(rs.Fired))
+	constMetric(ch, c.bucketsLoaded, prometheus.CounterValue, float64(rs.Fetched), "peer")
+	constMetric(ch, c.bucketsLoaded, prometheus.CounterValue, float64(rs.Read), "etcd")
 	suspended := 0.0
 	if c.s.members.Suspended() {
 		suspended = 1

@@ -202,6 +202,14 @@ func TestMetrics(t *testing.T) {
 	if fired < 1 || late < 1 {
 		t.Errorf("after a tick: reminders fired %v, lateness observations %v", fired, late)
 	}
+	// s1 started alone and read its reminder buckets from etcd; s2 joined
+	// and took its share from s1.
+	if x, _ := value(scrape(t, s1), "agentsilo_reminder_buckets_loaded_total", "from", "etcd"); x < 1 {
+		t.Errorf("s1 read %v reminder buckets from etcd, want its first view's", x)
+	}
+	if x, _ := value(scrape(t, s2), "agentsilo_reminder_buckets_loaded_total", "from", "peer"); x < 1 {
+		t.Errorf("s2 took %v reminder buckets from s1, want its share", x)
+	}
 
 	// An ACL denial, through the gateway: with no rules, only system's
 	// agents are open to other principals.

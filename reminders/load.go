@@ -117,6 +117,9 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 		return context.Canceled
 	}
 	s.loadedLocked(bk, seen, rev)
+	if first {
+		s.read.Add(1)
+	}
 	return nil
 }
 

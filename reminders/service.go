@@ -59,6 +59,7 @@ type Service struct {
 	warned    atomic.Int64 // unix nanoseconds of the last warning (see warn)
 	fired     atomic.Uint64
 	fetched   atomic.Uint64
+	read      atomic.Uint64
 	started   chan struct{} // closed when deliver is set: firing begins
 	deliver   func(ctx context.Context, msg *grain.Message) error
 	start     sync.Once
@@ -176,6 +177,9 @@ type Stats struct {
 	// Fetched counts the buckets taken over from the silo that held them
 	// before (Config.Fetch), not read from etcd.
 	Fetched uint64
+	// Read counts the buckets taken over (loaded for the first time since
+	// they were gained) by reading them from etcd.
+	Read uint64
 }
 
 // Stats returns a snapshot.
@@ -183,7 +187,7 @@ func (s *Service) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return Stats{Reminders: s.count, Scheduled: len(s.heap), Buckets: s.held, Loading: s.loading,
-		View: s.version, Fired: s.fired.Load(), Migrated: s.migratedN.Load(), Fetched: s.fetched.Load()}
+		View: s.version, Fired: s.fired.Load(), Migrated: s.migratedN.Load(), Fetched: s.fetched.Load(), Read: s.read.Load()}
 }
 
 // Register implements grain.ReminderService: it creates or replaces the
