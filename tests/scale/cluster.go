@@ -366,6 +366,14 @@ func runCluster(ctx context.Context, o opts) error {
 	if err != nil {
 		return err
 	}
+	// Where the silos read the reminder buckets they took over: handed
+	// over by the silo that held them, or from etcd.
+	loadedFrom := func(idx []int) (peer, etcd float64) {
+		peer, _ = sumOver(ctx, h, idx, "agentsilo_reminder_buckets_loaded_total", `from="peer"`)
+		etcd, _ = sumOver(ctx, h, idx, "agentsilo_reminder_buckets_loaded_total", `from="etcd"`)
+		return peer, etcd
+	}
+	peer0, etcd0 := loadedFrom(rest)
 	t0 = time.Now()
 	if err := h.stop(ctx, last); err != nil {
 		return err
@@ -374,9 +382,24 @@ func runCluster(ctx context.Context, o opts) error {
 	seen, ok := converge(ctx, h, rest, t0)
 	emit(row{Bench: "scale-view-leave", N: h.n(), Median: ms(slices.Max(seen)), Unit: "ms",
 		Note: fmt.Sprintf("graceful stop (%v) then every silo's view without it (the last silo's; the median silo's %.0f ms); converged %t", stopped.Round(time.Millisecond), ms(medianDur(seen)), ok)})
+	// Every bucket the view moved, loaded (each silo counts one when it has).
+	movedBuckets := func(from, to []string) float64 {
+		n := 0.0
+		for b := range reminders.Buckets {
+			if cluster.Owner(reminders.BucketName(b), from) != cluster.Owner(reminders.BucketName(b), to) {
+				n++
+			}
+		}
+		return n
+	}
+	var peer1, etcd1 float64
+	waitUntil(ctx, 30*time.Second, func() bool {
+		peer1, etcd1 = loadedFrom(rest)
+		return peer1-peer0+etcd1-etcd0 >= movedBuckets(names, names[:last])
+	})
 	emit(row{Bench: "scale-moved-leave", N: h.n(), Median: onLast, Unit: "agents",
-		Note: fmt.Sprintf("activations the leaving silo held (placement: %d of %d, ideal 1/N %d); reminders moved by placement: %d of %d (ideal %d)",
-			movedAgents(names, names[:last]), o.agents, o.agents/h.n(), movedReminders(names, names[:last]), o.reminders, o.reminders/h.n())})
+		Note: fmt.Sprintf("activations the leaving silo held (placement: %d of %d, ideal 1/N %d); reminders moved by placement: %d of %d (ideal %d); its buckets taken over: %.0f handed over, %.0f read from etcd",
+			movedAgents(names, names[:last]), o.agents, o.agents/h.n(), movedReminders(names, names[:last]), o.reminders, o.reminders/h.n(), peer1-peer0, etcd1-etcd0)})
 
 	// Every agent active again, then the silo joins back.
 	activate()
@@ -398,9 +421,14 @@ func runCluster(ctx context.Context, o opts) error {
 		after, _ = sumOver(ctx, h, rest, "agentsilo_activations", echo)
 		return before-after >= float64(want)
 	})
+	var peer2, etcd2 float64
+	waitUntil(ctx, 30*time.Second, func() bool {
+		peer2, etcd2 = loadedFrom([]int{last})
+		return peer2+etcd2 >= movedBuckets(names[:last], names)
+	})
 	emit(row{Bench: "scale-moved-join", N: h.n(), Median: before - after, Unit: "agents",
-		Note: fmt.Sprintf("activations the others let go (placement: %d of %d, ideal 1/N %d; all swept %t); reminders moved by placement: %d of %d (ideal %d)",
-			want, o.agents, o.agents/h.n(), swept, movedReminders(names[:last], names), o.reminders, o.reminders/h.n())})
+		Note: fmt.Sprintf("activations the others let go (placement: %d of %d, ideal 1/N %d; all swept %t); reminders moved by placement: %d of %d (ideal %d); the joiner's buckets: %.0f handed over, %.0f read from etcd",
+			want, o.agents, o.agents/h.n(), swept, movedReminders(names[:last], names), o.reminders, o.reminders/h.n(), peer2, etcd2)})
 
 	// Lateness: every firing reminder fired at least once.
 	if fire > 0 {
