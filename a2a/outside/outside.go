@@ -25,6 +25,7 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
+	"github.com/a2aproject/a2a-go/v2/a2asrv/eventqueue"
 )
 
 // Server is an outside A2A agent on 127.0.0.1.
@@ -32,7 +33,8 @@ type Server struct {
 	// URL is the agent's base URL; its card is at URL/.well-known/agent-card.json.
 	URL string
 
-	srv *httptest.Server
+	srv    *httptest.Server
+	queues eventqueue.Manager // the tasks' event queues, destroyed by Close
 
 	mu       sync.Mutex
 	gate     chan struct{}
@@ -50,8 +52,8 @@ type task struct {
 
 // Start starts a Server, streaming or not; Close stops it.
 func Start(streaming bool) *Server {
-	s := &Server{gate: make(chan struct{}), tasks: map[spec.TaskID]*task{}}
-	var opts []a2asrv.RequestHandlerOption
+	s := &Server{gate: make(chan struct{}), tasks: map[spec.TaskID]*task{}, queues: eventqueue.NewInMemoryManager()}
+	opts := []a2asrv.RequestHandlerOption{a2asrv.WithEventQueueManager(s.queues)}
 	if !streaming {
 		opts = append(opts, a2asrv.WithCallInterceptors(returnAtOnce{}))
 	}
@@ -79,11 +81,23 @@ func Start(streaming bool) *Server {
 	return s
 }
 
-// Close stops the server and the tasks still running.
+// Close stops the server and the tasks still running, and destroys the
+// tasks' event queues (each has a goroutine, which the SDK ends only when
+// a task's execution does).
 func (s *Server) Close() {
 	s.Release()
 	s.srv.CloseClientConnections()
 	s.srv.Close()
+	s.mu.Lock()
+	ids := make([]spec.TaskID, 0, len(s.tasks)+len(s.canceled))
+	for id := range s.tasks {
+		ids = append(ids, id)
+	}
+	ids = append(ids, s.canceled...)
+	s.mu.Unlock()
+	for _, id := range ids {
+		_ = s.queues.Destroy(context.Background(), id)
+	}
 }
 
 // CardURL is the agent card's URL.
