@@ -206,23 +206,18 @@ func (s *Service) fetchBucket(r *run, bk *bucket) bool {
 	now := s.cfg.clk.Now()
 	// What the bucket holds already (Register's writes while it was not
 	// loaded; usually nothing) stays if the hand-over has it, or is newer.
-	fresh := len(bk.entries) == 0
-	if fresh {
+	var keep map[string]struct{}
+	if len(bk.entries) == 0 {
 		bk.entries = make(map[string]*entry, len(list))
 	} else {
-		keep := make(map[string]struct{}, len(list))
+		keep = make(map[string]struct{}, len(list))
 		for i := range list {
 			keep[list[i].key] = struct{}{}
-		}
-		for k, e := range bk.entries {
-			if _, ok := keep[k]; !ok && e.rev <= seen {
-				s.deleteLocked(bk, k, seen, false)
-			}
 		}
 	}
 	for i := range list {
 		l := &list[i]
-		if t, ok := bk.tombs[l.key]; !fresh || bk.entries[l.key] != nil || (ok && t >= l.rev) {
+		if bk.entries[l.key] != nil || bk.tombs[l.key] >= l.rev {
 			s.putLocked(bk, l.key, l.addr, l.r, l.rev, bk.lostAt, now, false)
 			continue
 		}
@@ -233,7 +228,7 @@ func (s *Service) fetchBucket(r *run, bk *bucket) bool {
 		s.count++
 		s.scheduleLocked(l, now, bk.lostAt)
 	}
-	s.loadedLocked(bk, nil, seen)
+	s.loadedLocked(bk, keep, seen)
 	s.fetched.Add(1)
 	return true
 }

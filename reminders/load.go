@@ -125,7 +125,8 @@ func (s *Service) loadBucket(r *run, bk *bucket) error {
 
 // loadedLocked ends a load of bk at revision rev, which read the keys in
 // seen: keys deleted up to rev and not seen are gone (a reload; nil seen:
-// the caller saw to it), and tombstones up to rev have done their work.
+// the bucket held nothing else), and tombstones up to rev have done their
+// work.
 // s.mu is held.
 func (s *Service) loadedLocked(bk *bucket, seen map[string]struct{}, rev int64) {
 	if seen != nil {

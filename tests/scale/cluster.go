@@ -393,9 +393,10 @@ func runCluster(ctx context.Context, o opts) error {
 		return n
 	}
 	var peer1, etcd1 float64
+	moved := movedBuckets(names, names[:last]) // the same for the join back
 	waitUntil(ctx, 30*time.Second, func() bool {
 		peer1, etcd1 = loadedFrom(rest)
-		return peer1-peer0+etcd1-etcd0 >= movedBuckets(names, names[:last])
+		return peer1-peer0+etcd1-etcd0 >= moved
 	})
 	emit(row{Bench: "scale-moved-leave", N: h.n(), Median: onLast, Unit: "agents",
 		Note: fmt.Sprintf("activations the leaving silo held (placement: %d of %d, ideal 1/N %d); reminders moved by placement: %d of %d (ideal %d); its buckets taken over: %.0f handed over, %.0f read from etcd",
@@ -424,7 +425,7 @@ func runCluster(ctx context.Context, o opts) error {
 	var peer2, etcd2 float64
 	waitUntil(ctx, 30*time.Second, func() bool {
 		peer2, etcd2 = loadedFrom([]int{last})
-		return peer2+etcd2 >= movedBuckets(names[:last], names)
+		return peer2+etcd2 >= moved
 	})
 	emit(row{Bench: "scale-moved-join", N: h.n(), Median: before - after, Unit: "agents",
 		Note: fmt.Sprintf("activations the others let go (placement: %d of %d, ideal 1/N %d; all swept %t); reminders moved by placement: %d of %d (ideal %d); the joiner's buckets: %.0f handed over, %.0f read from etcd",
