@@ -116,12 +116,16 @@ func (s *Service) Rebalance(lostAt time.Time) {
 // loaded every bucket it holds, or with ctx's error.
 func (s *Service) Settled(ctx context.Context) error {
 	return s.waitUntil(ctx, func() bool {
-		s.mu.Lock()
-		loading := s.loading
-		s.mu.Unlock()
+		// Busy first: a Rebalance applied by then has counted the buckets
+		// it gained in loading (read after), which it does before it is
+		// no longer applying. The other way round, a count read just
+		// before an apply would pass once that apply ended.
 		s.pmu.Lock()
 		busy := s.pending || s.applying
 		s.pmu.Unlock()
+		s.mu.Lock()
+		loading := s.loading
+		s.mu.Unlock()
 		return !busy && loading == 0
 	})
 }
