@@ -154,12 +154,18 @@ type Host interface {
 	LoadState(ctx context.Context) (data []byte, etag string, err error)
 	// SaveState writes this agent's state if the stored version is still the
 	// one etag names ("": there must be none yet) and returns the new etag.
-	// A stale etag is ErrConflict (Aborted): load again and retry. After a
-	// save whose outcome is unknown (a timeout, Unavailable), the next save
-	// or delete first reads the stored etag back: if the lost write did land,
-	// the etag the agent holds is taken as the one it made; if another writer
-	// came in between, the call is ErrConflict. See LoadJSON and State for
-	// JSON-encoded values.
+	// A stale etag is ErrConflict (Aborted): load again and retry. A save
+	// that meets a store failure leaving its outcome unknown (an etcd
+	// leader change, a lost connection) is made again while ctx allows
+	// (10 s without a deadline): the etag condition, and the idempotency
+	// key in a keyed turn, make that safe and tell whether the first
+	// landed. If it stays unknown (Unavailable, DeadlineExceeded), the
+	// next save or delete first reads the stored state back: if the lost
+	// write did land, the etag the agent holds is taken as the one it made;
+	// if it did not, the call is ErrConflict unless it writes the very same
+	// bytes (the agent's value may hold the change that was not stored:
+	// load and apply it again); if another writer came in between, the
+	// call is ErrConflict. See LoadJSON and State for JSON-encoded values.
 	SaveState(ctx context.Context, data []byte, etag string) (newETag string, err error)
 	// DeleteState removes this agent's state if the stored version is the
 	// one etag names (ErrConflict if not). Deleting absent state with etag

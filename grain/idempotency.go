@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 	"time"
-	"unsafe"
+	"weak"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -235,20 +235,31 @@ func (a *activation) saveKeyed(ctx context.Context, st StateStore, data []byte, 
 	}
 	t := turnFrom(ctx)
 	if t == nil || t.act != a || t.msg == nil || t.msg.IdempotencyKey == "" {
-		return st.Save(ctx, a.address(), data, etag)
+		next, err := st.Save(ctx, a.address(), data, etag)
+		if err != nil && outcomeUnknown(err) {
+			next, err = a.settleSave(ctx, st, nil, data, etag, "", err)
+		}
+		return next, err
 	}
 	ks, _ := st.(KeyedStateStore)
 	var next string
 	var err error
-	if ks != nil && (c.keyedTurn != uintptr(unsafe.Pointer(t)) || c.keyedID != t.msg.Id) {
+	if ks != nil && c.keyedTurn.Value() != t {
 		next, err = ks.SaveKeyed(ctx, a.address(), data, etag, t.msg.IdempotencyKey)
-		if err == nil || outcomeUnknown(err) {
-			// The key is (or may be) recorded: the turn's later saves
-			// are plain ones.
-			c.keyedTurn, c.keyedID = uintptr(unsafe.Pointer(t)), t.msg.Id
+		if err != nil && outcomeUnknown(err) {
+			next, err = a.settleSave(ctx, st, ks, data, etag, t.msg.IdempotencyKey, err)
+		}
+		if err == nil {
+			// The key is recorded: the turn's later saves are plain
+			// ones. (After a save whose outcome stays unknown, the next
+			// save finds out first: see resolve.)
+			c.keyedTurn = weak.Make(t)
 		}
 	} else {
 		next, err = st.Save(ctx, a.address(), data, etag)
+		if err != nil && outcomeUnknown(err) {
+			next, err = a.settleSave(ctx, st, nil, data, etag, "", err)
+		}
 	}
 	if errs.Code(err) == codes.AlreadyExists {
 		c.refused = etag

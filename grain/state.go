@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync"
+	"time"
+	"weak"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // ErrConflict is the error of a state save or delete whose etag is stale:
@@ -58,12 +61,13 @@ type stateCursor struct {
 	// refused is the etag of a save refused as applied already under an
 	// idempotency key (see saveKeyed), or "". Guarded by turn.
 	refused string
-	// keyedTurn and keyedID name the turn, and its message, whose save
-	// recorded their idempotency key (see saveKeyed): the turn's address
-	// (not a pointer, which would keep the turn and its message) and the
-	// message's id. Guarded by turn.
-	keyedTurn uintptr
-	keyedID   string
+	// keyedTurn is the turn whose save recorded its message's idempotency
+	// key (see saveKeyed): its later saves are plain ones. A weak pointer,
+	// so that it neither keeps the turn alive nor matches a later turn
+	// that happens to be allocated where a finished one was (a message
+	// sent again keeps its id, so neither the address nor the id names a
+	// turn). Guarded by turn.
+	keyedTurn weak.Pointer[turn]
 }
 
 // lostWrite is a write whose outcome is unknown.
@@ -71,6 +75,9 @@ type lostWrite struct {
 	before  string // the etag it was conditioned on
 	data    []byte // what it stored (a save)
 	deleted bool   // it was a delete
+	// keyed is the turn, if the write was a save recording that turn's
+	// idempotency key: if it turns out to have landed, the key is recorded.
+	keyed weak.Pointer[turn]
 }
 
 func (c *stateCursor) lock(ctx context.Context, what string) error {
@@ -154,7 +161,13 @@ func (a *activation) SaveState(ctx context.Context, data []byte, etag string) (s
 	}
 	next, err := a.saveKeyed(ctx, st, data, etag)
 	if err != nil && outcomeUnknown(err) {
-		a.cursor().lost = &lostWrite{before: etag, data: bytes.Clone(data)}
+		lost := &lostWrite{before: etag, data: bytes.Clone(data)}
+		if t := turnFrom(ctx); t != nil && t.act == a && t.msg != nil && t.msg.IdempotencyKey != "" {
+			if _, ok := st.(KeyedStateStore); ok && a.cursor().keyedTurn.Value() != t {
+				lost.keyed = weak.Make(t)
+			}
+		}
+		a.cursor().lost = lost
 	}
 	return next, err
 }
@@ -181,6 +194,9 @@ func (a *activation) DeleteState(ctx context.Context, etag string) error {
 	}
 	err := st.Delete(ctx, a.address(), etag)
 	if err != nil && outcomeUnknown(err) {
+		err = a.settleDelete(ctx, st, etag, err)
+	}
+	if err != nil && outcomeUnknown(err) {
 		a.cursor().lost = &lostWrite{before: etag, deleted: true}
 	}
 	return err
@@ -189,8 +205,13 @@ func (a *activation) DeleteState(ctx context.Context, etag string) error {
 // resolve finds out what became of the lost write before the agent writes
 // again with etag (data, or a delete if del). It reads the stored state:
 //
-//   - still at the lost write's etag: the write did not land, and the
-//     agent's etag stands;
+//   - still at the lost write's etag: the write did not land. The agent's
+//     etag stands for a delete, after a lost delete, and for the very
+//     same save again (made now instead); but a different save after a
+//     lost save is refused with ErrConflict: the agent's value may hold
+//     the change that was not stored (a State keeps the change of a failed
+//     save), and writing it would apply that change along with the new
+//     one. Load and apply the change again;
 //   - holding what the lost write wrote (or nothing, for a lost delete): it
 //     landed, and the agent's etag, the one the lost write was conditioned
 //     on, is taken as the one the write made; if the agent is repeating that
@@ -207,10 +228,22 @@ func (a *activation) resolve(ctx context.Context, st StateStore, etag string, da
 		return "", "", err
 	}
 	a.cursor().lost = nil
-	if etag != lost.before || curETag == lost.before {
+	if etag != lost.before {
 		return etag, "", nil
 	}
+	if curETag == lost.before {
+		if del || lost.deleted || bytes.Equal(data, lost.data) {
+			return etag, "", nil
+		}
+		return "", "", errs.New(codes.Aborted, "the state of %s: an earlier write whose outcome was unknown did not land, so the value at hand may hold a change that was not stored; load it again", a.key)
+	}
 	landed := curETag == "" && lost.deleted || curETag != "" && !lost.deleted && bytes.Equal(cur, lost.data)
+	if landed {
+		if t := lost.keyed.Value(); t != nil {
+			// The lost save recorded its turn's idempotency key.
+			a.cursor().keyedTurn = lost.keyed
+		}
+	}
 	switch {
 	case !landed:
 		return "", "", errs.New(codes.Aborted, "the state of %s changed while the outcome of an earlier write was unknown: etag %q is stale; load it again", a.key, etag)
@@ -220,6 +253,116 @@ func (a *activation) resolve(ctx context.Context, st StateStore, etag string, da
 		return "", curETag, nil
 	}
 	return curETag, "", nil
+}
+
+// settleBudget bounds how long a write whose outcome is unknown is retried
+// to learn it, when the caller set no deadline (a one-way turn).
+const settleBudget = 10 * time.Second
+
+// settlePolicy paces those retries: an etcd leader election takes a second
+// or two, a PostgreSQL failover longer.
+var settlePolicy = retry.Policy{Min: 50 * time.Millisecond, Max: time.Second}
+
+// settling returns the context the retries of an unknown write run under:
+// ctx, bounded by settleBudget if it has no deadline of its own.
+func settling(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, settleBudget)
+}
+
+// settleSave learns the outcome of a save that failed with err, an
+// unknown outcome (etcd lost its leader or a connection under the
+// write), by making it again while the caller's deadline allows: the
+// store's condition on the etag (and, keyed, on the idempotency key) makes
+// a second attempt safe, and its answer tells what became of the first:
+//
+//   - it succeeds: the first did not land (it never can now: the etag
+//     moved);
+//   - it is refused as applied already (keyed): the key is recorded; if
+//     the stored state is what this save wrote, at the etag the key's
+//     record names, the first landed, and that etag is returned;
+//     otherwise an earlier attempt of the key did, and ErrApplied stands;
+//   - it is refused as stale: if the stored state is what this save wrote,
+//     the first landed, and the stored etag is returned; otherwise another
+//     write came in, and the conflict stands.
+//
+// If the store stays away until the deadline, the first error is returned.
+func (a *activation) settleSave(ctx context.Context, st StateStore, ks KeyedStateStore, data []byte, etag, key string, err error) (string, error) {
+	ctx, cancel := settling(ctx)
+	defer cancel()
+	b := settlePolicy.New(a.rt.clock)
+	first := err
+	for b.Wait(ctx, nil) {
+		var next string
+		var err error
+		if key != "" {
+			next, err = ks.SaveKeyed(ctx, a.address(), data, etag, key)
+		} else {
+			next, err = st.Save(ctx, a.address(), data, etag)
+		}
+		switch {
+		case err == nil:
+			return next, nil
+		case outcomeUnknown(err):
+			continue
+		case errs.Code(err) == codes.AlreadyExists && key != "":
+			at, ok, aerr := ks.Applied(ctx, a.address(), key)
+			if aerr != nil {
+				continue
+			}
+			cur, curETag, lerr := st.Load(ctx, a.address())
+			if lerr != nil {
+				continue
+			}
+			if ok && curETag == at && bytes.Equal(cur, data) {
+				return curETag, nil
+			}
+			return "", err
+		case errs.Code(err) == codes.Aborted:
+			cur, curETag, lerr := st.Load(ctx, a.address())
+			if lerr != nil {
+				continue
+			}
+			if curETag != "" && bytes.Equal(cur, data) {
+				return curETag, nil
+			}
+			return "", err
+		default:
+			return "", err
+		}
+	}
+	return "", first
+}
+
+// settleDelete is settleSave for a delete.
+func (a *activation) settleDelete(ctx context.Context, st StateStore, etag string, err error) error {
+	ctx, cancel := settling(ctx)
+	defer cancel()
+	b := settlePolicy.New(a.rt.clock)
+	first := err
+	for b.Wait(ctx, nil) {
+		err := st.Delete(ctx, a.address(), etag)
+		switch {
+		case err == nil:
+			return nil
+		case outcomeUnknown(err):
+			continue
+		case errs.Code(err) == codes.Aborted:
+			_, curETag, lerr := st.Load(ctx, a.address())
+			if lerr != nil {
+				continue
+			}
+			if curETag == "" {
+				return nil
+			}
+			return err
+		default:
+			return err
+		}
+	}
+	return first
 }
 
 // LoadJSON loads the agent's state through h and decodes it from JSON into a

@@ -114,40 +114,83 @@ func TestStateHost(t *testing.T) {
 // flakyStore wraps a StateStore. While ackLost is set, writes are applied and
 // then fail with Unavailable, as if the answer was lost; while down is set,
 // every call fails with Unavailable before doing anything.
+//
+// With goDown set, a lost answer takes the store down (as a leader that
+// dies after applying a write), and a call that finds it down calls
+// onDown: a test cancels the caller's context there, so that the
+// runtime's retries of the write give up and leave it in doubt.
 type flakyStore struct {
 	StateStore
-	ackLost, down atomic.Bool
-	saves         atomic.Int32 // Save calls that reached the inner store
+	ackLost, down, goDown atomic.Bool
+	onDown                atomic.Pointer[func()]
+	saves                 atomic.Int32 // Save calls that reached the inner store
+}
+
+func (s *flakyStore) isDown() bool {
+	if !s.down.Load() {
+		return false
+	}
+	if f := s.onDown.Load(); f != nil {
+		(*f)()
+	}
+	return true
+}
+
+func (s *flakyStore) lost() {
+	if s.goDown.Load() {
+		s.down.Store(true)
+	}
 }
 
 func (s *flakyStore) Load(ctx context.Context, addr Address) ([]byte, string, error) {
-	if s.down.Load() {
+	if s.isDown() {
 		return nil, "", errs.New(codes.Unavailable, "store down")
 	}
 	return s.StateStore.Load(ctx, addr)
 }
 
 func (s *flakyStore) Save(ctx context.Context, addr Address, data []byte, etag string) (string, error) {
-	if s.down.Load() {
+	if s.isDown() {
 		return "", errs.New(codes.Unavailable, "store down")
 	}
 	s.saves.Add(1)
 	e, err := s.StateStore.Save(ctx, addr, data, etag)
 	if err == nil && s.ackLost.Load() {
+		s.lost()
 		return "", errs.New(codes.Unavailable, "answer lost")
 	}
 	return e, err
 }
 
 func (s *flakyStore) Delete(ctx context.Context, addr Address, etag string) error {
-	if s.down.Load() {
+	if s.isDown() {
 		return errs.New(codes.Unavailable, "store down")
 	}
 	err := s.StateStore.Delete(ctx, addr, etag)
 	if err == nil && s.ackLost.Load() {
+		s.lost()
 		return errs.New(codes.Unavailable, "answer lost")
 	}
 	return err
+}
+
+// inDoubt runs write with the store losing its answer and then staying
+// down for the runtime's retries, which end when they find it down: the
+// write is left in doubt. It returns write's error.
+func (s *flakyStore) inDoubt(ctx context.Context, write func(ctx context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := func() { cancel() }
+	s.onDown.Store(&f)
+	s.ackLost.Store(true)
+	s.goDown.Store(true)
+	defer func() {
+		s.ackLost.Store(false)
+		s.goDown.Store(false)
+		s.down.Store(false)
+		s.onDown.Store(nil)
+	}()
+	return write(ctx)
 }
 
 // A write whose answer is lost leaves the host in doubt; the next write
@@ -174,12 +217,74 @@ func TestStateLostWrite(t *testing.T) {
 		return e
 	}
 
+	saveInDoubt := func(h Host, data, etag string) error {
+		return store.inDoubt(ctx, func(ctx context.Context) error {
+			_, err := h.SaveState(ctx, []byte(data), etag)
+			return err
+		})
+	}
+	deleteInDoubt := func(h Host, etag string) error {
+		return store.inDoubt(ctx, func(ctx context.Context) error { return h.DeleteState(ctx, etag) })
+	}
+
+	t.Run("settled by the retry: landed", func(t *testing.T) {
+		h := host("settled")
+		e1 := save(h, "one", "")
+		store.ackLost.Store(true)
+		e2, err := h.SaveState(ctx, []byte("two"), e1)
+		store.ackLost.Store(false)
+		if err != nil {
+			t.Fatalf("a save whose answer was lost = %v, want its landing learnt by the retry", err)
+		}
+		if data, etag := load(h); data != "two" || etag != e2 {
+			t.Fatalf("stored %q at %q, want two at %q", data, etag, e2)
+		}
+		save(h, "three", e2)
+	})
+
+	t.Run("settled by the retry: not landed", func(t *testing.T) {
+		h := host("settled-not")
+		e1 := save(h, "one", "")
+		calls := 0
+		f := func() {
+			if calls++; calls == 1 {
+				store.down.Store(false) // up again for the retry
+			}
+		}
+		store.onDown.Store(&f)
+		store.down.Store(true)
+		e2, err := h.SaveState(ctx, []byte("two"), e1)
+		store.onDown.Store(nil)
+		if err != nil {
+			t.Fatalf("a save that met the store down once = %v, want it made by the retry", err)
+		}
+		if data, etag := load(h); data != "two" || etag != e2 {
+			t.Fatalf("stored %q at %q, want two at %q", data, etag, e2)
+		}
+	})
+
+	t.Run("did not land, then another write", func(t *testing.T) {
+		h := host("lost-other")
+		e1 := save(h, "one", "")
+		expired, cancel := context.WithCancel(ctx)
+		cancel()
+		_, err := h.SaveState(expired, []byte("two"), e1)
+		wantCode(t, err, codes.Canceled, "cancelled")
+		// The agent's value may hold the change of "two", which was not
+		// stored: writing "three" on e1 could apply it with its own.
+		_, err = h.SaveState(ctx, []byte("three"), e1)
+		wantConflict(t, err)
+		data, etag := load(h)
+		if data != "one" || etag != e1 {
+			t.Fatalf("stored %q at %q, want one at %q", data, etag, e1)
+		}
+		save(h, "three", etag)
+	})
+
 	t.Run("landed, then another write with the old etag", func(t *testing.T) {
 		h := host("landed")
 		e1 := save(h, "one", "")
-		store.ackLost.Store(true)
-		_, err := h.SaveState(ctx, []byte("two"), e1)
-		store.ackLost.Store(false)
+		err := saveInDoubt(h, "two", e1)
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		e3 := save(h, "three", e1) // e1 is taken as the etag "two" made
 		if data, etag := load(h); data != "three" || etag != e3 {
@@ -189,9 +294,7 @@ func TestStateLostWrite(t *testing.T) {
 
 	t.Run("landed, then the same write again", func(t *testing.T) {
 		h := host("repeat")
-		store.ackLost.Store(true)
-		_, err := h.SaveState(ctx, []byte("one"), "")
-		store.ackLost.Store(false)
+		err := saveInDoubt(h, "one", "")
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		before := store.saves.Load()
 		e := save(h, "one", "")
@@ -224,9 +327,7 @@ func TestStateLostWrite(t *testing.T) {
 		h := host("raced")
 		addr := h.Address()
 		e1 := save(h, "one", "")
-		store.ackLost.Store(true)
-		_, err := h.SaveState(ctx, []byte("two"), e1)
-		store.ackLost.Store(false)
+		err := saveInDoubt(h, "two", e1)
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		_, cur, _ := mem.Load(ctx, addr)
 		if _, err := mem.Save(ctx, addr, []byte("theirs"), cur); err != nil {
@@ -244,21 +345,15 @@ func TestStateLostWrite(t *testing.T) {
 	t.Run("lost delete", func(t *testing.T) {
 		h := host("delete")
 		e1 := save(h, "one", "")
-		store.ackLost.Store(true)
-		err := h.DeleteState(ctx, e1)
-		store.ackLost.Store(false)
+		err := deleteInDoubt(h, e1)
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		if err := h.DeleteState(ctx, e1); err != nil {
 			t.Fatalf("repeated delete = %v", err)
 		}
-		store.ackLost.Store(true)
-		err = h.DeleteState(ctx, "")
-		store.ackLost.Store(false)
+		err = deleteInDoubt(h, "")
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		e2 := save(h, "two", "")
-		store.ackLost.Store(true)
-		err = h.DeleteState(ctx, e2)
-		store.ackLost.Store(false)
+		err = deleteInDoubt(h, e2)
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		e3 := save(h, "three", e2) // the delete landed: e2 is taken as ""
 		if data, etag := load(h); data != "three" || etag != e3 {
@@ -269,9 +364,7 @@ func TestStateLostWrite(t *testing.T) {
 	t.Run("a load ends the doubt", func(t *testing.T) {
 		h := host("load")
 		e1 := save(h, "one", "")
-		store.ackLost.Store(true)
-		_, err := h.SaveState(ctx, []byte("two"), e1)
-		store.ackLost.Store(false)
+		err := saveInDoubt(h, "two", e1)
 		wantCode(t, err, codes.Unavailable, "answer lost")
 		data, etag := load(h)
 		if data != "two" {

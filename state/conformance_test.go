@@ -217,11 +217,35 @@ func conformance(t *testing.T, store grain.StateStore) {
 		}
 		wantStored(t, h.Address(), "two", e2)
 
-		// A save that landed but whose answer was lost: the old etag is
-		// taken as the one it made.
+		// A save that landed but whose answer was lost, the store there
+		// at once: the host's retry learns that it landed.
 		lossy.lose.Store(true)
-		_, err = h.SaveState(ctx, []byte("three"), e2)
+		e3, err := h.SaveState(ctx, []byte("three"), e2)
 		lossy.lose.Store(false)
+		if err != nil {
+			t.Fatalf("save whose answer was lost = %v, want its landing learnt", err)
+		}
+		wantStored(t, h.Address(), "three", e3)
+		e2 = e3
+
+		// inDoubt saves with the answer lost and the store away until
+		// the deadline ends the host's retries.
+		inDoubt := func(data, etag string) error {
+			dctx, cancel := context.WithTimeout(ctx, time.Second)
+			defer cancel()
+			lossy.lose.Store(true)
+			lossy.stay.Store(true)
+			defer func() {
+				lossy.lose.Store(false)
+				lossy.stay.Store(false)
+				lossy.away.Store(false)
+			}()
+			_, err := h.SaveState(dctx, []byte(data), etag)
+			return err
+		}
+
+		// Left in doubt: the old etag is taken as the one it made.
+		err = inDoubt("three and a half", e2)
 		wantCode(t, err, codes.Unavailable)
 		e4, err := h.SaveState(ctx, []byte("four"), e2)
 		if err != nil {
@@ -230,9 +254,7 @@ func conformance(t *testing.T, store grain.StateStore) {
 		wantStored(t, h.Address(), "four", e4)
 
 		// The same, but another writer came in meanwhile: a conflict.
-		lossy.lose.Store(true)
-		_, err = h.SaveState(ctx, []byte("five"), e4)
-		lossy.lose.Store(false)
+		err = inDoubt("five", e4)
 		wantCode(t, err, codes.Unavailable)
 		_, cur := load(t, h.Address())
 		theirs := save(t, h.Address(), "theirs", cur)
@@ -250,14 +272,29 @@ func conformance(t *testing.T, store grain.StateStore) {
 
 // ackLoser wraps a store: while lose is set, writes are applied and then
 // reported as Unavailable, as when the answer is lost on the way back.
+// With stay set, a lost answer takes the store away: every call fails
+// with Unavailable until away is cleared.
 type ackLoser struct {
 	grain.StateStore
-	lose atomic.Bool
+	lose, stay, away atomic.Bool
+}
+
+func (s *ackLoser) Load(ctx context.Context, addr grain.Address) ([]byte, string, error) {
+	if s.away.Load() {
+		return nil, "", errs.New(codes.Unavailable, "store away")
+	}
+	return s.StateStore.Load(ctx, addr)
 }
 
 func (s *ackLoser) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
+	if s.away.Load() {
+		return "", errs.New(codes.Unavailable, "store away")
+	}
 	e, err := s.StateStore.Save(ctx, addr, data, etag)
 	if err == nil && s.lose.Load() {
+		if s.stay.Load() {
+			s.away.Store(true)
+		}
 		return "", errs.New(codes.Unavailable, "answer lost")
 	}
 	return e, err

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -21,28 +22,71 @@ import (
 // next lose saves land in etcd, and then their reply is lost (as when the
 // etcd leader changes, or the request times out, after the write was
 // applied).
+//
+// While down is set (and, with stay set, from the first lost reply on),
+// every call fails with Unavailable before reaching etcd: the store is away
+// for the runtime's retries of a write in doubt, which then end with the
+// caller's deadline and leave it in doubt.
 type lossyStore struct {
 	grain.KeyedStateStore
-	lose  atomic.Int32
-	saved chan struct{} // if not nil, told of every save that landed
+	lose       atomic.Int32
+	down, stay atomic.Bool
+	saved      chan struct{} // if not nil, told of every save that landed
 }
+
+var errAway = errs.New(codes.Unavailable, "etcd unavailable: the store is away (injected)")
 
 func (s *lossyStore) afterCommit(etag string, err error) (string, error) {
 	if err == nil && s.saved != nil {
 		s.saved <- struct{}{}
 	}
 	if err == nil && s.lose.Add(-1) >= 0 {
+		if s.stay.Load() {
+			s.down.Store(true)
+		}
 		return "", errs.New(codes.Unavailable, "etcd unavailable: the reply was lost after the commit (injected)")
 	}
 	return etag, err
 }
 
+func (s *lossyStore) Load(ctx context.Context, addr grain.Address) ([]byte, string, error) {
+	if s.down.Load() {
+		return nil, "", errAway
+	}
+	return s.KeyedStateStore.Load(ctx, addr)
+}
+
+func (s *lossyStore) Applied(ctx context.Context, addr grain.Address, key string) (string, bool, error) {
+	if s.down.Load() {
+		return "", false, errAway
+	}
+	return s.KeyedStateStore.Applied(ctx, addr, key)
+}
+
 func (s *lossyStore) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
+	if s.down.Load() {
+		return "", errAway
+	}
 	return s.afterCommit(s.KeyedStateStore.Save(ctx, addr, data, etag))
 }
 
 func (s *lossyStore) SaveKeyed(ctx context.Context, addr grain.Address, data []byte, etag, key string) (string, error) {
+	if s.down.Load() {
+		return "", errAway
+	}
 	return s.afterCommit(s.KeyedStateStore.SaveKeyed(ctx, addr, data, etag, key))
+}
+
+// away makes the store lose the next reply and stay away until back is
+// called.
+func (s *lossyStore) away() (back func()) {
+	s.stay.Store(true)
+	s.lose.Store(1)
+	return func() {
+		s.stay.Store(false)
+		s.down.Store(false)
+		s.lose.Store(0)
+	}
 }
 
 // tally is a counter agent: "add" adds one to its stored count (with
@@ -130,16 +174,75 @@ func exactlyOnce(t *testing.T, ks grain.KeyedStateStore) {
 		}
 	}
 
+	// inDoubt asks with a deadline that ends the runtime's retries of
+	// the save while the store is away.
+	inDoubt := func(rt *grain.Runtime, to, text, key string) error {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := rt.Ask(dctx, &grain.Message{From: "Session:alice:s", To: to, Message: text, IdempotencyKey: key})
+		return err
+	}
+	mayHaveRun := func(err error) {
+		t.Helper()
+		if c := errs.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded || !strings.Contains(err.Error(), "may have") {
+			t.Fatalf("lost reply: %v, want Unavailable or DeadlineExceeded saying the change may have landed", err)
+		}
+	}
+
+	t.Run("reply lost, learnt at once", func(t *testing.T) {
+		// The leader change case: the reply of a save that landed is
+		// lost, etcd is back at once, and the runtime learns by the key
+		// that the save landed: the Ask succeeds, once.
+		rt := tallyRuntime(t, store)
+		if r, err := ask(rt, "Tally:e", "add", ""); err != nil || r.Message != "1" {
+			t.Fatalf("first add: %v %v", r, err)
+		}
+		store.lose.Store(1)
+		if r, err := ask(rt, "Tally:e", "add", "k1"); err != nil || r.Message != "2" {
+			t.Fatalf("add whose reply was lost: %v %v, want 2", r, err)
+		}
+		if r, err := ask(rt, "Tally:e", "add", "k1"); err != nil || r.Message != "2" {
+			t.Fatalf("retry: %v %v, want the first's reply, 2", r, err)
+		}
+		if n := stored("e"); n != 2 {
+			t.Fatalf("stored %d, want 2", n)
+		}
+	})
+
+	t.Run("store away before the write", func(t *testing.T) {
+		// Nothing landed; the agent's value holds the change that was
+		// not stored. The retry under the same key runs, and applies the
+		// change once, not twice.
+		rt := tallyRuntime(t, store)
+		if r, err := ask(rt, "Tally:f", "add", ""); err != nil || r.Message != "1" {
+			t.Fatalf("first add: %v %v", r, err)
+		}
+		store.down.Store(true)
+		err := inDoubt(rt, "Tally:f", "add", "k1")
+		store.down.Store(false)
+		if err == nil {
+			t.Fatal("add with the store away succeeded")
+		}
+		if r, err := ask(rt, "Tally:f", "add", "k1"); err != nil || r.Message != "2" {
+			t.Fatalf("retry: %v %v, want 2 (the change applied once)", r, err)
+		}
+		if r, err := ask(rt, "Tally:f", "add", "k1"); err != nil || r.Message != "2" {
+			t.Fatalf("second retry: %v %v, want the first's reply", r, err)
+		}
+		if n := stored("f"); n != 2 {
+			t.Fatalf("stored %d, want 2", n)
+		}
+	})
+
 	t.Run("same silo", func(t *testing.T) {
 		rt := tallyRuntime(t, store)
 		if r, err := ask(rt, "Tally:a", "add", ""); err != nil || r.Message != "1" {
 			t.Fatalf("first add: %v %v", r, err)
 		}
-		store.lose.Store(1)
-		_, err := ask(rt, "Tally:a", "add", "k1")
-		if errs.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "may have landed") {
-			t.Fatalf("lost reply: %v, want Unavailable saying the change may have landed", err)
-		}
+		back := store.away()
+		err := inDoubt(rt, "Tally:a", "add", "k1")
+		back()
+		mayHaveRun(err)
 		if n := stored("a"); n != 2 {
 			t.Fatalf("stored %d after the lost reply, want 2 (the save landed)", n)
 		}
@@ -164,17 +267,17 @@ func exactlyOnce(t *testing.T, ks grain.KeyedStateStore) {
 		if r, err := ask(rt1, "Tally:b", "add", ""); err != nil || r.Message != "1" {
 			t.Fatalf("first add: %v %v", r, err)
 		}
-		store.lose.Store(1)
-		if _, err := ask(rt1, "Tally:b", "add", "k1"); errs.Code(err) != codes.Unavailable {
-			t.Fatalf("lost reply: %v", err)
-		}
+		back := store.away()
+		err := inDoubt(rt1, "Tally:b", "add", "k1")
+		back()
+		mayHaveRun(err)
 		if err := rt1.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// A new runtime knows nothing of k1: the retry runs, and its save
 		// is refused by the key recorded with the first.
 		rt2 := tallyRuntime(t, store)
-		_, err := ask(rt2, "Tally:b", "add", "k1")
+		_, err = ask(rt2, "Tally:b", "add", "k1")
 		wantApplied(err)
 		if n := stored("b"); n != 2 {
 			t.Fatalf("stored %d after the retry on a new runtime, want 2", n)

@@ -20,6 +20,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -105,6 +106,9 @@ func classify(err error) (code codes.Code, failure string, cause error) {
 	} else if errors.As(cause, &etcdErr) {
 		code = etcdErr.Code()
 	}
+	if stopping(err) {
+		return codes.Unavailable, "etcd unavailable", cause
+	}
 	switch code {
 	case codes.ResourceExhausted, codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated:
 		return code, "etcd", cause
@@ -115,4 +119,18 @@ func classify(err error) (code codes.Code, failure string, cause error) {
 		return codes.Internal, "etcd", cause
 	}
 	return codes.Unavailable, "etcd unavailable", cause
+}
+
+// stopping reports whether err says that the etcd server is stopping or
+// has stopped (an embedded etcd closing, a member shutting down): its
+// raft node and server answer with plain errors that carry no gRPC code,
+// but the failure is etcd being away, not an internal one.
+func stopping(err error) bool {
+	msg := err.Error()
+	for _, s := range []string{"raft: stopped", "etcdserver: server stopped", "etcdserver: server stopping"} {
+		if strings.Contains(msg, s) {
+			return true
+		}
+	}
+	return false
 }

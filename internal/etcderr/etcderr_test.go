@@ -30,6 +30,8 @@ func TestWrapKeepsTheFailure(t *testing.T) {
 		{"client closed", status.Error(codes.Canceled, "grpc: the client connection is closing"), codes.Unavailable, "etcd unavailable"},
 		{"permission", rpctypes.ErrGRPCPermissionDenied, codes.PermissionDenied, "etcd: etcdserver: permission denied"},
 		{"plain", errors.New("boom"), codes.Internal, "etcd: boom"},
+		{"raft stopped", errors.New("raft: stopped"), codes.Unavailable, "etcd unavailable: raft: stopped"},
+		{"server stopped", rpctypes.ErrGRPCStopped, codes.Unavailable, "etcd unavailable: etcdserver: server stopped"},
 	} {
 		err := Wrap(tc.err)
 		if errs.Code(err) != tc.code || status.Code(err) != tc.code {

@@ -30,6 +30,13 @@
 //   - state: four workers, each incrementing a Counter of its own (the
 //     count kept in the state store); a reply not above the worker's
 //     previous one is a state regression;
+//   - keyed: -keyed workers, each incrementing a Counter of its own with
+//     an idempotency key per increment, retrying a failed key with the
+//     same key until it is answered OK or AlreadyExists (applied
+//     already), then taking the next key. Each key must be applied
+//     exactly once: an OK reply must be the count of keys answered so
+//     far, and at the end each counter must hold exactly the number of
+//     its keys. A count above is a double, below a loss;
 //   - reminders: a Ticker registered every 2 s (period 1 s) for the whole
 //     run; at the end each must still tick (its count rises within 20 s);
 //     one that does not is a lost reminder;
@@ -43,8 +50,11 @@
 // checked for overlapping activations (single activation). Output: the
 // summary as one JSON object on stdout (bench "chaos"); progress on
 // stderr. The exit status is 1 if an invariant broke (overlaps, lost
-// reminders, lost messages, state regressions) or the cluster did not
-// recover, 0 otherwise.
+// reminders, lost messages, state regressions, keyed doubles or losses) or
+// the cluster did not recover, 0 otherwise.
+//
+// -faults chooses the kinds of fault (default all four); -faults etcd
+// kills only etcd leaders.
 //
 // With TESTCLUSTER_KEEP=1 the silos' logs and the journal are kept, and
 // -check DIR checks such a directory again, from its files alone (after a
@@ -84,6 +94,8 @@ type config struct {
 	askTimeout time.Duration
 	netns      bool
 	seed       uint64
+	keyed      int
+	faults     []string
 }
 
 func main() {
@@ -94,6 +106,8 @@ func main() {
 	flag.DurationVar(&cfg.askTimeout, "ask-timeout", 5*time.Second, "deadline of each Ask of the load")
 	flag.BoolVar(&cfg.netns, "netns", os.Geteuid() == 0, "silos in network namespaces, partitions with nftables (needs root)")
 	seed := flag.Int64("seed", 0, "seed of the schedule (0: from the clock)")
+	flag.IntVar(&cfg.keyed, "keyed", 20, "workers of keyed increments, each on a Counter of its own")
+	faults := flag.String("faults", "kill,stop,cut,etcd", "the kinds of fault, comma-separated: kill, stop, cut, etcd")
 	check := flag.String("check", "", "check the journal of a cluster directory kept by TESTCLUSTER_KEEP=1, and exit")
 	flag.Parse()
 	if *check != "" {
@@ -111,7 +125,16 @@ func main() {
 		}
 		return
 	}
-	if cfg.duration <= 0 || cfg.gap <= 0 || cfg.clients < 1 || cfg.askTimeout <= 0 {
+	for _, k := range strings.Split(*faults, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			if !slices.Contains([]string{"kill", "stop", "cut", "etcd"}, k) {
+				fmt.Fprintf(os.Stderr, "chaos: -faults: unknown kind %q (want kill, stop, cut, etcd)\n", k)
+				os.Exit(2)
+			}
+			cfg.faults = append(cfg.faults, k)
+		}
+	}
+	if cfg.duration <= 0 || cfg.gap <= 0 || cfg.clients < 1 || cfg.askTimeout <= 0 || cfg.keyed < 0 || len(cfg.faults) == 0 {
 		flag.Usage()
 		os.Exit(2)
 	}
@@ -163,13 +186,22 @@ type summary struct {
 	StateReplies     int64               `json:"state_replies"`
 	StateFailed      map[string]int      `json:"state_failed"`
 	StateRegressions int                 `json:"state_regressions"`
-	SiloRSSMaxMB     float64             `json:"silo_rss_max_mb"`
-	Recovered        bool                `json:"recovered"`
-	Load1            string              `json:"loadavg_end"`
+	// Keyed: the keyed increments answered (OK or AlreadyExists), the
+	// attempts that failed (by code; each was retried with its key), and
+	// the increments applied twice or lost.
+	KeyedKeys    int64               `json:"keyed_keys"`
+	KeyedFailed  map[string]int      `json:"keyed_failed"`
+	KeyedErrors  map[string][]string `json:"keyed_errors"`
+	KeyedDoubles int64               `json:"keyed_doubles"`
+	KeyedLost    int64               `json:"keyed_lost"`
+	SiloRSSMaxMB float64             `json:"silo_rss_max_mb"`
+	Recovered    bool                `json:"recovered"`
+	Load1        string              `json:"loadavg_end"`
 }
 
 func (s summary) broken() bool {
-	return s.Overlaps > 0 || s.RemindersLost > 0 || s.MessagesLost > 0 || s.StateRegressions > 0
+	return s.Overlaps > 0 || s.RemindersLost > 0 || s.MessagesLost > 0 || s.StateRegressions > 0 ||
+		s.KeyedDoubles > 0 || s.KeyedLost > 0
 }
 
 // counts counts outcomes by name, safely, with a sample of the errors.
@@ -204,6 +236,31 @@ func (c *counts) add(err error) {
 	}
 	if ms := c.sample[k]; len(ms) < 5 && !slices.Contains(ms, msg) {
 		c.sample[k] = append(ms, msg)
+	}
+}
+
+// merge adds o's counts and samples to c.
+func (c *counts) merge(o *counts) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string]int{}
+	}
+	for k, v := range o.m {
+		c.m[k] += v
+	}
+	c.mayHaveRun += o.mayHaveRun
+	if c.sample == nil {
+		c.sample = map[string][]string{}
+	}
+	for k, ms := range o.sample {
+		for _, m := range ms {
+			if len(c.sample[k]) < 5 && !slices.Contains(c.sample[k], m) {
+				c.sample[k] = append(c.sample[k], m)
+			}
+		}
 	}
 }
 
@@ -305,6 +362,22 @@ func run(tb testcluster.TB, cfg config) summary {
 		}()
 	}
 
+	// Keyed: a Counter per worker, each increment under a key of its own.
+	keyed := make([]*keyedWorker, cfg.keyed)
+	for w := range keyed {
+		kw := &keyedWorker{
+			addr: fmt.Sprintf("Counter:%s:chaos-keyed-%d-%d", testcluster.Principal, cfg.seed%100000, w),
+			key:  fmt.Sprintf("chaos-%d-%d", cfg.seed%100000, w),
+		}
+		keyed[w] = kw
+		cl := c.Client(tb, gateways(c, w)...)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kw.run(loadCtx, cl, cfg.askTimeout)
+		}()
+	}
+
 	// Reminders: a Ticker registered every 2 s.
 	var tmu sync.Mutex
 	var tickers []string
@@ -399,7 +472,7 @@ func run(tb testcluster.TB, cfg config) summary {
 	}()
 
 	// Faults.
-	kinds := []string{"kill", "stop", "cut", "etcd"}
+	kinds := cfg.faults
 	start := time.Now()
 	e := c.Etcd()
 	for time.Since(start) < cfg.duration && tb.Context().Err() == nil {
@@ -460,6 +533,22 @@ func run(tb testcluster.TB, cfg config) summary {
 	sum.StateFailed = stateFailed.snapshot()
 	sum.StateRegressions = int(regressions.Load())
 	regressed.Range(func(k, _ any) bool { tb.Logf("chaos: state regression: %v", k); return true })
+	{
+		cl := c.Client(tb, gateways(c, 0)...)
+		var failed counts
+		for _, kw := range keyed {
+			kw.check(tb, cl)
+			sum.KeyedKeys += kw.keys
+			sum.KeyedDoubles += kw.doubles
+			sum.KeyedLost += kw.lost
+			failed.merge(&kw.failed)
+			for _, l := range kw.report {
+				tb.Logf("chaos: keyed: %s", l)
+			}
+		}
+		sum.KeyedFailed = failed.snapshot()
+		_, sum.KeyedErrors = failed.errors()
+	}
 	sum.SiloRSSMaxMB = float64(rssMax.Load()) / 1024
 
 	tmu.Lock()
@@ -497,6 +586,128 @@ func run(tb testcluster.TB, cfg config) summary {
 		sum.Load1 = strings.TrimSpace(string(b))
 	}
 	return sum
+}
+
+// keyedWorker increments one Counter, key after key, and checks that each
+// key is applied exactly once.
+type keyedWorker struct {
+	addr, key string
+
+	applied int64  // the count the keys answered so far should have made
+	keys    int64  // keys answered
+	doubles int64  // increments applied twice
+	lost    int64  // increments lost
+	failed  counts // attempts that failed, retried with their key
+	pending string // the key in flight when the load stopped, or ""
+	history []string
+	report  []string
+}
+
+// note keeps the last outcomes, for the report of a broken invariant.
+func (w *keyedWorker) note(format string, args ...any) {
+	if len(w.history) == 12 {
+		w.history = append(w.history[:0], w.history[1:]...)
+	}
+	w.history = append(w.history, fmt.Sprintf(format, args...))
+}
+
+func (w *keyedWorker) broke(format string, args ...any) {
+	if len(w.report) < 10 {
+		w.report = append(w.report, fmt.Sprintf("%s: ", w.addr)+fmt.Sprintf(format, args...)+"; history: "+strings.Join(w.history, " | "))
+	}
+}
+
+// run takes key after key until ctx ends: each is asked again, with the
+// same key, until it is answered OK or AlreadyExists.
+func (w *keyedWorker) run(ctx context.Context, cl *client.Client, timeout time.Duration) {
+	for n := 0; ctx.Err() == nil; n++ {
+		key := fmt.Sprintf("%s-%d", w.key, n)
+		for ctx.Err() == nil {
+			cctx, cancel := context.WithTimeout(ctx, timeout)
+			r, err := cl.Ask(cctx, w.addr, &client.Message{Message: "inc", IdempotencyKey: key})
+			cancel()
+			if ctx.Err() != nil {
+				w.pending = key
+				return
+			}
+			w.answer(key, r, err)
+			if err == nil || errs.Code(err) == codes.AlreadyExists {
+				break
+			}
+			pause(ctx, 20*time.Millisecond)
+		}
+	}
+}
+
+// answer checks the outcome of one attempt of key.
+func (w *keyedWorker) answer(key string, r *client.Message, err error) {
+	switch {
+	case err == nil:
+		v, perr := strconv.ParseInt(r.GetMessage(), 10, 64)
+		if perr != nil {
+			w.broke("key %s: reply %q is no count", key, r.GetMessage())
+			w.lost++
+			return
+		}
+		want := w.applied + 1
+		w.note("%s OK %d", key, v)
+		switch {
+		case v > want:
+			w.doubles += v - want
+			w.broke("key %s answered %d where %d was due: %d applied twice", key, v, want, v-want)
+		case v < want:
+			w.lost += want - v
+			w.broke("key %s answered %d where %d was due: %d lost", key, v, want, want-v)
+		}
+		w.applied = v
+	case errs.Code(err) == codes.AlreadyExists:
+		w.note("%s AlreadyExists", key)
+		w.applied++
+	default:
+		w.note("%s %v", key, errs.Code(err))
+		w.failed.add(err)
+		return
+	}
+	w.keys++
+}
+
+// check reads the counter once the faults are over: it must hold exactly
+// the count its keys made. A key in flight when the load stopped is asked
+// again first, with its key, as its caller would.
+func (w *keyedWorker) check(tb testcluster.TB, cl *client.Client) {
+	if w.pending != "" {
+		err := retryCall(tb.Context(), func(ctx context.Context) error {
+			r, err := cl.Ask(ctx, w.addr, &client.Message{Message: "inc", IdempotencyKey: w.pending})
+			w.answer(w.pending, r, err)
+			if errs.Code(err) == codes.AlreadyExists {
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			w.broke("key %s: no answer after the faults: %v", w.pending, err)
+		}
+	}
+	var got int64
+	err := retryCall(tb.Context(), func(ctx context.Context) error {
+		r, err := cl.Ask(ctx, w.addr, &client.Message{Message: "get"})
+		if err != nil {
+			return err
+		}
+		got, err = strconv.ParseInt(r.GetMessage(), 10, 64)
+		return err
+	})
+	switch {
+	case err != nil:
+		w.broke("cannot read the count: %v", err)
+		w.lost++
+	case got > w.applied:
+		w.doubles += got - w.applied
+		w.broke("holds %d after %d keys answered (count due %d): %d applied twice", got, w.keys, w.applied, got-w.applied)
+	case got < w.applied:
+		w.lost += w.applied - got
+		w.broke("holds %d after %d keys answered (count due %d): %d lost", got, w.keys, w.applied, w.applied-got)
+	}
 }
 
 // recover3 waits until every silo runs and the three agree on the members.
