@@ -131,6 +131,9 @@ func (a *activation) LoadState(ctx context.Context) ([]byte, string, error) {
 	}
 	defer a.cursor().unlock()
 	data, etag, err := st.Load(ctx, a.address())
+	if errs.Code(err) == codes.Unavailable && ctx.Err() == nil {
+		data, etag, err = a.settleLoad(ctx, st, err)
+	}
 	if err != nil {
 		return nil, "", err
 	}
@@ -334,6 +337,22 @@ func (a *activation) settleSave(ctx context.Context, st StateStore, ks KeyedStat
 		}
 	}
 	return "", first
+}
+
+// settleLoad reads again, while ctx allows (as settleSave writes), after a
+// load that failed with err, Unavailable: the store was away for a moment
+// (an etcd leader election). If it stays away, err is returned.
+func (a *activation) settleLoad(ctx context.Context, st StateStore, err error) ([]byte, string, error) {
+	ctx, cancel := settling(ctx)
+	defer cancel()
+	b := settlePolicy.New(a.rt.clock)
+	for b.Wait(ctx, nil) {
+		data, etag, lerr := st.Load(ctx, a.address())
+		if errs.Code(lerr) != codes.Unavailable {
+			return data, etag, lerr
+		}
+	}
+	return nil, "", err
 }
 
 // settleDelete is settleSave for a delete.

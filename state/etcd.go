@@ -25,8 +25,14 @@ const MaxEtcdState = 1 << 20
 
 // etcdOpTimeout bounds each etcd request, so that a lost etcd answers
 // Unavailable instead of holding a turn until the caller's deadline (a
-// one-way turn has none).
-const etcdOpTimeout = 5 * time.Second
+// one-way turn has none). It is shorter than an Ask's usual deadline on
+// purpose: a request that a follower forwarded to a leader that then died
+// waits for the server's own timeout (seconds past the election), while
+// the same request made again reaches the new leader at once. The
+// runtime makes a read or a write whose outcome is unknown again while
+// the caller's deadline allows (see grain.Host.SaveState), so an etcd
+// leader change delays a turn by about the election, and fails none.
+const etcdOpTimeout = 2 * time.Second
 
 // Etcd is the state store in etcd: agent addr's state is the value of key
 // <prefix>state/<addr>, and its etag is that key's mod revision, in decimal

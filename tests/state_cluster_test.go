@@ -55,6 +55,21 @@ func stateChurn(t *testing.T, stateStore string) {
 	c := testcluster.Start(t, opts)
 	const addr = "Counter:test:churn"
 	l := startCounterLoad(t, c, addr, 2, 5*time.Second)
+	// Keyed increments beside: each key applied exactly once through the
+	// kills, on either store.
+	keyedCtx, stopKeyed := context.WithCancel(context.Background())
+	var keyedWG sync.WaitGroup
+	keyed := make([]*testcluster.KeyedCounter, 3)
+	for w := range keyed {
+		k := testcluster.NewKeyedCounter(fmt.Sprintf("Counter:test:churn-keyed-%d", w), fmt.Sprintf("churn-%d", w))
+		keyed[w] = k
+		cl := c.Client(t, (w+1)%c.Len(), (w+2)%c.Len(), w%c.Len())
+		keyedWG.Go(func() { k.Run(keyedCtx, cl, 5*time.Second) })
+	}
+	t.Cleanup(func() {
+		stopKeyed()
+		keyedWG.Wait()
+	})
 	l.waitOK(t, 50)
 	for round, killOwner := range []bool{true, true, false} {
 		victim := siloIndex(t, c, c.Owner(addr))
@@ -76,6 +91,19 @@ func stateChurn(t *testing.T, stateStore string) {
 	// state that does not decode; FailedPrecondition: no state store) is
 	// a failure of the test.
 	top := l.finish(t, codes.Unavailable, codes.DeadlineExceeded, codes.Aborted)
+	stopKeyed()
+	keyedWG.Wait()
+	for _, k := range keyed {
+		k.Check(t, c.Client(t))
+		r := k.Result()
+		for _, line := range r.Report {
+			t.Errorf("keyed: %s", line)
+		}
+		t.Logf("%s: %d keys answered, %d attempts failed (asked again), %d applied twice, %d lost", r.Addr, r.Keys, len(r.Failed), r.Doubles, r.Lost)
+		if r.Doubles != 0 || r.Lost != 0 {
+			t.Errorf("%s: %d increments applied twice and %d lost, want 0 and 0", r.Addr, r.Doubles, r.Lost)
+		}
+	}
 
 	// An Ask that failed (a deadline, a silo killed after the save and
 	// before the reply) may still have incremented: the count may be above

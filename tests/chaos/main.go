@@ -239,31 +239,6 @@ func (c *counts) add(err error) {
 	}
 }
 
-// merge adds o's counts and samples to c.
-func (c *counts) merge(o *counts) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]int{}
-	}
-	for k, v := range o.m {
-		c.m[k] += v
-	}
-	c.mayHaveRun += o.mayHaveRun
-	if c.sample == nil {
-		c.sample = map[string][]string{}
-	}
-	for k, ms := range o.sample {
-		for _, m := range ms {
-			if len(c.sample[k]) < 5 && !slices.Contains(c.sample[k], m) {
-				c.sample[k] = append(c.sample[k], m)
-			}
-		}
-	}
-}
-
 func (c *counts) errors() (int, map[string][]string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -363,18 +338,17 @@ func run(tb testcluster.TB, cfg config) summary {
 	}
 
 	// Keyed: a Counter per worker, each increment under a key of its own.
-	keyed := make([]*keyedWorker, cfg.keyed)
+	keyed := make([]*testcluster.KeyedCounter, cfg.keyed)
 	for w := range keyed {
-		kw := &keyedWorker{
-			addr: fmt.Sprintf("Counter:%s:chaos-keyed-%d-%d", testcluster.Principal, cfg.seed%100000, w),
-			key:  fmt.Sprintf("chaos-%d-%d", cfg.seed%100000, w),
-		}
+		kw := testcluster.NewKeyedCounter(
+			fmt.Sprintf("Counter:%s:chaos-keyed-%d-%d", testcluster.Principal, cfg.seed%100000, w),
+			fmt.Sprintf("chaos-%d-%d", cfg.seed%100000, w))
 		keyed[w] = kw
 		cl := c.Client(tb, gateways(c, w)...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			kw.run(loadCtx, cl, cfg.askTimeout)
+			kw.Run(loadCtx, cl, cfg.askTimeout)
 		}()
 	}
 
@@ -537,12 +511,15 @@ func run(tb testcluster.TB, cfg config) summary {
 		cl := c.Client(tb, gateways(c, 0)...)
 		var failed counts
 		for _, kw := range keyed {
-			kw.check(tb, cl)
-			sum.KeyedKeys += kw.keys
-			sum.KeyedDoubles += kw.doubles
-			sum.KeyedLost += kw.lost
-			failed.merge(&kw.failed)
-			for _, l := range kw.report {
+			kw.Check(tb, cl)
+			r := kw.Result()
+			sum.KeyedKeys += r.Keys
+			sum.KeyedDoubles += r.Doubles
+			sum.KeyedLost += r.Lost
+			for _, err := range r.Failed {
+				failed.add(err)
+			}
+			for _, l := range r.Report {
 				tb.Logf("chaos: keyed: %s", l)
 			}
 		}
@@ -586,128 +563,6 @@ func run(tb testcluster.TB, cfg config) summary {
 		sum.Load1 = strings.TrimSpace(string(b))
 	}
 	return sum
-}
-
-// keyedWorker increments one Counter, key after key, and checks that each
-// key is applied exactly once.
-type keyedWorker struct {
-	addr, key string
-
-	applied int64  // the count the keys answered so far should have made
-	keys    int64  // keys answered
-	doubles int64  // increments applied twice
-	lost    int64  // increments lost
-	failed  counts // attempts that failed, retried with their key
-	pending string // the key in flight when the load stopped, or ""
-	history []string
-	report  []string
-}
-
-// note keeps the last outcomes, for the report of a broken invariant.
-func (w *keyedWorker) note(format string, args ...any) {
-	if len(w.history) == 12 {
-		w.history = append(w.history[:0], w.history[1:]...)
-	}
-	w.history = append(w.history, fmt.Sprintf(format, args...))
-}
-
-func (w *keyedWorker) broke(format string, args ...any) {
-	if len(w.report) < 10 {
-		w.report = append(w.report, fmt.Sprintf("%s: ", w.addr)+fmt.Sprintf(format, args...)+"; history: "+strings.Join(w.history, " | "))
-	}
-}
-
-// run takes key after key until ctx ends: each is asked again, with the
-// same key, until it is answered OK or AlreadyExists.
-func (w *keyedWorker) run(ctx context.Context, cl *client.Client, timeout time.Duration) {
-	for n := 0; ctx.Err() == nil; n++ {
-		key := fmt.Sprintf("%s-%d", w.key, n)
-		for ctx.Err() == nil {
-			cctx, cancel := context.WithTimeout(ctx, timeout)
-			r, err := cl.Ask(cctx, w.addr, &client.Message{Message: "inc", IdempotencyKey: key})
-			cancel()
-			if ctx.Err() != nil {
-				w.pending = key
-				return
-			}
-			w.answer(key, r, err)
-			if err == nil || errs.Code(err) == codes.AlreadyExists {
-				break
-			}
-			pause(ctx, 20*time.Millisecond)
-		}
-	}
-}
-
-// answer checks the outcome of one attempt of key.
-func (w *keyedWorker) answer(key string, r *client.Message, err error) {
-	switch {
-	case err == nil:
-		v, perr := strconv.ParseInt(r.GetMessage(), 10, 64)
-		if perr != nil {
-			w.broke("key %s: reply %q is no count", key, r.GetMessage())
-			w.lost++
-			return
-		}
-		want := w.applied + 1
-		w.note("%s OK %d", key, v)
-		switch {
-		case v > want:
-			w.doubles += v - want
-			w.broke("key %s answered %d where %d was due: %d applied twice", key, v, want, v-want)
-		case v < want:
-			w.lost += want - v
-			w.broke("key %s answered %d where %d was due: %d lost", key, v, want, want-v)
-		}
-		w.applied = v
-	case errs.Code(err) == codes.AlreadyExists:
-		w.note("%s AlreadyExists", key)
-		w.applied++
-	default:
-		w.note("%s %v", key, errs.Code(err))
-		w.failed.add(err)
-		return
-	}
-	w.keys++
-}
-
-// check reads the counter once the faults are over: it must hold exactly
-// the count its keys made. A key in flight when the load stopped is asked
-// again first, with its key, as its caller would.
-func (w *keyedWorker) check(tb testcluster.TB, cl *client.Client) {
-	if w.pending != "" {
-		err := retryCall(tb.Context(), func(ctx context.Context) error {
-			r, err := cl.Ask(ctx, w.addr, &client.Message{Message: "inc", IdempotencyKey: w.pending})
-			w.answer(w.pending, r, err)
-			if errs.Code(err) == codes.AlreadyExists {
-				return nil
-			}
-			return err
-		})
-		if err != nil {
-			w.broke("key %s: no answer after the faults: %v", w.pending, err)
-		}
-	}
-	var got int64
-	err := retryCall(tb.Context(), func(ctx context.Context) error {
-		r, err := cl.Ask(ctx, w.addr, &client.Message{Message: "get"})
-		if err != nil {
-			return err
-		}
-		got, err = strconv.ParseInt(r.GetMessage(), 10, 64)
-		return err
-	})
-	switch {
-	case err != nil:
-		w.broke("cannot read the count: %v", err)
-		w.lost++
-	case got > w.applied:
-		w.doubles += got - w.applied
-		w.broke("holds %d after %d keys answered (count due %d): %d applied twice", got, w.keys, w.applied, got-w.applied)
-	case got < w.applied:
-		w.lost += w.applied - got
-		w.broke("holds %d after %d keys answered (count due %d): %d lost", got, w.keys, w.applied, w.applied-got)
-	}
 }
 
 // recover3 waits until every silo runs and the three agree on the members.
