@@ -219,6 +219,10 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 			// The handler ran: an error it passes on from a call of its own
 			// that was not run must not say that this message was not.
 			err = errs.New(errs.Code(err), "the turn of %s ran and failed on a call of its own: %s", a.key, err.Error())
+		} else if err != nil && silentOnRunning(err) {
+			// A code that a caller would read as "may have run" (a store
+			// away, a deadline): say that the turn ran, and failed.
+			err = errs.Wrap(errs.Code(err), err, "the turn of %s ran and failed", a.key)
 		}
 	}()
 	if !a.started {
@@ -525,3 +529,22 @@ func (a *activation) tick(tm *timer) {
 }
 
 func (a *activation) String() string { return fmt.Sprintf("activation(%s)", a.key) }
+
+// silentOnRunning reports whether err, returned by a handler, has a code
+// that a caller reads as "may have run" or "did not run" (Unavailable,
+// DeadlineExceeded, Canceled, ResourceExhausted) and does not say itself
+// whether the turn ran: then the runtime says so (see docs/errors.md).
+func silentOnRunning(err error) bool {
+	switch errs.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted:
+	default:
+		return false
+	}
+	msg := err.Error()
+	for _, says := range []string{"ran and", "may have", "did not run", "not run", "it ran", "turn ran"} {
+		if strings.Contains(msg, says) {
+			return false
+		}
+	}
+	return true
+}

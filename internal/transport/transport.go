@@ -509,7 +509,7 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return 0, ctxErr(ctx, "send to peer")
+		return 0, ctxErr(ctx, "send to peer: before it was sent, so it did not run")
 	}
 	return size + 32, nil // room for the envelope's own fields
 }
