@@ -143,7 +143,8 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 	r.metrics.background.WithLabelValues("started").Inc()
 	r.startFollow(res.taskID, rec)
 	reply := m.Response()
-	reply.State = map[string]string{StateContextID: res.contextID, StateTaskID: string(res.taskID), StateTaskState: string(res.state), StateFollow: FollowBackground}
+	reply.State = remoteState(res.contextID, res.taskID, res.state)
+	reply.State[StateFollow] = FollowBackground
 	return reply, nil
 }
 
@@ -237,10 +238,8 @@ func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, 
 		_, err = r.question(ctx, res)
 	}
 	if err != nil {
-		msg = &grain.Message{Message: err.Error(), State: map[string]string{
-			StateContextID: res.contextID, StateTaskID: string(id), StateTaskState: string(res.state),
-			StateError: err.Error(), StateCode: errs.Code(err).String(),
-		}}
+		msg = &grain.Message{Message: err.Error(), State: remoteState(res.contextID, id, res.state)}
+		msg.State[StateError], msg.State[StateCode] = err.Error(), errs.Code(err).String()
 	} else if res.state.Terminal() {
 		r.guards.done(id)
 	}

@@ -18,12 +18,32 @@ import (
 
 // The message state keys the executor sets on what it asks an agent, and
 // the A2A agent type on its replies.
+//
+// Two tasks may be in play: the task of this server that a caller's A2A
+// message made (the executor gives its ids to the agent asked, with
+// StateInbound), and the remote task an agent of RemoteType runs on an
+// A2A agent outside. StateContextID and StateTaskID name the first on a
+// message the executor asks, and the second on what RemoteType replies
+// (as they always have, so that a gateway caller asks again with the
+// reply's state); StateRemoteContextID and StateRemoteTaskID name only
+// the second, and are what RemoteType reads on a message that came
+// through this server.
 const (
 	// StateContextID holds the A2A contextId: the same for every turn of a
 	// conversation.
 	StateContextID = "a2a.context_id"
 	// StateTaskID holds the A2A task id.
 	StateTaskID = "a2a.task_id"
+	// StateInbound is "true" on what the executor asks an agent: the
+	// StateContextID and StateTaskID beside it are this server's task,
+	// the caller's, not a remote task to continue.
+	StateInbound = "a2a.inbound"
+	// StateRemoteContextID and StateRemoteTaskID hold, on RemoteType's
+	// replies, the remote agent's contextId and task id (also in
+	// StateContextID and StateTaskID); on a message to RemoteType, the
+	// remote task to continue, whichever way the message came.
+	StateRemoteContextID = "a2a.remote_context_id"
+	StateRemoteTaskID    = "a2a.remote_task_id"
 	// StateTaskState holds, on the A2A agent type's replies, the remote
 	// task's state (TASK_STATE_COMPLETED, TASK_STATE_INPUT_REQUIRED, ...).
 	StateTaskState = "a2a.task_state"
@@ -204,6 +224,10 @@ func errorMessage(info spec.TaskInfoProvider, err error) *spec.Message {
 	return m
 }
 
+// metaState is the metadata key, on a reply's artifact or status message,
+// of the reply's state.
+const metaState = "agentsilo.state"
+
 // stateMap copies the reply's state into A2A metadata, if any.
 func stateMap(m *grain.Message) map[string]any {
 	if len(m.GetState()) == 0 {
@@ -213,7 +237,32 @@ func stateMap(m *grain.Message) map[string]any {
 	for k, v := range maps.All(m.GetState()) {
 		st[k] = v
 	}
-	return map[string]any{"agentsilo.state": st}
+	return map[string]any{metaState: st}
+}
+
+// carriedState is the state of the reply that left t waiting for input
+// (its status message's, see stateMap), which the task's next turn is
+// given back, as a gateway caller asks again with a reply's state; nil if
+// there is none.
+func carriedState(t *spec.Task) map[string]string {
+	if t == nil || t.Status.Message == nil {
+		return nil
+	}
+	out := map[string]string{}
+	switch st := t.Status.Message.Metadata[metaState].(type) {
+	case map[string]any: // as stored in etcd (JSON), or as made
+		for k, v := range st {
+			if s, ok := v.(string); ok {
+				out[k] = s
+			}
+		}
+	case map[string]string:
+		maps.Copy(out, st)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 // invalidParams is the A2A invalid-params error with a message.

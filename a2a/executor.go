@@ -33,7 +33,9 @@ var (
 //	the task is stored working (created, or resumed from input-required)
 //	the message is asked of the agent, from a fresh inbox address of the
 //	    caller's principal (Session:<principal>:a2a-<id>@<silo>), with the
-//	    contextId and task id in its state
+//	    contextId and task id in its state, marked StateInbound (on a
+//	    turn after input-required, beside the state of the reply that
+//	    asked: carriedState)
 //	what the agent pushes to that address meanwhile becomes events: a
 //	    TypeArtifact push an artifact chunk, any other a working status
 //	    update with the push as its message
@@ -126,7 +128,13 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
 	msg.Kind = grain.KindRequest
 	msg.Traceparent = c.traceparent
-	msg.State = map[string]string{StateContextID: ec.ContextID, StateTaskID: string(ec.TaskID)}
+	// The task's ids (and the state the agent's reply that asked for
+	// input carried, on the next turn), marked as this server's.
+	msg.State = carriedState(ec.StoredTask)
+	if msg.State == nil {
+		msg.State = make(map[string]string, 3)
+	}
+	msg.State[StateContextID], msg.State[StateTaskID], msg.State[StateInbound] = ec.ContextID, string(ec.TaskID), "true"
 
 	tctx, cancel := context.WithCancelCause(ctx)
 	tctx, stop := context.WithTimeout(tctx, e.s.cfg.TaskTimeout)

@@ -131,7 +131,7 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 		Description: "A remote A2A agent: its configuration (card_url, and api_key, bearer_token or header.* credentials) names it; a message asked of it is sent to it, its streamed updates are pushed to the caller, its result is the reply; a task that runs long is followed (in the background with state a2a.follow=background), questions it asks come back to the caller, loops are cut.",
 		Skills: []grain.Skill{{
 			Name:        "a2a-proxy",
-			Description: "Forward a message to the configured A2A agent and reply with its result; contextId and task id travel in the state (a2a.context_id, a2a.task_id).",
+			Description: "Forward a message to the configured A2A agent and reply with its result; the remote contextId and task id travel in the state (a2a.remote_context_id, a2a.remote_task_id; also a2a.context_id, a2a.task_id on replies and on messages that do not come through an A2A server).",
 			Tags:        []string{"a2a", "proxy"},
 		}},
 	})
@@ -263,12 +263,12 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		return nil, err
 	}
 	st := m.GetState()
-	taskID := spec.TaskID(st[StateTaskID])
+	taskID, contextID := remoteIDs(st)
 	if m.GetMessageType() == TypeCancel {
 		return r.cancel(ctx, m, taskID)
 	}
 	ctx = withMessageTrace(ctx, m)
-	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, st[StateContextID], attribute.String("agentsilo.correlation_id", m.GetId()))
+	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.GetId()))
 	defer span.End()
 	answered := ""
 	if taskID != "" {
@@ -280,7 +280,7 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		}
 	}
 	msg := spec.NewMessage(spec.MessageRoleUser, toParts(m)...)
-	msg.ContextID = st[StateContextID]
+	msg.ContextID = contextID
 	msg.TaskID = taskID
 	if st[StateFollow] == FollowBackground {
 		return r.startBackground(ctx, m, msg)
@@ -331,12 +331,38 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	return res.reply(m)
 }
 
+// remoteIDs are the remote task and context a message to the agent
+// continues (empty: a new task, in a new context): StateRemoteTaskID and
+// StateRemoteContextID if set, else StateTaskID and StateContextID unless
+// those are the ids of the A2A task of this server that the message came
+// through (StateInbound), which the remote agent does not know.
+func remoteIDs(st map[string]string) (spec.TaskID, string) {
+	if st[StateRemoteTaskID] != "" || st[StateRemoteContextID] != "" {
+		return spec.TaskID(st[StateRemoteTaskID]), st[StateRemoteContextID]
+	}
+	if st[StateInbound] != "" {
+		return "", ""
+	}
+	return spec.TaskID(st[StateTaskID]), st[StateContextID]
+}
+
+// remoteState is the state of a reply about remote task id in context
+// contextID, in state ts: its ids under both pairs of keys (see
+// StateRemoteTaskID).
+func remoteState(contextID string, id spec.TaskID, ts spec.TaskState) map[string]string {
+	st := map[string]string{StateContextID: contextID, StateRemoteContextID: contextID}
+	if id != "" {
+		st[StateTaskID], st[StateRemoteTaskID], st[StateTaskState] = string(id), string(id), string(ts)
+	}
+	return st
+}
+
 // cancel cancels the remote task id (a message of TypeCancel) and
 // replies with its state; a background follow of it then delivers the
 // cancellation as its result.
 func (r *remote) cancel(ctx context.Context, m *grain.Message, id spec.TaskID) (*grain.Message, error) {
 	if id == "" {
-		return nil, errs.New(codes.InvalidArgument, "%s: %s needs the task's id in the state (%s)", r.h.Address(), TypeCancel, StateTaskID)
+		return nil, errs.New(codes.InvalidArgument, "%s: %s needs the remote task's id in the state (%s, or %s on a message that did not come through an A2A server)", r.h.Address(), TypeCancel, StateRemoteTaskID, StateTaskID)
 	}
 	t, err := r.client.CancelTask(ctx, &spec.CancelTaskRequest{ID: id})
 	if err != nil {
@@ -344,7 +370,7 @@ func (r *remote) cancel(ctx context.Context, m *grain.Message, id spec.TaskID) (
 	}
 	r.guards.done(id)
 	reply := m.Response()
-	reply.State = map[string]string{StateContextID: t.ContextID, StateTaskID: string(t.ID), StateTaskState: string(t.Status.State)}
+	reply.State = remoteState(t.ContextID, t.ID, t.Status.State)
 	return reply, nil
 }
 
@@ -432,7 +458,8 @@ func (r *remote) askCaller(ctx context.Context, caller string, res *remoteResult
 		q = fromParts(res.status.Parts)
 	}
 	q.MessageType = TypeInputRequired
-	q.State = map[string]string{StateContextID: res.contextID, StateTaskID: string(res.taskID), StateTaskState: string(res.state), StateRound: strconv.Itoa(round)}
+	q.State = remoteState(res.contextID, res.taskID, res.state)
+	q.State[StateRound] = strconv.Itoa(round)
 	ans, err := r.h.Ask(ctx, caller, q)
 	if err != nil {
 		return nil, errs.Wrap(errs.Code(err), err, "the caller did not answer question %d of remote task %s", round, res.taskID)
@@ -543,11 +570,7 @@ func (res *remoteResult) reply(m *grain.Message) (*grain.Message, error) {
 	out := fromParts(parts)
 	r := m.Response()
 	r.Message, r.Data, r.DataType, r.Files = out.Message, out.Data, out.DataType, out.Files
-	r.State = map[string]string{StateContextID: res.contextID}
-	if res.taskID != "" {
-		r.State[StateTaskID] = string(res.taskID)
-		r.State[StateTaskState] = string(res.state)
-	}
+	r.State = remoteState(res.contextID, res.taskID, res.state)
 	why := func() string {
 		if t := textOf(parts); t != "" {
 			return t
