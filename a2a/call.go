@@ -29,6 +29,9 @@ type call struct {
 	// zeroPage: the request is a ListTasks with an explicit pageSize of 0
 	// (see corners.go).
 	zeroPage bool
+	// head is the body of a small JSON-RPC request, read ahead (see
+	// corners.go), nil for a larger one.
+	head []byte
 	// grpc: the request came over the gRPC binding, whose agent is its
 	// tenant (set by the guard, see grpc.go).
 	grpc bool

@@ -75,6 +75,10 @@ func (g guard) Before(ctx context.Context, cc *a2asrv.CallContext, req *a2asrv.R
 				return ctx, nil, err
 			}
 		}
+	case *spec.GetTaskRequest:
+		if err := checkGetTask(p); err != nil {
+			return ctx, nil, err
+		}
 	case *spec.ListTasksRequest:
 		if err := checkListTasks(c, p); err != nil {
 			return ctx, nil, err

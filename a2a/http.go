@@ -139,13 +139,13 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
-	notePageSize(c, r, rest)
+	readAhead(c, r, rest)
 	r = r.WithContext(withCall(r.Context(), c))
-	switch rest {
+	switch rest { // the writers: see corners.go
 	case "":
-		s.jsonrpc.ServeHTTP(w, r)
+		s.jsonrpc.ServeHTTP(&paramErrors{ResponseWriter: w, c: c}, r)
 	case v03Path:
-		s.v03.ServeHTTP(&jsonErrors{ResponseWriter: w}, r) // see corners.go
+		s.v03.ServeHTTP(&paramErrors{ResponseWriter: &jsonErrors{ResponseWriter: w}, c: c}, r)
 	default:
 		r2 := r.Clone(r.Context())
 		r2.URL.Path = rest
