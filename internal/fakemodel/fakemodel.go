@@ -1,0 +1,382 @@
+// Package fakemodel is a scripted language model for tests: an HTTP server
+// on 127.0.0.1 that speaks OpenAI's chat completions API
+// (POST /v1/chat/completions) and Anthropic's Messages API
+// (POST /v1/messages), each streamed (server-sent events) or not, and
+// answers every request with the next step of its script: a text answer,
+// tool calls with their arguments, an HTTP error (500, 429 with
+// Retry-After, 400, ...), a stream cut midway, or an answer that waits for
+// the test. It records every request it received, parsed into one shape for
+// both APIs, so that a test can assert what the model was sent and how many
+// times each step was requested.
+//
+//	srv := fakemodel.New(
+//		fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "c1", Name: "add", Arguments: `{"n": 2}`}}},
+//		fakemodel.Step{Text: "done"},
+//	)
+//	defer srv.Close()
+//	client := openai.NewClient(option.WithBaseURL(srv.OpenAIURL()), option.WithAPIKey("k"))
+//
+// Clients talk to it with the official SDKs; nothing here is a mock of
+// them.
+package fakemodel
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+)
+
+// ToolCall is a call of a tool in a scripted answer.
+type ToolCall struct {
+	// ID is the call's id (OpenAI's tool_call id, Anthropic's tool_use
+	// id); "" makes one from the step and the call's index.
+	ID string
+	// Name is the tool's name.
+	Name string
+	// Arguments is the arguments as the model writes them: usually JSON,
+	// but anything goes (a script may send arguments that are not JSON).
+	Arguments string
+}
+
+// Step is one scripted response. The zero Step is an empty text answer.
+type Step struct {
+	// Text is the answer's text.
+	Text string
+	// ToolCalls are the tools the model calls (after Text, if any).
+	ToolCalls []ToolCall
+	// Status, if not 0, answers with this HTTP error status instead (with
+	// ErrorMessage in the API's error body) and RetryAfter, if set, as the
+	// Retry-After header.
+	Status       int
+	ErrorMessage string
+	RetryAfter   string
+	// StopReason overrides the stop reason: "" is "stop"/"end_turn", or
+	// "tool_calls"/"tool_use" with tool calls. Use the API's own words,
+	// e.g. "length" (OpenAI) or "max_tokens" (Anthropic); Stop is turned
+	// into the right one by the API.
+	StopReason string
+	// InputTokens and OutputTokens are the usage reported (defaults: 10
+	// and 5).
+	InputTokens, OutputTokens int
+	// CutStream, for a streamed request, sends the first events of the
+	// answer and then drops the connection, without the stream's end.
+	CutStream bool
+	// Wait, if not nil, holds the answer until it is closed or the client
+	// goes away. Entered, if not nil, is closed when the request arrives
+	// (before waiting).
+	Wait    <-chan struct{}
+	Entered chan<- struct{}
+}
+
+// Stop is the stop reason that means "the output reached its token limit",
+// translated per API ("length" for OpenAI, "max_tokens" for Anthropic).
+const Stop = "max_tokens"
+
+// Message is one message of a request, in one shape for both APIs.
+type Message struct {
+	// Role is system, user, assistant or tool (OpenAI's tool messages;
+	// Anthropic's tool_result blocks are reported as role tool too).
+	Role string
+	// Text is the message's text (its text parts joined).
+	Text string
+	// ToolCalls are an assistant message's tool calls.
+	ToolCalls []ToolCall
+	// ToolCallID is the call a tool message answers; IsError says whether
+	// the result is an error (Anthropic's is_error).
+	ToolCallID string
+	IsError    bool
+}
+
+// Request is one request the server received.
+type Request struct {
+	// N counts the requests from 1, in the order they arrived.
+	N int
+	// Step is the index of the script step that answered it, or -1 if the
+	// script was exhausted (the request got a 400).
+	Step int
+	// API is "openai" or "anthropic".
+	API    string
+	Header http.Header
+	Body   []byte
+	Stream bool
+	Model  string
+	// MaxTokens is max_completion_tokens (or max_tokens), 0 if not sent.
+	MaxTokens int
+	// System is the system prompt (OpenAI's system or developer message,
+	// Anthropic's system field); it is not in Messages.
+	System   string
+	Messages []Message
+	// Tools are the names of the tools offered; Schemas their parameters.
+	Tools   []string
+	Schemas map[string]json.RawMessage
+}
+
+// LastMessage is the request's last message (zero if it has none).
+func (r Request) LastMessage() Message {
+	if len(r.Messages) == 0 {
+		return Message{}
+	}
+	return r.Messages[len(r.Messages)-1]
+}
+
+// Server is a running fake model. Its methods are safe for concurrent use.
+type Server struct {
+	srv *httptest.Server
+
+	mu       sync.Mutex
+	script   []Step
+	next     int
+	respond  func(Request) Step
+	requests []Request
+}
+
+// New starts a server answering with script, one step per request in order.
+func New(script ...Step) *Server {
+	s := &Server{script: script}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// NewFunc starts a server that answers each request with respond's step
+// (called one request at a time; Request.Step is then the request's index).
+func NewFunc(respond func(Request) Step) *Server {
+	s := &Server{respond: respond}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	return s
+}
+
+// Close stops the server, dropping requests in flight.
+func (s *Server) Close() {
+	s.srv.CloseClientConnections()
+	s.srv.Close()
+}
+
+// URL is the server's root URL: the base URL for Anthropic's SDK.
+func (s *Server) URL() string { return s.srv.URL }
+
+// OpenAIURL is the base URL for OpenAI's SDK (the root with /v1).
+func (s *Server) OpenAIURL() string { return s.srv.URL + "/v1" }
+
+// Add appends steps to the script.
+func (s *Server) Add(steps ...Step) {
+	s.mu.Lock()
+	s.script = append(s.script, steps...)
+	s.mu.Unlock()
+}
+
+// Requests returns the requests received so far.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Count returns how many requests step i answered.
+func (s *Server) Count(i int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.requests {
+		if r.Step == i {
+			n++
+		}
+	}
+	return n
+}
+
+// Left returns how many scripted steps no request has taken yet.
+func (s *Server) Left() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.script) - s.next
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req := Request{Header: r.Header.Clone(), Body: body}
+	switch {
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/chat/completions"):
+		req.API = "openai"
+		err = parseOpenAI(body, &req)
+	case r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/messages"):
+		req.API = "anthropic"
+		err = parseAnthropic(body, &req)
+	default:
+		http.Error(w, "fakemodel: no such endpoint: "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		http.Error(w, "fakemodel: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+
+	s.mu.Lock()
+	req.N = len(s.requests) + 1
+	var step Step
+	ok := true
+	switch {
+	case s.respond != nil:
+		req.Step = req.N - 1
+	case s.next < len(s.script):
+		req.Step = s.next
+		step = s.script[s.next]
+		s.next++
+	default:
+		req.Step, ok = -1, false
+	}
+	respond := s.respond
+	s.mu.Unlock()
+	if respond != nil {
+		step = respond(req)
+	}
+	s.mu.Lock()
+	s.requests = append(s.requests, req)
+	s.mu.Unlock()
+
+	if !ok {
+		writeError(w, req.API, http.StatusBadRequest, "", fmt.Sprintf("fakemodel: the script has no step left for request %d", req.N))
+		return
+	}
+	if step.Entered != nil {
+		close(step.Entered)
+	}
+	if step.Wait != nil {
+		select {
+		case <-step.Wait:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if step.Status != 0 {
+		writeError(w, req.API, step.Status, step.RetryAfter, step.ErrorMessage)
+		return
+	}
+	if step.InputTokens == 0 {
+		step.InputTokens = 10
+	}
+	if step.OutputTokens == 0 {
+		step.OutputTokens = 5
+	}
+	for i := range step.ToolCalls {
+		if step.ToolCalls[i].ID == "" {
+			step.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", req.N, i+1)
+		}
+	}
+	switch req.API {
+	case "openai":
+		if req.Stream {
+			streamOpenAI(w, req, step)
+		} else {
+			writeJSON(w, openAICompletion(req, step))
+		}
+	case "anthropic":
+		if req.Stream {
+			streamAnthropic(w, req, step)
+		} else {
+			writeJSON(w, anthropicMessage(req, step))
+		}
+	}
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers with status and the API's error body.
+func writeError(w http.ResponseWriter, api string, status int, retryAfter, msg string) {
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	var body any
+	if api == "anthropic" {
+		typ := "api_error"
+		switch {
+		case status == http.StatusTooManyRequests:
+			typ = "rate_limit_error"
+		case status == 529:
+			typ = "overloaded_error"
+		case status < 500:
+			typ = "invalid_request_error"
+		}
+		body = map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}}
+	} else {
+		body = map[string]any{"error": map[string]any{"message": msg, "type": "server_error", "code": nil, "param": nil}}
+	}
+	json.NewEncoder(w).Encode(body)
+}
+
+// sse writes server-sent events, flushing each.
+type sse struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func newSSE(w http.ResponseWriter) *sse {
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return &sse{w: w, f: f}
+}
+
+func (s *sse) event(name string, v any) {
+	var b bytes.Buffer
+	if name != "" {
+		fmt.Fprintf(&b, "event: %s\n", name)
+	}
+	data, _ := json.Marshal(v)
+	fmt.Fprintf(&b, "data: %s\n\n", data)
+	s.w.Write(b.Bytes())
+	if s.f != nil {
+		s.f.Flush()
+	}
+}
+
+func (s *sse) raw(line string) {
+	io.WriteString(s.w, line)
+	if s.f != nil {
+		s.f.Flush()
+	}
+}
+
+// cut drops the connection under a response that has begun: the client
+// reads an unexpected end of the stream.
+func (s *sse) cut() {
+	hj, ok := s.w.(http.Hijacker)
+	if !ok {
+		return
+	}
+	conn, _, err := hj.Hijack()
+	if err == nil {
+		conn.Close()
+	}
+}
+
+// halves splits s in two (at a rune boundary), for deltas.
+func halves(s string) []string {
+	if len(s) < 2 {
+		return []string{s}
+	}
+	i := len(s) / 2
+	for i > 0 && !utf8RuneStart(s[i]) {
+		i--
+	}
+	return []string{s[:i], s[i:]}
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

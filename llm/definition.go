@@ -1,0 +1,316 @@
+package llm
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"sigs.k8s.io/yaml"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+)
+
+// Definition declares a model agent type: which model it thinks with, what
+// it is told, which tools it may use and within which limits. Its JSON (or
+// YAML) field names are the format users write definitions in:
+//
+//	type: Helper
+//	description: Answers questions about orders.
+//	model:
+//	  provider: openai            # or anthropic
+//	  base_url: https://api.openai.com/v1
+//	  name: gpt-5.4-mini
+//	  api_key_env: OPENAI_API_KEY
+//	system_prompt: You help customers with their orders.
+//	tools:
+//	  - agent: Orders             # the typed skills of Orders agents
+//	  - directory: true
+//	  - memory: true
+//	approval: [Orders_cancel]
+//	limits:
+//	  max_rounds: 8
+//	  max_output_tokens: 4000
+//	  timeout: 2m
+type Definition struct {
+	// Type is the agent type's name.
+	Type string `json:"type"`
+	// Description says what the agents of the type do.
+	Description string `json:"description,omitempty"`
+	// Model is the model the agents think with.
+	Model Model `json:"model"`
+	// SystemPrompt is the system prompt of every conversation.
+	SystemPrompt string `json:"system_prompt,omitempty"`
+	// Tools are what the model may call.
+	Tools []ToolRef `json:"tools,omitempty"`
+	// Approval names tools whose calls will need a person's approval.
+	// Parsed and checked only: no tool waits for approval yet.
+	Approval []string `json:"approval,omitempty"`
+	// Limits bound each turn.
+	Limits Limits `json:"limits,omitzero"`
+	// Schedule is when the agents are asked without a caller. Parsed and
+	// checked only: nothing runs on a schedule yet.
+	Schedule []ScheduleEntry `json:"schedule,omitempty"`
+}
+
+// The providers.
+const (
+	// ProviderOpenAI is any OpenAI-compatible chat completions API.
+	ProviderOpenAI = "openai"
+	// ProviderAnthropic is Anthropic's Messages API.
+	ProviderAnthropic = "anthropic"
+)
+
+// Model names a model and where it is served.
+type Model struct {
+	// Provider is ProviderOpenAI or ProviderAnthropic.
+	Provider string `json:"provider"`
+	// BaseURL is the API's base URL; "" is the provider's own
+	// (https://api.openai.com/v1, https://api.anthropic.com).
+	BaseURL string `json:"base_url,omitempty"`
+	// Name is the model's name, such as gpt-5.4-mini.
+	Name string `json:"name"`
+	// APIKeyEnv names the environment variable, on each silo, that holds
+	// the API key; the key itself is never part of a definition. "" sends
+	// no key (a local server that wants none).
+	APIKeyEnv string `json:"api_key_env,omitempty"`
+}
+
+// ToolRef is one entry of a definition's tools: exactly one of its fields
+// is set.
+type ToolRef struct {
+	// Agent names an agent type whose skills become tools: each typed
+	// skill a tool named <Type>_<skill> (a type without typed skills, one
+	// tool ask_<Type> taking text), the callee's owner:alias chosen by the
+	// model as the argument "agent".
+	Agent string `json:"agent,omitempty"`
+	// Directory gives the model the directory's search and details tools.
+	Directory bool `json:"directory,omitempty"`
+	// Memory gives the model the working memory of its agent (put, get,
+	// search).
+	Memory bool `json:"memory,omitempty"`
+	// MCP names an MCP server of the directory whose tools the model may
+	// call. Not implemented yet: a definition naming one is refused.
+	MCP string `json:"mcp,omitempty"`
+	// A2A names an outside A2A agent of the directory the model may ask.
+	// Not implemented yet: a definition naming one is refused.
+	A2A string `json:"a2a,omitempty"`
+}
+
+// Limits bound a turn: one request to the agent, answered after as many
+// model calls and tool calls as it takes.
+type Limits struct {
+	// MaxRounds bounds the model calls of a turn (default 8, at most 100).
+	MaxRounds int `json:"max_rounds,omitempty"`
+	// MaxOutputTokens bounds the output tokens of a turn, summed over its
+	// model calls (default 0: only each model's own limit; each call asks
+	// for at most DefaultMaxTokens, or what is left of this).
+	MaxOutputTokens int `json:"max_output_tokens,omitempty"`
+	// Timeout bounds a turn from its start, across restarts (default 5m,
+	// at most 24h).
+	Timeout Duration `json:"timeout,omitempty"`
+}
+
+// ScheduleEntry is a message the agent will get at a period, without a
+// caller. Parsed and checked only for now.
+type ScheduleEntry struct {
+	// Every is the period, at least a minute.
+	Every Duration `json:"every"`
+	// Message is the text the agent is asked.
+	Message string `json:"message"`
+	// Alias is the agent asked (default "scheduled").
+	Alias string `json:"alias,omitempty"`
+}
+
+// Defaults and bounds of Limits.
+const (
+	DefaultMaxRounds = 8
+	MaxMaxRounds     = 100
+	DefaultTimeout   = 5 * time.Minute
+	MaxTimeout       = 24 * time.Hour
+	// DefaultMaxTokens is the most output tokens asked of one model call
+	// when the definition sets no max_output_tokens (Anthropic's API needs
+	// a number).
+	DefaultMaxTokens = 4096
+)
+
+// Duration is a time.Duration written as Go writes durations ("90s",
+// "2m30s") in JSON and YAML.
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"90s\" or \"2m\", got %s", clipText(string(b), 40))
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("want a duration such as \"90s\" or \"2m\": %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// ParseDefinition decodes a definition from YAML or JSON (JSON is YAML),
+// refusing fields it does not know, and validates it. Errors are
+// InvalidArgument naming the field.
+func ParseDefinition(data []byte) (Definition, error) {
+	var d Definition
+	js, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return d, errs.Wrap(codes.InvalidArgument, err, "definition: not YAML or JSON")
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return Definition{}, errs.Wrap(codes.InvalidArgument, err, "definition: %s", decodeProblem(err))
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Definition{}, errs.New(codes.InvalidArgument, "definition: more than one document")
+	}
+	if err := d.Validate(); err != nil {
+		return Definition{}, err
+	}
+	return d, nil
+}
+
+// decodeProblem says what is wrong with a definition that does not decode,
+// naming the field where encoding/json does.
+func decodeProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		return fmt.Sprintf("field %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
+	}
+	msg := err.Error()
+	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return "unknown field " + f
+	}
+	return clipText(msg, 200)
+}
+
+// toolName is what function names may be in both APIs.
+var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// Validate checks d; errors are InvalidArgument naming the field.
+func (d *Definition) Validate() error {
+	bad := func(field, format string, args ...any) error {
+		return errs.New(codes.InvalidArgument, "definition %s: %s: %s", clipText(d.Type, 64), field, fmt.Sprintf(format, args...))
+	}
+	if !grain.ValidType(d.Type) {
+		return errs.New(codes.InvalidArgument, "definition: type: %q is not a type name ([A-Za-z][A-Za-z0-9_.-]{0,63})", clipText(d.Type, 80))
+	}
+	if d.Type == grain.SessionType {
+		return bad("type", "%q is reserved", d.Type)
+	}
+	switch d.Model.Provider {
+	case ProviderOpenAI, ProviderAnthropic:
+	case "":
+		return bad("model.provider", "missing (want %q or %q)", ProviderOpenAI, ProviderAnthropic)
+	default:
+		return bad("model.provider", "unknown provider %q (want %q or %q)", clipText(d.Model.Provider, 40), ProviderOpenAI, ProviderAnthropic)
+	}
+	if strings.TrimSpace(d.Model.Name) == "" {
+		return bad("model.name", "missing")
+	}
+	if u := d.Model.BaseURL; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		return bad("model.base_url", "%q is not an http or https URL", clipText(u, 80))
+	}
+	if e := d.Model.APIKeyEnv; e != "" && !envName.MatchString(e) {
+		return bad("model.api_key_env", "%q is not an environment variable's name (the key itself belongs in the silo's environment, not in the definition)", clipText(e, 12))
+	}
+	seen := make(map[string]bool)
+	for i, t := range d.Tools {
+		field := fmt.Sprintf("tools[%d]", i)
+		n := 0
+		for _, set := range []bool{t.Agent != "", t.Directory, t.Memory, t.MCP != "", t.A2A != ""} {
+			if set {
+				n++
+			}
+		}
+		switch {
+		case n == 0:
+			return bad(field, "names no tool (want one of agent, directory, memory, mcp, a2a)")
+		case n > 1:
+			return bad(field, "names more than one kind of tool; give each its own entry")
+		case t.Agent != "" && !grain.ValidType(t.Agent):
+			return bad(field+".agent", "%q is not a type name", clipText(t.Agent, 80))
+		case t.MCP != "":
+			return errs.New(codes.Unimplemented, "definition %s: %s.mcp: MCP tools are not implemented yet", d.Type, field)
+		case t.A2A != "":
+			return errs.New(codes.Unimplemented, "definition %s: %s.a2a: A2A tools are not implemented yet", d.Type, field)
+		}
+		key := fmt.Sprintf("%s|%t|%t", t.Agent, t.Directory, t.Memory)
+		if seen[key] {
+			return bad(field, "repeats an earlier entry")
+		}
+		seen[key] = true
+	}
+	for i, name := range d.Approval {
+		if !toolName.MatchString(name) {
+			return bad(fmt.Sprintf("approval[%d]", i), "%q is not a tool name ([A-Za-z0-9_-]{1,64})", clipText(name, 80))
+		}
+	}
+	l := d.Limits
+	switch {
+	case l.MaxRounds < 0 || l.MaxRounds > MaxMaxRounds:
+		return bad("limits.max_rounds", "%d is out of range (1 to %d; 0 is the default, %d)", l.MaxRounds, MaxMaxRounds, DefaultMaxRounds)
+	case l.MaxOutputTokens < 0:
+		return bad("limits.max_output_tokens", "%d is negative", l.MaxOutputTokens)
+	case l.Timeout < 0 || time.Duration(l.Timeout) > MaxTimeout:
+		return bad("limits.timeout", "%v is out of range (up to %v; 0 is the default, %v)", time.Duration(l.Timeout), MaxTimeout, DefaultTimeout)
+	}
+	for i, s := range d.Schedule {
+		field := fmt.Sprintf("schedule[%d]", i)
+		switch {
+		case time.Duration(s.Every) < time.Minute:
+			return bad(field+".every", "%v is under a minute", time.Duration(s.Every))
+		case strings.TrimSpace(s.Message) == "":
+			return bad(field+".message", "missing")
+		case s.Alias != "" && !validAlias.MatchString(s.Alias):
+			return bad(field+".alias", "%q is not an alias", clipText(s.Alias, 80))
+		}
+	}
+	return nil
+}
+
+var (
+	envName    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	validAlias = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$`)
+)
+
+// maxRounds, timeout: the limits with their defaults.
+func (l Limits) maxRounds() int {
+	if l.MaxRounds == 0 {
+		return DefaultMaxRounds
+	}
+	return l.MaxRounds
+}
+
+func (l Limits) timeout() time.Duration {
+	if l.Timeout == 0 {
+		return DefaultTimeout
+	}
+	return time.Duration(l.Timeout)
+}
+
+// clipText shortens s to n bytes at most, at a rune's start.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && s[i]&0xC0 == 0x80 {
+		i--
+	}
+	return s[:i] + "..."
+}

@@ -1,0 +1,227 @@
+package llm_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/fakemodel"
+	"github.com/agentsilo/agentsilo/llm"
+	"github.com/agentsilo/agentsilo/state"
+)
+
+// A runtime stops in the middle of a turn, while a tool call runs (its
+// callee has made its change and not answered): a new runtime on the same
+// etcd, asked again with the request's idempotency key, resumes the turn
+// from its record. The model is never asked again for the step it had
+// answered, and the callee's change happened once: the tool's Ask carries
+// the same idempotency key, so its keyed save is refused as applied.
+func TestResumeAfterCrash(t *testing.T) {
+	for _, provider := range []string{llm.ProviderOpenAI, llm.ProviderAnthropic} {
+		t.Run(provider, func(t *testing.T) {
+			store := state.NewEtcd(etcdtest.Start(t).Client(t), "/llm/")
+			srv := fakemodel.New(
+				fakemodel.Step{Text: "adding", ToolCalls: []fakemodel.ToolCall{addCall("c1", "a", 5)}},
+				fakemodel.Step{Text: "added 5"},
+			)
+			defer srv.Close()
+			def := definition(provider, baseURL(srv, provider))
+
+			entered := make(chan struct{}, 1)
+			hold := make(chan struct{}) // never closed: the first runtime's add never answers
+			e1 := start(t, def, envConfig{store: store, entered: entered, hold: hold})
+			ctx1, cancel1 := context.WithCancel(t.Context())
+			defer cancel1()
+			errc := make(chan error, 1)
+			go func() {
+				_, err := e1.ask(ctx1, "Helper:h", "add 5 to a", "req-1")
+				errc <- err
+			}()
+			<-entered // Counter:a saved 5 and holds its answer
+			// The crash: the caller goes away and the runtime stops
+			// without the turn's ending.
+			cancel1()
+			if err := <-errc; err == nil {
+				t.Fatal("the interrupted ask succeeded")
+			}
+			e1.close(t)
+			if n := e1.total(t, "a"); n != 5 {
+				t.Fatalf("total %d before the restart, want 5", n)
+			}
+
+			e2 := start(t, def, envConfig{store: store})
+			c := e2.conversation(t, "Helper:h")
+			if c.Current == nil || c.Current.Key != "req-1" || c.Current.Rounds != 1 || len(c.Messages) != 2 {
+				t.Fatalf("the record after the crash: %+v", c)
+			}
+			r, err := e2.ask(t.Context(), "Helper:h", "add 5 to a", "req-1")
+			if err != nil || r.Message != "added 5" {
+				t.Fatalf("resumed turn: %v, %v", r, err)
+			}
+			if srv.Count(0) != 1 || srv.Count(1) != 1 || len(srv.Requests()) != 2 {
+				t.Errorf("the model was asked %d times for step 0 and %d for step 1 (%d requests), want once each", srv.Count(0), srv.Count(1), len(srv.Requests()))
+			}
+			if n := e2.total(t, "a"); n != 5 {
+				t.Errorf("total %d after the resumed turn, want 5 (the add applied once)", n)
+			}
+			if got := srv.Requests()[1].LastMessage(); got.ToolCallID != "c1" || !strings.Contains(got.Text, "already ran") {
+				t.Errorf("the model got %+v for c1, want the result saying it already ran", got)
+			}
+			// A retry of the request now gets the recorded answer.
+			if r, err := e2.ask(t.Context(), "Helper:h", "add 5 to a", "req-1"); err != nil || r.Message != "added 5" {
+				t.Fatalf("retry after the end: %v, %v", r, err)
+			}
+			if len(srv.Requests()) != 2 {
+				t.Errorf("the retry asked the model")
+			}
+		})
+	}
+}
+
+// A crash while the model call is in flight: the step had no recorded
+// response, so the resumed turn asks for it again, and only for it.
+func TestResumeAfterCrashInModelCall(t *testing.T) {
+	store := state.NewEtcd(etcdtest.Start(t).Client(t), "/llm/")
+	arrived := make(chan struct{})
+	never := make(chan struct{})
+	srv := fakemodel.New(
+		fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("c1", "a", 1)}},
+		fakemodel.Step{Entered: arrived, Wait: never},
+		fakemodel.Step{Text: "done"},
+	)
+	defer srv.Close()
+	def := definition(llm.ProviderOpenAI, srv.OpenAIURL())
+	e1 := start(t, def, envConfig{store: store})
+	ctx1, cancel1 := context.WithCancel(t.Context())
+	defer cancel1()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := e1.ask(ctx1, "Helper:h", "go", "req")
+		errc <- err
+	}()
+	<-arrived
+	cancel1()
+	<-errc
+	e1.close(t)
+
+	e2 := start(t, def, envConfig{store: store})
+	if r, err := e2.ask(t.Context(), "Helper:h", "go", "req"); err != nil || r.Message != "done" {
+		t.Fatalf("resumed: %v %v", r, err)
+	}
+	if srv.Count(0) != 1 || srv.Count(1) != 1 || srv.Count(2) != 1 || e2.total(t, "a") != 1 {
+		t.Errorf("steps asked %d %d %d times, total %d", srv.Count(0), srv.Count(1), srv.Count(2), e2.total(t, "a"))
+	}
+	if n := len(srv.Requests()[2].Messages); n != 3 {
+		t.Errorf("the resumed step sent %d messages, want 3 (question, call, result)", n)
+	}
+}
+
+// A new request to an agent whose last turn was left unfinished first
+// finishes that turn, then starts its own.
+func TestUnfinishedTurnFirst(t *testing.T) {
+	store := grain.NewMemoryStateStore()
+	srv := fakemodel.New(
+		fakemodel.Step{Status: 500},
+		fakemodel.Step{Text: "first answer"},
+		fakemodel.Step{Text: "second answer"},
+	)
+	defer srv.Close()
+	e := start(t, definition(llm.ProviderOpenAI, srv.OpenAIURL()), envConfig{store: store}, llm.WithMaxRetries(0))
+	if _, err := e.ask(t.Context(), "Helper:h", "one", "k1"); errs.Code(err) != codes.Unavailable {
+		t.Fatalf("first: %v", err)
+	}
+	if r, err := e.ask(t.Context(), "Helper:h", "two", "k2"); err != nil || r.Message != "second answer" {
+		t.Fatalf("second: %v %v", r, err)
+	}
+	if r, err := e.ask(t.Context(), "Helper:h", "one", "k1"); err != nil || r.Message != "first answer" {
+		t.Fatalf("first's retry: %v %v", r, err)
+	}
+	c := e.conversation(t, "Helper:h")
+	if len(c.Turns) != 2 || len(c.Messages) != 4 || c.Messages[2].Text != "two" {
+		t.Errorf("conversation %+v", c)
+	}
+}
+
+// Limits end a turn with a clear error: max_rounds, max_output_tokens
+// (each call asks for what is left), an answer cut at the token limit, and
+// the timeout, on the agent's clock, across tool calls.
+func TestLimits(t *testing.T) {
+	t.Run("max_rounds", func(t *testing.T) {
+		srv := fakemodel.New(
+			fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("", "a", 1)}},
+			fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("", "a", 2)}},
+		)
+		defer srv.Close()
+		def := definition(llm.ProviderOpenAI, srv.OpenAIURL())
+		def.Limits.MaxRounds = 2
+		e := start(t, def, envConfig{})
+		_, err := e.ask(t.Context(), "Helper:h", "go", "")
+		if errs.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "limits.max_rounds (2") {
+			t.Fatalf("%v", err)
+		}
+		if e.total(t, "a") != 3 {
+			t.Errorf("total %d", e.total(t, "a"))
+		}
+	})
+	t.Run("max_output_tokens", func(t *testing.T) {
+		srv := fakemodel.New(
+			fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("", "a", 1)}, OutputTokens: 6},
+			fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("", "a", 2)}, OutputTokens: 6},
+		)
+		defer srv.Close()
+		def := definition(llm.ProviderAnthropic, srv.URL())
+		def.Limits.MaxOutputTokens = 10
+		e := start(t, def, envConfig{})
+		_, err := e.ask(t.Context(), "Helper:h", "go", "")
+		if errs.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "limits.max_output_tokens (10") {
+			t.Fatalf("%v", err)
+		}
+		if r := srv.Requests(); r[0].MaxTokens != 10 || r[1].MaxTokens != 4 {
+			t.Errorf("max tokens asked: %d, %d; want 10, 4", r[0].MaxTokens, r[1].MaxTokens)
+		}
+	})
+	t.Run("cut at the token limit", func(t *testing.T) {
+		srv := fakemodel.New(fakemodel.Step{Text: "a long", StopReason: fakemodel.Stop})
+		defer srv.Close()
+		e := start(t, definition(llm.ProviderOpenAI, srv.OpenAIURL()), envConfig{})
+		_, err := e.ask(t.Context(), "Helper:h", "go", "")
+		if errs.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "cut at its token limit") {
+			t.Fatalf("%v", err)
+		}
+	})
+	t.Run("timeout", func(t *testing.T) {
+		srv := fakemodel.New(
+			fakemodel.Step{ToolCalls: []fakemodel.ToolCall{addCall("", "a", 1)}},
+			fakemodel.Step{Text: "never asked"},
+		)
+		defer srv.Close()
+		clk := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+		entered := make(chan struct{}, 1)
+		hold := make(chan struct{})
+		def := definition(llm.ProviderOpenAI, srv.OpenAIURL())
+		def.Limits.Timeout = llm.Duration(time.Minute)
+		e := start(t, def, envConfig{entered: entered, hold: hold}, llm.WithClock(clk))
+		errc := make(chan error, 1)
+		go func() {
+			_, err := e.ask(t.Context(), "Helper:h", "go", "")
+			errc <- err
+		}()
+		<-entered
+		clk.Advance(2 * time.Minute)
+		close(hold)
+		err := <-errc
+		if errs.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "limits.timeout (1m0s)") {
+			t.Fatalf("%v", err)
+		}
+		if srv.Left() != 1 {
+			t.Errorf("the model was asked after the timeout")
+		}
+	})
+}

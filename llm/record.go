@@ -1,0 +1,161 @@
+package llm
+
+import (
+	"encoding/json"
+	"time"
+
+	"google.golang.org/grpc/codes"
+)
+
+// The durable record. A model agent keeps one JSON value in its state
+// (grain's state store, with etags): the conversation and the turn in
+// progress. The loop saves it after every step, before taking the next:
+//
+//   - a turn starts: the caller's message is appended and Current set;
+//   - each model response is appended (Current.Rounds counts them) before
+//     any of its tool calls runs;
+//   - each tool result is appended as it arrives;
+//   - a turn ends: its summary, and its answer under the request's
+//     idempotency key, are recorded and Current is cleared.
+//
+// A new activation reads the record and resumes Current from where it
+// stands: a recorded response is never asked for again; a call without a
+// recorded result runs (again, if it was running when the activation
+// died: its Ask carries the same idempotency key, so a callee that saves
+// state applies it once).
+
+// Conversation is what a model agent records and its conversation skill
+// returns, as JSON.
+type Conversation struct {
+	// Messages are the conversation, oldest first (the system prompt is
+	// the definition's, not part of it); each names its turn.
+	Messages []Message `json:"messages,omitempty"`
+	// Turns summarises the turns that ended, oldest first.
+	Turns []TurnSummary `json:"turns,omitempty"`
+	// Current is the turn in progress, if any.
+	Current *Turn `json:"current,omitempty"`
+	// Answers are the last turns' outcomes by the idempotency key of the
+	// request that started them, so that a retried request gets the one
+	// answer.
+	Answers []Answer `json:"answers,omitempty"`
+	// Usage counts the tokens of every model call of the agent.
+	Usage Usage `json:"usage"`
+}
+
+// Turn is a turn in progress.
+type Turn struct {
+	ID string `json:"id"`
+	// Key is the idempotency key of the request that started it.
+	Key string `json:"key,omitempty"`
+	// From is the caller; Principal the principal its call chain is on
+	// behalf of.
+	From      string    `json:"from,omitempty"`
+	Principal string    `json:"principal,omitempty"`
+	Started   time.Time `json:"started"`
+	// Deadline is Started plus the definition's timeout: it holds across
+	// restarts.
+	Deadline time.Time `json:"deadline"`
+	// Start is the index of the turn's first message in Messages.
+	Start int `json:"start"`
+	// Rounds counts the model responses recorded in the turn.
+	Rounds int   `json:"rounds"`
+	Usage  Usage `json:"usage"`
+}
+
+// TurnSummary is a turn that ended.
+type TurnSummary struct {
+	ID      string    `json:"id"`
+	Key     string    `json:"key,omitempty"`
+	From    string    `json:"from,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
+	Rounds  int       `json:"rounds"`
+	Usage   Usage     `json:"usage"`
+	// Error is why the turn ended without an answer ("" if it answered).
+	Error string `json:"error,omitempty"`
+}
+
+// Answer is a turn's outcome, kept by its request's idempotency key.
+type Answer struct {
+	Key  string `json:"key"`
+	Turn string `json:"turn"`
+	Text string `json:"text,omitempty"`
+	// Code and Error are the turn's error, if it ended with one.
+	Code  codes.Code `json:"code,omitempty"`
+	Error string     `json:"error,omitempty"`
+
+	// err is the error itself, with its causes, for the caller of the
+	// turn that ended with it (a retry gets one made of Code and Error).
+	err error
+}
+
+// maxAnswers bounds the answers kept by key.
+const maxAnswers = 64
+
+// answer returns the recorded answer of key.
+func (c *Conversation) answer(key string) (Answer, bool) {
+	if key == "" {
+		return Answer{}, false
+	}
+	for i := len(c.Answers) - 1; i >= 0; i-- {
+		if c.Answers[i].Key == key {
+			return c.Answers[i], true
+		}
+	}
+	return Answer{}, false
+}
+
+// turnMessages are the current turn's messages.
+func (c *Conversation) turnMessages() []Message {
+	if c.Current == nil || c.Current.Start > len(c.Messages) {
+		return nil
+	}
+	return c.Messages[c.Current.Start:]
+}
+
+// pending returns the last assistant message of the turn, if it is the
+// last but for tool results, and its calls without a recorded result.
+func (c *Conversation) pending() (last *Message, calls []ToolCall) {
+	msgs := c.turnMessages()
+	done := make(map[string]bool)
+	for i := len(msgs) - 1; i >= 0; i-- {
+		m := &msgs[i]
+		switch m.Role {
+		case RoleTool:
+			done[m.ToolCallID] = true
+			continue
+		case RoleAssistant:
+			for _, call := range m.ToolCalls {
+				if !done[call.ID] {
+					calls = append(calls, call)
+				}
+			}
+			return m, calls
+		}
+		return nil, nil
+	}
+	return nil, nil
+}
+
+// trim drops the oldest whole turns until the record encodes in max
+// bytes (the last turn stays whatever its size). Call it between turns.
+func (c *Conversation) trim(max int) {
+	for len(c.Messages) > 0 {
+		b, err := json.Marshal(c)
+		if err != nil || len(b) <= max {
+			return
+		}
+		first := c.Messages[0].Turn
+		n := 0
+		for n < len(c.Messages) && c.Messages[n].Turn == first {
+			n++
+		}
+		if n == len(c.Messages) {
+			return
+		}
+		c.Messages = append([]Message(nil), c.Messages[n:]...)
+		if len(c.Turns) > 0 && c.Turns[0].ID == first {
+			c.Turns = c.Turns[1:]
+		}
+	}
+}

@@ -1,0 +1,398 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/memory"
+)
+
+// tool is one tool the model may call.
+type tool struct {
+	spec ToolSpec
+	// input checks the arguments (nil: any JSON object).
+	input *jsonschema.Resolved
+	run   func(ctx context.Context, c callContext, args json.RawMessage) (string, error)
+}
+
+// callContext is what a tool call runs with.
+type callContext struct {
+	host grain.Host
+	// key is the call's idempotency key: <turn>/<round>/<call id>.
+	key string
+	// ownOnly restricts agent tools to the agent owner's agents: the turn
+	// was resumed by its reminder, on behalf of the owner rather than of
+	// the principal who started it, and must not use the owner's rights
+	// on others' agents.
+	ownOnly bool
+}
+
+// toolSet is the tools of a definition, by name, and their specs in order.
+type toolSet struct {
+	byName map[string]*tool
+	specs  []ToolSpec
+}
+
+func (s *toolSet) add(t *tool) error {
+	if s.byName[t.spec.Name] != nil {
+		return errs.New(codes.InvalidArgument, "tools: two tools are named %s", t.spec.Name)
+	}
+	if t.input == nil {
+		rs, err := compile(t.spec.Schema)
+		if err != nil {
+			return errs.Wrap(codes.InvalidArgument, err, "tools: %s: the arguments' schema", t.spec.Name)
+		}
+		t.input = rs
+	}
+	s.byName[t.spec.Name] = t
+	s.specs = append(s.specs, t.spec)
+	return nil
+}
+
+func compile(raw json.RawMessage) (*jsonschema.Resolved, error) {
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, err
+	}
+	return s.Resolve(nil)
+}
+
+// buildTools makes the tools of def, reading agent types from reg (else
+// from the directory, for types registered on other silos only).
+func buildTools(ctx context.Context, h grain.Host, reg *grain.Registry, def *Definition) (*toolSet, error) {
+	set := &toolSet{byName: make(map[string]*tool)}
+	for i, ref := range def.Tools {
+		var tools []*tool
+		var err error
+		switch {
+		case ref.Agent != "":
+			tools, err = agentTools(ctx, h, reg, ref.Agent)
+		case ref.Directory:
+			tools = directoryTools()
+		case ref.Memory:
+			tools = memoryTools(h.Address().Alias)
+		default:
+			err = errs.New(codes.Unimplemented, "not implemented yet")
+		}
+		if err != nil {
+			return nil, errs.Wrap(errs.Code(err), err, "definition %s: tools[%d]", def.Type, i)
+		}
+		for _, t := range tools {
+			if err := set.add(t); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return set, nil
+}
+
+// toolNameOf makes a tool name of parts: [A-Za-z0-9_-], at most 64 bytes.
+func toolNameOf(parts ...string) string {
+	var b strings.Builder
+	for i, p := range parts {
+		if i > 0 {
+			b.WriteByte('_')
+		}
+		for _, r := range p {
+			if r < 128 && (r == '_' || r == '-' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+				b.WriteRune(r)
+			} else {
+				b.WriteByte('_')
+			}
+		}
+	}
+	s := b.String()
+	if len(s) > 64 {
+		s = s[:64]
+	}
+	return s
+}
+
+// agentTools are the tools of an agent type: one per typed skill, or one
+// plain ask if it has none.
+func agentTools(ctx context.Context, h grain.Host, reg *grain.Registry, typ string) ([]*tool, error) {
+	var info grain.TypeInfo
+	var ok bool
+	if reg != nil {
+		info, ok = reg.Info(typ)
+	}
+	if !ok {
+		e, err := h.Directory().Get(ctx, grain.KindType+"/"+typ)
+		if err != nil {
+			return nil, errs.Wrap(codes.FailedPrecondition, err, "agent type %s: not registered on this silo, nor found in the directory", typ)
+		}
+		info = grain.TypeInfo{Name: e.Name, Description: e.Description, Skills: e.Skills}
+	}
+	agentArg := map[string]any{"type": "string", "description": fmt.Sprintf("which %s agent to ask: its alias, or owner:alias", typ)}
+	var tools []*tool
+	for _, sk := range info.Skills {
+		if len(sk.InputSchema) == 0 {
+			continue
+		}
+		var in any
+		if err := json.Unmarshal(sk.InputSchema, &in); err != nil {
+			return nil, errs.Wrap(codes.InvalidArgument, err, "agent type %s: skill %s: input schema", typ, sk.Name)
+		}
+		rs, err := compile(sk.InputSchema)
+		if err != nil {
+			return nil, errs.Wrap(codes.InvalidArgument, err, "agent type %s: skill %s: input schema", typ, sk.Name)
+		}
+		schema := mustJSON(map[string]any{
+			"type":                 "object",
+			"properties":           map[string]any{"agent": agentArg, "input": in},
+			"required":             []string{"agent", "input"},
+			"additionalProperties": false,
+		})
+		desc := sk.Description
+		if desc == "" {
+			desc = info.Description
+		}
+		skill := sk.Name
+		tools = append(tools, &tool{
+			spec: ToolSpec{Name: toolNameOf(typ, skill), Description: fmt.Sprintf("Ask a %s agent (skill %s): %s", typ, skill, desc), Schema: schema},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var a struct {
+					Agent string          `json:"agent"`
+					Input json.RawMessage `json:"input"`
+				}
+				if err := json.Unmarshal(args, &a); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				if err := validate(rs, a.Input); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments: input does not match the skill's schema")
+				}
+				return askAgent(ctx, c, typ, a.Agent, &grain.Message{MessageType: skill, DataType: grain.JSONType, Data: a.Input})
+			},
+		})
+	}
+	if len(tools) == 0 {
+		desc := info.Description
+		if desc == "" {
+			desc = "an agent of the cluster"
+		}
+		tools = append(tools, &tool{
+			spec: ToolSpec{Name: toolNameOf("ask", typ), Description: fmt.Sprintf("Ask a %s agent and get its answer. %s", typ, desc), Schema: mustJSON(map[string]any{
+				"type": "object",
+				"properties": map[string]any{
+					"agent": agentArg,
+					"text":  map[string]any{"type": "string", "description": "what to ask it"},
+				},
+				"required":             []string{"agent", "text"},
+				"additionalProperties": false,
+			})},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var a struct{ Agent, Text string }
+				if err := json.Unmarshal(args, &a); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				return askAgent(ctx, c, typ, a.Agent, &grain.Message{Message: a.Text})
+			},
+		})
+	}
+	return tools, nil
+}
+
+// askAgent asks the agent typ:who (who is alias or owner:alias) with msg,
+// under the call's idempotency key, from the turn's context (so on behalf
+// of the turn's principal), and returns its reply's JSON data or text.
+func askAgent(ctx context.Context, c callContext, typ, who string, msg *grain.Message) (string, error) {
+	if strings.TrimSpace(who) == "" {
+		return "", errs.New(codes.InvalidArgument, "arguments: agent is empty")
+	}
+	addr, err := grain.Resolve(typ+":"+who, c.host.Owner())
+	if err != nil {
+		return "", err
+	}
+	if c.ownOnly && addr.Owner != c.host.Owner() {
+		return "", errs.New(codes.PermissionDenied, "%s is another owner's agent, and this turn was resumed without its caller (on behalf of the agent's owner): it may ask only %s's agents", addr, c.host.Owner())
+	}
+	msg.IdempotencyKey = c.key
+	r, err := c.host.Ask(ctx, addr.String(), msg)
+	if err != nil {
+		if errors.Is(err, grain.ErrApplied) {
+			return fmt.Sprintf("%s already ran this call before the agent restarted, and its answer was lost; it was not run again.", addr), nil
+		}
+		return "", err
+	}
+	if len(r.Data) > 0 && (r.DataType == grain.JSONType || json.Valid(r.Data)) {
+		if r.Message == "" {
+			return string(r.Data), nil
+		}
+		return r.Message + "\n" + string(r.Data), nil
+	}
+	return r.Message, nil
+}
+
+// validate checks the JSON data against rs.
+func validate(rs *jsonschema.Resolved, data []byte) error {
+	var v any
+	if len(bytes.TrimSpace(data)) == 0 {
+		v = map[string]any{}
+	} else if err := json.Unmarshal(data, &v); err != nil {
+		return err
+	}
+	return rs.Validate(v)
+}
+
+func mustJSON(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return json.RawMessage(`{"type":"object"}`)
+	}
+	return b
+}
+
+// directoryTools search the service directory and read an entry.
+func directoryTools() []*tool {
+	return []*tool{
+		{
+			spec: ToolSpec{
+				Name:        "directory_search",
+				Description: "Search the directory of agent types, outside A2A agents and MCP servers for what can do a task; returns the best matches with how to call them.",
+				Schema: mustJSON(map[string]any{
+					"type": "object",
+					"properties": map[string]any{
+						"text":  map[string]any{"type": "string", "description": "words describing the task"},
+						"kind":  map[string]any{"type": "string", "enum": []string{grain.KindType, grain.KindA2A, grain.KindMCP}},
+						"tag":   map[string]any{"type": "string"},
+						"limit": map[string]any{"type": "integer", "minimum": 1, "maximum": 50},
+					},
+					"required":             []string{"text"},
+					"additionalProperties": false,
+				}),
+			},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var q struct {
+					Text, Kind, Tag string
+					Limit           int
+				}
+				if err := json.Unmarshal(args, &q); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				hits, err := c.host.Directory().Search(ctx, grain.DirectoryQuery{Text: q.Text, Kind: q.Kind, Tag: q.Tag, Limit: q.Limit})
+				if err != nil {
+					return "", err
+				}
+				type skill struct {
+					Name        string `json:"name"`
+					Description string `json:"description,omitempty"`
+				}
+				type hit struct {
+					Name        string  `json:"name"`
+					Kind        string  `json:"kind"`
+					Description string  `json:"description,omitempty"`
+					Call        string  `json:"call,omitempty"`
+					Skills      []skill `json:"skills,omitempty"`
+				}
+				out := []hit{}
+				for _, h := range hits {
+					e := hit{Name: h.Entry.Name, Kind: h.Entry.Kind, Description: h.Entry.Description, Call: h.Entry.Call}
+					for _, s := range h.Entry.Skills {
+						e.Skills = append(e.Skills, skill{s.Name, s.Description})
+					}
+					out = append(out, e)
+				}
+				return string(mustJSON(out)), nil
+			},
+		},
+		{
+			spec: ToolSpec{
+				Name:        "directory_details",
+				Description: "Read one directory entry by name (kind/name picks one of a kind): its skills with their input schemas, or an MCP server's tools.",
+				Schema: mustJSON(map[string]any{
+					"type":                 "object",
+					"properties":           map[string]any{"name": map[string]any{"type": "string"}},
+					"required":             []string{"name"},
+					"additionalProperties": false,
+				}),
+			},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var q struct{ Name string }
+				if err := json.Unmarshal(args, &q); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				e, err := c.host.Directory().Get(ctx, q.Name)
+				if err != nil {
+					return "", err
+				}
+				return string(mustJSON(e)), nil
+			},
+		},
+	}
+}
+
+// memoryTools read and write the working memory Memory:<owner>:<scope>.
+func memoryTools(scope string) []*tool {
+	obj := func(props map[string]any, required ...string) json.RawMessage {
+		return mustJSON(map[string]any{"type": "object", "properties": props, "required": required, "additionalProperties": false})
+	}
+	str := map[string]any{"type": "string"}
+	return []*tool{
+		{
+			spec: ToolSpec{Name: "memory_put", Description: "Keep a note in the working memory under a key (replacing what the key held), for a while (ttl_minutes, default 60).", Schema: obj(map[string]any{
+				"key": str, "text": str, "category": str, "ttl_minutes": map[string]any{"type": "integer", "minimum": 1, "maximum": 10080},
+			}, "key", "text")},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var a struct {
+					Key, Text, Category string
+					TTLMinutes          int `json:"ttl_minutes"`
+				}
+				if err := json.Unmarshal(args, &a); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				e, err := memory.Of(c.host, scope).Put(ctx, client.MemoryEntry{Key: a.Key, Text: a.Text, Category: a.Category, TTL: time.Duration(a.TTLMinutes) * time.Minute})
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("kept %q until %s", e.Key, e.Expires.UTC().Format(time.RFC3339)), nil
+			},
+		},
+		{
+			spec: ToolSpec{Name: "memory_get", Description: "Read the note kept under a key in the working memory.", Schema: obj(map[string]any{"key": str}, "key")},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var a struct{ Key string }
+				if err := json.Unmarshal(args, &a); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				e, err := memory.Of(c.host, scope).Get(ctx, a.Key)
+				if err != nil {
+					return "", err
+				}
+				return string(mustJSON(e)), nil
+			},
+		},
+		{
+			spec: ToolSpec{Name: "memory_search", Description: "Find the notes of the working memory containing every word of text.", Schema: obj(map[string]any{
+				"text": str, "limit": map[string]any{"type": "integer", "minimum": 1, "maximum": 100},
+			}, "text")},
+			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
+				var a struct {
+					Text  string
+					Limit int
+				}
+				if err := json.Unmarshal(args, &a); err != nil {
+					return "", errs.Wrap(codes.InvalidArgument, err, "arguments")
+				}
+				es, err := memory.Of(c.host, scope).Search(ctx, a.Text, a.Limit)
+				if err != nil {
+					return "", err
+				}
+				if es == nil {
+					es = []client.MemoryEntry{}
+				}
+				return string(mustJSON(es)), nil
+			},
+		},
+	}
+}
