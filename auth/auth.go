@@ -17,7 +17,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/names"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
@@ -43,11 +43,11 @@ func New(cfg Config) (*Authenticator, error) {
 		if err != nil || len(h) != sha256.Size {
 			return nil, errs.New(codes.InvalidArgument, "auth: API key %d (%s): sha256 must be 64 hex digits", i+1, k.Principal)
 		}
-		if !grain.ValidName(k.Principal) {
+		if !names.Valid(k.Principal) {
 			return nil, errs.New(codes.InvalidArgument, "auth: API key %d: principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal)
 		}
 		for _, g := range k.Groups {
-			if !grain.ValidName(g) {
+			if !names.Valid(g) {
 				return nil, errs.New(codes.InvalidArgument, "auth: API key %d (%s): group %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", i+1, k.Principal, g)
 			}
 		}
@@ -206,12 +206,12 @@ func certCaller(cert *x509.Certificate) (*acl.Caller, error) {
 	if p == "" && len(cert.DNSNames) > 0 {
 		p = cert.DNSNames[0]
 	}
-	if !grain.ValidName(p) {
+	if !names.Valid(p) {
 		return nil, errs.New(codes.Unauthenticated, "the client certificate names no usable principal (common name or first DNS name %q): want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
 	}
 	var groups []string
 	for _, ou := range cert.Subject.OrganizationalUnit {
-		if grain.ValidName(ou) {
+		if names.Valid(ou) {
 			groups = append(groups, ou)
 		}
 	}
@@ -242,7 +242,7 @@ func principal(p string) (string, error) {
 	if p == "" {
 		return DefaultPrincipal, nil
 	}
-	if !grain.ValidName(p) {
+	if !names.Valid(p) {
 		return "", errs.New(codes.InvalidArgument, "principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(p))
 	}
 	return p, nil

@@ -4,16 +4,16 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/names"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 )
 
@@ -47,35 +47,58 @@ func Vouch(ctx context.Context, caller *acl.Caller) context.Context {
 
 // InProcess is a listener whose connections are dialled from within the
 // process (DialContext): a gRPC server with ServerOptions serving it takes
-// vouched principals (Vouch) on them. Safe for concurrent use.
-type InProcess struct{ l *bufconn.Listener }
+// vouched principals (Vouch) on them. Each connection is a pair of
+// in-memory pipes (net.Pipe); no socket is opened, so nothing outside the
+// process can dial it. Safe for concurrent use.
+type InProcess struct {
+	conns  chan net.Conn // the server's ends, from DialContext to Accept
+	done   chan struct{} // closed by Close
+	closed sync.Once
+}
 
 // NewInProcess returns a listener; Close ends it and its pending dials.
-func NewInProcess() *InProcess { return &InProcess{l: bufconn.Listen(1 << 20)} }
+func NewInProcess() *InProcess {
+	return &InProcess{conns: make(chan net.Conn), done: make(chan struct{})}
+}
 
-// Accept waits for the next connection dialled to the listener.
+// Accept waits for the next connection dialled to the listener; after
+// Close it returns net.ErrClosed.
 func (p *InProcess) Accept() (net.Conn, error) {
-	c, err := p.l.Accept()
-	if err != nil {
-		return nil, err
+	select {
+	case c := <-p.conns:
+		return c, nil
+	case <-p.done:
+		return nil, net.ErrClosed
 	}
-	return inProcessConn{c}, nil
 }
 
 // Close stops the listener; connections already made stay open.
-func (p *InProcess) Close() error { return p.l.Close() }
+func (p *InProcess) Close() error {
+	p.closed.Do(func() { close(p.done) })
+	return nil
+}
 
 // Addr is the listener's address, which no network listener has.
 func (p *InProcess) Addr() net.Addr { return inProcessAddr{} }
 
-// DialContext connects to the listener (a grpc.WithContextDialer); the
-// address is ignored.
+// DialContext connects to the listener (a grpc.WithContextDialer), once
+// Accept takes the connection; the address is ignored. It fails with
+// net.ErrClosed once the listener is closed, and with ctx's error if ctx
+// ends first.
 func (p *InProcess) DialContext(ctx context.Context, _ string) (net.Conn, error) {
-	c, err := p.l.DialContext(ctx)
-	if err != nil {
-		return nil, err
+	server, client := net.Pipe()
+	select {
+	case p.conns <- inProcessConn{server}:
+		return inProcessConn{client}, nil
+	case <-p.done:
+		server.Close()
+		client.Close()
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		server.Close()
+		client.Close()
+		return nil, ctx.Err()
 	}
-	return inProcessConn{c}, nil
 }
 
 // inProcessConn is one end of an InProcess connection.
@@ -160,11 +183,11 @@ func vouched(ctx context.Context, md metadata.MD) (*acl.Caller, error) {
 	if !inProcess(ctx) {
 		return nil, errs.New(codes.Unauthenticated, "%s is taken only from the silo's own dashboard, never from a client", vouchedPrincipalHeader)
 	}
-	if len(v) != 1 || !grain.ValidName(v[0]) {
+	if len(v) != 1 || !names.Valid(v[0]) {
 		return nil, errs.New(codes.InvalidArgument, "vouched principal %q: want one, [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(strings.Join(v, ",")))
 	}
 	for _, g := range groups {
-		if !grain.ValidName(g) {
+		if !names.Valid(g) {
 			return nil, errs.New(codes.InvalidArgument, "vouched group %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", protocol.Clip(g))
 		}
 	}

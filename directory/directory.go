@@ -21,6 +21,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/names"
 	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
@@ -589,7 +590,7 @@ func (d *Directory) Add(ctx context.Context, s Spec) (grain.DirectoryEntry, erro
 // Remove removes an outside entry (NotFound if there is none), and
 // returns once this silo no longer lists it.
 func (d *Directory) Remove(ctx context.Context, name string) error {
-	if !grain.ValidName(name) {
+	if !names.Valid(name) {
 		return errs.New(codes.InvalidArgument, "directory: entry name %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(name, maxShort))
 	}
 	octx, cancel := context.WithTimeout(ctx, 10*time.Second)

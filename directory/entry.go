@@ -11,6 +11,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // What is kept in etcd, under the silo's prefix:
@@ -63,7 +64,7 @@ const (
 
 // validate checks an added entry; errors are InvalidArgument.
 func (s *Spec) validate() error {
-	if !grain.ValidName(s.Name) {
+	if !names.Valid(s.Name) {
 		return errs.New(codes.InvalidArgument, "directory: entry name %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(s.Name, maxShort))
 	}
 	if s.Kind != grain.KindA2A && s.Kind != grain.KindMCP {

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // SystemOwner owns the shared agents of a cluster.
@@ -66,49 +67,25 @@ func parse(s, owner string) (Address, error) {
 	if !ValidType(a.Type) {
 		return Address{}, errs.New(codes.InvalidArgument, "address %q: bad type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(s), clip(a.Type))
 	}
-	if !validName(a.Owner) {
+	if !names.Valid(a.Owner) {
 		return Address{}, errs.New(codes.InvalidArgument, "address %q: bad owner %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(s), clip(a.Owner))
 	}
-	if !validName(a.Alias) {
+	if !names.Valid(a.Alias) {
 		return Address{}, errs.New(codes.InvalidArgument, "address %q: bad alias %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", clip(s), clip(a.Alias))
 	}
 	return a, nil
 }
 
 // ValidType reports whether s is a well-formed agent type name:
-// [A-Za-z][A-Za-z0-9_.-]{0,63}.
-func ValidType(s string) bool {
-	if len(s) == 0 || len(s) > 64 || !isLetter(s[0]) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if !isLetter(c) && !isDigit(c) && c != '_' && c != '.' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
+// [A-Za-z][A-Za-z0-9_.-]{0,63}. It is names.ValidType (internal/names, the
+// one grammar of names).
+func ValidType(s string) bool { return names.ValidType(s) }
 
 // ValidName reports whether s is a well-formed owner or alias:
-// [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}.
-func ValidName(s string) bool { return validName(s) }
-
-func validName(s string) bool {
-	if len(s) == 0 || len(s) > 128 || !(isLetter(s[0]) || isDigit(s[0])) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		c := s[i]
-		if !isLetter(c) && !isDigit(c) && c != '_' && c != '.' && c != '@' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
-func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
+// [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}. It is names.Valid (internal/names,
+// the one grammar of names, which packages that check a principal use
+// without importing grain).
+func ValidName(s string) bool { return names.Valid(s) }
 
 // clip keeps error messages short when a client sends a huge address.
 func clip(s string) string {

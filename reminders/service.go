@@ -15,6 +15,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // Service implements grain.ReminderService on etcd and fires the reminders
@@ -232,7 +233,7 @@ func (s *Service) Unregister(ctx context.Context, addr grain.Address, name strin
 	if err := s.validAddr(addr); err != nil {
 		return err
 	}
-	if !grain.ValidName(name) {
+	if !names.Valid(name) {
 		return badName(name)
 	}
 	if err := s.open(); err != nil {
@@ -302,7 +303,7 @@ func (s *Service) List(ctx context.Context, addr grain.Address) ([]grain.Reminde
 }
 
 func (s *Service) validAddr(addr grain.Address) error {
-	if !grain.ValidType(addr.Type) || !grain.ValidName(addr.Owner) || !grain.ValidName(addr.Alias) {
+	if !names.ValidType(addr.Type) || !names.Valid(addr.Owner) || !names.Valid(addr.Alias) {
 		return errs.New(codes.InvalidArgument, "reminder of %q: bad agent address, want Type:owner:alias", addr.String())
 	}
 	return nil
@@ -319,7 +320,7 @@ func (s *Service) validate(addr grain.Address, r *grain.Reminder) error {
 	if err := s.validAddr(addr); err != nil {
 		return err
 	}
-	if !grain.ValidName(r.Name) {
+	if !names.Valid(r.Name) {
 		return badName(r.Name)
 	}
 	if s.cfg.Known != nil && !s.cfg.Known(addr.Type) {

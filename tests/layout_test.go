@@ -110,7 +110,7 @@ func TestDependencyDirections(t *testing.T) {
 	// ending in "$" is exact).
 	forbidden := map[string][]string{
 		"internal/gateway":    {"internal/membership", "internal/transport", "cluster/etcdstore", "cluster$"},
-		"internal/membership": {"internal/gateway", "internal/transport", "cluster/etcdstore", "cluster$"},
+		"internal/membership": {"internal/gateway", "internal/transport", "cluster/etcdstore", "cluster$", "grain"},
 		"internal/transport":  {"internal/gateway", "internal/membership", "cluster/etcdstore", "cluster$"},
 		"cluster/etcdstore":   {"internal/gateway", "internal/membership", "internal/transport", "cluster$"},
 		"grain":               {"cluster", "client", "reminders", "acl", "internal/etcderr", "internal/etcdtest"},
@@ -121,7 +121,7 @@ func TestDependencyDirections(t *testing.T) {
 		"reminders":           {"cluster", "client"},
 		"a2a":                 {"cluster", "client"},
 		"mcp":                 {"cluster", "client"},
-		"auth":                {"cluster", "client", "a2a", "mcp"},
+		"auth":                {"cluster", "client", "a2a", "mcp", "grain"},
 		"topics":              {"cluster", "client"},
 		"directory":           {"cluster", "client"},
 		"state":               {"cluster", "client"},
@@ -134,11 +134,24 @@ func TestDependencyDirections(t *testing.T) {
 		"a2a":              {"auth"},
 		"mcp":              {"auth"},
 	}
+	// leaves import nothing but the standard library: what checks a name
+	// needs no runtime.
+	leaves := []string{"internal/names"}
 	imports := map[string][]string{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) == 0 || !strings.HasPrefix(fields[0], mod) {
 			continue
+		}
+		if leaf := strings.TrimPrefix(fields[0], mod); slices.Contains(leaves, leaf) {
+			for _, imp := range fields[1:] {
+				if strings.Contains(strings.Split(imp, "/")[0], ".") {
+					t.Errorf("%s, a leaf, imports %s", leaf, imp)
+				}
+			}
+			if _, ok := imports[leaf]; !ok {
+				imports[leaf] = nil
+			}
 		}
 		pkg := strings.TrimPrefix(fields[0], mod)
 		for _, imp := range fields[1:] {
@@ -162,6 +175,11 @@ func TestDependencyDirections(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+	for _, leaf := range leaves {
+		if _, ok := imports[leaf]; !ok {
+			t.Errorf("go list listed no package %s", leaf)
 		}
 	}
 	for p, deps := range required {
@@ -597,5 +615,46 @@ func TestNoInternalTypesInPublicAPI(t *testing.T) {
 	}
 	if _, ok := found["topics.Config"]; ok {
 		t.Error("topics.Config mentions an internal type")
+	}
+}
+
+// TestNoGRPCTestPackagesInProduction: no file but a test imports gRPC's
+// test packages (google.golang.org/grpc/test/..., such as bufconn): they
+// are made for tests, not for a silo's own connections (auth.InProcess is
+// a listener of its own, on in-memory pipes).
+func TestNoGRPCTestPackagesInProduction(t *testing.T) {
+	var importers []string
+	files := 0
+	err := filepath.WalkDir("..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != ".." || d.Name() == "testdata" || d.Name() == "data" || d.Name() == "node_modules") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		files++
+		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			if p := strings.Trim(imp.Path.Value, `"`); strings.HasPrefix(p, "google.golang.org/grpc/test/") {
+				rel, _ := filepath.Rel("..", path)
+				importers = append(importers, filepath.ToSlash(rel)+" imports "+p)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 100 {
+		t.Fatalf("walked %d files: the walk is wrong", files)
+	}
+	for _, i := range importers {
+		t.Error(i)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/names"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -22,7 +23,7 @@ func ParseSubscription(s, owner string) (string, error) {
 	if !ok {
 		o, name = owner, s
 	}
-	if !grain.ValidName(o) || !grain.ValidName(name) || len(name) > 64 {
+	if !names.Valid(o) || !names.Valid(name) || len(name) > 64 {
 		return "", errs.New(codes.InvalidArgument, "subscription %q: want owner:name, each [A-Za-z0-9][A-Za-z0-9_.@-]* (a name of up to 64)", clip(s))
 	}
 	return o + ":" + name, nil

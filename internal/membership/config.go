@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // DefaultLeaseTTL is the default Config.LeaseTTL: etcd's minimum with its
@@ -111,7 +111,7 @@ type Config struct {
 }
 
 func (c *Config) fill() error {
-	if !grain.ValidName(c.Name) {
+	if !names.Valid(c.Name) {
 		return errs.New(codes.InvalidArgument, "membership: bad silo name %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", c.Name)
 	}
 	if c.Client == nil {

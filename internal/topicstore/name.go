@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // Limits of topic names and patterns: each bounds what a client can make
@@ -144,7 +144,7 @@ func split(s, owner, what string) (string, string, error) {
 			return "", "", errs.New(codes.InvalidArgument, "%s %q: a relative name needs a sender with an owner; want owner:name", what, clip(s))
 		}
 	}
-	if !grain.ValidName(o) {
+	if !names.Valid(o) {
 		return "", "", errs.New(codes.InvalidArgument, "%s %q: bad owner %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", what, clip(s), clip(o))
 	}
 	return o, rest, nil
