@@ -176,6 +176,9 @@ type registered struct {
 	// inputs are the compiled input schemas of the skills that have one
 	// (nil if none has).
 	inputs map[string]*jsonschema.Resolved
+	// replaceable: registered by Replace, so Replace and Remove may change
+	// it.
+	replaceable bool
 }
 
 // NewRegistry returns an empty registry.
@@ -192,25 +195,94 @@ func NewRegistry() *Registry { return &Registry{types: make(map[string]*register
 // The name must be a valid type name, not the reserved SessionType, and not
 // registered already; errors are InvalidArgument.
 func (r *Registry) Register(typeName string, f Factory, info ...TypeInfo) error {
+	e, err := newRegistered(typeName, f, info)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.types[typeName]; ok {
+		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
+	}
+	r.put(typeName, e)
+	return nil
+}
+
+// Replace registers an agent type as Register does, or, if Replace
+// registered it before, replaces its factory and TypeInfo: for types that
+// change while the silo runs, such as the cluster's declared types.
+// Activations made from then on use the new factory; activations already
+// running keep the agent their factory made until they are deactivated
+// (the caller deactivates them if the change must reach them). A type that
+// Register registered is not replaced: FailedPrecondition. Other errors are
+// Register's.
+func (r *Registry) Replace(typeName string, f Factory, info ...TypeInfo) error {
+	e, err := newRegistered(typeName, f, info)
+	if err != nil {
+		return err
+	}
+	e.replaceable = true
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.types[typeName]; ok {
+		if !old.replaceable {
+			return errs.New(codes.FailedPrecondition, "agent type %q is registered by the silo's program and cannot be replaced", typeName)
+		}
+		r.drop(typeName)
+	}
+	r.put(typeName, e)
+	return nil
+}
+
+// Remove removes an agent type that Replace registered: from then on a
+// message to an agent of the type that is not active is NotFound, as for
+// any unregistered type; activations already running keep running until
+// they are deactivated (the caller deactivates them). NotFound if no such
+// type is registered; FailedPrecondition for a type that Register
+// registered, which stays.
+func (r *Registry) Remove(typeName string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.types[typeName]
+	switch {
+	case !ok:
+		return errs.New(codes.NotFound, "agent type %q is not registered", clip(typeName))
+	case !e.replaceable:
+		return errs.New(codes.FailedPrecondition, "agent type %q is registered by the silo's program and cannot be removed", typeName)
+	}
+	r.drop(typeName)
+	return nil
+}
+
+// Replaceable reports whether typeName is registered by Replace (and so
+// may be replaced or removed).
+func (r *Registry) Replaceable(typeName string) bool {
+	e := r.lookup(typeName)
+	return e != nil && e.replaceable
+}
+
+// newRegistered checks a type's registration and compiles its skills'
+// input schemas.
+func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, error) {
 	if !ValidType(typeName) {
-		return errs.New(codes.InvalidArgument, "agent type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(typeName))
+		return nil, errs.New(codes.InvalidArgument, "agent type %q: want [A-Za-z][A-Za-z0-9_.-]{0,63}", clip(typeName))
 	}
 	if typeName == SessionType {
-		return errs.New(codes.InvalidArgument, "agent type %q is reserved for client sessions", typeName)
+		return nil, errs.New(codes.InvalidArgument, "agent type %q is reserved for client sessions", typeName)
 	}
 	if f == nil {
-		return errs.New(codes.InvalidArgument, "agent type %q: nil factory", typeName)
+		return nil, errs.New(codes.InvalidArgument, "agent type %q: nil factory", typeName)
 	}
 	var ti TypeInfo
 	switch len(info) {
 	case 0:
 	case 1:
 		if err := info[0].validate(typeName); err != nil {
-			return err
+			return nil, err
 		}
 		ti = info[0].clone()
 	default:
-		return errs.New(codes.InvalidArgument, "agent type %q: %d TypeInfos, want at most one", typeName, len(info))
+		return nil, errs.New(codes.InvalidArgument, "agent type %q: %d TypeInfos, want at most one", typeName, len(info))
 	}
 	ti.Name = typeName
 	var inputs map[string]*jsonschema.Resolved
@@ -220,23 +292,30 @@ func (r *Registry) Register(typeName string, f Factory, info ...TypeInfo) error 
 		}
 		rs, err := compileSchema(s.InputSchema)
 		if err != nil {
-			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
+			return nil, errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
 		}
 		if inputs == nil {
 			inputs = make(map[string]*jsonschema.Resolved)
 		}
 		inputs[s.Name] = rs
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.types[typeName]; ok {
-		return errs.New(codes.InvalidArgument, "agent type %q is already registered", typeName)
-	}
-	r.types[typeName] = &registered{factory: f, info: ti, inputs: inputs}
-	if inputs != nil {
+	return &registered{factory: f, info: ti, inputs: inputs}, nil
+}
+
+// put adds e under typeName; r.mu is held.
+func (r *Registry) put(typeName string, e *registered) {
+	r.types[typeName] = e
+	if e.inputs != nil {
 		r.typed.Add(1)
 	}
-	return nil
+}
+
+// drop removes typeName; r.mu is held.
+func (r *Registry) drop(typeName string) {
+	if e := r.types[typeName]; e != nil && e.inputs != nil {
+		r.typed.Add(-1)
+	}
+	delete(r.types, typeName)
 }
 
 // Lookup returns the factory of typeName.

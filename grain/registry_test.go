@@ -1,6 +1,7 @@
 package grain
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -149,5 +150,83 @@ func TestNewID(t *testing.T) {
 			}
 			seen[id] = true
 		}
+	}
+}
+
+// Replace registers a type or replaces one it registered, never one that
+// Register registered; Remove removes what Replace registered. New
+// activations take the new factory, one already running keeps its agent
+// until it is deactivated, and a removed type is NotFound once its
+// activation has ended.
+func TestRegistryReplace(t *testing.T) {
+	reg := NewRegistry()
+	if err := reg.Register("Code", echoFactory); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Replace("Code", echoFactory); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Replace of a type Register registered = %v, want FailedPrecondition", err)
+	}
+	if err := reg.Remove("Code"); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("Remove of a type Register registered = %v, want FailedPrecondition", err)
+	}
+	if err := reg.Remove("Nope"); errs.Code(err) != codes.NotFound {
+		t.Fatalf("Remove of an unregistered type = %v, want NotFound", err)
+	}
+	if err := reg.Replace("1x", echoFactory); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Replace of a bad name = %v, want InvalidArgument", err)
+	}
+	says := func(text string) Factory {
+		return func(Host) (Agent, error) {
+			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) { return reply(m, text) }}, nil
+		}
+	}
+	if err := reg.Replace("Decl", says("v1"), TypeInfo{Description: "first"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("Decl", echoFactory); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("Register over a replaceable type = %v, want InvalidArgument", err)
+	}
+	if !reg.Replaceable("Decl") || reg.Replaceable("Code") || reg.Replaceable("Nope") {
+		t.Fatalf("Replaceable: Decl %v, Code %v, Nope %v", reg.Replaceable("Decl"), reg.Replaceable("Code"), reg.Replaceable("Nope"))
+	}
+	rt := startRuntime(t, DefaultConfig(), reg)
+	if r, err := ask(t, rt, "Decl:a", "x"); err != nil || r.Message != "v1" {
+		t.Fatalf("Decl:a = %v, %v; want v1", r, err)
+	}
+
+	typed := TypedSkill[struct {
+		N int `json:"n"`
+	}, any]("add", "adds n")
+	if err := reg.Replace("Decl", says("v2"), TypeInfo{Description: "second", Skills: []Skill{typed}}); err != nil {
+		t.Fatal(err)
+	}
+	if ti, _ := reg.Info("Decl"); ti.Description != "second" {
+		t.Fatalf("Info after Replace: %+v", ti)
+	}
+	if r, err := ask(t, rt, "Decl:a", "x"); err != nil || r.Message != "v1" {
+		t.Fatalf("Decl:a, active before the replacement = %v, %v; want v1 until deactivated", r, err)
+	}
+	if r, err := ask(t, rt, "Decl:b", "x"); err != nil || r.Message != "v2" {
+		t.Fatalf("Decl:b, activated after the replacement = %v, %v; want v2", r, err)
+	}
+	if err := reg.ValidateInput("Decl", "add", []byte(`{"n": "one"}`)); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("the replacement's input schema is not in force: %v", err)
+	}
+
+	if err := reg.Remove("Decl"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.ValidateInput("Decl", "add", []byte(`{"n": "one"}`)); err != nil {
+		t.Fatalf("the removed type's input schema is still in force: %v", err)
+	}
+	for _, alias := range []string{"a", "b"} {
+		if _, err := rt.Deactivate(t.Context(), Address{Type: "Decl", Owner: "tester", Alias: alias}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := ask(t, rt, "Decl:a", "x")
+	wantCode(t, err, codes.NotFound, `agent type "Decl" is not registered`)
+	if names := reg.Names(); len(names) != 1 || names[0] != "Code" {
+		t.Fatalf("Names after Remove = %v", names)
 	}
 }
