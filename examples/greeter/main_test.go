@@ -8,6 +8,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/examples/internal/exampletest"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/graintest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
@@ -31,5 +33,20 @@ func TestGreeter(t *testing.T) {
 		if err != nil || r.Message != want {
 			t.Fatalf("ask %d: %v, %v; want %q", i, r, err, want)
 		}
+	}
+}
+
+// TestGreeterUnit tests the agent alone, in memory, without a silo
+// (package graintest).
+func TestGreeterUnit(t *testing.T) {
+	env := graintest.New(t)
+	env.Register("Greeter", func(grain.Host) (grain.Agent, error) { return &Greeter{}, nil })
+	for i, want := range []string{"hello, world (greeting 1)", "hello, world (greeting 2)"} {
+		if got, err := env.AskText(t.Context(), "Greeter:g", "world"); err != nil || got != want {
+			t.Fatalf("ask %d = %q, %v; want %q", i, got, err, want)
+		}
+	}
+	if got, err := env.AskText(t.Context(), "Greeter:other", "you"); err != nil || got != "hello, you (greeting 1)" {
+		t.Fatalf("another greeter = %q, %v: each agent counts its own", got, err)
 	}
 }

@@ -247,6 +247,7 @@ var fragments = []fragment{
 	{"docs/agents.md", "agent:counter", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/agents.md", "agent:typeinfo", []string{"time", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/agents.md", "agent:ticks", []string{"context", "strconv", "time", "github.com/agentsilo/agentsilo/grain"}},
+	{"docs/agents.md", "agent:testing", []string{"context", "strconv", "testing", "time", "google.golang.org/grpc/codes", "github.com/agentsilo/agentsilo/errs", "github.com/agentsilo/agentsilo/grain", "github.com/agentsilo/agentsilo/grain/graintest"}},
 	{"docs/state.md", "state:notetaker", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/topics.md", "topics:inbox", []string{"context", "strconv", "strings", "time", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/sdk.md", "sdk:dial", []string{"context", "errors", "fmt", "google.golang.org/grpc/codes", "google.golang.org/grpc/status", "github.com/agentsilo/agentsilo/client"}},
@@ -288,6 +289,50 @@ func TestGoFragmentsCompile(t *testing.T) {
 	cmd.Dir = mod
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("the guides' Go fragments do not compile: %v\n%s", err, out)
+	}
+}
+
+// testFragments are the Go blocks of the guides that are tests: each is
+// run with go test, in a module of its own that uses this checkout.
+var testFragments = []fragment{
+	{"docs/agents.md", "agent:testing", []string{"context", "strconv", "testing", "time", "google.golang.org/grpc/codes", "github.com/agentsilo/agentsilo/errs", "github.com/agentsilo/agentsilo/grain", "github.com/agentsilo/agentsilo/grain/graintest"}},
+}
+
+// TestGoTestFragmentsPass runs the guides' Go blocks that are tests, as a
+// reader who copies one into a _test.go file would.
+func TestGoTestFragmentsPass(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	mod := t.TempDir()
+	goMod := "module example.com/fragments\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(goMod), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range testFragments {
+		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
+		for _, imp := range f.imports {
+			src += "\t" + fmt.Sprintf("%q", imp) + "\n"
+		}
+		src += ")\n\n" + testutil.DocBlock(t, f.file, f.name)
+		dir := filepath.Join(mod, fmt.Sprintf("t%d", i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "fragment_test.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "test", "-mod=mod", "-count=1", "./...")
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the guides' Go tests do not pass: %v\n%s", err, out)
 	}
 }
 
