@@ -14,6 +14,7 @@ import (
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -135,7 +136,7 @@ func TestAuthorityOnEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a2.WaitRevision(t.Context(), rev); err != nil {
+	if err := a2.WaitRevision(testutil.WaitContext(t), rev); err != nil {
 		t.Fatal(err)
 	}
 	if err := a2.Authorize(alice, "X", "bob", "private", acl.Message); err != nil {

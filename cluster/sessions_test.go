@@ -19,6 +19,7 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/membership"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -413,9 +414,10 @@ func BenchmarkSessionPush(b *testing.B) {
 		})
 	}
 	s1, s2 := start("s1"), start("s2")
+	viewWait := testutil.WaitContext(b)
 	for len(s1.router.state.Load().owners) != 2 || len(s2.router.state.Load().owners) != 2 {
 		select {
-		case <-b.Context().Done():
+		case <-viewWait.Done():
 			b.Fatal("no view of two silos")
 		case <-time.After(10 * time.Millisecond):
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
 // Activations' lifecycle: idle collection (the runtime's and each type's
@@ -167,7 +168,7 @@ func TestTypeIdleTimeout(t *testing.T) {
 			if got != step.ends {
 				t.Fatalf("after %v more: %s ended, want %s", step.advance, got, step.ends)
 			}
-		case <-t.Context().Done():
+		case <-testutil.WaitContext(t).Done():
 			t.Fatalf("after %v more: nothing ended, want %s", step.advance, step.ends)
 		}
 	}
@@ -273,25 +274,26 @@ func sweep(t *testing.T, rt *Runtime) {
 	}
 }
 
-// waitEnded waits for an activation to end, bounded by the test's deadline.
+// waitEnded waits for an activation to end, for up to testutil.WaitTimeout.
 func waitEnded(t *testing.T, ended <-chan Reason) Reason {
 	t.Helper()
 	select {
 	case r := <-ended:
 		return r
-	case <-t.Context().Done():
+	case <-testutil.WaitContext(t).Done():
 		t.Fatal("no activation ended")
 		return 0
 	}
 }
 
 // waitUntil polls cond, a named condition another goroutine makes true,
-// bounded by the test's deadline.
+// for up to testutil.WaitTimeout.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	ctx := testutil.WaitContext(t)
 	for !cond() {
 		select {
-		case <-t.Context().Done():
+		case <-ctx.Done():
 			t.Fatalf("gave up waiting for %s", what)
 		default:
 			waitABit()

@@ -389,14 +389,14 @@ func TestWithdraw(t *testing.T) {
 	if b.Withdraw(waiting) {
 		t.Fatal("withdrew a write twice")
 	}
-	if err := b.Wait(t.Context(), waiting); !errors.Is(err, ErrWithdrawn) || !errors.Is(waiting.Err(), ErrWithdrawn) {
+	if err := b.Wait(testutil.WaitContext(t), waiting); !errors.Is(err, ErrWithdrawn) || !errors.Is(waiting.Err(), ErrWithdrawn) {
 		t.Fatalf("Wait: %v, Err: %v", err, waiting.Err())
 	}
 	close(release)
-	if err := b.Wait(t.Context(), sent); err != nil {
+	if err := b.Wait(testutil.WaitContext(t), sent); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Wait(t.Context(), other); err != nil {
+	if err := b.Wait(testutil.WaitContext(t), other); err != nil {
 		t.Fatal(err)
 	}
 	if b.Withdraw(other) {

@@ -336,7 +336,8 @@ func TestMembershipSuspendedWhileEtcdIsGone(t *testing.T) {
 		t.Fatalf("WaitValid(cancelled ctx) of a suspended silo = %v, want context.Canceled", err)
 	}
 	waited := make(chan error, 1)
-	go func() { waited <- a.WaitValid(t.Context()) }()
+	bounded := testutil.WaitContext(t)
+	go func() { waited <- a.WaitValid(bounded) }()
 	e.Restart()
 	if err := <-waited; err != nil {
 		t.Fatalf("WaitValid after etcd came back = %v, want nil", err)
@@ -509,7 +510,7 @@ func TestMembershipPausedPastFence(t *testing.T) {
 	waitTimer(t, fake)
 	fake.Advance(fenceAfter)
 	waitFor(t, "a suspension", func() bool { return m.suspensions.Load() == 1 })
-	if err := m.WaitValid(t.Context()); err != nil {
+	if err := m.WaitValid(testutil.WaitContext(t)); err != nil {
 		t.Fatalf("WaitValid after a pause past the fence, the lease alive: %v", err)
 	}
 	notFenced(t, m)
@@ -520,7 +521,7 @@ func TestMembershipPausedPastFence(t *testing.T) {
 	}
 	waitTimer(t, fake)
 	fake.Advance(fenceAfter)
-	if err := m.WaitValid(t.Context()); err == nil || errs.Code(err) != codes.Unavailable {
+	if err := m.WaitValid(testutil.WaitContext(t)); err == nil || errs.Code(err) != codes.Unavailable {
 		t.Fatalf("WaitValid with the lease gone = %v, want Unavailable", err)
 	}
 	waitFenced(t, m)

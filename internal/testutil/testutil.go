@@ -7,6 +7,7 @@ package testutil
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"log/slog"
 	"net"
@@ -49,6 +50,18 @@ func WaitFor(t testing.TB, what string, cond func() bool) {
 		}
 		<-tick.C
 	}
+}
+
+// WaitContext returns t.Context() bounded by WaitTimeout from now, for a
+// wait on a condition that takes a context (a select on its Done, a
+// WaitX(ctx) call): t.Context() alone ends only when the test does, so a
+// wait on it alone never gives up, and a hung test is killed by go test's
+// -timeout with every test's stack instead of failing with what it waited
+// for. It is cancelled when the test ends.
+func WaitContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), WaitTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // Logger is a logger that discards, or writes debug logs to stderr when
