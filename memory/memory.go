@@ -110,17 +110,15 @@ func Register(reg *grain.Registry, cfg Config) error {
 	if cfg.MaxOwnerEntries > maxOwnerEntriesLimit {
 		return errs.New(codes.InvalidArgument, "memory: MaxOwnerEntries %d: at most %d", cfg.MaxOwnerEntries, maxOwnerEntriesLimit)
 	}
+	sk, err := skills()
+	if err != nil {
+		return errs.Wrap(codes.Internal, err, "memory: the skills' schemas")
+	}
 	return reg.Register(Type, func(h grain.Host) (grain.Agent, error) {
 		return &agent{h: h, cfg: cfg, st: grain.NewState[stored](h)}, nil
 	}, grain.TypeInfo{
 		Description: "A working memory: entries (key, text, JSON value, category, tags) kept for a TTL (60 minutes by default) in the state store, bounded in count and bytes per memory and per owner.",
-		Skills: []grain.Skill{
-			{Name: client.MemoryPut, Description: "Store an entry: data {\"entry\": {\"key\", \"text\", \"value\", \"category\", \"tags\", \"ttl\" (ns)}}.", Tags: []string{"memory"}},
-			{Name: client.MemoryGet, Description: "Read an entry: data {\"key\"}; NotFound if absent or expired.", Tags: []string{"memory"}},
-			{Name: client.MemoryDelete, Description: "Remove an entry: data {\"key\"}.", Tags: []string{"memory"}},
-			{Name: client.MemoryList, Description: "List entries: data {\"query\": {\"prefix\", \"category\", \"tag\", \"limit\"}}.", Tags: []string{"memory"}},
-			{Name: client.MemorySearch, Description: "Find entries containing every word of data {\"text\"}.", Tags: []string{"memory"}},
-		},
+		Skills:      sk, // schema.go
 	})
 }
 
@@ -164,7 +162,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	var req client.MemoryRequest
 	if len(m.GetData()) > 0 {
 		if err := json.Unmarshal(m.GetData(), &req); err != nil {
-			return nil, errs.New(codes.InvalidArgument, "%s: the data is not a memory request: %v", a.h.Address(), err)
+			return nil, errs.Wrap(codes.InvalidArgument, err, "%s: the data is not a memory request", a.h.Address())
 		}
 	}
 	if !a.loaded {
@@ -298,7 +296,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	r := m.Response()
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "%s: %v", a.h.Address(), err)
+		return nil, errs.Wrap(codes.Internal, err, "%s: encode the reply", a.h.Address())
 	}
 	r.Data, r.DataType = b, "application/json"
 	return r, nil

@@ -90,7 +90,7 @@ func (a *agent) isLedger() bool { return a.h.Address().Alias == usageScope }
 func (a *agent) tellLedger(ctx context.Context, typ string, req ledgerRequest) error {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return errs.New(codes.Internal, "%s: %v", a.h.Address(), err)
+		return errs.Wrap(codes.Internal, err, "%s: encode the ledger request", a.h.Address())
 	}
 	_, err = a.h.Ask(ctx, a.ledgerAddr(), &grain.Message{MessageType: typ, Data: b, DataType: "application/json"})
 	return err
@@ -147,7 +147,7 @@ func (a *agent) ledger(ctx context.Context, m *grain.Message) (*grain.Message, e
 	}
 	var req ledgerRequest
 	if err := json.Unmarshal(m.GetData(), &req); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "%s: the data is not a ledger request: %v", a.h.Address(), err)
+		return nil, errs.Wrap(codes.InvalidArgument, err, "%s: the data is not a ledger request", a.h.Address())
 	}
 	if a.usage == nil {
 		a.usage = grain.NewState[usage](a.h)
