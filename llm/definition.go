@@ -151,11 +151,11 @@ func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Durat
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"90s\" or \"2m\", got %s", clipText(string(b), 40))
+		return durationError{fmt.Errorf("want a duration such as \"90s\" or \"2m\", got %s", clipText(string(b), 40))}
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("want a duration such as \"90s\" or \"2m\": %w", err)
+		return durationError{fmt.Errorf("want a duration such as \"90s\" or \"2m\": %w", err)}
 	}
 	*d = Duration(v)
 	return nil
@@ -173,7 +173,7 @@ func ParseDefinition(data []byte) (Definition, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return Definition{}, errs.Wrap(codes.InvalidArgument, err, "definition: %s", decodeProblem(err))
+		return Definition{}, errs.Wrap(codes.InvalidArgument, err, "definition: %s", decodeProblem(js, err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Definition{}, errs.New(codes.InvalidArgument, "definition: more than one document")
@@ -184,19 +184,43 @@ func ParseDefinition(data []byte) (Definition, error) {
 	return d, nil
 }
 
-// decodeProblem says what is wrong with a definition that does not decode,
-// naming the field where encoding/json does.
-func decodeProblem(err error) string {
+// decodeProblem names the field of a definition that does not decode,
+// where it can (encoding/json names it for a value of the wrong type; a
+// bad duration is looked for where durations are).
+func decodeProblem(js []byte, err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) && te.Field != "" {
 		return fmt.Sprintf("field %s: want %s, got JSON %s", te.Field, te.Type, te.Value)
 	}
-	msg := err.Error()
-	if f, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
-		return "unknown field " + f
+	var de durationError
+	if errors.As(err, &de) {
+		var raw struct {
+			Limits struct {
+				Timeout json.RawMessage `json:"timeout"`
+			} `json:"limits"`
+			Schedule []struct {
+				Every json.RawMessage `json:"every"`
+			} `json:"schedule"`
+		}
+		if json.Unmarshal(js, &raw) == nil {
+			var d Duration
+			if raw.Limits.Timeout != nil && d.UnmarshalJSON(raw.Limits.Timeout) != nil {
+				return "field limits.timeout"
+			}
+			for i, e := range raw.Schedule {
+				if e.Every != nil && d.UnmarshalJSON(e.Every) != nil {
+					return fmt.Sprintf("field schedule[%d].every", i)
+				}
+			}
+		}
 	}
-	return clipText(msg, 200)
+	return "does not decode"
 }
+
+// durationError is a Duration's decoding error.
+type durationError struct{ error }
+
+func (e durationError) Unwrap() error { return e.error }
 
 // toolName is what function names may be in both APIs.
 var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)

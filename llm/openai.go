@@ -142,7 +142,7 @@ func openAIResponse(model string, msg openai.ChatCompletionMessage, finish strin
 func openAIError(err error) error {
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
-		return &httpError{status: apiErr.StatusCode, err: err}
+		return &httpError{status: apiErr.StatusCode, msg: apiErr.Message, err: err}
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 
@@ -170,9 +171,16 @@ func statusCode(status int) codes.Code {
 // httpError wraps an SDK's API error so that ModelError reads its status.
 type httpError struct {
 	status int
+	msg    string // the API's message, if the SDK's error does not show it
 	err    error
 }
 
-func (e *httpError) Error() string   { return e.err.Error() }
+func (e *httpError) Error() string {
+	if e.msg != "" && !strings.Contains(e.err.Error(), e.msg) {
+		return e.err.Error() + ": " + e.msg
+	}
+	return e.err.Error()
+}
+
 func (e *httpError) Unwrap() error   { return e.err }
 func (e *httpError) httpStatus() int { return e.status }
