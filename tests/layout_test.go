@@ -658,3 +658,80 @@ func TestNoGRPCTestPackagesInProduction(t *testing.T) {
 		t.Error(i)
 	}
 }
+
+// TestLayoutDoc: docs/layout.md names every package of the module (go list
+// ./...), and every path it names exists. A package is named by a row
+// whose first cell is its path, or by a mention in a row's second cell,
+// relative to the row's path (the internal/ row's `clock` is
+// internal/clock) or, if it has a slash, whole (`internal/topicstore`).
+func TestLayoutDoc(t *testing.T) {
+	data, err := os.ReadFile("../docs/layout.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "list", "./...")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/agentsilo/agentsilo"
+	documented := map[string]bool{}
+	rows := 0
+	for line := range strings.Lines(string(data)) {
+		cells := strings.Split(line, "|")
+		if !strings.HasPrefix(line, "| `") || len(cells) < 4 {
+			continue
+		}
+		rows++
+		paths := backticked(cells[1])
+		for _, p := range paths {
+			p = strings.TrimSuffix(p, "/")
+			if _, err := os.Stat(filepath.Join("..", filepath.FromSlash(p))); err != nil {
+				t.Errorf("docs/layout.md names %s, which does not exist", p)
+			}
+			documented[p] = true
+			for _, m := range backticked(cells[2]) {
+				m = strings.TrimSuffix(m, "/")
+				documented[p+"/"+m] = true
+				if strings.Contains(m, "/") {
+					documented[m] = true
+				}
+			}
+		}
+	}
+	if rows < 10 {
+		t.Fatalf("read %d rows of docs/layout.md's table: the parser is wrong", rows)
+	}
+	pkgs := 0
+	for _, path := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(path, mod+"/")
+		if !ok {
+			continue
+		}
+		pkgs++
+		if !documented[rel] {
+			t.Errorf("docs/layout.md does not name the package %s", rel)
+		}
+	}
+	if pkgs < 30 {
+		t.Fatalf("go list listed %d packages: not a listing?", pkgs)
+	}
+}
+
+// backticked returns the `quoted` words of s.
+func backticked(s string) []string {
+	var out []string
+	for {
+		_, rest, ok := strings.Cut(s, "`")
+		if !ok {
+			return out
+		}
+		w, after, ok := strings.Cut(rest, "`")
+		if !ok {
+			return out
+		}
+		out = append(out, w)
+		s = after
+	}
+}
