@@ -1489,8 +1489,11 @@ type AgentType struct {
 	// name is the type name, the first part of its agents' addresses.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// description says what agents of the type do.
-	Description   string   `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
-	Skills        []*Skill `protobuf:"bytes,3,rep,name=skills,proto3" json:"skills,omitempty"`
+	Description string   `protobuf:"bytes,2,opt,name=description,proto3" json:"description,omitempty"`
+	Skills      []*Skill `protobuf:"bytes,3,rep,name=skills,proto3" json:"skills,omitempty"`
+	// declared is true for a type declared without code (TypeAdmin's
+	// ApplyType), false for one a silo's program registers.
+	Declared      bool `protobuf:"varint,4,opt,name=declared,proto3" json:"declared,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1544,6 +1547,13 @@ func (x *AgentType) GetSkills() []*Skill {
 		return x.Skills
 	}
 	return nil
+}
+
+func (x *AgentType) GetDeclared() bool {
+	if x != nil {
+		return x.Declared
+	}
+	return false
 }
 
 // Skill is one thing an agent type can do (after A2A's AgentSkill).
@@ -2337,11 +2347,12 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\x10ListTypesRequest\x12\x1b\n" +
 	"\tskill_tag\x18\x01 \x01(\tR\bskillTag\"B\n" +
 	"\x11ListTypesResponse\x12-\n" +
-	"\x05types\x18\x01 \x03(\v2\x17.agentsilo.v1.AgentTypeR\x05types\"n\n" +
+	"\x05types\x18\x01 \x03(\v2\x17.agentsilo.v1.AgentTypeR\x05types\"\x8a\x01\n" +
 	"\tAgentType\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
-	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\"\xb5\x01\n" +
+	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\x12\x1a\n" +
+	"\bdeclared\x18\x04 \x01(\bR\bdeclared\"\xb5\x01\n" +
 	"\x05Skill\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
