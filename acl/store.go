@@ -10,7 +10,9 @@ import (
 )
 
 // ErrConflict is what Store.Put returns when the document changed since the
-// revision it was given: read again and retry. Its code is Aborted.
+// revision it was given: read again and retry. It is an error of its own,
+// not an alias, with errs.ErrAborted's code: errors.Is(err,
+// errs.ErrAborted) holds for it too.
 var ErrConflict = errs.New(codes.Aborted, "acl: the ACL changed meanwhile; read it again and retry")
 
 // Store keeps a cluster's ACL document, with a revision that changes on

@@ -36,23 +36,47 @@ import (
 // Set its fields directly; its Kind is one of the Kind constants.
 type Message = agentsilov1.AgentMessage
 
-// The errors a Client returns carry gRPC codes; test for them with
-// errors.Is (or read the code with status.Code).
+// The errors a Client returns carry gRPC codes. Their vocabulary is
+// package errs, agentsilo's one table of errors and codes (see
+// docs/errors.md); these are its sentinels under the SDK's names, the same
+// values, so that a program that imports client alone can test for them:
+// errors.Is(err, client.ErrNotFound) and errors.Is(err, errs.ErrNotFound)
+// are the same test (as is status.Code(err) == codes.NotFound).
 var (
-	ErrInvalidArgument   = errs.ErrInvalidArgument
-	ErrNotFound          = errs.ErrNotFound
-	ErrPermissionDenied  = errs.ErrPermissionDenied
-	ErrUnauthenticated   = errs.ErrUnauthenticated
-	ErrDeadlineExceeded  = errs.ErrDeadlineExceeded
+	// ErrInvalidArgument is errs.ErrInvalidArgument: the call was refused
+	// for what it carried (a bad address, typed-skill arguments that do
+	// not match the schema); it did not run.
+	ErrInvalidArgument = errs.ErrInvalidArgument
+	// ErrNotFound is errs.ErrNotFound: an unregistered agent type, or what
+	// the call names does not exist.
+	ErrNotFound = errs.ErrNotFound
+	// ErrPermissionDenied is errs.ErrPermissionDenied: the ACL denies the
+	// caller.
+	ErrPermissionDenied = errs.ErrPermissionDenied
+	// ErrUnauthenticated is errs.ErrUnauthenticated: no or a wrong
+	// credential.
+	ErrUnauthenticated = errs.ErrUnauthenticated
+	// ErrDeadlineExceeded is errs.ErrDeadlineExceeded: the call's deadline
+	// passed (its message says whether it may have run).
+	ErrDeadlineExceeded = errs.ErrDeadlineExceeded
+	// ErrResourceExhausted is errs.ErrResourceExhausted: a message over the
+	// size limit, or a limit of the gateway or the agent.
 	ErrResourceExhausted = errs.ErrResourceExhausted
-	ErrUnavailable       = errs.ErrUnavailable
-	ErrInternal          = errs.ErrInternal
-	// ErrAborted: a conditional write (DeleteState with an etag) found
-	// another version.
+	// ErrUnavailable is errs.ErrUnavailable: no gateway, or the call's path
+	// broke under way (its message says whether it may have run).
+	ErrUnavailable = errs.ErrUnavailable
+	// ErrInternal is errs.ErrInternal: the agent panicked, or a bug.
+	ErrInternal = errs.ErrInternal
+	// ErrAborted is errs.ErrAborted: a conditional write (DeleteState with
+	// an etag) found another version.
 	ErrAborted = errs.ErrAborted
-	// ErrFailedPrecondition: the silo cannot do it as configured (a silo
-	// without a state store, say).
+	// ErrFailedPrecondition is errs.ErrFailedPrecondition: the silo cannot
+	// do it as configured (a silo without a state store, say).
 	ErrFailedPrecondition = errs.ErrFailedPrecondition
+	// ErrAlreadyExists is errs.ErrAlreadyExists: the retry of a keyed call
+	// whose first attempt ran and saved its state (grain.ErrApplied); it is
+	// not run again.
+	ErrAlreadyExists = errs.ErrAlreadyExists
 )
 
 // frameOverhead is what the gRPC size limits allow above the message size.
