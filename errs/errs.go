@@ -9,17 +9,25 @@
 //	if status.Code(err) == codes.NotFound { ... }
 //
 // An error that has a cause keeps it: Wrap gives it a code and a message and
-// still answers errors.Is and errors.As for the cause.
+// still answers errors.Is and errors.As for the cause, and so does every %w
+// operand of New's and Wrap's format (as with fmt.Errorf, several may be).
 //
 //	err := errs.Wrap(codes.Unavailable, ctxErr, "etcd unavailable: list reminders")
 //	errors.Is(err, errs.ErrUnavailable)    // true: the code's sentinel
 //	errors.Is(err, context.DeadlineExceeded) // true: the cause
+//	err = errs.New(codes.InvalidArgument, "--data-file: %w", readErr)
+//	errors.Is(err, fs.ErrNotExist)         // true: a %w operand
+//
+// errs is agentsilo's one vocabulary of errors: other packages give some of
+// its sentinels names of their own (client.ErrNotFound, grain.ErrConflict),
+// each the same value as the sentinel here; docs/errors.md lists them.
 package errs
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -29,9 +37,10 @@ import (
 // Wrap). It satisfies status.FromError (through GRPCStatus) and errors.Is
 // against the sentinels below.
 type Error struct {
-	code  codes.Code
-	msg   string
-	cause error // nil, or what Unwrap returns
+	code     codes.Code
+	msg      string
+	cause    error   // Wrap's cause, whose message follows msg; nil if none
+	operands []error // the %w operands of the format, in msg already
 }
 
 // Sentinels, one per code agentsilo uses. errors.Is(err, ErrNotFound) is true
@@ -46,22 +55,58 @@ var (
 	ErrUnavailable       = &Error{code: codes.Unavailable}
 	ErrInternal          = &Error{code: codes.Internal}
 	// ErrAborted: a write lost a race, such as a state save with a stale
-	// etag (grain.ErrConflict is the same sentinel).
+	// etag (grain.ErrConflict is the same sentinel, and client.ErrAborted).
 	ErrAborted = &Error{code: codes.Aborted}
 	// ErrFailedPrecondition: the silo is not set up for the call, such as
 	// agent state on a silo without a state store.
 	ErrFailedPrecondition = &Error{code: codes.FailedPrecondition}
 	// ErrAlreadyExists: what the call would do is done already, such as a
-	// state save under an idempotency key an earlier attempt saved with.
+	// state save under an idempotency key an earlier attempt saved with
+	// (grain.ErrApplied is the same sentinel, and client.ErrAlreadyExists).
 	ErrAlreadyExists = &Error{code: codes.AlreadyExists}
 )
 
-// New returns an error with code and a formatted message.
+// New returns an error with code and a message formatted as fmt.Errorf
+// formats it: each %w operand is kept, and errors.Is and errors.As see it
+// (Code, status.Code and errors.Is against the sentinels see code, as for
+// Wrap's cause).
 func New(code codes.Code, format string, args ...any) error {
-	if len(args) == 0 {
+	return newError(code, format, args)
+}
+
+func newError(code codes.Code, format string, args []any) *Error {
+	switch {
+	case len(args) == 0:
 		return &Error{code: code, msg: format}
+	case !strings.Contains(format, "%w"):
+		return &Error{code: code, msg: fmt.Sprintf(format, args...)}
 	}
-	return &Error{code: code, msg: fmt.Sprintf(format, args...)}
+	f := fmt.Errorf(format, args...)
+	e := &Error{code: code, msg: f.Error()}
+	switch f := f.(type) {
+	case interface{ Unwrap() error }:
+		if c := f.Unwrap(); c != nil {
+			e.operands = []error{keep(code, c)}
+		}
+	case interface{ Unwrap() []error }:
+		for _, c := range f.Unwrap() {
+			if c != nil {
+				e.operands = append(e.operands, keep(code, c))
+			}
+		}
+	}
+	return e
+}
+
+// keep returns cause as an *Error of code holds it: wrapped in otherCode
+// if it carries another agentsilo code, so that code is the only one
+// errors.Is reports.
+func keep(code codes.Code, cause error) error {
+	var inner *Error
+	if errors.As(cause, &inner) && inner.code != code {
+		return otherCode{cause}
+	}
+	return cause
 }
 
 // Wrap returns an error with code whose message is the formatted message,
@@ -71,16 +116,14 @@ func New(code codes.Code, format string, args ...any) error {
 // in its chain), code wins everywhere: errors.Is(err, ErrX) is true only for
 // code's sentinel, and cause stays reachable through errors.Is and errors.As
 // but not through the sentinels. A nil cause gives what New gives.
+//
+// The format's %w operands are kept as well, as New keeps them.
 func Wrap(code codes.Code, cause error, format string, args ...any) error {
-	e := New(code, format, args...).(*Error)
+	e := newError(code, format, args)
 	if cause == nil {
 		return e
 	}
-	var inner *Error
-	if errors.As(cause, &inner) && inner.code != code {
-		cause = otherCode{cause}
-	}
-	e.cause = cause
+	e.cause = keep(code, cause)
 	return e
 }
 
@@ -107,8 +150,37 @@ func (e *Error) Message() string {
 	return e.msg + ": " + e.cause.Error()
 }
 
-// Unwrap returns the cause given to Wrap, or nil.
-func (e *Error) Unwrap() error { return e.cause }
+// Unwrap returns the cause given to Wrap, or the %w operand of the format;
+// if there are several of them, an error whose Unwrap() []error returns
+// them all (the cause first), as errors.Is and errors.As follow. Nil if
+// there is none.
+func (e *Error) Unwrap() error {
+	switch {
+	case len(e.operands) == 0:
+		return e.cause
+	case e.cause == nil && len(e.operands) == 1:
+		return e.operands[0]
+	case e.cause == nil:
+		return causes(e.operands)
+	}
+	return causes(append([]error{e.cause}, e.operands...))
+}
+
+// causes are the several causes of an *Error.
+type causes []error
+
+func (c causes) Error() string {
+	var b strings.Builder
+	for i, err := range c {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (c causes) Unwrap() []error { return c }
 
 // GRPCStatus makes status.FromError and status.Code understand Error.
 func (e *Error) GRPCStatus() *status.Status { return status.New(e.code, e.Error()) }
@@ -119,7 +191,7 @@ func (e *Error) Is(target error) bool {
 	return ok && t.sentinel() && t.code == e.code
 }
 
-func (e *Error) sentinel() bool { return e.msg == "" && e.cause == nil }
+func (e *Error) sentinel() bool { return e.msg == "" && e.cause == nil && e.operands == nil }
 
 // otherCode holds a cause that carries another code than the *Error wrapping
 // it: errors.Is and errors.As reach into it, except for the sentinels, so

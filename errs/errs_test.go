@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -115,5 +117,60 @@ func TestFromStatusKeepsAPlainCause(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Message() != context.Canceled.Error() {
 		t.Fatalf("Message = %q", e.Message())
+	}
+}
+
+// New and Wrap keep their format's %w operands as fmt.Errorf does: errors.Is
+// and errors.As see each, the message reads as fmt.Errorf's, and the code
+// stays the error's own (an operand with another code is not reported by
+// the sentinels).
+func TestNewKeepsWOperands(t *testing.T) {
+	err := New(codes.Unavailable, "save %q: %w", "Echo:a:b", context.DeadlineExceeded)
+	if err.Error() != `save "Echo:a:b": context deadline exceeded` {
+		t.Errorf("message %q", err.Error())
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDeadlineExceeded) {
+		t.Errorf("errors.Is: the operand %t, Unavailable %t, DeadlineExceeded %t; want true, true, false",
+			errors.Is(err, context.DeadlineExceeded), errors.Is(err, ErrUnavailable), errors.Is(err, ErrDeadlineExceeded))
+	}
+	if Code(err) != codes.Unavailable || status.Code(err) != codes.Unavailable {
+		t.Errorf("Code %v, status.Code %v; want Unavailable", Code(err), status.Code(err))
+	}
+	if errors.Unwrap(err) != context.DeadlineExceeded {
+		t.Errorf("Unwrap = %v, want the operand", errors.Unwrap(err))
+	}
+
+	// Several operands, one of another code.
+	notFound := New(codes.NotFound, "agent type %q is not registered", "Nope")
+	pathErr := &os.PathError{Op: "open", Path: "x", Err: os.ErrNotExist}
+	err = New(codes.InvalidArgument, "%w; and %w", notFound, pathErr)
+	if !errors.Is(err, notFound) || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%v: an operand is lost", err)
+	}
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe != pathErr {
+		t.Errorf("errors.As(%v, *os.PathError) = %v", err, pe)
+	}
+	if errors.Is(err, ErrNotFound) || !errors.Is(err, ErrInvalidArgument) || Code(err) != codes.InvalidArgument {
+		t.Errorf("%v: the code is %v (NotFound %t), want InvalidArgument alone", err, Code(err), errors.Is(err, ErrNotFound))
+	}
+
+	// Wrap: its cause and the format's operands alike, the cause's message
+	// after the format's.
+	err = Wrap(codes.Internal, io.ErrUnexpectedEOF, "read %s: %w", "frame", os.ErrDeadlineExceeded)
+	if err.Error() != "read frame: i/o timeout: unexpected EOF" {
+		t.Errorf("message %q", err.Error())
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) || !errors.Is(err, os.ErrDeadlineExceeded) || Code(err) != codes.Internal {
+		t.Errorf("%v: a cause is lost, or the code (%v) is not Internal", err, Code(err))
+	}
+
+	// No %w: nothing is kept, and the sentinels stay sentinels.
+	err = New(codes.Internal, "plain %v", io.EOF)
+	if errors.Is(err, io.EOF) || errors.Unwrap(err) != nil {
+		t.Errorf("%v: %%v kept its operand", err)
+	}
+	if !errors.Is(ErrNotFound, ErrNotFound) || errors.Is(New(codes.NotFound, "x: %w", io.EOF), New(codes.NotFound, "y")) {
+		t.Error("an error with an operand is taken for a sentinel")
 	}
 }
