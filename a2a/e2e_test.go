@@ -105,7 +105,9 @@ func TestEndToEnd(t *testing.T) {
 				msg   string
 			}{
 				{"InvalidArgument", spec.TaskStateRejected, "InvalidArgument: failing with InvalidArgument as asked"},
-				{"Unavailable", spec.TaskStateFailed, "Unavailable: failing with Unavailable as asked"},
+				// An error whose code does not say whether the turn ran
+				// is said to come from a turn that ran.
+				{"Unavailable", spec.TaskStateFailed, "Unavailable: the turn of Fail:dev:" + alias + " ran and failed: failing with Unavailable as asked"},
 				// A send returns at auth-required (the SDK interrupts a
 				// blocking send there); the task then rests in
 				// input-required.
