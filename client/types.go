@@ -70,6 +70,8 @@ type AgentType struct {
 	// Description says what agents of the type do.
 	Description string
 	Skills      []Skill
+	// Declared is true for a type declared without code (ApplyType).
+	Declared bool
 }
 
 // Skill is one thing an agent type (or an outside agent) can do.
@@ -247,7 +249,7 @@ func reminders(rs []*agentsilov1.ReminderInfo) []Reminder {
 func agentTypes(ts []*agentsilov1.AgentType) []AgentType {
 	out := make([]AgentType, len(ts))
 	for i, t := range ts {
-		out[i] = AgentType{Name: t.GetName(), Description: t.GetDescription(), Skills: skills(t.GetSkills())}
+		out[i] = AgentType{Name: t.GetName(), Description: t.GetDescription(), Skills: skills(t.GetSkills()), Declared: t.GetDeclared()}
 	}
 	return out
 }

@@ -123,6 +123,9 @@ type SiloConfig struct {
 	// MCP configures the MCP server (package mcp): every agent's skills as
 	// tools for MCP clients at MCP.Addr (--mcp-addr; empty: off).
 	MCP MCPConfig
+	// LLM configures the model agents of the types declared without code
+	// (package llm; `client types apply`).
+	LLM LLMConfig
 	// Logger receives the silo's logs; its handler is wrapped with
 	// TraceLogHandler. Default: slog.Default().
 	Logger *slog.Logger
@@ -279,6 +282,18 @@ type MCPConfig struct {
 	// private and link-local addresses are refused without it
 	// (--mcp-allow-private-networks). It does not need Addr. For
 	// development and trusted networks only.
+	AllowPrivateNetworks bool
+}
+
+// LLMConfig configures the model agents of a silo's declared types (see
+// declared.go): what the silo lets their model calls reach.
+type LLMConfig struct {
+	// AllowPrivateNetworks turns off the SSRF guard of the model calls of
+	// declared types (--llm-allow-private-networks): a model endpoint
+	// (model.base_url) on a loopback, private or link-local address is
+	// refused without it, with PermissionDenied naming the flag, when a
+	// call is made. For local model servers, development and trusted
+	// networks.
 	AllowPrivateNetworks bool
 }
 

@@ -28,6 +28,8 @@ import (
 type clusterInfo struct {
 	r  *router
 	rt *grain.Runtime
+	// declared marks the declared types in the listings (declared.go).
+	declared *declaredTypes
 }
 
 // askPeers sends the runtime message msgType (with text) to every other
@@ -197,7 +199,9 @@ func decodeTypes(reply *agentsilov1.AgentMessage) ([]*agentsilov1.AgentType, err
 func (c clusterInfo) mergeTypes(bySilo map[string][]*agentsilov1.AgentType) []*agentsilov1.AgentType {
 	byName := make(map[string]*agentsilov1.AgentType)
 	for _, t := range c.rt.Registry().Types() {
-		byName[t.Name] = t.Proto()
+		p := t.Proto()
+		p.Declared = c.declared.declared(t.Name)
+		byName[t.Name] = p
 	}
 	silos := make([]string, 0, len(bySilo))
 	for silo := range bySilo {
@@ -206,6 +210,12 @@ func (c clusterInfo) mergeTypes(bySilo map[string][]*agentsilov1.AgentType) []*a
 	sort.Strings(silos)
 	for _, silo := range silos {
 		for _, t := range bySilo[silo] {
+			if t.GetDeclared() && c.declared != nil {
+				// Declared types are the same on every silo: one this
+				// silo does not serve was deleted (and listed by a silo
+				// before, the directory's cache of it older).
+				continue
+			}
 			if _, ok := byName[t.GetName()]; !ok {
 				byName[t.GetName()] = t
 			}

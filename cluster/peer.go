@@ -29,6 +29,7 @@ type peerHandler struct {
 	tracer   tracing.Tracer  // the peer spans
 	sessions *sessionRouter  // pushes to client sessions (sessions.go)
 	rem      *reminders.Service
+	declared *declaredTypes // the declared types (declared.go)
 }
 
 var (
@@ -51,6 +52,16 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.Itoa(h.rt.Len())}, nil
 	case msgTypes:
 		return h.types()
+	case msgDeclared:
+		rev, err := strconv.ParseInt(msg.GetMessage(), 10, 64)
+		if err != nil {
+			return nil, errs.Wrap(codes.InvalidArgument, err, "declared types' revision %q", msg.GetMessage())
+		}
+		applied, err := h.declared.waitApplied(ctx, rev)
+		if err != nil {
+			return nil, err
+		}
+		return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, Message: strconv.FormatInt(applied, 10)}, nil
 	case msgReminders:
 		b, err := strconv.Atoi(msg.GetMessage())
 		if err != nil {
@@ -213,7 +224,9 @@ func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error)
 func (h *peerHandler) types() (*agentsilov1.AgentMessage, error) {
 	l := &agentsilov1.ListTypesResponse{}
 	for _, t := range h.rt.Registry().Types() {
-		l.Types = append(l.Types, t.Proto())
+		p := t.Proto()
+		p.Declared = h.declared.declared(t.Name)
+		l.Types = append(l.Types, p)
 	}
 	b, err := proto.Marshal(l)
 	if err != nil {

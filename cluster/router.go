@@ -50,6 +50,10 @@ const (
 	msgCount = grain.ReservedPrefix + "count"
 	// msgTypes asks a silo for its agent types.
 	msgTypes = grain.ReservedPrefix + "types"
+	// msgDeclared asks a silo to reply once it has applied the declared
+	// types up to a revision (Message, decimal), with the revision it has
+	// applied.
+	msgDeclared = grain.ReservedPrefix + "declared"
 	// msgDeactivate asks the silo that owns To to deactivate it, if active.
 	msgDeactivate = grain.ReservedPrefix + "deactivate"
 	// msgReminders asks the silo that held a reminder bucket (Message: its

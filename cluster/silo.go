@@ -95,6 +95,8 @@ type Silo struct {
 
 	// dir is the service directory (silo_directory.go).
 	dir *dirRef
+	// declared follows the types declared without code (declared.go).
+	declared *declaredTypes
 
 	stopc     chan struct{}
 	errc      chan error // the first failure while serving; later ones are logged

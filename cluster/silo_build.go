@@ -25,6 +25,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/internal/transport"
 	"github.com/agentsilo/agentsilo/mcp"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
 )
@@ -42,6 +43,12 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.metrics.denied, s.logger); err != nil {
 		return fmt.Errorf("acl: %w", err)
+	}
+	// The declared types are registered before anything serves.
+	s.declared = newDeclaredTypes(s.etcd.Client(), s.etcd.Prefix(), s.reg, &s.cfg)
+	declaredRev, err := s.declared.load(ctx)
+	if err != nil {
+		return fmt.Errorf("declared types: %w", err)
 	}
 	var lc net.ListenConfig
 	if s.gwLis, err = lc.Listen(ctx, "tcp", s.cfg.GatewayAddr); err != nil {
@@ -148,7 +155,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return fmt.Errorf("topics: %w", err)
 	}
 	rcfg.Topics = s.topics
-	info := clusterInfo{r: s.router}
+	info := clusterInfo{r: s.router, declared: s.declared}
 	siloapi.Wire(&rcfg, siloapi.Wiring{
 		Placement: s.router,
 		Sessions:  sessionRt,
@@ -171,6 +178,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return err
 	}
 	info.rt = s.rt
+	s.declared.start(s.rt, declaredRev)
 	leaseTTL := s.cfg.LeaseTTL
 	if leaseTTL == 0 {
 		leaseTTL = membership.DefaultLeaseTTL
@@ -178,7 +186,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	s.views = newViews(s.router, s.rt, remindersFollowViews(s.reminders, leaseTTL, s.clk), topicsFollowViews(s.topics), s.sessions.observe)
 	s.router.startReach(leaseTTL, siloapi.Of(s.rt), func() { s.fail(ErrUnreachable) }) // until the membership closes
 	s.peerSrv = grpc.NewServer(s.tp.ServerOptions()...)
-	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt, rem: s.reminders})
+	s.tp.Register(s.peerSrv, &peerHandler{r: s.router, rt: s.rt, silo: siloapi.Of(s.rt), tracer: tracer, sessions: sessionRt, rem: s.reminders, declared: s.declared})
 	gcfg := s.sub.gateway
 	gcfg.Cluster = info
 	gcfg.Topics = s.topics
@@ -189,6 +197,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return err
 	}
 	s.gw.ServeDirectory(d)
+	s.gw.RegisterService(&agentsilov1.TypeAdmin_ServiceDesc, &typeAdmin{d: s.declared, acl: s.acl, info: info})
 	if s.a2aLis != nil {
 		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
 		inbox.WireA2A(&deps, s.inboxes)

@@ -76,6 +76,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if d := s.Directory(); d != nil {
 		d.Close()
 	}
+	s.declared.close()
 	if s.acl != nil {
 		s.acl.Close()
 	}

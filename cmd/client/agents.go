@@ -44,7 +44,11 @@ func cmdTypes(g *globals, name string, args []string) error {
 				}
 				skills = append(skills, s)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\n", t.Name, t.Description, strings.Join(skills, "; "))
+			name := t.Name
+			if t.Declared {
+				name += " (declared)"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\n", name, t.Description, strings.Join(skills, "; "))
 		})
 	})
 }

@@ -53,8 +53,9 @@ activations read; prints the agent's canonical address.`, cmdCreate},
 on system:acl, or group admins) sees every one. "none" if there are none
 (-o json: an empty list).`, cmdAgents},
 		{"types", "", "list the agent types the cluster hosts",
-			`Lists the agent types of every silo with their descriptions and skills;
---skill TAG keeps those with a skill carrying the tag.`, cmdTypes},
+			`Lists the agent types of every silo with their descriptions and skills,
+a type declared without code (types apply) marked "(declared)"; --skill
+TAG keeps those with a skill carrying the tag.`, cmdTypes},
 		{"members", "", "list the silos of the cluster",
 			`Lists the silos as the gateway sees them.`, cmdMembers},
 		{"reminders remove", "AGENT NAME", "unregister one of an agent's reminders",
@@ -154,6 +155,7 @@ client --version.`, cmdVersion},
 			`Prints a command's usage and flags, as COMMAND --help does.`, cmdHelp},
 	}
 	commands = withDirectoryCommands(commands) // directory.go
+	commands = withTypeCommands(commands)      // types.go
 }
 
 // lookup returns the command named by the first words of args (`acl`

@@ -46,7 +46,7 @@ func wireReminders(rs []client.Reminder) []*agentsilov1.ReminderInfo {
 func wireTypes(ts []client.AgentType) []*agentsilov1.AgentType {
 	out := make([]*agentsilov1.AgentType, len(ts))
 	for i, t := range ts {
-		out[i] = &agentsilov1.AgentType{Name: t.Name, Description: t.Description, Skills: wireSkills(t.Skills)}
+		out[i] = &agentsilov1.AgentType{Name: t.Name, Description: t.Description, Skills: wireSkills(t.Skills), Declared: t.Declared}
 	}
 	return out
 }

@@ -18,7 +18,7 @@ import (
 )
 
 // ErrBlocked is the error of a connection the guard refused.
-var ErrBlocked = errors.New("the address is loopback, private, link-local or otherwise internal, which the silo's calls out of the cluster may not reach (the silo flag --a2a-allow-private-networks allows it for A2A and the service directory, --mcp-allow-private-networks for MCP agents; in a program, AllowPrivateNetworks in their options)")
+var ErrBlocked = errors.New("the address is loopback, private, link-local or otherwise internal, which the silo's calls out of the cluster may not reach (the silo flag --a2a-allow-private-networks allows it for A2A and the service directory, --mcp-allow-private-networks for MCP agents, --llm-allow-private-networks for the model calls of declared types; in a program, AllowPrivateNetworks in their options)")
 
 // Blocked reports whether ip is an address the silo's outgoing calls may
 // not reach: what would let a caller probe the silo's own network.
