@@ -1,0 +1,46 @@
+package llm_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	"github.com/agentsilo/agentsilo/llm"
+)
+
+// The definition of docs/models.md parses and validates.
+func TestDocDefinition(t *testing.T) {
+	def, err := llm.ParseDefinition([]byte(testutil.DocBlock(t, "docs/models.md", "models:definition")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if def.Type != "Helper" || len(def.Tools) != 3 || def.Limits.MaxRounds != 8 {
+		t.Errorf("parsed %+v", def)
+	}
+}
+
+// The Go of docs/models.md compiles against this checkout, in a module of
+// its own, as a reader's would.
+func TestDocRegisterCompiles(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	mod := t.TempDir()
+	goMod := "module example.com/modelsdoc\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "package modelsdoc\n\nimport (\n\t\"github.com/agentsilo/agentsilo/grain\"\n\t\"github.com/agentsilo/agentsilo/llm\"\n)\n\n" +
+		testutil.DocBlock(t, "docs/models.md", "models:register") + "\nvar _ = registerHelper\n"
+	for name, data := range map[string][]byte{"go.mod": []byte(goMod), "go.sum": sum, "doc.go": []byte(src)} {
+		if err := os.WriteFile(filepath.Join(mod, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("go", "vet", "-mod=mod", ".")
+	cmd.Dir = mod
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docs/models.md's Go does not compile: %v\n%s", err, out)
+	}
+}
