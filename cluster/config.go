@@ -38,8 +38,10 @@ type SiloConfig struct {
 	DashboardAddr string
 	// Metrics is the Prometheus registry the silo registers its metrics in
 	// (see metrics.go) and serves at /metrics. Each silo needs its own: a
-	// second silo registering in the same one fails NewSilo. Nil: a new
-	// registry, with the Go runtime's and the process's metrics too.
+	// second silo registering in the same one fails NewSilo. Close takes
+	// the silo's metrics out again, so silos that run one after another
+	// may share one. Nil: a new registry, with the Go runtime's and the
+	// process's metrics too.
 	Metrics *prometheus.Registry
 	// TracerProvider makes the silo's spans (see internal/tracing). Nil:
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
@@ -137,6 +139,10 @@ type SiloConfig struct {
 	// see testhooks.go).
 	clock          clock.Clock
 	faultInjection bool
+	// ports, set by Program, are the gateway and HTTP ports the program
+	// keeps across the silos it runs (silo_ports.go): the silo serves
+	// them rather than listening itself.
+	ports *programPorts
 }
 
 // RuntimeConfig tunes the grain runtime of a silo: the settings of

@@ -20,7 +20,7 @@ func (s *Silo) notReady() string {
 	h := s.members.Health()
 	now := s.clk.Now()
 	if h.Fenced != nil {
-		return fmt.Sprintf("fenced: %v", h.Fenced)
+		return fenceReason(h.Fenced)
 	}
 	if !h.SuspendedAt.IsZero() {
 		return fmt.Sprintf("suspended %s: no lease keepalive succeeded within the fence bound, so turns wait (last error: %v)", since(h.SuspendedAt, now), h.EtcdErr)
@@ -35,6 +35,14 @@ func (s *Silo) notReady() string {
 		return "not serving activations (leaving, or not in the view)"
 	}
 	return ""
+}
+
+// fenceReason says that the silo fenced, and why: "fenced: <cause>".
+func fenceReason(cause error) string {
+	if cause == nil {
+		return "fenced"
+	}
+	return "fenced: " + cause.Error()
 }
 
 // since says when t was and how long ago, as of now.

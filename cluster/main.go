@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/retry"
@@ -25,7 +27,11 @@ import (
 // logging, metrics, graceful shutdown on SIGTERM or SIGINT, and the exit
 // codes (0 after a clean shutdown, 2 for a usage or configuration error, 1
 // for a failure). A fenced silo does not exit: it is torn down without
-// running OnDeactivate and started again under a new lease. A program of one's own agent types
+// running OnDeactivate and started again under a new lease. The program
+// keeps its gateway and HTTP ports open for its whole run: while no silo
+// serves them (before the first has joined, after a fence) /healthz
+// answers 200, /readyz 503 saying why, /metrics serves, and gateway calls
+// fail with Unavailable saying why. A program of one's own agent types
 // is ten lines:
 //
 //	func main() {
@@ -105,7 +111,22 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 	// run no OnDeactivate: another silo may own them already) and a new one
 	// starts in its place, under a new lease, as soon as etcd answers and
 	// the old record is gone: the cluster recovers from a long etcd outage
-	// without a supervisor.
+	// without a supervisor. The silos share the program's registry, and
+	// the gateway and HTTP ports, which the program keeps open throughout:
+	// while no silo serves them, a stand-in says why (silo_ports.go).
+	if cfg.Metrics == nil {
+		cfg.Metrics = prometheus.NewRegistry()
+		if err := registerRuntimeCollectors(cfg.Metrics); err != nil {
+			logger.Error("silo failed to start", "err", fmt.Errorf("metrics: %w", err))
+			return 1
+		}
+	}
+	var ports *programPorts
+	defer func() {
+		if ports != nil {
+			ports.close()
+		}
+	}()
 	restart := retry.Restart.New(nil) // the pauses between failed starts of a fenced silo
 	rejoin := retry.Rejoin.New(nil)   // the pauses before a silo the others could not reach starts again
 	for incarnation := 0; ; incarnation++ {
@@ -113,6 +134,14 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %v\n", err)
 			return 2
+		}
+		if ports == nil {
+			if ports, err = keepPorts(ctx, &s.cfg, s.sub.gateway, cfg.Metrics); err != nil {
+				logger.Error("silo failed to start", "err", err)
+				return 1
+			}
+			ports.standIn("starting: joining the cluster", false)
+			cfg.ports, s.cfg.ports = ports, ports
 		}
 		if err := s.Start(ctx); err != nil {
 			if incarnation == 0 || ctx.Err() != nil || errors.Is(err, membership.ErrSecurityMismatch) {
@@ -124,12 +153,14 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 				return 1
 			}
 			logger.Warn("silo failed to start again after fencing; retrying", "err", err)
+			ports.startFailed(err)
 			if !restart.Wait(ctx, nil) {
 				return 1
 			}
 			continue
 		}
 		restart.Reset()
+		ports.served()
 		logger.Info("silo serving", "name", cfg.Name, "version", Version(), "gateway", s.GatewayAddr(), "http", s.HTTPAddr(), "a2a", s.A2AAddr(), "mcp", s.MCPAddr(), "types", strings.Join(p.Registry.Names(), ","), "incarnation", incarnation)
 		if p.AfterStart != nil && incarnation == 0 {
 			if err := p.AfterStart(ctx, s); err != nil {
@@ -149,6 +180,7 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 			// cluster, pauses and joins again as a new member, which the
 			// others probe again; each time it is found unreachable again,
 			// the pause doubles, up to a minute.
+			ports.standIn("unreachable: the other silos could not reach this silo's peer port; it drained, and starts again after a pause", false)
 			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
 			err := s.Close(sctx)
 			cancel()
@@ -163,7 +195,9 @@ func (p Program) Run(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		if errors.Is(runErr, ErrFenced) && ctx.Err() == nil {
-			// Fenced: Close runs no OnDeactivate and does not leave.
+			// Fenced: Close runs no OnDeactivate and does not leave. The
+			// stand-in answers on the ports from now on.
+			ports.standIn(fenceReason(s.members.FenceCause())+"; starting again under a new lease", true)
 			sctx, cancel := context.WithTimeout(ctx, cfg.ShutdownTimeout)
 			err := s.Close(sctx)
 			cancel()

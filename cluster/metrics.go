@@ -73,8 +73,44 @@ type observerRef struct{ prometheus.Observer }
 
 var _ grain.Observer = (*metrics)(nil)
 
+// registerer is where a silo registers its collectors: its collectorSet.
+type registerer interface {
+	Register(prometheus.Collector) error
+}
+
+// collectorSet registers a silo's collectors in its registry and takes
+// them all out again when the silo closes, so that the silos a program
+// runs one after another (after a fence) share the program's registry.
+type collectorSet struct {
+	reg *prometheus.Registry
+	mu  sync.Mutex
+	cs  []prometheus.Collector
+}
+
+// Register implements registerer.
+func (c *collectorSet) Register(col prometheus.Collector) error {
+	if err := c.reg.Register(col); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.cs = append(c.cs, col)
+	c.mu.Unlock()
+	return nil
+}
+
+// unregisterAll takes every collector registered out of the registry.
+func (c *collectorSet) unregisterAll() {
+	c.mu.Lock()
+	cs := c.cs
+	c.cs = nil
+	c.mu.Unlock()
+	for _, col := range cs {
+		c.reg.Unregister(col)
+	}
+}
+
 // newMetrics creates the hot-path metrics and registers them in reg.
-func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+func newMetrics(reg registerer) (*metrics, error) {
 	m := &metrics{
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "agentsilo_calls_total",

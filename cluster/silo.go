@@ -91,7 +91,10 @@ type Silo struct {
 	peerSrv   *grpc.Server
 	http      *http.Server
 	metrics   *metrics
-	joined    bool // the membership started: the silo is in the view
+	// collectors are the silo's collectors in cfg.Metrics, taken out at
+	// Close.
+	collectors *collectorSet
+	joined     bool // the membership started: the silo is in the view
 
 	// dir is the service directory (silo_directory.go).
 	dir *dirRef
@@ -141,16 +144,19 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 			return nil, fmt.Errorf("cluster: metrics: %w", err)
 		}
 	}
-	m, err := newMetrics(cfg.Metrics)
+	collectors := &collectorSet{reg: cfg.Metrics}
+	m, err := newMetrics(collectors)
 	if err != nil {
+		collectors.unregisterAll()
 		return nil, fmt.Errorf("cluster: metrics (a registry per silo): %w", err)
 	}
 	sub.runtime.Observer = teeObserver(m, sub.runtime.Observer)
 	dir := &dirRef{}
 	if err := registerTypes(&cfg, reg, dir); err != nil {
+		collectors.unregisterAll()
 		return nil, err
 	}
-	return &Silo{cfg: cfg, sub: sub, reg: reg, dir: dir, logger: cfg.Logger, clk: cfg.clock, metrics: m, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
+	return &Silo{cfg: cfg, sub: sub, reg: reg, dir: dir, logger: cfg.Logger, clk: cfg.clock, metrics: m, collectors: collectors, errc: make(chan error, 1), stopc: make(chan struct{})}, nil
 }
 
 // registerTypes registers the agent types a silo brings, unless the
@@ -209,9 +215,10 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 	if err := s.dir.Load().Start(ctx); err != nil {
 		return fmt.Errorf("directory: %w", err)
 	}
-	if err := s.cfg.Metrics.Register(newSiloCollector(s)); err != nil {
+	if err := s.collectors.Register(newSiloCollector(s)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	s.takePorts() // the ports a silo program keeps come to this silo from now on (silo_ports.go)
 	if s.http != nil {
 		s.serve("http", func() error {
 			if err := s.http.Serve(s.httpLis); !errors.Is(err, http.ErrServerClosed) {

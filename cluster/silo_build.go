@@ -51,14 +51,18 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return fmt.Errorf("declared types: %w", err)
 	}
 	var lc net.ListenConfig
-	if s.gwLis, err = lc.Listen(ctx, "tcp", s.cfg.GatewayAddr); err != nil {
+	var keptGw, keptHTTP *keptListener // the ports a silo program keeps (silo_ports.go)
+	if p := s.cfg.ports; p != nil {
+		keptGw, keptHTTP = p.gateway, p.http
+	}
+	if s.gwLis, err = listen(ctx, s.cfg.GatewayAddr, keptGw); err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	if s.peerLis, err = lc.Listen(ctx, "tcp", s.cfg.PeerAddr); err != nil {
 		return fmt.Errorf("peer: %w", err)
 	}
 	if s.cfg.HTTPAddr != "" {
-		if s.httpLis, err = lc.Listen(ctx, "tcp", s.cfg.HTTPAddr); err != nil {
+		if s.httpLis, err = listen(ctx, s.cfg.HTTPAddr, keptHTTP); err != nil {
 			return fmt.Errorf("http: %w", err)
 		}
 	}

@@ -10,7 +10,8 @@ import (
 // Close shuts the silo down gracefully: the gateway stops taking new work
 // and waits for the calls in flight, every activation is deactivated (running
 // OnDeactivate), then the servers stop. If ctx ends first, what is left is cut
-// short and Close returns the context's error.
+// short and Close returns the context's error. The silo's metrics leave
+// its registry (SiloConfig.Metrics) last.
 func (s *Silo) Close(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		if _, ok := ctx.Deadline(); !ok {
@@ -141,6 +142,8 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, fmt.Errorf("etcd: %w", err))
 		}
 	}
+	// The registry may serve the next silo of a program (after a fence).
+	s.collectors.unregisterAll()
 	return errors.Join(errsOut...)
 }
 

@@ -53,7 +53,7 @@ func (s *Silo) newTopics(ctx context.Context) (*topics.Service, error) {
 	cfg.Known = func(t string) bool { _, ok := s.reg.Lookup(t); return ok }
 	cfg.Logger = s.logger
 	cfg.TracerProvider = s.cfg.TracerProvider
-	tm, err := newTopicMetrics(s.cfg.Metrics)
+	tm, err := newTopicMetrics(s.collectors)
 	if err != nil {
 		return nil, err
 	}
@@ -144,7 +144,7 @@ type topicMetrics struct {
 	dead       prometheus.Counter
 }
 
-func newTopicMetrics(reg prometheus.Registerer) (*topicMetrics, error) {
+func newTopicMetrics(reg registerer) (*topicMetrics, error) {
 	m := &topicMetrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "agentsilo_topic_published_total",

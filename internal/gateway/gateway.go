@@ -224,9 +224,7 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 		grpc.MaxRecvMsgSize(limit),
 		grpc.MaxSendMsgSize(limit),
 		grpc.WaitForHandlers(true),
-		// Notice dead clients, so their sessions detach and keep a backlog.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		keepaliveParams, keepalivePolicy,
 	)...)
 	agentsilov1.RegisterGatewayServer(g.server, g)
 	if cfg.ACL != nil {
@@ -239,6 +237,14 @@ func New(cfg Config, rt *grain.Runtime, sessions *Sessions) (*Gateway, error) {
 	reflection.Register(g.server)
 	return g, nil
 }
+
+// The gateway's keepalives, which its stand-in (standin.go) shares: it
+// notices dead clients, so their sessions detach and keep a backlog, and
+// lets the SDK ping every 5 s, on a connection without calls too.
+var (
+	keepaliveParams = grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second})
+	keepalivePolicy = grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true})
+)
 
 // Serve serves gRPC on lis until Stop or GracefulStop, and returns nil then.
 // It refuses a non-loopback listener unless the config is Insecure.
