@@ -36,7 +36,7 @@ func TestProductionHasNoTestHooks(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go tool nm: %v", err)
 	}
-	for _, sym := range []string{"agentsilo/internal/faults.", "demoagents.RegisterJournal", "demoagents.RegisterTopicSink", "main.registerWaiter", "main.registerSessionPusher"} {
+	for _, sym := range []string{"agentsilo/internal/faults.", "demoagents.RegisterJournal", "demoagents.RegisterTopicSink", "main.registerWaiter", "main.registerSessionPusher", "main.registerTally"} {
 		if strings.Contains(string(syms), sym) {
 			t.Errorf("the production binary holds %s", sym)
 		}
