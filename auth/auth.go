@@ -66,13 +66,13 @@ func (c *Config) allKeys() ([]APIKey, error) {
 	}
 	b, err := os.ReadFile(c.KeyFile)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "auth: API-key file: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "auth: API-key file: %w", err)
 	}
 	var f struct {
 		Keys []APIKey `json:"keys"`
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "auth: API-key file %s: %v", c.KeyFile, err)
+		return nil, errs.New(codes.InvalidArgument, "auth: API-key file %s: %w", c.KeyFile, err)
 	}
 	if len(f.Keys) == 0 {
 		return nil, errs.New(codes.InvalidArgument, "auth: API-key file %s has no keys", c.KeyFile)
@@ -91,14 +91,14 @@ func (a *Authenticator) loadTLS(cfg Config) error {
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
-			return errs.New(codes.InvalidArgument, "auth: TLS certificate: %v", err)
+			return errs.New(codes.InvalidArgument, "auth: TLS certificate: %w", err)
 		}
 		a.tls = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
 	}
 	if cfg.TLSClientCA != "" {
 		pem, err := os.ReadFile(cfg.TLSClientCA)
 		if err != nil {
-			return errs.New(codes.InvalidArgument, "auth: client CA: %v", err)
+			return errs.New(codes.InvalidArgument, "auth: client CA: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {

@@ -28,7 +28,7 @@ func Loopback(addr string) bool {
 // takes self-declared principals, serves only loopback unless --insecure.
 func CheckLoopback(server, addr string) error {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return errs.New(codes.InvalidArgument, "%s: address %q: %v", server, addr, err)
+		return errs.New(codes.InvalidArgument, "%s: address %q: %w", server, addr, err)
 	}
 	if Loopback(addr) {
 		return nil

@@ -183,7 +183,7 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		conn, err := grpc.NewClient(a, dialOpts...)
 		if err != nil {
 			c.closeConns()
-			return nil, errs.New(codes.InvalidArgument, "client: gateway %q: %v", a, err)
+			return nil, errs.New(codes.InvalidArgument, "client: gateway %q: %w", a, err)
 		}
 		c.conns = append(c.conns, conn)
 	}
@@ -283,14 +283,14 @@ func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 				b = retry.Resend.New(nil)
 			}
 			if !b.Wait(ctx, nil) {
-				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "call %s: refused before it ran, until the deadline: %v", m.GetTo(), err)
+				return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "call %s: refused before it ran, until the deadline: %w", m.GetTo(), err)
 			}
 			continue
 		}
 		if err != nil && refused != nil && ctx.Err() != nil {
 			// The deadline came while it was sent again: that last try
 			// may have run, the ones before it were refused.
-			return nil, errs.Wrap(errs.Code(err), err, "call %s: refused before it ran (%v), then sent again, which may have run", m.GetTo(), refused)
+			return nil, errs.Wrap(errs.Code(err), err, "call %s: refused before it ran (%w), then sent again, which may have run", m.GetTo(), refused)
 		}
 		if err != nil && m.GetIdempotencyKey() != "" && errs.Code(err) == codes.Unavailable && ctx.Err() == nil {
 			// Its gateway went away: whether the call ran is unknown, and

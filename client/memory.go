@@ -101,7 +101,7 @@ func (m *Memory) Address() string { return m.addr }
 func (m *Memory) call(ctx context.Context, typ string, req MemoryRequest) (*MemoryReply, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "memory: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "memory: %w", err)
 	}
 	r, err := m.a.Ask(ctx, m.addr, &Message{MessageType: typ, Data: b, DataType: "application/json"})
 	if err != nil {
@@ -110,7 +110,7 @@ func (m *Memory) call(ctx context.Context, typ string, req MemoryRequest) (*Memo
 	var out MemoryReply
 	if len(r.GetData()) > 0 {
 		if err := json.Unmarshal(r.GetData(), &out); err != nil {
-			return nil, errs.New(codes.Internal, "memory: reply of %s: %v", m.addr, err)
+			return nil, errs.New(codes.Internal, "memory: reply of %s: %w", m.addr, err)
 		}
 	}
 	return &out, nil

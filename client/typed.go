@@ -29,7 +29,7 @@ func AskTyped[In, Out any](ctx context.Context, c *Client, to, skill string, in 
 	var out Out
 	data, err := json.Marshal(in)
 	if err != nil {
-		return out, errs.New(codes.InvalidArgument, "skill %s: encode the arguments (%T) as JSON: %v", skill, in, err)
+		return out, errs.New(codes.InvalidArgument, "skill %s: encode the arguments (%T) as JSON: %w", skill, in, err)
 	}
 	r, err := c.Ask(ctx, to, &Message{MessageType: skill, DataType: jsonType, Data: data})
 	if err != nil {
@@ -42,7 +42,7 @@ func AskTyped[In, Out any](ctx context.Context, c *Client, to, skill string, in 
 		return out, errs.New(codes.Internal, "skill %s of %s: the reply's data is %s, not JSON", skill, to, dt)
 	}
 	if err := json.Unmarshal(r.GetData(), &out); err != nil {
-		return out, errs.New(codes.Internal, "skill %s of %s: the reply does not decode as %T: %v", skill, to, out, err)
+		return out, errs.New(codes.Internal, "skill %s of %s: the reply does not decode as %T: %w", skill, to, out, err)
 	}
 	return out, nil
 }

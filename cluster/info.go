@@ -82,7 +82,7 @@ func (c clusterInfo) askSome(ctx context.Context, st *routeState, ask func(membe
 			err = each(a.silo, a.reply)
 		}
 		if err != nil {
-			errList = append(errList, errs.New(codes.Unavailable, "silo %s: %v", a.silo, errs.FromStatus(err)))
+			errList = append(errList, errs.New(codes.Unavailable, "silo %s: %w", a.silo, errs.FromStatus(err)))
 		}
 	}
 	return errors.Join(errList...)

@@ -317,7 +317,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 		name := "SILO_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(name); ok {
 			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
 			}
 		}
 	})
@@ -338,7 +338,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	if *etcdPasswordFile != "" {
 		b, err := os.ReadFile(*etcdPasswordFile)
 		if err != nil {
-			return cfg, nil, false, fmt.Errorf("--etcd-password-file: %v", err)
+			return cfg, nil, false, fmt.Errorf("--etcd-password-file: %w", err)
 		}
 		cfg.Etcd.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	}

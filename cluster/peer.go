@@ -65,7 +65,7 @@ func (h *peerHandler) HandleRequest(ctx context.Context, from string, env *trans
 	case msgReminders:
 		b, err := strconv.Atoi(msg.GetMessage())
 		if err != nil {
-			return nil, errs.New(codes.InvalidArgument, "reminder bucket %q: %v", msg.GetMessage(), err)
+			return nil, errs.New(codes.InvalidArgument, "reminder bucket %q: %w", msg.GetMessage(), err)
 		}
 		data, err := h.rem.Export(b)
 		if err != nil {
@@ -203,7 +203,7 @@ func (h *peerHandler) session(ctx context.Context, from string, env *transport.E
 // this silo's view has caught up, so that it no longer routes key to itself.
 func (h *peerHandler) release(ctx context.Context, key string, version int64) error {
 	if err := h.r.waitVersion(ctx, version); err != nil {
-		return errs.New(codes.Unavailable, "release %s: view %d not reached: %v", key, version, err)
+		return errs.New(codes.Unavailable, "release %s: view %d not reached: %w", key, version, err)
 	}
 	if h.r.Route(key) == "" && h.r.state.Load().self {
 		return errs.New(codes.FailedPrecondition, "%s is owned by %s in view %d", key, h.r.self, h.r.state.Load().view.Version)
@@ -215,7 +215,7 @@ func (h *peerHandler) release(ctx context.Context, key string, version int64) er
 func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error) {
 	b, err := json.Marshal(activationInfos(h.rt.Activations(typeName)))
 	if err != nil {
-		return nil, errs.New(codes.Internal, "agents: %v", err)
+		return nil, errs.New(codes.Internal, "agents: %w", err)
 	}
 	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/json", Data: b}, nil
 }
@@ -230,7 +230,7 @@ func (h *peerHandler) types() (*agentsilov1.AgentMessage, error) {
 	}
 	b, err := proto.Marshal(l)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "types: %v", err)
+		return nil, errs.New(codes.Internal, "types: %w", err)
 	}
 	return &agentsilov1.AgentMessage{Kind: agentsilov1.Kind_KIND_RESPONSE, DataType: "application/protobuf", Data: b}, nil
 }

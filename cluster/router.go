@@ -433,7 +433,7 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 				ViewVersion: st.view.Version,
 			})
 			if err != nil {
-				err = errs.New(errs.Code(err), "%s: silo %s did not release it: %v", key, mi.Name, errs.FromStatus(err))
+				err = errs.New(errs.Code(err), "%s: silo %s did not release it: %w", key, mi.Name, errs.FromStatus(err))
 			}
 			errc <- err
 		}()
@@ -501,7 +501,7 @@ func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, h
 		if !r.backoff(ctx, b) {
 			// Its caller's deadline (or cancellation) ended it, not a
 			// silo: the code says so.
-			return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "%s: not delivered to silo %s before the deadline (it did not run): %v", msg.To, silo, err)
+			return nil, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "%s: not delivered to silo %s before the deadline (it did not run): %w", msg.To, silo, err)
 		}
 		st = r.state.Load()
 		if st.table.owner(msg.To) != silo {

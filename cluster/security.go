@@ -48,7 +48,7 @@ func (c PeerTLSConfig) open() (*certs.Reloader, error) {
 	}
 	r, err := certs.Open(certs.Files{Cert: c.CertFile, Key: c.KeyFile, CA: c.CAFile})
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "cluster: peer TLS: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "cluster: peer TLS: %w", err)
 	}
 	return r, nil
 }

@@ -445,7 +445,7 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 			k.mu.Lock()
 			rec.holder, rec.lease, rec.handing = prev, prevLease, false
 			k.mu.Unlock()
-			return errs.New(codes.Aborted, "resume %s: silo %s did not give the session up yet: %v", protocol.Clip(addr), prev, err)
+			return errs.New(codes.Aborted, "resume %s: silo %s did not give the session up yet: %w", protocol.Clip(addr), prev, err)
 		}
 	}
 	for {
@@ -465,7 +465,7 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 			k.mu.Lock()
 			rec.handing = false
 			k.mu.Unlock()
-			return errs.New(codes.Unavailable, "resume %s: handing its messages over broke off: %v", protocol.Clip(addr), err)
+			return errs.New(codes.Unavailable, "resume %s: handing its messages over broke off: %w", protocol.Clip(addr), err)
 		}
 		k.mu.Lock()
 		rec.buf[0] = nil
@@ -506,7 +506,7 @@ func (k *sessionKeeper) released(ctx context.Context, msg *grain.Message) error 
 	for i, m := range pushes {
 		if err := k.handTo(ctx, to, view, m); err != nil {
 			k.log.Warn("client session given up: pushes lost on their way to the silo adopting it", "session", addr, "to", to, "lost", len(pushes)-i, "err", err)
-			return errs.New(codes.Unavailable, "handing %s over to %s: %v", protocol.Clip(addr), to, err)
+			return errs.New(codes.Unavailable, "handing %s over to %s: %w", protocol.Clip(addr), to, err)
 		}
 	}
 	return nil

@@ -98,7 +98,7 @@ func topicsFollowViews(svc *topics.Service) func(prev, cur membership.View) {
 func (c clusterInfo) broadcastPeers(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
 	b, err := proto.Marshal(msg)
 	if err != nil {
-		return 0, errs.New(codes.Internal, "broadcast: %v", err)
+		return 0, errs.New(codes.Internal, "broadcast: %w", err)
 	}
 	n := 0
 	err = c.askPeersData(ctx, msgBroadcast, pattern, b, func(_ string, reply *agentsilov1.AgentMessage) error {
@@ -125,7 +125,7 @@ func (c clusterInfo) Broadcast(ctx context.Context, pattern string, msg *grain.M
 func (h *peerHandler) broadcast(ctx context.Context, req *agentsilov1.AgentMessage) (*agentsilov1.AgentMessage, error) {
 	msg := &grain.Message{}
 	if err := proto.Unmarshal(req.GetData(), msg); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "broadcast: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "broadcast: %w", err)
 	}
 	n, err := h.rt.BroadcastLocal(ctx, req.GetMessage(), msg)
 	if err != nil && n == 0 {
@@ -171,7 +171,7 @@ func newTopicMetrics(reg registerer) (*topicMetrics, error) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {
-				return nil, errs.New(codes.InvalidArgument, "topics metrics: a registry per silo: %v", err)
+				return nil, errs.New(codes.InvalidArgument, "topics metrics: a registry per silo: %w", err)
 			}
 			return nil, err
 		}

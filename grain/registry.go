@@ -143,7 +143,7 @@ func (ti TypeInfo) validate(typeName string) error {
 		}
 		seen[s.Name] = true
 		if s.schemaErr != nil {
-			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: no JSON Schema for its %v", typeName, clip(s.Name), s.schemaErr)
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: no JSON Schema for its %w", typeName, clip(s.Name), s.schemaErr)
 		}
 		for _, t := range s.Tags {
 			if strings.TrimSpace(t) == "" {
@@ -151,10 +151,10 @@ func (ti TypeInfo) validate(typeName string) error {
 			}
 		}
 		if err := checkSchemaObject(s.InputSchema); err != nil {
-			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %w", typeName, clip(s.Name), err)
 		}
 		if err := checkSchemaObject(s.OutputSchema); err != nil {
-			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: OutputSchema: %v", typeName, clip(s.Name), err)
+			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: OutputSchema: %w", typeName, clip(s.Name), err)
 		}
 	}
 	return nil
@@ -292,7 +292,7 @@ func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, er
 		}
 		rs, err := compileSchema(s.InputSchema)
 		if err != nil {
-			return nil, errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %v", typeName, clip(s.Name), err)
+			return nil, errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %w", typeName, clip(s.Name), err)
 		}
 		if inputs == nil {
 			inputs = make(map[string]*jsonschema.Resolved)

@@ -664,7 +664,7 @@ func (rt *Runtime) sweepNow(ctx context.Context) error {
 // left out.
 func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string, msg *Message) (int, error) {
 	if _, err := path.Match(pattern, ""); err != nil {
-		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %v", clip(pattern), err)
+		return 0, errs.New(codes.InvalidArgument, "broadcast pattern %q: %w", clip(pattern), err)
 	}
 	var targets []string
 	rt.dir.each(func(a *activation) {

@@ -131,7 +131,7 @@ func validateJSON(rs *jsonschema.Resolved, typeName, skill string, data []byte) 
 	if len(bytes.TrimSpace(data)) == 0 {
 		v = map[string]any{}
 	} else if err := json.Unmarshal(data, &v); err != nil { // one value, nothing after it
-		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments are not JSON: %v", clip(skill), typeName, err)
+		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments are not JSON: %w", clip(skill), typeName, err)
 	}
 	if err := rs.Validate(v); err != nil {
 		return errs.New(codes.InvalidArgument, "skill %s of %s: the arguments do not match its input schema: %s", clip(skill), typeName, clipLong(err.Error()))
@@ -248,7 +248,7 @@ func what(msg *Message) string {
 func JSONReply[Out any](req *Message, out Out) (*Message, error) {
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "encode the reply (%T) as JSON: %v", out, err)
+		return nil, errs.New(codes.Internal, "encode the reply (%T) as JSON: %w", out, err)
 	}
 	r := req.Response()
 	r.Data, r.DataType = b, JSONType

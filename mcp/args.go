@@ -56,7 +56,7 @@ func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage, check inputCh
 		r.agent = a
 		delete(m, agentArg)
 		if r.data, err = json.Marshal(m); err != nil {
-			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %v", t.name, err)
+			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %w", t.name, err)
 		}
 	}
 	if check != nil && !t.text {
@@ -66,7 +66,7 @@ func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage, check inputCh
 	} else {
 		var inst any
 		if err := json.Unmarshal(r.data, &inst); err != nil {
-			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %v", t.name, err)
+			return nil, errs.New(codes.InvalidArgument, "tool %s: arguments: %w", t.name, err)
 		}
 		if err := t.in.Validate(inst); err != nil {
 			return nil, errs.New(codes.InvalidArgument, "tool %s: the arguments do not match its input schema: %s", t.name, clip(err.Error(), 500))

@@ -259,7 +259,7 @@ func (r *remoteAgent) listTools(ctx context.Context, m *grain.Message) (*grain.M
 	}
 	data, err := json.Marshal(remoteToolList{tools})
 	if err != nil {
-		return nil, errs.New(codes.Internal, "%s: encode the tools: %v", r.h.Address(), err)
+		return nil, errs.New(codes.Internal, "%s: encode the tools: %w", r.h.Address(), err)
 	}
 	var text strings.Builder
 	for _, t := range tools {
@@ -329,7 +329,7 @@ func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name strin
 	if res.StructuredContent != nil {
 		b, err := json.Marshal(res.StructuredContent)
 		if err != nil {
-			return nil, errs.New(codes.Internal, "%s: encode the structured content: %v", r.h.Address(), err)
+			return nil, errs.New(codes.Internal, "%s: encode the structured content: %w", r.h.Address(), err)
 		}
 		reply.Data, reply.DataType = b, grain.JSONType
 	}

@@ -61,7 +61,7 @@ func push(ctx context.Context, cl *client.Client, pusher, session string, n, cou
 	}
 	code, err := strconv.ParseUint(f[1], 10, 32)
 	if err != nil {
-		return 0, codes.Unknown, fmt.Errorf("pusher answered %q: %v", r.GetMessage(), err)
+		return 0, codes.Unknown, fmt.Errorf("pusher answered %q: %w", r.GetMessage(), err)
 	}
 	return sent, codes.Code(code), nil
 }

@@ -33,7 +33,7 @@ type pubResult struct {
 func ownerOf(from string) (string, error) {
 	a, err := grain.ParseAddress(from)
 	if err != nil {
-		return "", errs.New(codes.InvalidArgument, "publisher %q: %v", clip(from), err)
+		return "", errs.New(codes.InvalidArgument, "publisher %q: %w", clip(from), err)
 	}
 	return a.Owner, nil
 }

@@ -45,7 +45,7 @@ func (s *ConfigStore) Get(ctx context.Context, addr grain.Address) (map[string]s
 	}
 	var cfg map[string]string
 	if err := json.Unmarshal(resp.Kvs[0].Value, &cfg); err != nil {
-		return nil, errs.New(codes.Internal, "the configuration of %s is unreadable: %v", addr, err)
+		return nil, errs.New(codes.Internal, "the configuration of %s is unreadable: %w", addr, err)
 	}
 	return cfg, nil
 }
@@ -57,7 +57,7 @@ func (s *ConfigStore) Put(ctx context.Context, addr grain.Address, cfg map[strin
 	}
 	b, err := json.Marshal(cfg)
 	if err != nil {
-		return errs.New(codes.Internal, "encode the configuration of %s: %v", addr, err)
+		return errs.New(codes.Internal, "encode the configuration of %s: %w", addr, err)
 	}
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()

@@ -133,7 +133,7 @@ func (c *Config) fill() error {
 	}
 	host, port, err := net.SplitHostPort(c.EmbeddedAddr)
 	if err != nil {
-		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %v", c.EmbeddedAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %w", c.EmbeddedAddr, err)
 	}
 	if c.EmbeddedPeerAddr == "" {
 		p, err := strconv.Atoi(port)
@@ -143,7 +143,7 @@ func (c *Config) fill() error {
 		c.EmbeddedPeerAddr = net.JoinHostPort(host, strconv.Itoa(p+1))
 	}
 	if _, _, err := net.SplitHostPort(c.EmbeddedPeerAddr); err != nil {
-		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %v", c.EmbeddedPeerAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %w", c.EmbeddedPeerAddr, err)
 	}
 	return nil
 }
@@ -256,11 +256,11 @@ func (e *Store) startEmbedded(ctx context.Context) error {
 	cfg.Dir = e.cfg.DataDir
 	curl, err := url.Parse("http://" + e.cfg.EmbeddedAddr)
 	if err != nil {
-		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %v", e.cfg.EmbeddedAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd address %q: %w", e.cfg.EmbeddedAddr, err)
 	}
 	purl, err := url.Parse("http://" + e.cfg.EmbeddedPeerAddr)
 	if err != nil {
-		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %v", e.cfg.EmbeddedPeerAddr, err)
+		return errs.New(codes.InvalidArgument, "etcdstore: embedded etcd peer address %q: %w", e.cfg.EmbeddedPeerAddr, err)
 	}
 	cfg.ListenClientUrls = []url.URL{*curl}
 	cfg.AdvertiseClientUrls = []url.URL{*curl}
@@ -441,7 +441,7 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	if c.CAFile != "" {
 		pem, err := os.ReadFile(c.CAFile)
 		if err != nil {
-			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd CA: %v", err)
+			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd CA: %w", err)
 		}
 		t.RootCAs = x509.NewCertPool()
 		if !t.RootCAs.AppendCertsFromPEM(pem) {
@@ -451,7 +451,7 @@ func (c *Config) tlsConfig() (*tls.Config, error) {
 	if c.CertFile != "" {
 		cert, err := tls.LoadX509KeyPair(c.CertFile, c.KeyFile)
 		if err != nil {
-			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd client certificate: %v", err)
+			return nil, errs.New(codes.InvalidArgument, "etcdstore: etcd client certificate: %w", err)
 		}
 		t.Certificates = []tls.Certificate{cert}
 	}

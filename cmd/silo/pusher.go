@@ -42,7 +42,7 @@ func (p *sessionPusher) OnMessage(ctx context.Context, m *grain.Message) (*grain
 	}
 	n, err := strconv.Atoi(f[2])
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "N: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "N: %w", err)
 	}
 	count := 1
 	if len(f) == 4 {

@@ -91,9 +91,9 @@ func waitForFile(ctx context.Context, path string) error {
 		case err == nil:
 			return nil
 		case !errors.Is(err, os.ErrNotExist):
-			return errs.New(codes.Internal, "state probe: %v", err)
+			return errs.New(codes.Internal, "state probe: %w", err)
 		case ctx.Err() != nil:
-			return errs.New(errs.Code(ctx.Err()), "state probe: %s did not appear: %v", path, ctx.Err())
+			return errs.New(errs.Code(ctx.Err()), "state probe: %s did not appear: %w", path, ctx.Err())
 		}
 		select {
 		case <-ctx.Done():

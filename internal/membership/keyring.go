@@ -39,7 +39,7 @@ func ReadKeyFile(path string) ([][]byte, error) {
 		}
 		k, err := base64.StdEncoding.DecodeString(line)
 		if err != nil {
-			return nil, fmt.Errorf("membership: gossip key file %s, line %d: not base64: %v", path, i+1, err)
+			return nil, fmt.Errorf("membership: gossip key file %s, line %d: not base64: %w", path, i+1, err)
 		}
 		if n := len(k); n != 16 && n != 24 && n != 32 {
 			return nil, fmt.Errorf("membership: gossip key file %s, line %d: a key of %d bytes; want 16, 24 or 32", path, i+1, n)

@@ -64,7 +64,7 @@ func (m *Membership) WaitValid(ctx context.Context) error {
 		select {
 		case <-renewed:
 		case <-m.fenced:
-			return errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations (%v)", m.FenceCause())
+			return errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations (%w)", m.FenceCause())
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -128,7 +128,7 @@ func New(cfg Config) (*Membership, error) {
 	}
 	host, port, err := net.SplitHostPort(cfg.GossipAddr)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "membership: gossip address %q: %v", cfg.GossipAddr, err)
+		return nil, errs.New(codes.InvalidArgument, "membership: gossip address %q: %w", cfg.GossipAddr, err)
 	}
 	if host == "" {
 		host = "0.0.0.0"
@@ -162,12 +162,12 @@ func New(cfg Config) (*Membership, error) {
 	}
 	if cfg.KeyFile != "" {
 		if m.keys, err = newKeyring(cfg.KeyFile); err != nil {
-			return nil, errs.New(codes.InvalidArgument, "%v", err)
+			return nil, errs.New(codes.InvalidArgument, "%w", err)
 		}
 	}
 	sec, err := m.readSecurity()
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "%v", err)
+		return nil, errs.New(codes.InvalidArgument, "%w", err)
 	}
 	m.sec.Store(&sec)
 	m.key = m.dir + cfg.Name
@@ -223,7 +223,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	m.ml = ml
 	m.mlMu.Unlock()
 	if err != nil {
-		return errs.New(codes.Unavailable, "membership: start gossip on %s: %v", cfg.GossipAddr, err)
+		return errs.New(codes.Unavailable, "membership: start gossip on %s: %w", cfg.GossipAddr, err)
 	}
 	m.self = Member{
 		Name:        cfg.Name,
@@ -257,7 +257,7 @@ func (m *Membership) Start(ctx context.Context) error {
 	// The record.
 	rec, err := json.Marshal(m.record(false))
 	if err != nil {
-		return errs.New(codes.Internal, "membership: %v", err)
+		return errs.New(codes.Internal, "membership: %w", err)
 	}
 	var created int64 // the record's create revision
 	for {
@@ -340,7 +340,7 @@ func (m *Membership) MarkLeaving(ctx context.Context) error {
 func (m *Membership) putRecord(ctx context.Context, leaving bool, what string) error {
 	rec, err := json.Marshal(m.record(leaving))
 	if err != nil {
-		return errs.New(codes.Internal, "membership: %v", err)
+		return errs.New(codes.Internal, "membership: %w", err)
 	}
 	tx, err := m.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.LeaseValue(m.key), "=", m.lease)).

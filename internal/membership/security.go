@@ -164,7 +164,7 @@ func caFingerprints(path string) ([]string, error) {
 			continue
 		}
 		if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
-			return nil, fmt.Errorf("membership: peer CA file %s: %v", path, err)
+			return nil, fmt.Errorf("membership: peer CA file %s: %w", path, err)
 		}
 		out = append(out, fingerprint(blk.Bytes))
 	}

@@ -191,7 +191,7 @@ func (m *Membership) CheckUnreachable(ctx context.Context, wait time.Duration) (
 	m.mu.Unlock()
 	rec, err := json.Marshal(m.record(leaving))
 	if err != nil {
-		return nil, errs.New(codes.Internal, "membership: %v", err)
+		return nil, errs.New(codes.Internal, "membership: %w", err)
 	}
 	tx, err := m.client.Txn(ctx).If(conds...).Then(clientv3.OpPut(m.key, string(rec), clientv3.WithLease(m.lease))).Commit()
 	if err != nil {

@@ -296,7 +296,7 @@ func (m *Membership) waitFor(ctx context.Context, cond func() bool) error {
 		select {
 		case <-ch:
 		case <-m.fenced:
-			return errs.New(codes.Unavailable, "membership: fenced while joining: %v", m.FenceCause())
+			return errs.New(codes.Unavailable, "membership: fenced while joining: %w", m.FenceCause())
 		case <-ctx.Done():
 			return etcderr.FromCall(ctx, ctx.Err(), "membership: waiting for the view")
 		}

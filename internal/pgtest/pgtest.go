@@ -130,7 +130,7 @@ func Run(ctx context.Context, cfg Config) (*Server, error) {
 	initdb.Env = env()
 	if out, err := initdb.CombinedOutput(); err != nil {
 		s.cleanup()
-		return nil, fmt.Errorf("pgtest: initdb in %s: %v\n%s", data, err, out)
+		return nil, fmt.Errorf("pgtest: initdb in %s: %w\n%s", data, err, out)
 	}
 
 	port, err := freePort()
@@ -183,9 +183,9 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.exited:
-			return fmt.Errorf("pgtest: postgres exited before accepting connections: %v\n%s", s.waitErr, s.logTail())
+			return fmt.Errorf("pgtest: postgres exited before accepting connections: %w\n%s", s.waitErr, s.logTail())
 		case <-ctx.Done():
-			return fmt.Errorf("pgtest: waiting for postgres to accept connections: %w (last: %v)\n%s", ctx.Err(), err, s.logTail())
+			return fmt.Errorf("pgtest: waiting for postgres to accept connections: %w (last: %w)\n%s", ctx.Err(), err, s.logTail())
 		case <-tick.C:
 		}
 	}
@@ -254,7 +254,7 @@ func credential() (*syscall.Credential, error) {
 	}
 	u, err := user.Lookup("postgres")
 	if err != nil {
-		return nil, fmt.Errorf("pgtest: running as root needs the postgres user to run the server as (%v): %s", err, Install)
+		return nil, fmt.Errorf("pgtest: running as root needs the postgres user to run the server as (%w): %s", err, Install)
 	}
 	uid, err := strconv.ParseUint(u.Uid, 10, 32)
 	if err != nil {

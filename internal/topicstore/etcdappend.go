@@ -40,7 +40,7 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 	for _, it := range items {
 		val, err := proto.Marshal(it.Entry)
 		if err != nil {
-			return errs.New(codes.Internal, "publish: %v", err)
+			return errs.New(codes.Internal, "publish: %w", err)
 		}
 		if n := s.copiesPerWrite(len(val)); len(it.Subs) <= n {
 			a.add(it, val)

@@ -54,7 +54,7 @@ func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEven
 func (s *EtcdStore) Update(ctx context.Context, id, key string, e *Entry) error {
 	val, err := proto.Marshal(e)
 	if err != nil {
-		return errs.New(codes.Internal, "update: %v", err)
+		return errs.New(codes.Internal, "update: %w", err)
 	}
 	k := s.queuePrefix(id) + key
 	octx, cancel := bound(ctx, s.OpTimeout)
@@ -76,7 +76,7 @@ func (s *EtcdStore) Kill(ctx context.Context, id, key string, d *DeadLetter) err
 	d.Id = key
 	val, err := proto.Marshal(d)
 	if err != nil {
-		return errs.New(codes.Internal, "dead letter: %v", err)
+		return errs.New(codes.Internal, "dead letter: %w", err)
 	}
 	k := s.queuePrefix(id) + key
 	octx, cancel := bound(ctx, s.OpTimeout)
@@ -176,11 +176,11 @@ func (s *EtcdStore) Replay(ctx context.Context, id string, keys []string) (int, 
 		}
 		d := &DeadLetter{}
 		if err := proto.Unmarshal(resp.Kvs[0].Value, d); err != nil {
-			return n, errs.New(codes.Internal, "dead letter %s: unreadable: %v", k, err)
+			return n, errs.New(codes.Internal, "dead letter %s: unreadable: %w", k, err)
 		}
 		val, err := proto.Marshal(&Entry{Message: d.GetMessage()})
 		if err != nil {
-			return n, errs.New(codes.Internal, "replay: %v", err)
+			return n, errs.New(codes.Internal, "replay: %w", err)
 		}
 		octx, cancel = bound(ctx, s.OpTimeout)
 		tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.ModRevision(dk), "=", resp.Kvs[0].ModRevision),

@@ -144,7 +144,7 @@ func (s *EtcdStore) subscribe(ctx context.Context, rec *SubscriptionRecord, memb
 	}
 	val, err := proto.Marshal(rec)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "subscribe: %v", err)
+		return nil, errs.New(codes.Internal, "subscribe: %w", err)
 	}
 	for range 16 {
 		octx, cancel := bound(ctx, s.OpTimeout)
@@ -160,7 +160,7 @@ func (s *EtcdStore) subscribe(ctx context.Context, rec *SubscriptionRecord, memb
 			cur = &SubscriptionRecord{}
 			if err := proto.Unmarshal(resp.Kvs[0].Value, cur); err != nil {
 				cancel()
-				return nil, errs.New(codes.Internal, "subscription %s: unreadable: %v", rec.GetId(), err)
+				return nil, errs.New(codes.Internal, "subscription %s: unreadable: %w", rec.GetId(), err)
 			}
 			if cur.GetPattern() != rec.GetPattern() {
 				cancel()

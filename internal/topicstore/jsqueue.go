@@ -132,7 +132,7 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 		}
 		b, err := proto.Marshal(it.Entry)
 		if err != nil {
-			return errs.New(codes.Internal, "append: %v", err)
+			return errs.New(codes.Internal, "append: %w", err)
 		}
 		for _, id := range it.Subs {
 			msgs = append(msgs, &nats.Msg{Subject: s.qSubject(id, s.newKey()), Data: b})
@@ -371,7 +371,7 @@ func (s *JetStreamStore) Update(ctx context.Context, id, key string, e *Entry) e
 	}
 	b, err := proto.Marshal(e)
 	if err != nil {
-		return errs.New(codes.Internal, "update: %v", err)
+		return errs.New(codes.Internal, "update: %w", err)
 	}
 	for range 16 {
 		cur, found, err := s.get(ctx, s.q, itemK(id, key))
@@ -412,7 +412,7 @@ func (s *JetStreamStore) Kill(ctx context.Context, id, key string, d *DeadLetter
 	d.Id = key
 	b, err := proto.Marshal(d)
 	if err != nil {
-		return errs.New(codes.Internal, "dead letter: %v", err)
+		return errs.New(codes.Internal, "dead letter: %w", err)
 	}
 	if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
 		return err
@@ -514,7 +514,7 @@ func (s *JetStreamStore) Replay(ctx context.Context, id string, keys []string) (
 	for _, d := range ds {
 		b, err := proto.Marshal(&Entry{Message: d.GetMessage()})
 		if err != nil {
-			return n, errs.New(codes.Internal, "replay: %v", err)
+			return n, errs.New(codes.Internal, "replay: %w", err)
 		}
 		if _, err := s.put(ctx, s.q, itemK(id, s.newKey()), b); err != nil {
 			return n, err

@@ -204,7 +204,7 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig, logger *slog.Logger
 	if err != nil {
 		if last := d.lastErr(); last != nil && errors.Is(err, nats.ErrNoServers) {
 			// The client says only that no server was reached: say why.
-			err = fmt.Errorf("%w (%v)", err, last)
+			err = fmt.Errorf("%w (%w)", err, last)
 		}
 		return nil, errs.Wrap(codes.Unavailable, err, "connect to NATS at %s", RedactURLs(cfg.URL))
 	}
@@ -497,7 +497,7 @@ func (s *JetStreamStore) subscribe(ctx context.Context, rec *SubscriptionRecord,
 	}
 	val, err := proto.Marshal(rec)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "subscribe: %v", err)
+		return nil, errs.New(codes.Internal, "subscribe: %w", err)
 	}
 	id := rec.GetId()
 	for range 16 {
@@ -514,7 +514,7 @@ func (s *JetStreamStore) subscribe(ctx context.Context, rec *SubscriptionRecord,
 		if found {
 			cur := &SubscriptionRecord{}
 			if err := proto.Unmarshal(e.Value(), cur); err != nil {
-				return nil, errs.New(codes.Internal, "subscription %s: unreadable: %v", id, err)
+				return nil, errs.New(codes.Internal, "subscription %s: unreadable: %w", id, err)
 			}
 			if cur.GetPattern() != rec.GetPattern() {
 				_ = s.del(ctx, s.reg, memberK(id, member))
@@ -602,7 +602,7 @@ func (s *JetStreamStore) Prune(ctx context.Context, id string) (bool, error) {
 	}
 	rec := &SubscriptionRecord{}
 	if err := proto.Unmarshal(e.Value(), rec); err != nil {
-		return false, errs.New(codes.Internal, "subscription %s: unreadable: %v", id, err)
+		return false, errs.New(codes.Internal, "subscription %s: unreadable: %w", id, err)
 	}
 	if err := s.del(ctx, s.reg, subK(id)); err != nil {
 		return false, err

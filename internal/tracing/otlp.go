@@ -59,7 +59,7 @@ func StartOTLP(ctx context.Context, c OTLPConfig) (*sdktrace.TracerProvider, err
 	}
 	exp, err := otlptracegrpc.New(ctx, opts...)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "tracing: OTLP exporter: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "tracing: OTLP exporter: %w", err)
 	}
 	attrs := []attribute.KeyValue{attribute.String("service.name", "agentsilo")}
 	if c.Instance != "" {
@@ -68,7 +68,7 @@ func StartOTLP(ctx context.Context, c OTLPConfig) (*sdktrace.TracerProvider, err
 	res, err := resource.New(ctx, resource.WithTelemetrySDK(), resource.WithAttributes(attrs...), resource.WithFromEnv())
 	if err != nil {
 		_ = exp.Shutdown(ctx)
-		return nil, errs.New(codes.InvalidArgument, "tracing: resource: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "tracing: resource: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res)), nil
 }

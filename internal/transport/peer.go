@@ -39,7 +39,7 @@ func (t *Transport) peer(addr string) (*peer, error) {
 	}
 	conn, err := grpc.NewClient("passthrough:///"+addr, t.dial...)
 	if err != nil {
-		return nil, errs.New(codes.InvalidArgument, "peer address %q: %v", protocol.Clip(addr), err)
+		return nil, errs.New(codes.InvalidArgument, "peer address %q: %w", protocol.Clip(addr), err)
 	}
 	p = &peer{
 		t:       t,
@@ -269,7 +269,10 @@ func (p *peer) setState(s peerState, err error) {
 		if c.fate.CompareAndSwap(callQueued, callUnsent) {
 			c.done <- result{err: notDelivered{err}}
 		} else {
-			c.done <- result{err: errs.New(errs.Code(err), "%v; the request may have run", err)}
+			// The request may have run: the stream's error is kept as
+			// words only, so that nothing it wraps (a not-delivered
+			// error) makes this one look as if it had not run.
+			c.done <- result{err: errs.New(errs.Code(err), "%s; the request may have run", err.Error())}
 		}
 	}
 	if h := p.t.cfg.OnPeerState; h != nil && s != stateConnecting {

@@ -62,7 +62,7 @@ type Add struct{}
 func (Add) OnMessage(_ context.Context, m *grain.Message) (*grain.Message, error) {
 	var in struct{ A, B float64 }
 	if err := json.Unmarshal(m.Data, &in); err != nil {
-		return nil, errs.New(codes.InvalidArgument, "add: %v", err)
+		return nil, errs.New(codes.InvalidArgument, "add: %w", err)
 	}
 	data, err := json.Marshal(map[string]float64{"sum": in.A + in.B})
 	if err != nil {

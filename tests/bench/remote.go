@@ -356,7 +356,7 @@ func runRemote(args []string, out io.Writer) error {
 	}()
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
-		return fmt.Errorf("node-b did not start: %v", err)
+		return fmt.Errorf("node-b did not start: %w", err)
 	}
 	addrsLine, ok := strings.CutPrefix(strings.TrimSpace(line), "ready ")
 	echoAddr, envAddr, ok2 := strings.Cut(addrsLine, " ")

@@ -177,7 +177,7 @@ func runReminders(ctx context.Context, o opts) error {
 	}
 	if got, err := reg.List(ctx, seedAddr(0)); err != nil || len(got) != 1 || got[0].Period != time.Hour || !got[0].Due.Equal(time.UnixMilli(far.UnixMilli())) {
 		reg.Close()
-		return fmt.Errorf("a seeded reminder does not read back as registered: %v %v", got, err)
+		return fmt.Errorf("a seeded reminder does not read back as registered: %v %w", got, err)
 	}
 	if o.register > 0 {
 		lat := make([]float64, o.register)

@@ -61,7 +61,7 @@ func buildBinaries() (Binaries, error) {
 	cmd := exec.Command("go", "build", "-tags", TestHooksTag, "-o", dir+string(filepath.Separator), "./cmd/silo", "./cmd/client")
 	cmd.Dir = root
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return Binaries{}, fmt.Errorf("testcluster: go build -tags %s ./cmd/silo ./cmd/client: %v\n%s", TestHooksTag, err, msg)
+		return Binaries{}, fmt.Errorf("testcluster: go build -tags %s ./cmd/silo ./cmd/client: %w\n%s", TestHooksTag, err, msg)
 	}
 	return bins, nil
 }

@@ -50,7 +50,7 @@ func (c *Cluster) Reject(i int, on bool) {
 func nft(args ...string) error {
 	out, err := exec.Command("nft", args...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("nft %s: %v: %s", strings.Join(args, " "), err, out)
+		return fmt.Errorf("nft %s: %w: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
 }
@@ -60,7 +60,7 @@ func nftScript(script string) error {
 	cmd.Stdin = strings.NewReader(script)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("nft -f: %v: %s", err, out)
+		return fmt.Errorf("nft -f: %w: %s", err, out)
 	}
 	return nil
 }
