@@ -110,7 +110,9 @@ func TestCommandHelp(t *testing.T) {
 		}
 	}
 	for cmd, flags := range map[string][]string{
-		"ask":        {"--type type", "--channel", "--data-file file", "--data-type", "--state k=v"},
+		"ask":        {"--type type", "--channel", "--data-file file", "--data JSON", "--data-type", "--state k=v"},
+		"publish":    {"--data-file file", "--data JSON", "--data-type"},
+		"memory put": {"--ttl duration", "(default 60m)"},
 		"agents":     {"--type type"},
 		"create":     {"--config k=v"},
 		"acl add":    {"--owner pattern", "--agent pattern", "--caller", "--perm", "--at position", "(default *)"},
@@ -125,6 +127,9 @@ func TestCommandHelp(t *testing.T) {
 		}
 		if strings.Contains(help, "--addr") || strings.Contains(help, "--timeout") {
 			t.Errorf("%s --help lists the global flags:\n%s", cmd, help)
+		}
+		if strings.Contains(help, "(default 0s)") {
+			t.Errorf("%s --help gives a zero duration as a default:\n%s", cmd, help)
 		}
 	}
 	if help, _, _ := runClient(t, "", "acl", "update", "--help"); strings.Contains(help, "--at") {

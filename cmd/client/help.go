@@ -31,12 +31,19 @@ AGENT is Type:owner:alias, or Type:alias for one of your own. TEXT is
 the message, its words joined by spaces; "-" reads it from stdin, and so
 does no TEXT when stdin is not a terminal (a pipe or a file; one trailing
 newline is dropped). No TEXT with nothing piped is a usage error. A text
-that is not UTF-8 is InvalidArgument (exit 2): bytes go in --data-file.`
+that is not UTF-8 is InvalidArgument (exit 2): bytes go in --data-file.
+--data gives the message's data as JSON inline (a typed skill's
+arguments, with --type naming the skill); a message with data needs no
+TEXT.`
 	}
 	commands = []*cmdSpec{
 		{"ask", "AGENT [TEXT...|-]", "send a request; print the reply",
-			msg(`Prints the reply's text (-o json: the whole reply). Messages the agent
-pushes to this session meanwhile go to stderr.`), cmdMessage},
+			msg(`Prints the reply's text, and its data if it is JSON (a typed skill's
+reply); data of another kind is written as it is when the reply has no
+text. A reply with neither prints its state, k=v a line (a background A2A
+call's: the task's id and state). -o json prints the whole reply, JSON
+data as JSON. Messages the agent pushes to this session meanwhile go to
+stderr.`), cmdMessage},
 		{"send", "AGENT [TEXT...|-]", "send a one-way message",
 			msg(`Returns once the agent's mailbox has taken it; prints nothing.`), cmdMessage},
 		{"event", "AGENT [TEXT...|-]", "send an event",
@@ -255,7 +262,7 @@ func printHelp(w io.Writer, fs *flag.FlagSet) {
 		if value != "" {
 			value = " " + value
 		}
-		if d := f.DefValue; d != "" && d != "0" && d != "false" {
+		if d := f.DefValue; d != "" && d != "0" && d != "0s" && d != "false" {
 			text += fmt.Sprintf(" (default %s)", d)
 		}
 		fmt.Fprintf(tw, "  --%s%s\t%s\n", f.Name, value, text)

@@ -24,15 +24,20 @@
 package main
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -44,6 +49,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -72,12 +78,15 @@ func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.output, "o", g.output, "output format: text or json")
 }
 
-// usageError is a mistake on the command line: exit code 2.
-type usageError struct{ msg string }
+// usageError is a mistake on the command line: exit code 2. It keeps the
+// error it was made of, if any (usagef's %w).
+type usageError struct{ err error }
 
-func (e usageError) Error() string { return e.msg }
+func (e usageError) Error() string { return e.err.Error() }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Sprintf(format, args...)} }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
 
 // exitStatus ends the program with that status and prints nothing more: the
 // command printed its answer already (acl check's denial).
@@ -114,7 +123,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case errors.As(err, &es):
 		return int(es)
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "error: %s\nrun 'client --help' for usage\n", ue.msg)
+		fmt.Fprintf(stderr, "error: %s\nrun 'client --help' for usage\n", ue)
 		return 2
 	}
 	code := errs.Code(err)
@@ -179,7 +188,7 @@ func flagError(fs *flag.FlagSet, err error) error {
 	if errors.Is(err, flag.ErrHelp) {
 		return helpRequest{fs}
 	}
-	return usagef("%v", err)
+	return usagef("%w", err)
 }
 
 // parse parses args with fs, allowing flags after positional arguments, and
@@ -265,7 +274,7 @@ func (g *globals) tlsConfig() (*tls.Config, error) {
 	if g.tlsCA != "" {
 		pem, err := os.ReadFile(g.tlsCA)
 		if err != nil {
-			return nil, usagef("--tls-ca: %v", err)
+			return nil, usagef("--tls-ca: %w", err)
 		}
 		cfg.RootCAs = x509.NewCertPool()
 		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
@@ -278,24 +287,103 @@ func (g *globals) tlsConfig() (*tls.Config, error) {
 	if g.tlsCert != "" {
 		cert, err := tls.LoadX509KeyPair(g.tlsCert, g.tlsKey)
 		if err != nil {
-			return nil, usagef("--tls-cert/--tls-key: %v", err)
+			return nil, usagef("--tls-cert/--tls-key: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg, nil
 }
 
-// printPush writes a pushed message: `<from> [<type>]: <text>`, or JSON.
+// printPush writes a pushed message: `<from> [<type>]: <text>` (its JSON
+// data if it has no text), or JSON.
 func (g *globals) printPush(w io.Writer, m *client.Message) {
 	if g.output == "json" {
-		g.printJSON(w, m)
+		g.printMessage(w, m)
 		return
 	}
 	if m.MessageType != "" {
-		fmt.Fprintf(w, "%s [%s]: %s\n", m.From, m.MessageType, m.Message)
+		fmt.Fprintf(w, "%s [%s]: %s\n", m.From, m.MessageType, shownText(m))
 	} else {
-		fmt.Fprintf(w, "%s: %s\n", m.From, m.Message)
+		fmt.Fprintf(w, "%s: %s\n", m.From, shownText(m))
 	}
+}
+
+// shownText is what a line about m shows of it: its text, or its JSON data
+// if it has no text.
+func shownText(m *client.Message) string {
+	if m.Message == "" && jsonData(m) {
+		return string(bytes.TrimSpace(m.Data))
+	}
+	return m.Message
+}
+
+// jsonType is the data type of JSON data: a typed skill's arguments and
+// reply.
+const jsonType = "application/json"
+
+// jsonData reports whether m's data is JSON: of type application/json (or
+// a +json type), and valid.
+func jsonData(m *client.Message) bool {
+	t, _, _ := strings.Cut(m.GetDataType(), ";")
+	t = strings.TrimSpace(t)
+	return len(m.GetData()) > 0 && (t == jsonType || strings.HasSuffix(t, "+json")) && json.Valid(m.GetData())
+}
+
+// printReply writes the reply of an Ask. In text: its text; its data if
+// JSON (a typed skill's reply), or the data's bytes as they are if the
+// reply has no text; with neither text nor data, its state, one k=v a
+// line in key order (what a background A2A call answers: the task's id
+// and state), else an empty line. -o json: the whole message, JSON data
+// as JSON.
+func (g *globals) printReply(r *client.Message) {
+	if g.output == "json" {
+		g.printMessage(g.stdout, r)
+		return
+	}
+	switch {
+	case jsonData(r):
+		if r.Message != "" {
+			fmt.Fprintln(g.stdout, r.Message)
+		}
+		fmt.Fprintf(g.stdout, "%s\n", bytes.TrimSpace(r.Data))
+	case len(r.Data) > 0 && r.Message == "":
+		g.stdout.Write(r.Data)
+	case len(r.Data) > 0:
+		fmt.Fprintln(g.stdout, r.Message)
+		fmt.Fprintf(g.stderr, "the reply also carries %d bytes of data (%s): -o json shows them\n", len(r.Data), cmp.Or(r.DataType, "no data type"))
+	case r.Message == "" && len(r.State) > 0:
+		for _, k := range slices.Sorted(maps.Keys(r.State)) {
+			fmt.Fprintf(g.stdout, "%s=%s\n", k, r.State[k])
+		}
+	default:
+		fmt.Fprintln(g.stdout, r.Message)
+	}
+}
+
+// printMessage writes m as JSON, as protojson does, but with JSON data
+// (jsonData) as the JSON value itself instead of its bytes in base64.
+func (g *globals) printMessage(w io.Writer, m *client.Message) {
+	if !jsonData(m) {
+		g.printJSON(w, m)
+		return
+	}
+	rest := proto.Clone(m).(*client.Message)
+	rest.Data = nil
+	b, err := protojson.Marshal(rest)
+	if err != nil {
+		fmt.Fprintf(g.stderr, "error: %v\n", err)
+		return
+	}
+	var data bytes.Buffer
+	if err := json.Compact(&data, m.Data); err != nil {
+		fmt.Fprintf(g.stderr, "error: %v\n", err)
+		return
+	}
+	obj := strings.TrimSuffix(strings.TrimRight(string(b), " \n"), "}")
+	if strings.TrimSpace(obj) != "{" {
+		obj += ","
+	}
+	fmt.Fprintf(w, "%s\"data\":%s}\n", obj, data.Bytes())
 }
 
 func (g *globals) printJSON(w io.Writer, m proto.Message) {
@@ -356,7 +444,7 @@ func (g *globals) text(cmd string, words []string) (string, error) {
 	}
 	b, err := io.ReadAll(io.LimitReader(g.stdin, maxStdin+1))
 	if err != nil {
-		return "", usagef("%s: reading stdin: %v", cmd, err)
+		return "", usagef("%s: reading stdin: %w", cmd, err)
 	}
 	if len(b) > maxStdin {
 		return "", errs.New(codes.ResourceExhausted, "the message on stdin exceeds %d bytes", maxStdin)
@@ -379,15 +467,67 @@ func piped(r io.Reader) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice == 0
 }
 
+// dataFlags are the flags that give a message its data: --data-file (any
+// bytes), --data (JSON, inline) and --data-type.
+type dataFlags struct {
+	file, inline string
+	m            *client.Message
+}
+
+// addDataFlags registers the data flags of m on fs.
+func addDataFlags(fs *flag.FlagSet, m *client.Message) *dataFlags {
+	d := &dataFlags{m: m}
+	fs.StringVar(&d.file, "data-file", "", "`file` whose bytes are the message's data")
+	fs.StringVar(&d.inline, "data", "", "the message's data, `JSON` given inline (its type application/json unless --data-type says otherwise)")
+	fs.StringVar(&m.DataType, "data-type", "", "`type` of the data (MIME type or schema name); needs --data-file or --data")
+	return d
+}
+
+// load sets the message's data as the flags say, and reports whether they
+// gave any.
+func (d *dataFlags) load() (bool, error) {
+	switch {
+	case d.file != "" && d.inline != "":
+		return false, usagef("--data-file and --data: give one of them")
+	case d.file != "":
+		b, err := os.ReadFile(d.file)
+		if err != nil {
+			return false, usagef("--data-file: %w", err)
+		}
+		d.m.Data = b
+	case d.inline != "":
+		if !json.Valid([]byte(d.inline)) {
+			return false, usagef("--data %q: not JSON (data of another kind goes in --data-file)", protocol.Clip(d.inline))
+		}
+		d.m.Data = []byte(d.inline)
+		if d.m.DataType == "" {
+			d.m.DataType = jsonType
+		}
+	case d.m.DataType != "":
+		return false, usagef("--data-type needs --data-file or --data")
+	default:
+		return false, nil
+	}
+	return true, nil
+}
+
+// messageText is the text of ask, send, event and publish: as text says,
+// except that a message with data needs no text (no TEXT is an empty
+// one, and stdin is read only for "-").
+func (g *globals) messageText(cmd string, words []string, withData bool) (string, error) {
+	if withData && len(words) == 0 {
+		return "", nil
+	}
+	return g.text(cmd, words)
+}
+
 // cmdMessage runs ask, send and event.
 func cmdMessage(g *globals, cmd string, args []string) error {
 	fs := newFlagSet(cmd, g)
 	m := &client.Message{State: map[string]string{}}
-	var dataFile string
 	fs.StringVar(&m.MessageType, "type", "", "the message's `type`")
 	fs.StringVar(&m.Channel, "channel", "", "the message's `channel`")
-	fs.StringVar(&dataFile, "data-file", "", "`file` whose bytes are the message's data")
-	fs.StringVar(&m.DataType, "data-type", "", "`type` of the data (MIME type or schema name); needs --data-file")
+	data := addDataFlags(fs, m)
 	fs.Var(pairs(m.State), "state", "state entry `k=v` (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -397,14 +537,11 @@ func cmdMessage(g *globals, cmd string, args []string) error {
 		return usagef("%s: want AGENT TEXT", cmd)
 	}
 	to := pos[0]
-	if dataFile != "" {
-		if m.Data, err = os.ReadFile(dataFile); err != nil {
-			return usagef("--data-file: %v", err)
-		}
-	} else if m.DataType != "" {
-		return usagef("--data-type needs --data-file")
+	withData, err := data.load()
+	if err != nil {
+		return err
 	}
-	if m.Message, err = g.text(cmd, pos[1:]); err != nil {
+	if m.Message, err = g.messageText(cmd, pos[1:], withData); err != nil {
 		return err
 	}
 	ctx, stop := signalContext()
@@ -425,11 +562,7 @@ func cmdMessage(g *globals, cmd string, args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.output == "json" {
-		g.printJSON(g.stdout, r)
-	} else {
-		fmt.Fprintln(g.stdout, r.Message)
-	}
+	g.printReply(r)
 	return nil
 }
 

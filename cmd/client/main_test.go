@@ -47,7 +47,11 @@ func TestMain(m *testing.M) {
 
 // silo is an in-process runtime and gateway with test agents: Echo (replies
 // with the text), Progress (pushes p1 and p2 to the caller, then replies
-// "done"), Slow (waits for its context to end).
+// "done"), Slow (waits for its context to end), Quote (a typed skill's
+// agent: JSON {"qty": n} in, JSON {"price": 2.5n} out, no text), Task
+// (answers as a background A2A call does: no text, no data, the task's ids
+// and state in its state), Bytes (replies with the bytes it was sent as
+// its data, and no text).
 type silo struct {
 	addr string
 	rt   *grain.Runtime
@@ -85,6 +89,25 @@ func startSiloOn(t *testing.T, lis net.Listener) *silo {
 		"Slow": func(_ grain.Host, ctx context.Context, _ *grain.Message) (*grain.Message, error) {
 			<-ctx.Done()
 			return nil, ctx.Err()
+		},
+		"Quote": func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
+			var in struct{ Qty int }
+			if m.MessageType != "quote" || m.DataType != grain.JSONType || json.Unmarshal(m.Data, &in) != nil {
+				return nil, fmt.Errorf("want a quote with JSON data, got type %q, data type %q, data %q", m.MessageType, m.DataType, m.Data)
+			}
+			r := m.Response()
+			r.DataType, r.Data = grain.JSONType, fmt.Appendf(nil, `{"price": %g}`, 2.5*float64(in.Qty))
+			return r, nil
+		},
+		"Task": func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
+			r := m.Response()
+			r.State = map[string]string{"a2a.task_id": "t-1", "a2a.context_id": "c-1", "a2a.task_state": "TASK_STATE_SUBMITTED", "a2a.follow": "background"}
+			return r, nil
+		},
+		"Bytes": func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
+			r := m.Response()
+			r.DataType, r.Data = m.DataType, m.Data
+			return r, nil
 		},
 	}
 	for name, f := range agents {

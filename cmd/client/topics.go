@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -18,11 +17,9 @@ import (
 func cmdPublish(g *globals, name string, args []string) error {
 	fs := newFlagSet(name, g)
 	m := &client.Message{State: map[string]string{}}
-	var dataFile string
 	fs.StringVar(&m.MessageType, "type", "", "the message's `type`")
 	fs.StringVar(&m.IdempotencyKey, "key", "", "idempotency `key`: published again within 10 minutes, it is queued once")
-	fs.StringVar(&dataFile, "data-file", "", "`file` whose bytes are the message's data")
-	fs.StringVar(&m.DataType, "data-type", "", "`type` of the data (MIME type or schema name); needs --data-file")
+	data := addDataFlags(fs, m)
 	fs.Var(pairs(m.State), "state", "state entry `k=v` (repeatable)")
 	pos, err := parse(fs, args)
 	if err != nil {
@@ -31,14 +28,11 @@ func cmdPublish(g *globals, name string, args []string) error {
 	if len(pos) == 0 {
 		return usagef("%s: want TOPIC TEXT", name)
 	}
-	if dataFile != "" {
-		if m.Data, err = os.ReadFile(dataFile); err != nil {
-			return usagef("--data-file: %v", err)
-		}
-	} else if m.DataType != "" {
-		return usagef("--data-type needs --data-file")
+	withData, err := data.load()
+	if err != nil {
+		return err
 	}
-	if m.Message, err = g.text(name, pos[1:]); err != nil {
+	if m.Message, err = g.messageText(name, pos[1:], withData); err != nil {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
@@ -97,10 +91,10 @@ func subscribeSession(g *globals, pattern string, maxAttempts int) error {
 	defer stop()
 	c, err := g.dial(ctx, client.WithOnMessage(func(m *client.Message) {
 		if g.output == "json" {
-			g.printJSON(g.stdout, m)
+			g.printMessage(g.stdout, m)
 			return
 		}
-		fmt.Fprintf(g.stdout, "%s %s: %s\n", m.Topic, m.From, m.Message)
+		fmt.Fprintf(g.stdout, "%s %s: %s\n", m.Topic, m.From, shownText(m))
 	}))
 	if err != nil {
 		return err
