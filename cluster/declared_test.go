@@ -99,7 +99,9 @@ func TestDeclaredTypes(t *testing.T) {
 	defer closeSilo(t, s0)
 	s1 := declaredSilo(t, e, "/declared/", "s1", withEcho, "--llm-allow-private-networks")
 	defer closeSilo(t, s1)
-	waitFor(t, "two members", func() bool { return len(s0.router.state.Load().view.Members) == 2 && len(s1.router.state.Load().view.Members) == 2 })
+	waitFor(t, "two members", func() bool {
+		return len(s0.router.state.Load().view.Members) == 2 && len(s1.router.state.Load().view.Members) == 2
+	})
 
 	admin := dialSilo(t, s0, "system")
 	defer admin.Close()
