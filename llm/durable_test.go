@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/grain/graintest"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/fakemodel"
@@ -224,4 +226,54 @@ func TestLimits(t *testing.T) {
 			t.Errorf("the model was asked after the timeout")
 		}
 	})
+}
+
+// The reminder a turn registers resumes it without its caller: a turn
+// whose model call failed stays unfinished, the reminder's tick (a minute
+// later, on the test's clock) ends it, records its answer by key and
+// removes the reminder; the caller's retry gets that answer without a
+// model call.
+func TestResumeByReminder(t *testing.T) {
+	env := graintest.New(t)
+	srv := fakemodel.New(
+		fakemodel.Step{Status: 500},
+		fakemodel.Step{Text: "resumed"},
+	)
+	defer srv.Close()
+	def := definition(llm.ProviderAnthropic, srv.URL())
+	def.Tools = nil
+	f, info, err := llm.Factory(nil, def, llm.WithGetenv(getenv), llm.WithMaxRetries(0), llm.WithClock(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Register(def.Type, f, info)
+	ctx := t.Context()
+	_, err = env.Ask(ctx, "Helper:h", &grain.Message{Message: "hi", IdempotencyKey: "k"})
+	if errs.Code(err) != codes.Unavailable {
+		t.Fatalf("first attempt: %v", err)
+	}
+	if rs := env.Reminders("Helper:h"); len(rs) != 1 || rs[0].Name != llm.ResumeReminder {
+		t.Fatalf("reminders %+v, want the resume reminder", rs)
+	}
+	env.Advance(llm.DefaultResumeAfter)
+	r, err := env.Ask(ctx, "Helper:h", &grain.Message{MessageType: llm.SkillConversation, DataType: grain.JSONType})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c llm.Conversation
+	if err := json.Unmarshal(r.Data, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Current != nil || len(c.Answers) != 1 || c.Answers[0].Key != "k" || c.Answers[0].Text != "resumed" {
+		t.Fatalf("after the tick: %+v", c)
+	}
+	if rs := env.Reminders("Helper:h"); len(rs) != 0 {
+		t.Errorf("reminders %+v after the turn ended", rs)
+	}
+	if r, err := env.Ask(ctx, "Helper:h", &grain.Message{Message: "hi", IdempotencyKey: "k"}); err != nil || r.Message != "resumed" {
+		t.Fatalf("retry: %v %v", r, err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Errorf("%d model requests, want 2", n)
+	}
 }

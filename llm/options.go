@@ -22,7 +22,7 @@ type options struct {
 	maxRetries     int
 	getenv         func(string) (string, bool)
 	stream         bool
-	clk            clock.Clock
+	clk            Clock
 	maxToolResult  int
 	repeatLimit    int
 	resumeDue      time.Duration
@@ -95,8 +95,12 @@ func WithGetenv(getenv func(string) (string, bool)) Option {
 // client session) while the turn runs.
 func WithStreaming(on bool) Option { return optionFunc(func(o *options) { o.stream = on }) }
 
-// WithClock gives the agents a clock (turn start times and deadlines).
-func WithClock(c clock.Clock) Option { return optionFunc(func(o *options) { o.clk = c }) }
+// Clock is what the agents read the time from (turn start times and
+// deadlines): time.Now by default.
+type Clock interface{ Now() time.Time }
+
+// WithClock gives the agents a clock (a fake one in tests).
+func WithClock(c Clock) Option { return optionFunc(func(o *options) { o.clk = c }) }
 
 // WithMaxToolResultBytes bounds what a tool call gives back to the model
 // (default DefaultMaxToolResultBytes).
