@@ -1,11 +1,13 @@
 package tests
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
@@ -78,6 +80,9 @@ func TestQuickStart(t *testing.T) {
 			"reminders":  "tick",
 			"agents":     "Ticker:dev:t",
 		}
+		if args[0] == "ask" && args[1] == "Ticker:t" {
+			tickerComment(t, line, gateway)
+		}
 		switch {
 		case args[0] == "ask":
 			if !strings.Contains(out, want[args[1]]) {
@@ -97,5 +102,29 @@ func TestQuickStart(t *testing.T) {
 	<-exited
 	if waitErr != nil {
 		t.Fatalf("silo --demo after Ctrl-C: %v\n%s", waitErr, stderr)
+	}
+}
+
+// tickerComment checks what the README's Ticker line says of the first
+// tick against the reminder it registered: "start 1m" makes it due a
+// period from now, not at once.
+func tickerComment(t *testing.T, line, gateway string) {
+	t.Helper()
+	_, comment, _ := strings.Cut(line, "#")
+	if strings.Contains(comment, "at once") || !strings.Contains(comment, "first tick a minute from now") {
+		t.Errorf("README quickstart:calls: the Ticker line says %q; its first tick comes a minute from now", strings.TrimSpace(comment))
+	}
+	out, errOut, code := runClient(t, gateway, "-o", "json", "reminders", "Ticker:t")
+	var rs struct {
+		Reminders []struct {
+			Name string    `json:"name"`
+			Due  time.Time `json:"due"`
+		} `json:"reminders"`
+	}
+	if err := json.Unmarshal([]byte(out), &rs); code != 0 || err != nil || len(rs.Reminders) != 1 {
+		t.Fatalf("client -o json reminders Ticker:t: exit %d, %q, %v: %s", code, out, err, errOut)
+	}
+	if until := time.Until(rs.Reminders[0].Due); until < 30*time.Second {
+		t.Errorf("Ticker:t's reminder is due in %v, not a minute from now", until)
 	}
 }
