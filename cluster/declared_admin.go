@@ -165,8 +165,11 @@ func (s *typeAdmin) notInCode(ctx context.Context, name, what string) error {
 		return refuse(s.info.r.self)
 	}
 	var inCode []string
-	// A silo that does not answer is not checked: it refuses to serve a
-	// declared type over one of its own, and logs it.
+	// A silo that does not answer (within peerCheckTimeout) is not
+	// checked: it refuses to serve a declared type over one of its own,
+	// and logs it.
+	ctx, cancel := context.WithTimeout(ctx, peerCheckTimeout)
+	defer cancel()
 	_ = s.info.askPeers(ctx, msgTypes, "", func(silo string, reply *agentsilov1.AgentMessage) error {
 		types, err := decodeTypes(reply)
 		for _, t := range types {
@@ -182,6 +185,10 @@ func (s *typeAdmin) notInCode(ctx context.Context, name, what string) error {
 	}
 	return nil
 }
+
+// peerCheckTimeout bounds how long ApplyType and DeleteType wait for the
+// other silos' types.
+const peerCheckTimeout = 5 * time.Second
 
 // confirmTimeout bounds how long ApplyType and DeleteType wait for the
 // silos to serve what they stored.
