@@ -108,6 +108,10 @@ func (k *keptListener) handOut() *handedListener {
 func (k *keptListener) setCurrent(h *handedListener) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.setCurrentLocked(h)
+}
+
+func (k *keptListener) setCurrentLocked(h *handedListener) {
 	k.cur = h
 	close(k.changed)
 	k.changed = make(chan struct{})
@@ -116,10 +120,9 @@ func (k *keptListener) setCurrent(h *handedListener) {
 // release makes h no longer current, if it is.
 func (k *keptListener) release(h *handedListener) {
 	k.mu.Lock()
-	cur := k.cur
-	k.mu.Unlock()
-	if cur == h {
-		k.setCurrent(nil)
+	defer k.mu.Unlock()
+	if k.cur == h {
+		k.setCurrentLocked(nil)
 	}
 }
 
