@@ -230,16 +230,18 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 	if strings.TrimSpace(text) == "" {
 		return Answer{}, errs.New(codes.InvalidArgument, "%s: the request has no text", a.h.Address())
 	}
-	if ans, ok := a.rec.answer(m.IdempotencyKey); ok {
+	principal := principalOf(m)
+	if ans, ok := a.rec.answer(m.IdempotencyKey, principal); ok {
 		return ans, nil
 	}
 	if cur := a.rec.Current; cur != nil {
-		if cur.Key != "" && cur.Key == m.IdempotencyKey {
+		if cur.Key != "" && cur.Key == m.IdempotencyKey && cur.Principal == principal {
 			return a.run(ctx, a.liveRun(cur))
 		}
 		// A turn left unfinished by a crash comes first: the conversation
-		// goes on from its end.
-		ans, err := a.run(ctx, runContext{})
+		// goes on from its end. If another principal started it, it may
+		// not use this request's rights on other owners' agents.
+		ans, err := a.run(ctx, runContext{ownOnly: cur.Principal != principal})
 		if err != nil {
 			return Answer{}, errs.Wrap(errs.Code(err), err, "%s: the turn %s, left unfinished, must end before a new one starts, and could not", a.h.Address(), cur.ID)
 		}
@@ -250,7 +252,7 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 		ID:        grain.NewID(),
 		Key:       m.IdempotencyKey,
 		From:      m.From,
-		Principal: m.OnBehalfOf,
+		Principal: principal,
 		Started:   now,
 		Deadline:  now.Add(a.t.def.Limits.timeout()),
 	}
@@ -268,6 +270,18 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 		}
 	}
 	return a.run(ctx, a.liveRun(cur))
+}
+
+// principalOf is the principal m is on behalf of: the one the runtime
+// stamped, else its sender's owner.
+func principalOf(m *grain.Message) string {
+	if m.OnBehalfOf != "" {
+		return m.OnBehalfOf
+	}
+	if a, err := grain.Resolve(m.From, ""); err == nil {
+		return a.Owner
+	}
+	return ""
 }
 
 // liveRun is how a turn runs with its caller waiting: progress pushed to

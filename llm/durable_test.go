@@ -277,3 +277,33 @@ func TestResumeByReminder(t *testing.T) {
 		t.Errorf("%d model requests, want 2", n)
 	}
 }
+
+// An idempotency key is its principal's: another principal's request with
+// the same key is a turn of its own, not a way to read the first's answer.
+// (Within the runtime's idempotency window, on the silo that ran it, the
+// runtime itself answers a repeated key, whoever sends it: this test asks
+// on a new runtime, as after a restart or a move.)
+func TestKeyIsThePrincipals(t *testing.T) {
+	srv := fakemodel.New(fakemodel.Step{Text: "for alice"}, fakemodel.Step{Text: "for bob"})
+	defer srv.Close()
+	store := grain.NewMemoryStateStore()
+	def := definition(llm.ProviderOpenAI, srv.OpenAIURL())
+	e1 := start(t, def, envConfig{store: store})
+	if r, err := e1.ask(t.Context(), "Helper:alice:h", "hi", "k"); err != nil || r.Message != "for alice" {
+		t.Fatalf("alice: %v %v", r, err)
+	}
+	e1.close(t)
+	e2 := start(t, def, envConfig{store: store})
+	r, err := e2.rt.Ask(t.Context(), &grain.Message{From: "Session:bob:s", To: "Helper:alice:h", Message: "hi", IdempotencyKey: "k"})
+	if err != nil || r.Message != "for bob" {
+		t.Fatalf("bob: %v %v", r, err)
+	}
+	e2.close(t)
+	e3 := start(t, def, envConfig{store: store})
+	if r, err := e3.ask(t.Context(), "Helper:alice:h", "hi", "k"); err != nil || r.Message != "for alice" {
+		t.Fatalf("alice again: %v %v", r, err)
+	}
+	if n := len(srv.Requests()); n != 2 {
+		t.Errorf("%d model requests, want 2", n)
+	}
+}

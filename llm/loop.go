@@ -33,6 +33,9 @@ const maxTurnSummaries = 256
 // unfinished, to be resumed.
 func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 	cur := a.rec.Current
+	if a.timeLeft(cur) <= 0 {
+		return a.end(ctx, a.timedOut(nil))
+	}
 	ctx, cancel := context.WithTimeout(ctx, a.timeLeft(cur))
 	defer cancel()
 	if a.tools == nil {
@@ -311,7 +314,7 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 		a.rec.Turns = slices.Clone(a.rec.Turns[len(a.rec.Turns)-maxTurnSummaries:])
 	}
 	if cur.Key != "" {
-		a.rec.Answers = append(a.rec.Answers, Answer{Key: ans.Key, Turn: ans.Turn, Text: ans.Text, Code: ans.Code, Error: ans.Error})
+		a.rec.Answers = append(a.rec.Answers, Answer{Key: ans.Key, Principal: cur.Principal, Turn: ans.Turn, Text: ans.Text, Code: ans.Code, Error: ans.Error})
 		if len(a.rec.Answers) > maxAnswers {
 			a.rec.Answers = slices.Clone(a.rec.Answers[len(a.rec.Answers)-maxAnswers:])
 		}

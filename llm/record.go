@@ -77,9 +77,12 @@ type TurnSummary struct {
 
 // Answer is a turn's outcome, kept by its request's idempotency key.
 type Answer struct {
-	Key  string `json:"key"`
-	Turn string `json:"turn"`
-	Text string `json:"text,omitempty"`
+	Key string `json:"key"`
+	// Principal started the turn: the key is the principal's, and only
+	// its requests get the answer.
+	Principal string `json:"principal,omitempty"`
+	Turn      string `json:"turn"`
+	Text      string `json:"text,omitempty"`
 	// Code and Error are the turn's error, if it ended with one.
 	Code  codes.Code `json:"code,omitempty"`
 	Error string     `json:"error,omitempty"`
@@ -92,13 +95,13 @@ type Answer struct {
 // maxAnswers bounds the answers kept by key.
 const maxAnswers = 64
 
-// answer returns the recorded answer of key.
-func (c *Conversation) answer(key string) (Answer, bool) {
+// answer returns the recorded answer of principal's key.
+func (c *Conversation) answer(key, principal string) (Answer, bool) {
 	if key == "" {
 		return Answer{}, false
 	}
 	for i := len(c.Answers) - 1; i >= 0; i-- {
-		if c.Answers[i].Key == key {
+		if c.Answers[i].Key == key && c.Answers[i].Principal == principal {
 			return c.Answers[i], true
 		}
 	}
