@@ -14,7 +14,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
-	"github.com/agentsilo/agentsilo/internal/topicstore"
+	"github.com/agentsilo/agentsilo/internal/topicname"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -136,7 +136,7 @@ type Published struct {
 
 type subscription struct {
 	name        string // owner:name
-	pattern     topicstore.Pattern
+	pattern     topicname.Pattern
 	members     []grain.Address
 	next        int
 	maxAttempts int
@@ -160,7 +160,7 @@ func ownerOf(addr string) string {
 }
 
 func (s *topicService) Publish(ctx context.Context, from, topic string, msg *grain.Message) (string, error) {
-	t, err := topicstore.ParseTopic(topic, ownerOf(from))
+	t, err := topicname.ParseTopic(topic, ownerOf(from))
 	if err != nil {
 		return "", err
 	}
@@ -178,7 +178,7 @@ func (s *topicService) Publish(ctx context.Context, from, topic string, msg *gra
 }
 
 func (s *topicService) Subscribe(ctx context.Context, agent grain.Address, name, pattern string, maxAttempts int) error {
-	pat, err := topicstore.ParsePattern(pattern, agent.Owner)
+	pat, err := topicname.ParsePattern(pattern, agent.Owner)
 	if err != nil {
 		return err
 	}

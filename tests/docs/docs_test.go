@@ -258,19 +258,7 @@ var fragments = []fragment{
 // package of its own, in a module that uses this checkout through a
 // replace, as a reader's module would.
 func TestGoFragmentsCompile(t *testing.T) {
-	root := testutil.RepoRoot(t)
-	mod := t.TempDir()
-	goMod := "module example.com/fragments\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
-	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(goMod), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	mod := fragmentModule(t)
 	for i, f := range fragments {
 		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
 		for _, imp := range f.imports {
@@ -292,15 +280,10 @@ func TestGoFragmentsCompile(t *testing.T) {
 	}
 }
 
-// testFragments are the Go blocks of the guides that are tests: each is
-// run with go test, in a module of its own that uses this checkout.
-var testFragments = []fragment{
-	{"docs/agents.md", "agent:testing", []string{"context", "strconv", "testing", "time", "google.golang.org/grpc/codes", "github.com/agentsilo/agentsilo/errs", "github.com/agentsilo/agentsilo/grain", "github.com/agentsilo/agentsilo/grain/graintest"}},
-}
-
-// TestGoTestFragmentsPass runs the guides' Go blocks that are tests, as a
-// reader who copies one into a _test.go file would.
-func TestGoTestFragmentsPass(t *testing.T) {
+// fragmentModule returns a new module that uses this checkout through a
+// replace, as a reader's module would.
+func fragmentModule(t *testing.T) string {
+	t.Helper()
 	root := testutil.RepoRoot(t)
 	mod := t.TempDir()
 	goMod := "module example.com/fragments\n\ngo 1.26.8\n\nrequire github.com/agentsilo/agentsilo v0.0.0\n\nreplace github.com/agentsilo/agentsilo => " + root + "\n"
@@ -314,6 +297,19 @@ func TestGoTestFragmentsPass(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return mod
+}
+
+// testFragments are the Go blocks of the guides that are tests: each is
+// run with go test, in a module of its own that uses this checkout.
+var testFragments = []fragment{
+	{"docs/agents.md", "agent:testing", []string{"context", "strconv", "testing", "time", "google.golang.org/grpc/codes", "github.com/agentsilo/agentsilo/errs", "github.com/agentsilo/agentsilo/grain", "github.com/agentsilo/agentsilo/grain/graintest"}},
+}
+
+// TestGoTestFragmentsPass runs the guides' Go blocks that are tests, as a
+// reader who copies one into a _test.go file would.
+func TestGoTestFragmentsPass(t *testing.T) {
+	mod := fragmentModule(t)
 	for i, f := range testFragments {
 		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
 		for _, imp := range f.imports {
