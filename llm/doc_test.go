@@ -21,6 +21,20 @@ func TestDocDefinition(t *testing.T) {
 	}
 }
 
+// The definition of the README parses and validates.
+func TestReadmeDefinition(t *testing.T) {
+	def, err := llm.ParseDefinition([]byte(testutil.DocBlock(t, "README.md", "readme:model")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := def.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if def.Type != "Helper" || len(def.Tools) != 3 || def.Limits.MaxRounds != 8 || def.Model.APIKeyEnv != "OPENAI_API_KEY" {
+		t.Errorf("parsed %+v", def)
+	}
+}
+
 // The Go of docs/models.md compiles against this checkout, in a module of
 // its own, as a reader's would.
 func TestDocRegisterCompiles(t *testing.T) {
