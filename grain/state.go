@@ -394,7 +394,7 @@ func LoadJSON[T any](ctx context.Context, h Host) (v T, etag string, err error) 
 		return v, etag, err
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
-		return v, etag, errs.New(codes.Internal, "the state of %s does not decode into %T: %v", h.Address(), v, err)
+		return v, etag, errs.New(codes.Internal, "the state of %s does not decode into %T: %w", h.Address(), v, err)
 	}
 	return v, etag, nil
 }
@@ -404,7 +404,7 @@ func LoadJSON[T any](ctx context.Context, h Host) (v T, etag string, err error) 
 func SaveJSON[T any](ctx context.Context, h Host, v T, etag string) (string, error) {
 	data, err := json.Marshal(v)
 	if err != nil {
-		return "", errs.New(codes.InvalidArgument, "encode the state of %s: %v", h.Address(), err)
+		return "", errs.New(codes.InvalidArgument, "encode the state of %s: %w", h.Address(), err)
 	}
 	return h.SaveState(ctx, data, etag)
 }

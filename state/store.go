@@ -106,7 +106,7 @@ func callerError(ctx context.Context, what fmt.Stringer) error {
 	if errors.Is(cerr, context.DeadlineExceeded) {
 		code = codes.DeadlineExceeded
 	}
-	return errs.New(code, "%s: %v", what, cerr)
+	return errs.New(code, "%s: %w", what, cerr)
 }
 
 func clip(s string) string {

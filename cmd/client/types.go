@@ -65,7 +65,7 @@ func cmdTypesApply(g *globals, name string, args []string) error {
 		def, err = os.ReadFile(pos[0])
 	}
 	if err != nil {
-		return usagef("%s: %v", name, err)
+		return usagef("%s: %w", name, err)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		a, err := c.ApplyType(ctx, def, *dryRun)

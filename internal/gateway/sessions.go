@@ -263,7 +263,7 @@ func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.
 	}
 	var tok [16]byte
 	if _, err := rand.Read(tok[:]); err != nil {
-		return nil, false, errs.New(codes.Internal, "resume token: %v", err)
+		return nil, false, errs.New(codes.Internal, "resume token: %w", err)
 	}
 	id := grain.NewID()
 	if ss.silo != "" && len(id)+1+len(ss.silo) <= 128 {
