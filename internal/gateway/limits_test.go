@@ -30,12 +30,15 @@ func heapInUse() uint64 {
 	return ms.HeapInuse
 }
 
-// waitFor waits until cond holds: a named condition, polled.
+// waitFor waits until cond holds: a named condition, polled, for up to
+// 45 s (testutil.WaitTimeout).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
 	for !cond() {
 		select {
-		case <-t.Context().Done():
+		case <-ctx.Done():
 			t.Fatalf("gave up waiting for %s", what)
 		case <-time.After(2 * time.Millisecond):
 		}
