@@ -2,9 +2,12 @@ package tests
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
+	pathpkg "path"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -195,9 +198,30 @@ func TestOwnSiloImage(t *testing.T) {
 	out := t.TempDir()
 	step = strings.ReplaceAll(step, "/out/", out+"/")
 
-	// COPY . . : the module alone, without the checkout it replaces.
+	// The guide's .dockerignore, and what a module one has worked in holds
+	// besides its sources: a silo's etcd data, version control.
+	sh(t, mod, testutil.DocBlock(t, "docs/kubernetes.md", "ownsilo:dockerignore"))
+	for _, f := range []string{"data/member/snap/db", "data-two/member/wal/0.wal", ".git/HEAD", "web/node_modules/x/index.js"} {
+		if err := os.MkdirAll(filepath.Join(mod, filepath.Dir(f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(mod, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// COPY . . : the module alone, without the checkout it replaces, as
+	// its .dockerignore leaves it.
 	ctx := t.TempDir()
-	sh(t, mod, "cp -a . "+ctx)
+	copyContext(t, mod, ctx, readDockerignore(t, filepath.Join(mod, ".dockerignore")))
+	for _, gone := range []string{"data", "data-two", ".git", "web/node_modules"} {
+		if _, err := os.Stat(filepath.Join(ctx, gone)); err == nil {
+			t.Errorf("the build context has %s: the guide's .dockerignore lets it in", gone)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ctx, "vendor", "modules.txt")); err != nil {
+		t.Fatalf("the build context lacks vendor/: %v", err)
+	}
 	cmd := exec.Command("bash", "-e", "-c", step)
 	cmd.Dir = ctx
 	cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=", "GOMODCACHE="+t.TempDir(), "GOWORK=off",
@@ -247,4 +271,159 @@ func runClient(t *testing.T, gateway string, args ...string) (stdout, stderr str
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(out.String()), errOut.String(), code
+}
+
+// TestDockerignore: the repository's .dockerignore keeps out of the image's
+// build context what it must not carry (version control, a local silo's
+// etcd data, built binaries, node_modules), and keeps in every file the
+// build reads: go.mod, go.sum, and the Go and embedded files of every
+// package of the module the silo and the client are built from.
+func TestDockerignore(t *testing.T) {
+	rules := readDockerignore(t, "../.dockerignore")
+	for _, out := range []string{".git/HEAD", "data/member/snap/db", "data-s0/member/wal/0.wal", "examples/greeter/data/x",
+		"bin/silo", "tests/a2ajs/node_modules/x/index.js", "tests/mcpjs/node_modules/y.js"} {
+		if !dockerIgnored(rules, out) {
+			t.Errorf(".dockerignore lets %s into the build context", out)
+		}
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.Dir}} {{join .GoFiles " "}} {{join .EmbedFiles " "}}{{end}}{{end}}`, "./cmd/silo", "./cmd/client")
+	cmd.Dir = ".."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	needed := []string{"go.mod", "go.sum"}
+	for line := range strings.Lines(string(out)) {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		dir, err := filepath.Rel(root, f[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range f[1:] {
+			needed = append(needed, filepath.ToSlash(filepath.Join(dir, name)))
+		}
+	}
+	if len(needed) < 100 {
+		t.Fatalf("the build reads %d files, by go list: the listing is wrong", len(needed))
+	}
+	for _, in := range needed {
+		if dockerIgnored(rules, in) {
+			t.Errorf(".dockerignore keeps %s, which the image's build reads, out of the build context", in)
+		}
+	}
+}
+
+// A dockerRule is one line of a .dockerignore: its pattern as a regular
+// expression over slash-separated paths relative to the context, and
+// whether it excludes (or, with !, includes again).
+type dockerRule struct {
+	re      *regexp.Regexp
+	exclude bool
+}
+
+// readDockerignore reads a .dockerignore's rules, as Docker reads them: a
+// pattern matches a path or any directory above it; * and ? match within
+// a path element, ** any number of elements; the last rule that matches
+// a path decides.
+func readDockerignore(t *testing.T, path string) []dockerRule {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules []dockerRule
+	for line := range strings.Lines(string(data)) {
+		p := strings.TrimSpace(line)
+		if p == "" || strings.HasPrefix(p, "#") {
+			continue
+		}
+		r := dockerRule{exclude: true}
+		if after, ok := strings.CutPrefix(p, "!"); ok {
+			r.exclude, p = false, strings.TrimSpace(after)
+		}
+		p = strings.TrimPrefix(pathpkg.Clean("/"+p), "/")
+		var re strings.Builder
+		for i := 0; i < len(p); i++ {
+			switch {
+			case strings.HasPrefix(p[i:], "**/"):
+				re.WriteString("(.*/)?")
+				i += 2
+			case strings.HasPrefix(p[i:], "**"):
+				re.WriteString(".*")
+				i++
+			case p[i] == '*':
+				re.WriteString("[^/]*")
+			case p[i] == '?':
+				re.WriteString("[^/]")
+			default:
+				re.WriteString(regexp.QuoteMeta(p[i : i+1]))
+			}
+		}
+		r.re = regexp.MustCompile("^" + re.String() + "(/.*)?$")
+		rules = append(rules, r)
+	}
+	return rules
+}
+
+// dockerIgnored reports whether rules keep rel (slash-separated, relative
+// to the context) out of the context.
+func dockerIgnored(rules []dockerRule, rel string) bool {
+	out := false
+	for _, r := range rules {
+		if r.re.MatchString(rel) {
+			out = r.exclude
+		}
+	}
+	return out
+}
+
+// copyContext copies the directory src to dst, leaving out what rules
+// keep out of a build context.
+func copyContext(t *testing.T, src, dst string, rules []dockerRule) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		if dockerIgnored(rules, filepath.ToSlash(rel)) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		target := filepath.Join(dst, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, info.Mode().Perm()|0o700)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(link, target)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, data, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
