@@ -405,12 +405,15 @@ func (rt *Runtime) deliver(ctx context.Context, a *activation, env *envelope) er
 			return nil
 		}
 		env.idem = e
+		// Read before post: once posted, a request may be answered and its
+		// envelope released to the pool (and reused) at any moment.
+		req := env.isRequest()
 		err := rt.post(ctx, a, env)
 		switch {
 		case err != nil:
 			env.idem = nil
 			e.finish(result{err: err})
-		case !env.isRequest():
+		case !req:
 			e.finish(result{}) // handed over: that is all a one-way message gets
 		}
 		return err
