@@ -4,15 +4,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/demoagents"
 )
 
 // TallyType is a test agent type, registered with the hidden --journal
@@ -33,9 +32,6 @@ import (
 //	hold <address> <silo> <pid> <idempotency key>      (with hold, before waiting)
 //	add <address> <silo> <pid> <idempotency key> <count after>
 const TallyType = "Tally"
-
-// tallyPoll is how often a held turn looks for its release file.
-const tallyPoll = 10 * time.Millisecond
 
 type tallyAdd struct {
 	N    int64 `json:"n"`
@@ -97,8 +93,8 @@ func (t *tally) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		if err := t.record("hold", m.IdempotencyKey); err != nil {
 			return nil, err
 		}
-		if err := waitForFile(ctx, t.release); err != nil {
-			return nil, err
+		if err := demoagents.WaitForFile(ctx, t.release); err != nil {
+			return nil, errs.Wrap(errs.Code(err), err, "tally")
 		}
 	}
 	if err := t.count.Update(ctx, func(n *int64) error { *n += in.N; return nil }); err != nil {
@@ -117,25 +113,4 @@ func (t *tally) record(event, rest string) error {
 		return fmt.Errorf("tally journal: %w", err)
 	}
 	return nil
-}
-
-// waitForFile waits until path exists, or ctx ends.
-func waitForFile(ctx context.Context, path string) error {
-	tick := time.NewTicker(tallyPoll)
-	defer tick.Stop()
-	for {
-		_, err := os.Stat(path)
-		switch {
-		case err == nil:
-			return nil
-		case !errors.Is(err, os.ErrNotExist):
-			return errs.Wrap(codes.Internal, err, "tally: wait for %s", path)
-		case ctx.Err() != nil:
-			return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "tally: %s did not appear", path)
-		}
-		select {
-		case <-ctx.Done():
-		case <-tick.C:
-		}
-	}
 }

@@ -64,8 +64,8 @@ func (p *StateProbe) OnMessage(ctx context.Context, m *grain.Message) (*grain.Me
 		if !ok || value == "" || file == "" {
 			return nil, errs.New(codes.InvalidArgument, "state probe: want hold VALUE FILE, got %q", m.Message)
 		}
-		if err := waitForFile(ctx, file); err != nil {
-			return nil, err
+		if err := WaitForFile(ctx, file); err != nil {
+			return nil, errs.Wrap(errs.Code(err), err, "state probe")
 		}
 		r.Message = value
 	default:
@@ -79,10 +79,10 @@ func (p *StateProbe) OnMessage(ctx context.Context, m *grain.Message) (*grain.Me
 	return r, nil
 }
 
-// waitForFile waits until the file at path exists, or ctx ends. It looks
+// WaitForFile waits until the file at path exists, or ctx ends. It looks
 // once more after ctx ends, so that a file that appeared while the process
 // was paused is found even if ctx ended meanwhile too.
-func waitForFile(ctx context.Context, path string) error {
+func WaitForFile(ctx context.Context, path string) error {
 	tick := time.NewTicker(stateProbePoll)
 	defer tick.Stop()
 	for {
@@ -91,9 +91,9 @@ func waitForFile(ctx context.Context, path string) error {
 		case err == nil:
 			return nil
 		case !errors.Is(err, os.ErrNotExist):
-			return errs.New(codes.Internal, "state probe: %w", err)
+			return errs.New(codes.Internal, "wait for %s: %w", path, err)
 		case ctx.Err() != nil:
-			return errs.New(errs.Code(ctx.Err()), "state probe: %s did not appear: %w", path, ctx.Err())
+			return errs.New(errs.Code(ctx.Err()), "%s did not appear: %w", path, ctx.Err())
 		}
 		select {
 		case <-ctx.Done():

@@ -259,20 +259,7 @@ var fragments = []fragment{
 // replace, as a reader's module would.
 func TestGoFragmentsCompile(t *testing.T) {
 	mod := fragmentModule(t)
-	for i, f := range fragments {
-		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
-		for _, imp := range f.imports {
-			src += "\t" + fmt.Sprintf("%q", imp) + "\n"
-		}
-		src += ")\n\n" + testutil.DocBlock(t, f.file, f.name)
-		dir := filepath.Join(mod, fmt.Sprintf("f%d", i))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "fragment.go"), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFragments(t, mod, fragments, "f", "fragment.go")
 	cmd := exec.Command("go", "vet", "-mod=mod", "./...")
 	cmd.Dir = mod
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -300,6 +287,26 @@ func fragmentModule(t *testing.T) string {
 	return mod
 }
 
+// writeFragments writes each of frags, with its imports, as file in a
+// directory of its own under mod (prefix and its index).
+func writeFragments(t *testing.T, mod string, frags []fragment, prefix, file string) {
+	t.Helper()
+	for i, f := range frags {
+		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
+		for _, imp := range f.imports {
+			src += "\t" + fmt.Sprintf("%q", imp) + "\n"
+		}
+		src += ")\n\n" + testutil.DocBlock(t, f.file, f.name)
+		dir := filepath.Join(mod, fmt.Sprintf("%s%d", prefix, i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // testFragments are the Go blocks of the guides that are tests: each is
 // run with go test, in a module of its own that uses this checkout.
 var testFragments = []fragment{
@@ -310,20 +317,7 @@ var testFragments = []fragment{
 // reader who copies one into a _test.go file would.
 func TestGoTestFragmentsPass(t *testing.T) {
 	mod := fragmentModule(t)
-	for i, f := range testFragments {
-		src := "// " + f.file + " <!-- " + f.name + " -->\npackage fragment\n\nimport (\n"
-		for _, imp := range f.imports {
-			src += "\t" + fmt.Sprintf("%q", imp) + "\n"
-		}
-		src += ")\n\n" + testutil.DocBlock(t, f.file, f.name)
-		dir := filepath.Join(mod, fmt.Sprintf("t%d", i))
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, "fragment_test.go"), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeFragments(t, mod, testFragments, "t", "fragment_test.go")
 	cmd := exec.Command("go", "test", "-mod=mod", "-count=1", "./...")
 	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "GOFLAGS=")
