@@ -235,31 +235,19 @@ func (a *activation) saveKeyed(ctx context.Context, st StateStore, data []byte, 
 	}
 	t := turnFrom(ctx)
 	if t == nil || t.act != a || t.msg == nil || t.msg.IdempotencyKey == "" {
-		next, err := st.Save(ctx, a.address(), data, etag)
-		if err != nil && outcomeUnknown(err) {
-			next, err = a.settleSave(ctx, st, nil, data, etag, "", err)
-		}
-		return next, err
+		return a.save(ctx, st, nil, data, etag, "")
 	}
 	ks, _ := st.(KeyedStateStore)
-	var next string
-	var err error
+	key := ""
 	if ks != nil && c.keyedTurn.Value() != t {
-		next, err = ks.SaveKeyed(ctx, a.address(), data, etag, t.msg.IdempotencyKey)
-		if err != nil && outcomeUnknown(err) {
-			next, err = a.settleSave(ctx, st, ks, data, etag, t.msg.IdempotencyKey, err)
-		}
-		if err == nil {
-			// The key is recorded: the turn's later saves are plain
-			// ones. (After a save whose outcome stays unknown, the next
-			// save finds out first: see resolve.)
-			c.keyedTurn = weak.Make(t)
-		}
-	} else {
-		next, err = st.Save(ctx, a.address(), data, etag)
-		if err != nil && outcomeUnknown(err) {
-			next, err = a.settleSave(ctx, st, nil, data, etag, "", err)
-		}
+		key = t.msg.IdempotencyKey
+	}
+	next, err := a.save(ctx, st, ks, data, etag, key)
+	if err == nil && key != "" {
+		// The key is recorded: the turn's later saves are plain ones.
+		// (After a save whose outcome stays unknown, the next save finds
+		// out first: see resolve.)
+		c.keyedTurn = weak.Make(t)
 	}
 	if errs.Code(err) == codes.AlreadyExists {
 		c.refused = etag

@@ -275,9 +275,9 @@ func settling(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, settleBudget)
 }
 
-// settleSave learns the outcome of a save that failed with err, an
-// unknown outcome (etcd lost its leader or a connection under the
-// write), by making it again while the caller's deadline allows: the
+// save saves data at etag; if the store fails leaving the outcome unknown
+// (etcd lost its leader or a connection under the write), it learns the
+// outcome by making the save again while the caller's deadline allows: the
 // store's condition on the etag (and, keyed, on the idempotency key) makes
 // a second attempt safe, and its answer tells what became of the first:
 //
@@ -292,19 +292,25 @@ func settling(ctx context.Context) (context.Context, context.CancelFunc) {
 //     write came in, and the conflict stands.
 //
 // If the store stays away until the deadline, the first error is returned.
-func (a *activation) settleSave(ctx context.Context, st StateStore, ks KeyedStateStore, data []byte, etag, key string, err error) (string, error) {
+//
+// save makes the first attempt too: a keyed one (ks.SaveKeyed) if key is
+// set, else a plain st.Save.
+func (a *activation) save(ctx context.Context, st StateStore, ks KeyedStateStore, data []byte, etag, key string) (string, error) {
+	attempt := func(ctx context.Context) (string, error) {
+		if key != "" {
+			return ks.SaveKeyed(ctx, a.address(), data, etag, key)
+		}
+		return st.Save(ctx, a.address(), data, etag)
+	}
+	next, first := attempt(ctx)
+	if first == nil || !outcomeUnknown(first) {
+		return next, first
+	}
 	ctx, cancel := settling(ctx)
 	defer cancel()
 	b := settlePolicy.New(a.rt.clock)
-	first := err
 	for b.Wait(ctx, nil) {
-		var next string
-		var err error
-		if key != "" {
-			next, err = ks.SaveKeyed(ctx, a.address(), data, etag, key)
-		} else {
-			next, err = st.Save(ctx, a.address(), data, etag)
-		}
+		next, err := attempt(ctx)
 		switch {
 		case err == nil:
 			return next, nil
@@ -339,7 +345,7 @@ func (a *activation) settleSave(ctx context.Context, st StateStore, ks KeyedStat
 	return "", first
 }
 
-// settleLoad reads again, while ctx allows (as settleSave writes), after a
+// settleLoad reads again, while ctx allows (as save writes again), after a
 // load that failed with err, Unavailable: the store was away for a moment
 // (an etcd leader election). If it stays away, err is returned.
 func (a *activation) settleLoad(ctx context.Context, st StateStore, err error) ([]byte, string, error) {
@@ -355,7 +361,7 @@ func (a *activation) settleLoad(ctx context.Context, st StateStore, err error) (
 	return nil, "", err
 }
 
-// settleDelete is settleSave for a delete.
+// settleDelete is save's retries for a delete that failed with err.
 func (a *activation) settleDelete(ctx context.Context, st StateStore, etag string, err error) error {
 	ctx, cancel := settling(ctx)
 	defer cancel()
