@@ -264,6 +264,7 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 	if err := a.save(ctx); err != nil {
 		return Answer{}, err
 	}
+	afterStep(ctx, stepStarted)
 	if due := a.t.opts.resumeDue; due >= 0 {
 		if err := a.h.RegisterReminder(ctx, ResumeReminder, due, a.t.opts.resumePeriod, ResumeReminder, cur.ID); err != nil {
 			a.h.Logger().Warn("no reminder to resume the turn after a crash; only a retry of its request will", "turn", cur.ID, "err", err)
@@ -282,16 +283,6 @@ func principalOf(m *grain.Message) string {
 		return a.Owner
 	}
 	return ""
-}
-
-// liveRun is how a turn runs with its caller waiting: progress pushed to
-// the caller if it is a client session.
-func (a *agent) liveRun(cur *Turn) runContext {
-	rc := runContext{}
-	if addr, err := grain.Resolve(cur.From, ""); err == nil && addr.Type == grain.SessionType {
-		rc.pushTo = cur.From
-	}
-	return rc
 }
 
 // tick handles the resume reminder: it resumes a turn left unfinished (on
@@ -346,17 +337,6 @@ func (a *agent) unregister(ctx context.Context) {
 	}
 	if err := a.h.UnregisterReminder(ctx, ResumeReminder); err != nil && errs.Code(err) != codes.NotFound {
 		a.h.Logger().Debug("remove the resume reminder", "err", err)
-	}
-}
-
-// pushProgress pushes a progress line to the turn's caller, if it is a
-// client session; failures are not the turn's.
-func (a *agent) push(ctx context.Context, rc runContext, typ, text string) {
-	if rc.pushTo == "" {
-		return
-	}
-	if err := a.h.Send(ctx, rc.pushTo, &grain.Message{MessageType: typ, Message: text}); err != nil {
-		a.h.Logger().Debug("push progress", "to", rc.pushTo, "err", err)
 	}
 }
 

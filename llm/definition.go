@@ -96,10 +96,9 @@ type ToolRef struct {
 	// search).
 	Memory bool `json:"memory,omitempty"`
 	// MCP names an MCP server of the directory whose tools the model may
-	// call. Not implemented yet: a definition naming one is refused.
+	// call.
 	MCP string `json:"mcp,omitempty"`
 	// A2A names an outside A2A agent of the directory the model may ask.
-	// Not implemented yet: a definition naming one is refused.
 	A2A string `json:"a2a,omitempty"`
 }
 
@@ -268,12 +267,8 @@ func (d *Definition) Validate() error {
 			return bad(field, "names more than one kind of tool; give each its own entry")
 		case t.Agent != "" && !grain.ValidType(t.Agent):
 			return bad(field+".agent", "%q is not a type name", clipText(t.Agent, 80))
-		case t.MCP != "":
-			return errs.New(codes.Unimplemented, "definition %s: %s.mcp: MCP tools are not implemented yet", d.Type, field)
-		case t.A2A != "":
-			return errs.New(codes.Unimplemented, "definition %s: %s.a2a: A2A tools are not implemented yet", d.Type, field)
 		}
-		key := fmt.Sprintf("%s|%t|%t", t.Agent, t.Directory, t.Memory)
+		key := fmt.Sprintf("%s|%t|%t|%s|%s", t.Agent, t.Directory, t.Memory, t.MCP, t.A2A)
 		if seen[key] {
 			return bad(field, "repeats an earlier entry")
 		}

@@ -72,8 +72,6 @@ func TestDefinitionRefused(t *testing.T) {
 		{base + "tools: [{agent: A, memory: true}]", "tools[0]", codes.InvalidArgument},
 		{base + "tools: [{agent: 'no such'}]", "tools[0].agent", codes.InvalidArgument},
 		{base + "tools: [{memory: true}, {memory: true}]", "tools[1]", codes.InvalidArgument},
-		{base + "tools: [{mcp: files}]", "tools[0].mcp", codes.Unimplemented},
-		{base + "tools: [{a2a: weather}]", "tools[0].a2a", codes.Unimplemented},
 		{base + "tools: [{agent: A, extra: 1}]", "unknown field \"extra\"", codes.InvalidArgument},
 		{base + "approval: ['cancel order']", "approval[0]", codes.InvalidArgument},
 		{base + "limits: {max_rounds: -1}", "limits.max_rounds", codes.InvalidArgument},

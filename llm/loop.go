@@ -96,6 +96,7 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 		if err := a.save(ctx); err != nil {
 			return Answer{}, err
 		}
+		afterStep(ctx, stepModel)
 		if resp.StopReason == StopMaxTokens {
 			return a.end(ctx, errs.New(codes.ResourceExhausted, "%s: the model's output was cut at its token limit (%d output tokens in the turn; limits.max_output_tokens %d)", a.h.Address(), cur.Usage.OutputTokens, def.Limits.MaxOutputTokens))
 		}
@@ -108,7 +109,7 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 // complete makes one model call, in its span, streaming to the caller if
 // the type streams.
 func (a *agent) complete(ctx context.Context, rc runContext, req *Request) (*Response, error) {
-	ctx, span := a.t.tracer.chat(ctx, a.t.def.Model.Provider, req.Model)
+	ctx, step := a.t.tracer.chat(ctx, a.t.def.Model.Provider, req.Model)
 	var onDelta func(string)
 	var pending strings.Builder
 	if a.t.opts.stream {
@@ -124,7 +125,7 @@ func (a *agent) complete(ctx context.Context, rc runContext, req *Request) (*Res
 	if err == nil && pending.Len() > 0 {
 		a.push(ctx, rc, ProgressDelta, pending.String())
 	}
-	endChat(span, resp, err)
+	step.end(resp, err)
 	return resp, err
 }
 
@@ -231,6 +232,7 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 		if err := a.save(ctx); err != nil {
 			return err
 		}
+		afterStep(ctx, stepTool)
 	}
 	return nil
 }
@@ -262,9 +264,9 @@ func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int
 		return r
 	}
 	a.push(ctx, rc, ProgressType, "calling "+c.Name)
-	sctx, span := a.t.tracer.tool(ctx, c.Name, c.ID)
+	sctx, step := a.t.tracer.tool(ctx, c.Name, c.ID)
 	out, err := t.run(sctx, callContext{host: a.h, key: cur.ID + "/" + strconv.Itoa(round) + "/" + c.ID, ownOnly: rc.ownOnly}, json.RawMessage(args))
-	endSpan(span, err)
+	step.end(err)
 	if err != nil {
 		r.text = fmt.Sprintf("error (%s): %s", errs.Code(err), clipText(err.Error(), a.t.opts.maxToolResult))
 		return r

@@ -36,15 +36,23 @@ func newTracer(tp trace.TracerProvider) tracer {
 	return tracer{t: tp.Tracer(instrumentationName)}
 }
 
-func (t tracer) chat(ctx context.Context, provider, model string) (context.Context, trace.Span) {
-	return t.t.Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+// chatStep is a model call being observed.
+type chatStep struct{ span trace.Span }
+
+// toolStep is a tool call being observed.
+type toolStep struct{ span trace.Span }
+
+func (t tracer) chat(ctx context.Context, provider, model string) (context.Context, chatStep) {
+	ctx, span := t.t.Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "chat"),
 		attribute.String("gen_ai.provider.name", provider),
 		attribute.String("gen_ai.request.model", model),
 	))
+	return ctx, chatStep{span: span}
 }
 
-func endChat(span trace.Span, r *Response, err error) {
+func (s chatStep) end(r *Response, err error) {
+	span := s.span
 	if r != nil && span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("gen_ai.response.model", r.Model),
@@ -56,13 +64,16 @@ func endChat(span trace.Span, r *Response, err error) {
 	endSpan(span, err)
 }
 
-func (t tracer) tool(ctx context.Context, name, callID string) (context.Context, trace.Span) {
-	return t.t.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
+func (t tracer) tool(ctx context.Context, name, callID string) (context.Context, toolStep) {
+	ctx, span := t.t.Start(ctx, "execute_tool "+name, trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(
 		attribute.String("gen_ai.operation.name", "execute_tool"),
 		attribute.String("gen_ai.tool.name", name),
 		attribute.String("gen_ai.tool.call.id", callID),
 	))
+	return ctx, toolStep{span: span}
 }
+
+func (s toolStep) end(err error) { endSpan(s.span, err) }
 
 func endSpan(span trace.Span, err error) {
 	if err != nil && span.IsRecording() {
