@@ -4,8 +4,10 @@
 // (POST /v1/messages), each streamed (server-sent events) or not, and
 // answers every request with the next step of its script: a text answer,
 // tool calls with their arguments, an HTTP error (500, 429 with
-// Retry-After, 400, ...), a stream cut midway, or an answer that waits for
-// the test. It records every request it received, parsed into one shape for
+// Retry-After, 400, ...), a stream cut midway, an answer that waits for
+// the test or takes its time (Delay); or, with NewFunc, each request with
+// the step a function makes of it (Loop: any conversation answered in the
+// shape of one tool loop, for benchmarks). It records every request it received, parsed into one shape for
 // both APIs, so that a test can assert what the model was sent and how many
 // times each step was requested.
 //
@@ -29,6 +31,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"time"
 )
 
 // ToolCall is a call of a tool in a scripted answer.
@@ -71,6 +74,9 @@ type Step struct {
 	// (before waiting).
 	Wait    <-chan struct{}
 	Entered chan<- struct{}
+	// Delay, if positive, holds the answer that long (after Wait), as a
+	// model takes its time: the latency a benchmark gives its model.
+	Delay time.Duration
 }
 
 // Stop is the stop reason that means "the output reached its token limit",
@@ -133,6 +139,8 @@ type Server struct {
 	next     int
 	respond  func(Request) Step
 	requests []Request
+	n        int  // requests received
+	forget   bool // keep no requests (SetRecording)
 }
 
 // New starts a server answering with script, one step per request in order.
@@ -167,6 +175,23 @@ func (s *Server) Add(steps ...Step) {
 	s.mu.Lock()
 	s.script = append(s.script, steps...)
 	s.mu.Unlock()
+}
+
+// SetRecording says whether the server keeps the requests it receives
+// (Requests, Count); it does from the start. A benchmark that sends many
+// turns the server need not remember turns it off; Served still counts.
+func (s *Server) SetRecording(on bool) {
+	s.mu.Lock()
+	s.forget = !on
+	s.mu.Unlock()
+}
+
+// Served returns how many requests the server has received, recorded or
+// not.
+func (s *Server) Served() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
 }
 
 // Requests returns the requests received so far.
@@ -220,7 +245,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	}
 
 	s.mu.Lock()
-	req.N = len(s.requests) + 1
+	s.n++
+	req.N = s.n
 	var step Step
 	ok := true
 	switch {
@@ -239,7 +265,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		step = respond(req)
 	}
 	s.mu.Lock()
-	s.requests = append(s.requests, req)
+	if !s.forget {
+		s.requests = append(s.requests, req)
+	}
 	s.mu.Unlock()
 
 	if !ok {
@@ -253,6 +281,15 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-step.Wait:
 		case <-r.Context().Done():
+			return
+		}
+	}
+	if step.Delay > 0 {
+		t := time.NewTimer(step.Delay)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
 			return
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -171,4 +172,49 @@ func TestExhaustedAndErrors(t *testing.T) {
 
 func asError[T error](err error, target *T) bool {
 	return err != nil && errors.As(err, target)
+}
+
+// Loop answers two conversations, each in the shape of one tool loop (a
+// tool call, then an answer quoting the tool's result), each answer
+// after its latency; with recording off the server keeps no requests but
+// counts them.
+func TestLoop(t *testing.T) {
+	const latency = 20 * time.Millisecond
+	s := NewFunc(Loop{Tool: "count", Arguments: `{"n":1}`, Latency: latency}.Respond)
+	defer s.Close()
+	s.SetRecording(false)
+	c := openAIClient(s)
+	ctx := t.Context()
+	for _, name := range []string{"a", "b"} {
+		params := openai.ChatCompletionNewParams{
+			Model:    "fake",
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("count for " + name)},
+			Tools: []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+				Name: "count", Parameters: openai.FunctionParameters{"type": "object"},
+			})},
+		}
+		start := time.Now()
+		res, err := c.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took < latency {
+			t.Errorf("answered in %v, before its latency %v", took, latency)
+		}
+		msg := res.Choices[0].Message
+		if len(msg.ToolCalls) != 1 || msg.ToolCalls[0].Function.Name != "count" || msg.ToolCalls[0].Function.Arguments != `{"n":1}` {
+			t.Fatalf("first response: %+v", msg)
+		}
+		params.Messages = append(params.Messages, msg.ToParam(), openai.ToolMessage("7 "+name, msg.ToolCalls[0].ID))
+		res, err = c.Chat.Completions.New(ctx, params)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Choices[0].Message; got.Content != "done: 7 "+name || len(got.ToolCalls) != 0 || res.Choices[0].FinishReason != "stop" {
+			t.Fatalf("second response: %+v", got)
+		}
+	}
+	if n, kept := s.Served(), len(s.Requests()); n != 4 || kept != 0 {
+		t.Errorf("served %d, kept %d; want 4, 0", n, kept)
+	}
 }
