@@ -29,6 +29,7 @@ type options struct {
 	resumePeriod   time.Duration
 	maxRecordBytes int
 	tracer         trace.TracerProvider
+	metrics        *Metrics // see WithMetrics (metrics.go)
 }
 
 // Defaults of the options.

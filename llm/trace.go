@@ -2,6 +2,7 @@ package llm
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,11 +24,15 @@ import (
 //	                      gen_ai.tool.call.id
 //
 // both children of the turn's span (the silo's "turn Ask" when the request
-// is traced), and a tool's Ask to another agent a child of its span.
+// is traced), and a tool's Ask to another agent a child of its span. The
+// same steps are counted in the type's Metrics, if it has any (metered).
 
 const instrumentationName = "github.com/agentsilo/agentsilo/llm"
 
-type tracer struct{ t trace.Tracer }
+type tracer struct {
+	t trace.Tracer
+	m *typeMetrics // nil: no metrics
+}
 
 func newTracer(tp trace.TracerProvider) tracer {
 	if tp == nil {
@@ -36,11 +41,28 @@ func newTracer(tp trace.TracerProvider) tracer {
 	return tracer{t: tp.Tracer(instrumentationName)}
 }
 
+// metered returns t counting the steps it observes in m (nil: nowhere),
+// as agent type typ's.
+func (t tracer) metered(m *Metrics, typ string) tracer {
+	t.m = m.forType(typ)
+	return t
+}
+
 // chatStep is a model call being observed.
-type chatStep struct{ span trace.Span }
+type chatStep struct {
+	span            trace.Span
+	m               *typeMetrics
+	provider, model string
+	start           time.Time
+}
 
 // toolStep is a tool call being observed.
-type toolStep struct{ span trace.Span }
+type toolStep struct {
+	span  trace.Span
+	m     *typeMetrics
+	name  string
+	start time.Time
+}
 
 func (t tracer) chat(ctx context.Context, provider, model string) (context.Context, chatStep) {
 	ctx, span := t.t.Start(ctx, "chat "+model, trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
@@ -48,7 +70,11 @@ func (t tracer) chat(ctx context.Context, provider, model string) (context.Conte
 		attribute.String("gen_ai.provider.name", provider),
 		attribute.String("gen_ai.request.model", model),
 	))
-	return ctx, chatStep{span: span}
+	step := chatStep{span: span, m: t.m, provider: provider, model: model}
+	if t.m != nil {
+		step.start = t.m.now()
+	}
+	return ctx, step
 }
 
 func (s chatStep) end(r *Response, err error) {
@@ -62,6 +88,7 @@ func (s chatStep) end(r *Response, err error) {
 		)
 	}
 	endSpan(span, err)
+	s.m.model(s.provider, s.model, s.start, r, err)
 }
 
 func (t tracer) tool(ctx context.Context, name, callID string) (context.Context, toolStep) {
@@ -70,10 +97,17 @@ func (t tracer) tool(ctx context.Context, name, callID string) (context.Context,
 		attribute.String("gen_ai.tool.name", name),
 		attribute.String("gen_ai.tool.call.id", callID),
 	))
-	return ctx, toolStep{span: span}
+	step := toolStep{span: span, m: t.m, name: name}
+	if t.m != nil {
+		step.start = t.m.now()
+	}
+	return ctx, step
 }
 
-func (s toolStep) end(err error) { endSpan(s.span, err) }
+func (s toolStep) end(err error) {
+	endSpan(s.span, err)
+	s.m.tool(s.name, s.start, err)
+}
 
 func endSpan(span trace.Span, err error) {
 	if err != nil && span.IsRecording() {
