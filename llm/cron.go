@@ -34,8 +34,8 @@ import (
 // cronSpec is a parsed cron expression.
 type cronSpec struct {
 	minute, hour, dom, month, dow uint64 // bit i: value i matches
-	domStar, dowStar, hourAll        bool
-	loc                              *time.Location
+	domStar, dowStar, hourAll     bool
+	loc                           *time.Location
 }
 
 // cronField is the range of one field.
