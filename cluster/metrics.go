@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/llm"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -55,6 +56,9 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	aclDenials *prometheus.CounterVec
 	lateness   prometheus.Histogram
+	// llm counts the model and tool calls of the silo's model agents
+	// (agentsilo_llm_*), one collector for every type (llmOption).
+	llm *llm.Metrics
 
 	mu       sync.Mutex                              // serialises writers of types
 	types    atomic.Pointer[map[string]*typeMetrics] // copy on write: types are few
@@ -130,6 +134,7 @@ func newMetrics(reg registerer) (*metrics, error) {
 			Help:    "How late reminder ticks fired on this silo after their due time.",
 			Buckets: latenessBuckets,
 		}),
+		llm: llm.NewMetrics(),
 	}
 	empty := map[string]*typeMetrics{}
 	m.types.Store(&empty)
@@ -138,13 +143,17 @@ func newMetrics(reg registerer) (*metrics, error) {
 		Help: "1, labelled with the version of agentsilo this silo runs (see silo --version) and the Go version.",
 	}, []string{"version", "goversion"})
 	build.WithLabelValues(Version(), runtime.Version()).Set(1)
-	for _, c := range []prometheus.Collector{m.calls, m.duration, m.aclDenials, m.lateness, build} {
+	for _, c := range []prometheus.Collector{m.calls, m.duration, m.aclDenials, m.lateness, build, m.llm} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// llmOption makes the model agent types built with it count their model
+// and tool calls in the silo's metrics.
+func (m *metrics) llmOption() llm.Option { return llm.WithMetrics(m.llm) }
 
 // forType returns the cache of typ's series, creating it on first use.
 func (m *metrics) forType(typ string) *typeMetrics {
