@@ -105,6 +105,7 @@ type activation struct {
 	failed      atomic.Int32                // a Reason set by a turn that must end the activation
 	started     bool                        // OnActivate ran; mailbox goroutine only
 	gone        bool                        // deactivated; guarded by exec
+	interleaves bool                        // its type has interleaving skills (interleave.go); set before it is shared
 	ended       atomic.Bool                 // finished (see Runtime.waitEnded)
 	state       atomic.Pointer[stateCursor] // see state.go; nil until the first state call
 	// The activation's place in the runtime's idleWheel (wheel.go), guarded
@@ -203,9 +204,11 @@ func (a *activation) runReentrant(env *envelope) bool {
 	return true
 }
 
-// invoke calls the agent's handler for msg, recovering a panic into Internal.
-// The caller holds exec.
-func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, err error) {
+// invoke calls the agent's handler for msg in turn t, recovering a panic
+// into Internal. The caller holds exec, unless t is free (an interleaving
+// request's, which never activates the agent: see interleave.go).
+func (a *activation) invoke(t *turn, msg *Message) (reply *Message, err error) {
+	var ctx context.Context = t
 	if end := a.traceTurn(ctx, msg); end != nil { // a traced turn's span (tracing.go)
 		defer func() { end(err) }()
 	}
@@ -225,7 +228,7 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 			err = errs.Wrap(errs.Code(err), err, "the turn of %s ran and failed", a.key)
 		}
 	}()
-	if !a.started {
+	if !t.free && !a.started {
 		a.started = true
 		if act, ok := a.agent.(Activator); ok {
 			if err := act.OnActivate(ctx); err != nil {
@@ -236,6 +239,9 @@ func (a *activation) invoke(ctx context.Context, msg *Message) (reply *Message, 
 				}
 				return nil, err
 			}
+		}
+		if a.interleaves {
+			a.interleavingReady()
 		}
 	}
 	switch msg.Kind {
@@ -290,6 +296,9 @@ func (a *activation) requestDeactivation(r Reason) {
 // is created only after this one's OnDeactivate returned, so the two never
 // overlap). Runs on the mailbox's goroutine.
 func (a *activation) finish(reason Reason) {
+	if a.interleaves {
+		a.endInterleaving() // none runs from here on; those running end first
+	}
 	a.exec.Lock()
 	for name := range a.timers {
 		a.StopTimer(name)

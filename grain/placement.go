@@ -164,8 +164,8 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, own
 	if msg.CallChainId == "" {
 		msg.CallChainId = msg.Id
 	}
-	if a.reenters(msg) {
-		return false
+	if a.reenters(msg) || (a.interleaves && a.interleavingOf(msg) != nil) {
+		return false // runs at once, on a goroutine: see askRemoteAsync
 	}
 	r := &remoteRequest{env: envelope{msg: msg, ctx: ctx, done: done, now: time.Now().UnixNano()}}
 	r.env.turn = &r.t

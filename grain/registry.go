@@ -56,10 +56,31 @@ type Skill struct {
 	// data of the skill's replies (for cards and tool listings; replies are
 	// not checked against it).
 	OutputSchema json.RawMessage
+	// Interleave makes the skill's requests run even while the agent is in
+	// a turn, beside it, as Orleans' [AlwaysInterleave] methods do: for a
+	// read of what a long turn has done so far (a model agent's
+	// conversation). Such a request (a REQUEST whose message_type is the
+	// skill's name) is not queued in the mailbox and is no turn of its own:
+	// its OnMessage runs concurrently with the turn in progress, and with
+	// other interleaving requests, so the agent guards what it reads and
+	// writes (a mutex) and calls no turn-only Host method (RegisterTimer,
+	// StopTimer). See docs/agents.md, "Interleaving skills", for the rest
+	// of the contract. The flag stays on the silo: the wire form of a type
+	// (TypeInfo.Proto) does not carry it.
+	Interleave bool
 
 	// schemaErr is why TypedSkill could not infer a schema; Register
 	// reports it.
 	schemaErr error
+}
+
+// Interleaving returns s with Interleave set, for a skill declared in one
+// expression:
+//
+//	grain.TypedSkill[struct{}, Status]("status", "What the agent is doing.").Interleaving()
+func (s Skill) Interleaving() Skill {
+	s.Interleave = true
+	return s
 }
 
 // HasTag reports whether one of the type's skills carries tag (ignoring case).
@@ -176,6 +197,10 @@ type registered struct {
 	// inputs are the compiled input schemas of the skills that have one
 	// (nil if none has).
 	inputs map[string]*jsonschema.Resolved
+	// interleave names the skills with Interleave set (nil if none has):
+	// read-only once registered, shared by the type's activations (see
+	// interleave.go).
+	interleave map[string]struct{}
 	// replaceable: registered by Replace, so Replace and Remove may change
 	// it.
 	replaceable bool
@@ -286,7 +311,14 @@ func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, er
 	}
 	ti.Name = typeName
 	var inputs map[string]*jsonschema.Resolved
+	var interleave map[string]struct{}
 	for _, s := range ti.Skills {
+		if s.Interleave {
+			if interleave == nil {
+				interleave = make(map[string]struct{})
+			}
+			interleave[s.Name] = struct{}{}
+		}
 		if len(s.InputSchema) == 0 {
 			continue
 		}
@@ -299,7 +331,7 @@ func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, er
 		}
 		inputs[s.Name] = rs
 	}
-	return &registered{factory: f, info: ti, inputs: inputs}, nil
+	return &registered{factory: f, info: ti, inputs: inputs, interleave: interleave}, nil
 }
 
 // put adds e under typeName; r.mu is held.

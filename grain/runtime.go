@@ -41,6 +41,11 @@ type Runtime struct {
 	live      sync.WaitGroup              // one per activation not yet removed
 	count     atomic.Int64
 
+	// interleaved holds, for each activation of a type with interleaving
+	// skills, its *interleaving (see interleave.go): from newActivation
+	// until it ends or is discarded.
+	interleaved sync.Map
+
 	endMu sync.Mutex    // guards endCh
 	endCh chan struct{} // closed when an activation ends; nil if nobody waits
 
@@ -249,7 +254,7 @@ func (rt *Runtime) askFrom(ctx context.Context, t *turn, owner string, msg *Mess
 		rt.refused(msg, err)
 		return nil, err
 	}
-	if t != nil {
+	if t != nil && !t.free {
 		// Give the turn's lock back before sending, so that a request of this
 		// chain that comes back to the caller finds it waiting.
 		t.beginWait()
@@ -443,6 +448,9 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 			a.mb.runInline(env)
 			return nil
 		}
+		if a.interleaves && a.interleave(env) {
+			return nil // a request for an interleaving skill, run beside the turn
+		}
 		done := ctx.Done()
 		if env.expired != nil {
 			done = env.expired
@@ -568,6 +576,10 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 		}
 		return nil, err
 	}
+	if typ.interleave != nil {
+		a.interleaves = true
+		rt.interleaved.Store(a, &interleaving{skills: typ.interleave})
+	}
 	rt.live.Add(1)
 	rt.count.Add(1)
 	rt.wheel.add(a, now+a.idle)
@@ -576,6 +588,9 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 
 // discard stops an activation that never entered the directory.
 func (rt *Runtime) discard(a *activation) {
+	if a.interleaves {
+		rt.interleaved.Delete(a)
+	}
 	a.mb.close()
 	a.mb.start()
 	rt.noteEnded(a)

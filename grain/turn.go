@@ -21,6 +21,11 @@ import (
 //     it runs at once, on the sender's goroutine, as a nested turn that takes
 //     exec like any other.
 //
+// A request for an interleaving skill (Skill.Interleave) is the one
+// exception to "one at a time": it runs beside the turn in progress, as a
+// free turn (free set) that never takes exec, on the sender's goroutine
+// (see interleave.go). Its Asks leave exec alone.
+//
 // Other messages queue in the mailbox, whose runner is the one waiting in
 // the turn, so they wait their turn. The runner is a dispatcher goroutine,
 // or, for a local Ask to an idle activation, the asking goroutine itself
@@ -47,6 +52,9 @@ type turn struct {
 	mu      sync.Mutex
 	waiting int32 // outstanding Asks made with this turn's context
 	done    bool  // the handler returned
+	// free: an interleaving request's turn, which holds no exec (and is
+	// never begun or ended); set when the turn is made.
+	free bool
 }
 
 type turnKey struct{}
