@@ -2,16 +2,13 @@ package tests
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 
@@ -167,111 +164,4 @@ func mustRead(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// TestDeclaredTypeLoopSurvivesKill is the durability the model loop
-// promises, with real processes: a declared type whose tool is the typed
-// skill add of the test agent Tally (a count in the state store); the
-// fake model calls it once, then answers. The silo running the loop is
-// killed (kill -9) while the tool call runs (Tally holds its turn until
-// the test releases it) and after the model's response was recorded; the
-// caller's retry with the same idempotency key resumes the turn on
-// another silo. The tool's side effect happens once (the count is 1, one
-// add in Tally's journal), and the fake model's log shows no recorded
-// model step requested again.
-func TestDeclaredTypeLoopSurvivesKill(t *testing.T) {
-	srv := fakemodel.New(
-		fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "call_add", Name: "Tally_add", Arguments: `{"agent": "t", "input": {"n": 1, "hold": true}}`}}},
-		fakemodel.Step{Text: "added one"},
-	)
-	defer srv.Close()
-	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--llm-allow-private-networks"}})
-	def := fmt.Sprintf(`type: Looper
-description: Adds to a tally when asked.
-model: {provider: openai, base_url: %s, name: fake-1}
-tools:
-  - agent: Tally
-`, srv.OpenAIURL())
-	admin := dialAs(t, c, "system")
-	if a, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil || len(a.Unconfirmed) != 0 {
-		t.Fatalf("apply: %+v, %v", a, err)
-	}
-
-	// The loop's agent and the tool's on different silos; the caller's
-	// gateway on neither the loop's silo.
-	const loop, tool = "Looper:test:l", "Tally:test:t"
-	names := c.Names()
-	loopSilo := slices.Index(names, c.Owner(loop))
-	toolSilo := slices.Index(names, c.Owner(tool))
-	if loopSilo == toolSilo {
-		t.Fatalf("%s and %s are both placed on %s; pick other aliases", loop, tool, names[loopSilo])
-	}
-	via := 3 - loopSilo - toolSilo // the third silo
-	sdk := c.Client(t, via, toolSilo)
-	t.Logf("loop on %s, tool on %s, caller through %s", names[loopSilo], names[toolSilo], names[via])
-
-	const key = "add-one-1"
-	type answer struct {
-		r   *client.Message
-		err error
-	}
-	first := make(chan answer, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		r, err := sdk.Ask(ctx, loop, &client.Message{Message: "add one to t", IdempotencyKey: key})
-		first <- answer{r, err}
-	}()
-	tallyJournal := c.Journal() + ".tally"
-	testutil.WaitFor(t, "the tool call holding in Tally", func() bool {
-		b, _ := os.ReadFile(tallyJournal)
-		return strings.Contains(string(b), "hold "+tool+" ")
-	})
-	state, _, err := sdk.State(t.Context(), loop)
-	if err != nil || !strings.Contains(string(state), `"call_add"`) {
-		t.Fatalf("the loop's record before the kill: %s, %v; want the model's tool call recorded", state, err)
-	}
-	c.Kill(loopSilo)
-	killed := time.Now()
-	c.WaitGone(names[loopSilo])
-	if err := os.WriteFile(tallyJournal+".release", nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The keyed Ask is sent again to the loop's new silo, with its key,
-	// by the SDK (its call may have run) or, failing that, by the test:
-	// either way the turn resumes where its record stands.
-	a := <-first
-	t.Logf("the Ask whose loop's silo was killed: %v, %v (%v after the kill)", a.r.GetMessage(), a.err, time.Since(killed).Round(time.Millisecond))
-	if a.err != nil {
-		a.r, a.err = sdk.Ask(t.Context(), loop, &client.Message{Message: "add one to t", IdempotencyKey: key})
-	}
-	if a.err != nil || a.r.GetMessage() != "added one" {
-		t.Fatalf("the answer: %v, %v; want the model's answer", a.r, a.err)
-	}
-	count, err := sdk.Ask(t.Context(), tool, &client.Message{MessageType: "count", DataType: "application/json", Data: []byte("{}")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	journal := string(mustRead(t, tallyJournal))
-	adds := 0
-	for _, line := range strings.Split(journal, "\n") {
-		if strings.HasPrefix(line, "add "+tool+" ") {
-			adds++
-		}
-	}
-	reqs := srv.Requests()
-	repeated := 0
-	for i := range 2 {
-		repeated += max(srv.Count(i)-1, 0)
-	}
-	t.Logf("tool calls repeated: %d; recorded model steps requested again: %d (count %s, %d model requests)", adds-1, repeated, count.Data, len(reqs))
-	if string(count.Data) != `{"count":1}` || adds != 1 {
-		t.Errorf("Tally: count %s, %d adds in its journal:\n%s\nwant 1 and 1: the tool's side effect once", count.Data, adds, journal)
-	}
-	if repeated != 0 || len(reqs) != 2 || srv.Left() != 0 {
-		t.Errorf("the model got %d requests (%d repeated), %d steps left; want 2, 0, 0", len(reqs), repeated, srv.Left())
-	}
-	if last := reqs[len(reqs)-1].LastMessage(); last.Role != "tool" || last.ToolCallID != "call_add" || !strings.Contains(last.Text, `"count":1`) {
-		t.Errorf("the resumed turn's model request ends with %+v; want the tool's result", last)
-	}
 }
