@@ -51,6 +51,12 @@ const (
 	ConfigTransport = "transport"
 )
 
+// MetaIdempotencyKey is the key, in the metadata of the message an agent
+// of RemoteType sends for an Ask with an idempotency key, of that key; the
+// message's id is the key too. A message sent again under the same key (a
+// retry after a crash) is one the remote agent may take once.
+const MetaIdempotencyKey = "agentsilo.idempotency_key"
+
 // RemoteOptions configures the A2A agent type.
 type RemoteOptions struct {
 	// AllowPrivateNetworks lets remote agents be on loopback, private and
@@ -282,6 +288,12 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	msg := spec.NewMessage(spec.MessageRoleUser, toParts(m)...)
 	msg.ContextID = contextID
 	msg.TaskID = taskID
+	if k := m.GetIdempotencyKey(); k != "" {
+		// A message sent again under the same key (a retry after a
+		// crash) is the same message to the remote agent.
+		msg.ID = k
+		msg.SetMeta(MetaIdempotencyKey, k)
+	}
 	if st[StateFollow] == FollowBackground {
 		return r.startBackground(ctx, m, msg)
 	}

@@ -75,18 +75,26 @@ func buildTools(ctx context.Context, h grain.Host, reg *grain.Registry, def *Def
 	for i, ref := range def.Tools {
 		var tools []*tool
 		var err error
+		field := fmt.Sprintf("tools[%d]", i)
 		switch {
 		case ref.Agent != "":
+			field += ".agent"
 			tools, err = agentTools(ctx, h, reg, ref.Agent)
 		case ref.Directory:
 			tools = directoryTools()
 		case ref.Memory:
 			tools = memoryTools(h.Address().Alias)
+		case ref.MCP != "":
+			field += ".mcp"
+			tools, err = mcpTools(ctx, h, ref.MCP)
+		case ref.A2A != "":
+			field += ".a2a"
+			tools, err = a2aTools(ctx, h, ref.A2A)
 		default:
-			err = errs.New(codes.Unimplemented, "not implemented yet")
+			err = errs.New(codes.InvalidArgument, "names no tool")
 		}
 		if err != nil {
-			return nil, errs.Wrap(errs.Code(err), err, "definition %s: tools[%d]", def.Type, i)
+			return nil, errs.Wrap(errs.Code(err), err, "definition %s: %s", def.Type, field)
 		}
 		for _, t := range tools {
 			if err := set.add(t); err != nil {
@@ -207,31 +215,48 @@ func agentTools(ctx context.Context, h grain.Host, reg *grain.Registry, typ stri
 // under the call's idempotency key, from the turn's context (so on behalf
 // of the turn's principal), and returns its reply's JSON data or text.
 func askAgent(ctx context.Context, c callContext, typ, who string, msg *grain.Message) (string, error) {
+	r, applied, err := ask(ctx, c, typ, who, msg)
+	if err != nil || r == nil {
+		return applied, err
+	}
+	return replyText(r), nil
+}
+
+// ask is askAgent's Ask: the reply, or (with a nil reply and error) what
+// the model is told of a call its callee ran already, before the agent
+// restarted, whose answer was lost.
+func ask(ctx context.Context, c callContext, typ, who string, msg *grain.Message) (*grain.Message, string, error) {
 	if strings.TrimSpace(who) == "" {
-		return "", errs.New(codes.InvalidArgument, "arguments: agent is empty")
+		return nil, "", errs.New(codes.InvalidArgument, "arguments: agent is empty")
 	}
 	addr, err := grain.Resolve(typ+":"+who, c.host.Owner())
 	if err != nil {
-		return "", err
+		return nil, "", err
 	}
 	if c.ownOnly && addr.Owner != c.host.Owner() {
-		return "", errs.New(codes.PermissionDenied, "%s is another owner's agent, and this turn was resumed without its caller (on behalf of the agent's owner): it may ask only %s's agents", addr, c.host.Owner())
+		return nil, "", errs.New(codes.PermissionDenied, "%s is another owner's agent, and this turn was resumed without its caller (on behalf of the agent's owner): it may ask only %s's agents", addr, c.host.Owner())
 	}
 	msg.IdempotencyKey = c.key
 	r, err := c.host.Ask(ctx, addr.String(), msg)
 	if err != nil {
 		if errors.Is(err, grain.ErrApplied) {
-			return fmt.Sprintf("%s already ran this call before the agent restarted, and its answer was lost; it was not run again.", addr), nil
+			return nil, fmt.Sprintf("%s already ran this call before the agent restarted, and its answer was lost; it was not run again.", addr), nil
 		}
-		return "", err
+		return nil, "", err
 	}
+	return r, "", nil
+}
+
+// replyText is what the model gets of a reply: its JSON data, after its
+// text if it has both, else its text.
+func replyText(r *grain.Message) string {
 	if len(r.Data) > 0 && (r.DataType == grain.JSONType || json.Valid(r.Data)) {
 		if r.Message == "" {
-			return string(r.Data), nil
+			return string(r.Data)
 		}
-		return r.Message + "\n" + string(r.Data), nil
+		return r.Message + "\n" + string(r.Data)
 	}
-	return r.Message, nil
+	return r.Message
 }
 
 // validate checks the JSON data against rs.

@@ -68,6 +68,13 @@ const (
 	RemoteCallTool = "tools/call"
 )
 
+// MetaIdempotencyKey is the key, in the _meta of the tools/call requests an
+// agent of RemoteType sends, of the idempotency key of the Ask that made
+// the call (the message's IdempotencyKey), when it has one: a call sent
+// again with the same key (a retry after a crash) is one the server may
+// run once.
+const MetaIdempotencyKey = "agentsilo/idempotency-key"
+
 // RemoteOptions configures the MCP agent type.
 type RemoteOptions struct {
 	// AllowPrivateNetworks lets servers be on loopback, private and
@@ -287,7 +294,11 @@ func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name strin
 	// (it answered 404 and did not run it).
 	err := r.withSession(ctx, false, func(s *mcpsdk.ClientSession) error {
 		var err error
-		res, err = s.CallTool(ctx, &mcpsdk.CallToolParams{Name: name, Arguments: args})
+		params := &mcpsdk.CallToolParams{Name: name, Arguments: args}
+		if k := m.GetIdempotencyKey(); k != "" {
+			params.Meta = mcpsdk.Meta{MetaIdempotencyKey: k}
+		}
+		res, err = s.CallTool(ctx, params)
 		return err
 	})
 	if err != nil {

@@ -42,6 +42,7 @@ type Server struct {
 	canceled []spec.TaskID
 	sends    int
 	traces   []string
+	messages []*spec.Message
 }
 
 type task struct {
@@ -139,6 +140,14 @@ func (s *Server) Traceparents() []string {
 	return append([]string(nil), s.traces...)
 }
 
+// Messages returns the messages its tasks' turns got so far, in order
+// (with their ids and metadata).
+func (s *Server) Messages() []*spec.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*spec.Message(nil), s.messages...)
+}
+
 // Sends counts the SendMessage and SendStreamingMessage calls received.
 func (s *Server) Sends() int {
 	s.mu.Lock()
@@ -158,6 +167,9 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 		}
 		s := e.s
 		s.mu.Lock()
+		if ec.Message != nil {
+			s.messages = append(s.messages, ec.Message)
+		}
 		t := s.tasks[ec.TaskID]
 		if t == nil {
 			t = &task{cmd: text}
