@@ -259,7 +259,7 @@ func printableASCII(s string) bool {
 // key that fails with Unavailable is sent again until ctx ends.
 func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
 	if n := proto.Size(m); n > c.opts.maxSize {
-		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent, so it did not run", n, c.opts.maxSize)
 	}
 	if err := checkUTF8(m); err != nil {
 		return nil, err
@@ -320,10 +320,7 @@ var resend = &agentsilov1.Result{}
 func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bool, _ error) {
 	st, err := c.stream(ctx)
 	if err != nil {
-		if code := errs.Code(err); code == codes.DeadlineExceeded || code == codes.Canceled {
-			err = errs.Wrap(code, err, "call %s: not sent, so it did not run", m.GetTo())
-		}
-		return nil, false, err
+		return nil, false, errs.Wrap(errs.Code(err), err, "call %s: not sent, so it did not run", m.GetTo())
 	}
 	id := c.nextID.Add(1)
 	ch := make(chan *agentsilov1.Result, 1)

@@ -110,7 +110,7 @@ func (m *Memory) call(ctx context.Context, typ string, req MemoryRequest) (*Memo
 	var out MemoryReply
 	if len(r.GetData()) > 0 {
 		if err := json.Unmarshal(r.GetData(), &out); err != nil {
-			return nil, errs.New(codes.Internal, "memory: reply of %s: %w", m.addr, err)
+			return nil, errs.New(codes.Internal, "memory: the turn of %s ran, but its reply does not decode: %w", m.addr, err)
 		}
 	}
 	return &out, nil
@@ -134,7 +134,7 @@ func (m *Memory) Get(ctx context.Context, key string) (MemoryEntry, error) {
 		return MemoryEntry{}, err
 	}
 	if r.Entry == nil {
-		return MemoryEntry{}, errs.New(codes.Internal, "memory: %s sent no entry", m.addr)
+		return MemoryEntry{}, errs.New(codes.Internal, "memory: the turn of %s ran, but its reply has no entry", m.addr)
 	}
 	return *r.Entry, nil
 }

@@ -41,7 +41,7 @@ func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ Pub
 		m = proto.Clone(msg).(*Message)
 	}
 	if n := proto.Size(m); n > c.opts.maxSize {
-		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, c.opts.maxSize)
+		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent", n, c.opts.maxSize)
 	}
 	ctx, span := c.startSpan(ctx, "agentsilo Publish", m)
 	defer func() { endSpan(span, err) }()

@@ -142,7 +142,7 @@ func unaryDecoded(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.
 // checkReply turns an agent's reply that cannot be encoded into Internal.
 func checkReply(r *agentsilov1.AgentMessage) error {
 	if err := protocol.CheckMessage(r); err != nil {
-		return errs.New(codes.Internal, "the reply of %s cannot be sent: %s", protocol.Clip(r.GetFrom()), errs.FromStatus(err).Error())
+		return errs.New(codes.Internal, "the turn ran, but the reply of %s cannot be sent: %s", protocol.Clip(r.GetFrom()), errs.FromStatus(err).Error())
 	}
 	return nil
 }

@@ -354,7 +354,7 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 		return errs.New(codes.InvalidArgument, "missing message")
 	}
 	if n := proto.Size(m); n > g.cfg.MaxMessageSize {
-		return errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, g.cfg.MaxMessageSize)
+		return errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: refused before it ran", n, g.cfg.MaxMessageSize)
 	}
 	return nil
 }

@@ -139,7 +139,7 @@ func (ps *principals) take(p string, field func(*usage) *int, max int, what stri
 	}
 	n := field(u)
 	if *n >= max {
-		return nil, errs.New(codes.ResourceExhausted, "principal %s has %d %s (the gateway's limit)", p, *n, what)
+		return nil, errs.New(codes.ResourceExhausted, "principal %s has %d %s (the gateway's limit): refused before it ran", p, *n, what)
 	}
 	*n++
 	var once sync.Once

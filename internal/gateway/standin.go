@@ -34,7 +34,9 @@ func NewStandIn(cfg Config, why func() string) (*StandIn, error) {
 	if err != nil {
 		return nil, err
 	}
-	refuse := func(any, grpc.ServerStream) error { return errs.New(codes.Unavailable, "%s", why()) }
+	refuse := func(any, grpc.ServerStream) error {
+		return errs.New(codes.Unavailable, "%s (refused before it ran)", why())
+	}
 	srv := grpc.NewServer(append(authn.ServerOptions(), keepaliveParams, keepalivePolicy, grpc.UnknownServiceHandler(refuse))...)
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)

@@ -62,15 +62,15 @@ func TestStandIn(t *testing.T) {
 	if _, err := gw.Ask(ctx, askReq("Echo:alice:x", "hi")); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("Ask without a key: %v, want Unauthenticated", err)
 	}
-	if _, err := gw.Ask(withKey(ctx, "alice-key"), askReq("Echo:alice:x", "hi")); status.Code(err) != codes.Unavailable || status.Convert(err).Message() != why {
-		t.Errorf("Ask with a key: %v, want Unavailable %q", err, why)
+	if _, err := gw.Ask(withKey(ctx, "alice-key"), askReq("Echo:alice:x", "hi")); status.Code(err) != codes.Unavailable || status.Convert(err).Message() != why+refused {
+		t.Errorf("Ask with a key: %v, want Unavailable %q", err, why+refused)
 	}
 	st, err := gw.Session(withKey(ctx, "alice-key"))
 	if err == nil {
 		_, err = st.Recv()
 	}
-	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != why {
-		t.Errorf("Session with a key: %v, want Unavailable %q", err, why)
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != why+refused {
+		t.Errorf("Session with a key: %v, want Unavailable %q", err, why+refused)
 	}
 
 	c, err := client.Dial(ctx, []string{addr}, client.WithTLS(p.clientTLS(t, "", "")), client.WithAPIKey("alice-key"))
@@ -83,3 +83,6 @@ func TestStandIn(t *testing.T) {
 	}
 	t.Logf("the SDK's Dial: %v", err)
 }
+
+// refused is what the stand-in adds to the reason it refuses a call for.
+const refused = " (refused before it ran)"

@@ -288,7 +288,7 @@ type OrderedHandler interface {
 // had passed when it arrived; tried, that TryHandleRequest declined it.
 func (in *inbound) request(env *Envelope, c *callCtx, tried bool) {
 	if c == nil {
-		in.respond(env, nil, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline", env.GetMessage().GetTo()))
+		in.respond(env, nil, nil, errs.New(codes.DeadlineExceeded, "request to %s arrived after its deadline, so it did not run", env.GetMessage().GetTo()))
 		return
 	}
 	if !tried && in.tryAsync(env, c) {
@@ -312,7 +312,7 @@ func (in *inbound) request(env *Envelope, c *callCtx, tried bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			t.logger.Error("peer request handler panicked", "peer", in.from, "to", env.GetMessage().GetTo(), "panic", r)
-			reply(nil, errs.New(codes.Internal, "request to %s: handler panicked: %v", env.GetMessage().GetTo(), r))
+			reply(nil, errs.New(codes.Internal, "request to %s: handler panicked (it may have run): %v", env.GetMessage().GetTo(), r))
 		}
 	}()
 	oh.PostRequest(c, in.from, env, reply)
@@ -359,11 +359,11 @@ func (in *inbound) respond(env *Envelope, c *callCtx, msg *agentsilov1.AgentMess
 	size := 64
 	if err == nil && msg != nil {
 		if n := messageSize(msg); n > t.cfg.MaxMessageSize {
-			err = errs.New(codes.ResourceExhausted, "reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
+			err = errs.New(codes.ResourceExhausted, "the turn ran, but its reply of %d bytes exceeds the maximum of %d", n, t.cfg.MaxMessageSize)
 		} else if cerr := protocol.CheckMessage(msg); cerr != nil {
 			// It would fail its batch and break the stream: the caller gets
 			// the handler's fault instead.
-			err = errs.New(codes.Internal, "reply of %s cannot be sent: %s", protocol.Clip(msg.GetFrom()), errMessage(cerr))
+			err = errs.New(codes.Internal, "the turn ran, but the reply of %s cannot be sent: %s", protocol.Clip(msg.GetFrom()), errMessage(cerr))
 		} else {
 			size += n
 		}
@@ -396,7 +396,7 @@ func (in *inbound) handle(ctx context.Context, env *Envelope) (msg *agentsilov1.
 	defer func() {
 		if r := recover(); r != nil {
 			in.t.logger.Error("peer request handler panicked", "peer", in.from, "to", env.GetMessage().GetTo(), "panic", r)
-			msg, err = nil, errs.New(codes.Internal, "request to %s: handler panicked: %v", env.GetMessage().GetTo(), r)
+			msg, err = nil, errs.New(codes.Internal, "request to %s: handler panicked (it may have run): %v", env.GetMessage().GetTo(), r)
 		}
 	}()
 	return in.h.HandleRequest(ctx, in.from, env)

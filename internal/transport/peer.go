@@ -236,15 +236,15 @@ func (p *peer) enqueue(ctx context.Context, it item) error {
 		done := ctx.Done()
 		if done == nil {
 			p.w.queued.Add(-1)
-			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes)", p.addr, p.t.cfg.QueueSize)
+			return errs.New(codes.ResourceExhausted, "queue to peer %s is full (%d envelopes): not sent, so it did not run", p.addr, p.t.cfg.QueueSize)
 		}
 		switch p.queue.put(it, done, p.ctx.Done()) {
 		case 1:
 			p.w.queued.Add(-1)
-			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes)", p.addr, p.t.cfg.QueueSize))
+			return ctxErr(ctx, fmt.Sprintf("queue to peer %s is full (%d envelopes): not sent, so it did not run", p.addr, p.t.cfg.QueueSize))
 		case 2:
 			p.w.queued.Add(-1)
-			return errTransportClosed()
+			return notSent(errTransportClosed())
 		}
 	}
 	if h := p.t.hookEnqueued; h != nil {
@@ -429,7 +429,7 @@ func (p *peer) drain(err error) {
 		}
 		p.w.queued.Add(-1)
 		if it.call != nil && !it.call.finished.Load() {
-			p.complete(it.env.CallId, result{err: err})
+			p.complete(it.env.CallId, result{err: notSent(err)})
 		}
 		p.drop(it)
 	}

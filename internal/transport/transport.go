@@ -496,7 +496,7 @@ func (t *Transport) check(ctx context.Context, env *Envelope) (int, error) {
 	}
 	size := messageSize(env.Message)
 	if size > t.cfg.MaxMessageSize {
-		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", size, t.cfg.MaxMessageSize)
+		return 0, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent, so it did not run", size, t.cfg.MaxMessageSize)
 	}
 	// Checked here, alone: a message that does not encode would fail the
 	// whole batch it joined, and break the stream.
@@ -557,6 +557,12 @@ func (e notDelivered) Unwrap() error        { return e.err }
 func (e notDelivered) Is(target error) bool { return target == ErrNotDelivered }
 
 func errTransportClosed() error { return errs.New(codes.Unavailable, "transport closed") }
+
+// notSent is err, the reason a request queued to a peer was never written
+// to its stream, saying so.
+func notSent(err error) error {
+	return errs.Wrap(errs.Code(err), err, "not sent, so it did not run")
+}
 
 // errMessage is err's message, without the "rpc error: code = ..." prefix of
 // a gRPC status error.
