@@ -31,6 +31,26 @@ const (
 	// ResumeReminder names the reminder a turn registers at its start and
 	// removes at its end, and is the type of its ticks.
 	ResumeReminder = "llm.resume"
+	// ReplyToKey is the key, in the State of an event, a one-way message
+	// or a published message, of the address its turn's answer goes to
+	// (a one-way message of AnswerType). Without it the answer goes
+	// nowhere (it stays in the record). Only an address of the agent's
+	// owner or of the principal of the turn is answered.
+	ReplyToKey = "reply_to"
+)
+
+// What starts a turn, as Turn.Trigger and TurnSummary.Trigger name it
+// ("" for a request, whose caller waits for the answer).
+const (
+	// TriggerEvent: an event (Host.Event, a broadcast event).
+	TriggerEvent = "event"
+	// TriggerMessage: a one-way message (Host.Send, the SDK's Send).
+	TriggerMessage = "message"
+	// TriggerTopic: a message published to a topic the agent subscribes
+	// to.
+	TriggerTopic = "topic"
+	// TriggerSchedule: a firing of a schedule entry.
+	TriggerSchedule = "schedule"
 )
 
 // Register registers def's agent type in reg: agents that answer each
@@ -38,13 +58,19 @@ const (
 // limits, recording every step in their durable state (see Conversation).
 // The type's one typed skill is SkillConversation. def is validated first
 // (InvalidArgument naming the field); a model whose API key variable is
-// not set is FailedPrecondition. Agent types named in def's tools are read
+// not set is FailedPrecondition. A definition with a daily token budget
+// registers BudgetType too, if reg has none. Agent types named in def's tools are read
 // from reg when an agent first needs its tools (else from the directory),
 // so they may be registered after this.
 func Register(reg *grain.Registry, def Definition, opts ...Option) error {
 	f, info, err := Factory(reg, def, opts...)
 	if err != nil {
 		return err
+	}
+	if def.Limits.OwnerDailyTokens > 0 {
+		if err := RegisterBudget(reg); err != nil {
+			return err
+		}
 	}
 	return reg.Register(def.Type, f, info)
 }
@@ -158,31 +184,64 @@ type stateContext struct{ context.Context }
 
 func (stateContext) Value(any) any { return nil }
 
-// OnMessage implements grain.Agent.
+// OnMessage implements grain.Agent. A request is a turn whose caller
+// waits for the answer; a one-way message with text, and a message
+// published to a topic the agent subscribes to, start turns whose answer
+// goes nowhere, or to the message's ReplyToKey.
 func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	self := m.Kind == grain.KindOneWay && m.From == a.h.Address().String()
 	switch {
 	case m.MessageType == SkillConversation:
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return grain.JSONReply(m, &a.rec)
-	case m.Kind == grain.KindOneWay && m.MessageType == ResumeReminder && m.From == a.h.Address().String():
+	case self && m.MessageType == ResumeReminder:
 		a.tick(ctx)
 		return nil, nil
+	case self && m.MessageType == ScheduleType:
+		a.scheduled(ctx, m)
+		return nil, nil
+	case m.MessageType != "" && m.Kind != grain.KindRequest:
+		// Not text: an answer of another agent's resumed turn, a push.
+		a.h.Logger().Debug("a one-way message that is not text starts no turn", "message_type", clipText(m.MessageType, 64), "from", m.From)
+		return nil, nil
 	case m.MessageType != "":
-		return nil, errs.New(codes.InvalidArgument, "%s: no skill %q (ask with text, or %q)", a.h.Address(), clipText(m.MessageType, 64), SkillConversation)
+		err := errs.New(codes.InvalidArgument, "%s: no skill %q (ask with text, or %q)", a.h.Address(), clipText(m.MessageType, 64), SkillConversation)
+		if m.Topic != "" {
+			return nil, grain.Poison(err.Error()) // delivering it again would fail the same way
+		}
+		return nil, err
 	}
 	if !a.enter() {
 		return nil, errs.New(codes.FailedPrecondition, "%s is in a turn already: a tool of its turn asked it back", a.h.Address())
 	}
 	defer a.leave()
-	if m.Kind != grain.KindRequest {
+	switch {
+	case m.Kind != grain.KindRequest:
+		a.untended(ctx, m, TriggerMessage)
 		return nil, nil
+	case m.Topic != "":
+		return nil, a.published(ctx, m)
 	}
 	ans, err := a.ask(ctx, m)
 	if err != nil {
 		return nil, err
 	}
 	return reply(m, ans)
+}
+
+// OnEvent implements grain.EventHandler: an event with text starts a turn
+// as a one-way message does.
+func (a *agent) OnEvent(ctx context.Context, m *grain.Message) error {
+	if m.MessageType != "" {
+		return nil
+	}
+	if !a.enter() {
+		return errs.New(codes.FailedPrecondition, "%s is in a turn already: a tool of its turn asked it back", a.h.Address())
+	}
+	defer a.leave()
+	a.untended(ctx, m, TriggerEvent)
+	return nil
 }
 
 func (a *agent) enter() bool {
@@ -214,55 +273,103 @@ func reply(m *grain.Message, ans Answer) (*grain.Message, error) {
 	return r, nil
 }
 
+// messageText is the text of a message: its text, else its data.
+func messageText(m *grain.Message) string {
+	if m.Message == "" && len(m.Data) > 0 {
+		return string(m.Data)
+	}
+	return m.Message
+}
+
 // ask answers the request m: with the recorded answer of its idempotency
 // key, by resuming its turn, or with a new turn (after finishing any turn
 // left unfinished).
 func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
-	if a.stale {
-		if err := a.load(ctx); err != nil {
-			return Answer{}, err
-		}
-	}
-	text := m.Message
-	if text == "" && len(m.Data) > 0 {
-		text = string(m.Data)
-	}
+	text := messageText(m)
 	if strings.TrimSpace(text) == "" {
 		return Answer{}, errs.New(codes.InvalidArgument, "%s: the request has no text", a.h.Address())
 	}
-	principal := principalOf(m)
-	if ans, ok := a.rec.answer(m.IdempotencyKey, principal); ok {
-		return ans, nil
+	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m)}
+	if ans, ok, err := a.known(ctx, s); ok || err != nil {
+		return ans, err
 	}
-	if cur := a.rec.Current; cur != nil {
-		if cur.Key != "" && cur.Key == m.IdempotencyKey && cur.Principal == principal {
-			return a.run(ctx, a.liveRun(cur))
+	if cur := a.rec.Current; cur != nil && cur.Key != "" && cur.Key == s.key && cur.Principal == s.principal {
+		return a.run(ctx, a.liveRun(cur))
+	}
+	cur, err := a.begin(ctx, s)
+	if err != nil {
+		return Answer{}, err
+	}
+	return a.run(ctx, a.liveRun(cur))
+}
+
+// turnStart is what a new turn starts from.
+type turnStart struct {
+	text string
+	// key is the idempotency key its answer is recorded under ("": none).
+	key string
+	// from sent the message; principal is the one it is on behalf of.
+	from, principal string
+	// trigger is what started it ("" for a request); replyTo is where the
+	// answer of a turn without a waiting caller goes ("" for nowhere).
+	trigger, replyTo string
+	// schedule and at are the schedule reminder and the firing a
+	// scheduled turn is for.
+	schedule string
+	at       time.Time
+}
+
+// known returns the recorded answer of s's key, if any (loading the
+// record first if it may be stale).
+func (a *agent) known(ctx context.Context, s turnStart) (Answer, bool, error) {
+	if a.stale {
+		if err := a.load(ctx); err != nil {
+			return Answer{}, false, err
 		}
+	}
+	ans, ok := a.rec.answer(s.key, s.principal)
+	return ans, ok, nil
+}
+
+// begin starts a new turn from s, after finishing any turn left
+// unfinished, and returns it, recorded: its message appended, Current
+// set, the resume reminder registered. A budget spent is
+// ResourceExhausted, with nothing recorded.
+func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
+	if cur := a.rec.Current; cur != nil {
 		// A turn left unfinished by a crash comes first: the conversation
 		// goes on from its end. If another principal started it, it may
-		// not use this request's rights on other owners' agents.
-		ans, err := a.run(ctx, runContext{ownOnly: cur.Principal != principal})
+		// not use this one's rights on other owners' agents.
+		ans, err := a.run(ctx, runContext{ownOnly: cur.Principal != s.principal})
 		if err != nil {
-			return Answer{}, errs.Wrap(errs.Code(err), err, "%s: the turn %s, left unfinished, must end before a new one starts, and could not", a.h.Address(), cur.ID)
+			return nil, errs.Wrap(errs.Code(err), err, "%s: the turn %s, left unfinished, must end before a new one starts, and could not", a.h.Address(), cur.ID)
 		}
 		a.deliver(ctx, cur, ans)
+	}
+	if err := a.checkBudget(ctx); err != nil {
+		return nil, err
 	}
 	now := a.t.opts.clk.Now()
 	cur := &Turn{
 		ID:        grain.NewID(),
-		Key:       m.IdempotencyKey,
-		From:      m.From,
-		Principal: principal,
+		Key:       s.key,
+		From:      s.from,
+		Principal: s.principal,
+		Trigger:   s.trigger,
+		ReplyTo:   s.replyTo,
 		Started:   now,
 		Deadline:  now.Add(a.t.def.Limits.timeout()),
 	}
 	a.mu.Lock()
 	cur.Start = len(a.rec.Messages)
-	a.rec.Messages = append(a.rec.Messages, Message{Role: RoleUser, Text: text, Turn: cur.ID})
+	a.rec.Messages = append(a.rec.Messages, Message{Role: RoleUser, Text: s.text, Turn: cur.ID})
 	a.rec.Current = cur
+	if s.schedule != "" {
+		a.rec.fired(s.schedule, s.at)
+	}
 	a.mu.Unlock()
 	if err := a.save(ctx); err != nil {
-		return Answer{}, err
+		return nil, err
 	}
 	afterStep(ctx, stepStarted)
 	if due := a.t.opts.resumeDue; due >= 0 {
@@ -270,7 +377,95 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 			a.h.Logger().Warn("no reminder to resume the turn after a crash; only a retry of its request will", "turn", cur.ID, "err", err)
 		}
 	}
-	return a.run(ctx, a.liveRun(cur))
+	return cur, nil
+}
+
+// untended runs a turn for m, an event or a one-way message: nobody waits
+// for its answer, which goes to m's ReplyToKey if it names one. A failure
+// is logged: a turn that started and did not end is resumed by its
+// reminder.
+func (a *agent) untended(ctx context.Context, m *grain.Message, trigger string) {
+	text := messageText(m)
+	if strings.TrimSpace(text) == "" {
+		a.h.Logger().Debug("a message without text starts no turn", "from", m.From, "kind", m.Kind)
+		return
+	}
+	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), trigger: trigger}
+	s.replyTo = a.replyTo(m, s.principal)
+	ans, ok, err := a.known(ctx, s)
+	if err == nil && !ok {
+		ans, err = a.runUntended(ctx, s)
+	}
+	if err != nil {
+		a.h.Logger().Warn("the turn of a message without a caller failed", "trigger", trigger, "from", m.From, "err", err)
+		if errs.Code(err) == codes.ResourceExhausted && s.replyTo != "" {
+			a.send(ctx, s.replyTo, Answer{Key: s.key, Code: codes.ResourceExhausted, Error: err.Error()})
+		}
+		return
+	}
+	if s.replyTo != "" && !ok {
+		a.send(ctx, s.replyTo, ans)
+	}
+}
+
+// runUntended runs s's turn (resuming it if it is the current one, by its
+// key) with nobody to push progress to.
+func (a *agent) runUntended(ctx context.Context, s turnStart) (Answer, error) {
+	if cur := a.rec.Current; cur == nil || cur.Key == "" || cur.Key != s.key || cur.Principal != s.principal {
+		if _, err := a.begin(ctx, s); err != nil {
+			return Answer{}, err
+		}
+	}
+	return a.run(ctx, runContext{})
+}
+
+// published takes a message published to a topic the agent subscribes
+// to: its turn is recorded (keyed by the subscription and the message, so
+// that a delivery again finds it) and the delivery acknowledged at once;
+// the turn then runs as the agent's next message, and after a crash by
+// its resume reminder. The answer goes to the message's ReplyToKey, if
+// any. A budget spent is the delivery's error (ResourceExhausted): it is
+// delivered again later, and ends a dead letter.
+func (a *agent) published(ctx context.Context, m *grain.Message) error {
+	text := messageText(m)
+	if strings.TrimSpace(text) == "" {
+		return grain.Poison("the message has no text")
+	}
+	s := turnStart{text: text, key: "topic/" + m.Subscription + "/" + m.Id, from: m.From, principal: principalOf(m), trigger: TriggerTopic}
+	s.replyTo = a.replyTo(m, s.principal)
+	if _, ok, err := a.known(ctx, s); ok || err != nil {
+		return err
+	}
+	cur := a.rec.Current
+	if cur == nil || cur.Key != s.key {
+		var err error
+		if cur, err = a.begin(ctx, s); err != nil {
+			return err
+		}
+	}
+	// The turn runs next, in a turn of its own (the delivery is
+	// acknowledged now): the agent's message to itself that resumes it.
+	if err := a.h.Send(ctx, a.h.Address().String(), &grain.Message{MessageType: ResumeReminder, Message: cur.ID}); err != nil {
+		a.h.Logger().Warn("the turn of a published message waits for its resume reminder", "turn", cur.ID, "err", err)
+	}
+	return nil
+}
+
+// replyTo is where the answer of m's turn goes: m's ReplyToKey if it is
+// an address of the agent's owner or of principal, else nowhere (the
+// answer must not reach, in the agent's name, what the principal may not
+// message).
+func (a *agent) replyTo(m *grain.Message, principal string) string {
+	to := m.State[ReplyToKey]
+	if to == "" {
+		return ""
+	}
+	addr, err := grain.Resolve(to, a.h.Owner())
+	if err != nil || (addr.Owner != a.h.Owner() && addr.Owner != principal) {
+		a.h.Logger().Warn("the message's reply_to is not an address of the agent's owner or of its principal: the answer goes nowhere", "reply_to", clipText(to, 200), "principal", principal)
+		return ""
+	}
+	return addr.String()
 }
 
 // principalOf is the principal m is on behalf of: the one the runtime
@@ -315,19 +510,29 @@ func (a *agent) tick(ctx context.Context) {
 }
 
 // deliver sends the answer of cur, a turn whose caller was not waiting
-// for it when it ended, to the caller (a one-way message of AnswerType,
-// naming the turn and the request's idempotency key in its state).
+// for it when it ended, to the caller (a request's), or to its reply-to
+// address (a turn without a caller's).
 func (a *agent) deliver(ctx context.Context, cur *Turn, ans Answer) {
-	if cur.From == "" {
+	to := cur.From
+	if cur.Trigger != "" {
+		to = cur.ReplyTo
+	}
+	if to == "" {
 		return
 	}
-	msg := &grain.Message{MessageType: AnswerType, Message: ans.Text, State: map[string]string{"turn": cur.ID, "key": cur.Key}}
+	a.send(ctx, to, ans)
+}
+
+// send sends ans to `to`: a one-way message of AnswerType, naming the
+// turn and the idempotency key of its request in its state.
+func (a *agent) send(ctx context.Context, to string, ans Answer) {
+	msg := &grain.Message{MessageType: AnswerType, Message: ans.Text, State: map[string]string{"turn": ans.Turn, "key": ans.Key}}
 	if ans.Code != codes.OK {
 		msg.State["code"] = ans.Code.String()
 		msg.State["error"] = ans.Error
 	}
-	if err := a.h.Send(ctx, cur.From, msg); err != nil {
-		a.h.Logger().Debug("the answer of a resumed turn did not reach its caller", "turn", cur.ID, "to", cur.From, "err", err)
+	if err := a.h.Send(ctx, to, msg); err != nil {
+		a.h.Logger().Debug("the answer of a turn did not reach its addressee", "turn", ans.Turn, "to", to, "err", err)
 	}
 }
 

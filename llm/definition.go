@@ -38,6 +38,11 @@ import (
 //	  max_rounds: 8
 //	  max_output_tokens: 4000
 //	  timeout: 2m
+//	  owner_daily_tokens: 200000
+//	schedule:
+//	  - cron: "0 7 * * 1-5 Europe/Rome"
+//	    message: summarise the orders opened yesterday
+//	    owner: acme
 type Definition struct {
 	// Type is the agent type's name.
 	Type string `json:"type"`
@@ -54,8 +59,11 @@ type Definition struct {
 	Approval []string `json:"approval,omitempty"`
 	// Limits bound each turn.
 	Limits Limits `json:"limits,omitzero"`
-	// Schedule is when the agents are asked without a caller. Parsed and
-	// checked only: nothing runs on a schedule yet.
+	// Schedule is when the agents are asked without a caller: each entry's
+	// message at its times, to its agent (see ScheduleEntry), through
+	// durable reminders. A declared type's are registered when the
+	// definition is applied (package cluster); ScheduleReminders lists
+	// them for a program that registers its own.
 	Schedule []ScheduleEntry `json:"schedule,omitempty"`
 }
 
@@ -114,18 +122,39 @@ type Limits struct {
 	// Timeout bounds a turn from its start, across restarts (default 5m,
 	// at most 24h).
 	Timeout Duration `json:"timeout,omitempty"`
+	// OwnerDailyTokens bounds the tokens (input and output) that the
+	// model calls of the agents of one owner spend in a day (UTC), summed
+	// over every agent of the owner whose type sets a budget, counted
+	// durably across silos (see BudgetType). Past it, a turn is refused
+	// with ResourceExhausted, and a running one ends at its next model
+	// call. 0: none (a silo's --llm-owner-daily-tokens gives its declared
+	// types a budget all the same, and lowers a larger one).
+	OwnerDailyTokens int64 `json:"owner_daily_tokens,omitempty"`
 }
 
-// ScheduleEntry is a message the agent will get at a period, without a
-// caller. Parsed and checked only for now.
+// ScheduleEntry is a message an agent is asked at set times, without a
+// caller: exactly one of Every and Cron says when.
 type ScheduleEntry struct {
-	// Every is the period, at least a minute.
-	Every Duration `json:"every"`
+	// Every is a period, at least a minute: the first turn one period
+	// after the schedule is registered, then one every period.
+	Every Duration `json:"every,omitempty"`
+	// Cron is a cron expression with an optional IANA time zone, such as
+	// "0 7 * * 1-5 Europe/Rome" (UTC if none): minute, hour, day of
+	// month, month, day of week.
+	Cron string `json:"cron,omitempty"`
 	// Message is the text the agent is asked.
 	Message string `json:"message"`
-	// Alias is the agent asked (default "scheduled").
+	// Alias is the agent asked (default DefaultScheduleAlias).
 	Alias string `json:"alias,omitempty"`
+	// Owner owns the agent asked, Type:Owner:Alias, whose rights the
+	// scheduled turns have and whose budget they spend. A declared type's
+	// entry without one gets the principal who applied the definition.
+	Owner string `json:"owner,omitempty"`
 }
+
+// MaxScheduleMessage bounds a schedule entry's message (it travels in
+// its reminder).
+const MaxScheduleMessage = 16 << 10
 
 // Defaults and bounds of Limits.
 const (
@@ -287,17 +316,36 @@ func (d *Definition) Validate() error {
 		return bad("limits.max_output_tokens", "%d is negative", l.MaxOutputTokens)
 	case l.Timeout < 0 || time.Duration(l.Timeout) > MaxTimeout:
 		return bad("limits.timeout", "%v is out of range (up to %v; 0 is the default, %v)", time.Duration(l.Timeout), MaxTimeout, DefaultTimeout)
+	case l.OwnerDailyTokens < 0:
+		return bad("limits.owner_daily_tokens", "%d is negative", l.OwnerDailyTokens)
 	}
+	entries := make(map[string]int)
 	for i, s := range d.Schedule {
 		field := fmt.Sprintf("schedule[%d]", i)
 		switch {
-		case time.Duration(s.Every) < time.Minute:
+		case s.Every != 0 && s.Cron != "", s.Every == 0 && strings.TrimSpace(s.Cron) == "":
+			return bad(field, "give exactly one of every (a period) and cron (a cron expression)")
+		case s.Every != 0 && time.Duration(s.Every) < time.Minute:
 			return bad(field+".every", "%v is under a minute", time.Duration(s.Every))
 		case strings.TrimSpace(s.Message) == "":
 			return bad(field+".message", "missing")
+		case len(s.Message) > MaxScheduleMessage:
+			return bad(field+".message", "%d bytes, over %d", len(s.Message), MaxScheduleMessage)
 		case s.Alias != "" && !validAlias.MatchString(s.Alias):
 			return bad(field+".alias", "%q is not an alias", clipText(s.Alias, 80))
+		case s.Owner != "" && !validAlias.MatchString(s.Owner):
+			return bad(field+".owner", "%q is not an owner ([A-Za-z0-9][A-Za-z0-9_.@-]{0,127})", clipText(s.Owner, 80))
 		}
+		if s.Cron != "" {
+			if _, err := parseCron(s.Cron); err != nil {
+				return bad(field+".cron", "%v", err)
+			}
+		}
+		key := s.Owner + "|" + s.alias() + "|" + s.reminderName()
+		if j, ok := entries[key]; ok {
+			return bad(field, "repeats schedule[%d] (the same times and message for the same agent)", j)
+		}
+		entries[key] = i
 	}
 	return nil
 }

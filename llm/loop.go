@@ -73,6 +73,12 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 			}
 			maxTokens = int(limit - cur.Usage.OutputTokens)
 		}
+		if err := a.checkBudget(ctx); err != nil {
+			if errs.Code(err) == codes.ResourceExhausted {
+				return a.end(ctx, err)
+			}
+			return Answer{}, err
+		}
 		a.push(ctx, rc, ProgressType, fmt.Sprintf("round %d: asking %s", cur.Rounds+1, def.Model.Name))
 		resp, err := a.complete(ctx, rc, &Request{
 			Model:           def.Model.Name,
@@ -90,6 +96,11 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 				// Asking again would fail the same way.
 				return a.end(ctx, errs.Wrap(errs.Code(err), err, "%s: the model refused the turn's request", a.h.Address()))
 			}
+			return Answer{}, err
+		}
+		// Charged before it is recorded: a crash in between asks the model
+		// again, and the step's second response is not charged again.
+		if err := a.charge(ctx, cur, cur.Rounds+1, resp.Usage); err != nil {
 			return Answer{}, err
 		}
 		a.record(cur, resp)
@@ -311,7 +322,7 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: the turn ended: " + clipText(ans.Error, 300), IsError: true, Turn: cur.ID})
 		}
 	}
-	a.rec.Turns = append(a.rec.Turns, TurnSummary{ID: cur.ID, Key: cur.Key, From: cur.From, Started: cur.Started, Ended: now, Rounds: cur.Rounds, Usage: cur.Usage, Error: ans.Error})
+	a.rec.Turns = append(a.rec.Turns, TurnSummary{ID: cur.ID, Key: cur.Key, From: cur.From, Trigger: cur.Trigger, Started: cur.Started, Ended: now, Rounds: cur.Rounds, Usage: cur.Usage, Error: ans.Error})
 	if len(a.rec.Turns) > maxTurnSummaries {
 		a.rec.Turns = slices.Clone(a.rec.Turns[len(a.rec.Turns)-maxTurnSummaries:])
 	}

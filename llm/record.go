@@ -40,6 +40,31 @@ type Conversation struct {
 	Answers []Answer `json:"answers,omitempty"`
 	// Usage counts the tokens of every model call of the agent.
 	Usage Usage `json:"usage"`
+	// Scheduled holds, by schedule reminder, the last firing a turn was
+	// started for: a tick again for it (a reminder delivers at least
+	// once) starts none.
+	Scheduled map[string]time.Time `json:"scheduled,omitempty"`
+}
+
+// maxScheduled bounds Conversation.Scheduled (the oldest firings go).
+const maxScheduled = 64
+
+// fired records that a turn started for the firing at of the schedule
+// reminder name.
+func (c *Conversation) fired(name string, at time.Time) {
+	if c.Scheduled == nil {
+		c.Scheduled = make(map[string]time.Time)
+	}
+	c.Scheduled[name] = at
+	for len(c.Scheduled) > maxScheduled {
+		oldest := ""
+		for n, t := range c.Scheduled {
+			if oldest == "" || t.Before(c.Scheduled[oldest]) {
+				oldest = n
+			}
+		}
+		delete(c.Scheduled, oldest)
+	}
 }
 
 // Turn is a turn in progress.
@@ -49,9 +74,15 @@ type Turn struct {
 	Key string `json:"key,omitempty"`
 	// From is the caller; Principal the principal its call chain is on
 	// behalf of.
-	From      string    `json:"from,omitempty"`
-	Principal string    `json:"principal,omitempty"`
-	Started   time.Time `json:"started"`
+	From      string `json:"from,omitempty"`
+	Principal string `json:"principal,omitempty"`
+	// Trigger is what started the turn: "" for a request (its caller
+	// waits for the answer), else TriggerEvent, TriggerMessage,
+	// TriggerTopic or TriggerSchedule; ReplyTo is where the answer of
+	// such a turn goes ("" for nowhere).
+	Trigger string    `json:"trigger,omitempty"`
+	ReplyTo string    `json:"reply_to,omitempty"`
+	Started time.Time `json:"started"`
 	// Deadline is Started plus the definition's timeout: it holds across
 	// restarts.
 	Deadline time.Time `json:"deadline"`
@@ -67,6 +98,7 @@ type TurnSummary struct {
 	ID      string    `json:"id"`
 	Key     string    `json:"key,omitempty"`
 	From    string    `json:"from,omitempty"`
+	Trigger string    `json:"trigger,omitempty"`
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended"`
 	Rounds  int       `json:"rounds"`
