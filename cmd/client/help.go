@@ -79,6 +79,16 @@ the stored state is still that version (else Aborted, exit 1).`, cmdStateDelete}
 		{"state", "AGENT", "show an agent's stored state and etag",
 			`Prints AGENT's etag on stderr and its state on stdout (needs Read on
 it); "none" if it has none. -o json prints both, the data base64.`, cmdState},
+		{"conversation", "AGENT", "show a model agent's conversation",
+			`Prints the conversation a model agent recorded (its conversation skill;
+needs Message on it), turn by turn: the user's message, the model's
+answers and tool calls, the tools' results (cut at 300 characters; --full
+prints them whole), and each turn's model calls and tokens, with the
+totals last. The turn in progress is marked running, and its tool calls
+still without a result (running). It answers while the agent is in a
+turn. "none" if the agent has recorded nothing. -o json prints the record
+as the skill returns it (llm.Conversation's JSON). An agent whose type has
+no conversation skill is InvalidArgument (exit 2).`, cmdConversation},
 		{"deactivate", "AGENT", "end an agent's activation",
 			`Ends AGENT's activation after its current turn, wherever it lives
 (needs Configure on it); its next message activates it again. An agent

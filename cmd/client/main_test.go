@@ -69,7 +69,12 @@ func startSilo(t *testing.T) *silo {
 // startSiloOn is startSilo with its gateway serving lis.
 func startSiloOn(t *testing.T, lis net.Listener) *silo {
 	t.Helper()
-	reg := grain.NewRegistry()
+	return startSiloWith(t, lis, grain.NewRegistry())
+}
+
+// startSiloWith is startSiloOn with reg's types beside the test agents.
+func startSiloWith(t *testing.T, lis net.Listener, reg *grain.Registry) *silo {
+	t.Helper()
 	agents := map[string]agentFunc{
 		"Echo": func(_ grain.Host, _ context.Context, m *grain.Message) (*grain.Message, error) {
 			r := m.Response()
