@@ -44,10 +44,19 @@ func TestParseDefinition(t *testing.T) {
 		time.Duration(d.Limits.Timeout) != 2*time.Minute || len(d.Schedule) != 1 || time.Duration(d.Schedule[0].Every) != time.Hour {
 		t.Fatalf("parsed %+v", d)
 	}
+	// A cron entry with a zone, an owner and a budget.
+	d, err = ParseDefinition([]byte(helperYAML + `  - cron: "0 7 * * 1-5 Europe/Rome"
+    message: summarise yesterday
+    owner: acme
+    alias: morning
+`))
+	if err != nil || len(d.Schedule) != 2 || d.Schedule[1].Cron != "0 7 * * 1-5 Europe/Rome" || d.Schedule[1].Owner != "acme" || d.Schedule[1].Alias != "morning" {
+		t.Fatalf("a cron entry: %+v, %v", d.Schedule, err)
+	}
 	// The same in JSON.
-	j := `{"type":"Helper","model":{"provider":"anthropic","name":"claude-x","api_key_env":"ANTHROPIC_API_KEY"},"limits":{"timeout":"90s"}}`
+	j := `{"type":"Helper","model":{"provider":"anthropic","name":"claude-x","api_key_env":"ANTHROPIC_API_KEY"},"limits":{"timeout":"90s","owner_daily_tokens":5000}}`
 	d, err = ParseDefinition([]byte(j))
-	if err != nil || d.Model.Provider != ProviderAnthropic || time.Duration(d.Limits.Timeout) != 90*time.Second {
+	if err != nil || d.Model.Provider != ProviderAnthropic || time.Duration(d.Limits.Timeout) != 90*time.Second || d.Limits.OwnerDailyTokens != 5000 {
 		t.Fatalf("JSON: %+v, %v", d, err)
 	}
 }
@@ -83,6 +92,15 @@ func TestDefinitionRefused(t *testing.T) {
 		{base + "limits: {max_rounds: two}", "limits.max_rounds", codes.InvalidArgument},
 		{base + "schedule: [{every: 10s, message: hi}]", "schedule[0].every", codes.InvalidArgument},
 		{base + "schedule: [{every: 1h}]", "schedule[0].message", codes.InvalidArgument},
+		{base + "schedule: [{message: hi}]", "schedule[0]: give exactly one of every", codes.InvalidArgument},
+		{base + "schedule: [{every: 1h, cron: '0 7 * * *', message: hi}]", "schedule[0]: give exactly one of every", codes.InvalidArgument},
+		{base + "schedule: [{every: 1h, message: hi}, {cron: '0 25 * * *', message: hi}]", "schedule[1].cron: hour field", codes.InvalidArgument},
+		{base + "schedule: [{cron: '0 7 * * 1-5 Europe/Atlantis', message: hi}]", "schedule[0].cron: time zone", codes.InvalidArgument},
+		{base + "schedule: [{cron: '0 7 * *', message: hi}]", "schedule[0].cron", codes.InvalidArgument},
+		{base + "schedule: [{cron: '0 7 * * *', message: hi, owner: 'a b'}]", "schedule[0].owner", codes.InvalidArgument},
+		{base + "schedule: [{cron: '0 7 * * *', message: hi, alias: '-x'}]", "schedule[0].alias", codes.InvalidArgument},
+		{base + "schedule: [{cron: '0 7 * * *', message: hi}, {cron: '0 7 * * *', message: hi, alias: scheduled}]", "schedule[1]: repeats schedule[0]", codes.InvalidArgument},
+		{base + "limits: {owner_daily_tokens: -1}", "limits.owner_daily_tokens", codes.InvalidArgument},
 		{"- a\n- b", "definition", codes.InvalidArgument},
 		{"{", "definition", codes.InvalidArgument},
 	} {
@@ -101,6 +119,7 @@ func FuzzDefinition(f *testing.F) {
 	f.Add([]byte(`{"type":"A","model":{"provider":"anthropic","name":"m"},"tools":[{"agent":"B"}],"limits":{"timeout":"1m"}}`))
 	f.Add([]byte("type: H\nmodel: {provider: openai, name: m}\ntools: [{mcp: x}]"))
 	f.Add([]byte("type: H\nmodel: {provider: openai, name: m}\nlimits: {timeout: -1s}"))
+	f.Add([]byte("type: H\nmodel: {provider: openai, name: m}\nschedule: [{cron: '*/5 1-3 * * 0,6 Europe/Rome', message: m, owner: o}]"))
 	f.Add([]byte("null"))
 	f.Add([]byte(""))
 	f.Fuzz(func(t *testing.T, data []byte) {
