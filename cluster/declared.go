@@ -68,7 +68,7 @@ type declaredTypes struct {
 
 // newDeclaredTypes makes the follower of the declared types of the silo's
 // etcd; load reads them, start follows them.
-func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registry, cfg *SiloConfig) *declaredTypes {
+func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registry, cfg *SiloConfig, extra ...llm.Option) *declaredTypes {
 	model := outbound.Transport(cfg.LLM.AllowPrivateNetworks)
 	tp := cfg.TracerProvider
 	var tracer []llm.Option
@@ -89,7 +89,7 @@ func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registr
 			// The resume reminder's period is at least the silo's
 			// shortest, which refuses shorter ones.
 			llm.WithResumeReminder(llm.DefaultResumeAfter, max(llm.DefaultResumePeriod, cfg.MinReminderPeriod)),
-		}, tracer...),
+		}, append(tracer, extra...)...),
 	}
 	if d.clk == nil {
 		d.clk = clock.Real{}

@@ -45,7 +45,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return fmt.Errorf("acl: %w", err)
 	}
 	// The declared types are registered before anything serves.
-	s.declared = newDeclaredTypes(s.etcd.Client(), s.etcd.Prefix(), s.reg, &s.cfg)
+	s.declared = newDeclaredTypes(s.etcd.Client(), s.etcd.Prefix(), s.reg, &s.cfg, s.metrics.llmOption())
 	declaredRev, err := s.declared.load(ctx)
 	if err != nil {
 		return fmt.Errorf("declared types: %w", err)

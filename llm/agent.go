@@ -18,6 +18,11 @@ const (
 	// SkillConversation is the skill that returns the agent's recorded
 	// conversation (a Conversation, as JSON).
 	SkillConversation = "conversation"
+	// SkillAsk is the text turn as a skill: a request of this type with
+	// text is the same turn as one with no message type. It is there for
+	// callers that name a skill, such as an MCP client, to whom the agent
+	// is the tool "ask" taking {"message": text}.
+	SkillAsk = "ask"
 	// ProgressType is the type of the one-way messages a turn pushes to
 	// its caller, when the caller is a client session, as it goes: each
 	// model call and each tool call.
@@ -89,7 +94,7 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 			return nil, grain.TypeInfo{}, err
 		}
 	}
-	t := &agentType{def: def, provider: p, opts: o, reg: reg, tracer: newTracer(o.tracer)}
+	t := &agentType{def: def, provider: p, opts: o, reg: reg, tracer: newTracer(o.tracer).metered(o.metrics, def.Type)}
 	desc := def.Description
 	if desc == "" {
 		desc = "A model agent (" + def.Model.Provider + " " + def.Model.Name + ")."
@@ -97,7 +102,10 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 	info := grain.TypeInfo{
 		Description: desc,
 		Skills: []grain.Skill{
-			grain.TypedSkill[struct{}, any](SkillConversation, "The agent's recorded conversation: its messages, tool calls and results, turns and token counts, as JSON."),
+			{Name: SkillAsk, Description: "Ask the agent: a turn of its model loop with this text; the reply is its answer."},
+			// The record is read while a turn runs, beside it (a.mu
+			// guards it).
+			grain.TypedSkill[struct{}, any](SkillConversation, "The agent's recorded conversation: its messages, tool calls and results, turns and token counts, as JSON.").Interleaving(),
 		},
 	}
 	return func(h grain.Host) (grain.Agent, error) { return &agent{t: t, h: h}, nil }, info, nil
@@ -190,6 +198,9 @@ func (stateContext) Value(any) any { return nil }
 // goes nowhere, or to the message's ReplyToKey.
 func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	self := m.Kind == grain.KindOneWay && m.From == a.h.Address().String()
+	if m.MessageType == SkillAsk {
+		m.MessageType = "" // the text turn, named
+	}
 	switch {
 	case m.MessageType == SkillConversation:
 		a.mu.Lock()
@@ -206,7 +217,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		a.h.Logger().Debug("a one-way message that is not text starts no turn", "message_type", clipText(m.MessageType, 64), "from", m.From)
 		return nil, nil
 	case m.MessageType != "":
-		err := errs.New(codes.InvalidArgument, "%s: no skill %q (ask with text, or %q)", a.h.Address(), clipText(m.MessageType, 64), SkillConversation)
+		err := errs.New(codes.InvalidArgument, "%s: no skill %q (ask with text, or %q, or %q)", a.h.Address(), clipText(m.MessageType, 64), SkillAsk, SkillConversation)
 		if m.Topic != "" {
 			return nil, grain.Poison(err.Error()) // delivering it again would fail the same way
 		}

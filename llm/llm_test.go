@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
@@ -170,8 +172,16 @@ func (e *env) ask(ctx context.Context, to, text, key string) (*grain.Message, er
 	return e.rt.Ask(ctx, &grain.Message{From: session, To: to, Message: text, IdempotencyKey: key})
 }
 
+// barrier is a message type a model agent refuses.
+const barrier = "test.barrier"
+
 func (e *env) conversation(t *testing.T, to string) llm.Conversation {
 	t.Helper()
+	// The conversation skill runs beside a turn: a request the agent
+	// refuses, queued behind what was sent before, waits for those first.
+	if _, err := e.rt.Ask(t.Context(), &grain.Message{From: session, To: to, MessageType: barrier}); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("barrier: %v", err)
+	}
 	r, err := e.rt.Ask(t.Context(), &grain.Message{From: session, To: to, MessageType: llm.SkillConversation, DataType: grain.JSONType})
 	if err != nil {
 		t.Fatal(err)

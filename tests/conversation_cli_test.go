@@ -104,21 +104,6 @@ func startConversationSilo(t *testing.T) *conversationSilo {
 	if err := llm.Register(reg, def("Model"), opts...); err != nil {
 		t.Fatal(err)
 	}
-	// Reader: the same type with its conversation skill interleaving,
-	// as Model's is once llm declares it so.
-	f, info, err := llm.Factory(reg, def("Reader"), opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range info.Skills {
-		if info.Skills[i].Name == llm.SkillConversation {
-			info.Skills[i] = info.Skills[i].Interleaving()
-		}
-	}
-	if err := reg.Register("Reader", f, info); err != nil {
-		t.Fatal(err)
-	}
-
 	e := etcdtest.Start(t)
 	cfg := cluster.DefaultSiloConfig()
 	cfg.Name = "one"
@@ -243,15 +228,13 @@ func TestConversationCLI(t *testing.T) {
 		}
 	})
 
-	t.Run("running", func(t *testing.T) { s.runningTurn(t, "Reader:r") })
-
-	// Model's own conversation skill, once llm declares it interleaving
-	// (until then a read waits for the turn to end).
-	t.Run("running/registered", func(t *testing.T) {
+	// The conversation skill runs beside the turn (it interleaves), so a
+	// read shows the turn in progress.
+	t.Run("running", func(t *testing.T) {
 		info, _ := s.silo.Runtime().Registry().Info("Model")
 		i := slices.IndexFunc(info.Skills, func(sk grain.Skill) bool { return sk.Name == llm.SkillConversation })
 		if i < 0 || !info.Skills[i].Interleave {
-			t.Skip("llm's conversation skill does not interleave yet")
+			t.Fatalf("the conversation skill of a model type does not interleave: %+v", info.Skills)
 		}
 		s.runningTurn(t, "Model:busy")
 	})
