@@ -235,7 +235,7 @@ func (a *activation) invoke(t *turn, msg *Message) (reply *Message, err error) {
 				a.failed.Store(int32(ReasonRequested))
 				a.started = false // OnDeactivate is not run for a failed activation
 				if errs.Code(err) == codes.Unknown {
-					err = errs.Wrap(codes.Internal, err, "agent %s: activate", a.key)
+					err = errs.Wrap(codes.Internal, err, "agent %s: its activation failed, so the request did not run", a.key)
 				}
 				return nil, err
 			}

@@ -303,7 +303,7 @@ func answerDuplicate(e *idemEntry, env *envelope) {
 			}
 			reply()
 		case <-gaveUp:
-			env.complete(result{err: errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded waiting for the first request with its idempotency key", env.msg.To)})
+			env.complete(result{err: errs.New(codes.DeadlineExceeded, "ask %s: deadline exceeded waiting for the first request with its idempotency key: this one did not run; the first may have run", env.msg.To)})
 		}
 	}()
 }

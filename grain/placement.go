@@ -64,7 +64,7 @@ func (rt *Runtime) awaitServing(ctx context.Context) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
-		return notRun(errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "the silo is suspended (its membership unconfirmed: etcd not answering) and did not serve again in time"))
+		return notRun(errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "the silo is suspended (its membership unconfirmed: etcd not answering) and did not serve again in time: the request did not run"))
 	}
 	return notRun(err)
 }
@@ -247,7 +247,7 @@ func (rt *Runtime) waitEnded(ctx context.Context, a *activation) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return ctxError(ctx, "deactivate "+a.key)
+			return errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "deactivate %s: waiting for it to end", a.key)
 		}
 	}
 }

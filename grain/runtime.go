@@ -357,7 +357,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 	}
 	if n := approxSize(msg); n > rt.cfg.MaxMessageSize/2 {
 		if n = proto.Size(msg); n > rt.cfg.MaxMessageSize {
-			return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d", n, rt.cfg.MaxMessageSize)
+			return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent, so it did not run", n, rt.cfg.MaxMessageSize)
 		}
 	}
 	a := rt.dir.get(msg.To)
@@ -462,7 +462,7 @@ func (rt *Runtime) post(ctx context.Context, a *activation, env *envelope) error
 			continue // deactivated; the directory already points past it
 		default:
 			if env.expired != nil {
-				return errs.New(codes.DeadlineExceeded, "send to %s: deadline exceeded", env.msg.To)
+				return errs.New(codes.DeadlineExceeded, "send to %s: deadline exceeded before it was delivered: it did not run", env.msg.To)
 			}
 			return ctxError(ctx, "send to "+env.msg.To)
 		}
@@ -562,17 +562,17 @@ func (rt *Runtime) newActivation(addr Address, key string) (a *activation, err e
 	func() {
 		defer func() {
 			if r := recover(); r != nil {
-				err = errs.New(codes.Internal, "agent %s: factory panicked: %v", key, r)
+				err = errs.New(codes.Internal, "agent %s: its factory panicked, so the request did not run: %v", key, r)
 			}
 		}()
 		a.agent, err = factory(a)
 	}()
 	if err == nil && a.agent == nil {
-		err = errs.New(codes.Internal, "agent %s: factory returned no agent", key)
+		err = errs.New(codes.Internal, "agent %s: its factory returned no agent, so the request did not run", key)
 	}
 	if err != nil {
 		if errs.Code(err) == codes.Unknown {
-			err = errs.Wrap(codes.Internal, err, "agent %s: factory", key)
+			err = errs.Wrap(codes.Internal, err, "agent %s: its factory failed, so the request did not run", key)
 		}
 		return nil, err
 	}
@@ -741,11 +741,13 @@ func ownerOf(addr string) string {
 	return owner
 }
 
+// ctxError is the error of what, which ctx's end stopped before it began:
+// it did not run.
 func ctxError(ctx context.Context, what string) error {
 	if errors.Is(ctx.Err(), context.Canceled) {
-		return errs.New(codes.Canceled, "%s: cancelled", what)
+		return errs.New(codes.Canceled, "%s: cancelled before it ran", what)
 	}
-	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded", what)
+	return errs.New(codes.DeadlineExceeded, "%s: deadline exceeded before it ran", what)
 }
 
 // mayReach reports whether m, sent by an agent of owner on behalf of

@@ -248,7 +248,7 @@ func what(msg *Message) string {
 func JSONReply[Out any](req *Message, out Out) (*Message, error) {
 	b, err := json.Marshal(out)
 	if err != nil {
-		return nil, errs.New(codes.Internal, "encode the reply (%T) as JSON: %w", out, err)
+		return nil, errs.New(codes.Internal, "the turn ran, but its reply (%T) does not encode as JSON: %w", out, err)
 	}
 	r := req.Response()
 	r.Data, r.DataType = b, JSONType

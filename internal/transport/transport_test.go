@@ -340,7 +340,7 @@ func TestTransportErrors(t *testing.T) {
 		{"denied", codes.PermissionDenied, "wrapped: no"},
 		{"plain", codes.Internal, "boom"},
 		{"panic", codes.Internal, "request to Echo:acme:x: handler panicked (it may have run): kaboom"},
-		{"big", codes.ResourceExhausted, "reply of 4099 bytes exceeds the maximum of 2048"},
+		{"big", codes.ResourceExhausted, "the turn ran, but its reply of 4099 bytes exceeds the maximum of 2048"},
 	} {
 		_, err := a.tr.Ask(ctx, b.addr, requestEnv(tc.text))
 		wantCode(t, err, tc.code)
