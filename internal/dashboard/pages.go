@@ -147,6 +147,7 @@ type agentView struct {
 	ETag         string
 	Reminders    []*agentsilov1.ReminderInfo
 	MayConfigure bool
+	Model        bool // a model agent: its conversation has a page
 	Errors       []string
 }
 
@@ -191,6 +192,9 @@ func (d *Dashboard) agentData(ctx context.Context, s *session, r *http.Request) 
 				v.Active = &agentRow{Address: a.GetAddress(), Silo: a.GetSilo(), LastActive: a.GetLastActive().AsTime(), Mailbox: a.GetMailboxDepth()}
 			}
 		}
+	}
+	if types, err := d.modelTypes(ctx); err == nil {
+		v.Model = slices.ContainsFunc(types, func(t *agentsilov1.AgentType) bool { return t.GetName() == typ })
 	}
 	v.MayConfigure = d.may(s, v.Address, acl.Configure)
 	return v, nil
