@@ -2,7 +2,9 @@
 // silo's HTTP port: the cluster's members and charts of every silo's load
 // (published through etcd while watched, load.go), agents, reminders,
 // topics with their dead letters, A2A tasks, the service directory, the
-// silo's MCP sessions and tools, and the ACL with an explain box.
+// silo's MCP sessions and tools, the model agents with their
+// conversations and token use (models.go), and the ACL with an explain
+// box.
 //
 // It shows what the gateway answers the principal who logged in: every
 // read and action is a call to the silo's own gateway carrying that

@@ -107,7 +107,6 @@ type modelsView struct {
 	Unread   int // of them, past maxRecords: not read
 	Metrics  bool
 	Errors   []string
-	Approx   bool // a type's agents could not all be listed
 	MaxShown int
 }
 

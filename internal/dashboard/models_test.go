@@ -244,7 +244,7 @@ func TestModelPages(t *testing.T) {
 		"add it up", "Gate_wait", `{"agent": "g", "input": {"step": "one"}}`, "[w1] running", "running", "tokens 100 in, 20 out so far")
 	contains("h1's totals", b.text("#turn-count"), "1 ended, one running")
 	contains("h1's tokens", b.text("#total-tokens"), "107 in, 23 out")
-	shot("model-running")
+	shot("model")
 
 	// The turn ends; the page's poll shows it.
 	release()
@@ -277,7 +277,7 @@ func TestModelPages(t *testing.T) {
 	if ran != nil {
 		t.Fatalf("the script ran: window.__xss = %v", ran)
 	}
-	shot("model")
+	shot("model-ended")
 
 	// The agent page links a model agent's conversation, not another's.
 	b.run("open h1's agent page", chromedp.Navigate(base+"/ui/agent?addr=Helper:alice:h1"), chromedp.WaitVisible(chromedp.ID("conversation")))
