@@ -301,6 +301,12 @@ type LLMConfig struct {
 	// call is made. For local model servers, development and trusted
 	// networks.
 	AllowPrivateNetworks bool
+	// OwnerDailyTokens, if not 0, is the daily token budget of each
+	// owner for the model agents of declared types
+	// (--llm-owner-daily-tokens): a definition without a budget
+	// (limits.owner_daily_tokens) gets it, one with a larger budget is
+	// lowered to it. Past it, a turn is refused with ResourceExhausted.
+	OwnerDailyTokens int64
 }
 
 // DefaultSiloConfig returns a configuration for one silo on this machine,

@@ -44,8 +44,10 @@ type declaredTypes struct {
 	dir    string // the etcd prefix plus declaredDir
 	reg    *grain.Registry
 	opts   []llm.Option
-	clk    clock.Clock
-	logger *slog.Logger
+	// ownerDailyTokens is --llm-owner-daily-tokens (0: none).
+	ownerDailyTokens int64
+	clk              clock.Clock
+	logger           *slog.Logger
 	// model is the transport of the model calls (closed with the silo).
 	model *http.Transport
 
@@ -76,14 +78,15 @@ func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registr
 		tracer = append(tracer, llm.WithTracerProvider(tp))
 	}
 	d := &declaredTypes{
-		client:  client,
-		dir:     prefix + declaredDir,
-		reg:     reg,
-		clk:     cfg.clock,
-		logger:  cfg.Logger,
-		model:   model,
-		defs:    make(map[string][]byte),
-		changed: make(chan struct{}),
+		client:           client,
+		dir:              prefix + declaredDir,
+		reg:              reg,
+		clk:              cfg.clock,
+		logger:           cfg.Logger,
+		model:            model,
+		defs:             make(map[string][]byte),
+		ownerDailyTokens: cfg.LLM.OwnerDailyTokens,
+		changed:          make(chan struct{}),
 		opts: append([]llm.Option{
 			llm.WithHTTPClient(&http.Client{Transport: modelTransport{model}}),
 			// The resume reminder's period is at least the silo's
@@ -153,6 +156,16 @@ func (d *declaredTypes) put(name string, value []byte) {
 	if err != nil {
 		d.logger.Error("declared types: a stored definition does not parse; the type is not served", "type", name, "err", err)
 		return
+	}
+	if lim := d.ownerDailyTokens; lim > 0 && (def.Limits.OwnerDailyTokens == 0 || def.Limits.OwnerDailyTokens > lim) {
+		def.Limits.OwnerDailyTokens = lim
+	}
+	if def.Limits.OwnerDailyTokens > 0 {
+		// Every silo serves the same declared types, so each has the
+		// budget's type wherever an owner's budget agent is placed.
+		if err := llm.RegisterBudget(d.reg); err != nil {
+			d.logger.Error("declared types: the budget's agent type is not served on this silo", "type", llm.BudgetType, "err", err)
+		}
 	}
 	f, info, err := llm.Factory(d.reg, def, d.opts...)
 	if err != nil {

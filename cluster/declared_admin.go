@@ -51,24 +51,28 @@ type typeAdmin struct {
 	d    *declaredTypes
 	acl  *acl.Authority
 	info clusterInfo
+	// rem holds the reminders of the declared types' schedules.
+	rem grain.ReminderService
 }
 
 // check authorizes the call's caller (the gateway put it in ctx, or, on a
-// gateway without authentication, the principal it declared).
-func (s *typeAdmin) check(ctx context.Context, need acl.Permission) error {
+// gateway without authentication, the principal it declared), and returns
+// it.
+func (s *typeAdmin) check(ctx context.Context, need acl.Permission) (*acl.Caller, error) {
 	c := acl.CallerFrom(ctx)
 	if c == nil {
 		var err error
 		if c, err = auth.CallerFor(nil, auth.DeclaredPrincipal(ctx)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return authorizeTypes(s.acl, c, need)
+	return c, authorizeTypes(s.acl, c, need)
 }
 
 // ApplyType implements agentsilov1.TypeAdminServer.
 func (s *typeAdmin) ApplyType(ctx context.Context, req *agentsilov1.ApplyTypeRequest) (*agentsilov1.ApplyTypeResponse, error) {
-	if err := s.check(ctx, acl.Admin); err != nil {
+	caller, err := s.check(ctx, acl.Admin)
+	if err != nil {
 		return nil, err
 	}
 	def, err := llm.ParseDefinition(req.GetDefinition())
@@ -77,6 +81,18 @@ func (s *typeAdmin) ApplyType(ctx context.Context, req *agentsilov1.ApplyTypeReq
 	}
 	if err := s.notInCode(ctx, def.Type, "declared"); err != nil {
 		return nil, err
+	}
+	// A schedule entry without an owner is the applier's: the stored
+	// definition names it, so that replacing or deleting the definition
+	// finds the same reminders whoever does it.
+	for i := range def.Schedule {
+		if def.Schedule[i].Owner == "" {
+			def.Schedule[i].Owner = caller.Principal
+		}
+	}
+	now := s.d.clk.Now()
+	if _, err := llm.ScheduleReminders(def, "", now); err != nil {
+		return nil, err // InvalidArgument naming the entry
 	}
 	value, err := storedDefinition(def)
 	if err != nil {
@@ -95,6 +111,11 @@ func (s *typeAdmin) ApplyType(ctx context.Context, req *agentsilov1.ApplyTypeReq
 		out.Unchanged = true
 		if !req.GetDryRun() {
 			out.Type.Revision = got.Kvs[0].ModRevision
+			// An apply whose reminders failed is finished by applying
+			// the same definition again.
+			if err := s.schedule(ctx, nil, def, now); err != nil {
+				return nil, err
+			}
 		}
 		return out, nil
 	}
@@ -107,12 +128,74 @@ func (s *typeAdmin) ApplyType(ctx context.Context, req *agentsilov1.ApplyTypeReq
 	}
 	out.Type.Revision = put.Header.Revision
 	out.Unconfirmed = s.confirm(ctx, put.Header.Revision)
+	var old []byte
+	if len(got.Kvs) > 0 {
+		old = got.Kvs[0].Value
+	}
+	if err := s.schedule(ctx, old, def, now); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// schedule makes the reminders of def's schedule those of the cluster,
+// once its silos serve def: it registers each entry's reminder that its
+// agent lacks (one it has keeps its due time), and removes those of the
+// entries of old, the definition def replaces (nil: none), that def does
+// not have. Its error says the definition is stored and what to do.
+func (s *typeAdmin) schedule(ctx context.Context, old []byte, def llm.Definition, now time.Time) error {
+	if s.rem == nil {
+		return nil
+	}
+	want, err := llm.ScheduleReminders(def, "", now)
+	if err != nil {
+		return err
+	}
+	keep := make(map[string]bool, len(want))
+	for _, w := range want {
+		keep[w.Agent.String()+"/"+w.Reminder.Name] = true
+		have, err := s.rem.List(ctx, w.Agent)
+		if err != nil {
+			return errs.Wrap(errs.Code(err), err, "declared types: %s is stored, but the reminders of its schedule were not all registered; apply it again", def.Type)
+		}
+		if slices.ContainsFunc(have, func(r grain.Reminder) bool { return r.Name == w.Reminder.Name }) {
+			continue
+		}
+		if err := s.rem.Register(ctx, w.Agent, w.Reminder); err != nil {
+			return errs.Wrap(errs.Code(err), err, "declared types: %s is stored, but the reminders of its schedule were not all registered; apply it again", def.Type)
+		}
+	}
+	return s.unschedule(ctx, old, keep)
+}
+
+// unschedule removes the reminders of the schedule of the stored
+// definition old (nil: none) but those in keep (agent/name).
+func (s *typeAdmin) unschedule(ctx context.Context, old []byte, keep map[string]bool) error {
+	if s.rem == nil || old == nil {
+		return nil
+	}
+	prev, err := llm.ParseDefinition(old)
+	if err != nil {
+		return nil // a definition that does not parse was never served: it has no reminders
+	}
+	gone, err := llm.ScheduleReminders(prev, "", s.d.clk.Now())
+	if err != nil {
+		return nil // nor does one whose schedule does not give its reminders
+	}
+	for _, g := range gone {
+		if keep[g.Agent.String()+"/"+g.Reminder.Name] {
+			continue
+		}
+		if err := s.rem.Unregister(ctx, g.Agent, g.Reminder.Name); err != nil && errs.Code(err) != codes.NotFound {
+			return errs.Wrap(errs.Code(err), err, "declared types: the reminder %s of %s, of a schedule entry the type no longer has, was not removed; remove it with `client reminders`", g.Reminder.Name, g.Agent)
+		}
+	}
+	return nil
 }
 
 // DeleteType implements agentsilov1.TypeAdminServer.
 func (s *typeAdmin) DeleteType(ctx context.Context, req *agentsilov1.DeleteTypeRequest) (*agentsilov1.DeleteTypeResponse, error) {
-	if err := s.check(ctx, acl.Admin); err != nil {
+	if _, err := s.check(ctx, acl.Admin); err != nil {
 		return nil, err
 	}
 	name := req.GetName()
@@ -125,19 +208,25 @@ func (s *typeAdmin) DeleteType(ctx context.Context, req *agentsilov1.DeleteTypeR
 	if err := s.notInCode(ctx, name, "deleted"); err != nil {
 		return nil, err
 	}
-	del, err := s.d.client.Delete(ctx, s.d.dir+name)
+	del, err := s.d.client.Delete(ctx, s.d.dir+name, clientv3.WithPrevKV())
 	if err != nil {
 		return nil, etcderr.FromCall(ctx, err, "declared types: delete %s", name)
 	}
 	if del.Deleted == 0 {
 		return nil, errs.New(codes.NotFound, "no agent type %s is declared (`client types` marks the declared ones)", name)
 	}
-	return &agentsilov1.DeleteTypeResponse{Unconfirmed: s.confirm(ctx, del.Header.Revision)}, nil
+	out := &agentsilov1.DeleteTypeResponse{Unconfirmed: s.confirm(ctx, del.Header.Revision)}
+	if len(del.PrevKvs) > 0 {
+		if err := s.unschedule(ctx, del.PrevKvs[0].Value, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // ListDeclaredTypes implements agentsilov1.TypeAdminServer.
 func (s *typeAdmin) ListDeclaredTypes(ctx context.Context, _ *agentsilov1.ListDeclaredTypesRequest) (*agentsilov1.ListDeclaredTypesResponse, error) {
-	if err := s.check(ctx, acl.Read); err != nil {
+	if _, err := s.check(ctx, acl.Read); err != nil {
 		return nil, err
 	}
 	resp, err := s.d.client.Get(ctx, s.d.dir, clientv3.WithPrefix())

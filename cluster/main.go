@@ -299,6 +299,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.DurationVar(&cfg.MCP.CallTimeout, "mcp-call-timeout", cfg.MCP.CallTimeout, "bound of one MCP tool call (the agent's turn)")
 	fs.BoolVar(&cfg.MCP.AllowPrivateNetworks, "mcp-allow-private-networks", cfg.MCP.AllowPrivateNetworks, "let the MCP agent type reach MCP servers on loopback and private addresses (off: SSRF guard; --a2a-allow-private-networks does not lift it)")
 	// Declared types: model agents declared without code (package llm).
+	fs.Int64Var(&cfg.LLM.OwnerDailyTokens, "llm-owner-daily-tokens", cfg.LLM.OwnerDailyTokens, "the most tokens (input and output) the model agents of declared types spend per owner in a UTC day, counted across silos; a definition's own limits.owner_daily_tokens is lowered to it (0: the definitions' own)")
 	fs.BoolVar(&cfg.LLM.AllowPrivateNetworks, "llm-allow-private-networks", cfg.LLM.AllowPrivateNetworks, "let the model agents of declared types (client types apply) call model endpoints on loopback and private addresses (off: SSRF guard)")
 	otlpEndpoint := fs.String("otlp-endpoint", "", "export spans to this OTLP/gRPC receiver: http://HOST:4317 (plain) or https://HOST:4317 (TLS); empty: as the standard OTEL_EXPORTER_OTLP_* environment says, else no export")
 	logFormat := fs.String("log-format", "text", "log format: text or json")

@@ -201,7 +201,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		return err
 	}
 	s.gw.ServeDirectory(d)
-	s.gw.RegisterService(&agentsilov1.TypeAdmin_ServiceDesc, &typeAdmin{d: s.declared, acl: s.acl, info: info})
+	s.gw.RegisterService(&agentsilov1.TypeAdmin_ServiceDesc, &typeAdmin{d: s.declared, acl: s.acl, info: info, rem: s.reminders})
 	if s.a2aLis != nil {
 		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
 		inbox.WireA2A(&deps, s.inboxes)

@@ -71,8 +71,10 @@ func RegisterBudget(reg *grain.Registry) error {
 			grain.TypedSkill[BudgetQuery, BudgetUsage](SkillBudgetUsage, "The tokens spent on a day (UTC), by default the last day counted."),
 		},
 	})
-	if errs.Code(err) == codes.AlreadyExists {
-		return nil // registered meanwhile
+	if err != nil {
+		if _, ok := reg.Info(BudgetType); ok {
+			return nil // registered meanwhile
+		}
 	}
 	return err
 }

@@ -16,7 +16,7 @@ func TestDocDefinition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def.Type != "Helper" || len(def.Tools) != 3 || def.Limits.MaxRounds != 8 {
+	if def.Type != "Helper" || len(def.Tools) != 5 || def.Limits.MaxRounds != 8 || len(def.Schedule) != 2 || def.Limits.OwnerDailyTokens != 2000000 {
 		t.Errorf("parsed %+v", def)
 	}
 }
