@@ -1,0 +1,643 @@
+// Command llmbench measures the durable loop of model agents (package
+// llm) on one silo with a real embedded etcd, against the same loop made
+// with the provider's SDK alone, in the same run and process. Both talk
+// to one fake model (internal/fakemodel, real HTTP on loopback, the
+// official openai-go/v3 client on both sides), which answers every
+// conversation in the shape of one tool loop: it asks for the tool
+// Count_add, then answers with its result. A loop is two model calls and
+// one tool call, three steps.
+//
+//   - direct-loop (the anchor): the loop in plain Go over openai-go, the
+//     tool an in-process count; nothing recorded.
+//   - silo-loop: an SDK Ask through the silo's gateway to a model agent,
+//     whose turn records each step in the agent's state on etcd before the
+//     next (the turn's start, each model response, each tool result, its
+//     end) and whose tool call is an Ask to a Count agent.
+//
+// It measures them twice, each in -rounds interleaved windows (a warm-up,
+// then -window measured; the median window's rate is reported):
+//
+//  1. the loop's cost: -n callers (default 1: one loop at a time), the
+//     model answering at once or after -model-latency; wall time per loop
+//     of silo-loop over direct-loop;
+//  2. conversations: -conversations callers at once, the model answering
+//     after -conv-latency (default 50 ms); steps a second of silo-loop over
+//     direct-loop's (what the fake model serves alone);
+//
+// then the memory of a conversation: -conversations agents that ran one
+// turn each are deactivated, leaving nothing in memory; it reports the
+// heap they held while active, and the bytes of their stored records.
+//
+// Each turn is a new conversation (agent) by default, as the direct loop
+// starts from the user's message each time; -turns K keeps a caller on one
+// conversation for K turns, whose model requests then carry its history.
+//
+// Output: one JSON line per series (the fields of tests/internal/callbench:
+// rate_median in loops a second, latencies, CPU and allocations per loop,
+// ratio_median against direct-loop), one line per part with its ratios
+// ("bench": "loop-cost", "conversations", "memory"), then a table on
+// stderr.
+//
+// Profiles: -cpuprofile covers the whole run, or with -cpuprofile-series
+// only the measured windows of one series (one file each: merge them with
+// go tool pprof -proto); -memprofile is the heap once the memory part's
+// conversations are deactivated (the embedded etcd is in this process and
+// in its figures).
+//
+// Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
+// [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory]
+// [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/fakemodel"
+	"github.com/agentsilo/agentsilo/llm"
+	"github.com/agentsilo/agentsilo/tests/internal/callbench"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "llmbench:", err)
+		os.Exit(1)
+	}
+}
+
+// The loop's shape: the tool the model asks for, with its arguments (the
+// Count agent bench:c, one for all conversations), and the principal of
+// the callers (the owner of every agent here).
+const (
+	principal = "bench"
+	toolName  = "Count_add"
+	toolArgs  = `{"agent": "bench:c", "input": {"by": 1}}`
+	question  = "count once"
+)
+
+type config struct {
+	rounds        int
+	warmup        time.Duration
+	window        time.Duration
+	ns            []int
+	latency       time.Duration
+	conversations int
+	convLatency   time.Duration
+	turns         int
+	parts         []string
+	cpuprofile    string
+	profSeries    string
+	memprofile    string
+}
+
+func parse(args []string, stderr io.Writer) (config, error) {
+	fs := flag.NewFlagSet("llmbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c config
+	fs.IntVar(&c.rounds, "rounds", 3, "interleaved rounds (direct-loop, silo-loop) per figure; the median window is reported")
+	fs.DurationVar(&c.warmup, "warmup", 300*time.Millisecond, "unmeasured warm-up before each window")
+	fs.DurationVar(&c.window, "window", 2*time.Second, "measured window")
+	ns := fs.String("n", "1", "part 1: comma-separated caller counts")
+	fs.DurationVar(&c.latency, "model-latency", 0, "part 1: how long the model takes to answer")
+	fs.IntVar(&c.conversations, "conversations", 1000, "part 2 and the memory: conversations at once")
+	fs.DurationVar(&c.convLatency, "conv-latency", 50*time.Millisecond, "part 2: how long the model takes to answer")
+	fs.IntVar(&c.turns, "turns", 1, "turns per conversation before its caller starts a new one")
+	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
+	fs.StringVar(&c.profSeries, "cpuprofile-series", "", "with -cpuprofile: profile only the measured windows of this series (direct-loop or silo-loop), one file each, named after -cpuprofile with .1, .2, ...")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	for _, s := range strings.Split(*ns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 1 {
+			return c, fmt.Errorf("-n %q: want positive counts", *ns)
+		}
+		c.ns = append(c.ns, n)
+	}
+	for _, p := range strings.Split(*parts, ",") {
+		p = strings.TrimSpace(p)
+		if !slices.Contains([]string{"loop", "conversations", "memory"}, p) {
+			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory)", p)
+		}
+		c.parts = append(c.parts, p)
+	}
+	if c.profSeries != "" && (c.cpuprofile == "" || !slices.Contains([]string{"direct-loop", "silo-loop"}, c.profSeries)) {
+		return c, fmt.Errorf("-cpuprofile-series %q: want direct-loop or silo-loop, with -cpuprofile", c.profSeries)
+	}
+	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.latency < 0 || c.convLatency < 0 {
+		return c, fmt.Errorf("-rounds, -window, -conversations and -turns must be positive; -warmup and the latencies not negative")
+	}
+	return c, nil
+}
+
+// bench is the silo, the fake model and the two ways to run a loop.
+type bench struct {
+	cfg   config
+	srv   *fakemodel.Server
+	silo  *cluster.Silo
+	gw    *client.Client
+	model openai.Client
+	tr    *http.Transport
+	dir   string // the etcd's data
+
+	etcd    *clientv3.Client // to read the etcd's revision
+	loops   atomic.Int64     // silo loops answered
+	counted atomic.Int64     // the direct loop's tool
+	pushes  atomic.Int64     // progress pushed to the callers' session
+	seq     atomic.Int64     // conversations started
+	mu      sync.Mutex
+	convs   map[int]*conv // the current conversation of each caller
+
+	profiles int       // files written for -cpuprofile-series
+	stderr   io.Writer // where the windows are logged
+}
+
+// timeOfDay is how the windows' times are logged (UTC, as the silo's log).
+const timeOfDay = "15:04:05.000"
+
+// conv is a caller's current conversation and the turns it has had.
+type conv struct {
+	addr  string
+	turns int
+}
+
+func run(ctx context.Context, args []string, out, stderr io.Writer) error {
+	cfg, err := parse(args, stderr)
+	if err != nil {
+		return err
+	}
+	b := &bench{cfg: cfg, convs: make(map[int]*conv), stderr: stderr}
+	// One responder, read by the server at each request: its latency is
+	// the part's.
+	lat := &atomic.Int64{}
+	b.srv = fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
+		return fakemodel.Loop{Tool: toolName, Arguments: toolArgs, Latency: time.Duration(lat.Load())}.Respond(r)
+	})
+	defer b.srv.Close()
+	b.srv.SetRecording(false)
+	// Both sides get the same transport settings: a connection per
+	// caller kept between calls.
+	maxConns := max(cfg.conversations, slices.Max(cfg.ns)) + 16
+	b.tr = &http.Transport{MaxIdleConns: 2 * maxConns, MaxIdleConnsPerHost: 2 * maxConns, IdleConnTimeout: time.Minute}
+	defer b.tr.CloseIdleConnections()
+	hc := &http.Client{Transport: b.tr}
+	b.model = openai.NewClient(option.WithBaseURL(b.srv.OpenAIURL()), option.WithAPIKey("sk-fake"), option.WithMaxRetries(0), option.WithHTTPClient(hc))
+
+	if err := b.start(ctx, hc); err != nil {
+		return err
+	}
+	defer func() {
+		b.etcd.Close()
+		b.gw.Close()
+		b.silo.Close(context.Background())
+		os.RemoveAll(b.dir)
+	}()
+
+	if cfg.cpuprofile != "" && cfg.profSeries == "" {
+		f, err := os.Create(cfg.cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	var table [][]string
+	if slices.Contains(cfg.parts, "loop") {
+		lat.Store(int64(cfg.latency))
+		for _, n := range cfg.ns {
+			d, s, txns := b.measure(ctx, n)
+			callbench.Emit(out, d, "direct-loop", d.RateMedian())
+			callbench.Emit(out, s, "direct-loop", d.RateMedian())
+			ratio := ratio(d.RateMedian(), s.RateMedian())
+			emit(out, map[string]any{"bench": "loop-cost", "n": n, "model_latency_ms": ms(cfg.latency), "etcd_txns_per_loop": txns,
+				"direct_loops_per_s": d.RateMedian(), "silo_loops_per_s": s.RateMedian(),
+				"direct_ms_per_loop": perLoopMs(n, d.RateMedian()), "silo_ms_per_loop": perLoopMs(n, s.RateMedian()),
+				"wall_ratio": ratio, "goal": 1.3})
+			table = append(table, []string{fmt.Sprintf("loop cost, n=%d, model %v", n, cfg.latency),
+				fmt.Sprintf("%.2f ms/loop", perLoopMs(n, d.RateMedian())), fmt.Sprintf("%.2f ms/loop", perLoopMs(n, s.RateMedian())),
+				fmt.Sprintf("x%.2f wall per loop (goal <= 1.3)", ratio)})
+		}
+	}
+	if slices.Contains(cfg.parts, "conversations") {
+		lat.Store(int64(cfg.convLatency))
+		n := cfg.conversations
+		d, s, txns := b.measure(ctx, n)
+		callbench.Emit(out, d, "direct-loop", d.RateMedian())
+		callbench.Emit(out, s, "direct-loop", d.RateMedian())
+		share := s.RateMedian() / max(d.RateMedian(), 1e-9)
+		emit(out, map[string]any{"bench": "conversations", "n": n, "model_latency_ms": ms(cfg.convLatency), "etcd_txns_per_loop": txns, "pushes": b.pushes.Load(),
+			"direct_steps_per_s": 3 * d.RateMedian(), "silo_steps_per_s": 3 * s.RateMedian(),
+			"share": share, "goal": 0.8})
+		table = append(table, []string{fmt.Sprintf("%d conversations, model %v", n, cfg.convLatency),
+			fmt.Sprintf("%.0f steps/s", 3*d.RateMedian()), fmt.Sprintf("%.0f steps/s", 3*s.RateMedian()),
+			fmt.Sprintf("%.0f%% of the model alone (goal >= 80%%)", 100*share)})
+	}
+	if slices.Contains(cfg.parts, "memory") {
+		lat.Store(0)
+		m, err := b.memory(ctx, cfg.conversations)
+		if err != nil {
+			return err
+		}
+		emit(out, m)
+		table = append(table, []string{fmt.Sprintf("memory, %d conversations", cfg.conversations),
+			fmt.Sprintf("active: %.1f KiB heap each", m["heap_kib_per_active"].(float64)),
+			fmt.Sprintf("idle: %d in memory", m["idle_in_memory"].(int)),
+			fmt.Sprintf("record: %.0f bytes each (stored)", m["record_bytes_mean"].(float64))})
+	}
+	fmt.Fprintf(stderr, "\n%-40s %-22s %-22s %s\n", "", "direct-loop", "silo-loop", "")
+	for _, r := range table {
+		fmt.Fprintf(stderr, "%-40s %-22s %-22s %s\n", r[0], r[1], r[2], r[3])
+	}
+	return nil
+}
+
+// start starts the silo: an embedded etcd in a temporary directory (fsync
+// on, as in production), the Count type and the model type Looper.
+func (b *bench) start(ctx context.Context, hc *http.Client) error {
+	dir, err := os.MkdirTemp("", "llmbench-")
+	if err != nil {
+		return err
+	}
+	reg := grain.NewRegistry()
+	if err := registerCount(reg); err != nil {
+		return err
+	}
+	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
+description: Counts once when asked.
+model: {provider: openai, base_url: %s, name: fake-1}
+tools:
+  - agent: Count
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return err
+	}
+	if err := llm.Register(reg, def, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+		return err
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "llmbench"
+	cfg.GatewayAddr, cfg.HTTPAddr = "127.0.0.1:0", ""
+	cfg.Etcd.DataDir = dir
+	if cfg.Etcd.EmbeddedAddr, err = callbench.FreeAddr(); err != nil {
+		return err
+	}
+	if cfg.Etcd.EmbeddedPeerAddr, err = callbench.FreeAddr(); err != nil {
+		return err
+	}
+	// Room for every conversation's call at once, and a few more.
+	cfg.Gateway.Limits.MaxCallsPerPrincipal = max(cfg.Gateway.Limits.MaxCallsPerPrincipal, b.cfg.conversations+64)
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
+	b.silo, b.dir = s, dir
+	if b.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{"http://" + cfg.Etcd.EmbeddedAddr}, DialTimeout: 10 * time.Second, Logger: zap.NewNop()}); err != nil {
+		s.Close(context.Background())
+		os.RemoveAll(dir)
+		return err
+	}
+	// The turns push their progress to the caller's session (two a
+	// loop); they are counted, as a caller that shows them would read them.
+	gw, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(principal),
+		client.WithOnMessage(func(*client.Message) { b.pushes.Add(1) }))
+	if err != nil {
+		b.etcd.Close()
+		s.Close(context.Background())
+		os.RemoveAll(dir)
+		return err
+	}
+	b.gw = gw
+	return nil
+}
+
+// measure runs the direct loop and the silo's loop with n callers, in
+// interleaved rounds.
+// It also returns the etcd transactions per silo loop (the etcd's
+// revisions over the silo's measured windows, per loop answered in them).
+func (b *bench) measure(ctx context.Context, n int) (direct, silo *callbench.Series, txns float64) {
+	direct = &callbench.Series{Bench: "direct-loop", N: n}
+	silo = &callbench.Series{Bench: "silo-loop", N: n}
+	var revs, loops int64
+	for round := range b.cfg.rounds {
+		for _, s := range []struct {
+			sr   *callbench.Series
+			call callbench.Call
+		}{{direct, b.direct}, {silo, b.siloLoop}} {
+			warm := time.Now()
+			if b.cfg.warmup > 0 {
+				callbench.Window(ctx, n, b.cfg.warmup, nil, s.call)
+			}
+			rev0, loops0 := b.revision(ctx), b.loops.Load()
+			stop := b.profile(s.sr.Bench)
+			start := time.Now()
+			callbench.Window(ctx, n, b.cfg.window, s.sr, s.call)
+			stop()
+			// When each window ran, to read the silo's log beside.
+			fmt.Fprintf(b.stderr, "window %s n=%d round %d: warm-up from %s, measured %s to %s\n", s.sr.Bench, n, round+1,
+				warm.UTC().Format(timeOfDay), start.UTC().Format(timeOfDay), time.Now().UTC().Format(timeOfDay))
+			if s.sr == silo {
+				revs += b.revision(ctx) - rev0
+				loops += b.loops.Load() - loops0
+			}
+		}
+	}
+	if loops > 0 {
+		txns = float64(revs) / float64(loops)
+	}
+	return direct, silo, txns
+}
+
+// profile starts a CPU profile of one measured window of series, when
+// -cpuprofile-series names it, in the next numbered file; it returns what
+// stops it.
+func (b *bench) profile(series string) (stop func()) {
+	if b.cfg.profSeries != series {
+		return func() {}
+	}
+	b.profiles++
+	f, err := os.Create(fmt.Sprintf("%s.%d", b.cfg.cpuprofile, b.profiles))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "llmbench: -cpuprofile-series:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		fmt.Fprintln(os.Stderr, "llmbench: -cpuprofile-series:", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}
+}
+
+// revision is the etcd's revision: each write transaction adds one.
+func (b *bench) revision(ctx context.Context) int64 {
+	r, err := b.etcd.Get(ctx, "llmbench-revision")
+	if err != nil {
+		return 0
+	}
+	return r.Header.Revision
+}
+
+// direct runs one loop with openai-go alone: the model, the tool (an
+// in-process count), the model again.
+func (b *bench) direct(ctx context.Context, _ int) (time.Duration, error) {
+	start := time.Now()
+	params := openai.ChatCompletionNewParams{
+		Model:    "fake-1",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(question)},
+		Tools:    []openai.ChatCompletionToolUnionParam{countTool},
+	}
+	for round := 0; ; round++ {
+		if round == 8 {
+			return 0, errors.New("direct loop: no answer in 8 rounds")
+		}
+		res, err := b.model.Chat.Completions.New(ctx, params)
+		if err != nil {
+			return 0, err
+		}
+		msg := res.Choices[0].Message
+		if len(msg.ToolCalls) == 0 {
+			if !strings.HasPrefix(msg.Content, "done: ") {
+				return 0, fmt.Errorf("direct loop: answer %q", msg.Content)
+			}
+			return time.Since(start), nil
+		}
+		params.Messages = append(params.Messages, msg.ToParam())
+		for _, c := range msg.ToolCalls {
+			var in struct {
+				Input countIn `json:"input"`
+			}
+			if err := json.Unmarshal([]byte(c.Function.Arguments), &in); err != nil {
+				return 0, err
+			}
+			out, _ := json.Marshal(countOut{Count: b.counted.Add(in.Input.By)})
+			params.Messages = append(params.Messages, openai.ToolMessage(string(out), c.ID))
+		}
+	}
+}
+
+// countTool is the direct loop's tool, as the model agent offers Count's
+// typed skill add.
+var countTool = openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+	Name:        toolName,
+	Description: openai.String("adds to a count"),
+	Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{
+		"agent": map[string]any{"type": "string"},
+		"input": map[string]any{"type": "object", "properties": map[string]any{"by": map[string]any{"type": "integer"}}},
+	}},
+})
+
+// siloLoop runs one loop as a turn of a model agent: caller i's current
+// conversation, or a new one when it has had its turns.
+func (b *bench) siloLoop(ctx context.Context, i int) (time.Duration, error) {
+	b.mu.Lock()
+	c := b.convs[i]
+	if c == nil || c.turns >= b.cfg.turns {
+		c = &conv{addr: fmt.Sprintf("Looper:%s:c%d", principal, b.seq.Add(1))}
+		b.convs[i] = c
+	}
+	c.turns++
+	b.mu.Unlock()
+	start := time.Now()
+	r, err := b.gw.Ask(ctx, c.addr, &client.Message{Message: question})
+	if err != nil {
+		return 0, err
+	}
+	if !strings.HasPrefix(r.Message, "done: ") {
+		return 0, fmt.Errorf("%s: answer %q", c.addr, r.Message)
+	}
+	b.loops.Add(1)
+	return time.Since(start), nil
+}
+
+// memory has n new conversations take one turn each, reads the heap with
+// them active, deactivates them, and reads it again; it reads their
+// stored records' sizes.
+func (b *bench) memory(ctx context.Context, n int) (map[string]any, error) {
+	rt := b.silo.Runtime()
+	// Nothing else in memory: the conversations of the parts before go.
+	if err := deactivate(ctx, rt, "Looper"); err != nil {
+		return nil, err
+	}
+	heapIdle0 := b.heap()
+	addrs := make([]string, n)
+	var wg sync.WaitGroup
+	errc := make(chan error, n)
+	for i := range addrs {
+		addrs[i] = fmt.Sprintf("Looper:%s:m%d", principal, i)
+		wg.Go(func() {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+			defer cancel()
+			if _, err := b.gw.Ask(cctx, addrs[i], &client.Message{Message: question}); err != nil {
+				errc <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errc)
+	if err := <-errc; err != nil {
+		return nil, fmt.Errorf("memory: a turn: %w", err)
+	}
+	active := len(rt.Activations("Looper"))
+	heapActive := b.heap()
+	if err := deactivate(ctx, rt, "Looper"); err != nil {
+		return nil, err
+	}
+	idle := len(rt.Activations("Looper"))
+	heapIdle := b.heap()
+	if b.cfg.memprofile != "" {
+		if err := writeHeapProfile(b.cfg.memprofile); err != nil {
+			return nil, err
+		}
+	}
+	var sizes []float64
+	for _, a := range addrs {
+		data, _, err := b.gw.State(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("memory: the record of %s: %w", a, err)
+		}
+		sizes = append(sizes, float64(len(data)))
+	}
+	sum := 0.0
+	for _, s := range sizes {
+		sum += s
+	}
+	return map[string]any{
+		"bench": "memory", "n": n,
+		"active": active, "idle_in_memory": idle,
+		"heap_kib_per_active": float64(int64(heapActive)-int64(heapIdle)) / 1024 / float64(n),
+		"heap_kib_idle_delta": float64(int64(heapIdle)-int64(heapIdle0)) / 1024,
+		"record_bytes_mean":   sum / float64(len(sizes)),
+		"record_bytes_median": callbench.Median(sizes),
+	}, nil
+}
+
+// deactivate ends every activation of typ on rt.
+func deactivate(ctx context.Context, rt *grain.Runtime, typ string) error {
+	for _, a := range rt.Activations(typ) {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		_, err := rt.Deactivate(cctx, a.Address)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("deactivate %s: %w", a.Address, err)
+		}
+	}
+	return nil
+}
+
+// heap is the bytes of live heap objects after a collection, without the
+// model's idle connections: the parts before, and the turns here, leave up
+// to one kept-alive connection per caller (client and server buffers, about
+// 10 KiB each), which are the bench's HTTP pool, not the conversations'.
+func (b *bench) heap() uint64 {
+	b.tr.CloseIdleConnections()
+	time.Sleep(200 * time.Millisecond) // the server's side sees them close
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// countIn and countOut are the Count agent's typed skill add.
+type countIn struct {
+	By int64 `json:"by" jsonschema:"how much to add"`
+}
+
+type countOut struct {
+	Count int64 `json:"count"`
+}
+
+// counter is the tool: a count in memory (as the direct loop's), added to
+// by its typed skill add.
+type counter struct{ n int64 }
+
+func registerCount(reg *grain.Registry) error {
+	return reg.Register("Count", func(grain.Host) (grain.Agent, error) { return &counter{}, nil }, grain.TypeInfo{
+		Description: "A count in memory.",
+		Skills:      []grain.Skill{grain.TypedSkill[countIn, countOut]("add", "Adds by to the count and returns it.")},
+	})
+}
+
+// OnMessage implements grain.Agent.
+func (c *counter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	return grain.TypedHandler(func(_ context.Context, in countIn) (countOut, error) {
+		c.n += in.By
+		return countOut{Count: c.n}, nil
+	})(ctx, m)
+}
+
+func emit(out io.Writer, rec map[string]any) {
+	data, _ := json.Marshal(rec)
+	fmt.Fprintln(out, string(data))
+}
+
+// ratio is the wall time per loop of silo over direct's: direct's rate
+// over silo's.
+func ratio(direct, silo float64) float64 {
+	if silo <= 0 {
+		return 0
+	}
+	return direct / silo
+}
+
+// perLoopMs is the wall time per loop of n callers at rate loops a second.
+func perLoopMs(n int, rate float64) float64 {
+	if rate <= 0 {
+		return 0
+	}
+	return 1000 * float64(n) / rate
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
