@@ -36,7 +36,7 @@ func TestDefaultAgentCard(t *testing.T) {
 	}
 	defer rt.Close(context.Background())
 	deps := a2a.Deps{Runtime: rt, Etcd: etcdtest.Start(t).Client(t), Prefix: "/default/"}
-	inbox.WireA2A(&deps, inbox.New("s1", nil))
+	inbox.Wire(&deps, inbox.New("s1", nil))
 	newServer := func(agent string) (*a2a.Server, error) {
 		cfg := a2a.DefaultConfig()
 		cfg.DefaultAgent = agent

@@ -9,7 +9,7 @@ import (
 // Session:<principal>:a2a-<id>@<silo> (what an agent pushes to m.From
 // during the turn), goes to that turn, and every other session message to
 // the next router, the gateway's sessions. They are made before the
-// runtime and handed to the Server in its Deps (inbox.WireA2A).
+// runtime and handed to the Server in its Deps (inbox.Wire).
 
 // IsInbox reports whether addr is an A2A turn's sender address.
 func IsInbox(addr string) bool { return inbox.IsKind(addr, inbox.A2A) }

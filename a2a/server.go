@@ -41,15 +41,18 @@ type Deps struct {
 	// which the root card and GET /a2a show beside the agent types.
 	Outside func(ctx context.Context) []grain.DirectoryEntry
 
-	// inboxes must be the runtime's session router (or in front of it), so
-	// that what agents push to a turn's sender reaches the turn (required):
-	// the silo's, which it wires in (inbox.WireA2A).
-	inboxes *inbox.Inboxes
+	// siloInboxes holds the inboxes, which must be the runtime's session
+	// router (or in front of it), so that what agents push to a turn's
+	// sender reaches the turn (required): the silo's, which it sets with
+	// inbox.Wire; users cannot reach it.
+	siloInboxes
 }
 
-func init() {
-	inbox.WireA2A = func(deps any, in *inbox.Inboxes) { deps.(*Deps).inboxes = in }
-}
+// siloInboxes is the inbox.Slot embedded in Deps, under a name users cannot
+// refer to.
+type siloInboxes = inbox.Slot
+
+var _ inbox.Slotted = (*Deps)(nil)
 
 // Server is a silo's A2A server: every agent of the cluster as an A2A
 // agent, through the official SDK's handlers (a2asrv) in its cluster mode,
@@ -103,7 +106,8 @@ type Server struct {
 // New checks cfg and returns a server for the agents of d.Runtime. It
 // starts nothing.
 func New(cfg Config, d Deps) (*Server, error) {
-	if d.Runtime == nil || d.Etcd == nil || d.inboxes == nil {
+	inboxes := inbox.Wired(&d.siloInboxes)
+	if d.Runtime == nil || d.Etcd == nil || inboxes == nil {
 		return nil, errs.New(codes.InvalidArgument, "a2a: New: Runtime, Etcd and the silo's inboxes are required")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -138,7 +142,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		prefix:  d.Prefix,
 		logger:  cfg.Logger.With("component", "a2a"),
 		auth:    authn,
-		inboxes: d.inboxes,
+		inboxes: inboxes,
 		outside: d.Outside,
 		maxBody: 2*d.Runtime.Config().MaxMessageSize + 64<<10,
 	}

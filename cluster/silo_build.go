@@ -134,7 +134,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 
 		ObserveLateness: s.metrics.observeLateness,
 	}
-	clock.WireReminders(&remCfg, s.clk)
+	clock.Wire(&remCfg, s.clk)
 	if s.reminders, err = reminders.New(ctx, remCfg); err != nil {
 		return fmt.Errorf("reminders: %w", err)
 	}
@@ -204,14 +204,14 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	s.gw.RegisterService(&agentsilov1.TypeAdmin_ServiceDesc, &typeAdmin{d: s.declared, acl: s.acl, info: info, rem: s.reminders})
 	if s.a2aLis != nil {
 		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
-		inbox.WireA2A(&deps, s.inboxes)
+		inbox.Wire(&deps, s.inboxes)
 		if s.a2a, err = a2a.New(s.sub.a2a, deps); err != nil {
 			return err
 		}
 	}
 	if s.mcpLis != nil {
 		deps := mcp.Deps{Runtime: s.rt, ACL: s.acl}
-		inbox.WireMCP(&deps, s.inboxes)
+		inbox.Wire(&deps, s.inboxes)
 		if s.mcp, err = mcp.New(s.sub.mcp, deps); err != nil {
 			return err
 		}

@@ -44,7 +44,7 @@ func (s *Silo) newDirectory(info *clusterInfo) (*directory.Directory, error) {
 		return s.router.owns(grain.Address{Type: directoryType, Owner: directory.ACLOwner, Alias: name})
 	}
 	cfg.Transport = a2a.OutgoingTransport(s.cfg.A2A.AllowPrivateNetworks)
-	clock.WireDirectory(&cfg, s.clk)
+	clock.Wire(&cfg, s.clk)
 	cfg.Logger = s.logger
 	return directory.New(cfg)
 }

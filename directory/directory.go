@@ -60,15 +60,17 @@ type Config struct {
 	// Default: slog.Default().
 	Logger *slog.Logger
 
-	// clk schedules refreshes and stamps last-seen times (nil: the real
-	// clock): the silo's clock, which it wires in (clock.WireDirectory),
-	// as this package's tests do.
-	clk clock.Clock
+	// siloClock holds the clock that schedules refreshes and stamps
+	// last-seen times (none: the real clock): the silo's, which it sets
+	// with clock.Wire, as this package's tests do; users cannot reach it.
+	siloClock
 }
 
-func init() {
-	clock.WireDirectory = func(cfg any, clk clock.Clock) { cfg.(*Config).clk = clk }
-}
+// siloClock is the clock.Slot embedded in Config, under a name users cannot
+// refer to.
+type siloClock = clock.Slot
+
+var _ clock.Slotted = (*Config)(nil)
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
@@ -135,8 +137,9 @@ func New(cfg Config) (*Directory, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.clk == nil {
-		cfg.clk = clock.Real{}
+	clk := clock.Wired(&cfg.siloClock)
+	if clk == nil {
+		clk = clock.Real{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -147,7 +150,7 @@ func New(cfg Config) (*Directory, error) {
 	dir := &Directory{
 		cfg:      cfg,
 		logger:   cfg.Logger.With("component", "directory"),
-		clk:      cfg.clk,
+		clk:      clk,
 		records:  make(map[string]*record),
 		statuses: make(map[string]*status),
 		inflight: make(map[string]bool),

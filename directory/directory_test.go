@@ -57,7 +57,7 @@ func TestOutsideEntries(t *testing.T) {
 	types := []grain.TypeInfo{{Name: "Planner", Description: "Plans trips.", Skills: []grain.Skill{{Name: "plan", Tags: []string{"travel"}, Examples: []string{"plan a trip to Rome"}}}}}
 	cfg := directory.DefaultConfig()
 	cfg.Client, cfg.Prefix = cli, "/t/"
-	clock.WireDirectory(&cfg, clk)
+	clock.Wire(&cfg, clk)
 	cfg.Types = func(context.Context) ([]grain.TypeInfo, error) { return types, nil }
 	owner := startDir(t, cfg)
 	cfg.Owns = func(string) bool { return false }
@@ -176,7 +176,7 @@ func TestRefreshMovesWithOwner(t *testing.T) {
 	aOwns.Store(true)
 	cfg := directory.DefaultConfig()
 	cfg.Client, cfg.Prefix = cli, "/t/"
-	clock.WireDirectory(&cfg, clk)
+	clock.Wire(&cfg, clk)
 	cfg.Owns = func(string) bool { return aOwns.Load() }
 	a := startDir(t, cfg)
 	cfg.Owns = func(string) bool { return !aOwns.Load() }

@@ -27,16 +27,18 @@ type Deps struct {
 	// ACL, if set, is checked on every listing and call.
 	ACL *acl.Authority
 
-	// inboxes must be the runtime's session router (or in front of it),
-	// so that what agents push to a call's sender reaches the call
-	// (required; the A2A server's, when both are on): the silo's, which it
-	// wires in (inbox.WireMCP).
-	inboxes *inbox.Inboxes
+	// siloInboxes holds the inboxes, which must be the runtime's session
+	// router (or in front of it), so that what agents push to a call's
+	// sender reaches the call (required; the A2A server's, when both are
+	// on): the silo's, which it sets with inbox.Wire; users cannot reach it.
+	siloInboxes
 }
 
-func init() {
-	inbox.WireMCP = func(deps any, in *inbox.Inboxes) { deps.(*Deps).inboxes = in }
-}
+// siloInboxes is the inbox.Slot embedded in Deps, under a name users cannot
+// refer to.
+type siloInboxes = inbox.Slot
+
+var _ inbox.Slotted = (*Deps)(nil)
 
 // Server is a silo's MCP server: every agent of the cluster as MCP tools,
 // through the official Go SDK's streamable HTTP transport. Its lifecycle
@@ -73,7 +75,8 @@ type Server struct {
 // New checks cfg and returns a server for the agents of d.Runtime: the
 // tools of the types registered now. It starts nothing.
 func New(cfg Config, d Deps) (*Server, error) {
-	if d.Runtime == nil || d.inboxes == nil {
+	inboxes := inbox.Wired(&d.siloInboxes)
+	if d.Runtime == nil || inboxes == nil {
 		return nil, errs.New(codes.InvalidArgument, "mcp: New: Runtime and the silo's inboxes are required")
 	}
 	if err := cfg.Validate(); err != nil {
@@ -109,7 +112,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		acl:     d.ACL,
 		logger:  cfg.Logger.With("component", "mcp"),
 		auth:    authn,
-		inboxes: d.inboxes,
+		inboxes: inboxes,
 		maxBody: 2*int64(d.Runtime.Config().MaxMessageSize) + 64<<10,
 		types:   make(map[string]*mcpsdk.Server),
 	}

@@ -68,14 +68,20 @@ type Config struct {
 	// Logger receives the service's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// clk is the scheduler's time (nil: the real clock): the silo's clock,
-	// which it wires in (clock.WireReminders), as this package's tests do.
+	// clk is the scheduler's time (nil: the real clock). Validate takes it
+	// from siloClock if the silo wired one in (clock.Wire); this package's
+	// tests set it here.
 	clk clock.Clock
+	// siloClock holds the silo's clock (a fake one in its tests), which it
+	// sets with clock.Wire; users cannot reach it.
+	siloClock
 }
 
-func init() {
-	clock.WireReminders = func(cfg any, clk clock.Clock) { cfg.(*Config).clk = clk }
-}
+// siloClock is the clock.Slot embedded in Config, under a name users cannot
+// refer to.
+type siloClock = clock.Slot
+
+var _ clock.Slotted = (*Config)(nil)
 
 // DefaultConfig returns the defaults described on Config's fields (without
 // Client and Deliver).
@@ -118,6 +124,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PageSize == 0 {
 		c.PageSize = d.PageSize
+	}
+	if clk := clock.Wired(&c.siloClock); clk != nil {
+		c.clk = clk
 	}
 	if c.clk == nil {
 		c.clk = clock.Real{}

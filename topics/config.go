@@ -83,19 +83,23 @@ type Config struct {
 	// otel.GetTracerProvider(), a no-op unless the program sets one.
 	TracerProvider trace.TracerProvider
 
-	// store and clk are what a silo wires in (topicstore.Wire): the store
-	// of subscriptions and queues (nil: one in memory, made by New) and the
-	// clock of retries' backoff and of SessionGrace (nil: the real clock).
+	// store and clk are the store of subscriptions and queues (nil: one in
+	// memory, made by New) and the clock of retries' backoff and of
+	// SessionGrace (nil: the real clock). Validate takes them from
+	// siloWiring if the silo wired them in (topicstore.Wire); this
+	// package's tests set them here.
 	store topicstore.Store
 	clk   clock.Clock
+	// siloWiring holds what the silo gives its Service, which it sets with
+	// topicstore.Wire; users cannot reach it.
+	siloWiring
 }
 
-func init() {
-	topicstore.Wire = func(cfg any, w topicstore.Wiring) {
-		c := cfg.(*Config)
-		c.store, c.clk = w.Store, w.Clock
-	}
-}
+// siloWiring is the topicstore.Slot embedded in Config, under a name users
+// cannot refer to.
+type siloWiring = topicstore.Slot
+
+var _ topicstore.Slotted = (*Config)(nil)
 
 // Observer is told what a Service does, for metrics. Its methods are
 // called concurrently.
@@ -161,6 +165,9 @@ func (c *Config) Validate() error {
 	fillD(&c.AckTimeout, d.AckTimeout)
 	fillD(&c.PublishTimeout, d.PublishTimeout)
 	fillD(&c.SessionGrace, d.SessionGrace)
+	if w, ok := topicstore.Wired(&c.siloWiring); ok {
+		c.store, c.clk = w.Store, w.Clock
+	}
 	if c.clk == nil {
 		c.clk = clock.Real{}
 	}

@@ -16,9 +16,32 @@ type Wiring struct {
 	Clock clock.Clock
 }
 
-// Wire sets w on cfg, a *topics.Config. Package topics sets it at init, so
-// that its Config shows only the user's settings.
-var Wire func(cfg any, w Wiring)
+// Slot is where a silo puts its Wiring in a topics.Config, which embeds a
+// Slot under an unexported name, so that users see only their settings and
+// cannot reach it, while the silo and tests set it with Wire. Package
+// topics takes it with Wired where it fills in its defaults.
+type Slot struct {
+	w     Wiring
+	wired bool
+}
+
+// topicSlot is promoted to topics.Config, which embeds a Slot: it makes it
+// Slotted, which no type of another package can be otherwise.
+func (s *Slot) topicSlot() *Slot { return s }
+
+// Slotted is a pointer to a Config that embeds a Slot (*topics.Config), or
+// to the Slot itself.
+type Slotted interface{ topicSlot() *Slot }
+
+// Wire puts w in cfg's Slot.
+func Wire(cfg Slotted, w Wiring) { *cfg.topicSlot() = Slot{w: w, wired: true} }
+
+// Wired returns the Wiring Wire put in cfg's Slot, and false if Wire was
+// not called.
+func Wired(cfg Slotted) (Wiring, bool) {
+	s := cfg.topicSlot()
+	return s.w, s.wired
+}
 
 // NewMemory returns an empty store in this process's memory, whose
 // idempotency keys last window on clk (nil: the real clock; 0: 10
