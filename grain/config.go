@@ -64,9 +64,14 @@ type Config struct {
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// silo is what a silo wires in (siloapi.Wire): its placement, client
-	// sessions, broadcast and clock. Zero: a runtime of its own.
+	// silo is what a silo wires in: its placement, client sessions,
+	// broadcast, clock and tracer. Zero: a runtime of its own. New takes it
+	// from siloSlot if the silo set that (siloapi.Wire); this package's
+	// tests set it here.
 	silo siloapi.Wiring
+	// siloSlot holds the Wiring a silo sets with siloapi.Wire (see
+	// placement.go); users cannot reach it.
+	siloSlot
 }
 
 // DefaultConfig returns the defaults described on Config's fields.

@@ -15,10 +15,11 @@ import (
 
 // A Runtime in a silo is wired to a placement (siloapi.Placement, package
 // cluster's router) that places addresses across the silos of a cluster:
-// Config.silo, set with siloapi.Wire. A Runtime without one hosts every
-// address itself. This file is how the runtime uses it: routing, claiming
-// activations, forwarding, and the silo-only API (siloRuntime) that runs
-// what other silos forward.
+// Config.silo, which New takes from what siloapi.Wire set (siloSlot). A
+// Runtime without one hosts every address itself. This file is how the
+// runtime uses it: routing, claiming activations, forwarding, and the
+// silo-only API (siloRuntime, which New binds to the runtime's siloHandle
+// for siloapi.Of) that runs what other silos forward.
 
 // errNotServing fails the messages of a silo that is no longer serving.
 var errNotServing = notRun(errs.New(codes.Unavailable, "silo is fenced: it no longer serves activations"))
@@ -419,7 +420,17 @@ func (s siloRuntime) Rehome(ctx context.Context, keep func(key string) bool) err
 
 func (s siloRuntime) Release(ctx context.Context, key string) error { return s.rt.release(ctx, key) }
 
-func init() {
-	siloapi.Of = func(rt any) siloapi.Runtime { return siloRuntime{rt.(*Runtime)} }
-	siloapi.Wire = func(cfg any, w siloapi.Wiring) { cfg.(*Config).silo = w }
-}
+// siloSlot is the siloapi.Slot embedded in Config, where a silo puts its
+// Wiring (siloapi.Wire) for New to take: under this name, users cannot
+// reach it.
+type siloSlot = siloapi.Slot
+
+// siloHandle is the siloapi.Handle embedded in Runtime, where New puts its
+// siloRuntime for the silo to take (siloapi.Of): under this name, users
+// cannot reach it.
+type siloHandle = siloapi.Handle
+
+var (
+	_ siloapi.Slotted = (*Config)(nil)
+	_ siloapi.Handled = (*Runtime)(nil)
+)

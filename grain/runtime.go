@@ -58,6 +58,10 @@ type Runtime struct {
 	sweepBuf []*activation      // sweep's; the collect goroutine only
 	stop     chan struct{}
 	stopped  sync.WaitGroup
+
+	// siloHandle holds the runtime's silo-only API, which New binds and
+	// package cluster takes with siloapi.Of (see placement.go).
+	siloHandle
 }
 
 // New starts a runtime for the agent types in reg.
@@ -77,10 +81,14 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = "local"
 	}
+	if w, ok := siloapi.Wired(&cfg.siloSlot); ok {
+		cfg.silo = w
+	}
 	if cfg.silo.Clock == nil {
 		cfg.silo.Clock = clock.Real{}
 	}
 	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.silo.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
+	siloapi.Bind(&rt.siloHandle, siloRuntime{rt})
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
 	rt.dir.init()

@@ -4,7 +4,8 @@
 // broadcast, the clock), running messages that another silo forwarded, and
 // giving activations up when ownership moves (Runtime). It is kept out of
 // grain's public API, so that agents and SDK users see only what they may
-// call; package grain implements it (Wire, Of), package cluster uses it.
+// call; package grain implements it and keeps what a silo wires in (Slot,
+// Handle), package cluster uses it (Wire, Of).
 package siloapi
 
 import (
@@ -60,8 +61,32 @@ type Tracer interface {
 	Traceparent(ctx context.Context) string
 }
 
-// Wire sets w on cfg, a *grain.Config. Package grain sets it at init.
-var Wire func(cfg any, w Wiring)
+// Slot is where a silo puts its Wiring in a grain.Config, which embeds a
+// Slot under an unexported name, so that agents and SDK users see only
+// their settings and cannot reach it, while the silo and tests set it with
+// Wire. grain.New takes it with Wired.
+type Slot struct {
+	w     Wiring
+	wired bool
+}
+
+// siloSlot is promoted to grain.Config, which embeds a Slot: it makes it
+// Slotted, which no type of another package can be otherwise.
+func (s *Slot) siloSlot() *Slot { return s }
+
+// Slotted is a pointer to a Config that embeds a Slot (*grain.Config), or
+// to the Slot itself.
+type Slotted interface{ siloSlot() *Slot }
+
+// Wire puts w in cfg's Slot, before grain.New.
+func Wire(cfg Slotted, w Wiring) { *cfg.siloSlot() = Slot{w: w, wired: true} }
+
+// Wired returns the Wiring Wire put in cfg's Slot, and false if Wire was
+// not called.
+func Wired(cfg Slotted) (Wiring, bool) {
+	s := cfg.siloSlot()
+	return s.w, s.wired
+}
 
 // Placement places addresses across the silos of a cluster. A runtime
 // without one hosts every address itself; package cluster implements it.
@@ -149,6 +174,22 @@ type Runtime interface {
 	Release(ctx context.Context, key string) error
 }
 
-// Of returns the silo-only API of rt, a *grain.Runtime. Package grain sets
-// it at init.
-var Of func(rt any) Runtime
+// Handle holds the silo-only API of a grain.Runtime, which embeds a Handle
+// under an unexported name: grain.New puts the API there (Bind) and the
+// silo takes it (Of); users cannot reach it.
+type Handle struct{ rt Runtime }
+
+// siloHandle is promoted to grain.Runtime, which embeds a Handle: it makes
+// it Handled, which no type of another package can be otherwise.
+func (h *Handle) siloHandle() *Handle { return h }
+
+// Handled is a pointer to a Runtime that embeds a Handle (*grain.Runtime),
+// or to the Handle itself.
+type Handled interface{ siloHandle() *Handle }
+
+// Bind puts api, the silo-only API of rt, in rt's Handle. grain.New calls
+// it.
+func Bind(rt Handled, api Runtime) { rt.siloHandle().rt = api }
+
+// Of returns the silo-only API of rt, a runtime made by grain.New.
+func Of(rt Handled) Runtime { return rt.siloHandle().rt }
