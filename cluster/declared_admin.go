@@ -156,13 +156,13 @@ func (s *typeAdmin) schedule(ctx context.Context, old []byte, def llm.Definition
 		keep[w.Agent.String()+"/"+w.Reminder.Name] = true
 		have, err := s.rem.List(ctx, w.Agent)
 		if err != nil {
-			return errs.Wrap(errs.Code(err), err, "declared types: %s is stored, but the reminders of its schedule were not all registered; apply it again", def.Type)
+			return errs.Wrap(errs.Code(err), err, "declared types: applying %s ran, but the reminders of its schedule were not all registered; apply it again", def.Type)
 		}
 		if slices.ContainsFunc(have, func(r grain.Reminder) bool { return r.Name == w.Reminder.Name }) {
 			continue
 		}
 		if err := s.rem.Register(ctx, w.Agent, w.Reminder); err != nil {
-			return errs.Wrap(errs.Code(err), err, "declared types: %s is stored, but the reminders of its schedule were not all registered; apply it again", def.Type)
+			return errs.Wrap(errs.Code(err), err, "declared types: applying %s ran, but the reminders of its schedule were not all registered; apply it again", def.Type)
 		}
 	}
 	return s.unschedule(ctx, old, keep)
@@ -187,7 +187,7 @@ func (s *typeAdmin) unschedule(ctx context.Context, old []byte, keep map[string]
 			continue
 		}
 		if err := s.rem.Unregister(ctx, g.Agent, g.Reminder.Name); err != nil && errs.Code(err) != codes.NotFound {
-			return errs.Wrap(errs.Code(err), err, "declared types: the reminder %s of %s, of a schedule entry the type no longer has, was not removed; remove it with `client reminders`", g.Reminder.Name, g.Agent)
+			return errs.Wrap(errs.Code(err), err, "declared types: the change of the type ran, but the reminder %s of %s, of a schedule entry the type no longer has, was not removed; remove it with `client reminders remove`", g.Reminder.Name, g.Agent)
 		}
 	}
 	return nil

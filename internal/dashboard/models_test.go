@@ -25,6 +25,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/browsertest"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -171,7 +172,7 @@ func TestModelPages(t *testing.T) {
 	<-entered // the turn waits in its tool call
 
 	// The browser, as alice.
-	b, stop := newBrowser(t, ctx, chromium)
+	b, stop := browsertest.New(t, ctx, chromium, 1200, 900)
 	defer stop()
 	shots := os.Getenv("DASHBOARD_SCREENSHOTS")
 	shot := func(name string) {
@@ -180,7 +181,7 @@ func TestModelPages(t *testing.T) {
 			return
 		}
 		var shot []byte
-		b.runT("screenshot "+name, func(ctx context.Context) (err error) {
+		b.RunT("screenshot "+name, func(ctx context.Context) (err error) {
 			shot, err = chromedp.Run(ctx, chromedp.CaptureScreenshot())
 			return err
 		})
@@ -192,7 +193,7 @@ func TestModelPages(t *testing.T) {
 	}
 	waitText := func(sel, want string) {
 		t.Helper()
-		b.runT("wait for "+sel+" to say "+want, func(ctx context.Context) error {
+		b.RunT("wait for "+sel+" to say "+want, func(ctx context.Context) error {
 			_, err := chromedp.Run(ctx, chromedp.Poll[bool](fmt.Sprintf(`(document.querySelector(%q)||{}).innerText?.includes(%q)`, sel, want), chromedp.WithPollingInterval(100*time.Millisecond)))
 			return err
 		})
@@ -205,14 +206,14 @@ func TestModelPages(t *testing.T) {
 			}
 		}
 	}
-	b.run("log in", chromedp.Navigate(base+"/ui/models"), chromedp.WaitVisible(chromedp.ID("key")),
+	b.Run("log in", chromedp.Navigate(base+"/ui/models"), chromedp.WaitVisible(chromedp.ID("key")),
 		chromedp.SendKeys(chromedp.ID("key"), aliceKey), chromedp.Click(chromedp.ID("login")),
 		chromedp.WaitVisible(chromedp.ID("model-types")))
 
 	// The models page: both types (Gate is none), h1 in a turn, the
 	// tokens of its record so far (7+100 in, 3+20 out), and this silo's
 	// metrics of Planner, the declared type that counts in them.
-	types := b.text("#model-types")
+	types := b.Text("#model-types")
 	contains("the model types", types, "Helper", "Adds numbers.", "Planner", "declared", "Plans.")
 	if strings.Contains(types, "Gate") {
 		t.Errorf("Gate listed as a model type:\n%s", types)
@@ -231,19 +232,19 @@ func TestModelPages(t *testing.T) {
 			}
 		}
 	}
-	agents := b.text("#model-agents")
+	agents := b.Text("#model-agents")
 	contains("the model agents", agents, "Helper:alice:h1", "in a turn", "Planner:alice:p1", "idle")
-	contains("the total", b.text("#model-total"), "2 active model agents")
+	contains("the total", b.Text("#model-total"), "2 active model agents")
 	shot("models")
 
 	// h1's page, from its link: the first turn answered, the second
 	// running in its tool call.
-	b.run("open h1", chromedp.Click(chromedp.CSS(`#model-agents a[href*="Helper"][href*="h1"]`)), chromedp.WaitVisible(chromedp.ID("turns")))
-	turns := b.text("#turns")
+	b.Run("open h1", chromedp.Click(chromedp.CSS(`#model-agents a[href*="Helper"][href*="h1"]`)), chromedp.WaitVisible(chromedp.ID("turns")))
+	turns := b.Text("#turns")
 	contains("h1's turns", turns, "hello", "hello there", "tokens 7 in, 3 out", "answered",
 		"add it up", "Gate_wait", `{"agent": "g", "input": {"step": "one"}}`, "[w1] running", "running", "tokens 100 in, 20 out so far")
-	contains("h1's totals", b.text("#turn-count"), "1 ended, one running")
-	contains("h1's tokens", b.text("#total-tokens"), "107 in, 23 out")
+	contains("h1's totals", b.Text("#turn-count"), "1 ended, one running")
+	contains("h1's tokens", b.Text("#total-tokens"), "107 in, 23 out")
 	shot("model")
 
 	// The turn ends; the page's poll shows it.
@@ -253,24 +254,24 @@ func TestModelPages(t *testing.T) {
 	}
 	held <- nil // for the cleanup
 	waitText("#turns", "all done")
-	turns = b.text("#turns")
+	turns = b.Text("#turns")
 	contains("h1's finished turns", turns, "step one waited", "tokens 250 in, 50 out")
 	if strings.Contains(turns, "running") {
 		t.Errorf("a turn still running:\n%s", turns)
 	}
 	conv, err := client.AskTyped[struct{}, llm.Conversation](ctx, alice, "Helper:alice:h1", llm.SkillConversation, struct{}{})
 	must(t, err)
-	contains("h1's totals", b.text("#total-tokens"), fmt.Sprintf("%d in, %d out", conv.Usage.InputTokens, conv.Usage.OutputTokens))
-	contains("h1's turn count", b.text("#turn-count"), fmt.Sprintf("%d ended", len(conv.Turns)))
+	contains("h1's totals", b.Text("#total-tokens"), fmt.Sprintf("%d in, %d out", conv.Usage.InputTokens, conv.Usage.OutputTokens))
+	contains("h1's turn count", b.Text("#turn-count"), fmt.Sprintf("%d ended", len(conv.Turns)))
 
 	// Script said and answered shows as text and does not run.
 	if got := ask("Helper:alice:h1", xss); got != "you said "+xss {
 		t.Fatalf("h1 answered %q", got)
 	}
-	b.run("reload h1", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("turns")))
-	contains("h1's turns with script", b.text("#turns"), xss, "you said "+xss, "tokens 11 in, 5 out")
+	b.Run("reload h1", chromedp.Reload(), chromedp.WaitVisible(chromedp.ID("turns")))
+	contains("h1's turns with script", b.Text("#turns"), xss, "you said "+xss, "tokens 11 in, 5 out")
 	var ran any
-	b.runT("read window.__xss", func(ctx context.Context) (err error) {
+	b.RunT("read window.__xss", func(ctx context.Context) (err error) {
 		ran, err = chromedp.Run(ctx, chromedp.Evaluate[any](`window.__xss === undefined ? null : window.__xss`))
 		return err
 	})
@@ -280,9 +281,9 @@ func TestModelPages(t *testing.T) {
 	shot("model-ended")
 
 	// The agent page links a model agent's conversation, not another's.
-	b.run("open h1's agent page", chromedp.Navigate(base+"/ui/agent?addr=Helper:alice:h1"), chromedp.WaitVisible(chromedp.ID("conversation")))
-	b.run("open g's agent page", chromedp.Navigate(base+"/ui/agent?addr=Gate:alice:g"), chromedp.WaitVisible(chromedp.ID("config")))
-	if n := b.eval(`document.querySelectorAll("#conversation").length`); n != float64(0) {
+	b.Run("open h1's agent page", chromedp.Navigate(base+"/ui/agent?addr=Helper:alice:h1"), chromedp.WaitVisible(chromedp.ID("conversation")))
+	b.Run("open g's agent page", chromedp.Navigate(base+"/ui/agent?addr=Gate:alice:g"), chromedp.WaitVisible(chromedp.ID("config")))
+	if n := b.Eval(`document.querySelectorAll("#conversation").length`, false); n != float64(0) {
 		t.Errorf("Gate:alice:g links a conversation (%v)", n)
 	}
 	stop()
@@ -350,65 +351,4 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// browser is a headless Chromium for a test, each step bounded by 30 s
-// and failing the test with what it was doing.
-type browser struct {
-	t   *testing.T
-	ctx context.Context // the browser's, without a deadline
-}
-
-// newBrowser starts chromium (its path) under ctx; it stops when stop is
-// called (deferred by the caller; calling it again does nothing).
-func newBrowser(t *testing.T, ctx context.Context, chromium string) (b *browser, stop func()) {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromium), chromedp.NoSandbox,
-		chromedp.WindowSize(1200, 900), chromedp.Flag("disable-gpu", true))
-	actx, cancelA := chromedp.NewExecAllocator(ctx, opts...)
-	bctx, cancelB := chromedp.NewContext(actx)
-	stop = func() { cancelB(); cancelA() }
-	if err := chromedp.Do(bctx); err != nil { // starts the browser, on a context without a deadline
-		stop()
-		t.Fatal(err)
-	}
-	return &browser{t: t, ctx: bctx}, stop
-}
-
-// runT runs f with a context of the browser bounded by 30 s.
-func (b *browser) runT(what string, f func(ctx context.Context) error) {
-	b.t.Helper()
-	tctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
-	defer cancel()
-	if err := f(tctx); err != nil {
-		b.t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// run runs steps.
-func (b *browser) run(what string, steps ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	b.runT(what, func(ctx context.Context) error { return chromedp.Do(ctx, steps...) })
-}
-
-// text returns the text of the element sel selects.
-func (b *browser) text(sel string) string {
-	b.t.Helper()
-	var s string
-	b.runT("read "+sel, func(ctx context.Context) (err error) {
-		s, err = chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		return err
-	})
-	return s
-}
-
-// eval evaluates expr in the page.
-func (b *browser) eval(expr string) any {
-	b.t.Helper()
-	var v any
-	b.runT("evaluate "+expr, func(ctx context.Context) (err error) {
-		v, err = chromedp.Run(ctx, chromedp.Evaluate[any](expr))
-		return err
-	})
-	return v
 }

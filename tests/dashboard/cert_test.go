@@ -29,6 +29,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/browsertest"
 	"github.com/agentsilo/agentsilo/internal/certs/certstest"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -207,9 +208,9 @@ func TestDashboardCertificate(t *testing.T) {
 	})
 	t.Cleanup(proxy.Close)
 	base := proxy.URL
-	b, stop := newBrowser(t, ctx, chromium)
+	b, stop := browsertest.New(t, ctx, chromium, 1200, 760)
 	defer stop()
-	runT, run, text, eval := b.runT, b.run, b.text, b.eval
+	runT, run, text, eval := b.RunT, b.Run, b.Text, b.Eval
 	waitText := func(sel, want string) {
 		t.Helper()
 		runT("wait for "+sel+" to say "+want, func(ctx context.Context) error {

@@ -34,6 +34,7 @@ import (
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/browsertest"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
@@ -173,9 +174,9 @@ func TestDashboard(t *testing.T) {
 	t.Logf("cluster up and filled in %v", time.Since(start).Round(time.Millisecond))
 
 	// The browser.
-	b, stop := newBrowser(t, ctx, chromium)
+	b, stop := browsertest.New(t, ctx, chromium, 1200, 760)
 	defer stop()
-	bctx, runT, run, text, eval := b.ctx, b.runT, b.run, b.text, b.eval
+	bctx, runT, run, text, eval := b.Ctx, b.RunT, b.Run, b.Text, b.Eval
 	noXSS := func(where string) {
 		t.Helper()
 		if v := eval(`window.__xss === undefined ? null : window.__xss`, false); v != nil {
