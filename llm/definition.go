@@ -338,7 +338,7 @@ func (d *Definition) Validate() error {
 		}
 		if s.Cron != "" {
 			if _, err := parseCron(s.Cron); err != nil {
-				return bad(field+".cron", "%v", err)
+				return errs.Wrap(codes.InvalidArgument, err, "definition %s: %s.cron", clipText(d.Type, 64), field)
 			}
 		}
 		key := s.Owner + "|" + s.alias() + "|" + s.reminderName()

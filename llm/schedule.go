@@ -83,7 +83,7 @@ func (s ScheduleEntry) times() (times, error) {
 	if s.Cron != "" {
 		c, err := parseCron(s.Cron)
 		if err != nil {
-			return nil, errs.New(codes.InvalidArgument, "cron: %v", err)
+			return nil, errs.Wrap(codes.InvalidArgument, err, "cron")
 		}
 		return c, nil
 	}

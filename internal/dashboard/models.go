@@ -189,7 +189,7 @@ func (d *Dashboard) readRecord(ctx context.Context, addr string, into any) error
 		return nil
 	}
 	if err := json.Unmarshal(st.GetData(), into); err != nil {
-		return errs.New(codes.DataLoss, "the state of %s is not a model agent's record: %v", addr, err)
+		return errs.Wrap(codes.DataLoss, err, "the state of %s is not a model agent's record", addr)
 	}
 	return nil
 }
@@ -307,7 +307,7 @@ func (d *Dashboard) modelData(ctx context.Context, _ *session, r *http.Request) 
 	var rec llm.Conversation
 	if len(st.GetData()) > 0 {
 		if err := json.Unmarshal(st.GetData(), &rec); err != nil {
-			return v, errs.New(codes.DataLoss, "the state of %s is not a model agent's record: %v", v.Address, err)
+			return v, errs.Wrap(codes.DataLoss, err, "the state of %s is not a model agent's record", v.Address)
 		}
 	}
 	v.Turns, v.Omitted = turns(&rec, maxTurnsShown)
