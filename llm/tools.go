@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -61,11 +62,50 @@ func (s *toolSet) add(t *tool) error {
 }
 
 func compile(raw json.RawMessage) (*jsonschema.Resolved, error) {
+	if rs := compiled.get(raw); rs != nil {
+		return rs, nil
+	}
 	var s jsonschema.Schema
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, err
 	}
-	return s.Resolve(nil)
+	rs, err := s.Resolve(nil)
+	if err != nil {
+		return nil, err
+	}
+	compiled.put(raw, rs)
+	return rs, nil
+}
+
+// compiled keeps the schemas compile resolved, by their text: every
+// activation of a type builds the same tools, and resolving their
+// schemas again was a good part of starting one. A Resolved is only read
+// when it validates, so activations share it. Schemas come from the
+// silo's types and from outside MCP servers, so the cache is bounded:
+// once full it starts again empty.
+var compiled = schemaCache{m: make(map[string]*jsonschema.Resolved)}
+
+// maxCompiled bounds the schemas kept.
+const maxCompiled = 1024
+
+type schemaCache struct {
+	mu sync.Mutex
+	m  map[string]*jsonschema.Resolved
+}
+
+func (c *schemaCache) get(raw json.RawMessage) *jsonschema.Resolved {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[string(raw)]
+}
+
+func (c *schemaCache) put(raw json.RawMessage, rs *jsonschema.Resolved) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxCompiled {
+		clear(c.m)
+	}
+	c.m[string(raw)] = rs
 }
 
 // buildTools makes the tools of def, reading agent types from reg (else
