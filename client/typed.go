@@ -14,7 +14,8 @@ import (
 // jsonType is the data type of typed skills' arguments and replies.
 const jsonType = "application/json"
 
-// AskTyped asks the agent at to for its typed skill named skill: in, as
+// AskTyped asks the agent at to for its typed skill named skill (as
+// grain.AskTyped does from an agent's turn, which takes a Client too): in, as
 // JSON, is the request's data (message_type = skill, data_type
 // application/json), and the reply's JSON data is decoded into an Out.
 // Arguments that do not match the skill's input schema are refused by the

@@ -50,6 +50,10 @@ func TestAskTyped(t *testing.T) {
 	if err != nil || out.Sum != 6.5 || out.Count != 3 {
 		t.Fatalf("AskTyped = %+v, %v", out, err)
 	}
+	// The one helper agents use takes the SDK's client too.
+	if out, err := grain.AskTyped[sumIn, sumOut](t.Context(), c, "Calc:c", "sum", sumIn{Numbers: []float64{2, 2}}); err != nil || out.Sum != 4 {
+		t.Fatalf("grain.AskTyped with the client = %+v, %v", out, err)
+	}
 	// Out = any takes whatever JSON it is.
 	if v, err := client.AskTyped[sumIn, any](t.Context(), c, "Calc:c", "sum", sumIn{Numbers: []float64{1}}); err != nil || v.(map[string]any)["count"] != 1.0 {
 		t.Fatalf("AskTyped[sumIn, any] = %v, %v", v, err)

@@ -28,7 +28,8 @@ import (
 //     data; the gateway checks them against the input schema
 //     (Registry.ValidateInput) and refuses what does not match with
 //     InvalidArgument before any agent runs; Decode and JSONReply (or
-//     TypedHandler) are the agent's side, client.AskTyped the caller's;
+//     TypedHandler) are the agent's side, AskTyped the caller's (from a
+//     turn, with its Host, or from a program, with a client.Client);
 //   - the A2A card: the skill's input and output modes, with its schemas;
 //   - MCP: the tool's input and output schemas.
 //
@@ -290,4 +291,46 @@ func isJSONType(dataType string) bool {
 		return false
 	}
 	return mt == JSONType || strings.HasSuffix(mt, "+json")
+}
+
+// Asker asks an agent and waits for its reply: the Host of an agent's
+// turn is one, and so is a Go SDK client (*client.Client), so AskTyped
+// serves both.
+type Asker interface {
+	Ask(ctx context.Context, to string, msg *Message) (*Message, error)
+}
+
+// AskTyped asks the agent at to (absolute, or relative to the asker's
+// owner) for its typed skill named skill: in, as JSON, is the request's
+// data (message_type = skill, data_type application/json), and the
+// reply's JSON data is decoded into an Out. From an agent's turn:
+//
+//	out, err := grain.AskTyped[PlanIn, PlanOut](ctx, host, "Planner:trips", "plan", PlanIn{City: "Rome", Days: 3})
+//
+// Where the arguments are checked against the skill's input schema: the
+// gateway (and so the SDK), A2A and MCP refuse those that do not match
+// with InvalidArgument before the agent runs; an Ask from an agent's turn
+// is not checked on its way, and the callee's Decode (or TypedHandler)
+// refuses what does not decode into its In. A reply without JSON data, or
+// whose data does not decode as an Out, is Internal, saying the turn ran.
+func AskTyped[In, Out any](ctx context.Context, a Asker, to, skill string, in In) (Out, error) {
+	var out Out
+	data, err := json.Marshal(in)
+	if err != nil {
+		return out, errs.New(codes.InvalidArgument, "skill %s: encode the arguments (%T) as JSON: %w (not sent, so it did not run)", skill, in, err)
+	}
+	r, err := a.Ask(ctx, to, &Message{MessageType: skill, DataType: JSONType, Data: data})
+	if err != nil {
+		return out, err
+	}
+	if len(r.GetData()) == 0 {
+		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply has no JSON data (text %q)", skill, to, clip(r.GetMessage()))
+	}
+	if dt := r.GetDataType(); dt != "" && !isJSONType(dt) {
+		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply's data is %s, not JSON", skill, to, dt)
+	}
+	if err := json.Unmarshal(r.GetData(), &out); err != nil {
+		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply does not decode as %T: %w", skill, to, out, err)
+	}
+	return out, nil
 }
