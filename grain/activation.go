@@ -326,7 +326,7 @@ func (a *activation) finish(reason Reason) {
 
 	rt := a.rt
 	owned, release := true, func() {}
-	if p := rt.cfg.silo.Placement; p != nil {
+	if p := rt.silo.Placement; p != nil {
 		owned, release = p.Hold(a.key)
 	}
 	sh := rt.dir.shard(a.key)
@@ -445,10 +445,10 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	msg.From = a.key
 	msg.OnBehalfOf = a.principal(ctx)
 	n, err := a.rt.broadcast(ctx, a.owner(), a.key, pattern, msg)
-	if err != nil || a.rt.cfg.silo.Broadcast == nil {
+	if err != nil || a.rt.silo.Broadcast == nil {
 		return n, err
 	}
-	m, err := a.rt.cfg.silo.Broadcast(ctx, pattern, msg)
+	m, err := a.rt.silo.Broadcast(ctx, pattern, msg)
 	return n + m, err
 }
 

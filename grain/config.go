@@ -10,7 +10,6 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/protocol"
-	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // Config configures a Runtime. Start from DefaultConfig.
@@ -64,13 +63,9 @@ type Config struct {
 	// Logger receives the runtime's logs. Default: slog.Default().
 	Logger *slog.Logger
 
-	// silo is what a silo wires in: its placement, client sessions,
-	// broadcast, clock and tracer. Zero: a runtime of its own. New takes it
-	// from siloSlot if the silo set that (siloapi.Wire); this package's
-	// tests set it here.
-	silo siloapi.Wiring
-	// siloSlot holds the Wiring a silo sets with siloapi.Wire (see
-	// placement.go); users cannot reach it.
+	// siloSlot holds what a silo wires in with siloapi.Wire (see
+	// placement.go): its placement, client sessions, broadcast, clock and
+	// tracer; users cannot reach it. Zero: a runtime of its own.
 	siloSlot
 }
 

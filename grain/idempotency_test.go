@@ -13,6 +13,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // A key is handed to a receiver once within the window: a retried Ask
@@ -25,7 +26,8 @@ func TestIdempotencyKeys(t *testing.T) {
 	release, started := make(chan struct{}), make(chan struct{})
 	var failOnce sync.Once
 	cfg := DefaultConfig()
-	cfg.silo.Clock, cfg.IdempotencyWindow = clk, time.Minute
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: clk})
+	cfg.IdempotencyWindow = time.Minute
 	rt := newRuntime(t, cfg, map[string]Factory{
 		"Counter": func(Host) (Agent, error) {
 			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
@@ -73,7 +74,7 @@ func TestIdleDeactivation(t *testing.T) {
 	var j journal
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.silo.Clock = clk
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: clk})
 	cfg.IdleTimeout = 15 * time.Minute
 	ended := make(chan Reason, 10)
 	rt := newRuntime(t, cfg, map[string]Factory{
@@ -111,7 +112,7 @@ func TestIdleDeactivation(t *testing.T) {
 func TestIdleSweepOnTheClock(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.silo.Clock = clk
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: clk})
 	ended := make(chan Reason, 10)
 	rt := newRuntime(t, cfg, map[string]Factory{"Idle": notifyEnd(ended, echoFactory)})
 	if _, err := ask(t, rt, "Idle:a:b", "x"); err != nil {
@@ -128,7 +129,7 @@ func TestIdleSweepOnTheClock(t *testing.T) {
 func TestTypeIdleTimeout(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	cfg := DefaultConfig()
-	cfg.silo.Clock = clk
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: clk})
 	cfg.IdleTimeout = 10 * time.Minute
 	ended := make(chan string, 10)
 	end := func(f Factory) Factory {

@@ -15,7 +15,8 @@ import (
 
 // A Runtime in a silo is wired to a placement (siloapi.Placement, package
 // cluster's router) that places addresses across the silos of a cluster:
-// Config.silo, which New takes from what siloapi.Wire set (siloSlot). A
+// Runtime.silo, which New takes from what siloapi.Wire set in its Config
+// (siloSlot). A
 // Runtime without one hosts every address itself. This file is how the
 // runtime uses it: routing, claiming activations, forwarding, and the
 // silo-only API (siloRuntime, which New binds to the runtime's siloHandle
@@ -46,7 +47,7 @@ func notRun(err error) error { return notRunError{err} }
 
 // serving reports whether turns may run (see siloapi.Placement.Serving).
 func (rt *Runtime) serving() bool {
-	p := rt.cfg.silo.Placement
+	p := rt.silo.Placement
 	return p == nil || p.Serving()
 }
 
@@ -56,7 +57,7 @@ func (rt *Runtime) awaitServing(ctx context.Context) error {
 	if rt.serving() {
 		return nil
 	}
-	w, ok := rt.cfg.silo.Placement.(siloapi.ServingWaiter)
+	w, ok := rt.silo.Placement.(siloapi.ServingWaiter)
 	if !ok {
 		return errNotServing
 	}
@@ -120,7 +121,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 		return
 	}
 	env := &envelope{msg: msg, ctx: ctx, done: done, now: now}
-	if rt.cfg.silo.Placement != nil {
+	if rt.silo.Placement != nil {
 		err = rt.route(ctx, env, hops)
 	} else if err = rt.deliver(ctx, a, env); err != nil {
 		rt.refused(msg, err)
@@ -155,7 +156,7 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, own
 	if a == nil {
 		return false
 	}
-	if p := rt.cfg.silo.Placement; p != nil && !owned && p.Route(msg.To) != "" {
+	if p := rt.silo.Placement; p != nil && !owned && p.Route(msg.To) != "" {
 		return false
 	}
 	if approxSize(msg) > rt.cfg.MaxMessageSize/2 {
@@ -286,7 +287,7 @@ func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops 
 			}
 		}
 	}
-	return rt.cfg.silo.Placement.Forward(ctx, silo, msg, hops)
+	return rt.silo.Placement.Forward(ctx, silo, msg, hops)
 }
 
 // tickContext is the context of the forwarded requests without one of their
@@ -350,7 +351,7 @@ func (rt *Runtime) route(ctx context.Context, env *envelope, hops int) error {
 // ctx: when it returns, or, for a request forwarded from a goroutine of its
 // own, when that is done.
 func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, release func()) error {
-	p := rt.cfg.silo.Placement
+	p := rt.silo.Placement
 	for i := 0; ; i++ {
 		if silo := p.Route(env.msg.To); silo != "" {
 			if !env.isRequest() {

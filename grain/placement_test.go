@@ -87,7 +87,7 @@ func TestPlacementMoveKeepsOneActivationAndOrder(t *testing.T) {
 	for _, silo := range []string{"a", "b"} {
 		cfg := DefaultConfig()
 		cfg.Silo = silo
-		cfg.silo.Placement = siloPlacement{p: p, self: silo}
+		siloapi.Wire(&cfg, siloapi.Wiring{Placement: siloPlacement{p: p, self: silo}})
 		p.rts[silo] = newRuntime(t, cfg, map[string]Factory{"Seq": func(h Host) (Agent, error) {
 			return &funcAgent{
 				onActivate: func(context.Context) error {
@@ -238,7 +238,7 @@ func TestTryAskRemoteOwned(t *testing.T) {
 	p := &twoSilos{owner: "a", rts: map[string]*Runtime{}}
 	cfg := DefaultConfig()
 	cfg.Silo = "a"
-	cfg.silo.Placement = siloPlacement{p: p, self: "a"}
+	siloapi.Wire(&cfg, siloapi.Wiring{Placement: siloPlacement{p: p, self: "a"}})
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	p.rts["a"] = rt
 	msg := func() *Message { return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c"} }
@@ -279,7 +279,7 @@ func (refusing) Forward(context.Context, string, *Message, int) (*Message, error
 // gateway pass on, so that it is sent again), and keeps its code.
 func TestClaimRefusalIsNotRun(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.silo.Placement = refusing{}
+	siloapi.Wire(&cfg, siloapi.Wiring{Placement: refusing{}})
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	_, err := rt.Ask(t.Context(), &Message{To: "Echo:o:x", From: "Client:o:c"})
 	if !errors.Is(err, ErrNotRun) || errs.Code(err) != codes.Unavailable {
@@ -321,7 +321,7 @@ func (p elsewhere) Forward(ctx context.Context, silo string, m *Message, hops in
 func TestRerouteRequestOutlivesTheHandOff(t *testing.T) {
 	p := elsewhere{entered: make(chan struct{}), proceed: make(chan struct{})}
 	cfg := DefaultConfig()
-	cfg.silo.Placement = p
+	siloapi.Wire(&cfg, siloapi.Wiring{Placement: p})
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	env := &envelope{msg: &Message{Kind: KindRequest, To: "Echo:o:x", From: "Client:o:c", Id: "1"}, reply: make(chan result, 1)}
 	rt.reroute([]*envelope{env})

@@ -52,13 +52,16 @@ type Runtime struct {
 	base     context.Context // cancelled by Close; parent of one-way turns
 	cancel   context.CancelFunc
 	closing  atomic.Bool
-	clock    clock.Clock        // cfg.silo.Clock: idle collection, timers, activation times
+	clock    clock.Clock        // silo.Clock: idle collection, timers, activation times
 	now      atomic.Int64       // coarse clock (Unix ns), advanced by each sweep
 	sweeps   chan chan struct{} // see sweepNow
 	sweepBuf []*activation      // sweep's; the collect goroutine only
 	stop     chan struct{}
 	stopped  sync.WaitGroup
 
+	// silo is what a silo wired in (siloapi.Wire on its Config), its
+	// clock defaulted to the real one.
+	silo siloapi.Wiring
 	// siloHandle holds the runtime's silo-only API, which New binds and
 	// package cluster takes with siloapi.Of (see placement.go).
 	siloHandle
@@ -81,13 +84,11 @@ func New(cfg Config, reg *Registry) (*Runtime, error) {
 	if cfg.Silo == "" {
 		cfg.Silo = "local"
 	}
-	if w, ok := siloapi.Wired(&cfg.siloSlot); ok {
-		cfg.silo = w
+	silo := siloapi.Wired(&cfg.siloSlot)
+	if silo.Clock == nil {
+		silo.Clock = clock.Real{}
 	}
-	if cfg.silo.Clock == nil {
-		cfg.silo.Clock = clock.Real{}
-	}
-	rt := &Runtime{cfg: cfg, reg: reg, logger: cfg.Logger, clock: cfg.silo.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
+	rt := &Runtime{cfg: cfg, silo: silo, reg: reg, logger: cfg.Logger, clock: silo.Clock, stop: make(chan struct{}), sweeps: make(chan chan struct{})}
 	siloapi.Bind(&rt.siloHandle, siloRuntime{rt})
 	rt.base, rt.cancel = context.WithCancel(context.Background())
 	rt.dispatcher = newDispatcher(300)
@@ -268,7 +269,7 @@ func (rt *Runtime) askFrom(ctx context.Context, t *turn, owner string, msg *Mess
 		t.beginWait()
 		defer t.endWait()
 	}
-	if p := rt.cfg.silo.Placement; p != nil {
+	if p := rt.silo.Placement; p != nil {
 		for i := 0; ; i++ {
 			silo := p.Route(msg.To)
 			if silo != "" {
@@ -336,12 +337,12 @@ func (rt *Runtime) tellFrom(ctx context.Context, t *turn, owner string, msg *Mes
 		return err
 	}
 	if isSession(msg.To) {
-		if rt.cfg.silo.Sessions == nil {
+		if rt.silo.Sessions == nil {
 			return errs.New(codes.NotFound, "no client session %s", msg.To)
 		}
-		return rt.cfg.silo.Sessions.DeliverToSession(ctx, msg)
+		return rt.silo.Sessions.DeliverToSession(ctx, msg)
 	}
-	if rt.cfg.silo.Placement != nil {
+	if rt.silo.Placement != nil {
 		return rt.route(ctx, &envelope{msg: msg}, hops)
 	}
 	err = rt.deliver(ctx, a, &envelope{msg: msg})
@@ -387,7 +388,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 	}
 	if (stamp && msg.Topic == "") || msg.Id == "" {
 		// A topic delivery keeps its published id.
-		if replyID != nil && (a != nil || rt.cfg.silo.Placement == nil) {
+		if replyID != nil && (a != nil || rt.silo.Placement == nil) {
 			msg.Id, *replyID = newIDPair(now)
 		} else {
 			msg.Id = newIDAt(now)
@@ -492,7 +493,7 @@ func (rt *Runtime) activation(ctx context.Context, key string) (*activation, err
 	if err != nil {
 		return nil, err
 	}
-	if p := rt.cfg.silo.Placement; p != nil {
+	if p := rt.silo.Placement; p != nil {
 		commit, err := p.Claim(ctx, key)
 		if err != nil {
 			// Refused before the agent existed (this silo is fenced, not

@@ -17,6 +17,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -603,7 +604,8 @@ func TestRegisterReminderDue(t *testing.T) {
 	clk := clock.NewFake(time.Unix(1_700_000_000, 0))
 	rems := &memReminders{rs: map[string]Reminder{}}
 	cfg := DefaultConfig()
-	cfg.silo.Clock, cfg.Reminders = clk, rems
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: clk})
+	cfg.Reminders = rems
 	rt := newRuntime(t, cfg, map[string]Factory{
 		"R": func(h Host) (Agent, error) {
 			return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {

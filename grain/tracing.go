@@ -20,12 +20,12 @@ import (
 // from a turn) gets a client span, and with which parent traceparent
 // beside ctx's span: the turn's.
 func (rt *Runtime) callTraced(t *turn, msg *Message) bool {
-	return t != nil && rt.cfg.silo.Tracer != nil && (msg.Traceparent != "" || t.msg.GetTraceparent() != "")
+	return t != nil && rt.silo.Tracer != nil && (msg.Traceparent != "" || t.msg.GetTraceparent() != "")
 }
 
 // askTraced is ask for a request that gets a client span (callTraced).
 func (rt *Runtime) askTraced(ctx context.Context, t *turn, owner string, msg *Message) (*Message, error) {
-	ctx, end := rt.cfg.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
+	ctx, end := rt.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
 	reply, err := rt.askFrom(ctx, t, owner, msg, 0)
 	end(err)
 	return reply, err
@@ -34,7 +34,7 @@ func (rt *Runtime) askTraced(ctx context.Context, t *turn, owner string, msg *Me
 // tellTraced is tell for a one-way message or event that gets a client
 // span (callTraced).
 func (rt *Runtime) tellTraced(ctx context.Context, t *turn, owner string, msg *Message) error {
-	ctx, end := rt.cfg.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
+	ctx, end := rt.silo.Tracer.Call(ctx, msg, t.msg.GetTraceparent())
 	err := rt.tellFrom(ctx, t, owner, msg, 0)
 	end(err)
 	return err
@@ -45,7 +45,7 @@ func (rt *Runtime) tellTraced(ctx context.Context, t *turn, owner string, msg *M
 // carries the span. It returns the function that ends the span with the
 // handler's outcome, or nil.
 func (a *activation) traceTurn(ctx context.Context, msg *Message) func(error) {
-	tr := a.rt.cfg.silo.Tracer
+	tr := a.rt.silo.Tracer
 	if tr == nil || msg.GetTraceparent() == "" {
 		return nil
 	}
@@ -62,7 +62,7 @@ func (a *activation) traceTurn(ctx context.Context, msg *Message) func(error) {
 // carries when it sets none: that of ctx's span (the turn's server span,
 // or a span of the agent's own), else that of the turn's message.
 func (rt *Runtime) traceparent(ctx context.Context, t *turn) string {
-	if tr := rt.cfg.silo.Tracer; tr != nil && t.msg.GetTraceparent() != "" {
+	if tr := rt.silo.Tracer; tr != nil && t.msg.GetTraceparent() != "" {
 		if tp := tr.Traceparent(ctx); tp != "" {
 			return tp
 		}

@@ -198,10 +198,9 @@ func (stateContext) Value(any) any { return nil }
 // goes nowhere, or to the message's ReplyToKey.
 func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	self := m.Kind == grain.KindOneWay && m.From == a.h.Address().String()
-	if m.MessageType == SkillAsk {
-		m.MessageType = "" // the text turn, named
-	}
 	switch {
+	case m.MessageType == SkillAsk:
+		// The text turn, named: as a request without a message type.
 	case m.MessageType == SkillConversation:
 		a.mu.Lock()
 		defer a.mu.Unlock()

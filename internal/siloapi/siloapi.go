@@ -65,10 +65,7 @@ type Tracer interface {
 // Slot under an unexported name, so that agents and SDK users see only
 // their settings and cannot reach it, while the silo and tests set it with
 // Wire. grain.New takes it with Wired.
-type Slot struct {
-	w     Wiring
-	wired bool
-}
+type Slot struct{ w Wiring }
 
 // siloSlot is promoted to grain.Config, which embeds a Slot: it makes it
 // Slotted, which no type of another package can be otherwise.
@@ -79,14 +76,10 @@ func (s *Slot) siloSlot() *Slot { return s }
 type Slotted interface{ siloSlot() *Slot }
 
 // Wire puts w in cfg's Slot, before grain.New.
-func Wire(cfg Slotted, w Wiring) { *cfg.siloSlot() = Slot{w: w, wired: true} }
+func Wire(cfg Slotted, w Wiring) { cfg.siloSlot().w = w }
 
-// Wired returns the Wiring Wire put in cfg's Slot, and false if Wire was
-// not called.
-func Wired(cfg Slotted) (Wiring, bool) {
-	s := cfg.siloSlot()
-	return s.w, s.wired
-}
+// Wired returns the Wiring Wire put in cfg's Slot (zero if none).
+func Wired(cfg Slotted) Wiring { return cfg.siloSlot().w }
 
 // Placement places addresses across the silos of a cluster. A runtime
 // without one hosts every address itself; package cluster implements it.
