@@ -9,17 +9,16 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
-	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/etcdwatch"
 	"github.com/agentsilo/agentsilo/internal/outbound"
-	"github.com/agentsilo/agentsilo/internal/retry"
 	"github.com/agentsilo/agentsilo/llm"
 )
 
@@ -42,8 +41,10 @@ const declaredDir = "types/declared/"
 type declaredTypes struct {
 	client *clientv3.Client
 	dir    string // the etcd prefix plus declaredDir
-	reg    *grain.Registry
-	opts   []llm.Option
+	// etcd reads the definitions (load) and follows them (start).
+	etcd etcdwatch.Follower
+	reg  *grain.Registry
+	opts []llm.Option
 	// ownerDailyTokens is --llm-owner-daily-tokens (0: none).
 	ownerDailyTokens int64
 	clk              clock.Clock
@@ -97,6 +98,18 @@ func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registr
 	if d.clk == nil {
 		d.clk = clock.Real{}
 	}
+	d.etcd = etcdwatch.Follower{
+		Client: client,
+		Key:    d.dir,
+		Prefix: true,
+		What:   "declared types: read the definitions",
+		Clock:  d.clk,
+		Load:   d.loadAll,
+		Events: d.apply,
+		Failed: func(err error) {
+			d.logger.Warn("declared types: watching etcd failed; the types served stay; retrying", "err", err)
+		},
+	}
 	return d
 }
 
@@ -117,15 +130,14 @@ func (t modelTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // load reads every definition, registering, replacing and removing types
 // to match, and returns the revision read.
-func (d *declaredTypes) load(ctx context.Context) (int64, error) {
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := d.client.Get(octx, d.dir, clientv3.WithPrefix())
-	if err != nil {
-		return 0, etcderr.FromCall(ctx, err, "declared types: read the definitions")
-	}
-	stored := make(map[string]bool, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+func (d *declaredTypes) load(ctx context.Context) (int64, error) { return d.etcd.Read(ctx) }
+
+// loadAll takes in every stored definition, read at rev, registering,
+// replacing and removing types to match: at load, and again after a
+// broken watch.
+func (d *declaredTypes) loadAll(kvs []*mvccpb.KeyValue, rev int64) error {
+	stored := make(map[string]bool, len(kvs))
+	for _, kv := range kvs {
 		name := strings.TrimPrefix(string(kv.Key), d.dir)
 		stored[name] = true
 		d.put(name, kv.Value)
@@ -137,8 +149,23 @@ func (d *declaredTypes) load(ctx context.Context) (int64, error) {
 			d.remove(name)
 		}
 	}
-	d.advance(resp.Header.Revision)
-	return resp.Header.Revision, nil
+	d.advance(rev)
+	return nil
+}
+
+// apply takes in the changes of one watch response, which bring the
+// definitions to rev.
+func (d *declaredTypes) apply(evs []*clientv3.Event, rev int64) {
+	for _, ev := range evs {
+		name := strings.TrimPrefix(string(ev.Kv.Key), d.dir)
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			d.put(name, ev.Kv.Value)
+		case clientv3.EventTypeDelete:
+			d.remove(name)
+		}
+	}
+	d.advance(rev)
 }
 
 // put registers, or replaces, the type of a stored definition.
@@ -268,8 +295,8 @@ func (d *declaredTypes) declared(name string) bool {
 	return ok
 }
 
-// start follows the definitions from rev on, with rt's activations of a
-// changed type deactivated.
+// start follows the definitions from rev on (reading them all again after
+// a broken watch), with rt's activations of a changed type deactivated.
 func (d *declaredTypes) start(rt *grain.Runtime, rev int64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	d.mu.Lock()
@@ -278,7 +305,7 @@ func (d *declaredTypes) start(rt *grain.Runtime, rev int64) {
 	d.bg.Add(1)
 	go func() {
 		defer d.bg.Done()
-		d.follow(ctx, rev)
+		d.etcd.Follow(ctx, rev)
 	}()
 }
 
@@ -296,47 +323,6 @@ func (d *declaredTypes) close() {
 	}
 	d.bg.Wait()
 	d.model.CloseIdleConnections()
-}
-
-// follow applies etcd's changes from rev on, reading everything again
-// after a broken watch.
-func (d *declaredTypes) follow(ctx context.Context, rev int64) {
-	b := retry.EtcdWatch.New(d.clk)
-	for {
-		err := d.watch(ctx, rev)
-		if ctx.Err() != nil {
-			return
-		}
-		d.logger.Warn("declared types: watching etcd failed; the types served stay; retrying", "err", err)
-		if !b.Wait(ctx, nil) {
-			return
-		}
-		if rev, err = d.load(ctx); err != nil {
-			continue
-		}
-		b.Reset()
-	}
-}
-
-func (d *declaredTypes) watch(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range d.client.Watch(wctx, d.dir, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify()) {
-		if err := resp.Err(); err != nil {
-			return etcderr.Wrap(err)
-		}
-		for _, ev := range resp.Events {
-			name := strings.TrimPrefix(string(ev.Kv.Key), d.dir)
-			switch ev.Type {
-			case clientv3.EventTypePut:
-				d.put(name, ev.Kv.Value)
-			case clientv3.EventTypeDelete:
-				d.remove(name)
-			}
-		}
-		d.advance(resp.Header.Revision)
-	}
-	return errs.New(codes.Unavailable, "declared types: the etcd watch ended")
 }
 
 // storedDefinition is the JSON a definition is stored as.
