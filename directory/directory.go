@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
@@ -21,8 +22,8 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
+	"github.com/agentsilo/agentsilo/internal/etcdwatch"
 	"github.com/agentsilo/agentsilo/internal/names"
-	"github.com/agentsilo/agentsilo/internal/retry"
 )
 
 // Config configures a Directory. Start from DefaultConfig.
@@ -98,6 +99,7 @@ type Directory struct {
 	cfg    Config
 	logger *slog.Logger
 	clk    clock.Clock
+	etcd   etcdwatch.Follower // reads and follows the outside entries
 
 	mu       sync.Mutex
 	records  map[string]*record // outside entries by name
@@ -160,6 +162,18 @@ func New(cfg Config) (*Directory, error) {
 		wake:     make(chan struct{}, 1),
 	}
 	dir.ix.Store(buildIndex(nil, 0))
+	dir.etcd = etcdwatch.Follower{
+		Client: cfg.Client,
+		Key:    cfg.Prefix + "directory/",
+		Prefix: true,
+		What:   "directory: read the entries",
+		Clock:  clk,
+		Load:   dir.loadAll,
+		Events: dir.apply,
+		Failed: func(err error) {
+			dir.logger.Warn("directory: watching etcd failed; the entries held stay listed; retrying", "err", err)
+		},
+	}
 	return dir, nil
 }
 
@@ -169,7 +183,7 @@ func (d *Directory) key(dir, name string) string { return d.cfg.Prefix + dir + n
 // etcd, refreshing the entries this silo owns and asking for the types
 // again, until Close.
 func (d *Directory) Start(ctx context.Context) error {
-	rev, err := d.load(ctx)
+	rev, err := d.etcd.Read(ctx)
 	if err != nil {
 		return err
 	}
@@ -178,7 +192,7 @@ func (d *Directory) Start(ctx context.Context) error {
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	d.bg.Add(4)
-	go func() { defer d.bg.Done(); d.follow(bctx, rev) }()
+	go func() { defer d.bg.Done(); d.etcd.Follow(bctx, rev) }()
 	go func() { defer d.bg.Done(); d.indexLoop(bctx) }()
 	go func() { defer d.bg.Done(); d.refreshLoop(bctx) }()
 	go func() { defer d.bg.Done(); d.typesLoop(bctx) }()
@@ -193,25 +207,19 @@ func (d *Directory) Close() {
 	d.bg.Wait()
 }
 
-// load reads every outside entry and status, replacing what is held, and
-// returns the revision read.
-func (d *Directory) load(ctx context.Context) (int64, error) {
-	octx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := d.cfg.Client.Get(octx, d.cfg.Prefix+"directory/", clientv3.WithPrefix())
-	if err != nil {
-		return 0, etcderr.FromCall(ctx, err, "directory: read the entries")
-	}
+// loadAll takes in every outside entry and status, read at rev, replacing
+// what is held: at Start, and again after a broken watch.
+func (d *Directory) loadAll(kvs []*mvccpb.KeyValue, rev int64) error {
 	d.mu.Lock()
-	d.records = make(map[string]*record, len(resp.Kvs))
-	d.statuses = make(map[string]*status, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
+	d.records = make(map[string]*record, len(kvs))
+	d.statuses = make(map[string]*status, len(kvs))
+	for _, kv := range kvs {
 		d.applyPut(string(kv.Key), kv.Value, kv.CreateRevision)
 	}
-	d.rev = resp.Header.Revision
+	d.rev = rev
 	d.mu.Unlock()
 	d.markDirty()
-	return resp.Header.Revision, nil
+	return nil
 }
 
 // applyPut takes a stored entry or status in; d.mu is held.
@@ -259,48 +267,25 @@ func (d *Directory) applyDelete(key string) {
 	}
 }
 
-// follow applies etcd's changes from rev on, reading everything again
-// after a broken watch.
-func (d *Directory) follow(ctx context.Context, rev int64) {
-	b := retry.New(100*time.Millisecond, 3*time.Second, nil)
-	for {
-		err := d.watch(ctx, rev)
-		if ctx.Err() != nil {
-			return
-		}
-		d.logger.Warn("directory: watching etcd failed; the entries held stay listed; retrying", "err", err)
-		if !b.Wait(ctx, nil) {
-			return
-		}
-		if rev, err = d.load(ctx); err != nil {
-			continue
-		}
-		b.Reset()
+// apply takes in the changes of one watch response, which bring the
+// entries to rev, and wakes the index builder and the refresher.
+func (d *Directory) apply(evs []*clientv3.Event, rev int64) {
+	if len(evs) == 0 {
+		return // a progress notification: nothing to index or refresh
 	}
-}
-
-func (d *Directory) watch(ctx context.Context, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range d.cfg.Client.Watch(wctx, d.cfg.Prefix+"directory/", clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			return etcderr.Wrap(err)
+	d.mu.Lock()
+	for _, ev := range evs {
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			d.applyPut(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
+		case clientv3.EventTypeDelete:
+			d.applyDelete(string(ev.Kv.Key))
 		}
-		d.mu.Lock()
-		for _, ev := range resp.Events {
-			switch ev.Type {
-			case clientv3.EventTypePut:
-				d.applyPut(string(ev.Kv.Key), ev.Kv.Value, ev.Kv.CreateRevision)
-			case clientv3.EventTypeDelete:
-				d.applyDelete(string(ev.Kv.Key))
-			}
-		}
-		d.rev = resp.Header.Revision
-		d.mu.Unlock()
-		d.markDirty()
-		d.poke()
 	}
-	return errs.New(codes.Unavailable, "directory: the etcd watch ended")
+	d.rev = rev
+	d.mu.Unlock()
+	d.markDirty()
+	d.poke()
 }
 
 // markDirty asks for an index build.
