@@ -6,12 +6,13 @@ import (
 	"log/slog"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
-	"github.com/agentsilo/agentsilo/internal/retry"
+	"github.com/agentsilo/agentsilo/internal/etcdwatch"
 )
 
 // EtcdStore is the Store of a cluster: the ACL document as one JSON value
@@ -47,27 +48,26 @@ func (s *EtcdStore) Key() string { return s.key }
 
 // Get implements Store.
 func (s *EtcdStore) Get(ctx context.Context) (Document, int64, error) {
-	d, rev, _, err := s.get(ctx)
-	return d, rev, err
-}
-
-// get also returns the store's revision at the read, to watch from.
-func (s *EtcdStore) get(ctx context.Context) (Document, int64, int64, error) {
 	octx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	resp, err := s.client.Get(octx, s.key)
 	if err != nil {
-		return Document{}, 0, 0, etcderr.FromCall(ctx, err, "acl: read the ACL")
+		return Document{}, 0, etcderr.FromCall(ctx, err, "acl: read the ACL")
 	}
-	if len(resp.Kvs) == 0 {
-		return Document{}, 0, resp.Header.Revision, nil
+	return documentOf(resp.Kvs)
+}
+
+// documentOf is the document read as kvs (the key, or nothing) and its
+// revision, 0 if none is stored.
+func documentOf(kvs []*mvccpb.KeyValue) (Document, int64, error) {
+	if len(kvs) == 0 {
+		return Document{}, 0, nil
 	}
-	kv := resp.Kvs[0]
-	d, err := decodeDocument(kv.Value)
+	d, err := decodeDocument(kvs[0].Value)
 	if err != nil {
-		return Document{}, 0, 0, err
+		return Document{}, 0, err
 	}
-	return d, kv.ModRevision, resp.Header.Revision, nil
+	return d, kvs[0].ModRevision, nil
 }
 
 func decodeDocument(b []byte) (Document, error) {
@@ -102,59 +102,45 @@ func (s *EtcdStore) Put(ctx context.Context, d Document, rev int64) (int64, erro
 	return resp.Header.Revision, nil
 }
 
-// Watch implements Store.
+// Watch implements Store: f gets the document read, then each change; a
+// read again after a broken watch hands it over only if its revision is
+// not the one f has.
 func (s *EtcdStore) Watch(ctx context.Context, f func(Document, int64)) error {
-	b := retry.New(100*time.Millisecond, 3*time.Second, nil)
-	last := int64(-1)
-	for {
-		if err := s.watchOnce(ctx, f, &last); ctx.Err() != nil {
-			return ctx.Err()
-		} else if err != nil {
-			s.logger.Warn("acl: watching the ACL in etcd failed; the last rules stay in force; retrying", "err", err)
-			if !b.Wait(ctx, nil) {
-				return ctx.Err()
-			}
-			continue
-		}
-		b.Reset()
-	}
-}
-
-// watchOnce reads the document, hands it to f if it changed since last, and
-// follows the key's changes until the watch breaks.
-func (s *EtcdStore) watchOnce(ctx context.Context, f func(Document, int64), last *int64) error {
-	d, rev, storeRev, err := s.get(ctx)
-	if err != nil {
-		return err
-	}
-	if rev != *last {
+	last := int64(-1) // the revision f has
+	hand := func(d Document, rev int64) {
 		f(d, rev)
-		*last = rev
+		last = rev
 	}
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range s.client.Watch(wctx, s.key, clientv3.WithRev(storeRev+1)) {
-		if err := resp.Err(); err != nil {
-			return etcderr.Wrap(err)
-		}
-		for _, ev := range resp.Events {
-			switch ev.Type {
-			case clientv3.EventTypePut:
+	w := etcdwatch.Follower{
+		Client:  s.client,
+		Key:     s.key,
+		What:    "acl: read the ACL",
+		Timeout: s.timeout,
+		Load: func(kvs []*mvccpb.KeyValue, _ int64) error {
+			d, rev, err := documentOf(kvs)
+			if err == nil && rev != last {
+				hand(d, rev)
+			}
+			return err
+		},
+		Events: func(evs []*clientv3.Event, _ int64) {
+			for _, ev := range evs {
+				if ev.Type == clientv3.EventTypeDelete {
+					hand(Document{}, 0)
+					continue
+				}
 				d, err := decodeDocument(ev.Kv.Value)
 				if err != nil {
 					s.logger.Error("acl: ignoring an unreadable ACL in etcd; the last rules stay in force", "err", err)
 					continue
 				}
-				f(d, ev.Kv.ModRevision)
-				*last = ev.Kv.ModRevision
-			case clientv3.EventTypeDelete:
-				f(Document{}, 0)
-				*last = 0
+				hand(d, ev.Kv.ModRevision)
 			}
-		}
+		},
+		Failed: func(err error) {
+			s.logger.Warn("acl: watching the ACL in etcd failed; the last rules stay in force; retrying", "err", err)
+		},
 	}
-	if ctx.Err() != nil {
-		return nil
-	}
-	return errs.New(codes.Unavailable, "acl: the etcd watch ended")
+	w.Run(ctx)
+	return ctx.Err()
 }
