@@ -12,8 +12,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/agentsilo/agentsilo/internal/etcdwatch"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -54,38 +56,32 @@ type loadState struct {
 // watch follows the watched key until ctx ends, keeping load.lease.
 func (d *Dashboard) watch(ctx context.Context) {
 	defer d.done.Done()
-	key := d.cfg.Prefix + watchedKey
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-retry.C:
-		}
-		resp, err := d.cfg.Etcd.Get(ctx, key)
-		if err == nil {
+	w := etcdwatch.Follower{
+		Client: d.cfg.Etcd,
+		Key:    d.cfg.Prefix + watchedKey,
+		What:   "dashboard: read the watched key",
+		Load: func(kvs []*mvccpb.KeyValue, _ int64) error {
 			var lease int64
-			if len(resp.Kvs) > 0 {
-				lease = resp.Kvs[0].Lease
+			if len(kvs) > 0 {
+				lease = kvs[0].Lease
 			}
 			d.setWatched(lease)
-			for wr := range d.cfg.Etcd.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(resp.Header.Revision+1)) {
-				if wr.Err() != nil {
-					break
-				}
-				for _, ev := range wr.Events {
-					if ev.Type == clientv3.EventTypeDelete {
-						d.setWatched(0)
-					} else {
-						d.setWatched(ev.Kv.Lease)
-					}
+			return nil
+		},
+		Events: func(evs []*clientv3.Event, _ int64) {
+			for _, ev := range evs {
+				if ev.Type == clientv3.EventTypeDelete {
+					d.setWatched(0)
+				} else {
+					d.setWatched(ev.Kv.Lease)
 				}
 			}
-		}
-		d.load.lease.Store(0)
-		retry.Reset(time.Second)
+		},
+		// Until the key is read again, nothing is published.
+		Failed: func(error) { d.load.lease.Store(0) },
 	}
+	w.Run(ctx)
+	d.load.lease.Store(0)
 }
 
 // setWatched takes the watched key's lease (0: nobody watches); a new one
