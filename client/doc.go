@@ -33,7 +33,8 @@
 //	              dead letters, Broadcast
 //	directory.go  the service directory: Search, listings, entries
 //	memory.go     an agent's working memory (Memory)
-//	acl.go        ACL administration and CheckACL, which explains a decision
+//	acl.go        ACL (Client.ACL): rules, groups, and Check, which
+//	              explains a decision
 //	options.go    the options of Dial: principal, API key, TLS, timeout,
 //	              message size, a push callback
 //

@@ -93,11 +93,11 @@ func TestInvalidUTF8UnaryCalls(t *testing.T) {
 	wantInvalid(t, "Agents", err, "type")
 	_, err = c.Reminders(ctx, "Echo:\xff")
 	wantInvalid(t, "Reminders", err, "agent")
-	_, _, err = c.AddACLRule(ctx, client.ACLRule{OwnerPattern: "a\xff", CallerPattern: "*", Permission: "Message"}, 0, 0)
-	wantInvalid(t, "AddACLRule", err, "rule.owner_pattern")
-	wantInvalid(t, "SetACLGroup", c.SetACLGroup(ctx, "g", []string{"alice", "b\xffb"}, 0), "group.members[1]")
-	_, err = c.CheckACL(ctx, "alice\xff", "Echo:bob:x", "Message")
-	wantInvalid(t, "CheckACL", err, "caller")
+	_, err = c.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "a\xff", CallerPattern: "*", Permission: "Message"})
+	wantInvalid(t, "ACL.AddRule", err, "rule.owner_pattern")
+	wantInvalid(t, "ACL.SetGroup", c.ACL().SetGroup(ctx, "g", []string{"alice", "b\xffb"}), "group.members[1]")
+	_, err = c.ACL().Check(ctx, "alice\xff", "Echo:bob:x", "Message")
+	wantInvalid(t, "ACL.Check", err, "caller")
 	// The session is fine.
 	if r, err := c.Ask(ctx, "Echo:x", &client.Message{Message: "still here"}); err != nil || r.Message != "still here" {
 		t.Fatalf("Ask after: %v, %v", r, err)

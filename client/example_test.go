@@ -225,7 +225,7 @@ func ExampleClient_Publish() {
 
 // An operator (group admins, or Admin on system:acl) adds a rule and asks
 // why a call is allowed. This example is compiled, not run.
-func ExampleClient_CheckACL() {
+func ExampleACL_Check() {
 	ctx := context.Background()
 	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithAPIKey("root-key"))
 	if err != nil {
@@ -234,13 +234,13 @@ func ExampleClient_CheckACL() {
 	defer c.Close()
 
 	// alice may message and read bob's shared-* agents.
-	rule, pos, err := c.AddACLRule(ctx, client.ACLRule{OwnerPattern: "bob", AgentPattern: "shared-*", CallerPattern: "alice", Permission: "Message,Read"}, 1, 0)
+	added, err := c.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "bob", AgentPattern: "shared-*", CallerPattern: "alice", Permission: "Message,Read"}, client.At(1))
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("rule", rule.ID, "at", pos)
+	fmt.Println("rule", added.Rule.ID, "at", added.Position)
 
-	d, err := c.CheckACL(ctx, "alice", "Echo:bob:shared-1", "Message")
+	d, err := c.ACL().Check(ctx, "alice", "Echo:bob:shared-1", "Message")
 	if err != nil {
 		log.Fatal(err)
 	}

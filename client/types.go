@@ -98,7 +98,7 @@ type ACLRule struct {
 	Permission                                string
 }
 
-// Decision is CheckACL's answer: whether the caller holds the permission,
+// Decision is ACL.Check's answer: whether the caller holds the permission,
 // and why.
 type Decision struct {
 	Allowed bool

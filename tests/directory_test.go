@@ -287,7 +287,7 @@ func TestDirectory(t *testing.T) {
 	// Access: reading needs Read on system:directory (while the ACL has
 	// no rules its seed rule grants everyone Read on system's agents),
 	// changing it Admin.
-	if _, _, err := admin.AddACLRule(t.Context(), client.ACLRule{OwnerPattern: "system", AgentPattern: "directory", CallerPattern: "alice", Permission: "Read"}, 0, 0); err != nil {
+	if _, err := admin.ACL().AddRule(t.Context(), client.ACLRule{OwnerPattern: "system", AgentPattern: "directory", CallerPattern: "alice", Permission: "Read"}); err != nil {
 		t.Fatal(err)
 	}
 	alice, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("alice"))

@@ -62,10 +62,11 @@ func aclRules(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		rules, seed, rev, err := c.ACLRules(ctx)
+		acl, err := c.ACL().Rules(ctx)
 		if err != nil {
 			return err
 		}
+		rules, seed, rev := acl.Rules, acl.Seed, acl.Revision
 		if g.output == "json" {
 			g.printList(&agentsilov1.ListRulesResponse{Rules: wireRules(rules), SeedRule: wireRule(seed), Revision: rev})
 			return nil
@@ -118,7 +119,7 @@ func aclPut(g *globals, name string, args []string) error {
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
 		if sub == "update" {
-			if err := c.UpdateACLRule(ctx, r, 0); err != nil {
+			if err := c.ACL().UpdateRule(ctx, r); err != nil {
 				return err
 			}
 			if g.output == "json" {
@@ -132,17 +133,19 @@ func aclPut(g *globals, name string, args []string) error {
 		// added replaces it, which the command says. Then the rule is
 		// added to the revision read, so that the note is true (another
 		// change meanwhile is a conflict).
-		_, seed, rev, err := c.ACLRules(ctx)
+		acl, err := c.ACL().Rules(ctx)
 		if err != nil {
 			return err
 		}
+		seed, rev := acl.Seed, acl.Revision
 		if seed == nil {
 			rev = 0
 		}
-		added, p, err := c.AddACLRule(ctx, r, *at, rev)
+		a, err := c.ACL().AddRule(ctx, r, client.At(*at), client.IfRevision(rev))
 		if err != nil {
 			return err
 		}
+		added, p := a.Rule, a.Position
 		if g.output == "json" {
 			g.printJSON(g.stdout, &agentsilov1.AddRuleResponse{Rule: wireRule(&added), Position: int32(p)})
 		} else {
@@ -169,7 +172,7 @@ func aclRemove(g *globals, name string, args []string) error {
 		return usagef("acl remove: rule ID %q: want a number", pos[0])
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.RemoveACLRule(ctx, id, 0); err != nil {
+		if err := c.ACL().RemoveRule(ctx, id); err != nil {
 			return err
 		}
 		if g.output == "json" {
@@ -190,7 +193,7 @@ func aclGroups(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		groups, err := c.ACLGroups(ctx)
+		groups, err := c.ACL().Groups(ctx)
 		if err != nil {
 			return err
 		}
@@ -219,7 +222,7 @@ func aclGroup(g *globals, name string, args []string) error {
 	}
 	group, members := pos[0], pos[1:]
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.SetACLGroup(ctx, group, members, 0); err != nil {
+		if err := c.ACL().SetGroup(ctx, group, members); err != nil {
 			return err
 		}
 		switch {
@@ -258,7 +261,7 @@ func aclCheck(g *globals, name string, args []string) error {
 		return usagef("acl check: want --caller C --perm P AGENT")
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		r, err := c.CheckACL(ctx, *caller, pos[0], *perm, groups...)
+		r, err := c.ACL().Check(ctx, *caller, pos[0], *perm, client.InGroups(groups...))
 		if err != nil {
 			return err
 		}

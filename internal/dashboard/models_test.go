@@ -141,7 +141,7 @@ func TestModelPages(t *testing.T) {
 		return c
 	}
 	root, alice := dial(rootKey), dial(aliceKey)
-	_, _, err = root.AddACLRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"}, 0, 0)
+	_, err = root.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"})
 	must(t, err)
 	_, err = root.ApplyType(ctx, fmt.Appendf(nil, "type: Planner\ndescription: Plans.\nmodel:\n  provider: openai\n  base_url: %s\n  name: fake-model\n", srv.OpenAIURL()), false)
 	must(t, err)

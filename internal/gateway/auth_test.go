@@ -384,8 +384,8 @@ func TestMutualTLS(t *testing.T) {
 	if r, err := c.Ask(t.Context(), "Who:w", nil); err != nil || !strings.HasPrefix(r.Message, "Session:carol:") {
 		t.Fatalf("Ask: %v, %v", r, err)
 	}
-	if _, _, _, err := c.ACLRules(t.Context()); err != nil {
-		t.Fatalf("ACLRules as carol (OU admins): %v", err)
+	if _, err := c.ACL().Rules(t.Context()); err != nil {
+		t.Fatalf("ACL().Rules as carol (OU admins): %v", err)
 	}
 	// Without a common name: the first DNS name.
 	d, err := dial(daveCert, daveKey)
@@ -396,8 +396,8 @@ func TestMutualTLS(t *testing.T) {
 	if d.Principal() != "dave.example" {
 		t.Fatalf("principal %q, want dave.example", d.Principal())
 	}
-	if _, _, _, err := d.ACLRules(t.Context()); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("ACLRules as dave: %v", err)
+	if _, err := d.ACL().Rules(t.Context()); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("ACL().Rules as dave: %v", err)
 	}
 	if _, err := d.Ask(t.Context(), "Echo:carol:x", nil); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("dave to carol's agent: %v", err)

@@ -128,9 +128,9 @@ func TestDashboard(t *testing.T) {
 	testutil.WaitFor(t, "three members", func() bool { m, err := root.Members(ctx); return err == nil && len(m) == 3 })
 
 	// bob may read alice's agents; the seed's rule is kept for system's.
-	_, _, err := root.AddACLRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"}, 0, 0)
+	_, err := root.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"})
 	must(t, err)
-	_, _, err = root.AddACLRule(ctx, client.ACLRule{OwnerPattern: "system", AgentPattern: "*", CallerPattern: "*", Permission: "Message,Read"}, 0, 0)
+	_, err = root.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "system", AgentPattern: "*", CallerPattern: "*", Permission: "Message,Read"})
 	must(t, err)
 
 	// alice's agents, a reminder on two, a state, a configuration with script.
@@ -386,8 +386,9 @@ func TestDashboard(t *testing.T) {
 
 	// root: the rules as the SDK lists them, and the explain box.
 	login(rootKey)
-	rules, _, _, err := root.ACLRules(ctx)
+	acl, err := root.ACL().Rules(ctx)
 	must(t, err)
+	rules := acl.Rules
 	run("acl", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("rules")))
 	got = text("#rules")
 	for _, r := range rules {
@@ -401,7 +402,7 @@ func TestDashboard(t *testing.T) {
 		run("explain", chromedp.Navigate(base+"/ui/acl"), chromedp.WaitVisible(chromedp.ID("rules")),
 			chromedp.SetValue(chromedp.ID("caller"), "bob"), chromedp.SetValue(chromedp.ID("agent"), "Worker:alice:w2"),
 			chromedp.SetValue(chromedp.ID("perm"), perm), chromedp.Click(chromedp.ID("explain")), chromedp.WaitVisible(chromedp.ID("answer")))
-		ans, err := root.CheckACL(ctx, "bob", "Worker:alice:w2", perm)
+		ans, err := root.ACL().Check(ctx, "bob", "Worker:alice:w2", perm)
 		must(t, err)
 		if got := text("#answer"); !strings.HasPrefix(got, want) || ans.Allowed != strings.HasPrefix(want, "Allowed") {
 			t.Errorf("explain bob %s: %q; the SDK: %v", perm, got, ans)
