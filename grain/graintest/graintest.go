@@ -29,6 +29,7 @@ type Env struct {
 	clock     *fakeClock
 	reminders *reminderService
 	topics    *topicService
+	session   *session
 	from      string
 }
 
@@ -64,7 +65,8 @@ func New(t testing.TB, opts ...Option) *Env {
 	e := &Env{t: t, Registry: grain.NewRegistry(), StateStore: grain.NewMemoryStateStore(), clock: newFakeClock(o.start)}
 	e.reminders = &reminderService{env: e}
 	e.topics = &topicService{env: e}
-	e.from = "Session:" + o.principal + ":graintest"
+	e.from = grain.SessionType + ":" + o.principal + ":graintest"
+	e.session = &session{addr: e.from}
 	cfg := grain.DefaultConfig()
 	cfg.Silo = "graintest"
 	cfg.State = e.StateStore
@@ -73,7 +75,7 @@ func New(t testing.TB, opts ...Option) *Env {
 	if o.config != nil {
 		o.config(&cfg)
 	}
-	siloapi.Wire(&cfg, siloapi.Wiring{Clock: e.clock})
+	siloapi.Wire(&cfg, siloapi.Wiring{Clock: e.clock, Sessions: e.session})
 	rt, err := grain.New(cfg, e.Registry)
 	if err != nil {
 		t.Fatalf("graintest: %v", err)
@@ -153,6 +155,13 @@ func (e *Env) Send(ctx context.Context, to string, msg *grain.Message) error {
 	}
 	return e.Runtime.Send(ctx, msg)
 }
+
+// Pushed returns what agents sent to the test's own session, from which
+// Ask, Send and Publish go, oldest first: the one-way messages and events
+// an agent pushes to its caller while it works (a model agent's progress
+// and streamed text, for one). A message to any other client session is
+// NotFound to its sender, as a session no client holds is on a silo.
+func (e *Env) Pushed() []*grain.Message { return e.session.messages() }
 
 // Now is the Env's time.
 func (e *Env) Now() time.Time { return e.clock.Now() }

@@ -255,3 +255,40 @@ func TestTopics(t *testing.T) {
 		t.Fatalf("published to orders.eu: %d, want 4", len(ps))
 	}
 }
+
+// elsewhere pushes to a session that is not the test's.
+type elsewhere struct{ h grain.Host }
+
+func (e elsewhere) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	return nil, e.h.Send(ctx, "Session:bob:s", &grain.Message{Message: "hi"})
+}
+
+// What an agent pushes to its caller, the test's session, is kept
+// (Pushed), in order, before the reply; a push to another session is
+// NotFound to its sender.
+func TestPushedToTheTestSession(t *testing.T) {
+	env := graintest.New(t)
+	if err := demoagents.Register(env.Registry); err != nil { // Progress: three pushes, then the reply
+		t.Fatal(err)
+	}
+	env.Register("Elsewhere", func(h grain.Host) (grain.Agent, error) { return elsewhere{h}, nil })
+	ctx := t.Context()
+	if got, err := env.AskText(ctx, "Progress:p", "plan"); err != nil || got != `done: plan` {
+		t.Fatalf("Progress = %q, %v", got, err)
+	}
+	pushed := env.Pushed()
+	if len(pushed) != 3 {
+		t.Fatalf("pushed %v, want three messages", pushed)
+	}
+	for i, m := range pushed {
+		if want := fmt.Sprintf("thinking %d/3 about %q", i+1, "plan"); m.Message != want || m.From != "Progress:tester:p" || m.To != "Session:tester:graintest" || m.Kind != grain.KindOneWay {
+			t.Errorf("push %d: %v, want %q from Progress:tester:p to the test's session", i, m, want)
+		}
+	}
+	if _, err := env.AskText(ctx, "Elsewhere:e", "go"); errs.Code(err) != codes.NotFound {
+		t.Fatalf("a push to another session: %v, want NotFound", err)
+	}
+	if n := len(env.Pushed()); n != 3 {
+		t.Errorf("%d pushes kept, want 3", n)
+	}
+}

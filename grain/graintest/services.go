@@ -14,6 +14,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/topicname"
 	"google.golang.org/protobuf/proto"
 )
@@ -253,4 +254,32 @@ func (s *topicService) deliver(ctx context.Context) (int, error) {
 			s.mu.Unlock()
 		}
 	}
+}
+
+// session is the test's own client session: it keeps what agents send it
+// (Env.Pushed). The runtime routes every message to a Session address
+// here; one to another session is NotFound.
+type session struct {
+	addr string
+
+	mu  sync.Mutex
+	got []*grain.Message
+}
+
+var _ siloapi.SessionRouter = (*session)(nil)
+
+func (s *session) DeliverToSession(ctx context.Context, msg *grain.Message) error {
+	if msg.To != s.addr {
+		return errs.New(codes.NotFound, "no client session %s: the test's is %s", msg.To, s.addr)
+	}
+	s.mu.Lock()
+	s.got = append(s.got, proto.Clone(msg).(*grain.Message))
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *session) messages() []*grain.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.got)
 }
