@@ -13,8 +13,8 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // TestDeclaredSchedule: applying a declared type registers the durable

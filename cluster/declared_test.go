@@ -15,7 +15,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // declaredSilo starts a silo on the etcd e under prefix, reading its

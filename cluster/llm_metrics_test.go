@@ -11,7 +11,7 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // TestLLMMetrics: a declared model type's turn is counted in its silo's

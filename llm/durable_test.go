@@ -14,8 +14,8 @@ import (
 	"github.com/agentsilo/agentsilo/grain/graintest"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 	"github.com/agentsilo/agentsilo/state"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/grain/graintest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // echoModel answers each request with "re: " and its last message.

@@ -21,9 +21,9 @@ import (
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // conversationSilo is a silo in this process (on a real etcd, its gateway

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/testutil"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // TestDeclaringGuide runs the declaring section of docs/models.md as

@@ -14,8 +14,8 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/testutil"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/client"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/pgtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 

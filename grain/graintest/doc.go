@@ -22,8 +22,10 @@
 // Env.Deliver hands them to the subscriptions they match, with retries and
 // dead letters as on a silo, when the test says so), and the test's own
 // client session, from which it asks (Env.Pushed keeps what agents push
-// to it). What a silo adds around it (placement across silos, the
-// gateway, access control between owners unless WithConfig sets an
-// Authorizer, durability across restarts) is not part of an Env: test
-// those with a cluster (see tests/testcluster in this repository).
+// to it). A model agent (package llm) runs in an Env as any agent does,
+// thinking with the scripted model of package llm/llmtest. What a silo
+// adds around it (placement across silos, the gateway, access control
+// between owners unless WithConfig sets an Authorizer, durability across
+// restarts) is not part of an Env: test those with a cluster (see
+// tests/testcluster in this repository).
 package graintest

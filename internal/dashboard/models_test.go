@@ -27,9 +27,9 @@ import (
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/browsertest"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 )
 
 // The script put in what the user says and the model answers: run, it

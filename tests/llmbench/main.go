@@ -76,8 +76,8 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/grain"
-	"github.com/agentsilo/agentsilo/internal/fakemodel"
 	"github.com/agentsilo/agentsilo/llm"
+	fakemodel "github.com/agentsilo/agentsilo/llm/llmtest"
 	"github.com/agentsilo/agentsilo/tests/internal/callbench"
 )
 

@@ -1,4 +1,4 @@
-package fakemodel
+package llmtest
 
 import "time"
 
@@ -9,7 +9,7 @@ import "time"
 // and one tool call, whatever the conversation before it, and many
 // conversations can share one server:
 //
-//	srv := fakemodel.NewFunc(fakemodel.Loop{Tool: "count", Arguments: `{}`, Latency: 50 * time.Millisecond}.Respond)
+//	srv := llmtest.NewFunc(llmtest.Loop{Tool: "count", Arguments: `{}`, Latency: 50 * time.Millisecond}.Respond)
 //
 // Respond is safe for concurrent use.
 type Loop struct {

@@ -1,4 +1,4 @@
-package fakemodel
+package llmtest
 
 import (
 	"encoding/json"

@@ -1,26 +1,59 @@
-// Package fakemodel is a scripted language model for tests: an HTTP server
-// on 127.0.0.1 that speaks OpenAI's chat completions API
-// (POST /v1/chat/completions) and Anthropic's Messages API
-// (POST /v1/messages), each streamed (server-sent events) or not, and
-// answers every request with the next step of its script: a text answer,
-// tool calls with their arguments, an HTTP error (500, 429 with
-// Retry-After, 400, ...), a stream cut midway, an answer that waits for
-// the test or takes its time (Delay); or, with NewFunc, each request with
-// the step a function makes of it (Loop: any conversation answered in the
-// shape of one tool loop, for benchmarks). It records every request it received, parsed into one shape for
-// both APIs, so that a test can assert what the model was sent and how many
-// times each step was requested.
+// Package llmtest is a scripted language model for testing model agents
+// (package llm) without a provider: a real HTTP server on 127.0.0.1 that
+// speaks OpenAI's chat completions API (POST /v1/chat/completions) and
+// Anthropic's Messages API (POST /v1/messages), each streamed
+// (server-sent events) or not, and answers each request with the next
+// Step of its script. The agent under test reaches it through the
+// official SDKs, as it reaches a provider: nothing here mocks them. Point
+// the definition's model at the server:
 //
-//	srv := fakemodel.New(
-//		fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "c1", Name: "add", Arguments: `{"n": 2}`}}},
-//		fakemodel.Step{Text: "done"},
+//	model := llmtest.New(
+//		// The first request: a call of the tool Orders_status (the
+//		// typed skill status of the agent type Orders).
+//		llmtest.Step{ToolCalls: []llmtest.ToolCall{{Name: "Orders_status", Arguments: `{"agent": "shop", "input": {"id": "42"}}`}}},
+//		// The second, which carries the tool's result: the answer.
+//		llmtest.Step{Text: "Order 42 has shipped."},
 //	)
-//	defer srv.Close()
-//	client := openai.NewClient(option.WithBaseURL(srv.OpenAIURL()), option.WithAPIKey("k"))
+//	defer model.Close()
+//	def.Model = llm.Model{Provider: llm.ProviderOpenAI, BaseURL: model.OpenAIURL(), Name: "test-model"}
 //
-// Clients talk to it with the official SDKs; nothing here is a mock of
-// them.
-package fakemodel
+// (model.URL() for llm.ProviderAnthropic; no api_key_env: the server
+// takes any key, or none.) Package grain/graintest runs the agent in a
+// plain go test, with stubs for the agents its tools ask; the guide's
+// "Testing a model agent" (docs/agents.md) shows the two together.
+//
+// A Step is one response:
+//
+//   - a reply: Step{Text: "..."};
+//   - tool calls, after a text or not: Step{ToolCalls: []ToolCall{{Name:
+//     "Orders_status", Arguments: `{...}`}}}; an ID is made up if none is
+//     given, and Arguments are sent as written, JSON or not;
+//   - an error: Step{Status: 500, ErrorMessage: "overloaded"}, or
+//     Step{Status: 429, RetryAfter: "0"}, in the API's error body. The
+//     SDKs retry a 408, 409, 429 and 5xx (as many times as the agent's
+//     llm.WithMaxRetries says, llm.DefaultMaxRetries by default),
+//     honouring Retry-After, and each retry takes the next step: give
+//     llm.WithMaxRetries(0) for the error to reach the agent, and
+//     RetryAfter "0" for a retry without the SDK's backoff;
+//   - a stream cut: Step{Text: "...", CutStream: true} sends the first
+//     half of a streamed response and drops the connection (the agent
+//     streams with llm.WithStreaming; a request not streamed gets the
+//     whole answer);
+//   - and, in any of these, the stop reason (StopReason: Stop, the output
+//     reached its token limit), the token usage reported, a latency
+//     (Delay), or a wait for the test (Wait, Entered: to act while the
+//     model call is in flight).
+//
+// A request beyond the script gets a 400 saying so. NewFunc scripts by
+// the conversation instead: each request is answered with the step a
+// function makes of it (Loop is one such function, for benchmarks).
+//
+// The server records every request it receives, parsed into one shape for
+// both APIs (Request: the system prompt, the messages with their tool
+// calls and results, the tools offered and their schemas), so that a test
+// asserts what the model was sent (Requests), which steps were taken
+// (Count, Left) and how many requests came (Served).
+package llmtest
 
 import (
 	"bytes"
@@ -34,15 +67,20 @@ import (
 	"time"
 )
 
-// ToolCall is a call of a tool in a scripted answer.
+// ToolCall is a call of a tool: in a scripted response, or in an
+// assistant message of a request (Message.ToolCalls).
 type ToolCall struct {
 	// ID is the call's id (OpenAI's tool_call id, Anthropic's tool_use
-	// id); "" makes one from the step and the call's index.
+	// id), which the tool's result names (Message.ToolCallID). In a step,
+	// "" makes one up: call_<request>_<index>, from 1.
 	ID string
-	// Name is the tool's name.
+	// Name is the tool's name, as the agent offers it (Request.Tools):
+	// <Type>_<skill> for a typed skill of an agent type, ask_<Type> for
+	// one without typed skills (see llm.ToolRef).
 	Name string
-	// Arguments is the arguments as the model writes them: usually JSON,
-	// but anything goes (a script may send arguments that are not JSON).
+	// Arguments are the arguments as the model writes them: usually a
+	// JSON object, but a script may send anything, to test what the agent
+	// makes of arguments that are not JSON.
 	Arguments string
 }
 
@@ -52,35 +90,40 @@ type Step struct {
 	Text string
 	// ToolCalls are the tools the model calls (after Text, if any).
 	ToolCalls []ToolCall
-	// Status, if not 0, answers with this HTTP error status instead (with
-	// ErrorMessage in the API's error body) and RetryAfter, if set, as the
-	// Retry-After header.
+	// Status, if not 0, answers with this HTTP error status instead, with
+	// ErrorMessage (default: the status's text) in the API's error body
+	// and RetryAfter, if set, as the Retry-After header (seconds, or an
+	// HTTP date). The SDKs retry 408, 409, 429 and 5xx, each retry taking
+	// the next step.
 	Status       int
 	ErrorMessage string
 	RetryAfter   string
-	// StopReason overrides the stop reason: "" is "stop"/"end_turn", or
-	// "tool_calls"/"tool_use" with tool calls. Use the API's own words,
-	// e.g. "length" (OpenAI) or "max_tokens" (Anthropic); Stop is turned
-	// into the right one by the API.
+	// StopReason overrides the stop reason: "" is "stop" (OpenAI) or
+	// "end_turn" (Anthropic), "tool_calls" or "tool_use" with tool calls.
+	// Stop is the output's token limit, in either API's words; any other
+	// value is sent as it is.
 	StopReason string
 	// InputTokens and OutputTokens are the usage reported (defaults: 10
 	// and 5).
 	InputTokens, OutputTokens int
-	// CutStream, for a streamed request, sends the first events of the
-	// answer and then drops the connection, without the stream's end.
+	// CutStream, for a streamed request, sends the first half of the
+	// response's events and then drops the connection, without the
+	// stream's end: the client reads an unexpected end of the stream. A
+	// request not streamed gets the whole response.
 	CutStream bool
-	// Wait, if not nil, holds the answer until it is closed or the client
-	// goes away. Entered, if not nil, is closed when the request arrives
-	// (before waiting).
+	// Wait, if not nil, holds the response until it is closed or the
+	// client goes away. Entered, if not nil, is closed when the request
+	// arrives (before waiting): together, a test acts while the model call
+	// is in flight.
 	Wait    <-chan struct{}
 	Entered chan<- struct{}
-	// Delay, if positive, holds the answer that long (after Wait), as a
+	// Delay, if positive, holds the response that long (after Wait), as a
 	// model takes its time: the latency a benchmark gives its model.
 	Delay time.Duration
 }
 
-// Stop is the stop reason that means "the output reached its token limit",
-// translated per API ("length" for OpenAI, "max_tokens" for Anthropic).
+// Stop is the StopReason of a response cut at the output's token limit:
+// sent as "length" to OpenAI's API and "max_tokens" to Anthropic's.
 const Stop = "max_tokens"
 
 // Message is one message of a request, in one shape for both APIs.
@@ -98,24 +141,30 @@ type Message struct {
 	IsError    bool
 }
 
-// Request is one request the server received.
+// Request is one request the server received, parsed.
 type Request struct {
 	// N counts the requests from 1, in the order they arrived.
 	N int
 	// Step is the index of the script step that answered it, or -1 if the
-	// script was exhausted (the request got a 400).
+	// script was exhausted (the request got a 400). With NewFunc, N-1.
 	Step int
 	// API is "openai" or "anthropic".
-	API    string
+	API string
+	// Header and Body are the request's HTTP header (its API key among
+	// them) and body, as sent.
 	Header http.Header
 	Body   []byte
+	// Stream says whether the client asked for a streamed response.
 	Stream bool
-	Model  string
+	// Model is the model's name, as the client sent it.
+	Model string
 	// MaxTokens is max_completion_tokens (or max_tokens), 0 if not sent.
 	MaxTokens int
 	// System is the system prompt (OpenAI's system or developer message,
 	// Anthropic's system field); it is not in Messages.
-	System   string
+	System string
+	// Messages are the conversation, oldest first: the user's messages,
+	// the model's earlier responses and the tools' results.
 	Messages []Message
 	// Tools are the names of the tools offered; Schemas their parameters.
 	Tools   []string
@@ -130,7 +179,8 @@ func (r Request) LastMessage() Message {
 	return r.Messages[len(r.Messages)-1]
 }
 
-// Server is a running fake model. Its methods are safe for concurrent use.
+// Server is a running scripted model. Its methods are safe for concurrent
+// use.
 type Server struct {
 	srv *httptest.Server
 
@@ -143,15 +193,18 @@ type Server struct {
 	forget   bool // keep no requests (SetRecording)
 }
 
-// New starts a server answering with script, one step per request in order.
+// New starts a server that answers with script, one step per request in
+// the order the requests arrive (Add appends steps). Close it when done.
 func New(script ...Step) *Server {
 	s := &Server{script: script}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	return s
 }
 
-// NewFunc starts a server that answers each request with respond's step
-// (called one request at a time; Request.Step is then the request's index).
+// NewFunc starts a server that answers each request with the step respond
+// makes of it: a script by the conversation, say by the request's last
+// message. respond is called concurrently for requests that come at once.
+// Close the server when done.
 func NewFunc(respond func(Request) Step) *Server {
 	s := &Server{respond: respond}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
@@ -164,13 +217,15 @@ func (s *Server) Close() {
 	s.srv.Close()
 }
 
-// URL is the server's root URL: the base URL for Anthropic's SDK.
+// URL is the server's root URL: the base URL for Anthropic's SDK (an
+// llm.Model's BaseURL with llm.ProviderAnthropic).
 func (s *Server) URL() string { return s.srv.URL }
 
-// OpenAIURL is the base URL for OpenAI's SDK (the root with /v1).
+// OpenAIURL is the base URL for OpenAI's SDK, the root with /v1 (an
+// llm.Model's BaseURL with llm.ProviderOpenAI).
 func (s *Server) OpenAIURL() string { return s.srv.URL + "/v1" }
 
-// Add appends steps to the script.
+// Add appends steps to the script of a server New made.
 func (s *Server) Add(steps ...Step) {
 	s.mu.Lock()
 	s.script = append(s.script, steps...)
@@ -194,14 +249,16 @@ func (s *Server) Served() int {
 	return s.n
 }
 
-// Requests returns the requests received so far.
+// Requests returns the requests received so far, in the order they
+// arrived.
 func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]Request(nil), s.requests...)
 }
 
-// Count returns how many requests step i answered.
+// Count returns how many requests step i (from 0) answered: more than one
+// when the agent asked again for the same response.
 func (s *Server) Count(i int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -236,11 +293,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		req.API = "anthropic"
 		err = parseAnthropic(body, &req)
 	default:
-		http.Error(w, "fakemodel: no such endpoint: "+r.Method+" "+r.URL.Path, http.StatusNotFound)
+		http.Error(w, "llmtest: no such endpoint: "+r.Method+" "+r.URL.Path, http.StatusNotFound)
 		return
 	}
 	if err != nil {
-		http.Error(w, "fakemodel: "+err.Error(), http.StatusBadRequest)
+		http.Error(w, "llmtest: "+err.Error(), http.StatusBadRequest)
 		return
 	}
 
@@ -271,7 +328,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	if !ok {
-		writeError(w, req.API, http.StatusBadRequest, "", fmt.Sprintf("fakemodel: the script has no step left for request %d", req.N))
+		writeError(w, req.API, http.StatusBadRequest, "", fmt.Sprintf("llmtest: the script has no step left for request %d", req.N))
 		return
 	}
 	if step.Entered != nil {
