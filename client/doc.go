@@ -29,7 +29,8 @@
 //	              converted from the wire here, so a program using the SDK
 //	              imports no protobuf package (Message excepted: it is the
 //	              message type agents share)
-//	topics.go     Publish, subscriptions (an agent's or the session's),
+//	topics.go     Topics (Client.Topics): Publish, subscriptions (an
+//	              agent's or the session's),
 //	              dead letters, Broadcast
 //	directory.go  the service directory: Search, listings, entries
 //	memory.go     an agent's working memory (Memory)
@@ -38,7 +39,7 @@
 //	options.go    the options of Dial: principal, API key, TLS, timeout,
 //	              message size, a push callback
 //
-// The examples (Example, ExampleClient_AgentsOf, ExampleClient_Publish,
+// The examples (Example, ExampleClient_AgentsOf, ExampleTopics_Publish,
 // ExampleClient_CheckACL, ExampleClient_Search, ...) walk through the main
 // flows: a call and its errors, pushes, listings, topics, the ACL, the
 // directory.

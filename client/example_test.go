@@ -189,7 +189,7 @@ func ExampleClient_Deactivate() {
 
 // Publishing and subscribing need a silo with a topic store (any silo
 // with etcd). This example is compiled, not run.
-func ExampleClient_Publish() {
+func ExampleTopics_Publish() {
 	ctx := context.Background()
 	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithPrincipal("alice"))
 	if err != nil {
@@ -198,28 +198,28 @@ func ExampleClient_Publish() {
 	defer c.Close()
 
 	// Inbox:alice:in competes for the messages of subscription alice:orders.
-	sub, err := c.Subscribe(ctx, "Inbox:in", "orders", "orders.#", 3)
+	sub, err := c.Topics().Subscribe(ctx, "Inbox:in", "orders", "orders.#", client.MaxAttempts(3))
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("subscribed to", sub.ID, "with", sub.Pattern)
 
-	r, err := c.Publish(ctx, "orders.created", &client.Message{Message: "order 42", IdempotencyKey: "order-42"})
+	r, err := c.Topics().Publish(ctx, "orders.created", &client.Message{Message: "order 42", IdempotencyKey: "order-42"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println(r.ID, "queued for", r.Subscriptions, "subscriptions; a repeat:", r.Duplicate)
 
 	// What its agents gave up on.
-	dead, more, err := c.DeadLetters(ctx, "orders", "", 100)
+	dead, err := c.Topics().DeadLetters(ctx, "orders", client.Limit(100))
 	if err != nil {
 		log.Fatal(err)
 	}
-	for _, d := range dead {
+	for _, d := range dead.Items {
 		fmt.Println(d.ID, d.Message.Topic, d.Attempts, d.Reason, d.DeadAt.Format(time.RFC3339))
 	}
-	if more {
-		fmt.Println("more after", dead[len(dead)-1].ID)
+	if dead.Next != "" {
+		fmt.Println("more: client.After", dead.Next)
 	}
 }
 

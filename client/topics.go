@@ -17,13 +17,25 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// Topics: publish/subscribe through the gateway's Topics service. A topic
-// is `owner:name` (name: dot-separated segments, e.g. orders.created.eu), or
-// a name of the client's own principal. A subscription is `owner:name`
-// after its agents' owner and selects one owner's topics with a pattern
-// (`*` one segment, `#` zero or more); each message it selects goes to one
-// of its agents, at least once, until the agent's handler acknowledges it
-// (returns nil), or it becomes a dead letter.
+// Topics is publish/subscribe through the gateway's Topics service, and
+// Broadcast. Reach it with Client.Topics.
+//
+// A topic is `owner:name` (name: dot-separated segments, e.g.
+// orders.created.eu), or a name of the client's own principal. A
+// subscription is `owner:name` after its agents' owner and selects one
+// owner's topics with a pattern (`*` one segment, `#` zero or more); each
+// message it selects goes to one of its agents, at least once, until the
+// agent's handler acknowledges it (returns nil), or it becomes a dead
+// letter.
+//
+// Two kinds of subscriber, two pairs of calls: an agent's subscription
+// (Subscribe, Unsubscribe, Subscriptions), durable, and the session's
+// (SubscribeSession, UnsubscribeSession, SessionSubscriptions), whose
+// messages reach Client.Messages and which ends with the session.
+type Topics struct{ c *Client }
+
+// Topics returns the client's publish/subscribe.
+func (c *Client) Topics() Topics { return Topics{c} }
 
 // Publish publishes msg to topic and returns once the message is durable:
 // it is then delivered to every subscription whose pattern matches, and
@@ -35,7 +47,8 @@ import (
 // gateway went away: the outcome is unknown) is sent again, through the
 // gateway the session moves to, until ctx ends: within the cluster's
 // window (10 minutes) the key is queued once.
-func (c *Client) Publish(ctx context.Context, topic string, msg *Message) (_ PublishResult, err error) {
+func (t Topics) Publish(ctx context.Context, topic string, msg *Message) (_ PublishResult, err error) {
+	c := t.c
 	m := &Message{}
 	if msg != nil {
 		m = proto.Clone(msg).(*Message)
@@ -89,16 +102,17 @@ func (c *Client) topics(ctx context.Context) (context.Context, context.CancelFun
 }
 
 // Subscribe adds the agent at agent to the subscription name of the
-// agent's owner, creating it with pattern (and maxAttempts, 0 for the
-// default of 5) if it does not exist. Everything published after it
-// returns is delivered.
-func (c *Client) Subscribe(ctx context.Context, agent, name, pattern string, maxAttempts int) (Subscription, error) {
-	if maxAttempts < 0 {
-		return Subscription{}, errs.New(codes.InvalidArgument, "max attempts %d is negative", maxAttempts)
+// agent's owner, creating it with pattern (and MaxAttempts, default 5) if
+// it does not exist. Everything published after it returns is delivered.
+// Options: MaxAttempts.
+func (t Topics) Subscribe(ctx context.Context, agent, name, pattern string, opts ...CallOption) (Subscription, error) {
+	o, err := callOpts("subscribe", opts, optMaxAttempts)
+	if err != nil {
+		return Subscription{}, err
 	}
-	ctx, cancel, tc := c.topics(ctx)
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
-	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: agent, Name: name, Pattern: pattern, MaxAttempts: uint32(min(maxAttempts, 1<<20))})
+	r, err := tc.Subscribe(ctx, &agentsilov1.SubscribeRequest{Agent: agent, Name: name, Pattern: pattern, MaxAttempts: uint32(min(o.maxAttempts, 1<<20))})
 	if err != nil {
 		return Subscription{}, errs.FromStatus(err)
 	}
@@ -128,7 +142,8 @@ type sessionSubs struct {
 // After a re-attach the client subscribes again by itself (a session that
 // had to be opened afresh, with a new Address, loses what was published
 // in between). Subscribing to a pattern again is no error.
-func (c *Client) SubscribeSession(ctx context.Context, pattern string) (Subscription, error) {
+func (t Topics) SubscribeSession(ctx context.Context, pattern string) (Subscription, error) {
+	c := t.c
 	s, err := c.subscribeSession(ctx, pattern)
 	if err != nil {
 		return Subscription{}, err
@@ -156,7 +171,8 @@ func (c *Client) subscribeSession(ctx context.Context, pattern string) (Subscrip
 
 // UnsubscribeSession ends the session's subscription to pattern (as given
 // to SubscribeSession); NotFound if there is none.
-func (c *Client) UnsubscribeSession(ctx context.Context, pattern string) error {
+func (t Topics) UnsubscribeSession(ctx context.Context, pattern string) error {
+	c := t.c
 	c.sessSubs.mu.Lock()
 	name, ok := c.sessSubs.byPat[pattern]
 	delete(c.sessSubs.byPat, pattern)
@@ -164,13 +180,15 @@ func (c *Client) UnsubscribeSession(ctx context.Context, pattern string) error {
 	if !ok {
 		return errs.New(codes.NotFound, "this session is not subscribed to %q", pattern)
 	}
-	_, err := c.Unsubscribe(ctx, c.Address(), name)
+	_, err := t.Unsubscribe(ctx, c.Address(), name)
 	return err
 }
 
 // SessionSubscriptions returns the patterns the session is subscribed to,
 // sorted.
-func (c *Client) SessionSubscriptions() []string {
+func (t Topics) SessionSubscriptions() []string { return t.c.sessionPatterns() }
+
+func (c *Client) sessionPatterns() []string {
 	c.sessSubs.mu.Lock()
 	defer c.sessSubs.mu.Unlock()
 	out := make([]string, 0, len(c.sessSubs.byPat))
@@ -195,7 +213,7 @@ func (c *Client) resubscribeLocked() {
 	go func() {
 		defer c.wg.Done()
 		b := retry.Reattach.New(nil)
-		for _, p := range c.SessionSubscriptions() {
+		for _, p := range c.sessionPatterns() {
 			for {
 				s, err := c.subscribeSession(c.ctx, p)
 				if err == nil {
@@ -244,7 +262,7 @@ func (c *Client) endSessionSubs() {
 	defer cancel()
 	addr := c.Address()
 	for _, name := range byPat {
-		if _, err := c.Unsubscribe(ctx, addr, name); err != nil && ctx.Err() != nil {
+		if _, err := c.Topics().Unsubscribe(ctx, addr, name); err != nil && ctx.Err() != nil {
 			return
 		}
 	}
@@ -253,8 +271,8 @@ func (c *Client) endSessionSubs() {
 // Unsubscribe removes the agent from its owner's subscription name, and
 // reports whether that deleted the subscription (it was the last agent):
 // its backlog and dead letters go with it.
-func (c *Client) Unsubscribe(ctx context.Context, agent, name string) (deleted bool, err error) {
-	ctx, cancel, tc := c.topics(ctx)
+func (t Topics) Unsubscribe(ctx context.Context, agent, name string) (deleted bool, err error) {
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
 	r, err := tc.Unsubscribe(ctx, &agentsilov1.UnsubscribeRequest{Agent: agent, Name: name})
 	if err != nil {
@@ -265,8 +283,8 @@ func (c *Client) Unsubscribe(ctx context.Context, agent, name string) (deleted b
 
 // Subscriptions lists owner's subscriptions ("": the client's principal's)
 // that the client may read.
-func (c *Client) Subscriptions(ctx context.Context, owner string) ([]Subscription, error) {
-	ctx, cancel, tc := c.topics(ctx)
+func (t Topics) Subscriptions(ctx context.Context, owner string) ([]Subscription, error) {
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
 	r, err := tc.ListSubscriptions(ctx, &agentsilov1.ListSubscriptionsRequest{Owner: owner})
 	if err != nil {
@@ -279,30 +297,35 @@ func (c *Client) Subscriptions(ctx context.Context, owner string) ([]Subscriptio
 	return subs, nil
 }
 
-// DeadLetters lists a subscription's dead letters after the id after (""
-// from the first), at most limit (0: 100); more says there are others.
-func (c *Client) DeadLetters(ctx context.Context, subscription, after string, limit int) (ds []DeadLetter, more bool, err error) {
-	if limit < 0 {
-		return nil, false, errs.New(codes.InvalidArgument, "limit %d is negative", limit)
-	}
-	ctx, cancel, tc := c.topics(ctx)
-	defer cancel()
-	r, err := tc.ListDeadLetters(ctx, &agentsilov1.ListDeadLettersRequest{Subscription: subscription, After: after, Limit: uint32(min(limit, 1<<20))})
+// DeadLetters returns a page of a subscription's dead letters, oldest
+// first: at most Limit (0: 100), After the cursor of the page before.
+// Options: After, Limit.
+func (t Topics) DeadLetters(ctx context.Context, subscription string, opts ...CallOption) (Page[DeadLetter], error) {
+	o, err := callOpts("list dead letters", opts, optAfter|optLimit)
 	if err != nil {
-		return nil, false, errs.FromStatus(err)
+		return Page[DeadLetter]{}, err
 	}
-	ds = make([]DeadLetter, len(r.GetDeadLetters()))
+	ctx, cancel, tc := t.c.topics(ctx)
+	defer cancel()
+	r, err := tc.ListDeadLetters(ctx, &agentsilov1.ListDeadLettersRequest{Subscription: subscription, After: o.after, Limit: uint32(min(o.limit, 1<<20))})
+	if err != nil {
+		return Page[DeadLetter]{}, errs.FromStatus(err)
+	}
+	p := Page[DeadLetter]{Items: make([]DeadLetter, len(r.GetDeadLetters()))}
 	for i, d := range r.GetDeadLetters() {
-		ds[i] = deadLetter(d)
+		p.Items[i] = deadLetter(d)
 	}
-	return ds, r.GetMore(), nil
+	if r.GetMore() && len(p.Items) > 0 {
+		p.Next = p.Items[len(p.Items)-1].ID
+	}
+	return p, nil
 }
 
 // ReplayDeadLetters queues the dead letters ids of subscription again, at
 // the end of its queue with their attempts from 1; no ids replays every
 // one. It returns how many it queued.
-func (c *Client) ReplayDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
-	ctx, cancel, tc := c.topics(ctx)
+func (t Topics) ReplayDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
 	r, err := tc.ReplayDeadLetters(ctx, &agentsilov1.ReplayDeadLettersRequest{Subscription: subscription, Ids: ids, All: len(ids) == 0})
 	if err != nil {
@@ -313,8 +336,8 @@ func (c *Client) ReplayDeadLetters(ctx context.Context, subscription string, ids
 
 // DropDeadLetters deletes the dead letters ids of subscription; no ids
 // drops every one. It returns how many it deleted.
-func (c *Client) DropDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
-	ctx, cancel, tc := c.topics(ctx)
+func (t Topics) DropDeadLetters(ctx context.Context, subscription string, ids ...string) (int, error) {
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
 	r, err := tc.DropDeadLetters(ctx, &agentsilov1.DropDeadLettersRequest{Subscription: subscription, Ids: ids, All: len(ids) == 0})
 	if err != nil {
@@ -328,12 +351,12 @@ func (c *Client) DropDeadLetters(ctx context.Context, subscription string, ids .
 // (e.g. `Worker:acme:*`) and returns how many it reached. A pattern of
 // another owner's agents needs Message on them; a pattern whose owner is
 // not literal, an operator.
-func (c *Client) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
+func (t Topics) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
 	m := &Message{}
 	if msg != nil {
 		m = proto.Clone(msg).(*Message)
 	}
-	ctx, cancel, tc := c.topics(ctx)
+	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()
 	r, err := tc.Broadcast(ctx, &agentsilov1.BroadcastRequest{Pattern: pattern, Message: m})
 	if err != nil {

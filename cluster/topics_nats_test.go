@@ -49,25 +49,25 @@ func TestClusterTopicsOnJetStream(t *testing.T) {
 		}
 	}
 	for _, m := range members {
-		if _, err := cl.Subscribe(ctx, m, "work", "orders.*", 0); err != nil {
+		if _, err := cl.Topics().Subscribe(ctx, m, "work", "orders.*"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cl.Subscribe(ctx, "Sink:acme:auditor", "audit", "orders.#", 2); err != nil {
+	if _, err := cl.Topics().Subscribe(ctx, "Sink:acme:auditor", "audit", "orders.#", client.MaxAttempts(2)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 30
 	for i := range n {
-		if _, err := cl.Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint(i)}); err != nil {
+		if _, err := cl.Topics().Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cl.Publish(ctx, "orders.x.poison", &client.Message{Message: "poison"}); err != nil {
+	if _, err := cl.Topics().Publish(ctx, "orders.x.poison", &client.Message{Message: "poison"}); err != nil {
 		t.Fatal(err)
 	}
 	got := k.wait(t, "deliveries", func(got []*grain.Message) bool {
-		dead, _, _ := cl.DeadLetters(ctx, "audit", "", 10)
-		return len(got) >= 2*n+1 && len(dead) == 1
+		dead, _ := cl.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+		return len(got) >= 2*n+1 && len(dead.Items) == 1
 	})
 	bySub, to := map[string][]string{}, map[string]bool{}
 	for _, m := range got {
@@ -86,7 +86,8 @@ func TestClusterTopicsOnJetStream(t *testing.T) {
 	if len(to) != 2 {
 		t.Errorf("competing consumers: only %v", to)
 	}
-	dead, _, err := cl.DeadLetters(ctx, "audit", "", 10)
+	page, err := cl.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+	dead := page.Items
 	if err != nil || len(dead) != 1 || dead[0].Reason != "poison: cannot handle it" {
 		t.Fatalf("dead letters: %v %v", dead, err)
 	}

@@ -112,26 +112,26 @@ func TestClusterTopics(t *testing.T) {
 		}
 	}
 	for _, m := range members {
-		if _, err := cl.Subscribe(ctx, m, "work", "orders.*", 0); err != nil {
+		if _, err := cl.Topics().Subscribe(ctx, m, "work", "orders.*"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := cl.Ask(ctx, "Sink:acme:auditor", &client.Message{Message: "subscribe", State: map[string]string{"args": "audit orders.#"}}); err != nil {
 		t.Fatal(err)
 	}
-	subs, err := cl.Subscriptions(ctx, "")
+	subs, err := cl.Topics().Subscriptions(ctx, "")
 	if err != nil || len(subs) != 2 || subs[0].ID != "acme:audit" || subs[0].MaxAttempts != 2 || len(subs[1].Members) != 2 {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}
 	const n = 30
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for i := range n {
-		if _, err := cl.Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint(i), Traceparent: tp}); err != nil {
+		if _, err := cl.Topics().Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint(i), Traceparent: tp}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, text := range []string{"flaky", "poison"} {
-		if _, err := cl.Publish(ctx, "acme:orders.new", &client.Message{Message: text}); err != nil {
+		if _, err := cl.Topics().Publish(ctx, "acme:orders.new", &client.Message{Message: text}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -139,8 +139,8 @@ func TestClusterTopics(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := k.wait(t, "deliveries", func(got []*grain.Message) bool {
-		dead, _, _ := cl.DeadLetters(ctx, "audit", "", 10)
-		return len(got) >= 2*n+2+2+2+1 && len(dead) == 1
+		dead, _ := cl.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+		return len(got) >= 2*n+2+2+2+1 && len(dead.Items) == 1
 	})
 	bySub := map[string][]string{}
 	to := map[string]bool{}
@@ -166,7 +166,8 @@ func TestClusterTopics(t *testing.T) {
 	if !strings.Contains(strings.Join(bySub["acme:audit"], ","), "from an agent") {
 		t.Errorf("the agent's publish to orders.x.y did not reach audit: %v", bySub["acme:audit"])
 	}
-	dead, more, err := cl.DeadLetters(ctx, "acme:audit", "", 10)
+	page, err := cl.Topics().DeadLetters(ctx, "acme:audit", client.Limit(10))
+	dead, more := page.Items, page.Next != ""
 	if err != nil || more || len(dead) != 1 || dead[0].Reason != "poison: cannot handle it" || dead[0].Message.Message != "poison" {
 		t.Fatalf("dead letters: %v %v %v", dead, more, err)
 	}
@@ -174,11 +175,11 @@ func TestClusterTopics(t *testing.T) {
 	k.healed = true
 	before := len(k.got)
 	k.mu.Unlock()
-	if nr, err := cl.ReplayDeadLetters(ctx, "audit", dead[0].ID); err != nil || nr != 1 {
+	if nr, err := cl.Topics().ReplayDeadLetters(ctx, "audit", dead[0].ID); err != nil || nr != 1 {
 		t.Fatalf("replay: %d %v", nr, err)
 	}
 	k.wait(t, "the replay", func(got []*grain.Message) bool { return len(got) > before })
-	if nd, err := cl.DropDeadLetters(ctx, "audit"); err != nil || nd != 0 {
+	if nd, err := cl.Topics().DropDeadLetters(ctx, "audit"); err != nil || nd != 0 {
 		t.Fatalf("drop all of none: %d %v", nd, err)
 	}
 	// A broadcast reaches the active sinks of every silo.
@@ -192,13 +193,13 @@ func TestClusterTopics(t *testing.T) {
 	k.mu.Lock()
 	k.got = nil
 	k.mu.Unlock()
-	reached, err := cl.Broadcast(ctx, "Sink:acme:*", &client.Message{Message: "hello all"})
+	reached, err := cl.Topics().Broadcast(ctx, "Sink:acme:*", &client.Message{Message: "hello all"})
 	if err != nil || reached != len(active) {
 		t.Fatalf("broadcast reached %d, %v; active %v", reached, err, active)
 	}
 	k.wait(t, "the broadcast", func(got []*grain.Message) bool { return len(got) == len(active) })
 	for _, m := range members {
-		if _, err := cl.Unsubscribe(ctx, m, "work"); err != nil {
+		if _, err := cl.Topics().Unsubscribe(ctx, m, "work"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,7 +238,7 @@ func TestClusterTopicsACL(t *testing.T) {
 	acme, bob := dial("acme"), dial("bob")
 	defer acme.Close()
 	defer bob.Close()
-	if _, err := acme.Subscribe(ctx, "Sink:acme:a", "audit", "orders.#", 0); err != nil {
+	if _, err := acme.Topics().Subscribe(ctx, "Sink:acme:a", "audit", "orders.#"); err != nil {
 		t.Fatal(err)
 	}
 	denied := func(what string, err error) {
@@ -246,24 +247,24 @@ func TestClusterTopicsACL(t *testing.T) {
 			t.Errorf("%s: %v, want PermissionDenied", what, err)
 		}
 	}
-	if _, err := bob.Publish(ctx, "acme:orders.created", &client.Message{Message: "from bob"}); err != nil {
+	if _, err := bob.Topics().Publish(ctx, "acme:orders.created", &client.Message{Message: "from bob"}); err != nil {
 		t.Errorf("bob publishes to acme:orders.created (Message on orders*): %v", err)
 	}
-	_, err := bob.Publish(ctx, "acme:secret.x", &client.Message{})
+	_, err := bob.Topics().Publish(ctx, "acme:secret.x", &client.Message{})
 	denied("bob publishes to acme:secret.x", err)
-	_, err = bob.Subscribe(ctx, "Sink:bob:b", "mine", "acme:orders.#", 0)
+	_, err = bob.Topics().Subscribe(ctx, "Sink:bob:b", "mine", "acme:orders.#")
 	denied("bob subscribes to acme:orders.# with Message only", err)
-	if _, err := bob.Subscribe(ctx, "Sink:bob:b", "mine", "acme:news.*", 0); err != nil {
+	if _, err := bob.Topics().Subscribe(ctx, "Sink:bob:b", "mine", "acme:news.*"); err != nil {
 		t.Errorf("bob subscribes to acme:news.* (Read on news*): %v", err)
 	}
-	_, err = bob.Subscribe(ctx, "Sink:acme:x", "theirs", "bob:x", 0)
+	_, err = bob.Topics().Subscribe(ctx, "Sink:acme:x", "theirs", "bob:x")
 	denied("bob subscribes acme's agent", err)
-	if _, _, err := bob.DeadLetters(ctx, "acme:audit", "", 10); err != nil {
+	if _, err := bob.Topics().DeadLetters(ctx, "acme:audit", client.Limit(10)); err != nil {
 		t.Errorf("bob reads acme:audit's dead letters (Read on audit): %v", err)
 	}
-	_, err = bob.DropDeadLetters(ctx, "acme:audit")
+	_, err = bob.Topics().DropDeadLetters(ctx, "acme:audit")
 	denied("bob drops acme:audit's dead letters", err)
-	_, err = bob.Broadcast(ctx, "Sink:*:*", &client.Message{})
+	_, err = bob.Topics().Broadcast(ctx, "Sink:*:*", &client.Message{})
 	denied("bob broadcasts to every owner", err)
 	k.wait(t, "bob's publish delivered", func(got []*grain.Message) bool { return len(got) == 1 && got[0].Message == "from bob" })
 }
@@ -304,7 +305,7 @@ func TestClusterSessionSubscription(t *testing.T) {
 	defer acme.Close()
 	defer bob.Close()
 	defer sub.Close()
-	s, err := sub.SubscribeSession(ctx, "orders.#")
+	s, err := sub.Topics().SubscribeSession(ctx, "orders.#")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -312,22 +313,22 @@ func TestClusterSessionSubscription(t *testing.T) {
 		t.Fatalf("subscription %v", s)
 	}
 	// Listed at once, through any silo (Subscriptions reads etcd).
-	subs, err := acme.Subscriptions(ctx, "")
+	subs, err := acme.Topics().Subscriptions(ctx, "")
 	if err != nil || len(subs) != 1 || subs[0].ID != s.ID || len(subs[0].Members) != 1 || subs[0].Members[0] != sub.Address() {
 		t.Fatalf("subscriptions: %v, %v", subs, err)
 	}
-	if _, err := bob.SubscribeSession(ctx, "acme:orders.#"); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := bob.Topics().SubscribeSession(ctx, "acme:orders.#"); !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("bob, with Message only, subscribes his session to acme:orders.#: %v, want PermissionDenied", err)
 	}
-	if _, err := bob.Subscribe(ctx, sub.Address(), "x", "bob:x", 0); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := bob.Topics().Subscribe(ctx, sub.Address(), "x", "bob:x"); !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("bob subscribes acme's session: %v, want PermissionDenied", err)
 	}
 	const n = 20
 	for i := range n {
-		if _, err := acme.Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint("acme ", i)}); err != nil {
+		if _, err := acme.Topics().Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint("acme ", i)}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := bob.Publish(ctx, "acme:orders.new", &client.Message{Message: fmt.Sprint("bob ", i)}); err != nil {
+		if _, err := bob.Topics().Publish(ctx, "acme:orders.new", &client.Message{Message: fmt.Sprint("bob ", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -374,7 +375,7 @@ func TestClusterSessionSubscription(t *testing.T) {
 		}
 		return true
 	})
-	if subs, err := acme.Subscriptions(ctx, ""); err != nil || len(subs) != 0 {
+	if subs, err := acme.Topics().Subscriptions(ctx, ""); err != nil || len(subs) != 0 {
 		t.Fatalf("subscriptions after the session closed: %v, %v", subs, err)
 	}
 }
@@ -408,7 +409,7 @@ func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := cl.Subscribe(ctx, "Acker:acme:a", "steady", "load.#", 0); err != nil {
+	if _, err := cl.Topics().Subscribe(ctx, "Acker:acme:a", "steady", "load.#"); err != nil {
 		t.Fatal(err)
 	}
 	cli := s.etcd.Client()
@@ -428,7 +429,7 @@ func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for i := p; i < perRound; i += 6 {
-					if _, err := cl.Publish(ctx, "load.x", &client.Message{Message: payload}); err != nil {
+					if _, err := cl.Topics().Publish(ctx, "load.x", &client.Message{Message: payload}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -528,7 +529,7 @@ func TestClusterSessionSubscriptionExpires(t *testing.T) {
 	}
 	defer lister.Close()
 	listed := func() bool {
-		subs, err := lister.Subscriptions(ctx, "")
+		subs, err := lister.Topics().Subscriptions(ctx, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -567,7 +568,7 @@ func TestClusterSessionSubscriptionFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	if _, err := sub.SubscribeSession(ctx, "orders.#"); err != nil {
+	if _, err := sub.Topics().SubscribeSession(ctx, "orders.#"); err != nil {
 		t.Fatal(err)
 	}
 	before := sub.Address()
@@ -579,7 +580,7 @@ func TestClusterSessionSubscriptionFailover(t *testing.T) {
 	waitFor(t, "a message published after the failover delivered", func() bool {
 		n++
 		text := fmt.Sprintf("after the failover %d", n)
-		if _, err := pub.Publish(ctx, "orders.created", &client.Message{Message: text}); err != nil {
+		if _, err := pub.Topics().Publish(ctx, "orders.created", &client.Message{Message: text}); err != nil {
 			return false
 		}
 		for {

@@ -56,7 +56,7 @@ func TestTopicsTraceThroughSilo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := cl.Subscribe(t.Context(), "Sub:alice:s", "audit", "orders.#", 0); err != nil {
+	if _, err := cl.Topics().Subscribe(t.Context(), "Sub:alice:s", "audit", "orders.#"); err != nil {
 		t.Fatal(err)
 	}
 	ctx, root := tp.Tracer("test").Start(t.Context(), "root")

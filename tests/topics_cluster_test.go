@@ -87,7 +87,7 @@ func TestTopicsCluster(t *testing.T) {
 	w0 := sinkOn(c, "w", names[0], "")
 	w1 := sinkOn(c, "w", names[1], "")
 	for _, w := range []string{w0, w1} {
-		if _, err := cl.Subscribe(ctx, w, "jobs", "jobs.#", 3); err != nil {
+		if _, err := cl.Topics().Subscribe(ctx, w, "jobs", "jobs.#", client.MaxAttempts(3)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -108,7 +108,7 @@ func TestTopicsCluster(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for j := range per {
-				r, err := pc.Publish(ctx, "jobs.new", &client.Message{Message: fmt.Sprintf("p%d-%d", p, j)})
+				r, err := pc.Topics().Publish(ctx, "jobs.new", &client.Message{Message: fmt.Sprintf("p%d-%d", p, j)})
 				if err != nil {
 					t.Errorf("publish: %v", err)
 					return
@@ -121,7 +121,7 @@ func TestTopicsCluster(t *testing.T) {
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	special := map[string]string{}
 	for _, text := range []string{"flaky:2", "retry:3", "poison"} {
-		r, err := cl.Publish(ctx, "test:jobs.new", &client.Message{Message: text, Traceparent: tp})
+		r, err := cl.Topics().Publish(ctx, "test:jobs.new", &client.Message{Message: text, Traceparent: tp})
 		if err != nil || r.Subscriptions != 2 {
 			t.Fatalf("publish %s: %v, %v", text, r, err)
 		}
@@ -238,7 +238,7 @@ func TestTopicsKill9(t *testing.T) {
 	m1 := sinkOn(c, "m", "", del)
 	cl := c.Client(t)
 	for _, m := range []string{m0, m1} {
-		if _, err := cl.Subscribe(ctx, m, "steady", "steady.#", 0); err != nil {
+		if _, err := cl.Topics().Subscribe(ctx, m, "steady", "steady.#"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -270,7 +270,7 @@ func TestTopicsKill9(t *testing.T) {
 			}
 			m := &client.Message{Message: strconv.Itoa(i), IdempotencyKey: "k" + strconv.Itoa(i)}
 			for {
-				r, err := pub.Publish(ctx, "steady.ticks", m)
+				r, err := pub.Topics().Publish(ctx, "steady.ticks", m)
 				if err == nil {
 					ids[i] = r.ID
 					break
@@ -315,11 +315,11 @@ func TestTopicsKill9(t *testing.T) {
 			}
 		}
 		dead = map[string]bool{}
-		ds, _, err := cl.DeadLetters(ctx, "steady", "", 1000)
+		page, err := cl.Topics().DeadLetters(ctx, "steady", client.Limit(1000))
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, d := range ds {
+		for _, d := range page.Items {
 			dead[d.Message.GetId()] = true
 		}
 		var missing []int

@@ -30,7 +30,7 @@ func TestTopicsSessionSubscription(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	sub := c.Client(t, 0)
-	s, err := sub.SubscribeSession(ctx, "news.#")
+	s, err := sub.Topics().SubscribeSession(ctx, "news.#")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestTopicsSessionSubscription(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	if _, err := other.SubscribeSession(ctx, testcluster.Principal+":news.#"); !errors.Is(err, client.ErrPermissionDenied) {
+	if _, err := other.Topics().SubscribeSession(ctx, testcluster.Principal+":news.#"); !errors.Is(err, client.ErrPermissionDenied) {
 		t.Fatalf("a principal without Read subscribes: %v, want PermissionDenied", err)
 	}
 
@@ -81,7 +81,7 @@ func TestTopicsSessionSubscription(t *testing.T) {
 	}
 	pub := c.Client(t, 2)
 	for i := range n {
-		if _, err := pub.Publish(ctx, "news.world", &client.Message{Message: fmt.Sprint("m", i)}); err != nil {
+		if _, err := pub.Topics().Publish(ctx, "news.world", &client.Message{Message: fmt.Sprint("m", i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -193,13 +193,13 @@ func TestTopicsSessionSubscriptionSurvivesGateway(t *testing.T) {
 	if victim < 0 {
 		t.Fatalf("session %s names none of the silos", addr)
 	}
-	if _, err := sub.SubscribeSession(ctx, "alerts.#"); err != nil {
+	if _, err := sub.Topics().SubscribeSession(ctx, "alerts.#"); err != nil {
 		t.Fatal(err)
 	}
 	pub := c.Client(t, (victim+1)%c.Len())
 	const before, total = 5, 30
 	publish := func(i int) {
-		if _, err := pub.Publish(ctx, "alerts.disk", &client.Message{Message: fmt.Sprintf("a%d", i)}); err != nil {
+		if _, err := pub.Topics().Publish(ctx, "alerts.disk", &client.Message{Message: fmt.Sprintf("a%d", i)}); err != nil {
 			t.Fatalf("publish a%d: %v", i, err)
 		}
 	}

@@ -22,8 +22,8 @@
 //	id, err := h.Publish(ctx, "orders.created.eu", &grain.Message{Message: "order 42"})
 //
 //	// From a program, through a silo's gateway (package client):
-//	res, err := c.Publish(ctx, "acme:orders.created.eu", &client.Message{Message: "order 42"})
-//	sub, err := c.SubscribeSession(ctx, "orders.#") // this session's, while it lives
+//	res, err := c.Topics().Publish(ctx, "acme:orders.created.eu", &client.Message{Message: "order 42"})
+//	sub, err := c.Topics().SubscribeSession(ctx, "orders.#") // this session's, while it lives
 //
 // A delivery is a request to the subscriber's OnMessage with Message.Topic,
 // Message.Subscription and Message.Attempt set, and the same Message.Id on

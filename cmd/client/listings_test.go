@@ -115,8 +115,8 @@ func TestListingsGolden(t *testing.T) {
 	must("alice-key", "unsubscribe", "Inbox:in2", "orders") // one member: the dead letter's agent is known
 	run("alice-key", "publish", "orders.new", "poison pill", "--key", "k1")
 	testutil.WaitFor(t, "the poison message to be a dead letter", func() bool {
-		ds, _, err := alice.DeadLetters(t.Context(), "orders", "", 10)
-		return err == nil && len(ds) == 1
+		p, err := alice.Topics().DeadLetters(t.Context(), "orders", client.Limit(10))
+		return err == nil && len(p.Items) == 1
 	})
 	run("alice-key", "deadletters", "orders")
 	run("alice-key", "deadletters", "orders", "--limit", "1")

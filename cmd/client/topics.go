@@ -36,7 +36,7 @@ func cmdPublish(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		r, err := c.Publish(ctx, pos[0], m)
+		r, err := c.Topics().Publish(ctx, pos[0], m)
 		if err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func cmdSubscribe(g *globals, name string, args []string) error {
 		return usagef("%s: want PATTERN (this session), or AGENT NAME PATTERN", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		s, err := c.Subscribe(ctx, pos[0], pos[1], pos[2], *maxAttempts)
+		s, err := c.Topics().Subscribe(ctx, pos[0], pos[1], pos[2], client.MaxAttempts(*maxAttempts))
 		if err != nil {
 			return err
 		}
@@ -101,7 +101,7 @@ func subscribeSession(g *globals, pattern string, maxAttempts int) error {
 	}
 	defer c.Close()
 	sctx, cancel := context.WithTimeout(ctx, g.timeout)
-	s, err := c.SubscribeSession(sctx, pattern)
+	s, err := c.Topics().SubscribeSession(sctx, pattern)
 	cancel()
 	if err != nil {
 		return err
@@ -121,7 +121,7 @@ func cmdUnsubscribe(g *globals, name string, args []string) error {
 		return usagef("%s: want AGENT NAME", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		deleted, err := c.Unsubscribe(ctx, pos[0], pos[1])
+		deleted, err := c.Topics().Unsubscribe(ctx, pos[0], pos[1])
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func cmdSubscriptions(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		subs, err := c.Subscriptions(ctx, *owner)
+		subs, err := c.Topics().Subscriptions(ctx, *owner)
 		if err != nil {
 			return err
 		}
@@ -179,10 +179,11 @@ func cmdDeadLetters(g *globals, name string, args []string) error {
 		return usagef("--limit %d: want 1 to 1000", *limit)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		ds, more, err := c.DeadLetters(ctx, pos[0], *after, *limit)
+		page, err := c.Topics().DeadLetters(ctx, pos[0], client.After(*after), client.Limit(*limit))
 		if err != nil {
 			return err
 		}
+		ds, more := page.Items, page.Next != ""
 		if g.output == "json" {
 			g.printList(&agentsilov1.ListDeadLettersResponse{DeadLetters: wireDeadLetters(ds), More: more})
 			return nil
@@ -193,7 +194,7 @@ func cmdDeadLetters(g *globals, name string, args []string) error {
 				d.DeadAt.Local().Format(time.DateTime), oneLine(d.Reason), oneLine(d.LastError), oneLine(d.Message.GetMessage()))
 		})
 		if err == nil && more {
-			fmt.Fprintf(g.stderr, "more: --after %s\n", ds[len(ds)-1].ID)
+			fmt.Fprintf(g.stderr, "more: --after %s\n", page.Next)
 		}
 		return err
 	})
@@ -233,9 +234,9 @@ func cmdDeadLetterAction(g *globals, name string, args []string) error {
 		verb := "replayed"
 		if strings.HasSuffix(name, "drop") {
 			verb = "dropped"
-			n, err = c.DropDeadLetters(ctx, pos[0], pos[1:]...)
+			n, err = c.Topics().DropDeadLetters(ctx, pos[0], pos[1:]...)
 		} else {
-			n, err = c.ReplayDeadLetters(ctx, pos[0], pos[1:]...)
+			n, err = c.Topics().ReplayDeadLetters(ctx, pos[0], pos[1:]...)
 		}
 		if err != nil {
 			return err
@@ -268,7 +269,7 @@ func cmdBroadcast(g *globals, name string, args []string) error {
 		m.Kind = client.KindEvent
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		n, err := c.Broadcast(ctx, pos[0], m)
+		n, err := c.Topics().Broadcast(ctx, pos[0], m)
 		if err != nil {
 			return err
 		}

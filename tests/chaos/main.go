@@ -385,7 +385,7 @@ func run(tb testcluster.TB, cfg config) summary {
 	for k := range 2 {
 		sink := fmt.Sprintf("%s:%s:chaos-%d-%d", demoagents.TopicSinkType, testcluster.Principal, cfg.seed%100000, k)
 		if err := retryCall(tb.Context(), func(ctx context.Context) error {
-			_, err := ctl.Subscribe(ctx, sink, sub, sub+".#", 0)
+			_, err := ctl.Topics().Subscribe(ctx, sink, sub, sub+".#")
 			return err
 		}); err != nil {
 			tb.Fatalf("chaos: subscribe %s: %v", sink, err)
@@ -407,7 +407,7 @@ func run(tb testcluster.TB, cfg config) summary {
 				m := &client.Message{Message: text, IdempotencyKey: fmt.Sprintf("%s-%d", sub, i)}
 				for loadCtx.Err() == nil {
 					cctx, cancel := context.WithTimeout(loadCtx, cfg.askTimeout)
-					r, err := pub.Publish(cctx, sub+".ticks", m)
+					r, err := pub.Topics().Publish(cctx, sub+".ticks", m)
 					cancel()
 					if err == nil {
 						pmu.Lock()
@@ -636,18 +636,18 @@ func messagesLost(tb testcluster.TB, c *testcluster.Cluster, cl *client.Client, 
 		}
 		for after := ""; ; {
 			dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
-			ds, more, err := cl.DeadLetters(dctx, sub, after, 1000)
+			page, err := cl.Topics().DeadLetters(dctx, sub, client.After(after), client.Limit(1000))
 			dcancel()
 			if err != nil {
 				break
 			}
-			for _, d := range ds {
+			for _, d := range page.Items {
 				dead[d.Message.GetId()] = true
 			}
-			if !more || len(ds) == 0 {
+			if page.Next == "" {
 				break
 			}
-			after = ds[len(ds)-1].Message.GetId()
+			after = page.Next
 		}
 		missing = missing[:0]
 		for _, id := range published {

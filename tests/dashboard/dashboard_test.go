@@ -152,19 +152,19 @@ func TestDashboard(t *testing.T) {
 	if _, err := alice.Ask(ctx, "Worker:alice:<script>", &client.Message{Message: "x"}); err == nil {
 		t.Error("an agent named <script> was accepted")
 	}
-	if _, err := alice.Publish(ctx, "orders.<script>", &client.Message{Message: "x"}); err == nil {
+	if _, err := alice.Topics().Publish(ctx, "orders.<script>", &client.Message{Message: "x"}); err == nil {
 		t.Error("a topic named orders.<script> was accepted")
 	}
 	// Two dead letters, one with script in its message.
-	_, err = alice.Subscribe(ctx, "Failer:alice:f1", "audit", "orders.#", 1)
+	_, err = alice.Topics().Subscribe(ctx, "Failer:alice:f1", "audit", "orders.#", client.MaxAttempts(1))
 	must(t, err)
 	for _, m := range []string{xss, "second"} {
-		_, err := alice.Publish(ctx, "orders.new", &client.Message{Message: m})
+		_, err := alice.Topics().Publish(ctx, "orders.new", &client.Message{Message: m})
 		must(t, err)
 	}
 	testutil.WaitFor(t, "two dead letters", func() bool {
-		ds, _, err := alice.DeadLetters(ctx, "audit", "", 10)
-		return err == nil && len(ds) == 2
+		p, err := alice.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+		return err == nil && len(p.Items) == 2
 	})
 	// An A2A task that works until cancelled.
 	taskID := a2aSend(t, http.DefaultClient, "http://"+silos[0].A2AAddr(), "Block/alice/b1", aliceKey)
@@ -324,19 +324,21 @@ func TestDashboard(t *testing.T) {
 	}
 	noXSS("dead letters")
 	shot("deadletters")
-	ds, _, err := alice.DeadLetters(ctx, "audit", "", 10)
+	p, err := alice.Topics().DeadLetters(ctx, "audit", client.Limit(10))
 	must(t, err)
+	ds := p.Items
 	act("#deadletters tr:nth-child(2) button.drop", "Drop dead letter "+ds[1].ID+"?")
 	waitText("#flash", "Dropped 1 dead letters of alice:audit")
-	left, _, err := alice.DeadLetters(ctx, "audit", "", 10)
+	p, err = alice.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+	left := p.Items
 	if err != nil || len(left) != 1 || left[0].ID != ds[0].ID {
 		t.Fatalf("after dropping %s the SDK lists %v, %v", ds[1].ID, left, err)
 	}
 	act("#deadletters button.replay", "Replay dead letter "+ds[0].ID+"?")
 	waitText("#flash", "Replayed 1 dead letters of alice:audit")
 	testutil.WaitFor(t, "the replayed letter delivered and dead again", func() bool {
-		l, _, err := alice.DeadLetters(ctx, "audit", "", 10)
-		return err == nil && len(l) == 1 && l[0].ID != ds[0].ID
+		p, err := alice.Topics().DeadLetters(ctx, "audit", client.Limit(10))
+		return err == nil && len(p.Items) == 1 && p.Items[0].ID != ds[0].ID
 	})
 
 	// A2A tasks: cancel the working one.

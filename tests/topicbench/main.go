@@ -341,7 +341,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 		defer clients[i].Close()
 	}
 	for i := range subs {
-		if _, err := clients[0].Subscribe(ctx, fmt.Sprintf("BenchSink:bench:s%d", i), fmt.Sprintf("s%d", i), "bench.#", 0); err != nil {
+		if _, err := clients[0].Topics().Subscribe(ctx, fmt.Sprintf("BenchSink:bench:s%d", i), fmt.Sprintf("s%d", i), "bench.#"); err != nil {
 			return result{}, err
 		}
 	}
@@ -354,7 +354,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions\n", subs)
 	err = publishAll(ctx, n, pubs, window, func(p, i int) error {
 		m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
-		_, err := clients[p].Publish(ctx, "bench.orders.created", m)
+		_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", m)
 		return err
 	})
 	if err != nil {
@@ -673,7 +673,7 @@ func runSteady(n, pubs, window, rounds int) error {
 		}
 		defer clients[i].Close()
 	}
-	if _, err := clients[0].Subscribe(ctx, "BenchSink:bench:s", "s", "bench.#", 0); err != nil {
+	if _, err := clients[0].Topics().Subscribe(ctx, "BenchSink:bench:s", "s", "bench.#"); err != nil {
 		return err
 	}
 	payload := string(make([]byte, 128))
@@ -682,7 +682,7 @@ func runSteady(n, pubs, window, rounds int) error {
 		for round := 1; round <= rounds; round++ {
 			want := rec.count() + int64(n)
 			err := publishAll(ctx, n, pubs, window, func(p, _ int) error {
-				_, err := clients[p].Publish(ctx, "bench.orders.created", &client.Message{Message: payload})
+				_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", &client.Message{Message: payload})
 				return err
 			})
 			if err != nil {
