@@ -24,6 +24,9 @@ import (
 // another silo, or a silo that restarts, starts afresh. (Publishes remember
 // their keys durably: see package topics.)
 //
+// A reply marked Provisional is not kept either: the duplicates waiting
+// for it get it, and a later retry reaches the receiver again.
+//
 // Transient failures of the first (Unavailable, DeadlineExceeded, Canceled,
 // ResourceExhausted: it may not have run) are forgotten, so that a retry
 // runs, unless the first's turn saved the agent's state:
@@ -178,7 +181,8 @@ func (e *idemEntry) finish(r result) result {
 		r = first
 	}
 	e.r = r
-	if transient && (wrote == wroteNone || wrote == wroteUnknown && !keyed) {
+	provisional := r.err == nil && r.msg != nil && r.msg.State[StateProvisional] != ""
+	if provisional || transient && (wrote == wroteNone || wrote == wroteUnknown && !keyed) {
 		e.forget()
 	}
 	close(e.done)

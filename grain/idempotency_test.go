@@ -133,3 +133,32 @@ func TestIdempotencyBound(t *testing.T) {
 		t.Fatal("the oldest key was kept")
 	}
 }
+
+// A reply marked Provisional is not kept as its key's answer: a retry with
+// the key reaches the agent again, and the first final reply is kept.
+func TestIdempotencyProvisional(t *testing.T) {
+	var runs atomic.Int64
+	cfg := DefaultConfig()
+	cfg.IdempotencyWindow = time.Minute
+	rt := newRuntime(t, cfg, map[string]Factory{
+		"Waiter": func(Host) (Agent, error) {
+			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {
+				n := runs.Add(1)
+				r, err := reply(m, strconv.FormatInt(n, 10))
+				if n < 3 {
+					r = Provisional(r)
+				}
+				return r, err
+			}}, nil
+		},
+	})
+	for i, want := range []string{"1", "2", "3", "3"} {
+		r, err := rt.Ask(t.Context(), &Message{From: "Session:tester:s1", To: "Waiter:o:w", Message: "x", IdempotencyKey: "k"})
+		if err != nil || r.Message != want {
+			t.Fatalf("ask %d: %v %v, want %s", i+1, r, err, want)
+		}
+		if provisional := r.State[StateProvisional] != ""; provisional != (want < "3") {
+			t.Fatalf("ask %d: state %v", i+1, r.State)
+		}
+	}
+}

@@ -26,6 +26,21 @@ const ReservedPrefix = "_silo."
 // Text returns a message with the given text body.
 func Text(text string) *Message { return &Message{Message: text} }
 
+// StateProvisional is the key, in a reply's State, that Provisional sets.
+const StateProvisional = ReservedPrefix + "provisional"
+
+// Provisional marks r, a reply, as not its request's final answer (a model
+// agent's reply that its turn waits for a person's approval is one): the
+// runtime does not keep it as the answer of the request's idempotency key,
+// so a retry with the key reaches the agent again. It returns r.
+func Provisional(r *Message) *Message {
+	if r.State == nil {
+		r.State = make(map[string]string, 1)
+	}
+	r.State[StateProvisional] = "true"
+	return r
+}
+
 // IsReserved reports whether messageType is reserved for the runtime.
 func IsReserved(messageType string) bool { return strings.HasPrefix(messageType, ReservedPrefix) }
 

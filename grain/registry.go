@@ -68,6 +68,11 @@ type Skill struct {
 	// of the contract. The flag stays on the silo: the wire form of a type
 	// (TypeInfo.Proto) does not carry it.
 	Interleave bool
+	// Approval says a call of the skill by a model agent's tool waits for
+	// a person's approval (see package llm, "Approvals"), whatever the
+	// model agent's definition says. Like Interleave, it stays on the
+	// silo: a type known only from the directory does not carry it.
+	Approval bool
 
 	// schemaErr is why TypedSkill could not infer a schema; Register
 	// reports it.
@@ -80,6 +85,14 @@ type Skill struct {
 //	grain.TypedSkill[struct{}, Status]("status", "What the agent is doing.").Interleaving()
 func (s Skill) Interleaving() Skill {
 	s.Interleave = true
+	return s
+}
+
+// NeedsApproval returns s with Approval set:
+//
+//	grain.TypedSkill[Transfer, Receipt]("transfer", "Move money.").NeedsApproval()
+func (s Skill) NeedsApproval() Skill {
+	s.Approval = true
 	return s
 }
 

@@ -33,8 +33,12 @@ const (
 	// AnswerType is the type of the one-way message that takes the answer
 	// of a turn its reminder resumed to the turn's caller.
 	AnswerType = "llm.answer"
-	// ResumeReminder names the reminder a turn registers at its start and
-	// removes at its end, and is the type of its ticks.
+	// ResumeReminder names the reminder that resumes a turn left
+	// unfinished by a crash, and is the type of its ticks. An activation
+	// registers it with the first step of a turn it records (beside that
+	// step's save) and keeps it between turns; a tick that finds no turn
+	// unfinished removes it, and so does the activation's end between
+	// turns.
 	ResumeReminder = "llm.resume"
 	// ReplyToKey is the key, in the State of an event, a one-way message
 	// or a published message, of the address its turn's answer goes to
@@ -106,6 +110,8 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 			// The record is read while a turn runs, beside it (a.mu
 			// guards it).
 			grain.TypedSkill[struct{}, any](SkillConversation, "The agent's recorded conversation: its messages, tool calls and results, turns and token counts, as JSON.").Interleaving(),
+			grain.TypedSkill[struct{}, []Approval](SkillApprovals, "The tool calls the agent's turn waits to have approved.").Interleaving(),
+			grain.TypedSkill[Decision, Decided](SkillDecide, "Approve or deny a tool call that waits for approval (the agent's owner only)."),
 		},
 	}
 	return func(h grain.Host) (grain.Agent, error) { return &agent{t: t, h: h}, nil }, info, nil
@@ -137,7 +143,11 @@ type agent struct {
 	// save failed): it is loaded again before the next turn. Touched by
 	// the running turn only.
 	stale bool
-	tools *toolSet
+	// unsaved says the current turn, a request's, is not recorded yet: it
+	// is, with its first model response (see begin). reminded says this
+	// activation registered the resume reminder. Touched in turn only.
+	unsaved, reminded bool
+	tools             *toolSet
 }
 
 // OnActivate implements grain.Activator: it loads the record.
@@ -161,17 +171,43 @@ func (a *agent) load(ctx context.Context) error {
 	return nil
 }
 
+// OnDeactivate implements grain.Deactivator: an activation that ends
+// between turns removes the resume reminder it registered.
+func (a *agent) OnDeactivate(ctx context.Context, _ grain.Reason) {
+	if a.reminded && a.rec.Current == nil && !a.stale {
+		a.unregister(ctx)
+	}
+}
+
 // save stores the record if it is still the version last loaded or saved.
+// A record with a turn in progress needs the resume reminder: if this
+// activation has not registered it, it is registered beside the save (the
+// two writes go to the stores together).
 func (a *agent) save(ctx context.Context) error {
 	a.mu.Lock()
 	data, err := json.Marshal(&a.rec)
 	etag := a.etag
+	remind := a.rec.Current != nil && !a.reminded && a.t.opts.resumeDue >= 0
 	a.mu.Unlock()
 	if err != nil {
 		a.stale = true
 		return errs.Wrap(codes.Internal, err, "encode the conversation of %s", a.h.Address())
 	}
+	var registered chan error
+	if remind {
+		registered = make(chan error, 1)
+		go func() {
+			registered <- a.h.RegisterReminder(ctx, ResumeReminder, a.t.opts.resumeDue, a.t.opts.resumePeriod, ResumeReminder, "")
+		}()
+	}
 	next, err := a.h.SaveState(stateContext{ctx}, data, etag)
+	if remind {
+		if rerr := <-registered; rerr != nil {
+			a.h.Logger().Warn("no reminder to resume the turn after a crash; only a retry of its request will", "err", rerr)
+		} else {
+			a.reminded = true
+		}
+	}
 	if err != nil {
 		a.stale = true
 		return err
@@ -179,7 +215,23 @@ func (a *agent) save(ctx context.Context) error {
 	a.mu.Lock()
 	a.etag = next
 	a.mu.Unlock()
+	a.unsaved = false
 	return nil
+}
+
+// keepUnfinished records the current turn, a request's that failed
+// before its first step was recorded, so that its reminder resumes it as
+// it would any turn left unfinished. It is saved on a context of its own:
+// the caller may have gone.
+func (a *agent) keepUnfinished(ctx context.Context) {
+	if !a.unsaved || a.rec.Current == nil || a.stale {
+		return
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), saveTimeout)
+	defer cancel()
+	if err := a.save(sctx); err != nil {
+		a.h.Logger().Warn("the unfinished turn of a failed request is not recorded; only a retry of the request will run it", "turn", a.rec.Current.ID, "err", err)
+	}
 }
 
 // stateContext is ctx without its values: the record's loads and saves
@@ -205,6 +257,26 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		return grain.JSONReply(m, &a.rec)
+	case m.MessageType == SkillApprovals:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var waiting []Approval
+		if a.rec.Current != nil {
+			waiting = a.rec.Current.waiting()
+		}
+		return grain.JSONReply(m, waiting)
+	case m.MessageType == "" && m.Kind == grain.KindRequest && m.State[StateApproval] != "":
+		return a.answer(ctx, m, m.State[StateApproval])
+	case m.MessageType == SkillDecide && m.Kind == grain.KindRequest:
+		a.mu.Lock()
+		busy := a.busy
+		a.mu.Unlock()
+		if busy {
+			// Only while a tool of the turn asked back: decide between
+			// turns.
+			return nil, errs.New(codes.FailedPrecondition, "%s is in a turn: approvals are decided between turns; nothing was decided", a.h.Address())
+		}
+		return a.decide(ctx, m)
 	case self && m.MessageType == ResumeReminder:
 		a.tick(ctx)
 		return nil, nil
@@ -236,6 +308,9 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	ans, err := a.ask(ctx, m)
 	if err != nil {
 		return nil, err
+	}
+	if len(ans.pending) > 0 {
+		return a.approvalReply(m, ans.pending)
 	}
 	return reply(m, ans)
 }
@@ -303,14 +378,18 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 	if ans, ok, err := a.known(ctx, s); ok || err != nil {
 		return ans, err
 	}
-	if cur := a.rec.Current; cur != nil && cur.Key != "" && cur.Key == s.key && cur.Principal == s.principal {
-		return a.run(ctx, a.liveRun(cur))
+	cur := a.rec.Current
+	if cur == nil || cur.Key == "" || cur.Key != s.key || cur.Principal != s.principal {
+		var err error
+		if cur, err = a.begin(ctx, s); err != nil {
+			return Answer{}, err
+		}
 	}
-	cur, err := a.begin(ctx, s)
+	ans, err := a.run(ctx, a.liveRun(cur))
 	if err != nil {
-		return Answer{}, err
+		a.keepUnfinished(ctx)
 	}
-	return a.run(ctx, a.liveRun(cur))
+	return ans, err
 }
 
 // turnStart is what a new turn starts from.
@@ -342,9 +421,13 @@ func (a *agent) known(ctx context.Context, s turnStart) (Answer, bool, error) {
 }
 
 // begin starts a new turn from s, after finishing any turn left
-// unfinished, and returns it, recorded: its message appended, Current
-// set, the resume reminder registered. A budget spent is
-// ResourceExhausted, with nothing recorded.
+// unfinished, and returns it: its message appended, Current set. A turn
+// without a waiting caller (s.trigger set) is recorded at once, and the
+// resume reminder registered beside it. A request's turn is recorded with
+// its first model response (one write less in every turn): until then,
+// nothing has happened that a retry of the request would repeat, and a
+// request that fails before it is recorded then (keepUnfinished). A
+// budget spent is ResourceExhausted, with nothing recorded.
 func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
 	if cur := a.rec.Current; cur != nil {
 		// A turn left unfinished by a crash comes first: the conversation
@@ -353,6 +436,9 @@ func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
 		ans, err := a.run(ctx, runContext{ownOnly: cur.Principal != s.principal})
 		if err != nil {
 			return nil, errs.Wrap(errs.Code(err), err, "%s: the turn %s, left unfinished, must end before a new one starts, and could not", a.h.Address(), cur.ID)
+		}
+		if len(ans.pending) > 0 {
+			return nil, errs.New(codes.FailedPrecondition, "%s: the turn %s waits for approvals (%s); a new turn starts once they are decided; this one did not run", a.h.Address(), cur.ID, describe(ans.pending))
 		}
 		a.deliver(ctx, cur, ans)
 	}
@@ -378,15 +464,14 @@ func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
 		a.rec.fired(s.schedule, s.at)
 	}
 	a.mu.Unlock()
+	if s.trigger == "" {
+		a.unsaved = true
+		return cur, nil
+	}
 	if err := a.save(ctx); err != nil {
 		return nil, err
 	}
 	afterStep(ctx, stepStarted)
-	if due := a.t.opts.resumeDue; due >= 0 {
-		if err := a.h.RegisterReminder(ctx, ResumeReminder, due, a.t.opts.resumePeriod, ResumeReminder, cur.ID); err != nil {
-			a.h.Logger().Warn("no reminder to resume the turn after a crash; only a retry of its request will", "turn", cur.ID, "err", err)
-		}
-	}
 	return cur, nil
 }
 
@@ -413,7 +498,7 @@ func (a *agent) untended(ctx context.Context, m *grain.Message, trigger string) 
 		}
 		return
 	}
-	if s.replyTo != "" && !ok {
+	if s.replyTo != "" && !ok && len(ans.pending) == 0 {
 		a.send(ctx, s.replyTo, ans)
 	}
 }
@@ -493,7 +578,8 @@ func principalOf(m *grain.Message) string {
 // tick handles the resume reminder: it resumes a turn left unfinished (on
 // behalf of the agent's owner, so without the rights of the principal who
 // started it on other owners' agents), and sends its answer to its
-// caller; with no such turn, it removes the reminder.
+// caller; with no such turn (or one only in memory, a request's whose
+// caller is still there to retry it), it removes the reminder.
 func (a *agent) tick(ctx context.Context) {
 	if a.stale {
 		if err := a.load(ctx); err != nil {
@@ -502,7 +588,7 @@ func (a *agent) tick(ctx context.Context) {
 		}
 	}
 	cur := a.rec.Current
-	if cur == nil {
+	if cur == nil || a.unsaved {
 		a.unregister(ctx)
 		return
 	}
@@ -515,6 +601,9 @@ func (a *agent) tick(ctx context.Context) {
 	if err != nil {
 		a.h.Logger().Warn("resume: the turn did not end; the reminder will try again", "turn", cur.ID, "err", err)
 		return
+	}
+	if len(ans.pending) > 0 {
+		return // it waits for approvals; the reminder is set to their deadline
 	}
 	a.deliver(ctx, cur, ans)
 }
@@ -552,7 +641,9 @@ func (a *agent) unregister(ctx context.Context) {
 	}
 	if err := a.h.UnregisterReminder(ctx, ResumeReminder); err != nil && errs.Code(err) != codes.NotFound {
 		a.h.Logger().Debug("remove the resume reminder", "err", err)
+		return
 	}
+	a.reminded = false
 }
 
 // timeLeft is how long the turn may still run.

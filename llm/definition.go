@@ -54,8 +54,9 @@ type Definition struct {
 	SystemPrompt string `json:"system_prompt,omitempty"`
 	// Tools are what the model may call.
 	Tools []ToolRef `json:"tools,omitempty"`
-	// Approval names tools whose calls will need a person's approval.
-	// Parsed and checked only: no tool waits for approval yet.
+	// Approval names tools whose calls wait for a person's approval (see
+	// "Approvals" in the package doc); each must be one of the agent's
+	// tools.
 	Approval []string `json:"approval,omitempty"`
 	// Limits bound each turn.
 	Limits Limits `json:"limits,omitzero"`
@@ -130,6 +131,12 @@ type Limits struct {
 	// call. 0: none (a silo's --llm-owner-daily-tokens gives its declared
 	// types a budget all the same, and lowers a larger one).
 	OwnerDailyTokens int64 `json:"owner_daily_tokens,omitempty"`
+	// ApprovalTimeout is how long a tool call waits for a person's
+	// decision (default 24h, at most 30 days); a turn's timeout does not
+	// run while it waits. When it passes, the call is denied, or approved
+	// if ApproveOnTimeout.
+	ApprovalTimeout  Duration `json:"approval_timeout,omitempty"`
+	ApproveOnTimeout bool     `json:"approve_on_timeout,omitempty"`
 }
 
 // ScheduleEntry is a message an agent is asked at set times, without a
@@ -158,10 +165,12 @@ const MaxScheduleMessage = 16 << 10
 
 // Defaults and bounds of Limits.
 const (
-	DefaultMaxRounds = 8
-	MaxMaxRounds     = 100
-	DefaultTimeout   = 5 * time.Minute
-	MaxTimeout       = 24 * time.Hour
+	DefaultMaxRounds       = 8
+	MaxMaxRounds           = 100
+	DefaultTimeout         = 5 * time.Minute
+	MaxTimeout             = 24 * time.Hour
+	DefaultApprovalTimeout = 24 * time.Hour
+	MaxApprovalTimeout     = 30 * 24 * time.Hour
 	// DefaultMaxTokens is the most output tokens asked of one model call
 	// when the definition sets no max_output_tokens (Anthropic's API needs
 	// a number).
@@ -224,7 +233,8 @@ func decodeProblem(js []byte, err error) string {
 	if errors.As(err, &de) {
 		var raw struct {
 			Limits struct {
-				Timeout json.RawMessage `json:"timeout"`
+				Timeout         json.RawMessage `json:"timeout"`
+				ApprovalTimeout json.RawMessage `json:"approval_timeout"`
 			} `json:"limits"`
 			Schedule []struct {
 				Every json.RawMessage `json:"every"`
@@ -234,6 +244,9 @@ func decodeProblem(js []byte, err error) string {
 			var d Duration
 			if raw.Limits.Timeout != nil && d.UnmarshalJSON(raw.Limits.Timeout) != nil {
 				return "field limits.timeout"
+			}
+			if raw.Limits.ApprovalTimeout != nil && d.UnmarshalJSON(raw.Limits.ApprovalTimeout) != nil {
+				return "field limits.approval_timeout"
 			}
 			for i, e := range raw.Schedule {
 				if e.Every != nil && d.UnmarshalJSON(e.Every) != nil {
@@ -318,6 +331,8 @@ func (d *Definition) Validate() error {
 		return bad("limits.timeout", "%v is out of range (up to %v; 0 is the default, %v)", time.Duration(l.Timeout), MaxTimeout, DefaultTimeout)
 	case l.OwnerDailyTokens < 0:
 		return bad("limits.owner_daily_tokens", "%d is negative", l.OwnerDailyTokens)
+	case l.ApprovalTimeout < 0 || time.Duration(l.ApprovalTimeout) > MaxApprovalTimeout:
+		return bad("limits.approval_timeout", "%v is out of range (up to %v; 0 is the default, %v)", time.Duration(l.ApprovalTimeout), MaxApprovalTimeout, DefaultApprovalTimeout)
 	}
 	entries := make(map[string]int)
 	for i, s := range d.Schedule {
@@ -361,6 +376,13 @@ func (l Limits) maxRounds() int {
 		return DefaultMaxRounds
 	}
 	return l.MaxRounds
+}
+
+func (l Limits) approvalTimeout() time.Duration {
+	if l.ApprovalTimeout == 0 {
+		return DefaultApprovalTimeout
+	}
+	return time.Duration(l.ApprovalTimeout)
 }
 
 func (l Limits) timeout() time.Duration {

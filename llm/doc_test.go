@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
@@ -16,7 +17,7 @@ func TestDocDefinition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if def.Type != "Helper" || len(def.Tools) != 5 || def.Limits.MaxRounds != 8 || len(def.Schedule) != 2 || def.Limits.OwnerDailyTokens != 2000000 {
+	if def.Type != "Helper" || len(def.Tools) != 5 || def.Limits.MaxRounds != 8 || len(def.Schedule) != 2 || def.Limits.OwnerDailyTokens != 2000000 || len(def.Approval) != 1 || def.Limits.ApprovalTimeout != llm.Duration(24*time.Hour) {
 		t.Errorf("parsed %+v", def)
 	}
 }
@@ -35,7 +36,8 @@ func TestReadmeDefinition(t *testing.T) {
 	}
 }
 
-// The Go of docs/models.md compiles against this checkout, in a module of
+// The Go of docs/models.md (registering a type, deciding an approval)
+// compiles against this checkout, in a module of
 // its own, as a reader's would.
 func TestDocRegisterCompiles(t *testing.T) {
 	root := testutil.RepoRoot(t)
@@ -45,8 +47,10 @@ func TestDocRegisterCompiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := "package modelsdoc\n\nimport (\n\t\"github.com/agentsilo/agentsilo/grain\"\n\t\"github.com/agentsilo/agentsilo/llm\"\n)\n\n" +
-		testutil.DocBlock(t, "docs/models.md", "models:register") + "\nvar _ = registerHelper\n"
+	src := "package modelsdoc\n\nimport (\n\t\"context\"\n\t\"encoding/json\"\n\n\t\"github.com/agentsilo/agentsilo/grain\"\n\t\"github.com/agentsilo/agentsilo/llm\"\n)\n\n" +
+		testutil.DocBlock(t, "docs/models.md", "models:register") + "\nvar _ = registerHelper\n\n" +
+		"func decideIt(ctx context.Context, host grain.Asker, reply *grain.Message) error {\n" +
+		testutil.DocBlock(t, "docs/models.md", "models:approval") + "\nreturn err\n}\n\nvar _ = decideIt\n"
 	for name, data := range map[string][]byte{"go.mod": []byte(goMod), "go.sum": sum, "doc.go": []byte(src)} {
 		if err := os.WriteFile(filepath.Join(mod, name), data, 0o644); err != nil {
 			t.Fatal(err)

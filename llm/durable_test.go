@@ -230,9 +230,9 @@ func TestLimits(t *testing.T) {
 
 // The reminder a turn registers resumes it without its caller: a turn
 // whose model call failed stays unfinished, the reminder's tick (a minute
-// later, on the test's clock) ends it, records its answer by key and
-// removes the reminder; the caller's retry gets that answer without a
-// model call.
+// later, on the test's clock) ends it and records its answer by key; the
+// caller's retry gets that answer without a model call, and the next tick
+// removes the reminder.
 func TestResumeByReminder(t *testing.T) {
 	env := graintest.New(t)
 	srv := fakemodel.New(
@@ -272,8 +272,19 @@ func TestResumeByReminder(t *testing.T) {
 	if c.Current != nil || len(c.Answers) != 1 || c.Answers[0].Key != "k" || c.Answers[0].Text != "resumed" {
 		t.Fatalf("after the tick: %+v", c)
 	}
+	// The reminder stays for the activation's next turns; its next tick,
+	// finding none unfinished, removes it.
+	if rs := env.Reminders("Helper:h"); len(rs) != 1 {
+		t.Errorf("reminders %+v after the turn ended, want the resume reminder still", rs)
+	}
+	env.Advance(llm.DefaultResumePeriod)
+	// A request queued behind the tick (one the runtime cannot answer by
+	// itself, as it does a repeated key).
+	if _, err := env.Ask(ctx, "Helper:h", &grain.Message{MessageType: "no-such-skill"}); errs.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a request after the next tick: %v", err)
+	}
 	if rs := env.Reminders("Helper:h"); len(rs) != 0 {
-		t.Errorf("reminders %+v after the turn ended", rs)
+		t.Errorf("reminders %+v after a tick with no turn unfinished (%d ticks)", rs, env.Ticks("Helper:h", llm.ResumeReminder))
 	}
 	if n := len(srv.Requests()); n != 2 {
 		t.Errorf("%d model requests, want 2", n)

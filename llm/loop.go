@@ -33,6 +33,9 @@ const maxTurnSummaries = 256
 // unfinished, to be resumed.
 func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 	cur := a.rec.Current
+	if a.unpark(cur) {
+		return a.park(ctx, cur)
+	}
 	if a.timeLeft(cur) <= 0 {
 		return a.end(ctx, a.timedOut(nil))
 	}
@@ -52,6 +55,13 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 		}
 		last, calls := a.rec.pending()
 		if len(calls) > 0 {
+			calls, waiting, err := a.gate(ctx, cur, calls)
+			if err != nil {
+				return Answer{}, err
+			}
+			if len(calls) == 0 && waiting {
+				return a.park(ctx, cur)
+			}
 			if err := a.runTools(ctx, rc, cur, calls); err != nil {
 				if a.timeLeft(cur) <= 0 {
 					return a.end(ctx, a.timedOut(err))
@@ -104,12 +114,20 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 			return Answer{}, err
 		}
 		a.record(cur, resp)
+		var cut error
+		if resp.StopReason == StopMaxTokens {
+			cut = errs.New(codes.ResourceExhausted, "%s: the model's output was cut at its token limit (%d output tokens in the turn; limits.max_output_tokens %d)", a.h.Address(), cur.Usage.OutputTokens, def.Limits.MaxOutputTokens)
+		}
+		if len(resp.ToolCalls) == 0 {
+			// The answer: recorded with the turn's end, in one write.
+			return a.end(ctx, cut)
+		}
 		if err := a.save(ctx); err != nil {
 			return Answer{}, err
 		}
 		afterStep(ctx, stepModel)
-		if resp.StopReason == StopMaxTokens {
-			return a.end(ctx, errs.New(codes.ResourceExhausted, "%s: the model's output was cut at its token limit (%d output tokens in the turn; limits.max_output_tokens %d)", a.h.Address(), cur.Usage.OutputTokens, def.Limits.MaxOutputTokens))
+		if cut != nil {
+			return a.end(ctx, cut)
 		}
 		if err := a.loopGuard(cur); err != nil {
 			return a.end(ctx, err)
@@ -255,12 +273,7 @@ func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int
 	r := toolResult{call: c, isError: true}
 	t := a.tools.byName[c.Name]
 	if t == nil {
-		names := make([]string, 0, len(a.tools.specs))
-		for _, s := range a.tools.specs {
-			names = append(names, s.Name)
-		}
-		slices.Sort(names)
-		r.text = fmt.Sprintf("error: there is no tool %q; the tools are: %s", clipText(c.Name, 64), strings.Join(names, ", "))
+		r.text = fmt.Sprintf("error: there is no tool %q; the tools are: %s", clipText(c.Name, 64), strings.Join(a.tools.names(), ", "))
 		return r
 	}
 	args := strings.TrimSpace(c.Arguments)
@@ -306,7 +319,9 @@ func clipSchema(s json.RawMessage) []byte {
 // if failure is nil, else with failure. Calls left without a result get
 // one saying they did not run (the conversation stays well formed for the
 // next turn); the turn's summary and its answer (by its request's
-// idempotency key) are recorded, and the resume reminder is removed.
+// idempotency key) are recorded, in one write with the turn's last
+// response. The resume reminder stays, for the activation's next turns;
+// its next tick, or the activation's end, removes it.
 func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 	now := a.t.opts.clk.Now()
 	a.mu.Lock()
@@ -322,6 +337,7 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: the turn ended: " + clipText(ans.Error, 300), IsError: true, Turn: cur.ID})
 		}
 	}
+	a.rec.keepDecisions(cur)
 	a.rec.Turns = append(a.rec.Turns, TurnSummary{ID: cur.ID, Key: cur.Key, From: cur.From, Trigger: cur.Trigger, Started: cur.Started, Ended: now, Rounds: cur.Rounds, Usage: cur.Usage, Error: ans.Error})
 	if len(a.rec.Turns) > maxTurnSummaries {
 		a.rec.Turns = slices.Clone(a.rec.Turns[len(a.rec.Turns)-maxTurnSummaries:])
@@ -342,6 +358,5 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 	if err := a.save(sctx); err != nil {
 		return Answer{}, err
 	}
-	a.unregister(sctx)
 	return ans, nil
 }

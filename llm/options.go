@@ -40,8 +40,8 @@ const (
 	// DefaultRepeatLimit is how many times a turn may make the same tool
 	// call (name and arguments) before the loop guard ends it.
 	DefaultRepeatLimit = 3
-	// DefaultResumeAfter is when the reminder registered at a turn's start
-	// first fires if the turn has not ended (then every
+	// DefaultResumeAfter is when the resume reminder, registered with a
+	// turn's first saved step, first fires (then every
 	// DefaultResumePeriod): it activates the agent again after a crash,
 	// and the turn resumes.
 	DefaultResumeAfter  = time.Minute
@@ -123,8 +123,9 @@ func WithRepeatLimit(n int) Option {
 	})
 }
 
-// WithResumeReminder sets when the reminder registered at a turn's start
-// first fires (due) and then how often (period, at least the silo's
+// WithResumeReminder sets when the resume reminder (ResumeReminder),
+// registered with a turn's first saved step, first fires (due) and then
+// how often (period, at least the silo's
 // minimum reminder period). A negative due registers no reminder: an
 // interrupted turn then resumes only when its caller retries.
 func WithResumeReminder(due, period time.Duration) Option {

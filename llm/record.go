@@ -11,12 +11,15 @@ import (
 // (grain's state store, with etags): the conversation and the turn in
 // progress. The loop saves it after every step, before taking the next:
 //
-//   - a turn starts: the caller's message is appended and Current set;
-//   - each model response is appended (Current.Rounds counts them) before
-//     any of its tool calls runs;
+//   - a turn starts: the caller's message is appended and Current set
+//     (for a request, whose caller waits and may retry, this is saved
+//     with the first model response: a crash before it has done nothing
+//     a retry would repeat);
+//   - each model response with tool calls is appended (Current.Rounds
+//     counts them) before any of its tool calls runs;
 //   - each tool result is appended as it arrives;
-//   - a turn ends: its summary, and its answer under the request's
-//     idempotency key, are recorded and Current is cleared.
+//   - a turn ends: its last response, its summary, and its answer under
+//     the request's idempotency key, are recorded and Current is cleared.
 //
 // A new activation reads the record and resumes Current from where it
 // stands: a recorded response is never asked for again; a call without a
@@ -40,6 +43,9 @@ type Conversation struct {
 	Answers []Answer `json:"answers,omitempty"`
 	// Usage counts the tokens of every model call of the agent.
 	Usage Usage `json:"usage"`
+	// Decisions are the approvals of the last turns that ended, oldest
+	// first: who decided what, when and why.
+	Decisions []Approval `json:"decisions,omitempty"`
 	// Scheduled holds, by schedule reminder, the last firing a turn was
 	// started for: a tick again for it (a reminder delivers at least
 	// once) starts none.
@@ -91,6 +97,11 @@ type Turn struct {
 	// Rounds counts the model responses recorded in the turn.
 	Rounds int   `json:"rounds"`
 	Usage  Usage `json:"usage"`
+	// Approvals are the turn's tool calls that needed a person's
+	// decision, waiting or decided; ParkedAt is when the turn began to
+	// wait for the ones waiting (zero when it does not wait).
+	Approvals []Approval `json:"approvals,omitempty"`
+	ParkedAt  time.Time  `json:"parked_at,omitzero"`
 }
 
 // TurnSummary is a turn that ended.
@@ -122,6 +133,9 @@ type Answer struct {
 	// err is the error itself, with its causes, for the caller of the
 	// turn that ended with it (a retry gets one made of Code and Error).
 	err error
+	// pending, if not empty, says the turn has not ended: it waits for
+	// these approvals.
+	pending []Approval
 }
 
 // maxAnswers bounds the answers kept by key.

@@ -257,6 +257,8 @@ func (a *agent) scheduled(ctx context.Context, m *grain.Message) {
 	switch {
 	case err != nil:
 		log.Warn("the scheduled turn did not end; its resume reminder will try again", "reminder", name, "firing", at, "err", err)
+	case len(ans.pending) > 0:
+		log.Info("the scheduled turn waits for approvals", "reminder", name, "firing", at, "approvals", describe(ans.pending))
 	case ans.Code != codes.OK:
 		log.Warn("the scheduled turn ended without an answer", "reminder", name, "firing", at, "code", ans.Code, "err", ans.Error)
 	default:

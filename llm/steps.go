@@ -5,9 +5,12 @@ import "context"
 // The steps of a turn, each recorded in the agent's state before the next
 // is taken (see Conversation).
 const (
-	// stepStarted: the caller's message is recorded and the turn is current.
+	// stepStarted: the message of a turn without a waiting caller is
+	// recorded and the turn is current (a request's turn is recorded with
+	// its first model response).
 	stepStarted = "started"
-	// stepModel: a model response is recorded, before its tool calls run.
+	// stepModel: a model response with tool calls is recorded, before
+	// they run (the last response is recorded with the turn's end).
 	stepModel = "model"
 	// stepTool: a tool call's result is recorded.
 	stepTool = "tool"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,9 @@ type tool struct {
 	// input checks the arguments (nil: any JSON object).
 	input *jsonschema.Resolved
 	run   func(ctx context.Context, c callContext, args json.RawMessage) (string, error)
+	// approval: its calls wait for a person's decision (the definition's
+	// approval list, or the skill's TypeInfo).
+	approval bool
 }
 
 // callContext is what a tool call runs with.
@@ -142,7 +146,24 @@ func buildTools(ctx context.Context, h grain.Host, reg *grain.Registry, def *Def
 			}
 		}
 	}
+	for i, name := range def.Approval {
+		t := set.byName[name]
+		if t == nil {
+			return nil, errs.New(codes.FailedPrecondition, "definition %s: approval[%d]: %s is not one of the agent's tools (%s)", def.Type, i, name, strings.Join(set.names(), ", "))
+		}
+		t.approval = true
+	}
 	return set, nil
+}
+
+// names are the tools' names, sorted.
+func (s *toolSet) names() []string {
+	names := make([]string, 0, len(s.specs))
+	for _, sp := range s.specs {
+		names = append(names, sp.Name)
+	}
+	slices.Sort(names)
+	return names
 }
 
 // toolNameOf makes a tool name of parts: [A-Za-z0-9_-], at most 64 bytes.
@@ -208,7 +229,8 @@ func agentTools(ctx context.Context, h grain.Host, reg *grain.Registry, typ stri
 		}
 		skill := sk.Name
 		tools = append(tools, &tool{
-			spec: ToolSpec{Name: toolNameOf(typ, skill), Description: fmt.Sprintf("Ask a %s agent (skill %s): %s", typ, skill, desc), Schema: schema},
+			approval: sk.Approval,
+			spec:     ToolSpec{Name: toolNameOf(typ, skill), Description: fmt.Sprintf("Ask a %s agent (skill %s): %s", typ, skill, desc), Schema: schema},
 			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
 				var a struct {
 					Agent string          `json:"agent"`

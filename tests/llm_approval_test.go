@@ -1,0 +1,87 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	"github.com/agentsilo/agentsilo/llm"
+	"github.com/agentsilo/agentsilo/llm/llmtest"
+	"github.com/agentsilo/agentsilo/tests/testcluster"
+)
+
+// TestApprovalSurvivesRestart: a declared type whose tool, Tally's add,
+// needs approval; the caller is told the turn waits; every silo process
+// is stopped and started again; the owner approves through the SDK on the
+// new silos; the call runs once and the turn ends with its result, which
+// the caller's retry of its key gets.
+func TestApprovalSurvivesRestart(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--llm-allow-private-networks"}})
+	srv := llmtest.NewFunc(llmtest.Loop{Tool: "Tally_add", Arguments: `{"agent": "ap", "input": {"n": 1}}`}.Respond)
+	defer srv.Close()
+	def := fmt.Sprintf(`type: Careful
+description: Adds to a tally once a person says yes.
+model: {provider: openai, base_url: %s, name: fake-1}
+tools:
+  - agent: Tally
+approval: [Tally_add]
+`, srv.OpenAIURL())
+	admin := dialAs(t, c, "system")
+	if a, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil || len(a.Unconfirmed) != 0 {
+		t.Fatalf("apply: %+v, %v", a, err)
+	}
+	const agent, tool, key = "Careful:test:c", "Tally:test:ap", "add-carefully"
+	sdk := c.Client(t)
+	r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key})
+	var req llm.ApprovalRequest
+	if err != nil || r.GetMessageType() != llm.InputRequired || r.GetState()["status"] != "input-required" || json.Unmarshal(r.GetData(), &req) != nil || len(req.Approvals) != 1 {
+		t.Fatalf("the ask: %v %v; want the turn waiting for an approval", r, err)
+	}
+	id := req.Approvals[0].ID
+	tallyAdds := func() int {
+		b, _ := os.ReadFile(c.Journal() + ".tally")
+		n := 0
+		for line := range strings.Lines(string(b)) {
+			if strings.HasPrefix(line, "add "+tool+" ") {
+				n++
+			}
+		}
+		return n
+	}
+	if n := tallyAdds(); n != 0 {
+		t.Fatalf("Tally added %d times before the approval", n)
+	}
+
+	for i := range c.Len() {
+		c.Stop(i)
+	}
+	for i := range c.Len() {
+		c.Restart(i)
+	}
+	c.WaitMembers(c.Len())
+	sdk = c.Client(t)
+	if rec := readRecord(t, sdk, agent); rec.Current == nil || len(rec.Current.Approvals) != 1 || rec.Current.Approvals[0].ID != id {
+		t.Fatalf("the record after the restart: %+v", rec.Current)
+	}
+	data, _ := json.Marshal(llm.Decision{ID: id, Approve: true})
+	d, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data})
+	if err != nil || !strings.Contains(string(d.GetData()), `"decision":"approved"`) {
+		t.Fatalf("approve: %v %v", d, err)
+	}
+	testutil.WaitFor(t, "the approved turn to end", func() bool { return readRecord(t, sdk, agent).Current == nil })
+	const want = `done: {"count":1}`
+	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.GetMessage() != want {
+		t.Fatalf("the caller's retry: %v %v; want %q", r.GetMessage(), err, want)
+	}
+	if _, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); err == nil || !strings.Contains(err.Error(), "decided already") {
+		t.Fatalf("a second decision: %v", err)
+	}
+	rec := readRecord(t, sdk, agent)
+	if n := tallyAdds(); n != 1 || len(rec.Decisions) != 1 || rec.Decisions[0].By != testcluster.Principal {
+		t.Fatalf("Tally added %d times (want 1); decisions %+v", n, rec.Decisions)
+	}
+}
