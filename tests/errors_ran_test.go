@@ -128,7 +128,6 @@ var quietErrors = map[quietError]string{
 
 	// The silo.
 	{"cluster/declared.go:declaredTypes.waitApplied", `"declared types: revision %d not applied (at %d)"`}:                    notACall,
-	{"cluster/declared.go:declaredTypes.watch", `"declared types: the etcd watch ended"`}:                                     notACall,
 	{"cluster/declared.go:storedDefinition", `"encode the definition of %s"`}:                                                 notACall,
 	{"cluster/info.go:clusterInfo.askSome", `"silo %s: %w"`}:                                                                  notACall + " (listings)",
 	{"cluster/info.go:clusterInfo.Deactivate", `"deactivate %s: its silo %s is not in the view"`}:                             notACall,
