@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -16,8 +18,8 @@ import (
 
 // TestApprovalSurvivesRestart: a declared type whose tool, Tally's add,
 // needs approval; the caller is told the turn waits; every silo process
-// is stopped and started again; the owner approves through the SDK on the
-// new silos; the call runs once and the turn ends with its result, which
+// is stopped and started again; the owner approves on the
+// new silos (listing and approving with the CLI); the call runs once and the turn ends with its result, which
 // the caller's retry of its key gets.
 func TestApprovalSurvivesRestart(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--llm-allow-private-networks"}})
@@ -67,16 +69,32 @@ approval: [Tally_add]
 	if rec := readRecord(t, sdk, agent); rec.Current == nil || len(rec.Current.Approvals) != 1 || rec.Current.Approvals[0].ID != id {
 		t.Fatalf("the record after the restart: %+v", rec.Current)
 	}
-	data, _ := json.Marshal(llm.Decision{ID: id, Approve: true})
-	d, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data})
-	if err != nil || !strings.Contains(string(d.GetData()), `"decision":"approved"`) {
-		t.Fatalf("approve: %v %v", d, err)
+	// The owner lists and approves with the CLI.
+	bin := filepath.Join(t.TempDir(), "client")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/client").CombinedOutput(); err != nil {
+		t.Fatalf("build the client: %v\n%s", err, out)
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"--addr", c.Silo(1).GatewayAddr, "--as", testcluster.Principal}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("client %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if out := cli("approvals", agent); !strings.HasPrefix(out, id+"  Tally_add ") {
+		t.Fatalf("client approvals: %q, want the approval %s", out, id)
+	}
+	if out := cli("approvals", "approve", id); out != "approved "+id+" (turn "+req.Approvals[0].Turn+")\n" {
+		t.Fatalf("client approvals approve: %q", out)
 	}
 	testutil.WaitFor(t, "the approved turn to end", func() bool { return readRecord(t, sdk, agent).Current == nil })
 	const want = `done: {"count":1}`
 	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.GetMessage() != want {
 		t.Fatalf("the caller's retry: %v %v; want %q", r.GetMessage(), err, want)
 	}
+	data, _ := json.Marshal(llm.Decision{ID: id, Approve: true})
 	if _, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); err == nil || !strings.Contains(err.Error(), "decided already") {
 		t.Fatalf("a second decision: %v", err)
 	}

@@ -89,6 +89,22 @@ still without a result (running). It answers while the agent is in a
 turn. "none" if the agent has recorded nothing. -o json prints the record
 as the skill returns it (llm.Conversation's JSON). An agent whose type has
 no conversation skill is InvalidArgument (exit 2).`, cmdConversation},
+		{"approvals approve", "ID", "approve a tool call that waits for approval",
+			`Approves the model agent's tool call ID (as approvals lists it; the
+agent's owner only): the call runs and the agent's turn goes on. --args
+JSON runs it with these arguments instead of the model's, checked against
+the tool's schema (InvalidArgument, exit 2, if they do not match; nothing
+is decided). An ID that waits nowhere is NotFound (exit 3); one decided
+already, FailedPrecondition (exit 1).`, cmdApprove},
+		{"approvals deny", "ID", "deny a tool call that waits for approval",
+			`Denies the model agent's tool call ID (the agent's owner only): the
+model gets the denial, with --reason TEXT, as the call's result, and the
+turn goes on. Errors as for approvals approve.`, cmdDeny},
+		{"approvals", "AGENT", "list a model agent's tool calls that wait for approval",
+			`Lists the tool calls AGENT's turn waits to have approved: the approval
+ID, the tool and its arguments, and the deadline (past it, the call is
+denied, or approved if the definition says so). "none" if nothing waits
+(-o json: an empty list).`, cmdApprovals},
 		{"deactivate", "AGENT", "end an agent's activation",
 			`Ends AGENT's activation after its current turn, wherever it lives
 (needs Configure on it); its next message activates it again. An agent
