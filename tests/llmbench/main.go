@@ -1,7 +1,7 @@
 // Command llmbench measures the durable loop of model agents (package
 // llm) on one silo with a real embedded etcd, against the same loop made
 // with the provider's SDK alone, in the same run and process. Both talk
-// to one fake model (internal/fakemodel, real HTTP on loopback, the
+// to one fake model (llm/llmtest, real HTTP on loopback, the
 // official openai-go/v3 client on both sides), which answers every
 // conversation in the shape of one tool loop: it asks for the tool
 // Count_add, then answers with its result. A loop is two model calls and
@@ -11,8 +11,8 @@
 //     tool an in-process count; nothing recorded.
 //   - silo-loop: an SDK Ask through the silo's gateway to a model agent,
 //     whose turn records each step in the agent's state on etcd before the
-//     next (the turn's start, each model response, each tool result, its
-//     end) and whose tool call is an Ask to a Count agent.
+//     next (the model's tool call, the tool's result, the answer with the
+//     turn's end) and whose tool call is an Ask to a Count agent.
 //
 // It measures them twice, each in -rounds interleaved windows (a warm-up,
 // then -window measured; the median window's rate is reported):
@@ -27,6 +27,12 @@
 // then the memory of a conversation: -conversations agents that ran one
 // turn each are deactivated, leaving nothing in memory; it reports the
 // heap they held while active, and the bytes of their stored records.
+//
+// The approvals part (-parts approvals, not run by default) parks
+// -approvals turns of agents whose tool call needs approval, ends their
+// activations, then approves them all: it reports the time to park them,
+// their records' size, how many stay active (none), the time until every
+// turn has ended, and the calls run (one each: none lost, none twice).
 //
 // Each turn is a new conversation (agent) by default, as the direct loop
 // starts from the user's message each time; -turns K keeps a caller on one
@@ -45,7 +51,8 @@
 // in its figures).
 //
 // Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
-// [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory]
+// [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory,approvals]
+// [-approvals 10000]
 // [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
 package main
 
@@ -111,6 +118,7 @@ type config struct {
 	convLatency   time.Duration
 	turns         int
 	parts         []string
+	approvals     int
 	cpuprofile    string
 	profSeries    string
 	memprofile    string
@@ -128,7 +136,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.conversations, "conversations", 1000, "part 2 and the memory: conversations at once")
 	fs.DurationVar(&c.convLatency, "conv-latency", 50*time.Millisecond, "part 2: how long the model takes to answer")
 	fs.IntVar(&c.turns, "turns", 1, "turns per conversation before its caller starts a new one")
-	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory")
+	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory, approvals")
+	fs.IntVar(&c.approvals, "approvals", 10000, "the approvals part: turns parked waiting for an approval at once")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
 	fs.StringVar(&c.profSeries, "cpuprofile-series", "", "with -cpuprofile: profile only the measured windows of this series (direct-loop or silo-loop), one file each, named after -cpuprofile with .1, .2, ...")
@@ -144,8 +153,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	for _, p := range strings.Split(*parts, ",") {
 		p = strings.TrimSpace(p)
-		if !slices.Contains([]string{"loop", "conversations", "memory"}, p) {
-			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory)", p)
+		if !slices.Contains([]string{"loop", "conversations", "memory", "approvals"}, p) {
+			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory, approvals)", p)
 		}
 		c.parts = append(c.parts, p)
 	}
@@ -168,11 +177,12 @@ type bench struct {
 	tr    *http.Transport
 	dir   string // the etcd's data
 
-	etcd    *clientv3.Client // to read the etcd's revision
-	loops   atomic.Int64     // silo loops answered
-	counted atomic.Int64     // the direct loop's tool
-	pushes  atomic.Int64     // progress pushed to the callers' session
-	seq     atomic.Int64     // conversations started
+	etcd    *clientv3.Client       // to read the etcd's revision
+	loops   atomic.Int64           // silo loops answered
+	counted atomic.Int64           // the direct loop's tool
+	pushes  atomic.Int64           // progress pushed to the callers' session
+	args    atomic.Pointer[string] // the tool call's arguments, if not toolArgs
+	seq     atomic.Int64           // conversations started
 	mu      sync.Mutex
 	convs   map[int]*conv // the current conversation of each caller
 
@@ -199,7 +209,11 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 	// the part's.
 	lat := &atomic.Int64{}
 	b.srv = fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
-		return fakemodel.Loop{Tool: toolName, Arguments: toolArgs, Latency: time.Duration(lat.Load())}.Respond(r)
+		args := toolArgs
+		if p := b.args.Load(); p != nil {
+			args = *p
+		}
+		return fakemodel.Loop{Tool: toolName, Arguments: args, Latency: time.Duration(lat.Load())}.Respond(r)
 	})
 	defer b.srv.Close()
 	b.srv.SetRecording(false)
@@ -275,6 +289,18 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 			fmt.Sprintf("idle: %d in memory", m["idle_in_memory"].(int)),
 			fmt.Sprintf("record: %.0f bytes each (stored)", m["record_bytes_mean"].(float64))})
 	}
+	if slices.Contains(cfg.parts, "approvals") {
+		lat.Store(0)
+		m, err := b.approvals(ctx, cfg.approvals)
+		if err != nil {
+			return err
+		}
+		emit(out, m)
+		table = append(table, []string{fmt.Sprintf("approvals, %d turns waiting", cfg.approvals),
+			fmt.Sprintf("parked in %.1f s", m["park_s"].(float64)),
+			fmt.Sprintf("%d active, %.0f bytes each", m["active_while_waiting"].(int), m["record_bytes_mean"].(float64)),
+			fmt.Sprintf("all approved and ended in %.1f s; %d calls run, %d lost", m["resume_s"].(float64), m["calls_run"].(int64), m["lost"].(int))})
+	}
 	fmt.Fprintf(stderr, "\n%-40s %-22s %-22s %s\n", "", "direct-loop", "silo-loop", "")
 	for _, r := range table {
 		fmt.Fprintf(stderr, "%-40s %-22s %-22s %s\n", r[0], r[1], r[2], r[3])
@@ -291,6 +317,19 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 	}
 	reg := grain.NewRegistry()
 	if err := registerCount(reg); err != nil {
+		return err
+	}
+	careful, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Careful
+description: Counts once when asked, once a person approves.
+model: {provider: openai, base_url: %s, name: fake-1}
+tools:
+  - agent: Count
+approval: [Count_add]
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return err
+	}
+	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
 		return err
 	}
 	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
@@ -316,7 +355,7 @@ tools:
 		return err
 	}
 	// Room for every conversation's call at once, and a few more.
-	cfg.Gateway.Limits.MaxCallsPerPrincipal = max(cfg.Gateway.Limits.MaxCallsPerPrincipal, b.cfg.conversations+64)
+	cfg.Gateway.Limits.MaxCallsPerPrincipal = max(cfg.Gateway.Limits.MaxCallsPerPrincipal, b.cfg.conversations+64, approvalWorkers+64)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	s, err := cluster.NewSilo(cfg, reg)
 	if err != nil {
@@ -548,6 +587,154 @@ func (b *bench) memory(ctx context.Context, n int) (map[string]any, error) {
 		"heap_kib_idle_delta": float64(int64(heapIdle)-int64(heapIdle0)) / 1024,
 		"record_bytes_mean":   sum / float64(len(sizes)),
 		"record_bytes_median": callbench.Median(sizes),
+	}, nil
+}
+
+// approvalWorkers bounds the approvals part's calls in flight.
+const approvalWorkers = 256
+
+// approvals parks n turns of Careful agents, each waiting for an approval
+// of its call Count_add, ends their activations, reads the size of their
+// records, then approves every one and waits until every turn has ended:
+// the calls run (the count of the agent bench:a, which only these calls
+// add to) must be n, none lost and none twice.
+func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
+	rt := b.silo.Runtime()
+	const count = "Count:bench:a"
+	args := strings.Replace(toolArgs, "bench:c", "bench:a", 1)
+	if args == toolArgs {
+		return nil, errors.New("approvals: the tool's arguments name no bench:c")
+	}
+	b.args.Store(&args)
+	defer b.args.Store(nil)
+	pool := func(f func(i int) error) error {
+		var wg sync.WaitGroup
+		var next atomic.Int64
+		errc := make(chan error, approvalWorkers)
+		for range approvalWorkers {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+					if err := f(i); err != nil {
+						errc <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errc)
+		return <-errc
+	}
+	ids := make([]string, n)
+	t0 := time.Now()
+	err := pool(func(i int) error {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		r, err := b.gw.Ask(cctx, fmt.Sprintf("Careful:%s:w%d", principal, i), &client.Message{Message: question})
+		if err != nil {
+			return fmt.Errorf("approvals: ask: %w", err)
+		}
+		var req llm.ApprovalRequest
+		if r.GetMessageType() != llm.InputRequired || json.Unmarshal(r.GetData(), &req) != nil || len(req.Approvals) != 1 {
+			return fmt.Errorf("approvals: the reply %v is no approval request", r)
+		}
+		ids[i] = req.Approvals[0].ID
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	park := time.Since(t0)
+	// The records' size (as the conversation skill returns them, the JSON
+	// stored), then no activation left.
+	record := func(i int) ([]byte, error) {
+		return client.AskTyped[struct{}, json.RawMessage](ctx, b.gw, fmt.Sprintf("Careful:%s:w%d", principal, i), llm.SkillConversation, struct{}{})
+	}
+	var bytes atomic.Int64
+	if err := pool(func(i int) error {
+		data, err := record(i)
+		bytes.Add(int64(len(data)))
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("approvals: a record: %w", err)
+	}
+	if err := deactivate(ctx, rt, "Careful"); err != nil {
+		return nil, err
+	}
+	active := len(rt.Activations("Careful"))
+	counted := func() (int64, error) {
+		out, err := client.AskTyped[countIn, countOut](ctx, b.gw, count, "add", countIn{})
+		return out.Count, err
+	}
+	before, err := counted()
+	if err != nil {
+		return nil, err
+	}
+	t1 := time.Now()
+	if err := pool(func(i int) error {
+		d, _ := json.Marshal(llm.Decision{ID: ids[i], Approve: true})
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		_, err := b.gw.Ask(cctx, strings.SplitN(ids[i], "/", 2)[0], &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: d})
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("approvals: approve: %w", err)
+	}
+	decided := time.Since(t1)
+	// Every turn goes on as its agent's next message; the count says how
+	// many calls ran.
+	deadline := time.Now().Add(5 * time.Minute)
+	var ran int64
+	for {
+		c, err := counted()
+		if err != nil {
+			return nil, err
+		}
+		if ran = c - before; ran >= int64(n) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Ended: no turn left current (a turn ends after its call's result
+	// reaches the model); the records read again until every one has.
+	ended := make([]bool, n)
+	var unfinished atomic.Int64
+	for {
+		unfinished.Store(0)
+		if err := pool(func(i int) error {
+			if ended[i] {
+				return nil
+			}
+			data, err := record(i)
+			var rec llm.Conversation
+			if err == nil && json.Unmarshal(data, &rec) == nil && rec.Current == nil && len(rec.Decisions) == 1 {
+				ended[i] = true
+			} else {
+				unfinished.Add(1)
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
+		if unfinished.Load() == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	resume := time.Since(t1)
+	if c, err := counted(); err == nil {
+		ran = c - before
+	}
+	lost := n - int(ran)
+	if ran > int64(n) {
+		lost = 0
+	}
+	return map[string]any{
+		"bench": "approvals", "n": n,
+		"park_s": park.Seconds(), "active_while_waiting": active,
+		"record_bytes_mean": float64(bytes.Load()) / float64(n),
+		"decide_s":          decided.Seconds(), "resume_s": resume.Seconds(),
+		"calls_run": ran, "twice": max(0, ran-int64(n)), "lost": lost, "unfinished_after": unfinished.Load(),
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -88,5 +89,26 @@ func TestProfiles(t *testing.T) {
 	}
 	if err := run(t.Context(), []string{"-cpuprofile", cpu, "-cpuprofile-series", "loop"}, &out, &stderr); err == nil {
 		t.Error("-cpuprofile-series loop: no error, want one (direct-loop or silo-loop)")
+	}
+}
+
+// TestApprovalsPart: turns parked for approval hold no activation once
+// ended, and approving them all runs each call once and ends every turn.
+func TestApprovalsPart(t *testing.T) {
+	var out, stderr bytes.Buffer
+	args := []string{"-parts", "approvals", "-approvals", "40"}
+	if err := run(t.Context(), args, &out, &stderr); err != nil {
+		t.Fatalf("llmbench %v: %v\n%s", args, err, stderr.String())
+	}
+	var r map[string]any
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, `"bench":"approvals"`) {
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if r == nil || r["active_while_waiting"].(float64) != 0 || r["calls_run"].(float64) != 40 || r["lost"].(float64) != 0 || r["twice"].(float64) != 0 || r["unfinished_after"].(float64) != 0 || r["record_bytes_mean"].(float64) <= 0 {
+		t.Fatalf("approvals: %v; want none active, 40 calls run, none lost or twice, every turn ended\n%s", r, out.String())
 	}
 }
