@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"mime"
 	"strings"
 
@@ -143,9 +144,90 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 				}
 				return errorResult(res.err, s.hard.Err() != nil), nil
 			}
-			return replyResult(res.reply), nil
+			reply := res.reply
+			for range maxElicitations {
+				if reply.GetMessageType() != typeInputRequired {
+					break
+				}
+				next, asked, err := s.elicit(tctx, req, msg, reply)
+				if !asked {
+					break // the client takes no elicitation: the reply says what waits
+				}
+				if err != nil {
+					return errorResult(err, s.hard.Err() != nil), nil
+				}
+				reply = next
+			}
+			return replyResult(reply), nil
 		}
 	}
+}
+
+// typeInputRequired is the message type of a reply that asks its caller
+// for input (as A2A's input-required); stateApproval marks, in its state,
+// one whose input is a decision on a model agent's tool calls (see
+// package llm's approvals).
+const (
+	typeInputRequired = "input-required"
+	stateApproval     = "llm.approval"
+	// maxElicitations bounds the rounds of input one tool call asks for.
+	maxElicitations = 8
+)
+
+// approvalSchema and answerSchema are what an elicitation asks the user
+// for: a decision on an approval, or an answer to a question.
+var (
+	approvalSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"approve": map[string]any{"type": "boolean", "description": "run the tool call"},
+		"reason":  map[string]any{"type": "string", "description": "why (given to the model with a denial)"},
+	}, "required": []string{"approve"}}
+	answerSchema = map[string]any{"type": "object", "properties": map[string]any{
+		"answer": map[string]any{"type": "string"},
+	}, "required": []string{"answer"}}
+)
+
+// elicit asks the client, with elicitation/create, for the input that
+// reply, the answer to asked, requires, and sends it to the agent as its
+// next message (carrying the reply's state back), returning the agent's
+// reply to that. asked is false, and nothing is sent, when the client
+// takes no elicitation, or declined to answer a question (not an
+// approval, which a decline denies).
+func (s *Server) elicit(ctx context.Context, req *mcpsdk.CallToolRequest, asked, reply *grain.Message) (*grain.Message, bool, error) {
+	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.Elicitation == nil {
+		return nil, false, nil
+	}
+	_, approval := reply.GetState()[stateApproval]
+	schema := answerSchema
+	if approval {
+		schema = approvalSchema
+	}
+	res, err := req.Session.Elicit(ctx, &mcpsdk.ElicitParams{Message: reply.GetMessage(), RequestedSchema: schema})
+	if err != nil {
+		return nil, true, errs.Wrap(codes.Unavailable, err, "the client's answer to %s's question did not come; nothing was answered and the agent still waits", asked.GetTo())
+	}
+	next := &grain.Message{To: asked.To, From: asked.From, OnBehalfOf: asked.OnBehalfOf, Kind: grain.KindRequest, State: maps.Clone(reply.GetState())}
+	delete(next.State, grain.StateProvisional)
+	switch {
+	case approval:
+		d := map[string]any{"approve": false, "reason": "the MCP client " + res.Action + "d"}
+		if res.Action == "accept" {
+			d = map[string]any{"approve": res.Content["approve"] == true}
+			if r, ok := res.Content["reason"].(string); ok && r != "" {
+				d["reason"] = r
+			}
+		}
+		data, err := json.Marshal(d)
+		if err != nil {
+			return nil, true, errs.Wrap(codes.Internal, err, "encode the decision; nothing was answered")
+		}
+		next.DataType, next.Data = "application/json", data
+	case res.Action == "accept":
+		next.Message, _ = res.Content["answer"].(string)
+	default:
+		return nil, false, nil
+	}
+	r, err := s.rt.Ask(ctx, next)
+	return r, true, err
 }
 
 // errorResult is the result of a turn that failed with err.
