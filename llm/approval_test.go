@@ -260,3 +260,37 @@ func TestApprovalAnsweredInReply(t *testing.T) {
 		t.Fatalf("Counter's total %q, want 2", got)
 	}
 }
+
+// Approve and deny sent at once: one wins, the other is refused
+// (FailedPrecondition), and the call runs as the winner says.
+func TestApprovalRace(t *testing.T) {
+	env, _ := approvalEnv(t, llm.Limits{},
+		llmtest.Step{ToolCalls: []llmtest.ToolCall{addCall("c1", "a", 3)}},
+		llmtest.Step{Text: "done"},
+	)
+	ap := parked(t, env)
+	errc := make(chan error, 2)
+	for _, approve := range []bool{true, false} {
+		go func() {
+			_, err := decide(t.Context(), env, llm.Decision{ID: ap.ID, Approve: approve})
+			errc <- err
+		}()
+	}
+	var refused int
+	for range 2 {
+		if err := <-errc; err != nil {
+			if errs.Code(err) != codes.FailedPrecondition {
+				t.Fatalf("the loser's error: %v, want FailedPrecondition", err)
+			}
+			refused++
+		}
+	}
+	c := conversationOf(t, env, "Helper:h")
+	if refused != 1 || len(c.Decisions) != 1 {
+		t.Fatalf("%d refused, decisions %+v; want one of two", refused, c.Decisions)
+	}
+	want := map[string]string{llm.Approved: "3", llm.Denied: ""}[c.Decisions[0].Decision]
+	if got := total(t, env); got != want {
+		t.Fatalf("decided %s, Counter %q; want %q", c.Decisions[0].Decision, got, want)
+	}
+}
