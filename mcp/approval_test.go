@@ -29,7 +29,9 @@ type tallyOut struct {
 
 type tallier func(context.Context, *grain.Message) (*grain.Message, error)
 
-func (f tallier) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) { return f(ctx, m) }
+func (f tallier) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	return f(ctx, m)
+}
 
 // A model agent's tool call that needs approval, asked through MCP: a
 // client that takes elicitation is asked (elicitation/create) to approve
