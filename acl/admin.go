@@ -206,7 +206,7 @@ func (s *AdminServer) Check(ctx context.Context, req *agentsilov1.CheckRequest) 
 	}
 	need, err := ParsePermission(req.GetPermission())
 	if err != nil || need == None {
-		return nil, errs.New(codes.InvalidArgument, "permission %q: want one or more of Message, Configure, Read, Admin", clip(req.GetPermission()))
+		return nil, errs.New(codes.InvalidArgument, "permission %q: want one or more of Message, Configure, Read, Admin, Approve", clip(req.GetPermission()))
 	}
 	owner, alias, err := ParseTarget(req.GetAgent())
 	if err != nil {

@@ -26,8 +26,10 @@ func TestParsePermission(t *testing.T) {
 		{"None", None, true},
 		{"Admin", Admin, true},
 		{"5", Message | Read, true},
-		{"15", All, true},
-		{"16", 0, false},
+		{"15", Message | Configure | Read | Admin, true},
+		{"Approve", Approve, true},
+		{"31", All, true},
+		{"32", 0, false},
 		{"", 0, false},
 		{",", 0, false},
 		{"Write", 0, false},
@@ -204,7 +206,7 @@ func TestParseDocument(t *testing.T) {
 	// Wrapped in "Acl", as in a settings file with other sections; ids in order.
 	d, err := ParseDocument([]byte(`{"Acl": {"Rules": [
 		{"OwnerPattern": "system", "AgentPattern": "*", "CallerPattern": "*", "Permission": "Message, Read"},
-		{"OwnerPattern": "a", "AgentPattern": "b*", "CallerPattern": "group:g", "Permission": 15}],
+		{"OwnerPattern": "a", "AgentPattern": "b*", "CallerPattern": "group:g", "Permission": 31}],
 		"Groups": {"g": ["y", "x", "x"]}}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -58,3 +58,13 @@ type aclAuthorizer struct{ a *acl.Authority }
 func (z aclAuthorizer) AuthorizeMessage(_ context.Context, principal string, to grain.Address) error {
 	return z.a.Authorize(&acl.Caller{Principal: principal}, to.Type, to.Owner, to.Alias, acl.Message)
 }
+
+// AuthorizePermission implements grain.PermissionAuthorizer, for
+// Host.Authorize.
+func (z aclAuthorizer) AuthorizePermission(_ context.Context, principal string, to grain.Address, permission string) error {
+	need, err := acl.ParsePermission(permission)
+	if err != nil {
+		return err
+	}
+	return z.a.Authorize(&acl.Caller{Principal: principal}, to.Type, to.Owner, to.Alias, need)
+}

@@ -145,6 +145,14 @@ type Host interface {
 	// Reminders lists this agent's reminders.
 	Reminders(ctx context.Context) ([]Reminder, error)
 
+	// Authorize returns nil if principal holds the ACL permission named
+	// permission (such as "Approve") on this agent: the agent's owner
+	// always does; others as the silo's ACL says (PermissionDenied if it
+	// says no, or if the silo has none). For an agent that guards one of
+	// its own skills with a permission other than Message, which the
+	// runtime checks for every message.
+	Authorize(ctx context.Context, principal, permission string) error
+
 	// Config returns the configuration stored by CreateAgent for this agent
 	// (nil if it was never created), read when first asked for.
 	Config(ctx context.Context) (map[string]string, error)

@@ -2,6 +2,10 @@ package grain
 
 import (
 	"context"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/errs"
 )
 
 // Every message carries the principal that started its call chain, in
@@ -26,6 +30,28 @@ type Authorizer interface {
 	// to, else an error with its code (PermissionDenied), which the
 	// sending agent gets.
 	AuthorizeMessage(ctx context.Context, principal string, to Address) error
+}
+
+// PermissionAuthorizer is an Authorizer that also checks the ACL's other
+// permissions, for Host.Authorize: package cluster's does, with the
+// ACL.
+type PermissionAuthorizer interface {
+	// AuthorizePermission returns nil if principal holds permission (an
+	// ACL permission's name, such as "Approve") on the agent at to, else
+	// an error with its code (PermissionDenied; InvalidArgument for a
+	// permission that is not one).
+	AuthorizePermission(ctx context.Context, principal string, to Address, permission string) error
+}
+
+// Authorize implements Host.Authorize.
+func (a *activation) Authorize(ctx context.Context, principal, permission string) error {
+	if principal != "" && principal == a.owner() {
+		return nil
+	}
+	if pa, ok := a.rt.cfg.Authorizer.(PermissionAuthorizer); ok {
+		return pa.AuthorizePermission(ctx, principal, a.address(), permission)
+	}
+	return errs.New(codes.PermissionDenied, "%s: %s does not hold %s on it: this silo has no ACL, and only the agent's owner, %s, does", a.address(), principal, permission, a.owner())
 }
 
 // principal returns the principal a message this activation sends from ctx

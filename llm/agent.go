@@ -111,7 +111,7 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 			// guards it).
 			grain.TypedSkill[struct{}, any](SkillConversation, "The agent's recorded conversation: its messages, tool calls and results, turns and token counts, as JSON.").Interleaving(),
 			grain.TypedSkill[struct{}, []Approval](SkillApprovals, "The tool calls the agent's turn waits to have approved.").Interleaving(),
-			grain.TypedSkill[Decision, Decided](SkillDecide, "Approve or deny a tool call that waits for approval (the agent's owner only)."),
+			grain.TypedSkill[Decision, Decided](SkillDecide, "Approve or deny a tool call that waits for approval (its owner, or a principal the ACL grants Approve on it)."),
 		},
 	}
 	return func(h grain.Host) (grain.Agent, error) { return &agent{t: t, h: h}, nil }, info, nil

@@ -28,7 +28,8 @@ import (
 // Message types and skills of approvals.
 const (
 	// SkillDecide decides an approval: a typed skill taking a Decision and
-	// returning a Decided. Only the agent's owner may decide.
+	// returning a Decided. Only the agent's owner, or a principal the
+	// silo's ACL grants Approve on the agent, may decide.
 	SkillDecide = "decide"
 	// SkillApprovals lists the approvals the agent's turn waits for (a
 	// typed skill returning []Approval; it runs beside a turn).
@@ -49,8 +50,8 @@ const (
 	// whose state carries it back (as an A2A client's next message on an
 	// input-required task does) answers them: its data a Decision as JSON
 	// (its id may be left out), or its text "approve" (or "yes") or "deny"
-	// (or "no"), followed by a reason if it likes. The decision is the
-	// owner's to make, as with SkillDecide; the turn then goes on in this
+	// (or "no"), followed by a reason if it likes. Who may decide is as
+	// for SkillDecide; the turn then goes on in this
 	// request, whose reply is the turn's answer (or another InputRequired).
 	StateApproval = "llm.approval"
 	// ApprovalType is the type of the messages published to the approvals
@@ -404,8 +405,8 @@ func parseAnswer(m *grain.Message) (Decision, error) {
 // decision records d, decided by principal, and returns what was decided
 // and the turn.
 func (a *agent) decision(ctx context.Context, principal string, d Decision) (Decided, *Turn, error) {
-	if principal != a.h.Owner() {
-		return Decided{}, nil, errs.New(codes.PermissionDenied, "%s: only the agent's owner, %s, decides its approvals, not %s; nothing was decided", a.h.Address(), a.h.Owner(), clipText(principal, 128))
+	if err := a.h.Authorize(ctx, principal, "Approve"); err != nil {
+		return Decided{}, nil, errs.Wrap(codes.PermissionDenied, err, "%s: only its owner, or a principal the ACL grants Approve on it, decides its approvals, not %s; nothing was decided", a.h.Address(), clipText(principal, 128))
 	}
 	if len(d.Reason) > maxReason {
 		return Decided{}, nil, errs.New(codes.InvalidArgument, "%s: the reason has %d bytes, over %d; nothing was decided", a.h.Address(), len(d.Reason), maxReason)

@@ -201,10 +201,15 @@ func parked(t *testing.T, env *graintest.Env) llm.Approval {
 	return req.Approvals[0]
 }
 
-// Only the agent's owner decides; an approval list naming no tool of the
+// Only the agent's owner, or a principal the ACL grants Approve, decides;
+// an approval list naming no tool of the
 // agent is refused when the turn builds its tools.
 func TestApprovalRefusals(t *testing.T) {
-	srv := llmtest.New(llmtest.Step{ToolCalls: []llmtest.ToolCall{addCall("c1", "a", 1)}})
+	srv := llmtest.New(
+		llmtest.Step{ToolCalls: []llmtest.ToolCall{addCall("c1", "a", 1)}},
+		llmtest.Step{ToolCalls: []llmtest.ToolCall{addCall("c1", "a", 1)}},
+		llmtest.Step{Text: "denied, then"},
+	)
 	defer srv.Close()
 	def := definition(llm.ProviderOpenAI, srv.OpenAIURL())
 	def.Approval = []string{"Counter_add"}
@@ -222,6 +227,20 @@ func TestApprovalRefusals(t *testing.T) {
 	_, err = e.rt.Ask(ctx, &grain.Message{From: "Session:bob:s", To: "Helper:alice:h", MessageType: llm.SkillDecide, DataType: grain.JSONType, Data: data})
 	if errs.Code(err) != codes.PermissionDenied {
 		t.Fatalf("bob decides alice's approval: %v", err)
+	}
+
+	// With an ACL that grants carol Approve on the agent, carol decides.
+	e3 := start(t, def, envConfig{authorizer: approver{}})
+	r, err = e3.ask(ctx, "Helper:alice:h3", "add one", "")
+	if err != nil || json.Unmarshal(r.Data, &req) != nil {
+		t.Fatalf("%v %v", r, err)
+	}
+	for _, p := range []string{"bob", "carol"} {
+		data, _ = json.Marshal(llm.Decision{ID: req.Approvals[0].ID})
+		_, err = e3.rt.Ask(ctx, &grain.Message{From: "Session:" + p + ":s", To: "Helper:alice:h3", MessageType: llm.SkillDecide, DataType: grain.JSONType, Data: data})
+		if want := map[string]codes.Code{"bob": codes.PermissionDenied, "carol": codes.OK}[p]; errs.Code(err) != want {
+			t.Fatalf("%s decides: %v, want %v", p, err, want)
+		}
 	}
 
 	def.Type, def.Approval = "Other", []string{"Counter_remove"}
@@ -293,4 +312,17 @@ func TestApprovalRace(t *testing.T) {
 	if got := total(t, env); got != want {
 		t.Fatalf("decided %s, Counter %q; want %q", c.Decisions[0].Decision, got, want)
 	}
+}
+
+// approver is an ACL that lets anyone message anyone and grants carol
+// Approve on every agent.
+type approver struct{}
+
+func (approver) AuthorizeMessage(context.Context, string, grain.Address) error { return nil }
+
+func (approver) AuthorizePermission(_ context.Context, principal string, _ grain.Address, permission string) error {
+	if principal == "carol" && permission == "Approve" {
+		return nil
+	}
+	return errs.New(codes.PermissionDenied, "%s does not hold %s", principal, permission)
 }

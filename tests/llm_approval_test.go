@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
 	"github.com/agentsilo/agentsilo/llm/llmtest"
@@ -19,7 +22,9 @@ import (
 // TestApprovalSurvivesRestart: a declared type whose tool, Tally's add,
 // needs approval; the caller is told the turn waits; every silo process
 // is stopped and started again; the owner approves on the
-// new silos (listing and approving with the CLI); the call runs once and the turn ends with its result, which
+// new silos (listing with the CLI as the owner; a principal with the ACL's
+// Message but not Approve refused; one with Approve approving with the
+// CLI); the call runs once and the turn ends with its result, which
 // the caller's retry of its key gets.
 func TestApprovalSurvivesRestart(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--llm-allow-private-networks"}})
@@ -86,7 +91,23 @@ approval: [Tally_add]
 	if out := cli("approvals", agent); !strings.HasPrefix(out, id+"  Tally_add ") {
 		t.Fatalf("client approvals: %q, want the approval %s", out, id)
 	}
-	if out := cli("approvals", "approve", id); out != "approved "+id+" (turn "+req.Approvals[0].Turn+")\n" {
+	// Who decides besides the owner: a principal the ACL grants Approve
+	// on the agent (carol); Message alone (dave) is not enough.
+	admin = dialAs(t, c, "system")
+	for _, r := range []client.ACLRule{
+		{OwnerPattern: testcluster.Principal, AgentPattern: "*", CallerPattern: "dave", Permission: "Message"},
+		{OwnerPattern: testcluster.Principal, AgentPattern: "*", CallerPattern: "carol", Permission: "Message,Approve"},
+	} {
+		if _, err := admin.ACL().AddRule(t.Context(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, _ := json.Marshal(llm.Decision{ID: id, Approve: true})
+	dave := dialAs(t, c, "dave")
+	if _, err := dave.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "Approve") {
+		t.Fatalf("dave, with Message only, decides: %v; want PermissionDenied", err)
+	}
+	if out := cli("--as", "carol", "approvals", "approve", id); out != "approved "+id+" (turn "+req.Approvals[0].Turn+")\n" {
 		t.Fatalf("client approvals approve: %q", out)
 	}
 	testutil.WaitFor(t, "the approved turn to end", func() bool { return readRecord(t, sdk, agent).Current == nil })
@@ -94,12 +115,11 @@ approval: [Tally_add]
 	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.GetMessage() != want {
 		t.Fatalf("the caller's retry: %v %v; want %q", r.GetMessage(), err, want)
 	}
-	data, _ := json.Marshal(llm.Decision{ID: id, Approve: true})
 	if _, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); err == nil || !strings.Contains(err.Error(), "decided already") {
 		t.Fatalf("a second decision: %v", err)
 	}
 	rec := readRecord(t, sdk, agent)
-	if n := tallyAdds(); n != 1 || len(rec.Decisions) != 1 || rec.Decisions[0].By != testcluster.Principal {
+	if n := tallyAdds(); n != 1 || len(rec.Decisions) != 1 || rec.Decisions[0].By != "carol" {
 		t.Fatalf("Tally added %d times (want 1); decisions %+v", n, rec.Decisions)
 	}
 }

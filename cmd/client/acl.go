@@ -92,7 +92,7 @@ func aclPut(g *globals, name string, args []string) error {
 	fs.StringVar(&r.OwnerPattern, "owner", "", "owner `pattern`: *, prefix* or a name (required)")
 	fs.StringVar(&r.AgentPattern, "agent", "*", "agent (alias) `pattern`: *, prefix* or a name")
 	fs.StringVar(&r.CallerPattern, "caller", "", "caller `pattern`: *, group:NAME or a principal (required)")
-	fs.StringVar(&r.Permission, "perm", "", "`permissions`: Message, Configure, Read, Admin, All, None; comma-separated (required)")
+	fs.StringVar(&r.Permission, "perm", "", "`permissions`: Message, Configure, Read, Admin, Approve, All, None; comma-separated (required)")
 	at := new(int)
 	if sub == "add" {
 		fs.IntVar(at, "at", 0, "`position`, 1 for the first (default: last)")
@@ -250,7 +250,7 @@ const aclDenied = exitStatus(4)
 func aclCheck(g *globals, name string, args []string) error {
 	fs := newFlagSet(name, g)
 	caller := fs.String("caller", "", "the `principal` to check for (required)")
-	perm := fs.String("perm", "", "the `permission`: Message, Configure, Read or Admin (required)")
+	perm := fs.String("perm", "", "the `permission`: Message, Configure, Read, Admin or Approve (required)")
 	var groups stringList
 	fs.Var(&groups, "group", "a `group` the caller's credentials give it (repeatable)")
 	pos, err := parse(fs, args)

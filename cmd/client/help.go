@@ -91,13 +91,15 @@ as the skill returns it (llm.Conversation's JSON). An agent whose type has
 no conversation skill is InvalidArgument (exit 2).`, cmdConversation},
 		{"approvals approve", "ID", "approve a tool call that waits for approval",
 			`Approves the model agent's tool call ID (as approvals lists it; the
-agent's owner only): the call runs and the agent's turn goes on. --args
-JSON runs it with these arguments instead of the model's, checked against
-the tool's schema (InvalidArgument, exit 2, if they do not match; nothing
-is decided). An ID that waits nowhere is NotFound (exit 3); one decided
-already, FailedPrecondition (exit 1).`, cmdApprove},
+agent's owner, or a principal the ACL grants Approve on it, may): the call
+runs and the agent's turn goes on. --args JSON runs it with these
+arguments instead of the model's, checked against the tool's schema
+(InvalidArgument, exit 2, if they do not match; nothing is decided). An ID
+that waits nowhere is NotFound (exit 3); one decided already,
+FailedPrecondition (exit 1); a principal not allowed, PermissionDenied
+(exit 4).`, cmdApprove},
 		{"approvals deny", "ID", "deny a tool call that waits for approval",
-			`Denies the model agent's tool call ID (the agent's owner only): the
+			`Denies the model agent's tool call ID (who may: as approvals approve): the
 model gets the denial, with --reason TEXT, as the call's result, and the
 turn goes on. Errors as for approvals approve.`, cmdDeny},
 		{"approvals", "AGENT", "list a model agent's tool calls that wait for approval",
@@ -162,7 +164,7 @@ prints "none" and the seed rule that applies instead.`, aclRules},
 		{"acl add", "--owner P --caller P --perm LIST [--agent P] [--at N]", "add a rule",
 			`Adds a rule at position N (1 is first; default last) and prints its id
 and position. Patterns: *, prefix* or a name; the caller also group:NAME.
-Permissions: Message, Configure, Read, Admin, All, None, or a list such as
+Permissions: Message, Configure, Read, Admin, Approve, All, None, or a list such as
 Message,Read.`, aclPut},
 		{"acl update", "ID --owner P --caller P --perm LIST [--agent P]", "replace a rule",
 			`Replaces the rule with id ID (see acl rules).`, aclPut},
