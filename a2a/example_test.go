@@ -36,7 +36,7 @@ func Example_remoteAgent() {
 		log.Fatal(err)
 	}
 	defer c.Close()
-	addr, err := c.CreateAgent(ctx, a2a.RemoteType+":weather", map[string]string{
+	addr, err := c.Agents().Create(ctx, a2a.RemoteType+":weather", map[string]string{
 		a2a.ConfigCardURL:     "https://weather.example.com/.well-known/agent-card.json",
 		a2a.ConfigBearerToken: os.Getenv("WEATHER_TOKEN"),
 	})

@@ -161,7 +161,7 @@ func TestLongTaskFollowed(t *testing.T) {
 		out := outside.Start(streaming)
 		defer out.Close()
 		addr := "A2A:system:slow-" + map[bool]string{true: "stream", false: "poll"}[streaming]
-		if _, err := c.CreateAgent(t.Context(), addr, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), addr, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
 		type result struct {
@@ -190,7 +190,7 @@ func TestLongTaskFollowed(t *testing.T) {
 		// An Ask whose deadline comes first cancels the remote task.
 		out2 := outside.Start(streaming)
 		defer out2.Close()
-		if _, err := c.CreateAgent(t.Context(), addr+"-2", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), addr+"-2", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
 		mu.Lock()
@@ -229,7 +229,7 @@ func TestInputRequiredAndLoops(t *testing.T) {
 		out := outside.Start(streaming)
 		defer out.Close()
 		remote := "A2A:system:q-" + mode
-		if _, err := c.CreateAgent(t.Context(), remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
 
@@ -282,7 +282,7 @@ func TestInputRequiredAndLoops(t *testing.T) {
 		}
 
 		// From a client too, with the agent's own limit.
-		if _, err := c.CreateAgent(t.Context(), remote+"-low", map[string]string{a2a.ConfigCardURL: out.CardURL(), a2a.ConfigMaxRepeats: "2"}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), remote+"-low", map[string]string{a2a.ConfigCardURL: out.CardURL(), a2a.ConfigMaxRepeats: "2"}); err != nil {
 			t.Fatal(err)
 		}
 		r, err = c.Ask(t.Context(), remote+"-low", &client.Message{Message: "same"})
@@ -293,7 +293,7 @@ func TestInputRequiredAndLoops(t *testing.T) {
 			t.Errorf("%s: a client repeating itself: %v", mode, err)
 		}
 	}
-	if _, err := c.CreateAgent(t.Context(), "A2A:system:badcfg", map[string]string{a2a.ConfigCardURL: "http://127.0.0.1:1/", a2a.ConfigMaxRounds: "zero"}); err != nil {
+	if _, err := c.Agents().Create(t.Context(), "A2A:system:badcfg", map[string]string{a2a.ConfigCardURL: "http://127.0.0.1:1/", a2a.ConfigMaxRounds: "zero"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Ask(t.Context(), "A2A:system:badcfg", &client.Message{Message: "x"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), a2a.ConfigMaxRounds) {
@@ -313,7 +313,7 @@ func TestBackgroundFollow(t *testing.T) {
 		out := outside.Start(streaming)
 		defer out.Close()
 		remote := "A2A:system:bg-" + mode
-		if _, err := c.CreateAgent(t.Context(), remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
 		_, before := log.snapshot()
@@ -336,7 +336,7 @@ func TestBackgroundFollow(t *testing.T) {
 		// remote task; the follow delivers the cancellation.
 		out2 := outside.Start(streaming)
 		defer out2.Close()
-		if _, err := c.CreateAgent(t.Context(), remote+"-c", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), remote+"-c", map[string]string{a2a.ConfigCardURL: out2.CardURL()}); err != nil {
 			t.Fatal(err)
 		}
 		r, err = askVia(t, c, "Asker:system:b-"+mode, askRequest{To: remote + "-c", Text: "slow never", Background: true})
@@ -370,7 +370,7 @@ func TestFollowObservability(t *testing.T) {
 	c := dialSilo(t, s)
 	out := outside.Start(false)
 	defer out.Close()
-	if _, err := c.CreateAgent(t.Context(), "A2A:system:o", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+	if _, err := c.Agents().Create(t.Context(), "A2A:system:o", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 		t.Fatal(err)
 	}
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -437,7 +437,7 @@ func TestPollBackoff(t *testing.T) {
 	c := dialSilo(t, s)
 	out := outside.Start(false)
 	defer out.Close()
-	if _, err := c.CreateAgent(t.Context(), "A2A:system:p", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+	if _, err := c.Agents().Create(t.Context(), "A2A:system:p", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -513,7 +513,7 @@ func TestBackgroundFollowBounded(t *testing.T) {
 	c := dialSilo(t, s)
 	out := outside.Start(true)
 	defer out.Close()
-	if _, err := c.CreateAgent(t.Context(), "A2A:system:b", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+	if _, err := c.Agents().Create(t.Context(), "A2A:system:b", map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := askVia(t, c, "Asker:system:b", askRequest{To: "A2A:system:b", Text: "slow never", Background: true})
@@ -543,7 +543,7 @@ func TestQuestionsBetweenClusterAgents(t *testing.T) {
 	create := func(addr, agent string) {
 		t.Helper()
 		card := "http://" + remote.A2AAddr() + "/a2a/" + agent + "/.well-known/agent-card.json"
-		if _, err := c.CreateAgent(t.Context(), addr, map[string]string{a2a.ConfigCardURL: card, a2a.ConfigHeaderPrefix + "X-Agentsilo-Principal": "carol"}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), addr, map[string]string{a2a.ConfigCardURL: card, a2a.ConfigHeaderPrefix + "X-Agentsilo-Principal": "carol"}); err != nil {
 			t.Fatal(err)
 		}
 	}

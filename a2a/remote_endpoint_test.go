@@ -69,7 +69,7 @@ func TestRemoteThroughEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer gw.Close()
-	if _, err := gw.CreateAgent(t.Context(), "A2A:dev:made", map[string]string{a2a.ConfigCardURL: polled.CardURL(), a2a.ConfigPollMin: "100ms", a2a.ConfigPollMax: "100ms"}); err != nil {
+	if _, err := gw.Agents().Create(t.Context(), "A2A:dev:made", map[string]string{a2a.ConfigCardURL: polled.CardURL(), a2a.ConfigPollMin: "100ms", a2a.ConfigPollMax: "100ms"}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -43,7 +43,7 @@ func TestRemoteAgentType(t *testing.T) {
 	}
 	create := func(c *client.Client, addr, agent string) {
 		t.Helper()
-		if _, err := c.CreateAgent(t.Context(), addr, map[string]string{a2a.ConfigCardURL: card(agent), a2a.ConfigAPIKey: "carol-key"}); err != nil {
+		if _, err := c.Agents().Create(t.Context(), addr, map[string]string{a2a.ConfigCardURL: card(agent), a2a.ConfigAPIKey: "carol-key"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +89,7 @@ func TestRemoteAgentType(t *testing.T) {
 		}
 	}
 	// Wrong credentials, no configuration.
-	if _, err := c.CreateAgent(t.Context(), "A2A:system:nokey", map[string]string{a2a.ConfigCardURL: card("Echo/carol/e")}); err != nil {
+	if _, err := c.Agents().Create(t.Context(), "A2A:system:nokey", map[string]string{a2a.ConfigCardURL: card("Echo/carol/e")}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Ask(t.Context(), "A2A:system:nokey", &client.Message{Message: "x"}); status.Code(err) != codes.Unauthenticated {

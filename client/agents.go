@@ -7,15 +7,50 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// The agent lifecycle and discovery calls. Each takes an agent's address
+// Agents is the agents' lifecycle: creating one, listing the active ones,
+// and an agent's configuration, state, reminders and activation. Reach it
+// with Client.Agents. Each call takes an agent's address
 // (Type:owner:alias, or Type:alias for the caller's own) and needs a
 // permission on it: Read to look, Configure to change.
+type Agents struct{ c *Client }
 
-// AgentsOf lists the active agents of owner (empty: every owner the caller
-// may read), of one type if typ is not empty. An operator (one who may
+// Agents returns the client's agent lifecycle calls.
+func (c *Client) Agents() Agents { return Agents{c} }
+
+// AgentConfig is an agent's stored configuration as Agents.Config reads
+// it.
+type AgentConfig struct {
+	// Values is the configuration Create stored.
+	Values map[string]string
+	// Found is false if none was stored.
+	Found bool
+}
+
+// AgentState is an agent's stored state as Agents.State reads it.
+type AgentState struct {
+	Data []byte
+	// ETag is the stored version, for IfETag; "" if the agent has no
+	// state.
+	ETag string
+}
+
+// Create stores the configuration of the agent at addr, which its
+// activations read lazily, and returns its canonical address.
+func (a Agents) Create(ctx context.Context, addr string, cfg map[string]string) (string, error) {
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	r, err := gw.CreateAgent(ctx, &agentsilov1.CreateAgentRequest{Address: addr, Config: cfg})
+	if err != nil {
+		return "", errs.FromStatus(err)
+	}
+	return r.GetAddress(), nil
+}
+
+// List lists the active agents of owner ("": every owner the caller may
+// read), of type typ if it is not empty. An operator (one who may
 // administer the ACL) sees every activation.
-func (c *Client) AgentsOf(ctx context.Context, owner, typ string) ([]AgentInfo, error) {
-	ctx, cancel, gw := c.unary(ctx)
+func (a Agents) List(ctx context.Context, owner, typ string) ([]AgentInfo, error) {
+	ctx, cancel, gw := a.c.unary(ctx)
 	defer cancel()
 	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ, Owner: owner})
 	if err != nil {
@@ -24,36 +59,69 @@ func (c *Client) AgentsOf(ctx context.Context, owner, typ string) ([]AgentInfo, 
 	return agentInfos(r.GetAgents()), nil
 }
 
-// Types lists the agent types the cluster's silos host, by name, with their
-// descriptions and skills; with a tag, only the types having a skill with
-// that tag (compared without regard to case).
-func (c *Client) Types(ctx context.Context, skillTag string) ([]AgentType, error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.ListTypes(ctx, &agentsilov1.ListTypesRequest{SkillTag: skillTag})
-	if err != nil {
-		return nil, errs.FromStatus(err)
-	}
-	return agentTypes(r.GetTypes()), nil
-}
-
-// Config returns the configuration CreateAgent stored for the agent, and
+// Config returns the configuration Create stored for the agent, Found
 // false if none was (needs Read).
-func (c *Client) Config(ctx context.Context, agent string) (map[string]string, bool, error) {
-	ctx, cancel, gw := c.unary(ctx)
+func (a Agents) Config(ctx context.Context, agent string) (AgentConfig, error) {
+	ctx, cancel, gw := a.c.unary(ctx)
 	defer cancel()
 	r, err := gw.GetConfig(ctx, &agentsilov1.GetConfigRequest{Agent: agent})
 	if err != nil {
-		return nil, false, errs.FromStatus(err)
+		return AgentConfig{}, errs.FromStatus(err)
 	}
-	return r.GetConfig(), r.GetFound(), nil
+	return AgentConfig{Values: r.GetConfig(), Found: r.GetFound()}, nil
 }
 
 // DeleteConfig removes the agent's stored configuration (needs Configure).
-func (c *Client) DeleteConfig(ctx context.Context, agent string) error {
-	ctx, cancel, gw := c.unary(ctx)
+func (a Agents) DeleteConfig(ctx context.Context, agent string) error {
+	ctx, cancel, gw := a.c.unary(ctx)
 	defer cancel()
 	_, err := gw.DeleteConfig(ctx, &agentsilov1.DeleteConfigRequest{Agent: agent})
+	return errs.FromStatus(err)
+}
+
+// State returns the agent's stored state and its etag (needs Read); an
+// empty etag means the agent has none.
+func (a Agents) State(ctx context.Context, agent string) (AgentState, error) {
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	r, err := gw.GetState(ctx, &agentsilov1.GetStateRequest{Agent: agent})
+	if err != nil {
+		return AgentState{}, errs.FromStatus(err)
+	}
+	return AgentState{Data: r.GetData(), ETag: r.GetEtag()}, nil
+}
+
+// DeleteState removes the agent's stored state (needs Configure): with
+// IfETag, only if it is still that version (else ErrAborted); without,
+// whatever is stored. Options: IfETag.
+func (a Agents) DeleteState(ctx context.Context, agent string, opts ...CallOption) error {
+	o, err := callOpts("delete state", opts, optETag)
+	if err != nil {
+		return err
+	}
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	_, err = gw.DeleteState(ctx, &agentsilov1.DeleteStateRequest{Agent: agent, Etag: o.etag})
+	return errs.FromStatus(err)
+}
+
+// Reminders lists the durable reminders of the agent (needs Read).
+func (a Agents) Reminders(ctx context.Context, agent string) ([]Reminder, error) {
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	r, err := gw.ListReminders(ctx, &agentsilov1.ListRemindersRequest{Agent: agent})
+	if err != nil {
+		return nil, errs.FromStatus(err)
+	}
+	return reminders(r.GetReminders()), nil
+}
+
+// UnregisterReminder removes the agent's reminder name (needs Configure);
+// NotFound if it has none of that name.
+func (a Agents) UnregisterReminder(ctx context.Context, agent, name string) error {
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	_, err := gw.UnregisterReminder(ctx, &agentsilov1.UnregisterReminderRequest{Agent: agent, Name: name})
 	return errs.FromStatus(err)
 }
 
@@ -61,43 +129,12 @@ func (c *Client) DeleteConfig(ctx context.Context, agent string) error {
 // it lives (needs Configure), and says whether it was active. An agent
 // that is not active is left alone (false: nothing was done). A gateway
 // older than this answer does not say: then it is true.
-func (c *Client) Deactivate(ctx context.Context, agent string) (wasActive bool, err error) {
-	ctx, cancel, gw := c.unary(ctx)
+func (a Agents) Deactivate(ctx context.Context, agent string) (wasActive bool, err error) {
+	ctx, cancel, gw := a.c.unary(ctx)
 	defer cancel()
 	r, err := gw.Deactivate(ctx, &agentsilov1.DeactivateRequest{Agent: agent})
 	if err != nil {
 		return false, errs.FromStatus(err)
 	}
 	return r.WasActive == nil || *r.WasActive, nil
-}
-
-// UnregisterReminder removes the agent's reminder name (needs Configure);
-// NotFound if it has none of that name.
-func (c *Client) UnregisterReminder(ctx context.Context, agent, name string) error {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	_, err := gw.UnregisterReminder(ctx, &agentsilov1.UnregisterReminderRequest{Agent: agent, Name: name})
-	return errs.FromStatus(err)
-}
-
-// State returns the agent's stored state and its etag (needs Read); an
-// empty etag means the agent has none.
-func (c *Client) State(ctx context.Context, agent string) (data []byte, etag string, err error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.GetState(ctx, &agentsilov1.GetStateRequest{Agent: agent})
-	if err != nil {
-		return nil, "", errs.FromStatus(err)
-	}
-	return r.GetData(), r.GetEtag(), nil
-}
-
-// DeleteState removes the agent's stored state (needs Configure): with an
-// etag, only if it is still that version (else ErrAborted); with "", whatever
-// is stored.
-func (c *Client) DeleteState(ctx context.Context, agent, etag string) error {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	_, err := gw.DeleteState(ctx, &agentsilov1.DeleteStateRequest{Agent: agent, Etag: etag})
-	return errs.FromStatus(err)
 }

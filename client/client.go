@@ -444,52 +444,6 @@ func (c *Client) Principal() string {
 	return c.principal
 }
 
-// CreateAgent stores the configuration of the agent at addr, which its
-// activations read lazily, and returns its canonical address.
-func (c *Client) CreateAgent(ctx context.Context, addr string, cfg map[string]string) (string, error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.CreateAgent(ctx, &agentsilov1.CreateAgentRequest{Address: addr, Config: cfg})
-	if err != nil {
-		return "", errs.FromStatus(err)
-	}
-	return r.GetAddress(), nil
-}
-
-// Agents lists the active agents, of type typ if it is not empty.
-func (c *Client) Agents(ctx context.Context, typ string) ([]AgentInfo, error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ})
-	if err != nil {
-		return nil, errs.FromStatus(err)
-	}
-	return agentInfos(r.GetAgents()), nil
-}
-
-// Members lists the silos of the cluster as the gateway sees them.
-func (c *Client) Members(ctx context.Context) ([]Member, error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.ListMembers(ctx, &agentsilov1.ListMembersRequest{})
-	if err != nil {
-		return nil, errs.FromStatus(err)
-	}
-	return members(r.GetMembers()), nil
-}
-
-// Reminders lists the durable reminders of the agent at addr (canonical, or
-// relative to the client's principal).
-func (c *Client) Reminders(ctx context.Context, addr string) ([]Reminder, error) {
-	ctx, cancel, gw := c.unary(ctx)
-	defer cancel()
-	r, err := gw.ListReminders(ctx, &agentsilov1.ListRemindersRequest{Agent: addr})
-	if err != nil {
-		return nil, errs.FromStatus(err)
-	}
-	return reminders(r.GetReminders()), nil
-}
-
 // unary prepares a unary call to the session's current gateway.
 func (c *Client) unary(ctx context.Context) (context.Context, context.CancelFunc, agentsilov1.GatewayClient) {
 	cancel := context.CancelFunc(func() {})

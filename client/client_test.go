@@ -273,21 +273,21 @@ func TestDeadlineAndCancel(t *testing.T) {
 func TestCreateAgentsMembers(t *testing.T) {
 	s := start(t)
 	c := dial(t, []string{s.addr}, client.WithPrincipal("alice"))
-	addr, err := c.CreateAgent(t.Context(), "Echo:cfg", map[string]string{"k": "v"})
+	addr, err := c.Agents().Create(t.Context(), "Echo:cfg", map[string]string{"k": "v"})
 	if err != nil || addr != "Echo:alice:cfg" {
 		t.Fatalf("CreateAgent: %q, %v", addr, err)
 	}
-	if _, err := c.CreateAgent(t.Context(), "bad", nil); !errors.Is(err, client.ErrInvalidArgument) {
+	if _, err := c.Agents().Create(t.Context(), "bad", nil); !errors.Is(err, client.ErrInvalidArgument) {
 		t.Fatalf("CreateAgent of a bad address: %v", err)
 	}
 	if _, err := c.Ask(t.Context(), "Echo:a", nil); err != nil {
 		t.Fatal(err)
 	}
-	agents, err := c.Agents(t.Context(), "Echo")
+	agents, err := c.Agents().List(t.Context(), "", "Echo")
 	if err != nil || len(agents) != 1 || agents[0].Address != "Echo:alice:a" {
 		t.Fatalf("Agents: %v, %v", agents, err)
 	}
-	members, err := c.Members(t.Context())
+	members, err := c.Admin().Members(t.Context())
 	if err != nil || len(members) != 1 || !members[0].Self || members[0].GatewayAddr != s.addr {
 		t.Fatalf("Members: %v, %v", members, err)
 	}

@@ -90,7 +90,7 @@ func ExampleClient_Ask_errors() {
 
 // The listings return the SDK's own types: plain structs with time.Time
 // and int fields, nothing of the wire's.
-func ExampleClient_AgentsOf() {
+func ExampleAgents_List() {
 	s, err := newSilo()
 	if err != nil {
 		log.Fatal(err)
@@ -109,14 +109,14 @@ func ExampleClient_AgentsOf() {
 			log.Fatal(err)
 		}
 	}
-	agents, err := c.AgentsOf(ctx, "alice", "Echo")
+	agents, err := c.Agents().List(ctx, "alice", "Echo")
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, a := range agents {
 		fmt.Println(a.Address, a.MailboxDepth, !a.ActivatedAt.IsZero())
 	}
-	members, err := c.Members(ctx)
+	members, err := c.Admin().Members(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func ExampleClient_AgentsOf() {
 	// alive true 2
 }
 
-func ExampleClient_Types() {
+func ExampleAdmin_Types() {
 	s, err := newSilo()
 	if err != nil {
 		log.Fatal(err)
@@ -143,7 +143,7 @@ func ExampleClient_Types() {
 	}
 	defer c.Close()
 
-	types, err := c.Types(ctx, "")
+	types, err := c.Admin().Types(ctx, "")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func ExampleClient_Types() {
 }
 
 // Deactivate says whether there was an activation to end.
-func ExampleClient_Deactivate() {
+func ExampleAgents_Deactivate() {
 	s, err := newSilo()
 	if err != nil {
 		log.Fatal(err)
@@ -176,7 +176,7 @@ func ExampleClient_Deactivate() {
 		log.Fatal(err)
 	}
 	for range 2 {
-		active, err := c.Deactivate(ctx, "Echo:one")
+		active, err := c.Agents().Deactivate(ctx, "Echo:one")
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -253,7 +253,7 @@ func ExampleACL_Check() {
 
 // The service directory ranks agent types, outside A2A agents and MCP
 // servers together. This example is compiled, not run.
-func ExampleClient_Search() {
+func ExampleDirectory_Search() {
 	ctx := context.Background()
 	c, err := client.Dial(ctx, []string{"127.0.0.1:7070"}, client.WithPrincipal("alice"))
 	if err != nil {
@@ -262,13 +262,13 @@ func ExampleClient_Search() {
 	defer c.Close()
 
 	// An outside A2A agent, with a credential it is sent (never shown).
-	if _, err := c.AddToDirectory(ctx, client.OutsideEntry{
+	if _, err := c.Directory().Add(ctx, client.OutsideEntry{
 		Name: "weather", Kind: "a2a", URL: "https://weather.example.com",
 		Headers: map[string]string{"Authorization": "Bearer " + "token"},
 	}); err != nil {
 		log.Fatal(err)
 	}
-	hits, err := c.Search(ctx, "weather forecast", client.DirectoryQuery{Limit: 5})
+	hits, err := c.Directory().Search(ctx, "weather forecast", client.DirectoryQuery{}, client.Limit(5))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 // in the silo's state store. Memory reaches one from a client or, through
 // the same Asker interface, from an agent (grain.Host has the same Ask).
 //
-//	mem := client.NewMemory(c, "Memory:dev:notes")
+//	mem := c.Memory("Memory:dev:notes") // from an agent: client.NewMemory(h, addr)
 //	err := mem.Put(ctx, client.MemoryEntry{Key: "plan", Text: "ship it", Category: "decision", Tags: []string{"q3"}})
 //	e, err := mem.Get(ctx, "plan")
 //	found, err := mem.Search(ctx, "ship", 10)
@@ -94,6 +94,11 @@ type Memory struct {
 // NewMemory returns a handle on the Memory agent at addr
 // (Memory:owner:scope) reached through a.
 func NewMemory(a Asker, addr string) *Memory { return &Memory{a: a, addr: addr} }
+
+// Memory returns a handle on the working memory agent at addr
+// (Memory:owner:scope, or Memory:scope for the client's own), reached
+// through this client: NewMemory(c, addr).
+func (c *Client) Memory(addr string) *Memory { return NewMemory(c, addr) }
 
 // Address is the memory agent's address.
 func (m *Memory) Address() string { return m.addr }

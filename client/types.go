@@ -145,7 +145,7 @@ type DirectoryHit struct {
 	Score float64
 }
 
-// OutsideEntry is what AddToDirectory adds: an A2A agent or an MCP server
+// OutsideEntry is what Directory.Add adds: an A2A agent or an MCP server
 // outside the cluster.
 type OutsideEntry struct {
 	// Name names the entry, the alias it is called by (A2A:{owner}:Name,

@@ -48,7 +48,7 @@ func TestDeclaredSchedule(t *testing.T) {
 		return rs
 	}
 
-	applied, err := admin.ApplyType(ctx, def(hourly+morning), false)
+	applied, err := admin.Admin().ApplyType(ctx, def(hourly+morning))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestDeclaredSchedule(t *testing.T) {
 	}
 
 	// The same definition again: unchanged, the reminders as they were.
-	if again, err := admin.ApplyType(ctx, def(hourly+morning), false); err != nil || !again.Unchanged {
+	if again, err := admin.Admin().ApplyType(ctx, def(hourly+morning)); err != nil || !again.Unchanged {
 		t.Fatalf("apply again: %+v, %v", again, err)
 	}
 	if got := reminders(mine); len(got) != 1 || !got[0].Due.Equal(first[0].Due) {
@@ -69,7 +69,7 @@ func TestDeclaredSchedule(t *testing.T) {
 	}
 
 	// A changed entry is another reminder; a gone one's is removed.
-	if _, err := admin.ApplyType(ctx, def("  - {every: 2h, message: check the open orders}\n"), false); err != nil {
+	if _, err := admin.Admin().ApplyType(ctx, def("  - {every: 2h, message: check the open orders}\n")); err != nil {
 		t.Fatal(err)
 	}
 	if got := reminders(mine); len(got) != 1 || got[0].Name == first[0].Name || got[0].Period != 2*60*60*1e9 {
@@ -81,11 +81,11 @@ func TestDeclaredSchedule(t *testing.T) {
 
 	// A schedule entry that names no owner needs an applier who is one.
 	bad := def("  - {every: 1h, message: hi, owner: \"not an owner\"}\n")
-	if _, err := admin.ApplyType(ctx, bad, true); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "schedule[0].owner") {
+	if _, err := admin.Admin().ApplyType(ctx, bad, client.DryRun()); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "schedule[0].owner") {
 		t.Errorf("a bad owner: %v", err)
 	}
 
-	if _, err := admin.DeleteType(ctx, "Helper"); err != nil {
+	if _, err := admin.Admin().DeleteType(ctx, "Helper"); err != nil {
 		t.Fatal(err)
 	}
 	if got := reminders(mine); len(got) != 0 {
@@ -108,7 +108,7 @@ func TestDeclaredOwnerBudget(t *testing.T) {
 	admin := dialSilo(t, s, "system")
 	defer admin.Close()
 	def := fmt.Sprintf("type: Helper\nmodel: {provider: openai, base_url: %s, name: fake-1}\n", srv.OpenAIURL())
-	if _, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil {
+	if _, err := admin.Admin().ApplyType(t.Context(), []byte(def)); err != nil {
 		t.Fatal(err)
 	}
 	alice := dialSilo(t, s, "alice")
@@ -127,7 +127,7 @@ func TestDeclaredOwnerBudget(t *testing.T) {
 	if err != nil || usage.Tokens != 110 {
 		t.Errorf("alice's budget: %+v, %v; want 110 tokens", usage, err)
 	}
-	types, err := alice.Types(t.Context(), "")
+	types, err := alice.Admin().Types(t.Context(), "")
 	if err != nil || !slices.ContainsFunc(types, func(ty client.AgentType) bool { return ty.Name == llm.BudgetType }) {
 		t.Errorf("types %+v, %v: want %s served", types, err, llm.BudgetType)
 	}

@@ -111,31 +111,31 @@ func TestDeclaredTypes(t *testing.T) {
 
 	// Refused: a definition that does not validate, names a type in code
 	// (on s1 only), or comes from a caller without Admin on system:types.
-	_, err := admin.ApplyType(ctx, []byte("type: Helper\nmodel: {name: m}\n"), false)
+	_, err := admin.Admin().ApplyType(ctx, []byte("type: Helper\nmodel: {name: m}\n"))
 	if errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "model.provider") {
 		t.Fatalf("a definition without a provider: %v; want InvalidArgument naming model.provider", err)
 	}
 	echo := strings.Replace(string(helperDef(srv, "p")), "type: Helper", "type: Echo", 1)
-	if _, err := admin.ApplyType(ctx, []byte(echo), false); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "s1") {
+	if _, err := admin.Admin().ApplyType(ctx, []byte(echo)); errs.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "s1") {
 		t.Fatalf("a declared type named like s1's Echo: %v; want FailedPrecondition naming s1", err)
 	}
-	if _, err := alice.ApplyType(ctx, helperDef(srv, "p"), false); errs.Code(err) != codes.PermissionDenied {
+	if _, err := alice.Admin().ApplyType(ctx, helperDef(srv, "p")); errs.Code(err) != codes.PermissionDenied {
 		t.Fatalf("ApplyType by alice: %v; want PermissionDenied", err)
 	}
 
 	// A dry run stores nothing.
-	a, err := admin.ApplyType(ctx, helperDef(srv, "one"), true)
+	a, err := admin.Admin().ApplyType(ctx, helperDef(srv, "one"), client.DryRun())
 	if err != nil || !a.Created || a.Type.Revision != 0 || !strings.Contains(a.Type.Definition, `"system_prompt":"one"`) {
 		t.Fatalf("dry run: %+v, %v", a, err)
 	}
-	if l, err := admin.DeclaredTypes(ctx); err != nil || len(l) != 0 {
+	if l, err := admin.Admin().DeclaredTypes(ctx); err != nil || len(l) != 0 {
 		t.Fatalf("declared types after a dry run: %v, %v; want none", l, err)
 	}
 	if _, ok := s1.reg.Info("Helper"); ok {
 		t.Fatal("a dry run registered the type")
 	}
 
-	a, err = admin.ApplyType(ctx, helperDef(srv, "one"), false)
+	a, err = admin.Admin().ApplyType(ctx, helperDef(srv, "one"))
 	if err != nil || !a.Created || a.Unchanged || len(a.Unconfirmed) != 0 || a.Type.Revision == 0 {
 		t.Fatalf("apply: %+v, %v", a, err)
 	}
@@ -144,7 +144,7 @@ func TestDeclaredTypes(t *testing.T) {
 			t.Fatalf("%s serves Helper? %v %+v (ApplyType returned, confirmed by every silo)", s.cfg.Name, ok, ti)
 		}
 	}
-	types, err := alice.Types(ctx, "")
+	types, err := alice.Admin().Types(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,14 +165,14 @@ func TestDeclaredTypes(t *testing.T) {
 		t.Fatalf("ask Helper:a: %v, %v", r, err)
 	}
 	waitFor(t, "Helper in the directory", func() bool {
-		hits, err := alice.Search(ctx, "questions about orders", client.DirectoryQuery{Kind: grain.KindType})
+		hits, err := alice.Directory().Search(ctx, "questions about orders", client.DirectoryQuery{Kind: grain.KindType})
 		return err == nil && len(hits) > 0 && hits[0].Entry.Name == "Helper"
 	})
 
-	if a, err := admin.ApplyType(ctx, helperDef(srv, "one"), false); err != nil || !a.Unchanged {
+	if a, err := admin.Admin().ApplyType(ctx, helperDef(srv, "one")); err != nil || !a.Unchanged {
 		t.Fatalf("apply again: %+v, %v; want unchanged", a, err)
 	}
-	if a, err := admin.ApplyType(ctx, helperDef(srv, "two"), false); err != nil || a.Created || a.Unchanged {
+	if a, err := admin.Admin().ApplyType(ctx, helperDef(srv, "two")); err != nil || a.Created || a.Unchanged {
 		t.Fatalf("replace: %+v, %v", a, err)
 	}
 	waitFor(t, "Helper's activations of the first definition ended", func() bool {
@@ -182,10 +182,10 @@ func TestDeclaredTypes(t *testing.T) {
 		t.Fatalf("ask Helper:a after the replacement: %v, %v; want the new system prompt", r, err)
 	}
 
-	if _, err := admin.DeleteType(ctx, "Echo"); errs.Code(err) != codes.FailedPrecondition {
+	if _, err := admin.Admin().DeleteType(ctx, "Echo"); errs.Code(err) != codes.FailedPrecondition {
 		t.Fatalf("delete Echo, in code: %v; want FailedPrecondition", err)
 	}
-	if unconfirmed, err := admin.DeleteType(ctx, "Helper"); err != nil || len(unconfirmed) != 0 {
+	if unconfirmed, err := admin.Admin().DeleteType(ctx, "Helper"); err != nil || len(unconfirmed) != 0 {
 		t.Fatalf("delete: %v, %v", unconfirmed, err)
 	}
 	for _, s := range []*Silo{s0, s1} {
@@ -199,11 +199,12 @@ func TestDeclaredTypes(t *testing.T) {
 	if _, err := alice.Ask(ctx, "Helper:a", &client.Message{Message: "still there?"}); errs.Code(err) != codes.NotFound {
 		t.Fatalf("ask a deleted type: %v; want NotFound", err)
 	}
-	if _, err := admin.DeleteType(ctx, "Helper"); errs.Code(err) != codes.NotFound {
+	if _, err := admin.Admin().DeleteType(ctx, "Helper"); errs.Code(err) != codes.NotFound {
 		t.Fatalf("delete again: %v; want NotFound", err)
 	}
 	waitFor(t, "Helper gone from the directory", func() bool {
-		l, err := alice.ListDirectory(ctx, client.DirectoryQuery{Kind: grain.KindType})
+		lPage, err := alice.Directory().List(ctx, client.DirectoryQuery{Kind: grain.KindType})
+		l := lPage.Items
 		if err != nil {
 			return false
 		}
@@ -239,7 +240,7 @@ func TestLLMAllowPrivateNetworksFlag(t *testing.T) {
 			t.Errorf("%s: LLM.AllowPrivateNetworks %v", name, s.cfg.LLM.AllowPrivateNetworks)
 		}
 		cl := dialSilo(t, s, "system")
-		if _, err := cl.ApplyType(t.Context(), helperDef(srv, "p"), false); err != nil {
+		if _, err := cl.Admin().ApplyType(t.Context(), helperDef(srv, "p")); err != nil {
 			t.Errorf("%s: apply: %v", name, err)
 		}
 		r, err := cl.Ask(t.Context(), "Helper:a", &client.Message{Message: "hi"})

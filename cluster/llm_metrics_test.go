@@ -35,7 +35,7 @@ func TestLLMMetrics(t *testing.T) {
 	admin := dialSilo(t, s, "system")
 	defer admin.Close()
 	def := fmt.Sprintf("type: Helper\nmodel: {provider: openai, base_url: %s, name: fake-1}\ntools: [{memory: true}]\n", srv.OpenAIURL())
-	if _, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil {
+	if _, err := admin.Admin().ApplyType(t.Context(), []byte(def)); err != nil {
 		t.Fatal(err)
 	}
 	alice := dialSilo(t, s, "alice")

@@ -175,7 +175,7 @@ func TestUnreachableMemberGetsNoWork(t *testing.T) {
 	cancel()
 	// So does the SDK's Members, within its call's deadline.
 	ctx, cancel = context.WithTimeout(t.Context(), testutil.WaitTimeout)
-	ms, err := cb.Members(ctx)
+	ms, err := cb.Admin().Members(ctx)
 	cancel()
 	if err != nil {
 		t.Errorf("client Members: %v", err)

@@ -255,7 +255,7 @@ func waitMembers(t *testing.T, s *cluster.Silo, n int) {
 	}
 	defer gc.Close()
 	testutil.WaitFor(t, fmt.Sprintf("%d silos in the view", n), func() bool {
-		m, err := gc.Members(t.Context())
+		m, err := gc.Admin().Members(t.Context())
 		return err == nil && len(m) >= n
 	})
 }

@@ -474,7 +474,7 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	if _, err := client.AskTyped[map[string]any, quoteOut](t.Context(), c1, "Shop:dev:s", "quote", map[string]any{"item": "pen"}); errs.Code(err) != codes.InvalidArgument {
 		t.Fatalf("AskTyped with bad arguments: %v, want InvalidArgument", err)
 	}
-	types, err := c1.Types(t.Context(), "shop")
+	types, err := c1.Admin().Types(t.Context(), "shop")
 	if err != nil || len(types) != 1 || types[0].Skills[0].InputSchema != string(skill.InputSchema) {
 		t.Fatalf("Types: %v, %v", types, err)
 	}
@@ -491,7 +491,7 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 		t.Fatal("s3 has the type Shop")
 	}
 	testutil.WaitFor(t, "s3 lists Shop from s1", func() bool {
-		types, err := c3.Types(t.Context(), "shop")
+		types, err := c3.Admin().Types(t.Context(), "shop")
 		return err == nil && len(types) == 1 && types[0].Skills[0].InputSchema == string(skill.InputSchema) &&
 			types[0].Skills[0].OutputSchema == string(skill.OutputSchema)
 	})
@@ -524,7 +524,7 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 	}
 	defer c2.Close()
 	const agent = "MCP:dev:shop"
-	if _, err := c2.CreateAgent(t.Context(), agent, map[string]string{
+	if _, err := c2.Agents().Create(t.Context(), agent, map[string]string{
 		mcp.RemoteURL: "http://" + s1.MCPAddr() + "/mcp/Shop/dev/s", mcp.RemoteHeaderPrefix + "X-Agentsilo-Principal": "dev",
 	}); err != nil {
 		t.Fatal(err)

@@ -226,7 +226,7 @@ func TestMemoryOwnerBounds(t *testing.T) {
 	s2 := startSilo(t, e, "m2", cfg)
 	c1, c2 := dial(t, s1), dial(t, s2)
 	ctx := t.Context()
-	testutil.WaitFor(t, "two members", func() bool { m, err := c1.Members(ctx); return err == nil && len(m) == 2 })
+	testutil.WaitFor(t, "two members", func() bool { m, err := c1.Admin().Members(ctx); return err == nil && len(m) == 2 })
 	a, b := client.NewMemory(c1, "Memory:dev:a"), client.NewMemory(c2, "Memory:dev:b")
 	put := func(mem *client.Memory, en client.MemoryEntry) error {
 		_, err := mem.Put(ctx, en)

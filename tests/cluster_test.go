@@ -61,7 +61,7 @@ func TestClusterPlacement(t *testing.T) {
 	// Every gateway lists the cluster with each silo's gateway, and the
 	// activations cluster-wide with the silo hosting each.
 	for via := range c.Len() {
-		ms, err := c.Client(t, via).Members(t.Context())
+		ms, err := c.Client(t, via).Admin().Members(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +76,7 @@ func TestClusterPlacement(t *testing.T) {
 		}
 	}
 	cl := c.Client(t)
-	agents, err := cl.Agents(t.Context(), "Journal")
+	agents, err := cl.Agents().List(t.Context(), "", "Journal")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ system_prompt: You help customers with their orders.
 	if code != 0 || !strings.Contains(stdout, "valid: type Helper would be created") {
 		t.Fatalf("types apply --dry-run: exit %d, %q %q", code, stdout, stderr)
 	}
-	if l, err := admin.DeclaredTypes(t.Context()); err != nil || len(l) != 0 {
+	if l, err := admin.Admin().DeclaredTypes(t.Context()); err != nil || len(l) != 0 {
 		t.Fatalf("declared types after a dry run and refusals: %v, %v; want none", l, err)
 	}
 	if _, stderr, code := runCLI(t, gw, "types", "apply", good); code != 4 || !strings.Contains(stderr, "PermissionDenied") {
@@ -130,7 +130,7 @@ system_prompt: You help customers with their orders.
 			t.Fatalf("ask Helper:a through %s: %v, %v", c.Silo(i).Name, r, err)
 		}
 	}
-	hits, err := c.Client(t, 1).Search(t.Context(), "orders questions", client.DirectoryQuery{Kind: "type"})
+	hits, err := c.Client(t, 1).Directory().Search(t.Context(), "orders questions", client.DirectoryQuery{Kind: "type"})
 	t.Logf("directory search: %v, %v", hits, err)
 
 	stdout, _, code = runCLI(t, gw, "--as", "system", "types", "delete", "Helper")
@@ -139,7 +139,7 @@ system_prompt: You help customers with their orders.
 	}
 	sdk := c.Client(t, 1)
 	testutil.WaitFor(t, "Helper's activation ended", func() bool {
-		l, err := sdk.Agents(t.Context(), "Helper")
+		l, err := sdk.Agents().List(t.Context(), "", "Helper")
 		return err == nil && len(l) == 0
 	})
 	if _, err := sdk.Ask(t.Context(), "Helper:a", &client.Message{Message: "still there?"}); errs.Code(err) != codes.NotFound {

@@ -153,7 +153,7 @@ func TestDirectory(t *testing.T) {
 		{Name: "translator", Kind: "a2a", URL: "http://" + remote.A2AAddr() + "/a2a/Translator/carol/t", Headers: map[string]string{"X-Api-Key": "carol-key"}},
 		{Name: "files", Kind: "mcp", URL: files.URL},
 	} {
-		if _, err := admin.AddToDirectory(t.Context(), req); err != nil {
+		if _, err := admin.Directory().Add(t.Context(), req); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +164,8 @@ func TestDirectory(t *testing.T) {
 	}
 	defer reader.Close()
 	testutil.WaitFor(t, "the outside entries fetched, and Archivist from s2 listed on s1", func() bool {
-		l, err := reader.ListDirectory(t.Context(), client.DirectoryQuery{})
+		lPage, err := reader.Directory().List(t.Context(), client.DirectoryQuery{})
+		l := lPage.Items
 		if err != nil {
 			return false
 		}
@@ -172,7 +173,8 @@ func TestDirectory(t *testing.T) {
 		for _, e := range l {
 			seen[e.Name] = e.Kind == "type" || (!e.LastSeen.IsZero() && (len(e.Skills) > 0 || len(e.Tools) > 0))
 		}
-		types, err := admin.ListDirectory(t.Context(), client.DirectoryQuery{Kind: "type"})
+		typesPage, err := admin.Directory().List(t.Context(), client.DirectoryQuery{Kind: "type"})
+		types := typesPage.Items
 		s1Sum := false
 		for _, e := range types {
 			s1Sum = s1Sum || e.Name == "Archivist"
@@ -190,7 +192,7 @@ func TestDirectory(t *testing.T) {
 		"read a file from the archive": "mcp/files",
 		"summarize a long document":    "type/Summarizer",
 	} {
-		hits, err := reader.Search(t.Context(), query, client.DirectoryQuery{Limit: 3})
+		hits, err := reader.Directory().Search(t.Context(), query, client.DirectoryQuery{}, client.Limit(3))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,13 +206,13 @@ func TestDirectory(t *testing.T) {
 	}
 
 	// Bad input gets its code through gRPC.
-	if _, err := reader.Search(t.Context(), "x", client.DirectoryQuery{Kind: "agents"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := reader.Directory().Search(t.Context(), "x", client.DirectoryQuery{Kind: "agents"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("search of kind agents: %v", err)
 	}
-	if _, err := admin.AddToDirectory(t.Context(), client.OutsideEntry{Name: "bad", Kind: "a2a", URL: "file:///etc/passwd"}); status.Code(err) != codes.InvalidArgument {
+	if _, err := admin.Directory().Add(t.Context(), client.OutsideEntry{Name: "bad", Kind: "a2a", URL: "file:///etc/passwd"}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("add of a file URL: %v", err)
 	}
-	if err := admin.RemoveFromDirectory(t.Context(), "nobody"); status.Code(err) != codes.NotFound {
+	if err := admin.Directory().Remove(t.Context(), "nobody"); status.Code(err) != codes.NotFound {
 		t.Errorf("remove of nobody: %v", err)
 	}
 
@@ -295,10 +297,10 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer alice.Close()
-	if hits, err := alice.Search(t.Context(), "weather", client.DirectoryQuery{}); err != nil || len(hits) == 0 {
+	if hits, err := alice.Directory().Search(t.Context(), "weather", client.DirectoryQuery{}); err != nil || len(hits) == 0 {
 		t.Errorf("alice searches: %v %v", hits, err)
 	}
-	if err := alice.RemoveFromDirectory(t.Context(), "weather"); status.Code(err) != codes.PermissionDenied {
+	if err := alice.Directory().Remove(t.Context(), "weather"); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("alice removes: %v", err)
 	}
 	dev, err := client.Dial(t.Context(), []string{s1.GatewayAddr()}, client.WithPrincipal("dev"))
@@ -306,10 +308,10 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if _, err := dev.Search(t.Context(), "weather", client.DirectoryQuery{}); status.Code(err) != codes.PermissionDenied {
+	if _, err := dev.Directory().Search(t.Context(), "weather", client.DirectoryQuery{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("dev searches: %v", err)
 	}
-	if _, err := dev.AddToDirectory(t.Context(), client.OutsideEntry{Name: "evil", Kind: "a2a", URL: "http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
+	if _, err := dev.Directory().Add(t.Context(), client.OutsideEntry{Name: "evil", Kind: "a2a", URL: "http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("dev adds: %v", err)
 	}
 	if _, err := dev.Ask(t.Context(), "Finder:dev:f", &client.Message{Message: "weather", State: map[string]string{"ask": "x"}}); status.Code(err) != codes.PermissionDenied {
@@ -324,17 +326,17 @@ func TestDirectory(t *testing.T) {
 	// The peer goes down: still listed, with its error and last-seen time.
 	weather.Stop()
 	testutil.WaitFor(t, "weather's failed refresh", func() bool {
-		e, err := reader.DirectoryEntry(t.Context(), "weather")
+		e, err := reader.Directory().Get(t.Context(), "weather")
 		return err == nil && e.LastError != "" && !e.LastSeen.IsZero()
 	})
-	if hits, err := reader.Search(t.Context(), "weather forecast", client.DirectoryQuery{}); err != nil || len(hits) == 0 || hits[0].Entry.Name != "weather" {
+	if hits, err := reader.Directory().Search(t.Context(), "weather forecast", client.DirectoryQuery{}); err != nil || len(hits) == 0 || hits[0].Entry.Name != "weather" {
 		t.Errorf("a peer that is down: %v %v", hits, err)
 	}
 
-	if err := admin.RemoveFromDirectory(t.Context(), "weather"); err != nil {
+	if err := admin.Directory().Remove(t.Context(), "weather"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := admin.DirectoryEntry(t.Context(), "weather"); status.Code(err) != codes.NotFound {
+	if _, err := admin.Directory().Get(t.Context(), "weather"); status.Code(err) != codes.NotFound {
 		t.Errorf("after remove: %v", err)
 	}
 
@@ -343,7 +345,7 @@ func TestDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "Archivist gone with s2", func() bool {
-		_, err := admin.DirectoryEntry(t.Context(), "Archivist")
+		_, err := admin.Directory().Get(t.Context(), "Archivist")
 		return status.Code(err) == codes.NotFound
 	})
 }

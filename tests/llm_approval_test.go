@@ -38,7 +38,7 @@ tools:
 approval: [Tally_add]
 `, srv.OpenAIURL())
 	admin := dialAs(t, c, "system")
-	if a, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil || len(a.Unconfirmed) != 0 {
+	if a, err := admin.Admin().ApplyType(t.Context(), []byte(def)); err != nil || len(a.Unconfirmed) != 0 {
 		t.Fatalf("apply: %+v, %v", a, err)
 	}
 	const agent, tool, key = "Careful:test:c", "Tally:test:ap", "add-carefully"

@@ -102,7 +102,7 @@ tools:
   - agent: Tally
 `, srv.OpenAIURL())
 	admin := dialAs(t, c, "system")
-	if a, err := admin.ApplyType(t.Context(), []byte(def), false); err != nil || len(a.Unconfirmed) != 0 {
+	if a, err := admin.Admin().ApplyType(t.Context(), []byte(def)); err != nil || len(a.Unconfirmed) != 0 {
 		t.Fatalf("apply: %+v, %v", a, err)
 	}
 	sdk := c.Client(t, via, toolSilo)
@@ -202,13 +202,13 @@ tools:
 // readRecord reads a model agent's record from the state store.
 func readRecord(t *testing.T, sdk *client.Client, addr string) llm.Conversation {
 	t.Helper()
-	data, _, err := sdk.State(t.Context(), addr)
+	st, err := sdk.Agents().State(t.Context(), addr)
 	if err != nil {
 		t.Fatalf("the state of %s: %v", addr, err)
 	}
 	var rec llm.Conversation
-	if err := json.Unmarshal(data, &rec); err != nil {
-		t.Fatalf("the state of %s: %v\n%s", addr, err, data)
+	if err := json.Unmarshal(st.Data, &rec); err != nil {
+		t.Fatalf("the state of %s: %v\n%s", addr, err, st.Data)
 	}
 	return rec
 }

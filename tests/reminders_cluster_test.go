@@ -67,7 +67,7 @@ func TestReminderSurvivesKillInCluster(t *testing.T) {
 		t.Fatalf("%s still owned by the dead %s", addr, owner)
 	}
 	ticked("on a survivor after the owner was killed")
-	agents, err := cl.Agents(t.Context(), "Ticker")
+	agents, err := cl.Agents().List(t.Context(), "", "Ticker")
 	if err != nil {
 		t.Fatal(err)
 	}

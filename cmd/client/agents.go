@@ -26,7 +26,7 @@ func cmdTypes(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		types, err := c.Types(ctx, *tag)
+		types, err := c.Admin().Types(ctx, *tag)
 		if err != nil {
 			return err
 		}
@@ -75,10 +75,11 @@ func cmdConfig(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		cfg, found, err := c.Config(ctx, agent)
+		ac, err := c.Agents().Config(ctx, agent)
 		if err != nil {
 			return err
 		}
+		cfg, found := ac.Values, ac.Found
 		if g.output == "json" {
 			g.printJSON(g.stdout, &agentsilov1.GetConfigResponse{Address: agent, Config: cfg, Found: found})
 			return nil
@@ -105,7 +106,7 @@ func cmdConfigDelete(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.DeleteConfig(ctx, agent); err != nil {
+		if err := c.Agents().DeleteConfig(ctx, agent); err != nil {
 			return err
 		}
 		g.done("deleted the configuration of %s", agent)
@@ -119,10 +120,11 @@ func cmdState(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		data, etag, err := c.State(ctx, agent)
+		st, err := c.Agents().State(ctx, agent)
 		if err != nil {
 			return err
 		}
+		data, etag := st.Data, st.ETag
 		if g.output == "json" {
 			g.printJSON(g.stdout, &agentsilov1.GetStateResponse{Address: agent, Data: data, Etag: etag, Found: etag != ""})
 			return nil
@@ -149,7 +151,7 @@ func cmdStateDelete(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.DeleteState(ctx, agent, *etag); err != nil {
+		if err := c.Agents().DeleteState(ctx, agent, client.IfETag(*etag)); err != nil {
 			return err
 		}
 		g.done("deleted the state of %s", agent)
@@ -163,7 +165,7 @@ func cmdDeactivate(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		active, err := c.Deactivate(ctx, agent)
+		active, err := c.Agents().Deactivate(ctx, agent)
 		if err != nil {
 			return err
 		}
@@ -186,7 +188,7 @@ func cmdReminderRemove(g *globals, name string, args []string) error {
 		return usagef("%s: want AGENT NAME", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.UnregisterReminder(ctx, pos[0], pos[1]); err != nil {
+		if err := c.Agents().UnregisterReminder(ctx, pos[0], pos[1]); err != nil {
 			return err
 		}
 		g.done("removed reminder %s of %s", pos[1], pos[0])

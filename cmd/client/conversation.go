@@ -112,7 +112,7 @@ func cmdConversation(g *globals, name string, args []string) error {
 // to the Ask (NotFound).
 func checkConversationSkill(ctx context.Context, c *client.Client, agent string) error {
 	typ, _, _ := strings.Cut(agent, ":")
-	types, err := c.Types(ctx, "")
+	types, err := c.Admin().Types(ctx, "")
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func cmdSearch(g *globals, name string, args []string) error {
 	var q client.DirectoryQuery
 	fs.StringVar(&q.Kind, "kind", "", "keep one `kind`: type, a2a or mcp")
 	fs.StringVar(&q.Tag, "tag", "", "keep entries with a skill carrying this `tag` (MCP: a tool name)")
-	fs.IntVar(&q.Limit, "limit", 20, "print at most `N` hits")
+	limit := fs.Int("limit", 20, "print at most `N` hits")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -69,7 +69,7 @@ func cmdSearch(g *globals, name string, args []string) error {
 		return usagef("%s: want WORDS to search for", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		hits, err := c.Search(ctx, strings.Join(pos, " "), q)
+		hits, err := c.Directory().Search(ctx, strings.Join(pos, " "), q, client.Limit(*limit))
 		if err != nil {
 			return err
 		}
@@ -99,10 +99,11 @@ func cmdDirectoryList(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		entries, next, err := c.ListDirectoryPage(ctx, q, *after, *limit)
+		page, err := c.Directory().List(ctx, q, client.After(*after), client.Limit(*limit))
 		if err != nil {
 			return err
 		}
+		entries, next := page.Items, page.Next
 		if g.output == "json" {
 			g.printList(&agentsilov1.DirectoryListResponse{Entries: wireEntries(entries), Next: next})
 			return nil
@@ -128,7 +129,7 @@ func cmdDirectoryGet(g *globals, name string, args []string) error {
 		return usagef("%s: want one NAME", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		e, err := c.DirectoryEntry(ctx, pos[0])
+		e, err := c.Directory().Get(ctx, pos[0])
 		if err != nil {
 			return err
 		}
@@ -199,7 +200,7 @@ func cmdDirectoryAdd(g *globals, name string, args []string) error {
 	}
 	req.Name, req.URL = pos[0], pos[1]
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		e, err := c.AddToDirectory(ctx, req)
+		e, err := c.Directory().Add(ctx, req)
 		if err != nil {
 			return err
 		}
@@ -222,7 +223,7 @@ func cmdDirectoryRemove(g *globals, name string, args []string) error {
 		return usagef("%s: want one NAME", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		if err := c.RemoveFromDirectory(ctx, pos[0]); err != nil {
+		if err := c.Directory().Remove(ctx, pos[0]); err != nil {
 			return err
 		}
 		g.done("removed %s from the directory", pos[0])

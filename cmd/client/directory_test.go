@@ -57,7 +57,8 @@ func TestDirectoryCLIDoc(t *testing.T) {
 				t.Fatal(err)
 			}
 			testutil.WaitFor(t, "the outside entries refreshed", func() bool {
-				l, err := c.ListDirectory(t.Context(), client.DirectoryQuery{})
+				lPage, err := c.Directory().List(t.Context(), client.DirectoryQuery{})
+				l := lPage.Items
 				n := 0
 				for _, e := range l {
 					if !e.LastSeen.IsZero() {

@@ -49,11 +49,12 @@ func TestListingsGolden(t *testing.T) {
 
 	alice := dialKey(t, addr, "alice-key")
 	testutil.WaitFor(t, "the directory to list the agent types", func() bool {
-		types, err := alice.Types(t.Context(), "")
+		types, err := alice.Admin().Types(t.Context(), "")
 		if err != nil {
 			return false
 		}
-		es, err := alice.ListDirectory(t.Context(), client.DirectoryQuery{Kind: "type"})
+		esPage, err := alice.Directory().List(t.Context(), client.DirectoryQuery{Kind: "type"})
+		es := esPage.Items
 		return err == nil && len(es) == len(types)
 	})
 

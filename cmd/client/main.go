@@ -599,7 +599,7 @@ func cmdCreate(g *globals, name string, args []string) error {
 		return usagef("create: want AGENT")
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		addr, err := c.CreateAgent(ctx, pos[0], cfg)
+		addr, err := c.Agents().Create(ctx, pos[0], cfg)
 		if err != nil {
 			return err
 		}
@@ -624,7 +624,7 @@ func cmdAgents(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		agents, err := c.AgentsOf(ctx, *owner, *typ)
+		agents, err := c.Agents().List(ctx, *owner, *typ)
 		if err != nil {
 			return err
 		}
@@ -650,7 +650,7 @@ func cmdMembers(g *globals, name string, args []string) error {
 		return err
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		members, err := c.Members(ctx)
+		members, err := c.Admin().Members(ctx)
 		if err != nil {
 			return err
 		}
@@ -692,7 +692,7 @@ func cmdReminders(g *globals, name string, args []string) error {
 		return usagef("reminders: want one AGENT")
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		rs, err := c.Reminders(ctx, pos[0])
+		rs, err := c.Agents().Reminders(ctx, pos[0])
 		if err != nil {
 			return err
 		}

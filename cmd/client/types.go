@@ -68,7 +68,11 @@ func cmdTypesApply(g *globals, name string, args []string) error {
 		return usagef("%s: %w", name, err)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		a, err := c.ApplyType(ctx, def, *dryRun)
+		var opts []client.CallOption
+		if *dryRun {
+			opts = append(opts, client.DryRun())
+		}
+		a, err := c.Admin().ApplyType(ctx, def, opts...)
 		if err != nil {
 			return err
 		}
@@ -119,7 +123,7 @@ func cmdTypesDelete(g *globals, name string, args []string) error {
 		return usagef("%s: want one TYPE", name)
 	}
 	return g.with(func(ctx context.Context, c *client.Client) error {
-		unconfirmed, err := c.DeleteType(ctx, pos[0])
+		unconfirmed, err := c.Admin().DeleteType(ctx, pos[0])
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func TestFanOut(t *testing.T) {
 	if want := "report (3 findings): food of a trip to Rome: noted; museums of a trip to Rome: noted; weather of a trip to Rome: noted"; r.Message != want {
 		t.Errorf("Planner answered %q, want %q", r.Message, want)
 	}
-	agents, err := c.Agents(t.Context(), "")
+	agents, err := c.Agents().List(t.Context(), "", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -143,7 +143,7 @@ func TestModelPages(t *testing.T) {
 	root, alice := dial(rootKey), dial(aliceKey)
 	_, err = root.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"})
 	must(t, err)
-	_, err = root.ApplyType(ctx, fmt.Appendf(nil, "type: Planner\ndescription: Plans.\nmodel:\n  provider: openai\n  base_url: %s\n  name: fake-model\n", srv.OpenAIURL()), false)
+	_, err = root.Admin().ApplyType(ctx, fmt.Appendf(nil, "type: Planner\ndescription: Plans.\nmodel:\n  provider: openai\n  base_url: %s\n  name: fake-model\n", srv.OpenAIURL()))
 	must(t, err)
 
 	// alice's conversations: Helper:alice:h1 answers once, then holds a

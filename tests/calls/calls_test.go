@@ -60,7 +60,7 @@ func TestBackgroundFollowSurvivesKill(t *testing.T) {
 	if _, err := client.NewMemory(cl, mem).Put(ctx, client.MemoryEntry{Key: "k", Text: "kept"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.CreateAgent(ctx, remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
+	if _, err := cl.Agents().Create(ctx, remote, map[string]string{a2a.ConfigCardURL: out.CardURL()}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := cl.Ask(ctx, remote, &client.Message{Message: "slow survives", State: map[string]string{a2a.StateFollow: a2a.FollowBackground}})
@@ -84,7 +84,7 @@ func TestBackgroundFollowSurvivesKill(t *testing.T) {
 	// Once the follow is removed from the agent's state, its reminder is
 	// removed too: nothing can deliver again.
 	testutil.WaitFor(t, "the follow's reminder removed", func() bool {
-		rs, err := cl.Reminders(ctx, remote)
+		rs, err := cl.Agents().Reminders(ctx, remote)
 		return err == nil && len(rs) == 0
 	})
 	mu.Lock()

@@ -125,7 +125,7 @@ func TestDashboard(t *testing.T) {
 		return c
 	}
 	root, alice := dial(rootKey, 1), dial(aliceKey, 2)
-	testutil.WaitFor(t, "three members", func() bool { m, err := root.Members(ctx); return err == nil && len(m) == 3 })
+	testutil.WaitFor(t, "three members", func() bool { m, err := root.Admin().Members(ctx); return err == nil && len(m) == 3 })
 
 	// bob may read alice's agents; the seed's rule is kept for system's.
 	_, err := root.ACL().AddRule(ctx, client.ACLRule{OwnerPattern: "alice", AgentPattern: "*", CallerPattern: "bob", Permission: "Read"})
@@ -144,7 +144,7 @@ func TestDashboard(t *testing.T) {
 	}
 	_, err = alice.Ask(ctx, "Worker:alice:w1", &client.Message{Message: "save {\"count\": 3}"})
 	must(t, err)
-	_, err = alice.CreateAgent(ctx, "Worker:alice:x", map[string]string{"note": xss})
+	_, err = alice.Agents().Create(ctx, "Worker:alice:x", map[string]string{"note": xss})
 	must(t, err)
 	_, err = alice.Ask(ctx, "Worker:alice:x", &client.Message{Message: "hello"})
 	must(t, err)
@@ -232,7 +232,7 @@ func TestDashboard(t *testing.T) {
 
 	// alice: the cluster page against the SDK's members.
 	login(aliceKey)
-	members, err := alice.Members(ctx)
+	members, err := alice.Admin().Members(ctx)
 	must(t, err)
 	got := text("#members")
 	for _, m := range members {
@@ -254,7 +254,7 @@ func TestDashboard(t *testing.T) {
 	shot("cluster")
 
 	// Agents: the count the SDK gives alice.
-	agents, err := alice.Agents(ctx, "")
+	agents, err := alice.Agents().List(ctx, "", "")
 	must(t, err)
 	run("agents", chromedp.Navigate(base+"/ui/agents"), chromedp.WaitVisible(chromedp.ID("agents")))
 	if got := text("#total"); !strings.HasPrefix(got, fmt.Sprintf("%d active agents", len(agents))) {
@@ -287,13 +287,13 @@ func TestDashboard(t *testing.T) {
 	shot("agent")
 	act("#reminders button.remove", "Remove reminder tick of Worker:alice:w1?")
 	waitText("#flash", "Removed reminder tick of Worker:alice:w1")
-	if rs, err := alice.Reminders(ctx, "Worker:alice:w1"); err != nil || len(rs) != 0 {
+	if rs, err := alice.Agents().Reminders(ctx, "Worker:alice:w1"); err != nil || len(rs) != 0 {
 		t.Errorf("after removal the SDK lists %v, %v", rs, err)
 	}
 	act("#deactivate", "Deactivate Worker:alice:w1?")
 	waitText("#flash", "Deactivated Worker:alice:w1")
 	testutil.WaitFor(t, "w1 deactivated", func() bool {
-		as, err := alice.Agents(ctx, "Worker")
+		as, err := alice.Agents().List(ctx, "", "Worker")
 		if err != nil {
 			return false
 		}
@@ -354,7 +354,8 @@ func TestDashboard(t *testing.T) {
 	}
 
 	// The directory: the entries the SDK lists, and a search.
-	entries, err := alice.ListDirectory(ctx, client.DirectoryQuery{})
+	entriesPage, err := alice.Directory().List(ctx, client.DirectoryQuery{})
+	entries := entriesPage.Items
 	must(t, err)
 	run("directory", chromedp.Navigate(base+"/ui/directory"), chromedp.WaitVisible(chromedp.ID("directory")))
 	got = text("#directory")
@@ -435,7 +436,7 @@ func TestDashboard(t *testing.T) {
 	// machine; an agent that was deactivated stays missing (nothing asks
 	// it again), so waiting for it to be listed still catches one.
 	testutil.WaitFor(t, "w2 still active after bob's refused deactivate", func() bool {
-		as, err := alice.Agents(ctx, "Worker")
+		as, err := alice.Agents().List(ctx, "", "Worker")
 		return err == nil && hasAgent(as, "Worker:alice:w2")
 	})
 	csrfChecks(t, base, aliceKey)

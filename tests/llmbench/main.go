@@ -570,11 +570,11 @@ func (b *bench) memory(ctx context.Context, n int) (map[string]any, error) {
 	}
 	var sizes []float64
 	for _, a := range addrs {
-		data, _, err := b.gw.State(ctx, a)
+		st, err := b.gw.Agents().State(ctx, a)
 		if err != nil {
 			return nil, fmt.Errorf("memory: the record of %s: %w", a, err)
 		}
-		sizes = append(sizes, float64(len(data)))
+		sizes = append(sizes, float64(len(st.Data)))
 	}
 	sum := 0.0
 	for _, s := range sizes {

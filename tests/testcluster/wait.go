@@ -104,7 +104,7 @@ func (c *Cluster) Members(ctx context.Context, i int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	ms, err := cl.Members(ctx)
+	ms, err := cl.Admin().Members(ctx)
 	if err != nil {
 		return nil, err
 	}

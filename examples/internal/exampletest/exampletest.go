@@ -73,7 +73,7 @@ func Start(t *testing.T, env []string, args ...string) *Program {
 			return false
 		}
 		defer c.Close()
-		_, err = c.Members(t.Context())
+		_, err = c.Admin().Members(t.Context())
 		return err == nil
 	})
 	return p
