@@ -268,14 +268,6 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	case m.MessageType == "" && m.Kind == grain.KindRequest && m.State[StateApproval] != "":
 		return a.answer(ctx, m, m.State[StateApproval])
 	case m.MessageType == SkillDecide && m.Kind == grain.KindRequest:
-		a.mu.Lock()
-		busy := a.busy
-		a.mu.Unlock()
-		if busy {
-			// Only while a tool of the turn asked back: decide between
-			// turns.
-			return nil, errs.New(codes.FailedPrecondition, "%s is in a turn: approvals are decided between turns; nothing was decided", a.h.Address())
-		}
 		return a.decide(ctx, m)
 	case self && m.MessageType == ResumeReminder:
 		a.tick(ctx)

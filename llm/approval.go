@@ -186,11 +186,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 		case Approved:
 			run = append(run, ap.Call)
 		case Denied:
-			by := "by " + ap.By
-			if ap.By == "" {
-				by = "when its deadline passed"
-			}
-			text := "not run: a person's approval was needed and the call was denied " + by
+			text := "not run: a person's approval was needed and the call was denied " + byWhom(*ap)
 			if ap.Reason != "" {
 				text += ": " + ap.Reason
 			}
@@ -312,6 +308,11 @@ func (a *agent) decide(ctx context.Context, m *grain.Message) (*grain.Message, e
 	if err := json.Unmarshal(m.Data, &d); err != nil {
 		return nil, errs.Wrap(codes.InvalidArgument, err, "%s: %s: the decision is not JSON; nothing was decided", a.h.Address(), SkillDecide)
 	}
+	if !a.enter() {
+		// Only while a tool of the turn asked back: decide between turns.
+		return nil, errs.New(codes.FailedPrecondition, "%s is in a turn: approvals are decided between turns; nothing was decided", a.h.Address())
+	}
+	defer a.leave()
 	out, cur, err := a.decision(ctx, principalOf(m), d)
 	if err != nil {
 		return nil, err
@@ -356,10 +357,7 @@ func (a *agent) answer(ctx context.Context, m *grain.Message, ids string) (*grai
 	if decided == 0 {
 		return nil, first
 	}
-	cur := a.rec.Current
-	if cur == nil {
-		return nil, errs.New(codes.FailedPrecondition, "%s: no turn waits for approvals; nothing was decided", a.h.Address())
-	}
+	cur := a.rec.Current // a decision was recorded: the turn is there
 	rc := runContext{ownOnly: cur.Principal != principal}
 	if takesPushes(m.From) {
 		rc.pushTo = m.From
