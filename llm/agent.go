@@ -112,6 +112,7 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 			grain.TypedSkill[struct{}, any](SkillConversation, "The agent's recorded conversation: its messages, tool calls and results, turns and token counts, as JSON.").Interleaving(),
 			grain.TypedSkill[struct{}, []Approval](SkillApprovals, "The tool calls the agent's turn waits to have approved.").Interleaving(),
 			grain.TypedSkill[Decision, Decided](SkillDecide, "Approve or deny a tool call that waits for approval (its owner, or a principal the ACL grants Approve on it)."),
+			grain.TypedSkill[struct{}, Forgotten](SkillForget, "Delete the agent's recorded conversation, between turns (its owner, or a principal the ACL grants Configure on it)."),
 		},
 	}
 	return func(h grain.Host) (grain.Agent, error) { return &agent{t: t, h: h}, nil }, info, nil
@@ -172,11 +173,14 @@ func (a *agent) load(ctx context.Context) error {
 }
 
 // OnDeactivate implements grain.Deactivator: an activation that ends
-// between turns removes the resume reminder it registered.
+// between turns removes the resume reminder it registered and, if the
+// definition sets a retention, registers the reminder that deletes the
+// conversation once it passes.
 func (a *agent) OnDeactivate(ctx context.Context, _ grain.Reason) {
 	if a.reminded && a.rec.Current == nil && !a.stale {
 		a.unregister(ctx)
 	}
+	a.keep(ctx)
 }
 
 // save stores the record if it is still the version last loaded or saved.
@@ -269,6 +273,11 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		return a.answer(ctx, m, m.State[StateApproval])
 	case m.MessageType == SkillDecide && m.Kind == grain.KindRequest:
 		return a.decide(ctx, m)
+	case m.MessageType == SkillForget && m.Kind == grain.KindRequest:
+		return a.forget(ctx, m)
+	case self && m.MessageType == RetentionReminder:
+		a.expire(ctx)
+		return nil, nil
 	case self && m.MessageType == ResumeReminder:
 		a.tick(ctx)
 		return nil, nil

@@ -39,6 +39,10 @@ import (
 //	  max_output_tokens: 4000
 //	  timeout: 2m
 //	  owner_daily_tokens: 200000
+//	conversation:
+//	  max_tokens: 8000            # earlier turns sent with each request
+//	  trim: summarize             # or drop
+//	  retention: 720h             # idle conversations deleted after
 //	schedule:
 //	  - cron: "0 7 * * 1-5 Europe/Rome"
 //	    message: summarise the orders opened yesterday
@@ -60,6 +64,10 @@ type Definition struct {
 	Approval []string `json:"approval,omitempty"`
 	// Limits bound each turn.
 	Limits Limits `json:"limits,omitzero"`
+	// Conversation says how much of the conversation the model is sent,
+	// what becomes of older turns, and how long an idle conversation is
+	// kept.
+	Conversation ConversationSettings `json:"conversation,omitzero"`
 	// Schedule is when the agents are asked without a caller: each entry's
 	// message at its times, to its agent (see ScheduleEntry), through
 	// durable reminders. A declared type's are registered when the
@@ -138,6 +146,33 @@ type Limits struct {
 	ApprovalTimeout  Duration `json:"approval_timeout,omitempty"`
 	ApproveOnTimeout bool     `json:"approve_on_timeout,omitempty"`
 }
+
+// ConversationSettings bound an agent's conversation over time (Limits
+// bound a turn).
+type ConversationSettings struct {
+	// MaxTokens is the budget of the earlier turns sent to the model with
+	// each request, in tokens estimated at one per four bytes of text (0:
+	// no budget; the record's size bound still drops the oldest turns).
+	// When a turn starts with more than that, the oldest turns go until
+	// half the budget is left, as Trim says.
+	MaxTokens int `json:"max_tokens,omitempty"`
+	// Trim is what becomes of the turns that go: TrimDrop (the default)
+	// forgets them; TrimSummarize has the model fold them, with the
+	// summary before, into a new summary (a model call of its own,
+	// counted in the usage and recorded with the turn's first step),
+	// which every later request carries after the system prompt.
+	Trim string `json:"trim,omitempty"`
+	// Retention deletes a conversation that has had no turn for this long
+	// (0: kept until deleted), at least a minute. A durable reminder,
+	// registered when an activation ends, carries it.
+	Retention Duration `json:"retention,omitempty"`
+}
+
+// What Conversation.Trim may say.
+const (
+	TrimDrop      = "drop"
+	TrimSummarize = "summarize"
+)
 
 // ScheduleEntry is a message an agent is asked at set times, without a
 // caller: exactly one of Every and Cron says when.
@@ -333,6 +368,14 @@ func (d *Definition) Validate() error {
 		return bad("limits.owner_daily_tokens", "%d is negative", l.OwnerDailyTokens)
 	case l.ApprovalTimeout < 0 || time.Duration(l.ApprovalTimeout) > MaxApprovalTimeout:
 		return bad("limits.approval_timeout", "%v is out of range (up to %v; 0 is the default, %v)", time.Duration(l.ApprovalTimeout), MaxApprovalTimeout, DefaultApprovalTimeout)
+	}
+	switch c := d.Conversation; {
+	case c.MaxTokens < 0:
+		return bad("conversation.max_tokens", "%d is negative", c.MaxTokens)
+	case c.Trim != "" && c.Trim != TrimDrop && c.Trim != TrimSummarize:
+		return bad("conversation.trim", "%q is not %q or %q", clipText(c.Trim, 40), TrimDrop, TrimSummarize)
+	case c.Retention < 0 || (c.Retention > 0 && time.Duration(c.Retention) < time.Minute):
+		return bad("conversation.retention", "%v is under a minute (0 keeps conversations until deleted)", time.Duration(c.Retention))
 	}
 	entries := make(map[string]int)
 	for i, s := range d.Schedule {

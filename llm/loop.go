@@ -89,10 +89,18 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 			}
 			return Answer{}, err
 		}
+		if cur.Rounds == 0 {
+			if err := a.compact(ctx, rc, cur); err != nil {
+				if a.timeLeft(cur) <= 0 {
+					return a.end(ctx, a.timedOut(err))
+				}
+				return Answer{}, err
+			}
+		}
 		a.push(ctx, rc, ProgressType, fmt.Sprintf("round %d: asking %s", cur.Rounds+1, def.Model.Name))
 		resp, err := a.complete(ctx, rc, &Request{
 			Model:           def.Model.Name,
-			System:          def.SystemPrompt,
+			System:          a.system(),
 			Messages:        a.rec.Messages,
 			Tools:           a.tools.specs,
 			MaxOutputTokens: maxTokens,

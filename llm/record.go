@@ -2,6 +2,7 @@ package llm
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -46,10 +47,27 @@ type Conversation struct {
 	// Decisions are the approvals of the last turns that ended, oldest
 	// first: who decided what, when and why.
 	Decisions []Approval `json:"decisions,omitempty"`
+	// Summary, if the definition trims by summarising, folds the turns
+	// that left Messages.
+	Summary *Summary `json:"summary,omitempty"`
 	// Scheduled holds, by schedule reminder, the last firing a turn was
 	// started for: a tick again for it (a reminder delivers at least
 	// once) starts none.
 	Scheduled map[string]time.Time `json:"scheduled,omitempty"`
+}
+
+// Summary is the model's summary of the turns trimmed from a
+// conversation (see ConversationSettings.Trim).
+type Summary struct {
+	Text string `json:"text"`
+	// Turns counts the turns it folds; Through is the last of them.
+	Turns   int    `json:"turns"`
+	Through string `json:"through"`
+	// At is when it was made, in the turn Turn; Usage is what making it
+	// (every summary so far) cost.
+	At    time.Time `json:"at"`
+	Turn  string    `json:"turn"`
+	Usage Usage     `json:"usage"`
 }
 
 // maxScheduled bounds Conversation.Scheduled (the oldest firings go).
@@ -184,6 +202,49 @@ func (c *Conversation) pending() (last *Message, calls []ToolCall) {
 		return nil, nil
 	}
 	return nil, nil
+}
+
+// estimateTokens estimates the tokens of msgs: one per four bytes of
+// their text, tool arguments and names.
+func estimateTokens(msgs []Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Text) + len(m.Name)
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	return (n + 3) / 4
+}
+
+// overBudget returns how many of the messages before the current turn's
+// (whole turns, oldest first) must go so that those left are estimated at
+// no more than half of max tokens; 0 when they fit in max.
+func (c *Conversation) overBudget(max int) int {
+	before := len(c.Messages)
+	if c.Current != nil {
+		before = min(c.Current.Start, len(c.Messages))
+	}
+	if max <= 0 || estimateTokens(c.Messages[:before]) <= max {
+		return 0
+	}
+	n := 0
+	for n < before && estimateTokens(c.Messages[n:before]) > max/2 {
+		first := c.Messages[n].Turn
+		for n < before && c.Messages[n].Turn == first {
+			n++
+		}
+	}
+	return n
+}
+
+// drop removes the first n messages (whole turns before the current
+// one), keeping the current turn's start right.
+func (c *Conversation) drop(n int) {
+	c.Messages = slices.Clone(c.Messages[n:])
+	if c.Current != nil {
+		c.Current.Start -= n
+	}
 }
 
 // trim drops the oldest whole turns until the record encodes in max
