@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"weak"
@@ -42,6 +44,17 @@ type StateStore interface {
 	// Delete removes addr's state if the stored etag is etag, else returns
 	// ErrConflict. With etag "", it succeeds if addr has no state.
 	Delete(ctx context.Context, addr Address, etag string) error
+}
+
+// StateLister is a StateStore that lists the agents it holds state for:
+// the stores of package state, and MemoryStateStore, are. A silo's
+// gateway lists stored agents with it (the SDK's Agents.Stored).
+type StateLister interface {
+	StateStore
+	// List returns the addresses of type typ and owner that have state,
+	// in the order of their aliases, starting after the alias after (""
+	// for the first), at most limit of them (limit > 0).
+	List(ctx context.Context, typ, owner, after string, limit int) ([]Address, error)
 }
 
 // errNoState is what the state methods of Host return on a silo without a
@@ -571,6 +584,26 @@ func (s *MemoryStateStore) Delete(ctx context.Context, addr Address, etag string
 	}
 	delete(s.states, addr)
 	return nil
+}
+
+// List implements StateLister.
+func (s *MemoryStateStore) List(ctx context.Context, typ, owner, after string, limit int) ([]Address, error) {
+	if ctx.Err() != nil {
+		return nil, ctxError(ctx, "list the agents of "+typ+":"+owner+" with state")
+	}
+	s.mu.Lock()
+	var out []Address
+	for a := range s.states {
+		if a.Type == typ && a.Owner == owner && a.Alias > after {
+			out = append(out, a)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(x, y Address) int { return strings.Compare(x.Alias, y.Alias) })
+	if len(out) > limit {
+		out = out[:max(limit, 0)]
+	}
+	return out, nil
 }
 
 func (s *MemoryStateStore) checkLocked(addr Address, etag, what string) error {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -95,6 +96,52 @@ func conformance(t *testing.T, store grain.StateStore) {
 		e = save(t, empty, "", "")
 		if data, etag := load(t, empty); data == nil || len(data) != 0 || etag != e {
 			t.Fatalf("empty state loads as %v at %q, want empty at %q", data, etag, e)
+		}
+	})
+
+	t.Run("list", func(t *testing.T) {
+		l, ok := store.(grain.StateLister)
+		if !ok {
+			t.Fatalf("%T lists no agents (grain.StateLister)", store)
+		}
+		// Owners and types that share a prefix stay apart; aliases come
+		// in byte order, paged by after and limit; a deleted state goes.
+		var want []string
+		for _, alias := range []string{"b", "A", "a.b", "a_b", "a", "a@c", "Z-1"} {
+			save(t, grain.Address{Type: "Listed", Owner: "own", Alias: alias}, "x", "")
+			want = append(want, alias)
+		}
+		save(t, grain.Address{Type: "Listed", Owner: "own2", Alias: "other"}, "x", "")
+		save(t, grain.Address{Type: "Listed2", Owner: "own", Alias: "other"}, "x", "")
+		save(t, grain.Address{Type: "Listed", Owner: "ow", Alias: "n:other"}, "x", "")
+		gone := grain.Address{Type: "Listed", Owner: "own", Alias: "gone"}
+		if err := store.Delete(t.Context(), gone, save(t, gone, "x", "")); err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(want)
+		var got []string
+		after := ""
+		for {
+			page, err := l.List(t.Context(), "Listed", "own", after, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range page {
+				if a.Type != "Listed" || a.Owner != "own" {
+					t.Fatalf("listed %s", a)
+				}
+				got = append(got, a.Alias)
+			}
+			if len(page) < 3 {
+				break
+			}
+			after = page[len(page)-1].Alias
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("listed %q, want %q", got, want)
+		}
+		if page, err := l.List(t.Context(), "Listed", "nobody", "", 10); err != nil || len(page) != 0 {
+			t.Fatalf("an owner without state: %v %v", page, err)
 		}
 	})
 

@@ -236,6 +236,34 @@ func (s *Etcd) Delete(ctx context.Context, addr grain.Address, etag string) erro
 	return nil
 }
 
+// List implements grain.StateLister: a range read of the keys (no values)
+// under <prefix>state/<typ>:<owner>:, after after's key.
+func (s *Etcd) List(ctx context.Context, typ, owner, after string, limit int) ([]grain.Address, error) {
+	what := text("list the agents of type " + typ + " and owner " + owner + " with state")
+	if !grain.ValidType(typ) || !grain.ValidName(owner) || limit <= 0 {
+		return nil, errs.New(codes.InvalidArgument, "%s: want a type, an owner and a limit over 0", what)
+	}
+	prefix := s.root + typ + ":" + owner + ":"
+	from := prefix
+	if after != "" {
+		from = prefix + after + "\x00"
+	}
+	octx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
+	defer cancel()
+	resp, err := s.client.Get(octx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, s.fail(ctx, what, err)
+	}
+	out := make([]grain.Address, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		alias := strings.TrimPrefix(string(kv.Key), prefix)
+		if grain.ValidName(alias) {
+			out = append(out, grain.Address{Type: typ, Owner: owner, Alias: alias})
+		}
+	}
+	return out, nil
+}
+
 // current is the version (mod revision) of the state a failed transaction's
 // Else read, 0 if there is none.
 func current(resp *clientv3.TxnResponse) int64 {

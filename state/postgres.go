@@ -153,6 +153,36 @@ func (s *Postgres) Load(ctx context.Context, addr grain.Address) ([]byte, string
 	return data, strconv.FormatInt(version, 10), nil
 }
 
+// List implements grain.StateLister.
+func (s *Postgres) List(ctx context.Context, typ, owner, after string, limit int) ([]grain.Address, error) {
+	what := text("list the agents of type " + typ + " and owner " + owner + " with state")
+	if !grain.ValidType(typ) || !grain.ValidName(owner) || limit <= 0 {
+		return nil, errs.New(codes.InvalidArgument, "%s: want a type, an owner and a limit over 0", what)
+	}
+	prefix := typ + ":" + owner + ":"
+	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
+	defer cancel()
+	rows, err := s.pool.Query(octx, `SELECT address FROM `+s.table+` WHERE starts_with(address, $1) AND address COLLATE "C" > $2 ORDER BY address COLLATE "C" LIMIT $3`, prefix, prefix+after, limit)
+	if err != nil {
+		return nil, pgFail(ctx, what, err)
+	}
+	defer rows.Close()
+	var out []grain.Address
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			return nil, pgFail(ctx, what, err)
+		}
+		if alias := strings.TrimPrefix(a, prefix); grain.ValidName(alias) {
+			out = append(out, grain.Address{Type: typ, Owner: owner, Alias: alias})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, pgFail(ctx, what, err)
+	}
+	return out, nil
+}
+
 // Save implements grain.StateStore.
 func (s *Postgres) Save(ctx context.Context, addr grain.Address, data []byte, etag string) (string, error) {
 	what := opOn("save", addr)
