@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strings"
 
 	"github.com/agentsilo/agentsilo/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -58,6 +59,41 @@ func (a Agents) List(ctx context.Context, owner, typ string) ([]AgentInfo, error
 	}
 	return agentInfos(r.GetAgents()), nil
 }
+
+// Stored lists the agents of type typ and owner that have state in the
+// cluster's state store, whether active or not, by address, in alias
+// order: one page (the listing keeps those the caller may Read).
+// Options: After (an alias, a page's Next) and Limit (default 1000, at
+// most 10000).
+func (a Agents) Stored(ctx context.Context, typ, owner string, opts ...CallOption) (Page[string], error) {
+	o, err := callOpts("list the agents with state", opts, optAfter|optLimit)
+	if err != nil {
+		return Page[string]{}, err
+	}
+	ctx, cancel, gw := a.c.unary(ctx)
+	defer cancel()
+	r, err := gw.ListAgents(ctx, &agentsilov1.ListAgentsRequest{Type: typ, Owner: owner, Stored: true, After: o.after, Limit: uint32(min(max(o.limit, 0), 1<<30))})
+	if err != nil {
+		return Page[string]{}, errs.FromStatus(err)
+	}
+	out := Page[string]{Items: make([]string, len(r.GetAgents()))}
+	for i, ai := range r.GetAgents() {
+		out.Items[i] = ai.GetAddress()
+	}
+	limit := o.limit
+	if limit == 0 {
+		limit = defaultStoredPage
+	}
+	if n := len(out.Items); n > 0 && n >= limit {
+		// A full page: more may follow, after its last alias.
+		last := out.Items[n-1]
+		out.Next = last[strings.LastIndexByte(last, ':')+1:]
+	}
+	return out, nil
+}
+
+// defaultStoredPage is the gateway's page of Stored without Limit.
+const defaultStoredPage = 1000
 
 // Config returns the configuration Create stored for the agent, Found
 // false if none was (needs Read).

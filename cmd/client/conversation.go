@@ -26,6 +26,84 @@ import (
 // conversationSkill is llm.SkillConversation.
 const conversationSkill = "conversation"
 
+func cmdConversationDelete(g *globals, name string, args []string) error {
+	agent, err := oneAgent(g, name, args, nil)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		if err := checkConversationSkill(ctx, c, agent); err != nil {
+			return err
+		}
+		if err := c.Conversations().Delete(ctx, agent); err != nil {
+			return err
+		}
+		fmt.Fprintln(g.stdout, "deleted")
+		return nil
+	})
+}
+
+// ownerFlag parses the one flag, --owner, of the conversations commands.
+func ownerFlag(g *globals, name string, args []string) (string, error) {
+	fs := newFlagSet(name, g)
+	owner := fs.String("owner", "", "the `OWNER` whose model agents' conversations (needed)")
+	pos, err := parse(fs, args)
+	if err != nil {
+		return "", err
+	}
+	if err := noArgs(name, pos); err != nil {
+		return "", err
+	}
+	if *owner == "" {
+		return "", usagef("%s: want --owner OWNER", name)
+	}
+	return *owner, nil
+}
+
+func cmdConversations(g *globals, name string, args []string) error {
+	owner, err := ownerFlag(g, name, args)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		agents, err := c.Conversations().List(ctx, owner)
+		if err != nil {
+			return err
+		}
+		if g.output == "json" {
+			if agents == nil {
+				agents = []string{}
+			}
+			b, err := json.Marshal(agents)
+			if err != nil {
+				return errs.Wrap(codes.Internal, err, "encode the list")
+			}
+			fmt.Fprintf(g.stdout, "%s\n", b)
+			return nil
+		}
+		if len(agents) == 0 {
+			fmt.Fprintln(g.stdout, "none")
+			return nil
+		}
+		for _, a := range agents {
+			fmt.Fprintln(g.stdout, a)
+		}
+		return nil
+	})
+}
+
+func cmdConversationsDelete(g *globals, name string, args []string) error {
+	owner, err := ownerFlag(g, name, args)
+	if err != nil {
+		return err
+	}
+	return g.with(func(ctx context.Context, c *client.Client) error {
+		n, err := c.Conversations().DeleteAll(ctx, owner)
+		fmt.Fprintf(g.stdout, "deleted %d conversations\n", n)
+		return err
+	})
+}
+
 // convRecord is the part of llm.Conversation the text output prints.
 type convRecord struct {
 	Messages []convMessage `json:"messages"`
@@ -90,7 +168,7 @@ func cmdConversation(g *globals, name string, args []string) error {
 		if err := checkConversationSkill(ctx, c, agent); err != nil {
 			return err
 		}
-		data, err := client.AskTyped[struct{}, json.RawMessage](ctx, c, agent, conversationSkill, struct{}{})
+		data, err := c.Conversations().Get(ctx, agent)
 		if err != nil {
 			return err
 		}

@@ -79,6 +79,19 @@ the stored state is still that version (else Aborted, exit 1).`, cmdStateDelete}
 		{"state", "AGENT", "show an agent's stored state and etag",
 			`Prints AGENT's etag on stderr and its state on stdout (needs Read on
 it); "none" if it has none. -o json prints both, the data base64.`, cmdState},
+		{"conversation delete", "AGENT", "delete a model agent's conversation",
+			`Deletes the conversation AGENT recorded (its forget skill; its owner, or
+a principal the ACL grants Configure on it, may), with the answers it kept
+by idempotency key. A turn in progress, or waiting for approvals, is
+FailedPrecondition (exit 1): nothing is deleted.`, cmdConversationDelete},
+		{"conversations delete", "--owner OWNER", "delete every conversation of an owner",
+			`Deletes the recorded conversation of every model agent of OWNER (as
+conversation delete does, one by one), and prints how many. It goes on past
+one it cannot delete, and exits with the first such error.`, cmdConversationsDelete},
+		{"conversations", "--owner OWNER", "list an owner's model agents with a conversation",
+			`Lists the model agents of OWNER (of every type with the conversation and
+forget skills) that have a recorded conversation, active or not, one
+address a line; "none" if there is none (-o json: a list).`, cmdConversations},
 		{"conversation", "AGENT", "show a model agent's conversation",
 			`Prints the conversation a model agent recorded (its conversation skill;
 needs Message on it), turn by turn: the user's message, the model's

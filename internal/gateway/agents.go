@@ -8,6 +8,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -40,6 +41,49 @@ func (g *Gateway) stateStore() (grain.StateStore, error) {
 		return st, nil
 	}
 	return nil, errs.New(codes.FailedPrecondition, "silo %s keeps no agent state (no state store)", g.cfg.Silo)
+}
+
+// Stored listings' pages: by default, and at most.
+const (
+	defaultStoredPage = 1000
+	maxStoredPage     = 10000
+)
+
+// listStored lists the agents of a type and owner that have state, a
+// page at a time (ListAgentsRequest.stored).
+func (g *Gateway) listStored(ctx context.Context, req *agentsilov1.ListAgentsRequest) (*agentsilov1.ListAgentsResponse, error) {
+	typ, owner, after := req.GetType(), req.GetOwner(), req.GetAfter()
+	switch {
+	case !grain.ValidType(typ):
+		return nil, errs.New(codes.InvalidArgument, "list the agents with state: type %q: want a type name", protocol.Clip(typ))
+	case !grain.ValidName(owner):
+		return nil, errs.New(codes.InvalidArgument, "list the agents with state: owner %q: want an owner", protocol.Clip(owner))
+	case after != "" && !grain.ValidName(after):
+		return nil, errs.New(codes.InvalidArgument, "list the agents with state: after %q: want an alias", protocol.Clip(after))
+	case req.GetLimit() > maxStoredPage:
+		return nil, errs.New(codes.InvalidArgument, "list the agents with state: limit %d is over %d", req.GetLimit(), maxStoredPage)
+	}
+	st, err := g.stateStore()
+	if err != nil {
+		return nil, err
+	}
+	l, ok := st.(grain.StateLister)
+	if !ok {
+		return nil, errs.New(codes.Unimplemented, "silo %s: its state store (%T) does not list agents", g.cfg.Silo, st)
+	}
+	limit := int(req.GetLimit())
+	if limit == 0 {
+		limit = defaultStoredPage
+	}
+	addrs, err := l.List(ctx, typ, owner, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	resp := &agentsilov1.ListAgentsResponse{Agents: make([]*agentsilov1.ActivationInfo, len(addrs))}
+	for i, a := range addrs {
+		resp.Agents[i] = &agentsilov1.ActivationInfo{Address: a.String()}
+	}
+	return resp, nil
 }
 
 // ListTypes implements agentsilov1.GatewayServer: the types of every silo

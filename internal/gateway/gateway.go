@@ -497,6 +497,9 @@ func (g *Gateway) ListAgents(ctx context.Context, req *agentsilov1.ListAgentsReq
 	if _, err := unaryPrincipal(ctx); err != nil {
 		return nil, err
 	}
+	if req.GetStored() {
+		return g.listStored(ctx, req)
+	}
 	if g.cfg.Cluster != nil {
 		out, err := g.cfg.Cluster.Agents(ctx, req.GetType())
 		if err != nil {

@@ -883,7 +883,16 @@ type ListAgentsRequest struct {
 	// type filters by agent type; empty lists all.
 	Type string `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
 	// owner filters by the agents' owner; empty lists all the caller may read.
-	Owner         string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	Owner string `protobuf:"bytes,2,opt,name=owner,proto3" json:"owner,omitempty"`
+	// stored lists the agents of type and owner (both needed) that have
+	// state in the silo's state store, active or not, instead of the
+	// active ones: each with its address only, in alias order, a page at a
+	// time (after, limit: a full page's last alias is the next page's after).
+	Stored bool `protobuf:"varint,3,opt,name=stored,proto3" json:"stored,omitempty"`
+	// after is the alias a stored listing starts after ("" for the first).
+	After string `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	// limit bounds a stored listing's page (0: 1000; at most 10000).
+	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -930,6 +939,27 @@ func (x *ListAgentsRequest) GetOwner() string {
 		return x.Owner
 	}
 	return ""
+}
+
+func (x *ListAgentsRequest) GetStored() bool {
+	if x != nil {
+		return x.Stored
+	}
+	return false
+}
+
+func (x *ListAgentsRequest) GetAfter() string {
+	if x != nil {
+		return x.After
+	}
+	return ""
+}
+
+func (x *ListAgentsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
 }
 
 type ActivationInfo struct {
@@ -2310,10 +2340,13 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"/\n" +
 	"\x13CreateAgentResponse\x12\x18\n" +
-	"\aaddress\x18\x01 \x01(\tR\aaddress\"=\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\"\x81\x01\n" +
 	"\x11ListAgentsRequest\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x14\n" +
-	"\x05owner\x18\x02 \x01(\tR\x05owner\"\xdf\x01\n" +
+	"\x05owner\x18\x02 \x01(\tR\x05owner\x12\x16\n" +
+	"\x06stored\x18\x03 \x01(\bR\x06stored\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\tR\x05after\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"\xdf\x01\n" +
 	"\x0eActivationInfo\x12\x18\n" +
 	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x12\n" +
 	"\x04silo\x18\x02 \x01(\tR\x04silo\x12=\n" +

@@ -57,7 +57,7 @@ type GatewayClient interface {
 	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (*SendResponse, error)
 	// CreateAgent stores an agent's configuration; an activation reads it lazily.
 	CreateAgent(ctx context.Context, in *CreateAgentRequest, opts ...grpc.CallOption) (*CreateAgentResponse, error)
-	// ListAgents lists active activations.
+	// ListAgents lists active activations, or the agents with stored state.
 	ListAgents(ctx context.Context, in *ListAgentsRequest, opts ...grpc.CallOption) (*ListAgentsResponse, error)
 	// ListMembers lists the silos of the cluster as this gateway sees it.
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
@@ -257,7 +257,7 @@ type GatewayServer interface {
 	Send(context.Context, *SendRequest) (*SendResponse, error)
 	// CreateAgent stores an agent's configuration; an activation reads it lazily.
 	CreateAgent(context.Context, *CreateAgentRequest) (*CreateAgentResponse, error)
-	// ListAgents lists active activations.
+	// ListAgents lists active activations, or the agents with stored state.
 	ListAgents(context.Context, *ListAgentsRequest) (*ListAgentsResponse, error)
 	// ListMembers lists the silos of the cluster as this gateway sees it.
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
