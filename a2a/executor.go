@@ -99,6 +99,16 @@ func (e *executor) Execute(ctx context.Context, ec *a2asrv.ExecutorContext) iter
 	}
 }
 
+// contextAgent is the agent that serves agent's context contextID: its
+// context's (grain.ContextAddress) if its type keeps each context apart
+// (TypeInfo.PerContext), else agent.
+func (s *Server) contextAgent(agent grain.Address, contextID string) grain.Address {
+	if ti, ok := s.reg.Info(agent.Type); ok && ti.PerContext {
+		return grain.ContextAddress(agent, contextID)
+	}
+	return agent
+}
+
 // turnRun is the agent's turn for a task: an Ask through the runtime on
 // behalf of the caller, from a fresh inbox address, which runs in a
 // goroutine while what the agent pushes to that address waits in the
@@ -123,7 +133,7 @@ type turnResult struct {
 // startTurn starts the turn that asks the call's agent msg.
 func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message) *turnRun {
 	box := e.s.inboxes.Open(c.caller.Principal, inbox.A2A)
-	msg.To = c.agent.String()
+	msg.To = e.s.contextAgent(c.agent, ec.ContextID).String()
 	msg.From = box.Addr()
 	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
 	msg.Kind = grain.KindRequest
@@ -135,6 +145,9 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 		msg.State = make(map[string]string, 3)
 	}
 	msg.State[StateContextID], msg.State[StateTaskID], msg.State[StateInbound] = ec.ContextID, string(ec.TaskID), "true"
+	if msg.To != c.agent.String() {
+		msg.State[grain.StateContext] = ec.ContextID
+	}
 
 	tctx, cancel := context.WithCancelCause(ctx)
 	tctx, stop := context.WithTimeout(tctx, e.s.cfg.TaskTimeout)

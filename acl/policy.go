@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"strings"
 	"unsafe"
+
+	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // Caller is who makes a call: the principal the gateway authenticated and
@@ -174,6 +176,8 @@ func (p *Policy) Check(c *Caller, owner, alias string, need Permission) Decision
 	if owner == c.Principal {
 		return Decision{Allowed: true, Reason: OwnAgent, Granted: All}
 	}
+	// A context's agent (grain.ContextAddress) has its agent's rights.
+	alias = names.BaseAlias(alias)
 	var ownerBuf, aliasBuf, callerBuf [maxNameLen]byte
 	lowOwner, lowAlias, principal := lower(ownerBuf[:], owner), lower(aliasBuf[:], alias), lower(callerBuf[:], c.Principal)
 	var mask uint64 // the caller's group bits, once maskDone

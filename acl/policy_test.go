@@ -390,3 +390,26 @@ func BenchmarkCheckCrossOwner1000(b *testing.B) {
 		})
 	}
 }
+
+// A context's agent (alias ".ctx" and 16 hex digits after its agent's)
+// has its agent's rights, and no other's.
+func TestCheckContextAlias(t *testing.T) {
+	p, err := Compile(Document{Rules: []Rule{{OwnerPattern: "bob", AgentPattern: "main", CallerPattern: "alice", Permission: Message}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	alice := &Caller{Principal: "alice"}
+	for alias, want := range map[string]bool{
+		"main":                          true,
+		"main.ctx0123456789abcdef":      true,
+		"other.ctx0123456789abcdef":     false,
+		"main.ctx0123456789abcdefx":     false,
+		"main.ctx0123456789ABCDEF":      false,
+		"mainctx0123456789abcdef":       false,
+		"main.ctx0123456789abcdef.ctx0": false,
+	} {
+		if d := p.Check(alice, "bob", alias, Message); d.Allowed != want {
+			t.Errorf("alice on bob's %s: %+v, want allowed %v", alias, d, want)
+		}
+	}
+}

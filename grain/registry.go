@@ -1,6 +1,8 @@
 package grain
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/names"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -34,6 +37,41 @@ type TypeInfo struct {
 	// IdleTimeout, if not 0, deactivates an activation of the type that had
 	// no message for this long instead of Config.IdleTimeout.
 	IdleTimeout time.Duration
+	// PerContext makes each conversation context a caller names an agent
+	// of its own: a message that an A2A client sends to an agent of the
+	// type within a contextId (or an MCP client within a session, when it
+	// asks) goes to ContextAddress(agent, context) instead, so that the
+	// contexts of one agent run apart, each with its own state (a model
+	// agent's conversation per context). Like Skill.Interleave, it stays
+	// on the silo.
+	PerContext bool
+}
+
+// StateContext is the key, in a message's State, of the conversation
+// context that the edge which sent it to a context's agent
+// (ContextAddress) routed it by: an A2A contextId, an MCP session.
+const StateContext = "agentsilo.context"
+
+// ContextAddress is the address of the agent that keeps the context key
+// of the agent at a (see TypeInfo.PerContext): of a's type and owner,
+// its alias a's followed by ".ctx" and 16 hex digits of a hash of a's
+// alias and key. The ACL treats it as a: a rule on a's alias decides for
+// each of its contexts. An empty key, a context address, or an alias too
+// long to take the suffix (over 108 bytes) has no contexts: a itself.
+func ContextAddress(a Address, key string) Address {
+	const suffix = len(names.ContextMark) + 16
+	if key == "" || len(a.Alias) > 128-suffix || names.BaseAlias(a.Alias) != a.Alias {
+		return a
+	}
+	h := sha256.Sum256([]byte(a.Alias + "\x00" + key))
+	return Address{Type: a.Type, Owner: a.Owner, Alias: a.Alias + names.ContextMark + hex.EncodeToString(h[:8])}
+}
+
+// BaseAddress is the address whose context a is, if a is a context's
+// (ContextAddress), else a.
+func BaseAddress(a Address) Address {
+	a.Alias = names.BaseAlias(a.Alias)
+	return a
 }
 
 // Skill is one thing an agent type can do (after A2A's AgentSkill).

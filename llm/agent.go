@@ -105,6 +105,7 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 	}
 	info := grain.TypeInfo{
 		Description: desc,
+		PerContext:  def.Conversation.Key != KeyAgent,
 		Skills: []grain.Skill{
 			{Name: SkillAsk, Description: "Ask the agent: a turn of its model loop with this text; the reply is its answer."},
 			// The record is read while a turn runs, beside it (a.mu
@@ -375,7 +376,7 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 	if strings.TrimSpace(text) == "" {
 		return Answer{}, errs.New(codes.InvalidArgument, "%s: the request has no text", a.h.Address())
 	}
-	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m)}
+	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), context: m.State[grain.StateContext]}
 	if ans, ok, err := a.known(ctx, s); ok || err != nil {
 		return ans, err
 	}
@@ -407,6 +408,9 @@ type turnStart struct {
 	// scheduled turn is for.
 	schedule string
 	at       time.Time
+	// context is the conversation context the request was routed by, to
+	// this agent as that context's (grain.StateContext).
+	context string
 }
 
 // known returns the recorded answer of s's key, if any (loading the
@@ -463,6 +467,9 @@ func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
 	a.rec.Current = cur
 	if s.schedule != "" {
 		a.rec.fired(s.schedule, s.at)
+	}
+	if a.rec.Context == "" && s.context != "" && grain.BaseAddress(a.h.Address()) != a.h.Address() {
+		a.rec.Context = clipText(s.context, maxContext)
 	}
 	a.mu.Unlock()
 	if s.trigger == "" {

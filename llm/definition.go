@@ -40,6 +40,7 @@ import (
 //	  timeout: 2m
 //	  owner_daily_tokens: 200000
 //	conversation:
+//	  key: context                # each A2A context its own (or: agent)
 //	  max_tokens: 8000            # earlier turns sent with each request
 //	  trim: summarize             # or drop
 //	  retention: 720h             # idle conversations deleted after
@@ -162,16 +163,30 @@ type ConversationSettings struct {
 	// counted in the usage and recorded with the turn's first step),
 	// which every later request carries after the system prompt.
 	Trim string `json:"trim,omitempty"`
+	// Key says what a conversation is kept by: KeyContext (the default)
+	// makes each A2A context, and each MCP session whose client asks for
+	// it, a conversation of its own, kept by an agent of its own
+	// (grain.ContextAddress: the agent's alias, ".ctx" and a hash of the
+	// context), while callers that name no context (the SDK, the CLI,
+	// other agents) share the agent's own; KeyAgent keeps one
+	// conversation for the agent whatever the context.
+	Key string `json:"key,omitempty"`
 	// Retention deletes a conversation that has had no turn for this long
 	// (0: kept until deleted), at least a minute. A durable reminder,
 	// registered when an activation ends, carries it.
 	Retention Duration `json:"retention,omitempty"`
 }
 
-// What Conversation.Trim may say.
+// What ConversationSettings.Trim may say.
 const (
 	TrimDrop      = "drop"
 	TrimSummarize = "summarize"
+)
+
+// What ConversationSettings.Key may say.
+const (
+	KeyContext = "context"
+	KeyAgent   = "agent"
 )
 
 // ScheduleEntry is a message an agent is asked at set times, without a
@@ -372,6 +387,8 @@ func (d *Definition) Validate() error {
 	switch c := d.Conversation; {
 	case c.MaxTokens < 0:
 		return bad("conversation.max_tokens", "%d is negative", c.MaxTokens)
+	case c.Key != "" && c.Key != KeyContext && c.Key != KeyAgent:
+		return bad("conversation.key", "%q is not %q or %q", clipText(c.Key, 40), KeyContext, KeyAgent)
 	case c.Trim != "" && c.Trim != TrimDrop && c.Trim != TrimSummarize:
 		return bad("conversation.trim", "%q is not %q or %q", clipText(c.Trim, 40), TrimDrop, TrimSummarize)
 	case c.Retention < 0 || (c.Retention > 0 && time.Duration(c.Retention) < time.Minute):

@@ -47,6 +47,10 @@ type Conversation struct {
 	// Decisions are the approvals of the last turns that ended, oldest
 	// first: who decided what, when and why.
 	Decisions []Approval `json:"decisions,omitempty"`
+	// Context, for the agent of one context of a model agent (see
+	// ConversationSettings.Key), is that context: the A2A contextId, or
+	// the MCP session, its first turn came in.
+	Context string `json:"context,omitempty"`
 	// Summary, if the definition trims by summarising, folds the turns
 	// that left Messages.
 	Summary *Summary `json:"summary,omitempty"`
@@ -69,6 +73,9 @@ type Summary struct {
 	Turn  string    `json:"turn"`
 	Usage Usage     `json:"usage"`
 }
+
+// maxContext bounds the context recorded.
+const maxContext = 256
 
 // maxScheduled bounds Conversation.Scheduled (the oldest firings go).
 const maxScheduled = 64

@@ -38,3 +38,27 @@ func Valid(s string) bool {
 
 func isLetter(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' }
 func isDigit(c byte) bool  { return c >= '0' && c <= '9' }
+
+// ContextMark starts the suffix of a context alias: an alias that ends in
+// ContextMark and 16 lowercase hex digits names the agent that keeps one
+// conversation context of the agent whose alias comes before it (see
+// grain.ContextAddress).
+const ContextMark = ".ctx"
+
+// contextSuffix is the length of a context alias's suffix.
+const contextSuffix = len(ContextMark) + 16
+
+// BaseAlias returns the alias of the agent whose context alias is alias,
+// or alias itself if it is not a context alias. It does not allocate.
+func BaseAlias(alias string) string {
+	n := len(alias) - contextSuffix
+	if n < 1 || alias[n:n+len(ContextMark)] != ContextMark {
+		return alias
+	}
+	for i := n + len(ContextMark); i < len(alias); i++ {
+		if c := alias[i]; !isDigit(c) && (c < 'a' || c > 'f') {
+			return alias
+		}
+	}
+	return alias[:n]
+}

@@ -27,3 +27,22 @@ func TestValidType(t *testing.T) {
 		}
 	}
 }
+
+func TestBaseAlias(t *testing.T) {
+	for alias, want := range map[string]string{
+		"main.ctx0123456789abcdef":  "main",
+		"a.b.ctx0123456789abcdef":   "a.b",
+		".ctx0123456789abcdef":      ".ctx0123456789abcdef", // no base
+		"main.ctx0123456789abcdeF":  "main.ctx0123456789abcdeF",
+		"main.ctx0123456789abcde":   "main.ctx0123456789abcde",
+		"main.ctx0123456789abcdef0": "main.ctx0123456789abcdef0",
+		"mainxctx0123456789abcdef":  "mainxctx0123456789abcdef",
+		"main":                      "main",
+		"":                          "",
+		"m.ctx0123456789abcdef.ctxffffffffffffffff": "m.ctx0123456789abcdef",
+	} {
+		if got := BaseAlias(alias); got != want {
+			t.Errorf("BaseAlias(%q) = %q, want %q", alias, got, want)
+		}
+	}
+}

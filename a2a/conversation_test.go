@@ -1,0 +1,128 @@
+package a2a_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	spec "github.com/a2aproject/a2a-go/v2/a2a"
+
+	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
+	"github.com/agentsilo/agentsilo/cluster/etcdstore"
+	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
+	"github.com/agentsilo/agentsilo/internal/testutil"
+	"github.com/agentsilo/agentsilo/llm"
+	"github.com/agentsilo/agentsilo/llm/llmtest"
+)
+
+// A model agent asked by the A2A SDK's client in two contexts: each
+// context is a conversation of its own, kept by the context's agent, and
+// the same context goes on with its conversation; a caller that names no
+// context (the SDK) has the agent's own. The conversations are listed by
+// owner and deleted in one call.
+func TestModelAgentContextsOverA2A(t *testing.T) {
+	e := etcdtest.Start(t)
+	// The model answers with what it was sent: the user's messages so far.
+	srv := llmtest.NewFunc(func(r llmtest.Request) llmtest.Step {
+		var said []string
+		for _, m := range r.Messages {
+			if m.Role == "user" {
+				said = append(said, m.Text)
+			}
+		}
+		return llmtest.Step{Text: strings.Join(said, " | ")}
+	})
+	defer srv.Close()
+	reg := grain.NewRegistry()
+	def, err := llm.ParseDefinition(fmt.Appendf(nil, "type: Chat\nmodel: {provider: openai, base_url: %s, name: fake-1}\n", srv.OpenAIURL()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := llm.Register(reg, def, llm.WithMaxRetries(0)); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "s1"
+	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/contexts/"}
+	cfg.Logger = testutil.Logger()
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	dev := map[string]string{"x-agentsilo-principal": "dev"}
+	asTask := taskOf(t)
+	cl := dial(t, s, "Chat/dev/main", "JSONRPC", dev)
+
+	inContext := func(ctxID, say string) string {
+		t.Helper()
+		req := text(say)
+		req.Message.ContextID = ctxID
+		task := asTask(cl.SendMessage(t.Context(), req))
+		if task.Status.State != spec.TaskStateCompleted || task.ContextID != ctxID {
+			t.Fatalf("%s in %s: %s in context %s, want completed in the same", say, ctxID, task.Status.State, task.ContextID)
+		}
+		return artifactText(task)
+	}
+	if got := inContext("ctx-a", "one"); got != "one" {
+		t.Fatalf("context a's first turn saw %q", got)
+	}
+	if got := inContext("ctx-b", "two"); got != "two" {
+		t.Fatalf("context b's first turn saw %q, want its own conversation", got)
+	}
+	if got := inContext("ctx-a", "three"); got != "one | three" {
+		t.Fatalf("context a's second turn saw %q, want its conversation continued", got)
+	}
+	sdk := dialSilo(t, s, client.WithPrincipal("dev"))
+	if r, err := sdk.Ask(t.Context(), "Chat:dev:main", &client.Message{Message: "four"}); err != nil || r.GetMessage() != "four" {
+		t.Fatalf("the SDK's turn, without a context: %v %v, want the agent's own conversation", r, err)
+	}
+
+	base := grain.Address{Type: "Chat", Owner: "dev", Alias: "main"}
+	ctxA := grain.ContextAddress(base, "ctx-a").String()
+	raw, err := sdk.Conversations().Get(t.Context(), ctxA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec llm.Conversation
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Context != "ctx-a" || len(rec.Turns) != 2 {
+		t.Fatalf("context a's record: context %q, %d turns", rec.Context, len(rec.Turns))
+	}
+	listed, err := sdk.Conversations().List(t.Context(), "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{ctxA, grain.ContextAddress(base, "ctx-b").String(), base.String()}
+	if len(listed) != 3 {
+		t.Fatalf("conversations of dev: %q, want %q in some order", listed, want)
+	}
+	for _, w := range want {
+		if !strings.Contains(strings.Join(listed, " "), w) {
+			t.Fatalf("conversations of dev: %q, want %q among them", listed, w)
+		}
+	}
+	if n, err := sdk.Conversations().DeleteAll(t.Context(), "dev"); err != nil || n != 3 {
+		t.Fatalf("delete dev's conversations: %d %v, want 3", n, err)
+	}
+	if listed, err := sdk.Conversations().List(t.Context(), "dev"); err != nil || len(listed) != 0 {
+		t.Fatalf("conversations of dev after deleting them: %q %v", listed, err)
+	}
+	if got := inContext("ctx-a", "five"); got != "five" {
+		t.Fatalf("context a after deletion saw %q, want a new conversation", got)
+	}
+}
