@@ -19,6 +19,8 @@ type request struct {
 	// the message for one without.
 	data []byte
 	text string
+	// session asks the agent of the MCP session's context (sessionArg).
+	session bool
 }
 
 // inputCheck checks the JSON arguments of a request for a skill against
@@ -75,11 +77,12 @@ func decodeArgs(t *tool, agent grain.Address, raw json.RawMessage, check inputCh
 	if t.text {
 		var a struct {
 			Message string `json:"message"`
+			Session bool   `json:"session"`
 		}
 		if err := json.Unmarshal(r.data, &a); err != nil {
 			return nil, errs.New(codes.InvalidArgument, "tool %s: argument %q: want a string", t.name, "message")
 		}
-		r.text, r.data = a.Message, nil
+		r.text, r.data, r.session = a.Message, nil, a.Session && t.session
 	}
 	return r, nil
 }

@@ -78,10 +78,16 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	}
 	defer s.running.Done()
 
+	to, session := r.agent, ""
+	if r.session && req.Session != nil && req.Session.ID() != "" {
+		// The agent of this session's context (grain.ContextAddress).
+		session = "mcp:" + req.Session.ID()
+		to = grain.ContextAddress(r.agent, session)
+	}
 	box := s.inboxes.Open(ri.caller.Principal, inbox.MCP)
 	defer s.inboxes.Close(box)
 	msg := &grain.Message{
-		To:          r.agent.String(),
+		To:          to.String(),
 		From:        box.Addr(),
 		OnBehalfOf:  ri.caller.Principal, // the principal of the call chain (see grain.Authorizer)
 		Kind:        grain.KindRequest,
@@ -90,6 +96,9 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	}
 	if r.data != nil {
 		msg.DataType, msg.Data = "application/json", r.data
+	}
+	if to != r.agent {
+		msg.State = map[string]string{grain.StateContext: session}
 	}
 	if req.Extra != nil {
 		if tp := req.Extra.Header.Get("traceparent"); len(tp) == 55 {

@@ -44,6 +44,9 @@ type tool struct {
 	// the skill has no input schema: the arguments are {"message": text}.
 	in   *jsonschema.Resolved
 	text bool
+	// session says the text tool takes sessionArg: its type keeps each
+	// context apart (grain.TypeInfo.PerContext).
+	session bool
 	// schema is the input schema as listed on an agent's endpoint, out
 	// its output schema (nil: none).
 	schema map[string]any
@@ -83,13 +86,23 @@ func validToolName(name string) bool {
 // name on agents of type typ.
 func everyAgentName(typ, name string) string { return typ + "_" + name }
 
-// textSchema is the input schema of a skill without one.
-func textSchema() map[string]any {
+// sessionArg is the argument of a text tool of a type that keeps each
+// context apart (grain.TypeInfo.PerContext): true asks the agent of this
+// MCP session's context (a model agent's conversation of the session).
+const sessionArg = "session"
+
+// textSchema is the input schema of a skill without one; with session,
+// it takes sessionArg too.
+func textSchema(session bool) map[string]any {
+	props := map[string]any{
+		"message": map[string]any{"type": "string", "description": "the message text the agent receives"},
+	}
+	if session {
+		props[sessionArg] = map[string]any{"type": "boolean", "description": "true: keep this MCP session's conversation with the agent apart from its others"}
+	}
 	return map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"message": map[string]any{"type": "string", "description": "the message text the agent receives"},
-		},
+		"type":                 "object",
+		"properties":           props,
 		"additionalProperties": false,
 	}
 }
@@ -100,7 +113,7 @@ func toolsOf(ti grain.TypeInfo) ([]*tool, []error) {
 	var problems []error
 	seen := make(map[string]bool)
 	add := func(skill, name, desc string, in, outSchema json.RawMessage) {
-		t, err := newTool(ti.Name, skill, name, desc, in, outSchema)
+		t, err := newTool(ti.Name, skill, name, desc, in, outSchema, ti.PerContext)
 		if err == nil && seen[t.name] {
 			err = fmt.Errorf("its tool name %q is another skill's", t.name)
 		}
@@ -154,14 +167,14 @@ func quoteAll(ss []string) []string {
 }
 
 // newTool makes the tool of a skill, with its schemas checked.
-func newTool(typ, skill, name, desc string, in, out json.RawMessage) (*tool, error) {
+func newTool(typ, skill, name, desc string, in, out json.RawMessage, perContext bool) (*tool, error) {
 	if !validToolName(name) {
 		return nil, fmt.Errorf("no valid tool name (want [A-Za-z0-9_.-], at most %d characters)", maxToolName)
 	}
 	t := &tool{typ: typ, skill: skill, name: name, desc: desc}
 	if len(in) == 0 {
-		t.text = true
-		t.schema = textSchema()
+		t.text, t.session = true, perContext
+		t.schema = textSchema(perContext)
 	} else if err := json.Unmarshal(in, &t.schema); err != nil || t.schema == nil {
 		return nil, fmt.Errorf("input schema: not a JSON object")
 	}
