@@ -24,7 +24,17 @@
 // carries the idempotency key <turn>/<round>/<call>, so that a callee
 // that saves state applies it once. Answers are recorded by the request's
 // idempotency key: a retried request gets the one answer. The
-// conversation skill returns the record (Conversation).
+// conversation skill returns the record (Conversation); the forget skill
+// deletes it.
+//
+// A conversation lasts: it is the agent's record, continued by the next
+// turn wherever the agent is activated. Each A2A context (and each MCP
+// session that asks) is a conversation of its own, kept by the agent of
+// that context (ConversationSettings.Key, grain.ContextAddress). Older
+// turns are dropped, or summarised by the model, to keep each request
+// within a token budget (ConversationSettings.MaxTokens, Trim), and idle
+// conversations expire (Retention). client.Conversations lists an owner's
+// and deletes them.
 //
 // Models are reached through their official SDKs (openai-go for any
 // OpenAI-compatible chat completions API, anthropic-sdk-go for
