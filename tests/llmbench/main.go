@@ -28,6 +28,11 @@
 // turn each are deactivated, leaving nothing in memory; it reports the
 // heap they held while active, and the bytes of their stored records.
 //
+// The history part (-parts history, not run by default) measures the time
+// from a request to the model's first request of the turn, for a
+// conversation of -history turns (deactivated before, its record read
+// again) against a new one's.
+//
 // The approvals part (-parts approvals, not run by default) parks
 // -approvals turns of agents whose tool call needs approval, ends their
 // activations, then approves them all: it reports the time to park them,
@@ -52,7 +57,7 @@
 //
 // Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
 // [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory,approvals]
-// [-approvals 10000]
+// [-approvals 10000] [-history 200]
 // [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
 package main
 
@@ -119,6 +124,7 @@ type config struct {
 	turns         int
 	parts         []string
 	approvals     int
+	history       int
 	cpuprofile    string
 	profSeries    string
 	memprofile    string
@@ -136,8 +142,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.conversations, "conversations", 1000, "part 2 and the memory: conversations at once")
 	fs.DurationVar(&c.convLatency, "conv-latency", 50*time.Millisecond, "part 2: how long the model takes to answer")
 	fs.IntVar(&c.turns, "turns", 1, "turns per conversation before its caller starts a new one")
-	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory, approvals")
+	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory, approvals, history")
 	fs.IntVar(&c.approvals, "approvals", 10000, "the approvals part: turns parked waiting for an approval at once")
+	fs.IntVar(&c.history, "history", 200, "the history part: turns of the long conversation")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
 	fs.StringVar(&c.profSeries, "cpuprofile-series", "", "with -cpuprofile: profile only the measured windows of this series (direct-loop or silo-loop), one file each, named after -cpuprofile with .1, .2, ...")
@@ -153,15 +160,15 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	}
 	for _, p := range strings.Split(*parts, ",") {
 		p = strings.TrimSpace(p)
-		if !slices.Contains([]string{"loop", "conversations", "memory", "approvals"}, p) {
-			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory, approvals)", p)
+		if !slices.Contains([]string{"loop", "conversations", "memory", "approvals", "history"}, p) {
+			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory, approvals, history)", p)
 		}
 		c.parts = append(c.parts, p)
 	}
 	if c.profSeries != "" && (c.cpuprofile == "" || !slices.Contains([]string{"direct-loop", "silo-loop"}, c.profSeries)) {
 		return c, fmt.Errorf("-cpuprofile-series %q: want direct-loop or silo-loop, with -cpuprofile", c.profSeries)
 	}
-	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.latency < 0 || c.convLatency < 0 {
+	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.history < 1 || c.latency < 0 || c.convLatency < 0 {
 		return c, fmt.Errorf("-rounds, -window, -conversations and -turns must be positive; -warmup and the latencies not negative")
 	}
 	return c, nil
@@ -182,6 +189,8 @@ type bench struct {
 	counted atomic.Int64           // the direct loop's tool
 	pushes  atomic.Int64           // progress pushed to the callers' session
 	args    atomic.Pointer[string] // the tool call's arguments, if not toolArgs
+	plain   atomic.Bool            // the model answers with text at once (the history part)
+	arrived atomic.Int64           // when the model's last request arrived (UnixNano)
 	seq     atomic.Int64           // conversations started
 	mu      sync.Mutex
 	convs   map[int]*conv // the current conversation of each caller
@@ -209,6 +218,10 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 	// the part's.
 	lat := &atomic.Int64{}
 	b.srv = fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
+		b.arrived.Store(time.Now().UnixNano())
+		if b.plain.Load() {
+			return fakemodel.Step{Text: plainAnswer}
+		}
 		args := toolArgs
 		if p := b.args.Load(); p != nil {
 			args = *p
@@ -301,6 +314,18 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 			fmt.Sprintf("%d active, %.0f bytes each", m["active_while_waiting"].(int), m["record_bytes_mean"].(float64)),
 			fmt.Sprintf("all approved and ended in %.1f s; %d calls run, %d lost", m["resume_s"].(float64), m["calls_run"].(int64), m["lost"].(int))})
 	}
+	if slices.Contains(cfg.parts, "history") {
+		lat.Store(0)
+		m, err := b.historyPart(ctx, cfg.history, 3*cfg.rounds+2)
+		if err != nil {
+			return err
+		}
+		emit(out, m)
+		table = append(table, []string{fmt.Sprintf("first model request, %d turns before", cfg.history),
+			fmt.Sprintf("new: %.2f ms", m["new_ms_median"].(float64)),
+			fmt.Sprintf("continued: %.2f ms", m["continued_ms_median"].(float64)),
+			fmt.Sprintf("x%.2f of a new conversation's (%d KiB record, deactivated before each)", m["ratio_median"].(float64), m["record_kib"].(int))})
+	}
 	fmt.Fprintf(stderr, "\n%-40s %-22s %-22s %s\n", "", "direct-loop", "silo-loop", "")
 	for _, r := range table {
 		fmt.Fprintf(stderr, "%-40s %-22s %-22s %s\n", r[0], r[1], r[2], r[3])
@@ -330,6 +355,16 @@ approval: [Count_add]
 		return err
 	}
 	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+		return err
+	}
+	talker, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Talker
+description: Talks, with no tools.
+model: {provider: openai, base_url: %s, name: fake-1}
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return err
+	}
+	if err := llm.Register(reg, talker, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
 		return err
 	}
 	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
@@ -735,6 +770,75 @@ func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
 		"record_bytes_mean": float64(bytes.Load()) / float64(n),
 		"decide_s":          decided.Seconds(), "resume_s": resume.Seconds(),
 		"calls_run": ran, "twice": max(0, ran-int64(n)), "lost": lost, "unfinished_after": unfinished.Load(),
+	}, nil
+}
+
+// plainAnswer is the history part's model's answer, and userTurn its
+// turns' text: 100 and 200 bytes, a short exchange.
+var (
+	plainAnswer = strings.Repeat("an answer of a hundred bytes, ", 7)[:200]
+	userTurn    = strings.Repeat("a question, ", 9)[:100]
+)
+
+// historyPart measures the time from a request to a model agent until its
+// model receives the turn's first request, for an agent whose
+// conversation has n turns before (continued) and for one that has none
+// (new), each activated by the request (the continued one deactivated
+// before each: its record is read from etcd); m samples of each,
+// alternating, medians reported.
+func (b *bench) historyPart(ctx context.Context, n, m int) (map[string]any, error) {
+	b.plain.Store(true)
+	defer b.plain.Store(false)
+	rt := b.silo.Runtime()
+	long := "Talker:" + principal + ":long"
+	ask := func(addr string) (time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		t0 := time.Now()
+		r, err := b.gw.Ask(cctx, addr, &client.Message{Message: userTurn})
+		if err != nil {
+			return 0, fmt.Errorf("history: ask %s: %w", addr, err)
+		}
+		if r.GetMessage() != plainAnswer {
+			return 0, fmt.Errorf("history: %s answered %q", addr, r.GetMessage())
+		}
+		return time.Unix(0, b.arrived.Load()).Sub(t0), nil
+	}
+	for i := range n {
+		if _, err := ask(long); err != nil {
+			return nil, fmt.Errorf("history: turn %d: %w", i+1, err)
+		}
+	}
+	var fresh, continued []time.Duration
+	for i := range m {
+		if err := deactivate(ctx, rt, "Talker"); err != nil {
+			return nil, err
+		}
+		d, err := ask(fmt.Sprintf("Talker:%s:new-%d", principal, i))
+		if err != nil {
+			return nil, err
+		}
+		fresh = append(fresh, d)
+		if err := deactivate(ctx, rt, "Talker"); err != nil {
+			return nil, err
+		}
+		if d, err = ask(long); err != nil {
+			return nil, err
+		}
+		continued = append(continued, d)
+	}
+	data, err := client.AskTyped[struct{}, json.RawMessage](ctx, b.gw, long, llm.SkillConversation, struct{}{})
+	if err != nil {
+		return nil, err
+	}
+	median := func(ds []time.Duration) float64 {
+		slices.Sort(ds)
+		return ms(ds[len(ds)/2])
+	}
+	nm, cm := median(fresh), median(continued)
+	return map[string]any{
+		"bench": "history", "turns_before": n, "samples": m, "record_kib": len(data) / 1024,
+		"new_ms_median": nm, "continued_ms_median": cm, "ratio_median": cm / max(nm, 1e-9),
 	}, nil
 }
 

@@ -112,3 +112,25 @@ func TestApprovalsPart(t *testing.T) {
 		t.Fatalf("approvals: %v; want none active, 40 calls run, none lost or twice, every turn ended\n%s", r, out.String())
 	}
 }
+
+// TestHistoryPart: the history part continues a conversation whose record
+// holds its turns, and reports both medians.
+func TestHistoryPart(t *testing.T) {
+	var out, stderr bytes.Buffer
+	args := []string{"-parts", "history", "-history", "20", "-rounds", "1"}
+	if err := run(t.Context(), args, &out, &stderr); err != nil {
+		t.Fatalf("llmbench %v: %v\n%s", args, err, stderr.String())
+	}
+	var r map[string]any
+	for line := range strings.Lines(out.String()) {
+		if strings.Contains(line, `"bench":"history"`) {
+			if err := json.Unmarshal([]byte(line), &r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Twenty turns of 300 bytes and more: a record of several KiB.
+	if r == nil || r["turns_before"].(float64) != 20 || r["samples"].(float64) != 5 || r["record_kib"].(float64) < 6 || r["new_ms_median"].(float64) <= 0 || r["continued_ms_median"].(float64) <= 0 {
+		t.Fatalf("history: %v\n%s", r, out.String())
+	}
+}
