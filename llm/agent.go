@@ -60,6 +60,9 @@ const (
 	TriggerTopic = "topic"
 	// TriggerSchedule: a firing of a schedule entry.
 	TriggerSchedule = "schedule"
+	// TriggerBackground: the answer of an outside A2A agent that a tool
+	// call of an earlier turn asked in the background.
+	TriggerBackground = "background"
 )
 
 // Register registers def's agent type in reg: agents that answer each
@@ -278,6 +281,15 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		return a.forget(ctx, m)
 	case self && m.MessageType == RetentionReminder:
 		a.expire(ctx)
+		return nil, nil
+	case m.MessageType == a2aResult && m.Kind != grain.KindRequest:
+		// An outside agent's answer to a call the model made in the
+		// background: a turn of its own, as a synthetic user message.
+		if !a.enter() {
+			return nil, errs.New(codes.FailedPrecondition, "%s is in a turn already: a tool of its turn asked it back", a.h.Address())
+		}
+		defer a.leave()
+		a.untended(ctx, backgroundMessage(m), TriggerBackground)
 		return nil, nil
 	case self && m.MessageType == ResumeReminder:
 		a.tick(ctx)

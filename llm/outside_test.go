@@ -247,7 +247,7 @@ func TestOutsideTools(t *testing.T) {
 		t.Fatalf("first turn: %v %v", a.r, a.err)
 	}
 	first, second := model.Requests()[0], model.Requests()[1]
-	if got := strings.Join(first.Tools, ","); got != "Counter_add,archive_add_note,archive_fail,ask_builder,directory_search,directory_details" {
+	if got := strings.Join(first.Tools, ","); got != "Counter_add,archive_add_note,archive_fail,ask_builder,directory_search,directory_details,get_from_working_memory" {
 		t.Errorf("tools offered: %s", got)
 	}
 	if s := string(first.Schemas["archive_add_note"]); !strings.Contains(s, `"text"`) {
@@ -346,4 +346,73 @@ func conversation(t *testing.T, cl *client.Client, to string) llm.Conversation {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// A call to an outside A2A agent made in the background: the tool answers
+// at once with the task, the turn ends; the agent's answer comes later as
+// a turn of its own, a synthetic user message naming the task, and the
+// whole answer is read with get_from_working_memory.
+func TestBackgroundAnswer(t *testing.T) {
+	out := outside.Start(true)
+	defer out.Close()
+	model := fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
+		switch r.N {
+		case 1:
+			return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "b1", Name: "ask_builder", Arguments: `{"message": "slow nightly build", "background": true}`}}}
+		case 2:
+			return fakemodel.Step{Text: "started it"}
+		case 3:
+			key := regexp.MustCompile(`key "([^"]+)"`).FindStringSubmatch(toolResults(r)["b1"].Text)
+			if key == nil {
+				return fakemodel.Step{Text: "no key"}
+			}
+			return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "g1", Name: "get_from_working_memory", Arguments: fmt.Sprintf(`{"key": %q}`, key[1])}}}
+		default:
+			return fakemodel.Step{Text: "noted"}
+		}
+	})
+	defer model.Close()
+	reg := grain.NewRegistry()
+	registerCounter(t, reg, nil, nil)
+	def := definition(llm.ProviderOpenAI, model.OpenAIURL())
+	def.Tools = []llm.ToolRef{{A2A: "builder"}}
+	if err := llm.Register(reg, def, llm.WithGetenv(getenv), llm.WithMaxRetries(0)); err != nil {
+		t.Fatal(err)
+	}
+	s := startToolSilo(t, reg, `{"Rules": []}`)
+	ctx := t.Context()
+	if _, err := s.Directory().Add(ctx, directory.Spec{Name: "builder", Kind: grain.KindA2A, URL: out.URL}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the directory fetched the builder's card", func() bool {
+		b, err := s.Directory().Get(ctx, "builder")
+		return err == nil && !b.LastSeen.IsZero()
+	})
+	alice := dialAs(t, s, "alice")
+	if r, err := alice.Ask(ctx, "Helper:alice:h", &client.Message{Message: "start the nightly build"}); err != nil || r.Message != "started it" {
+		t.Fatalf("the turn that starts it: %v %v", r, err)
+	}
+	if res := toolResults(model.Requests()[1])["b1"]; res.IsError || !strings.Contains(res.Text, "in the background") {
+		t.Fatalf("the background call's result: %+v", res)
+	}
+	out.Release()
+	testutil.WaitFor(t, "the background answer's turn", func() bool {
+		c := conversation(t, alice, "Helper:alice:h")
+		return len(c.Turns) == 2
+	})
+	c := conversation(t, alice, "Helper:alice:h")
+	bg := c.Turns[1]
+	if bg.Trigger != llm.TriggerBackground || bg.Error != "" || bg.Rounds != 2 {
+		t.Fatalf("the background turn: %+v", bg)
+	}
+	reqs := model.Requests()
+	if len(reqs) != 4 {
+		t.Fatalf("%d model requests, want 4", len(reqs))
+	}
+	if u := reqs[2].LastMessage(); u.Role != "user" || !strings.Contains(u.Text, "[background answer]") || !strings.Contains(u.Text, "done: nightly build") {
+		t.Fatalf("the synthetic user message: %+v", u)
+	}
+	if g := toolResults(reqs[3])["g1"]; g.IsError || !strings.Contains(g.Text, "done: nightly build") {
+		t.Fatalf("get_from_working_memory: %+v", g)
+	}
 }

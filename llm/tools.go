@@ -146,6 +146,12 @@ func buildTools(ctx context.Context, h grain.Host, reg *grain.Registry, def *Def
 			}
 		}
 	}
+	if slices.ContainsFunc(def.Tools, func(r ToolRef) bool { return r.A2A != "" }) {
+		// Where the outside agents' background answers are kept.
+		if err := set.add(getFromWorkingMemory()); err != nil {
+			return nil, err
+		}
+	}
 	for i, name := range def.Approval {
 		t := set.byName[name]
 		if t == nil {
