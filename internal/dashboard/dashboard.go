@@ -177,6 +177,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/agent", d.page("agent", d.agentData))
 	mux.HandleFunc("GET /ui/models", d.page("models", d.modelsData))
 	mux.HandleFunc("GET /ui/model", d.page("model", d.modelData))
+	mux.HandleFunc("GET /ui/approvals", d.page("approvals", d.approvalsData))
+	mux.HandleFunc("POST /ui/approvals/decide", d.post(d.decideApproval))
 	mux.HandleFunc("GET /ui/reminders", d.page("reminders", d.remindersData))
 	mux.HandleFunc("GET /ui/topics", d.page("topics", d.topicsData))
 	mux.HandleFunc("GET /ui/deadletters", d.page("deadletters", d.deadLettersData))
@@ -240,7 +242,7 @@ func (d *Dashboard) page(name string, load func(ctx context.Context, s *session,
 var titles = map[string]string{
 	"cluster": "Cluster", "agents": "Agents", "agent": "Agent", "reminders": "Reminders",
 	"topics": "Topics", "deadletters": "Dead letters", "a2a": "A2A tasks", "acl": "ACL",
-	"directory": "Directory", "mcp": "MCP", "models": "Models", "model": "Model agent",
+	"directory": "Directory", "mcp": "MCP", "models": "Models", "model": "Model agent", "approvals": "Approvals",
 }
 
 // render executes page name's template: "live" alone for htmx's polls.
@@ -269,7 +271,7 @@ func message(err error) string {
 
 // nav is the menu: page, path, label.
 var nav = [][3]string{
-	{"cluster", "/ui/", "Cluster"}, {"agents", "/ui/agents", "Agents"}, {"models", "/ui/models", "Models"}, {"reminders", "/ui/reminders", "Reminders"},
+	{"cluster", "/ui/", "Cluster"}, {"agents", "/ui/agents", "Agents"}, {"models", "/ui/models", "Models"}, {"approvals", "/ui/approvals", "Approvals"}, {"reminders", "/ui/reminders", "Reminders"},
 	{"topics", "/ui/topics", "Topics"}, {"a2a", "/ui/a2a", "A2A tasks"}, {"directory", "/ui/directory", "Directory"},
 	{"mcp", "/ui/mcp", "MCP"}, {"acl", "/ui/acl", "ACL"},
 }

@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 
 // silo is a silo process.
 type silo struct {
-	name, a2a, gossip, http string
+	name, a2a, gossip, http, gateway string
 	cmd                     *exec.Cmd
 	done                    chan struct{}
 }
@@ -65,10 +65,10 @@ type silo struct {
 // killed at the test's end.
 func startSilo(t *testing.T, e *etcdtest.Server, prefix, name string, join []string, flags ...string) *silo {
 	t.Helper()
-	s := &silo{name: name, a2a: testutil.FreeAddr(t), gossip: testutil.FreeAddr(t), http: testutil.FreeAddr(t), done: make(chan struct{})}
+	s := &silo{name: name, a2a: testutil.FreeAddr(t), gossip: testutil.FreeAddr(t), http: testutil.FreeAddr(t), gateway: testutil.FreeAddr(t), done: make(chan struct{})}
 	args := []string{
 		"--name", name,
-		"--gateway-addr", testutil.FreeAddr(t), "--peer-addr", testutil.FreeAddr(t),
+		"--gateway-addr", s.gateway, "--peer-addr", testutil.FreeAddr(t),
 		"--gossip-addr", s.gossip, "--http-addr", s.http, "--a2a-addr", s.a2a,
 		"--etcd-endpoints", e.Endpoint(), "--etcd-prefix", prefix,
 		"--lease-ttl", "3s", "--log-format", "json",
