@@ -56,8 +56,8 @@ func TestMain(m *testing.M) {
 // silo is a silo process.
 type silo struct {
 	name, a2a, gossip, http, gateway string
-	cmd                     *exec.Cmd
-	done                    chan struct{}
+	cmd                              *exec.Cmd
+	done                             chan struct{}
 }
 
 // startSilo starts a silo process on etcd under prefix, joining join
