@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -33,15 +35,15 @@ func (f tallier) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	return f(ctx, m)
 }
 
-// A model agent's tool call that needs approval, asked through MCP: a
-// client that takes elicitation is asked (elicitation/create) to approve
-// it, and its answer decides (accepted: the call runs; declined: denied);
-// a client that takes none gets a result saying which approval waits.
-func TestApprovalByElicitation(t *testing.T) {
+// startCareful starts a silo serving MCP with the model type Careful,
+// whose tool Adder_add (adding to the returned total) needs approval; its
+// fake model calls the tool once, then answers "done: <result>".
+func startCareful(t *testing.T) (*cluster.Silo, *atomic.Int64) {
+	t.Helper()
 	e := etcdtest.Start(t)
 	srv := llmtest.NewFunc(llmtest.Loop{Tool: "Adder_add", Arguments: `{"agent": "x", "input": {"n": 1}}`}.Respond)
-	defer srv.Close()
-	var total atomic.Int64
+	t.Cleanup(srv.Close)
+	total := new(atomic.Int64)
 	reg := grain.NewRegistry()
 	err := reg.Register("Adder", func(grain.Host) (grain.Agent, error) {
 		return tallier(grain.TypedHandler(func(_ context.Context, in tallyIn) (tallyOut, error) {
@@ -79,7 +81,15 @@ approval: [Adder_add]
 			t.Error(err)
 		}
 	})
+	return s, total
+}
 
+// A model agent's tool call that needs approval, asked through MCP: a
+// client that takes elicitation is asked (elicitation/create) to approve
+// it, and its answer decides (accepted: the call runs; declined: denied);
+// a client that takes none gets a result saying which approval waits.
+func TestApprovalByElicitation(t *testing.T) {
+	s, total := startCareful(t)
 	session := func(elicit func(*mcpsdk.ElicitRequest) *mcpsdk.ElicitResult) *mcpsdk.ClientSession {
 		tr := &http.Transport{}
 		t.Cleanup(tr.CloseIdleConnections)
@@ -125,5 +135,22 @@ approval: [Adder_add]
 	plain := session(nil)
 	if got := ask(plain, "c3"); !strings.Contains(got, "waits for approval, id Careful:dev:c3/") || total.Load() != 1 {
 		t.Fatalf("no elicitation: %q, total %d", got, total.Load())
+	}
+}
+
+// The official TypeScript SDK's elicitation support answers the approval
+// of a model agent's tool call: accepted, the call runs; declined, it is
+// denied (tests/mcpjs/elicit.mjs).
+func TestJSElicitation(t *testing.T) {
+	dir := jsDir(t)
+	s, total := startCareful(t)
+	cmd := exec.CommandContext(t.Context(), "node", filepath.Join(dir, "elicit.mjs"), "http://"+s.MCPAddr()+"/mcp")
+	out, err := cmd.CombinedOutput()
+	t.Logf("node elicit.mjs:\n%s", out)
+	if err != nil || !strings.Contains(string(out), "\nall ok") {
+		t.Fatalf("the TypeScript client: %v", err)
+	}
+	if total.Load() != 1 {
+		t.Fatalf("Adder's total %d after one approval and one denial, want 1", total.Load())
 	}
 }
