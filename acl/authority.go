@@ -42,6 +42,7 @@ type Authority struct {
 
 	policy atomic.Pointer[Policy] // nil until the first load
 	rev    atomic.Int64
+	refuse atomic.Pointer[refuser] // see Refuse; nil: none
 
 	mu      sync.Mutex
 	changed chan struct{} // closed and replaced when policy changes
@@ -171,10 +172,37 @@ func (a *Authority) Check(c *Caller, owner, alias string, need Permission) Decis
 	return p.Check(c, owner, alias, need)
 }
 
+// refuser is what Refuse sets.
+type refuser struct {
+	f func(principal string) (reason string, refused bool)
+}
+
+// Refuse sets f, which Authorize consults before anything else when a
+// call needs Message: a principal f refuses may message no agent, its own
+// included, whatever the rules grant (PermissionDenied with f's reason).
+// The silo refuses the principals of outside agents the directory holds
+// at trust level observe. f is called concurrently and must be quick; nil
+// removes it.
+func (a *Authority) Refuse(f func(principal string) (reason string, refused bool)) {
+	if f == nil {
+		a.refuse.Store(nil)
+		return
+	}
+	a.refuse.Store(&refuser{f})
+}
+
 // Authorize returns nil if c holds need on the agent typ:owner:alias:
 // PermissionDenied naming the permission if not, Unavailable if the ACL has
 // not been loaded yet. It allocates only for the error.
 func (a *Authority) Authorize(c *Caller, typ, owner, alias string, need Permission) error {
+	if r := a.refuse.Load(); r != nil && need&Message != 0 {
+		if reason, refused := r.f(c.Principal); refused {
+			if f := a.cfg.OnDenied; f != nil {
+				f(need)
+			}
+			return errs.New(codes.PermissionDenied, "%s may not message %s:%s:%s: %s", c.Principal, typ, owner, alias, reason)
+		}
+	}
 	if owner == c.Principal {
 		return nil
 	}

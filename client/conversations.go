@@ -82,7 +82,7 @@ func (v Conversations) DeleteAll(ctx context.Context, owner string) (int, error)
 	for _, a := range agents {
 		if err := v.Delete(ctx, a); err != nil {
 			if first == nil {
-				first = errs.Wrap(errs.Code(err), err, "delete the conversation of %s (%d of %d deleted)", a, n, len(agents))
+				first = errs.Wrap(errs.Code(err), err, "delete the conversation of %s: it may have run (%d of %d deleted; the others were tried all the same)", a, n, len(agents))
 			}
 			if ctx.Err() != nil {
 				break
@@ -99,7 +99,7 @@ func (v Conversations) DeleteAll(ctx context.Context, owner string) (int, error)
 func (v Conversations) modelTypes(ctx context.Context) ([]string, error) {
 	types, err := v.c.Admin().Types(ctx, "")
 	if err != nil {
-		return nil, errs.Wrap(errs.Code(err), err, "list the model agent types")
+		return nil, errs.Wrap(errs.Code(err), err, "list the model agent types: the listing of conversations did not run")
 	}
 	var out []string
 	for _, t := range types {

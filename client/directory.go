@@ -90,7 +90,7 @@ func (d Directory) Add(ctx context.Context, e OutsideEntry) (DirectoryEntry, err
 	ctx, cancel, dc := d.c.directory(ctx)
 	defer cancel()
 	r, err := dc.Add(ctx, &agentsilov1.DirectoryAddRequest{Name: e.Name, Kind: e.Kind, Url: e.URL, Description: e.Description,
-		Headers: e.Headers, Skills: skillsToWire(e.Skills)})
+		Headers: e.Headers, Skills: skillsToWire(e.Skills), Trust: e.Trust, ApprovedSkills: e.ApprovedSkills, Principal: e.Principal})
 	if err != nil {
 		return DirectoryEntry{}, errs.FromStatus(err)
 	}

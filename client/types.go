@@ -131,6 +131,11 @@ type DirectoryEntry struct {
 	// never); LastError its last refresh's error, empty after a success.
 	LastSeen  time.Time
 	LastError string
+	// Trust, ApprovedSkills and Principal are an outside A2A agent's (see
+	// OutsideEntry); Trust is "act" unless set to "observe".
+	Trust          string
+	ApprovedSkills []string
+	Principal      string
 }
 
 // DirectoryTool is a tool of an MCP server.
@@ -164,6 +169,15 @@ type OutsideEntry struct {
 	// Skills are pinned: listed whatever the card says, and while it
 	// cannot be fetched.
 	Skills []Skill
+	// Trust is an outside A2A agent's level: "observe" (every call a model
+	// agent makes to it waits for a person's approval, and its own
+	// requests to the cluster's agents are refused) or "act" (the default:
+	// calls naming one of ApprovedSkills run without approval, others
+	// wait; empty ApprovedSkills: every call runs). Principal is the
+	// principal it calls the cluster as.
+	Trust          string
+	ApprovedSkills []string
+	Principal      string
 }
 
 // PublishResult is what Publish did: the message's id, the subscriptions
@@ -291,7 +305,8 @@ func (r ACLRule) wire() *agentsilov1.AclRule {
 
 func directoryEntry(e *agentsilov1.DirectoryEntry) DirectoryEntry {
 	out := DirectoryEntry{Name: e.GetName(), Kind: e.GetKind(), Description: e.GetDescription(), URL: e.GetUrl(),
-		Skills: skills(e.GetSkills()), Call: e.GetCall(), LastSeen: asTime(e.GetLastSeen()), LastError: e.GetLastError()}
+		Skills: skills(e.GetSkills()), Call: e.GetCall(), LastSeen: asTime(e.GetLastSeen()), LastError: e.GetLastError(),
+		Trust: e.GetTrust(), ApprovedSkills: e.GetApprovedSkills(), Principal: e.GetPrincipal()}
 	for _, t := range e.GetTools() {
 		out.Tools = append(out.Tools, DirectoryTool{Name: t.GetName(), Description: t.GetDescription()})
 	}

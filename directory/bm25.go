@@ -39,12 +39,23 @@ type index struct {
 	norm    []float32 // per document: k1*(1-b+b*len/avglen)
 	tags    [][]string
 	rev     int64 // the etcd revision of the entries it holds
+	// observed are the principals of the outside A2A agents at trust
+	// observe, to their entries' names.
+	observed map[string]string
 }
 
 // buildIndex indexes entries (which it keeps; the caller must not change
 // them).
 func buildIndex(entries []grain.DirectoryEntry, rev int64) *index {
 	ix := &index{entries: entries, terms: make(map[string][]posting), norm: make([]float32, len(entries)), tags: make([][]string, len(entries)), rev: rev}
+	for _, e := range entries {
+		if e.Kind == grain.KindA2A && e.Trust == grain.TrustObserve && e.Principal != "" {
+			if ix.observed == nil {
+				ix.observed = make(map[string]string)
+			}
+			ix.observed[e.Principal] = e.Name
+		}
+	}
 	lens := make([]int, len(entries))
 	total := 0
 	tf := make(map[string]int)

@@ -118,6 +118,18 @@ type Directory struct {
 	bg     sync.WaitGroup
 }
 
+// Observed returns the name of the outside A2A agent at trust observe
+// whose principal is principal, if there is one (as of the directory's
+// last index: an entry counts once indexed, soon after it is added).
+func (d *Directory) Observed(principal string) (string, bool) {
+	ix := d.ix.Load()
+	if ix == nil || ix.observed == nil {
+		return "", false
+	}
+	name, ok := ix.observed[principal]
+	return name, ok
+}
+
 // New checks cfg and returns a directory; Start loads it.
 func New(cfg Config) (*Directory, error) {
 	d := DefaultConfig()

@@ -255,6 +255,11 @@ func TestAddRefusesBadEntries(t *testing.T) {
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Headers: map[string]string{"Authorization": "a\r\nX-Injected: 1"}},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Skills: []grain.Skill{{Name: "a"}, {Name: "a"}}},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Description: strings.Repeat("d", 5000)},
+		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Trust: "trusted"},
+		{Name: "x", Kind: grain.KindMCP, URL: "https://x", Trust: grain.TrustObserve},
+		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Trust: grain.TrustObserve, ApprovedSkills: []string{"a"}},
+		{Name: "x", Kind: grain.KindA2A, URL: "https://x", ApprovedSkills: []string{""}},
+		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Principal: "bad principal"},
 	} {
 		_, err := d.Add(t.Context(), s)
 		if status.Code(err) != codes.InvalidArgument {

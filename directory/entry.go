@@ -47,6 +47,13 @@ type Spec struct {
 	// Skills are pinned: listed beside the card's, and while the card
 	// cannot be fetched.
 	Skills []grain.Skill `json:"skills,omitempty"`
+	// Trust, ApprovedSkills and Principal are an outside A2A agent's
+	// trust level (grain.TrustObserve or grain.TrustAct, "" for act), the
+	// skills that run without approval at act, and the principal it
+	// calls the cluster as (see grain.DirectoryEntry).
+	Trust          string   `json:"trust,omitempty"`
+	ApprovedSkills []string `json:"approved_skills,omitempty"`
+	Principal      string   `json:"principal,omitempty"`
 }
 
 // Bounds on what an entry may hold: an administrator's input and what an
@@ -91,6 +98,23 @@ func (s *Spec) validate() error {
 	}
 	if len(s.Skills) > maxSkills {
 		return errs.New(codes.InvalidArgument, "directory: entry %s: %d skills, at most %d", s.Name, len(s.Skills), maxSkills)
+	}
+	switch {
+	case s.Trust != "" && s.Trust != grain.TrustObserve && s.Trust != grain.TrustAct:
+		return errs.New(codes.InvalidArgument, "directory: entry %s: trust %q: want %q or %q", s.Name, clip(s.Trust, maxShort), grain.TrustObserve, grain.TrustAct)
+	case (s.Trust != "" || len(s.ApprovedSkills) > 0 || s.Principal != "") && s.Kind != grain.KindA2A:
+		return errs.New(codes.InvalidArgument, "directory: entry %s: trust, approved skills and a principal are an outside A2A agent's", s.Name)
+	case len(s.ApprovedSkills) > 0 && s.Trust == grain.TrustObserve:
+		return errs.New(codes.InvalidArgument, "directory: entry %s: approved skills run without approval at trust act; at observe every call waits", s.Name)
+	case len(s.ApprovedSkills) > maxSkills:
+		return errs.New(codes.InvalidArgument, "directory: entry %s: %d approved skills, at most %d", s.Name, len(s.ApprovedSkills), maxSkills)
+	case s.Principal != "" && !names.Valid(s.Principal):
+		return errs.New(codes.InvalidArgument, "directory: entry %s: principal %q: want [A-Za-z0-9][A-Za-z0-9_.@-]{0,127}", s.Name, clip(s.Principal, maxShort))
+	}
+	for _, a := range s.ApprovedSkills {
+		if strings.TrimSpace(a) == "" || len(a) > maxShort || !utf8.ValidString(a) {
+			return errs.New(codes.InvalidArgument, "directory: entry %s: an approved skill of 1 to %d bytes of UTF-8", s.Name, maxShort)
+		}
 	}
 	seen := make(map[string]bool, len(s.Skills))
 	for i, sk := range s.Skills {
@@ -151,6 +175,13 @@ func (r *record) entry() grain.DirectoryEntry {
 		URL:         r.spec.URL,
 		Call:        callOf(r.spec.Kind, r.spec.Name),
 		Skills:      r.spec.Skills,
+
+		Trust:          r.spec.Trust,
+		ApprovedSkills: r.spec.ApprovedSkills,
+		Principal:      r.spec.Principal,
+	}
+	if e.Kind == grain.KindA2A && e.Trust == "" {
+		e.Trust = grain.TrustAct
 	}
 	if st := r.status; st != nil {
 		if e.Description == "" {

@@ -11,7 +11,8 @@ import (
 
 // EntryProto is e's wire form.
 func EntryProto(e grain.DirectoryEntry) *agentsilov1.DirectoryEntry {
-	out := &agentsilov1.DirectoryEntry{Name: e.Name, Kind: e.Kind, Description: e.Description, Url: e.URL, Call: e.Call, LastError: e.LastError}
+	out := &agentsilov1.DirectoryEntry{Name: e.Name, Kind: e.Kind, Description: e.Description, Url: e.URL, Call: e.Call, LastError: e.LastError,
+		Trust: e.Trust, ApprovedSkills: slices.Clone(e.ApprovedSkills), Principal: e.Principal}
 	if !e.LastSeen.IsZero() {
 		out.LastSeen = timestamppb.New(e.LastSeen)
 	}
@@ -27,7 +28,8 @@ func EntryProto(e grain.DirectoryEntry) *agentsilov1.DirectoryEntry {
 // SpecFromProto is the Spec an Add request asks for (not yet checked: Add
 // checks it).
 func SpecFromProto(r *agentsilov1.DirectoryAddRequest) Spec {
-	s := Spec{Name: r.GetName(), Kind: r.GetKind(), URL: r.GetUrl(), Description: r.GetDescription(), Headers: r.GetHeaders()}
+	s := Spec{Name: r.GetName(), Kind: r.GetKind(), URL: r.GetUrl(), Description: r.GetDescription(), Headers: r.GetHeaders(),
+		Trust: r.GetTrust(), ApprovedSkills: r.GetApprovedSkills(), Principal: r.GetPrincipal()}
 	for _, sk := range r.GetSkills() {
 		s.Skills = append(s.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples()})
 	}

@@ -52,7 +52,25 @@ type DirectoryEntry struct {
 	// never). LastError is the last refresh's error, "" after a success.
 	LastSeen  time.Time
 	LastError string
+	// Trust, for an outside A2A agent, is its level: TrustObserve (every
+	// call a model agent makes to it waits for a person's approval, and
+	// its own requests to the cluster's agents are refused) or TrustAct
+	// (the default: its ApprovedSkills run without approval, any other
+	// call waits; its requests pass the ACL as any principal's).
+	Trust string
+	// ApprovedSkills are, at TrustAct, the skills a model agent's call may
+	// name to run without approval (empty: every call runs).
+	ApprovedSkills []string
+	// Principal is the principal the outside agent calls the cluster as
+	// (its API key's or token's), to whom its level applies.
+	Principal string
 }
+
+// The trust levels of an outside A2A agent (DirectoryEntry.Trust).
+const (
+	TrustObserve = "observe"
+	TrustAct     = "act"
+)
 
 // DirectoryTool is a tool of an MCP server.
 type DirectoryTool struct {

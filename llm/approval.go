@@ -158,7 +158,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 	a.mu.Lock()
 	for _, c := range calls {
 		t := a.tools.byName[c.Name]
-		if t == nil || !t.approval {
+		if t == nil || !t.needsApproval(c.Arguments) {
 			run = append(run, c)
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -224,18 +225,36 @@ func a2aTools(ctx context.Context, h grain.Host, name string) ([]*tool, error) {
 		}
 		desc.WriteByte('.')
 	}
+	props := map[string]any{
+		"message":    map[string]any{"type": "string", "description": "what to ask or tell it"},
+		"task_id":    map[string]any{"type": "string", "description": "only to answer a question it asked: the task_id its question came with"},
+		"background": map[string]any{"type": "boolean", "description": "true: do not wait; its answer comes later, as a message of this conversation, and stays in the working memory (get_from_working_memory)"},
+	}
+	// Its trust level: at observe every call waits for a person's
+	// approval; at act with approved skills, a call that names one of
+	// them runs, any other waits.
+	var free func(string) bool
+	observe := e.Trust == grain.TrustObserve
+	if !observe && len(e.ApprovedSkills) > 0 {
+		approved := slices.Clone(e.ApprovedSkills)
+		props["skill"] = map[string]any{"type": "string", "description": "the skill of the agent the call uses; these run without a person's approval: " + strings.Join(approved, ", ") + "; any other waits for one"}
+		free = func(args string) bool {
+			var a struct {
+				Skill string `json:"skill"`
+			}
+			return json.Unmarshal([]byte(args), &a) == nil && slices.Contains(approved, a.Skill)
+		}
+	}
 	schema := mustJSON(map[string]any{
-		"type": "object",
-		"properties": map[string]any{
-			"message":    map[string]any{"type": "string", "description": "what to ask or tell it"},
-			"task_id":    map[string]any{"type": "string", "description": "only to answer a question it asked: the task_id its question came with"},
-			"background": map[string]any{"type": "boolean", "description": "true: do not wait; its answer comes later, as a message of this conversation, and stays in the working memory (get_from_working_memory)"},
-		},
+		"type":                 "object",
+		"properties":           props,
 		"required":             []string{"message"},
 		"additionalProperties": false,
 	})
 	return []*tool{{
-		spec: ToolSpec{Name: tname, Description: clipText(desc.String(), maxOutsideDescription), Schema: schema},
+		approval: observe,
+		free:     free,
+		spec:     ToolSpec{Name: tname, Description: clipText(desc.String(), maxOutsideDescription), Schema: schema},
 		run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
 			var a struct {
 				Message    string `json:"message"`

@@ -1,6 +1,7 @@
 package llm_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -414,5 +415,83 @@ func TestBackgroundAnswer(t *testing.T) {
 	}
 	if g := toolResults(reqs[3])["g1"]; g.IsError || !strings.Contains(g.Text, "done: nightly build") {
 		t.Fatalf("get_from_working_memory: %+v", g)
+	}
+}
+
+// Trust levels of an outside A2A agent. At observe, every call a model
+// agent makes to it waits for a person's approval, and its own requests
+// to the cluster's agents are refused whatever the ACL grants; at act
+// with approved skills, a call naming one runs at once and any other
+// waits; at act, its requests pass the ACL as any principal's.
+func TestOutsideTrustLevels(t *testing.T) {
+	out := outside.Start(true)
+	defer out.Close()
+	model := fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
+		last := r.LastMessage()
+		switch {
+		case last.Role == "tool":
+			return fakemodel.Step{Text: "result: " + last.Text}
+		case last.Text == "build":
+			return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "b1", Name: "ask_builder", Arguments: `{"message": "release 2", "skill": "build"}`}}}
+		default:
+			return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "d1", Name: "ask_builder", Arguments: `{"message": "release 2", "skill": "deploy"}`}}}
+		}
+	})
+	defer model.Close()
+	reg := grain.NewRegistry()
+	registerCounter(t, reg, nil, nil)
+	def := definition(llm.ProviderOpenAI, model.OpenAIURL())
+	def.Tools = []llm.ToolRef{{A2A: "builder"}}
+	if err := llm.Register(reg, def, llm.WithGetenv(getenv), llm.WithMaxRetries(0)); err != nil {
+		t.Fatal(err)
+	}
+	s := startToolSilo(t, reg, `{"Rules": [
+		{"OwnerPattern": "system", "AgentPattern": "directory", "CallerPattern": "alice", "Permission": "Read"},
+		{"OwnerPattern": "alice", "AgentPattern": "*", "CallerPattern": "builder-bot", "Permission": "Message"}
+	]}`)
+	ctx := t.Context()
+	add := func(sp directory.Spec) {
+		t.Helper()
+		sp.Name, sp.Kind, sp.URL, sp.Principal = "builder", grain.KindA2A, out.URL, "builder-bot"
+		if _, err := s.Directory().Add(ctx, sp); err != nil {
+			t.Fatal(err)
+		}
+		testutil.WaitFor(t, "the directory to index the builder at "+sp.Trust, func() bool {
+			b, err := s.Directory().Get(ctx, "builder")
+			_, observed := s.Directory().Observed("builder-bot")
+			return err == nil && !b.LastSeen.IsZero() && b.Trust == cmp.Or(sp.Trust, grain.TrustAct) && observed == (sp.Trust == grain.TrustObserve)
+		})
+	}
+	alice, bot := dialAs(t, s, "alice"), dialAs(t, s, "builder-bot")
+	ask := func(alias, text string) *client.Message {
+		t.Helper()
+		r, err := alice.Ask(ctx, "Helper:alice:"+alias, &client.Message{Message: text})
+		if err != nil {
+			t.Fatalf("%s %q: %v", alias, text, err)
+		}
+		return r
+	}
+
+	// Observe: a call waits; the outside agent asks no agent of alice's.
+	add(directory.Spec{Trust: grain.TrustObserve})
+	if r := ask("o1", "build"); r.MessageType != llm.InputRequired || out.Sends() != 0 {
+		t.Fatalf("at observe: %s %q, %d sends; want the call waiting for approval", r.MessageType, r.Message, out.Sends())
+	}
+	_, err := bot.Ask(ctx, "Counter:alice:c", &client.Message{Message: "total?"})
+	if errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "trust level observe") {
+		t.Fatalf("the outside agent's request at observe: %v, want PermissionDenied naming its trust level", err)
+	}
+
+	// Act with an approved skill: build runs, deploy waits; the outside
+	// agent's requests pass the ACL.
+	add(directory.Spec{Trust: grain.TrustAct, ApprovedSkills: []string{"build"}})
+	if r := ask("a1", "build"); r.MessageType == llm.InputRequired || !strings.HasPrefix(r.Message, "result: ") || out.Sends() != 1 {
+		t.Fatalf("an approved skill at act: %s %q, %d sends; want it run", r.MessageType, r.Message, out.Sends())
+	}
+	if r := ask("a2", "deploy"); r.MessageType != llm.InputRequired || out.Sends() != 1 {
+		t.Fatalf("another skill at act: %s %q, %d sends; want it waiting", r.MessageType, r.Message, out.Sends())
+	}
+	if r, err := bot.Ask(ctx, "Counter:alice:c", &client.Message{Message: "total?"}); err != nil || r.Message != "0" {
+		t.Fatalf("the outside agent's request at act: %v %v", r, err)
 	}
 }

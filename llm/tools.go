@@ -27,8 +27,18 @@ type tool struct {
 	input *jsonschema.Resolved
 	run   func(ctx context.Context, c callContext, args json.RawMessage) (string, error)
 	// approval: its calls wait for a person's decision (the definition's
-	// approval list, or the skill's TypeInfo).
+	// approval list, the skill's TypeInfo, an outside agent at trust
+	// observe). free, if set, says a call with these arguments runs
+	// without one (an outside agent at trust act: its approved skills),
+	// and any other waits.
 	approval bool
+	free     func(args string) bool
+}
+
+// needsApproval reports whether a call of t with args waits for a
+// person's decision.
+func (t *tool) needsApproval(args string) bool {
+	return t.approval || (t.free != nil && !t.free(args))
 }
 
 // callContext is what a tool call runs with.

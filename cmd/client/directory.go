@@ -49,7 +49,11 @@ URL), or with --kind mcp an MCP server's streamable HTTP endpoint.
 --header K=V (repeatable) is sent with every request to it: credentials,
 kept in the cluster and never shown again. --skill pins a skill, listed
 whatever the card says: NAME, NAME:TAG,TAG or NAME:TAGS=DESCRIPTION.
-Agents then call it by name: A2A:owner:NAME or MCP:owner:NAME.` + access, cmdDirectoryAdd},
+Agents then call it by name: A2A:owner:NAME or MCP:owner:NAME. An A2A
+agent's --trust is observe (every call a model agent makes to it waits
+for a person's approval; its own requests, as --principal, are refused)
+or act (the default: calls naming an --approve-skill, repeatable, run
+without approval and others wait; without any, every call runs).` + access, cmdDirectoryAdd},
 		{"directory remove", "NAME", "remove an outside entry",
 			`Removes the outside entry NAME; NotFound (exit 3) if there is none.` + access, cmdDirectoryRemove},
 	}...)
@@ -191,6 +195,12 @@ func cmdDirectoryAdd(g *globals, name string, args []string) error {
 		req.Skills = append(req.Skills, sk)
 		return nil
 	})
+	fs.StringVar(&req.Trust, "trust", "", "an A2A agent's trust `level`: observe or act (default act)")
+	fs.Func("approve-skill", "at trust act, a `SKILL` whose calls run without approval (repeatable)", func(s string) error {
+		req.ApprovedSkills = append(req.ApprovedSkills, s)
+		return nil
+	})
+	fs.StringVar(&req.Principal, "principal", "", "the `PRINCIPAL` the A2A agent calls the cluster as")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err

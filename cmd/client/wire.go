@@ -83,7 +83,8 @@ func wireDecision(d client.Decision) *agentsilov1.CheckResponse {
 
 func wireEntry(e client.DirectoryEntry) *agentsilov1.DirectoryEntry {
 	out := &agentsilov1.DirectoryEntry{Name: e.Name, Kind: e.Kind, Description: e.Description, Url: e.URL,
-		Skills: wireSkills(e.Skills), Call: e.Call, LastSeen: wireOptionalTime(e.LastSeen), LastError: e.LastError}
+		Skills: wireSkills(e.Skills), Call: e.Call, LastSeen: wireOptionalTime(e.LastSeen), LastError: e.LastError,
+		Trust: e.Trust, ApprovedSkills: e.ApprovedSkills, Principal: e.Principal}
 	for _, t := range e.Tools {
 		out.Tools = append(out.Tools, &agentsilov1.DirectoryTool{Name: t.Name, Description: t.Description})
 	}

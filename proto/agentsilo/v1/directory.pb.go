@@ -40,10 +40,16 @@ type DirectoryEntry struct {
 	Call string `protobuf:"bytes,7,opt,name=call,proto3" json:"call,omitempty"`
 	// last_seen is when an outside entry last answered a refresh (unset:
 	// never); last_error is its last refresh's error, empty after a success.
-	LastSeen      *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
-	LastError     string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LastSeen  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=last_seen,json=lastSeen,proto3" json:"last_seen,omitempty"`
+	LastError string                 `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// trust, approved_skills and principal are an outside A2A agent's trust
+	// level ("observe" or "act"), the skills its callers run without
+	// approval at act, and the principal it calls the cluster as.
+	Trust          string   `protobuf:"bytes,10,opt,name=trust,proto3" json:"trust,omitempty"`
+	ApprovedSkills []string `protobuf:"bytes,11,rep,name=approved_skills,json=approvedSkills,proto3" json:"approved_skills,omitempty"`
+	Principal      string   `protobuf:"bytes,12,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DirectoryEntry) Reset() {
@@ -135,6 +141,27 @@ func (x *DirectoryEntry) GetLastSeen() *timestamppb.Timestamp {
 func (x *DirectoryEntry) GetLastError() string {
 	if x != nil {
 		return x.LastError
+	}
+	return ""
+}
+
+func (x *DirectoryEntry) GetTrust() string {
+	if x != nil {
+		return x.Trust
+	}
+	return ""
+}
+
+func (x *DirectoryEntry) GetApprovedSkills() []string {
+	if x != nil {
+		return x.ApprovedSkills
+	}
+	return nil
+}
+
+func (x *DirectoryEntry) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
 	}
 	return ""
 }
@@ -593,9 +620,17 @@ type DirectoryAddRequest struct {
 	Headers map[string]string `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// skills are pinned: listed whatever the card says, and while it cannot
 	// be fetched (an air-gapped peer).
-	Skills        []*Skill `protobuf:"bytes,6,rep,name=skills,proto3" json:"skills,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Skills []*Skill `protobuf:"bytes,6,rep,name=skills,proto3" json:"skills,omitempty"`
+	// trust is an outside A2A agent's level: "observe" (every call to it
+	// waits for a person's approval; its own requests are refused) or "act"
+	// (the default); approved_skills, at act, the skills its callers run
+	// without approval (empty: all); principal, the principal it calls the
+	// cluster as.
+	Trust          string   `protobuf:"bytes,7,opt,name=trust,proto3" json:"trust,omitempty"`
+	ApprovedSkills []string `protobuf:"bytes,8,rep,name=approved_skills,json=approvedSkills,proto3" json:"approved_skills,omitempty"`
+	Principal      string   `protobuf:"bytes,9,opt,name=principal,proto3" json:"principal,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DirectoryAddRequest) Reset() {
@@ -668,6 +703,27 @@ func (x *DirectoryAddRequest) GetSkills() []*Skill {
 		return x.Skills
 	}
 	return nil
+}
+
+func (x *DirectoryAddRequest) GetTrust() string {
+	if x != nil {
+		return x.Trust
+	}
+	return ""
+}
+
+func (x *DirectoryAddRequest) GetApprovedSkills() []string {
+	if x != nil {
+		return x.ApprovedSkills
+	}
+	return nil
+}
+
+func (x *DirectoryAddRequest) GetPrincipal() string {
+	if x != nil {
+		return x.Principal
+	}
+	return ""
 }
 
 type DirectoryAddResponse struct {
@@ -798,7 +854,7 @@ var File_agentsilo_v1_directory_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_directory_proto_rawDesc = "" +
 	"\n" +
-	"\x1cagentsilo/v1/directory.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/gateway.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb8\x02\n" +
+	"\x1cagentsilo/v1/directory.proto\x12\fagentsilo.v1\x1a\x1aagentsilo/v1/gateway.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x95\x03\n" +
 	"\x0eDirectoryEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12 \n" +
@@ -809,7 +865,11 @@ const file_agentsilo_v1_directory_proto_rawDesc = "" +
 	"\x04call\x18\a \x01(\tR\x04call\x127\n" +
 	"\tlast_seen\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1d\n" +
 	"\n" +
-	"last_error\x18\t \x01(\tR\tlastError\"E\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12\x14\n" +
+	"\x05trust\x18\n" +
+	" \x01(\tR\x05trust\x12'\n" +
+	"\x0fapproved_skills\x18\v \x03(\tR\x0eapprovedSkills\x12\x1c\n" +
+	"\tprincipal\x18\f \x01(\tR\tprincipal\"E\n" +
 	"\rDirectoryTool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\"X\n" +
@@ -834,14 +894,17 @@ const file_agentsilo_v1_directory_proto_rawDesc = "" +
 	"\x13DirectoryGetRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
 	"\x14DirectoryGetResponse\x122\n" +
-	"\x05entry\x18\x01 \x01(\v2\x1c.agentsilo.v1.DirectoryEntryR\x05entry\"\xa4\x02\n" +
+	"\x05entry\x18\x01 \x01(\v2\x1c.agentsilo.v1.DirectoryEntryR\x05entry\"\x81\x03\n" +
 	"\x13DirectoryAddRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x10\n" +
 	"\x03url\x18\x03 \x01(\tR\x03url\x12 \n" +
 	"\vdescription\x18\x04 \x01(\tR\vdescription\x12H\n" +
 	"\aheaders\x18\x05 \x03(\v2..agentsilo.v1.DirectoryAddRequest.HeadersEntryR\aheaders\x12+\n" +
-	"\x06skills\x18\x06 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\x1a:\n" +
+	"\x06skills\x18\x06 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\x12\x14\n" +
+	"\x05trust\x18\a \x01(\tR\x05trust\x12'\n" +
+	"\x0fapproved_skills\x18\b \x03(\tR\x0eapprovedSkills\x12\x1c\n" +
+	"\tprincipal\x18\t \x01(\tR\tprincipal\x1a:\n" +
 	"\fHeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"J\n" +
