@@ -149,7 +149,7 @@ func BenchmarkJetStreamAppend(b *testing.B) {
 					for next.Add(batch) <= int64(b.N)+batch-1 {
 						items := make([]*Item, batch)
 						for i := range items {
-							items[i] = &Item{Subs: subs, Entry: entry("x")}
+							items[i] = &Item{Owner: "acme", Subs: subs, Entry: entry("x")}
 						}
 						if err := s.Append(b.Context(), items, versions); err != nil {
 							b.Error(err)
@@ -188,7 +188,7 @@ func TestJetStreamMarkersSwept(t *testing.T) {
 	fa := follow(t, s, "acme:a")
 	var items []*Item
 	for i := range 3 {
-		items = append(items, &Item{Subs: []string{"acme:a", "acme:b"}, Entry: entry(fmt.Sprint(i))})
+		items = append(items, &Item{Owner: "acme", Subs: []string{"acme:a", "acme:b"}, Entry: entry(fmt.Sprint(i))})
 	}
 	if err := s.Append(ctx, items, map[string]int64{"acme": r.Versions["acme"]}); err != nil {
 		t.Fatal(err)
