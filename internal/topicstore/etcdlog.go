@@ -402,7 +402,6 @@ func (s *EtcdStore) watchQueue(ctx context.Context, id string, st *queueState, f
 	l := st.follower
 	if l != nil {
 		wake = l.wake
-		l.takeGone() // removed already: read again without them
 		lp = s.logPrefix(l.owner)
 		logs = s.cli.Watch(wctx, lp, clientv3.WithPrefix(), from)
 		curs = s.cli.Watch(wctx, s.curKey(l.owner, id), from)
