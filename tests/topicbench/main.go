@@ -369,7 +369,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	elapsed, cpu := time.Since(start), (cpuNow()-cpu0)/time.Duration(n)
 	p50, p99 := rec.percentiles()
 	if natsURL != "" {
-		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(2*n*subs))
+		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(n*subs))
 		if err != nil {
 			return result{}, err
 		}
@@ -390,10 +390,12 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n), cpu: cpu}, nil
 }
 
-// jsWrites waits until the queue bucket of the store named bucket holds
-// at least queued messages (copies and acknowledgements' markers), then
-// returns the messages written to all of the store's buckets.
-func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, error) {
+// jsWrites waits until every consumer of the log of the store named
+// bucket acknowledged every message (the stream, on interest retention,
+// is then empty), then returns the messages written to the store's
+// streams, and the acknowledgements (one per message and subscription, to
+// their consumers: not stored as messages).
+func jsWrites(ctx context.Context, url, bucket string, acks uint64) (uint64, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return 0, err
@@ -404,11 +406,11 @@ func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, e
 		return 0, err
 	}
 	for {
-		si, err := js.StreamInfo("KV_" + bucket + "_q")
+		si, err := js.StreamInfo(bucket + "_log")
 		if err != nil {
 			return 0, err
 		}
-		if si.State.LastSeq >= queued {
+		if si.State.Msgs == 0 {
 			break
 		}
 		select {
@@ -417,9 +419,9 @@ func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, e
 			return 0, ctx.Err()
 		}
 	}
-	var total uint64
-	for _, kind := range []string{"reg", "q", "dead", "idem"} {
-		si, err := js.StreamInfo("KV_" + bucket + "_" + kind)
+	total := acks
+	for _, name := range []string{"KV_" + bucket + "_reg", "KV_" + bucket + "_q", "KV_" + bucket + "_dead", "KV_" + bucket + "_idem", bucket + "_log"} {
+		si, err := js.StreamInfo(name)
 		if err != nil {
 			return 0, err
 		}
@@ -442,14 +444,28 @@ func etcdRev(ctx context.Context, e *etcdtest.Running) (int64, error) {
 	return r.Header.Revision, nil
 }
 
-// waitEmpty waits until no message is queued under prefix.
+// waitEmpty waits until no message is queued under prefix: no entry held
+// apart, and every subscription's cursor past the last record of the log.
 func waitEmpty(ctx context.Context, e *etcdtest.Running, prefix string) error {
+	cli := e.Client()
 	for {
-		r, err := e.Client().Get(ctx, prefix+"topics/q/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		tr, err := cli.Txn(ctx).Then(
+			clientv3.OpGet(prefix+"topics/q/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpGet(prefix+"topics/log/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+			clientv3.OpGet(prefix+"topics/cur/", clientv3.WithPrefix()),
+		).Commit()
 		if err != nil {
 			return err
 		}
-		if r.Count == 0 {
+		empty := tr.Responses[0].GetResponseRange().GetCount() == 0
+		if last := tr.Responses[1].GetResponseRange().GetKvs(); empty && len(last) > 0 {
+			for _, kv := range tr.Responses[2].GetResponseRange().GetKvs() {
+				if c, err := strconv.ParseInt(string(kv.Value), 10, 64); err != nil || c < last[0].ModRevision {
+					empty = false
+				}
+			}
+		}
+		if empty {
 			return nil
 		}
 		select {
