@@ -74,6 +74,7 @@ func main() {
 	n := flag.Int("n", 10000, "messages published per pass")
 	pubs := flag.Int("p", 8, "publishers (SDK clients, NATS connections)")
 	window := flag.Int("w", 16, "publishes in flight per publisher")
+	flag.IntVar(&batchSize, "batch", 16, "messages per SDK call to the silo (Topics.PublishBatch; 1: Topics.Publish, one a call); calls in flight per publisher: -w over it")
 	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
 	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
@@ -189,6 +190,44 @@ func (r *recorder) percentiles() (p50, p99 time.Duration) {
 
 // publishAll runs pubs publishers with window publishes in flight each,
 // n messages in all.
+// batchSize is -batch: the messages of one SDK call to the silo.
+var batchSize = 16
+
+// publishBatches publishes n messages from pubs publishers, in calls of
+// up to batch messages (publish(p, count)), window/batch calls in flight
+// per publisher.
+func publishBatches(ctx context.Context, n, pubs, window, batch int, publish func(p, count int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	calls := max(window/batch, 1)
+	errc := make(chan error, pubs*calls)
+	for p := range pubs {
+		for range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(int64(batch))) - batch
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					if err := publish(p, min(batch, n-i)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
 func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -352,11 +391,28 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	}
 	start, cpu0 := time.Now(), cpuNow()
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions\n", subs)
-	err = publishAll(ctx, n, pubs, window, func(p, i int) error {
-		m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
-		_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", m)
-		return err
-	})
+	if batchSize > 1 {
+		err = publishBatches(ctx, n, pubs, window, batchSize, func(p, count int) error {
+			ps := make([]client.Publication, count)
+			t := strconv.FormatInt(time.Now().UnixNano(), 10)
+			for i := range ps {
+				ps[i] = client.Publication{Topic: "bench.orders.created", Message: &client.Message{Message: payload, State: map[string]string{"t": t}}}
+			}
+			rs, err := clients[p].Topics().PublishBatch(ctx, ps)
+			for _, r := range rs {
+				if err == nil {
+					err = r.Err
+				}
+			}
+			return err
+		})
+	} else {
+		err = publishAll(ctx, n, pubs, window, func(p, i int) error {
+			m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
+			_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", m)
+			return err
+		})
+	}
 	if err != nil {
 		return result{}, err
 	}
