@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -129,11 +130,11 @@ func (t Topics) PublishBatch(ctx context.Context, ps []Publication) (results []B
 				if p := x.GetPublished(); p != nil {
 					results[i].PublishResult = PublishResult{ID: p.GetId(), Subscriptions: int(p.GetSubscriptions()), Duplicate: p.GetDuplicate()}
 				} else {
-					results[i].Err = errs.New(codes.Code(x.GetCode()), "%s", x.GetError())
+					results[i].Err = errs.FromStatus(status.Error(codes.Code(x.GetCode()), x.GetError()))
 				}
 			}
 			for i := len(r.GetResults()); i < len(results); i++ {
-				results[i].Err = errs.New(codes.Internal, "the gateway gave no result for message %d", i)
+				results[i].Err = errs.New(codes.Internal, "the gateway gave no result for message %d: it may have landed (publish again with an idempotency key)", i)
 			}
 			return results, nil
 		}

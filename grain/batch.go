@@ -54,7 +54,7 @@ func Batch(ms []*Message) (*Message, error) {
 	for _, m := range ms {
 		mb, err := proto.Marshal(m)
 		if err != nil {
-			return nil, errs.New(codes.Internal, "encode a batch: %w", err)
+			return nil, errs.New(codes.Internal, "encode a batch (not sent): %w", err)
 		}
 		b = protowire.AppendTag(b, 1, protowire.BytesType)
 		b = protowire.AppendBytes(b, mb)
@@ -148,7 +148,7 @@ func BatchOutcome(reply *Message, err error) (n int, out error) {
 	n, _ = strconv.Atoi(reply.GetState()["n"])
 	if reply.GetMessageType() == outcomeFailed {
 		c, _ := strconv.Atoi(reply.GetState()["code"])
-		return n, errs.New(codes.Code(c), "%s", reply.GetMessage())
+		return n, errs.New(codes.Code(c), "the turn ran and failed: %s", reply.GetMessage())
 	}
 	return n, Outcome(reply, nil)
 }
