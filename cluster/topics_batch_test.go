@@ -13,6 +13,7 @@ import (
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/natstest"
 )
 
 // batcher takes topic deliveries in batches (grain.BatchHandler): it
@@ -64,11 +65,17 @@ func (b *batcher) OnMessages(ctx context.Context, ms []*grain.Message) (int, err
 // message the handler asked for again comes again, with its attempt
 // counted, before those published after it.
 func TestClusterTopicBatches(t *testing.T) {
+	t.Run("etcd", func(t *testing.T) { testTopicBatches(t, "") })
+	t.Run("jetstream", func(t *testing.T) { testTopicBatches(t, natstest.Start(t).URL()) })
+}
+
+func testTopicBatches(t *testing.T, store string) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
 	defer c.close()
 	b := &batcher{release: make(chan struct{}), attempt: map[string]uint32{}}
 	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
+		cfg.TopicStore = store
 		cfg.Topics.RetryMin, cfg.Topics.RetryMax = time.Millisecond, 5*time.Millisecond
 		if err := reg.Register("Batcher", func(grain.Host) (grain.Agent, error) { return b, nil }); err != nil {
 			t.Fatal(err)
