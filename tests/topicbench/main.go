@@ -28,7 +28,11 @@
 // count). The three run in turn, -passes times; the median pass is
 // reported. -stores etcd,jetstream chooses the silo's stores measured.
 //
-// Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3]
+// Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3] [-batch 16] [-rate R]
+//
+// -batch is the messages of one SDK call (Topics.PublishBatch; 1:
+// Topics.Publish); -rate paces the publishers, all systems alike, to
+// measure the latency at a rate below the top one.
 //
 // With -steady R, it measures instead etcd's size under steady load: R
 // rounds, each publishing -n messages to one subscription and waiting until
@@ -74,6 +78,7 @@ func main() {
 	n := flag.Int("n", 10000, "messages published per pass")
 	pubs := flag.Int("p", 8, "publishers (SDK clients, NATS connections)")
 	window := flag.Int("w", 16, "publishes in flight per publisher")
+	flag.Float64Var(&paceRate, "rate", 0, "publish at most `R` messages a second in all, paced (0: as fast as they go): the latency at a given rate, e.g. half the top one")
 	flag.IntVar(&batchSize, "batch", 16, "messages per SDK call to the silo (Topics.PublishBatch; 1: Topics.Publish, one a call); calls in flight per publisher: -w over it")
 	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
 	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
@@ -193,12 +198,30 @@ func (r *recorder) percentiles() (p50, p99 time.Duration) {
 // batchSize is -batch: the messages of one SDK call to the silo.
 var batchSize = 16
 
+// paceRate is -rate: messages a second in all (0: unpaced).
+var paceRate float64
+
+// pace waits until message i of a pass that began at t0 is due at
+// paceRate.
+func pace(ctx context.Context, t0 time.Time, i int) {
+	if paceRate <= 0 {
+		return
+	}
+	if d := time.Until(t0.Add(time.Duration(float64(i) / paceRate * float64(time.Second)))); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+}
+
 // publishBatches publishes n messages from pubs publishers, in calls of
 // up to batch messages (publish(p, count)), window/batch calls in flight
 // per publisher.
 func publishBatches(ctx context.Context, n, pubs, window, batch int, publish func(p, count int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	calls := max(window/batch, 1)
 	errc := make(chan error, pubs*calls)
 	for p := range pubs {
@@ -211,6 +234,7 @@ func publishBatches(ctx context.Context, n, pubs, window, batch int, publish fun
 					if i >= n || ctx.Err() != nil {
 						return
 					}
+					pace(ctx, t0, i)
 					if err := publish(p, min(batch, n-i)); err != nil {
 						errc <- err
 						return
@@ -231,6 +255,7 @@ func publishBatches(ctx context.Context, n, pubs, window, batch int, publish fun
 func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	errc := make(chan error, pubs*window)
 	for p := range pubs {
 		for range window {
@@ -242,6 +267,7 @@ func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i 
 					if i >= n || ctx.Err() != nil {
 						return
 					}
+					pace(ctx, t0, i)
 					if err := publish(p, i); err != nil {
 						errc <- err
 						return
