@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -28,14 +27,10 @@ import (
 // consumer delivered until they are settled: acknowledged (the
 // consumer's Ack, sent without waiting for each), retried (held apart in
 // the queue bucket with their delivery state, and acknowledged), dead
-// letters. A message not acknowledged within AckWait (the follower's silo
-// died, or holds it that long) is delivered again by the server, to
-// whichever store follows the queue then: at least once, as everywhere.
-
-// ackWait is how long the server waits for a message's acknowledgement
-// before delivering it again: a failover takes up to this long for the
-// messages the silo gone held.
-const ackWait = 30 * time.Second
+// letters. A message not acknowledged within Config.AckWait (the
+// follower's silo died, or holds it that long) is delivered again by the
+// server, to whichever store follows the queue then: at least once, as
+// everywhere.
 
 func (s *JetStreamStore) logStream() string { return s.cfg.Bucket + "_log" }
 func (s *JetStreamStore) logSubject(owner string) string {
@@ -90,7 +85,7 @@ func (s *JetStreamStore) ensureConsumer(ctx context.Context, id, owner string) (
 		Description:   id,
 		DeliverPolicy: jetstream.DeliverNewPolicy,
 		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
+		AckWait:       s.cfg.AckWait,
 		MaxDeliver:    -1,
 		FilterSubject: s.logSubject(owner),
 		MaxAckPending: 1 << 16,

@@ -1,12 +1,15 @@
 package topicstore
 
 import (
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/agentsilo/agentsilo/internal/natstest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 )
 
@@ -71,4 +74,80 @@ func TestJetStreamMigratesQueuesOfTheLayoutBefore(t *testing.T) {
 		t.Fatal(err)
 	}
 	work.texts(t, 0)
+}
+
+// A subscription's consumer is its cursor: what one store acknowledged is
+// not delivered again to a store that follows the queue afresh (a silo
+// restarted, or another one taking the subscription over), and what it
+// held unacknowledged is, once the consumer's AckWait has passed.
+func TestJetStreamConsumerIsTheCursor(t *testing.T) {
+	ns := natstest.Start(t)
+	open := func() *JetStreamStore {
+		c := DefaultJetStreamConfig(ns.URL())
+		c.AckWait = time.Second
+		s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	a := open()
+	ctx := t.Context()
+	if _, err := a.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Subscriptions(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := map[string]int64{"acme": r.Versions["acme"]}
+	for i := range 5 {
+		if err := a.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry(fmt.Sprint(i))}}, versions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fctx, stop := context.WithCancel(ctx)
+	fa := &follower{live: map[string]*Entry{}, change: make(chan struct{})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.FollowQueue(fctx, "acme:work", func(ev QueueEvent) {
+			fa.mu.Lock()
+			defer fa.mu.Unlock()
+			if ev.Entry != nil {
+				if _, ok := fa.live[ev.Key]; !ok {
+					fa.keys = append(fa.keys, ev.Key)
+				}
+				fa.live[ev.Key] = ev.Entry
+			} else if !ev.Reset {
+				delete(fa.live, ev.Key)
+			}
+			close(fa.change)
+			fa.change = make(chan struct{})
+		})
+	}()
+	fa.texts(t, 5)
+	var acks []AckKey
+	for _, text := range []string{"0", "1", "2"} {
+		acks = append(acks, AckKey{"acme:work", fa.key(t, text)})
+	}
+	if err := a.Ack(ctx, acks); err != nil {
+		t.Fatal(err)
+	}
+	fa.texts(t, 2)
+	stop() // a's silo is gone, holding 3 and 4
+	<-done
+
+	b := open()
+	fb := follow(t, b, "acme:work")
+	if got := fmt.Sprint(fb.texts(t, 2)); got != "[3 4]" {
+		t.Fatalf("taken over: %s", got)
+	}
+	if err := b.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry("5")}}, versions); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(fb.texts(t, 3)); got != "[3 4 5]" {
+		t.Fatalf("then: %s", got)
+	}
 }

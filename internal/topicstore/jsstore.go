@@ -135,6 +135,12 @@ type JetStreamConfig struct {
 	// SessionTTL is how long the session members this store holds outlive
 	// it (see SubscribeSession). Default 15 s.
 	SessionTTL time.Duration
+	// AckWait is how long the server waits for a log message's
+	// acknowledgement before delivering it again (to whichever store
+	// follows its subscription then: a failover takes up to AckWait for the
+	// messages the silo gone held). It is set on a subscription's
+	// consumer when it is made. Default 30 s.
+	AckWait time.Duration
 }
 
 // DefaultJetStreamConfig returns the defaults, for url.
@@ -148,6 +154,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		SweepEvery: time.Minute,
 		MarkerAge:  time.Minute,
 		SessionTTL: 15 * time.Second,
+		AckWait:    30 * time.Second,
 	}
 }
 
@@ -160,8 +167,8 @@ func (c JetStreamConfig) Validate() error {
 		return errs.New(codes.InvalidArgument, "topics: JetStream bucket %q: use letters, digits, - and _", c.Bucket)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return errs.New(codes.InvalidArgument, "topics: JetStream replicas %d: use 1 to 5", c.Replicas)
-	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.MarkerAge < 0, c.SessionTTL < time.Second:
-		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL at least 1 s")
+	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.MarkerAge < 0, c.SessionTTL < time.Second, c.AckWait < time.Second:
+		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL and AckWait at least 1 s")
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return errs.New(codes.InvalidArgument, "topics: JetStream TLS needs both a certificate and its key")
 	}
