@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -75,6 +76,71 @@ func (t Topics) Publish(ctx context.Context, topic string, msg *Message) (_ Publ
 		err = errs.FromStatus(err)
 		if m.GetIdempotencyKey() == "" || errs.Code(err) != codes.Unavailable || ctx.Err() != nil || !b.Wait(ctx, nil) {
 			return PublishResult{}, err
+		}
+	}
+}
+
+// PublishBatch publishes ps (at most 1,000) in one call to the gateway, in
+// their order, as Publish would one after another (their order is kept
+// with the Client's other publishes), written together, and returns once
+// each is durable or failed: results[i] is ps[i]'s. A message the cluster
+// refuses (a bad topic, a permission, a full backlog at the deadline)
+// fails alone. err is the call's: then none has a result, and whether they
+// were published is unknown unless it says so (InvalidArgument,
+// ResourceExhausted: not sent); a batch whose every message has an
+// IdempotencyKey is sent again after Unavailable, as Publish does.
+func (t Topics) PublishBatch(ctx context.Context, ps []Publication) (results []BatchResult, err error) {
+	c := t.c
+	req := &agentsilov1.PublishBatchRequest{Entries: make([]*agentsilov1.PublishRequest, len(ps)), Publisher: c.publisher()}
+	size, keyed := 0, len(ps) > 0
+	for i, p := range ps {
+		m := &Message{}
+		if p.Message != nil {
+			m = proto.Clone(p.Message).(*Message)
+		}
+		n := proto.Size(m)
+		if n > c.opts.maxSize {
+			return nil, errs.New(codes.ResourceExhausted, "message %d of %d bytes exceeds the maximum of %d: not sent", i, n, c.opts.maxSize)
+		}
+		size += n + len(p.Topic) + 16
+		keyed = keyed && m.GetIdempotencyKey() != ""
+		req.Entries[i] = &agentsilov1.PublishRequest{Topic: p.Topic, Message: m}
+	}
+	if size > c.opts.maxSize {
+		return nil, errs.New(codes.ResourceExhausted, "a batch of %d bytes exceeds the maximum of %d: not sent; send fewer at once", size, c.opts.maxSize)
+	}
+	ctx, span := c.startSpan(ctx, "agentsilo PublishBatch", &Message{})
+	defer func() { endSpan(span, err) }()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		defer cancel()
+	}
+	b := retry.Resend.New(nil)
+	for {
+		uctx, cancel, _ := c.unary(ctx)
+		r, err := agentsilov1.NewTopicsClient(c.conns[c.connIndex()]).PublishBatch(uctx, req)
+		cancel()
+		if err == nil {
+			results = make([]BatchResult, len(ps))
+			for i, x := range r.GetResults() {
+				if i == len(results) {
+					break
+				}
+				if p := x.GetPublished(); p != nil {
+					results[i].PublishResult = PublishResult{ID: p.GetId(), Subscriptions: int(p.GetSubscriptions()), Duplicate: p.GetDuplicate()}
+				} else {
+					results[i].Err = errs.FromStatus(status.Error(codes.Code(x.GetCode()), x.GetError()))
+				}
+			}
+			for i := len(r.GetResults()); i < len(results); i++ {
+				results[i].Err = errs.New(codes.Internal, "the gateway gave no result for message %d: it may have landed (publish again with an idempotency key)", i)
+			}
+			return results, nil
+		}
+		err = errs.FromStatus(err)
+		if !keyed || errs.Code(err) != codes.Unavailable || ctx.Err() != nil || !b.Wait(ctx, nil) {
+			return nil, err
 		}
 	}
 }

@@ -189,6 +189,19 @@ type PublishResult struct {
 	Duplicate     bool
 }
 
+// Publication is one message of Topics.PublishBatch: Message to Topic.
+type Publication struct {
+	Topic   string
+	Message *Message
+}
+
+// BatchResult is one message's outcome in Topics.PublishBatch: Err nil
+// and its PublishResult, or why it was not published.
+type BatchResult struct {
+	PublishResult
+	Err error
+}
+
 // Subscription is a durable named subscription.
 type Subscription struct {
 	// ID is `owner:name`; Pattern is canonical, `owner:pattern`.

@@ -244,12 +244,14 @@ func (a *activation) invoke(t *turn, msg *Message) (reply *Message, err error) {
 			a.interleavingReady()
 		}
 	}
-	switch msg.Kind {
-	case KindEvent:
+	switch {
+	case msg.Kind == KindEvent:
 		if h, ok := a.agent.(EventHandler); ok {
 			return nil, h.OnEvent(ctx, msg)
 		}
 		return nil, nil
+	case isBatch(msg):
+		return a.invokeBatch(ctx, msg)
 	default:
 		return a.agent.OnMessage(ctx, msg)
 	}

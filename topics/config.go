@@ -50,9 +50,14 @@ type Config struct {
 	// AckTimeout bounds one delivery: a handler that has not returned by
 	// then counts as failed. Default: 30 s.
 	AckTimeout time.Duration
-	// MaxInflight bounds the deliveries of one subscription in flight at a
-	// time (each publisher's messages go one at a time). Default: 64.
+	// MaxInflight bounds the messages of one subscription being delivered
+	// at a time (each publisher's go one at a time, or in order in one
+	// batch). Default: 64.
 	MaxInflight int
+	// MaxDeliveryBatch bounds the messages delivered to an agent in one
+	// request, those due at once (see grain.BatchHandler); 1 delivers one
+	// at a time. Client sessions get one at a time. Default: 32.
+	MaxDeliveryBatch int
 	// PublishTimeout bounds a publish whose context has no deadline.
 	// Default: 30 s.
 	PublishTimeout time.Duration
@@ -126,6 +131,7 @@ func DefaultConfig() Config {
 		RetryMax:         time.Minute,
 		AckTimeout:       30 * time.Second,
 		MaxInflight:      64,
+		MaxDeliveryBatch: 32,
 		PublishTimeout:   30 * time.Second,
 		MaxBatch:         256,
 		MaxAppends:       4,
@@ -157,6 +163,7 @@ func (c *Config) Validate() error {
 	fill(&c.MaxSubscriptions, d.MaxSubscriptions)
 	fill(&c.MaxMembers, d.MaxMembers)
 	fill(&c.MaxInflight, d.MaxInflight)
+	fill(&c.MaxDeliveryBatch, d.MaxDeliveryBatch)
 	fill(&c.MaxBatch, d.MaxBatch)
 	fill(&c.QueueSize, d.QueueSize)
 	fill(&c.MaxAppends, d.MaxAppends)
@@ -177,7 +184,7 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxSubscriptions < 1, c.MaxMembers < 1:
 		return errs.New(codes.InvalidArgument, "topics: MaxSubscriptions and MaxMembers must be positive")
-	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxBatch < 1, c.QueueSize < 1, c.MaxAppends < 1:
+	case c.MaxBacklog < 1, c.MaxMessageSize < 1, c.MaxInflight < 1, c.MaxDeliveryBatch < 1, c.MaxBatch < 1, c.QueueSize < 1, c.MaxAppends < 1:
 		return errs.New(codes.InvalidArgument, "topics: sizes and bounds must be positive")
 	case c.MaxAttempts < 1 || c.MaxAttempts > MaxAttemptsLimit:
 		return errs.New(codes.InvalidArgument, "topics: MaxAttempts %d: want 1 to %d", c.MaxAttempts, MaxAttemptsLimit)

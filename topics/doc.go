@@ -1,9 +1,9 @@
 // Package topics is agentsilo's publish/subscribe. Agents and clients
 // publish messages to hierarchical topics that belong to an owner, as
 // addresses do (`acme:orders.created.eu`); durable subscriptions, each with
-// a pattern over one owner's topics (`orders.*.eu`, `orders.#`), queue a
-// copy of every matching message for their agents, and deliver it at least
-// once, in the order each publisher published, with retries, backoff and
+// a pattern over one owner's topics (`orders.*.eu`, `orders.#`), deliver
+// every matching message (stored once, in its owner's log, a subscription
+// being a position in it) to their agents at least once, in the order each publisher published, with retries, backoff and
 // dead letters.
 //
 // Why topics rather than Send: a publisher does not know its subscribers,
@@ -25,17 +25,18 @@
 //	res, err := c.Topics().Publish(ctx, "acme:orders.created.eu", &client.Message{Message: "order 42"})
 //	sub, err := c.Topics().SubscribeSession(ctx, "orders.#") // this session's, while it lives
 //
-// A delivery is a request to the subscriber's OnMessage with Message.Topic,
+// A delivery is a request to the subscriber's OnMessage (or, several at
+// once, to a grain.BatchHandler's OnMessages) with Message.Topic,
 // Message.Subscription and Message.Attempt set, and the same Message.Id on
 // every attempt. Its result is the outcome: nil acknowledges it,
 // grain.Retry(after, reason) or any other error asks for it again (counting
 // an attempt; past the subscription's maximum it becomes a dead letter),
 // grain.Poison(reason) makes it a dead letter at once. Several agents under
 // one subscription name compete for its messages; each subscription gets
-// its own copy.
+// every message.
 //
 // What holds:
-//   - A publish returns once its copies are durable, and everything
+//   - A publish returns once it is durable, and everything
 //     published after Subscribe returned (through any silo) reaches the
 //     subscription.
 //   - At least once: a message is delivered again until acknowledged, after

@@ -259,7 +259,9 @@ func (e *engine) dispatcher() {
 }
 
 // dispatch starts what is due and returns when the next not-before time
-// comes (zero if none waits).
+// comes (zero if none waits). What is due goes to the members in turn, in
+// batches of up to MaxDeliveryBatch (each lane's part of a batch its
+// first entries, in order), except to client sessions, one at a time.
 func (e *engine) dispatch() time.Time {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -268,37 +270,56 @@ func (e *engine) dispatch() time.Time {
 	}
 	now := e.s.cfg.clk.Now()
 	var next time.Time
-	for _, l := range e.lanes {
-		if e.inflight >= e.s.cfg.MaxInflight {
-			break
-		}
-		h := l.q[0]
-		if h.busy {
-			continue
-		}
-		if nb := h.e.GetNotBeforeUnixMs(); nb > now.UnixMilli() {
+	due := func(it *item) bool {
+		if nb := it.e.GetNotBeforeUnixMs(); nb > now.UnixMilli() {
 			if at := time.UnixMilli(nb); next.IsZero() || at.Before(next) {
 				next = at
 			}
-			continue
+			return false
 		}
-		h.busy = true
-		e.inflight++
+		return true
+	}
+	maxAttempts := int(e.sub.Record.GetMaxAttempts())
+	for e.inflight < e.s.cfg.MaxInflight {
 		member := e.sub.Members[e.rr%len(e.sub.Members)]
+		limit := e.s.cfg.MaxDeliveryBatch
+		if topicstore.IsSession(member) {
+			limit = 1
+		}
+		var batch []*item
+	lanes:
+		for _, l := range e.lanes {
+			for i, it := range l.q {
+				if len(batch) == limit || e.inflight == e.s.cfg.MaxInflight {
+					break lanes
+				}
+				if it.busy || !due(it) || (it.dead != "" && (i > 0 || len(batch) > 0)) {
+					break
+				}
+				it.busy = true
+				e.inflight++
+				batch = append(batch, it)
+				if it.dead != "" {
+					break lanes // a dead letter to write again: alone
+				}
+			}
+		}
+		if len(batch) == 0 {
+			break
+		}
 		e.rr++
 		e.wg.Add(1)
-		go e.deliver(h, member, int(e.sub.Record.GetMaxAttempts()))
+		if len(batch) == 1 {
+			go e.deliver(batch[0], member, maxAttempts)
+		} else {
+			go e.deliverBatch(batch, member, maxAttempts)
+		}
 	}
 	return next
 }
 
-// deliver delivers it to member and settles the outcome.
-func (e *engine) deliver(it *item, member string, maxAttempts int) {
-	defer e.wg.Done()
-	if it.dead != "" {
-		e.kill(it, member, it.dead, it.last)
-		return
-	}
+// message is the delivery of it to member.
+func (e *engine) message(it *item, member string) *grain.Message {
 	msg := copyMessage(it.e.GetMessage())
 	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, grain.KindRequest, e.id, it.e.GetAttempts()+1
 	// A delivery acts for the subscriber's owner, whoever published (see
@@ -308,6 +329,64 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	if a, err := grain.ParseAddress(member); err == nil {
 		msg.OnBehalfOf = a.Owner
 	}
+	return msg
+}
+
+// deliverBatch delivers items to member in one request (grain.Batch) and
+// settles each by position: those handled are acknowledged, the first not
+// handled has the outcome the handler gave it, and those after it come
+// again without an attempt counted.
+func (e *engine) deliverBatch(items []*item, member string, maxAttempts int) {
+	defer e.wg.Done()
+	msgs := make([]*grain.Message, len(items))
+	for i, it := range items {
+		msgs[i] = e.message(it, member)
+	}
+	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
+	ends := make([]func(error), len(items))
+	for i, m := range msgs {
+		ends[i] = e.s.traceDeliver(ctx, e.id, m)
+	}
+	var n int
+	var out error
+	b, err := grain.Batch(msgs)
+	if err != nil {
+		out = err
+	} else {
+		n, out = grain.BatchOutcome(e.s.deliverTo(ctx, b))
+	}
+	cancel()
+	if n < len(items) && out == nil {
+		out = errs.New(codes.Unavailable, "the batch handler stopped before this message")
+	}
+	for i, it := range items {
+		var o error
+		switch {
+		case i < n:
+		case i == n:
+			o = out
+		default:
+			if ends[i] != nil {
+				ends[i](errs.New(codes.Aborted, "not handled: delivered again"))
+			}
+			e.release(it)
+			continue
+		}
+		if ends[i] != nil {
+			ends[i](o)
+		}
+		e.settle(it, member, maxAttempts, o)
+	}
+}
+
+// deliver delivers it to member and settles the outcome.
+func (e *engine) deliver(it *item, member string, maxAttempts int) {
+	defer e.wg.Done()
+	if it.dead != "" {
+		e.kill(it, member, it.dead, it.last)
+		return
+	}
+	msg := e.message(it, member)
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
 	end := e.s.traceDeliver(ctx, e.id, msg)
 	var reply *grain.Message
@@ -333,6 +412,11 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	if end != nil {
 		end(out)
 	}
+	e.settle(it, member, maxAttempts, out)
+}
+
+// settle settles a delivery of it to member whose outcome was out.
+func (e *engine) settle(it *item, member string, maxAttempts int, out error) {
 	obs := e.s.cfg.Observe
 	var oe *grain.OutcomeError
 	switch {
@@ -395,7 +479,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 	ne := proto.Clone(it.e).(*topicstore.Entry)
 	ne.Attempts, ne.LastError, ne.Agent = uint32(attempts), last, member
 	ne.NotBeforeUnixMs = e.s.cfg.clk.Now().Add(wait).UnixMilli()
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	if err := e.s.cfg.store.Update(ctx, e.id, it.key, ne); err != nil && errs.Code(err) != codes.NotFound {
 		// Kept in memory: a restart counts this attempt again.
 		e.s.cfg.Logger.Warn("topics: could not record a failed delivery", "subscription", e.id, "err", err)

@@ -20,6 +20,9 @@ type pubReq struct {
 	entry *topicstore.Entry
 	idem  string
 	done  chan pubResult // buffered
+	// group are the publishes of a PublishBatch after this one: the
+	// batcher puts them in the same append, after it.
+	group []*pubReq
 }
 
 type pubResult struct {
@@ -78,38 +81,102 @@ func (s *Service) Publish(ctx context.Context, from, topic string, msg *grain.Me
 // store, whether it was queued is unknown: publish again with the same
 // idempotency key.
 func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *grain.Message) (res PublishResult, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		defer cancel()
+	}
+	req, end, err := s.prepare(ctx, from, topic, msg)
+	if end != nil {
+		defer func() { end(err) }()
+	}
+	if err != nil {
+		return PublishResult{}, err
+	}
+	if err := s.enqueue(ctx, req); err != nil {
+		return PublishResult{}, err
+	}
+	return s.await(ctx, req)
+}
+
+// Publication is one message of PublishBatch: msg to topic.
+type Publication struct {
+	Topic   string
+	Message *grain.Message
+}
+
+// PublishBatch publishes ps on behalf of from, in their order, in one
+// append to the store (one transaction on etcd, unless it is larger than
+// one holds), and returns once each is durable or failed: results[i] and
+// errs[i] are ps[i]'s, as PublishMessage's. A message refused before it
+// is written (a bad topic, too large, a full backlog) fails alone; the
+// others are published.
+func (s *Service) PublishBatch(ctx context.Context, from string, ps []Publication) (results []PublishResult, failed []error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		defer cancel()
+	}
+	results, failed = make([]PublishResult, len(ps)), make([]error, len(ps))
+	reqs := make([]*pubReq, len(ps))
+	ends := make([]func(error), len(ps))
+	var group []*pubReq
+	for i, p := range ps {
+		reqs[i], ends[i], failed[i] = s.prepare(ctx, from, p.Topic, p.Message)
+		if failed[i] == nil {
+			group = append(group, reqs[i])
+		}
+	}
+	if len(group) > 0 {
+		head := group[0]
+		head.group = group[1:]
+		if err := s.enqueue(ctx, head); err != nil {
+			for i := range reqs {
+				if failed[i] == nil {
+					failed[i] = err
+				}
+			}
+		}
+	}
+	for i, r := range reqs {
+		if failed[i] == nil {
+			results[i], failed[i] = s.await(ctx, r)
+		}
+		if ends[i] != nil {
+			ends[i](failed[i])
+		}
+	}
+	return results, failed
+}
+
+// prepare checks a publish and makes its request, once there is room in
+// the backlogs of its subscriptions; end, if not nil, ends its span.
+func (s *Service) prepare(ctx context.Context, from, topic string, msg *grain.Message) (_ *pubReq, end func(error), err error) {
 	if msg == nil {
-		return PublishResult{}, errs.New(codes.InvalidArgument, "nil message")
+		return nil, nil, errs.New(codes.InvalidArgument, "nil message")
 	}
 	owner, err := ownerOf(from)
 	if err != nil {
-		return PublishResult{}, err
+		return nil, nil, err
 	}
 	t, err := ParseTopic(topic, owner)
 	if err != nil {
-		return PublishResult{}, err
+		return nil, nil, err
 	}
 	if grain.IsReserved(msg.GetMessageType()) {
-		return PublishResult{}, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.GetMessageType()), grain.ReservedPrefix)
+		return nil, nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.GetMessageType()), grain.ReservedPrefix)
 	}
 	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
-		return PublishResult{}, err
+		return nil, nil, err
 	}
 	m := copyMessage(msg)
 	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
 	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
 	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
 	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
-		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
+		return nil, nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)
 	}
-	if end := s.tracePublish(ctx, m, t); end != nil {
-		defer func() { end(err) }()
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.PublishTimeout)
-		defer cancel()
-	}
+	end = s.tracePublish(ctx, m, t)
 	var full string
 	if err := s.waitRegistry(ctx, func(r *topicstore.Registry) bool {
 		for _, sub := range r.Matching(topicstore.Topic(t)) {
@@ -120,19 +187,29 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 		}
 		return true
 	}); err != nil {
-		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: the backlog of subscription %s is full (%d messages)", t, full, s.cfg.MaxBacklog)
+		return nil, end, errs.New(codes.ResourceExhausted, "publish to %s: the backlog of subscription %s is full (%d messages)", t, full, s.cfg.MaxBacklog)
 	}
 	req := &pubReq{topic: t, entry: &topicstore.Entry{Message: m}, done: make(chan pubResult, 1)}
 	if k := m.GetIdempotencyKey(); k != "" {
 		req.idem = t.Owner + "/" + owner + "/" + k
 	}
+	return req, end, nil
+}
+
+// enqueue hands req (and its group) to the batcher.
+func (s *Service) enqueue(ctx context.Context, req *pubReq) error {
 	select {
 	case s.pubq <- req:
+		return nil
 	case <-ctx.Done():
-		return PublishResult{}, errs.New(codes.ResourceExhausted, "publish to %s: too many publishes waiting", t)
+		return errs.New(codes.ResourceExhausted, "publish to %s: too many publishes waiting", req.topic)
 	case <-s.ctx.Done():
-		return PublishResult{}, errs.New(codes.Unavailable, "topics: closed")
+		return errs.New(codes.Unavailable, "topics: closed")
 	}
+}
+
+// await waits for req's outcome.
+func (s *Service) await(ctx context.Context, req *pubReq) (PublishResult, error) {
 	select {
 	case r := <-req.done:
 		if r.err != nil {
@@ -146,7 +223,7 @@ func (s *Service) PublishMessage(ctx context.Context, from, topic string, msg *g
 		}
 		return PublishResult{ID: r.id, Subscriptions: r.subs, Duplicate: r.dup}, nil
 	case <-ctx.Done():
-		return PublishResult{}, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "publish to %s: outcome unknown (publish again with an idempotency key)", t)
+		return PublishResult{}, errs.Wrap(errs.Code(ctx.Err()), ctx.Err(), "publish to %s: outcome unknown (publish again with an idempotency key)", req.topic)
 	}
 }
 
@@ -172,6 +249,7 @@ func (s *Service) batcher() {
 		select {
 		case r := <-s.pubq:
 			batch = append(batch, r)
+			batch = append(batch, r.group...)
 		case <-s.ctx.Done():
 			s.failPending(errs.New(codes.Unavailable, "topics: closed"))
 			return
@@ -181,6 +259,7 @@ func (s *Service) batcher() {
 			select {
 			case r := <-s.pubq:
 				batch = append(batch, r)
+				batch = append(batch, r.group...)
 			default:
 				break more
 			}
@@ -199,6 +278,9 @@ func (s *Service) failPending(err error) {
 		select {
 		case r := <-s.pubq:
 			r.done <- pubResult{err: err}
+			for _, g := range r.group {
+				g.done <- pubResult{err: err}
+			}
 		default:
 			return
 		}

@@ -85,7 +85,9 @@ func newHarness(t *testing.T, store topicstore.Store) *harness {
 
 func (h *harness) service(mod func(*Config)) *Service {
 	h.t.Helper()
-	cfg := Config{store: h.store, clk: h.clk, MaxBacklog: 100, RetryMin: time.Second, RetryMax: 8 * time.Second}
+	// One message a delivery: agents stands for the runtime, which alone
+	// unpacks batches (they are tested with a runtime in grain and cluster).
+	cfg := Config{store: h.store, clk: h.clk, MaxBacklog: 100, RetryMin: time.Second, RetryMax: 8 * time.Second, MaxDeliveryBatch: 1}
 	if mod != nil {
 		mod(&cfg)
 	}

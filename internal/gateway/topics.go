@@ -121,6 +121,93 @@ func (ts topicServer) Publish(ctx context.Context, req *agentsilov1.PublishReque
 	return &agentsilov1.PublishResponse{Id: r.ID, Subscriptions: uint32(r.Subscriptions), Duplicate: r.Duplicate}, nil
 }
 
+// maxPublishBatch bounds the entries of one PublishBatch.
+const maxPublishBatch = 1000
+
+// PublishBatch implements agentsilov1.TopicsServer: each entry checked as
+// Publish checks it (a refused one fails alone), the others published
+// together, in order.
+func (ts topicServer) PublishBatch(ctx context.Context, req *agentsilov1.PublishBatchRequest) (_ *agentsilov1.PublishBatchResponse, err error) {
+	svc, err := ts.svc()
+	if err != nil {
+		return nil, err
+	}
+	c, err := unaryCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	entries := req.GetEntries()
+	if len(entries) > maxPublishBatch {
+		return nil, errs.New(codes.InvalidArgument, "a batch of %d messages: at most %d", len(entries), maxPublishBatch)
+	}
+	from := grain.SessionType + ":" + c.Principal + ":unary-" + grain.NewID()
+	if p := req.GetPublisher(); p != "" {
+		a, err := grain.ParseAddress(p)
+		if err != nil || a.Type != grain.SessionType || a.Owner != c.Principal {
+			return nil, errs.New(codes.InvalidArgument, "publisher %q: want a session address of %s's (Session:%s:...)", protocol.Clip(p), c.Principal, c.Principal)
+		}
+		from = p
+	}
+	if timeout := time.Duration(req.GetTimeoutMs()) * time.Millisecond; timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	} else if timeout < 0 {
+		return nil, errs.New(codes.InvalidArgument, "timeout %v must not be negative", timeout)
+	}
+	ctx, span := ts.g.tracer.Start(ctx, "gateway PublishBatch", trace.SpanKindServer, &agentsilov1.AgentMessage{}, attribute.Int("agentsilo.messages", len(entries)))
+	defer func() { tracing.End(span, err) }()
+	out := &agentsilov1.PublishBatchResponse{Results: make([]*agentsilov1.PublishBatchResult, len(entries))}
+	var ps []topics.Publication
+	var at []int // the entry of each of ps
+	for i, e := range entries {
+		if err := ts.checkEntry(c, e); err != nil {
+			out.Results[i] = batchFailure(err)
+			continue
+		}
+		m := e.GetMessage()
+		if m == nil {
+			m = &agentsilov1.AgentMessage{}
+		}
+		ps = append(ps, topics.Publication{Topic: e.GetTopic(), Message: m})
+		at = append(at, i)
+	}
+	rs, fails := svc.PublishBatch(ctx, from, ps)
+	for j, i := range at {
+		if fails[j] != nil {
+			out.Results[i] = batchFailure(fails[j])
+			continue
+		}
+		r := rs[j]
+		out.Results[i] = &agentsilov1.PublishBatchResult{Published: &agentsilov1.PublishResponse{Id: r.ID, Subscriptions: uint32(r.Subscriptions), Duplicate: r.Duplicate}}
+	}
+	return out, nil
+}
+
+// checkEntry checks an entry of a PublishBatch as Publish checks its
+// request: the topic, the caller's Message permission on it, the message.
+func (ts topicServer) checkEntry(c *acl.Caller, e *agentsilov1.PublishRequest) error {
+	t, err := topics.ParseTopic(e.GetTopic(), c.Principal)
+	if err != nil {
+		return err
+	}
+	if err := ts.check(c, t.Owner, t.Name, acl.Message); err != nil {
+		return err
+	}
+	m := e.GetMessage()
+	if m == nil {
+		return nil
+	}
+	if err := ts.g.checkMessage(m); err != nil {
+		return err
+	}
+	return checkKind(m, "Publish", grain.KindRequest, grain.KindOneWay, grain.KindEvent)
+}
+
+func batchFailure(err error) *agentsilov1.PublishBatchResult {
+	return &agentsilov1.PublishBatchResult{Code: uint32(errs.Code(err)), Error: err.Error()}
+}
+
 // Subscribe implements agentsilov1.TopicsServer.
 func (ts topicServer) Subscribe(ctx context.Context, req *agentsilov1.SubscribeRequest) (*agentsilov1.SubscribeResponse, error) {
 	svc, err := ts.svc()

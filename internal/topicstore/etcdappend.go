@@ -3,11 +3,11 @@ package topicstore
 import (
 	"context"
 	"sort"
+	"strconv"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/etcdbatch"
@@ -15,18 +15,15 @@ import (
 )
 
 // Append implements Store with group commit (internal/etcdbatch): each
-// item is one writer of the transactions its etcd client shares with the
-// other publishes, acknowledgements and A2A task writes that arrive
-// together. An item's writer puts its copies (and its idempotency key) in
-// a nested transaction of its own, conditional on the version of its
-// topic's owner (and on the key being new): an item whose owner's
-// subscriptions changed is not queued (Append then returns a StaleError),
-// while the others of the same Append are.
-//
-// An item with more copies than half a transaction holds (MaxOps,
-// MaxBytes) goes in several, one after another: the first carries its
-// conditions, and the others are written only once the first was, so a
-// duplicate writes no copy at all.
+// item is one record of its owner's log (see etcdlog.go), written once
+// whatever the number of subscriptions it was matched to, by a writer of
+// the transactions its etcd client shares with the other publishes,
+// cursors and A2A task writes that arrive together. An item's writer puts
+// its record (and its idempotency key) in a nested transaction of its own,
+// conditional on the version of its topic's owner (and on the key being
+// new): an item whose owner's subscriptions changed is not queued (Append
+// then returns a StaleError), while the others of the same Append are.
+// An item matched to no subscription writes nothing but its key.
 func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
 	lease, err := s.idemLease(ctx, items)
 	if err != nil {
@@ -38,21 +35,19 @@ func (s *EtcdStore) Append(ctx context.Context, items []*Item, versions map[stri
 	}
 	sort.Strings(a.owners)
 	for _, it := range items {
-		val, err := proto.Marshal(it.Entry)
-		if err != nil {
-			return errs.New(codes.Internal, "publish: %w", err)
+		if it.Owner == "" {
+			return errs.New(codes.InvalidArgument, "publish: an item without its topic's owner")
 		}
-		if n := s.copiesPerWrite(len(val)); len(it.Subs) <= n {
-			a.add(it, val)
-			continue
+		var val []byte
+		if len(it.Subs) > 0 {
+			if val, err = encodeRecord(it.Entry, it.Subs); err != nil {
+				return err
+			}
+			if len(val) > s.MaxBytes/2 {
+				return errs.New(codes.ResourceExhausted, "publish: a log record of %d bytes (the message and the %d subscriptions it matched) is over %d", len(val), len(it.Subs), s.MaxBytes/2)
+			}
 		}
-		// Written in order: what came before it first.
-		if err := a.flush(ctx); err != nil {
-			return err
-		}
-		if err := a.appendLarge(ctx, it, val); err != nil {
-			return err
-		}
+		a.add(it, val)
 	}
 	if err := a.flush(ctx); err != nil {
 		return err
@@ -73,12 +68,6 @@ func (s *EtcdStore) idemLease(ctx context.Context, items []*Item) (clientv3.Leas
 	return 0, nil
 }
 
-// copiesPerWrite is how many copies of a value of size bytes one writer
-// holds: half a transaction, so that others fit beside it.
-func (s *EtcdStore) copiesPerWrite(size int) int {
-	return max(min(s.MaxOps/2-1, s.MaxBytes/2/(size+64)), 1)
-}
-
 // appender is one Append: the writers of its items waiting to be
 // committed together, and the versions found stale.
 type appender struct {
@@ -95,31 +84,31 @@ type pendingItem struct {
 	owners []string
 	w      *etcdbatch.Write
 	// more are the items that share w with it: without idempotency keys,
-	// conditional on the same owner's version, their copies after its.
-	more          []*Item
-	copies, bytes int // of it and more
+	// conditional on the same owner's version, their records after its.
+	more       []*Item
+	ops, bytes int // of it and more
 }
 
-// add queues it, whole, for the next flush: in the writer of the item
-// before it if both are conditional on the same owner's version alone and
-// their copies fit in one writer (one condition, and one nested
-// transaction, for many publishes to the same owner's topics), else in a
-// writer of its own.
+// add queues it for the next flush: in the writer of the item before it
+// if both are conditional on the same owner's version alone and fit in one
+// writer (one condition, and one nested transaction, for many publishes to
+// the same owner's topics), else in a writer of its own.
 func (a *appender) add(it *Item, val []byte) {
 	owners := a.ownersOf(it)
+	rec := a.record(it, val)
 	if n := len(a.pending); n > 0 && it.IdemKey == "" && len(owners) == 1 {
 		p := &a.pending[n-1]
-		copies, bytes := p.copies+len(it.Subs), p.bytes+len(it.Subs)*(len(val)+64)
-		if p.it.IdemKey == "" && len(p.owners) == 1 && p.owners[0] == owners[0] && copies <= a.s.MaxOps/2-1 && bytes <= a.s.MaxBytes/2 {
-			p.w.Then = append(p.w.Then, a.copies(it.Subs, val)...)
+		ops, bytes := p.ops+len(rec), p.bytes+len(val)+64
+		if p.it.IdemKey == "" && len(p.owners) == 1 && p.owners[0] == owners[0] && ops <= a.s.MaxOps/2-1 && bytes <= a.s.MaxBytes/2 {
+			p.w.Then = append(p.w.Then, rec...)
 			p.more = append(p.more, it)
-			p.copies, p.bytes = copies, bytes
+			p.ops, p.bytes = ops, bytes
 			return
 		}
 	}
 	w := a.conditional(it, owners)
-	w.Then = append(w.Then, a.copies(it.Subs, val)...)
-	a.pending = append(a.pending, pendingItem{it: it, owners: owners, w: w, copies: len(it.Subs), bytes: len(it.Subs) * (len(val) + 64)})
+	w.Then = append(w.Then, rec...)
+	a.pending = append(a.pending, pendingItem{it: it, owners: owners, w: w, ops: len(rec), bytes: len(val) + 64})
 }
 
 // flush commits the items queued and settles them.
@@ -145,36 +134,6 @@ func (a *appender) flush(ctx context.Context) error {
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "publish")
 	}
-	return nil
-}
-
-// appendLarge writes it in several transactions: the first with its
-// conditions, the others once it was written.
-func (a *appender) appendLarge(ctx context.Context, it *Item, val []byte) error {
-	n := a.s.copiesPerWrite(len(val))
-	owners := a.ownersOf(it)
-	first := a.conditional(it, owners)
-	first.Then = append(first.Then, a.copies(it.Subs[:n], val)...)
-	err := a.s.batch.Do(ctx, first)
-	a.s.countTxns([]*etcdbatch.Write{first})
-	if err != nil {
-		return etcderr.FromCall(ctx, err, "publish")
-	}
-	if !a.settle(pendingItem{it: it, owners: owners, w: first}) || it.Duplicate {
-		it.Done = it.Duplicate
-		return nil
-	}
-	for rest := it.Subs[n:]; len(rest) > 0; {
-		m := min(n, len(rest))
-		w := &etcdbatch.Write{Then: a.copies(rest[:m], val)}
-		err := a.s.batch.Do(ctx, w)
-		a.s.countTxns([]*etcdbatch.Write{w})
-		if err != nil {
-			return etcderr.FromCall(ctx, err, "publish")
-		}
-		rest = rest[m:]
-	}
-	it.Done = true
 	return nil
 }
 
@@ -206,13 +165,13 @@ func (a *appender) conditional(it *Item, owners []string) *etcdbatch.Write {
 	return w
 }
 
-// copies puts val at the end of the queues of subs.
-func (a *appender) copies(subs []string, val []byte) []clientv3.Op {
-	ops := make([]clientv3.Op, len(subs))
-	for i, id := range subs {
-		ops[i] = clientv3.OpPut(a.s.queuePrefix(id)+a.s.newKey(), string(val))
+// record puts val, it's log record, at the end of its owner's log (none if
+// it matched no subscription).
+func (a *appender) record(it *Item, val []byte) []clientv3.Op {
+	if val == nil {
+		return nil
 	}
-	return ops
+	return []clientv3.Op{clientv3.OpPut(a.s.logPrefix(it.Owner)+a.s.newKey(), string(val))}
 }
 
 // settle reads what p's committed writer found: true if it was written or
@@ -258,30 +217,63 @@ func (s *EtcdStore) countTxns(ws []*etcdbatch.Write) {
 	}
 }
 
-// Ack implements Store: the deletions go in writers of up to 16 keys each,
+// Ack implements Store. A record of the log followed here is settled in
+// memory, and the subscription's cursor written forward if every record
+// below it is settled; a held entry (or a record of a queue not followed
+// here) is deleted. The writes go in writers of up to 16 operations each,
 // shared with what else is being written.
 func (s *EtcdStore) Ack(ctx context.Context, acks []AckKey) error {
 	const per = 16
 	seen := make(map[AckKey]bool, len(acks))
 	var ws []*etcdbatch.Write
 	var w *etcdbatch.Write
+	op := func(o clientv3.Op) {
+		if w == nil || len(w.Then) == per {
+			w = &etcdbatch.Write{}
+			ws = append(ws, w)
+		}
+		w.Then = append(w.Then, o)
+	}
+	moved := map[*logFollower]bool{}
 	for _, a := range acks {
 		if seen[a] { // etcd refuses a key twice in one transaction
 			continue
 		}
 		seen[a] = true
-		if w == nil || len(w.Then) == per {
-			w = &etcdbatch.Write{}
-			ws = append(ws, w)
+		if l := s.follower(a.Sub); l != nil && l.settle(a.Key, false) {
+			moved[l] = true
+			continue
 		}
-		w.Then = append(w.Then, clientv3.OpDelete(s.queuePrefix(a.Sub)+a.Key))
+		op(clientv3.OpDelete(s.queuePrefix(a.Sub) + a.Key))
+	}
+	type wrote struct {
+		l *logFollower
+		c int64
+	}
+	var curs []wrote
+	for l := range moved {
+		if c, ok := l.cursor(); ok {
+			op(clientv3.OpPut(s.curKey(l.owner, l.id), strconv.FormatInt(c, 10)))
+			curs = append(curs, wrote{l, c})
+		}
 	}
 	if len(ws) == 0 {
 		return nil
 	}
 	err := s.batch.Do(ctx, ws...)
 	s.countTxns(ws)
-	return etcderr.FromCall(ctx, err, "acknowledge")
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "acknowledge")
+	}
+	owners := map[string]bool{}
+	for _, c := range curs {
+		c.l.wrote(c.c)
+		owners[c.l.owner] = true
+	}
+	for o := range owners {
+		s.gcLog(ctx, o, false)
+	}
+	return nil
 }
 
 // leaseFor returns a lease that keeps an idempotency key for at least the

@@ -2,10 +2,8 @@ package topicstore
 
 import (
 	"context"
-	"sort"
 	"strings"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -14,51 +12,45 @@ import (
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
 
-// FollowQueue implements Store.
-func (s *EtcdStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
-	prefix := s.queuePrefix(id)
-	decode := func(kv *mvccpb.KeyValue) *Entry {
-		e := &Entry{}
-		if err := proto.Unmarshal(kv.Value, e); err != nil {
-			s.logger.Warn("topics: skipping an unreadable queued message", "key", string(kv.Key), "err", err)
+// Update implements Store: a record of the log followed here is held
+// apart from then on, with its delivery state and its place; a held entry
+// is replaced.
+func (s *EtcdStore) Update(ctx context.Context, id, key string, e *Entry) error {
+	l := s.follower(id)
+	if l != nil {
+		if pos, ok := l.open(key); ok {
+			val, err := encodeHeld(e, pos)
+			if err != nil {
+				return err
+			}
+			octx, cancel := bound(ctx, s.OpTimeout)
+			_, err = s.cli.Put(octx, s.queuePrefix(id)+key, string(val))
+			cancel()
+			if err != nil {
+				return etcderr.FromCall(ctx, err, "record a failed delivery")
+			}
+			s.txns.Add(1)
+			l.settle(key, true)
+			s.advance(ctx, l)
 			return nil
 		}
-		return e
-	}
-	s.follow(ctx, prefix, "queue "+id, func(kvs []*mvccpb.KeyValue) {
-		sort.SliceStable(kvs, func(i, j int) bool {
-			if kvs[i].CreateRevision != kvs[j].CreateRevision {
-				return kvs[i].CreateRevision < kvs[j].CreateRevision
-			}
-			return string(kvs[i].Key) < string(kvs[j].Key)
-		})
-		f(QueueEvent{Reset: true})
-		for _, kv := range kvs {
-			if e := decode(kv); e != nil {
-				f(QueueEvent{Key: strings.TrimPrefix(string(kv.Key), prefix), Entry: e})
-			}
-		}
-	}, func(evs []*clientv3.Event) {
-		for _, ev := range evs {
-			k := strings.TrimPrefix(string(ev.Kv.Key), prefix)
-			if ev.Type == mvccpb.DELETE {
-				f(QueueEvent{Key: k})
-			} else if e := decode(ev.Kv); e != nil {
-				f(QueueEvent{Key: k, Entry: e, New: ev.IsCreate()})
-			}
-		}
-	})
-}
-
-// Update implements Store.
-func (s *EtcdStore) Update(ctx context.Context, id, key string, e *Entry) error {
-	val, err := proto.Marshal(e)
-	if err != nil {
-		return errs.New(codes.Internal, "update: %w", err)
 	}
 	k := s.queuePrefix(id) + key
 	octx, cancel := bound(ctx, s.OpTimeout)
-	tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).Then(clientv3.OpPut(k, string(val))).Commit()
+	resp, err := s.cli.Get(octx, k)
+	cancel()
+	if err != nil {
+		return etcderr.FromCall(ctx, err, "record a failed delivery")
+	}
+	if len(resp.Kvs) == 0 {
+		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	val, err := encodeHeld(e, heldPos(resp.Kvs[0].Value))
+	if err != nil {
+		return err
+	}
+	octx, cancel = bound(ctx, s.OpTimeout)
+	tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", resp.Kvs[0].CreateRevision)).Then(clientv3.OpPut(k, string(val))).Commit()
 	cancel()
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "record a failed delivery")
@@ -70,7 +62,8 @@ func (s *EtcdStore) Update(ctx context.Context, id, key string, e *Entry) error 
 	return nil
 }
 
-// Kill implements Store.
+// Kill implements Store: a record of the log followed here is settled, a
+// held entry deleted, in the transaction that writes the dead letter.
 func (s *EtcdStore) Kill(ctx context.Context, id, key string, d *DeadLetter) error {
 	d = proto.Clone(d).(*DeadLetter)
 	d.Id = key
@@ -78,10 +71,25 @@ func (s *EtcdStore) Kill(ctx context.Context, id, key string, d *DeadLetter) err
 	if err != nil {
 		return errs.New(codes.Internal, "dead letter: %w", err)
 	}
+	dk := s.deadPrefix(id) + key
+	if l := s.follower(id); l != nil {
+		if _, ok := l.open(key); ok {
+			octx, cancel := bound(ctx, s.OpTimeout)
+			_, err := s.cli.Put(octx, dk, string(val))
+			cancel()
+			if err != nil {
+				return etcderr.FromCall(ctx, err, "dead letter")
+			}
+			s.txns.Add(1)
+			l.settle(key, false)
+			s.advance(ctx, l)
+			return nil
+		}
+	}
 	k := s.queuePrefix(id) + key
 	octx, cancel := bound(ctx, s.OpTimeout)
 	tr, err := s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).
-		Then(clientv3.OpDelete(k), clientv3.OpPut(s.deadPrefix(id)+key, string(val))).Commit()
+		Then(clientv3.OpDelete(k), clientv3.OpPut(dk, string(val))).Commit()
 	cancel()
 	if err != nil {
 		return etcderr.FromCall(ctx, err, "dead letter")

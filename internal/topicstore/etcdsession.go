@@ -157,7 +157,7 @@ func (s *EtcdStore) Prune(ctx context.Context, id string) (bool, error) {
 	rec := &SubscriptionRecord{}
 	if proto.Unmarshal(resp.Kvs[0].Value, rec) == nil {
 		if p, err := ParsePattern(rec.GetPattern(), ""); err == nil {
-			ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""))
+			ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""), clientv3.OpDelete(s.curKey(p.Owner, id)))
 		}
 	}
 	octx, cancel = bound(ctx, s.OpTimeout)

@@ -32,17 +32,25 @@ import (
 //	                          comes or goes: its ModRevision is the version
 //	                          every Append compares
 //	reg/full/<id>             present while the subscription's backlog is full
-//	q/<id>/<key>              a queued message (TopicEntry)
+//	log/<owner>/<key>         a message published to one of the owner's
+//	                          topics, once (a log record: its TopicEntry and
+//	                          the subscriptions it was matched to)
+//	cur/<owner>/<id>          a subscription's cursor in its owner's log
+//	q/<id>/<key>              an entry a subscription holds apart from the log:
+//	                          retried (with its delivery state), replayed, or
+//	                          queued by the layout before the log (TopicEntry)
 //	dead/<id>/<key>           a dead letter (DeadLetter)
 //	idem/<scope>/<key>        an idempotency key, on a lease of the window
 //
-// A queue's order is the entries' etcd CreateRevision, then their keys: the
-// keys one EtcdStore makes increase, so the entries of one transaction keep
-// the order in which they were given to Append.
+// A subscription's queue is the records of its owner's log past its cursor
+// that name it, and its held entries, in log order: the records' etcd
+// revision, then their keys (the keys one EtcdStore makes increase, so the
+// records of one transaction keep the order in which they were given to
+// Append). See etcdlog.go for the cursor.
 //
-// Publishes (Append) and acknowledgements (Ack) are written with group
-// commit (see etcdappend.go), in transactions shared with the other writes
-// of its etcd client that arrive together.
+// Publishes (Append) and cursors (Ack) are written with group commit (see
+// etcdappend.go), in transactions shared with the other writes of its etcd
+// client that arrive together.
 type EtcdStore struct {
 	cli    *clientv3.Client
 	batch  *etcdbatch.Batcher // its writes and others', in shared transactions
@@ -67,6 +75,10 @@ type EtcdStore struct {
 	leaseAt time.Time
 
 	txns atomic.Uint64 // transactions that wrote, for the figures
+
+	followMu  sync.Mutex
+	followers map[string]*logFollower // the queues followed here, by subscription
+	gcAt      map[string]time.Time    // each owner's log's last gc
 
 	// testHookLoaded, if set, runs in follow after each load, before the
 	// watch from the loaded revision starts.
@@ -104,6 +116,8 @@ func NewEtcdStore(cli *clientv3.Client, prefix string, logger *slog.Logger) *Etc
 		SessionTTL: 15 * time.Second,
 		sessHeld:   map[string]sessMember{},
 		keyPrefix:  hex.EncodeToString(b[:]) + "-",
+		followers:  map[string]*logFollower{},
+		gcAt:       map[string]time.Time{},
 	}
 }
 
@@ -172,7 +186,8 @@ func (s *EtcdStore) subscribe(ctx context.Context, rec *SubscriptionRecord, memb
 			t = s.cli.Txn(octx).If(clientv3.Compare(clientv3.CreateRevision(s.subKey(rec.GetId())), "=", 0)).
 				Then(clientv3.OpPut(s.subKey(rec.GetId()), string(val)),
 					clientv3.OpPut(s.memberPrefix(rec.GetId())+member, "", mopts...),
-					clientv3.OpPut(s.verKey(p.Owner), ""))
+					clientv3.OpPut(s.verKey(p.Owner), ""),
+					clientv3.OpPut(s.curKey(p.Owner, rec.GetId()), ""))
 		}
 		tr, err := t.Commit()
 		cancel()
@@ -215,6 +230,7 @@ func (s *EtcdStore) Unsubscribe(ctx context.Context, id, member string) (bool, e
 			return false, errs.New(codes.NotFound, "%s is not subscribed to %s", member, id)
 		}
 		last := len(members) == 1
+		owner := ""
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(mk), ">", 0)}
 		ops := []clientv3.Op{clientv3.OpDelete(mk)}
 		if last {
@@ -228,7 +244,8 @@ func (s *EtcdStore) Unsubscribe(ctx context.Context, id, member string) (bool, e
 				rec := &SubscriptionRecord{}
 				if proto.Unmarshal(subs[0].Value, rec) == nil {
 					if p, err := ParsePattern(rec.GetPattern(), ""); err == nil {
-						ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""))
+						ops = append(ops, clientv3.OpPut(s.verKey(p.Owner), ""), clientv3.OpDelete(s.curKey(p.Owner, id)))
+						owner = p.Owner
 					}
 				}
 			}
@@ -241,6 +258,9 @@ func (s *EtcdStore) Unsubscribe(ctx context.Context, id, member string) (bool, e
 		}
 		s.txns.Add(1)
 		if tr.Succeeded {
+			if last && owner != "" {
+				s.gcLog(ctx, owner, true)
+			}
 			return last, nil
 		}
 	}

@@ -94,7 +94,8 @@ func (s *JetStreamStore) qSubject(id, key string) string {
 	return "$KV." + s.cfg.Bucket + "_q." + itemK(id, key)
 }
 
-// Append implements Store.
+// Append implements Store: one message of the log per item, whatever the
+// number of subscriptions it was matched to.
 func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map[string]int64) error {
 	if err := ctx.Err(); err != nil {
 		return errs.Wrap(errs.Code(err), err, "append")
@@ -130,19 +131,23 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 				continue
 			}
 		}
-		b, err := proto.Marshal(it.Entry)
+		if len(it.Subs) == 0 {
+			continue
+		}
+		if it.Owner == "" {
+			return errs.New(codes.InvalidArgument, "append: an item without its topic's owner")
+		}
+		b, err := encodeRecord(it.Entry, it.Subs)
 		if err != nil {
-			return errs.New(codes.Internal, "append: %w", err)
+			return err
 		}
-		for _, id := range it.Subs {
-			msgs = append(msgs, &nats.Msg{Subject: s.qSubject(id, s.newKey()), Data: b})
-			mid := ""
-			if it.IdemKey != "" {
-				mid = idemK(it.IdemKey) + "." + enc(id)
-			}
-			ids = append(ids, mid)
-			owner = append(owner, i)
+		msgs = append(msgs, &nats.Msg{Subject: s.logSubject(it.Owner), Data: b})
+		mid := ""
+		if it.IdemKey != "" {
+			mid = idemK(it.IdemKey)
 		}
+		ids = append(ids, mid)
+		owner = append(owner, i)
 	}
 	ok, err := s.publish(ctx, msgs, ids)
 	done := make([]bool, len(items))
@@ -181,8 +186,8 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 		case e == nil:
 			it.Done = true
 		case kerr == nil && errors.As(e, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-			// Another publish with the key wrote first: its copies
-			// were the ones kept (the same message ids).
+			// Another publish with the key wrote first: its message
+			// was the one kept (the same message id).
 			if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found && string(e.Value()) != it.Entry.GetMessage().GetId() {
 				it.Duplicate, it.DuplicateOf = true, string(e.Value())
 			}
@@ -229,19 +234,24 @@ func (s *JetStreamStore) firsts(ctx context.Context, items []*Item) ([]string, e
 
 // FollowQueue implements Store.
 func (s *JetStreamStore) FollowQueue(ctx context.Context, id string, f func(QueueEvent)) {
+	l := newJSFollower()
 	s.followMu.Lock()
 	s.followed[id]++
+	s.logFollowers[id] = l
 	s.followMu.Unlock()
 	defer func() {
 		s.followMu.Lock()
 		if s.followed[id]--; s.followed[id] == 0 {
 			delete(s.followed, id)
 		}
+		if s.logFollowers[id] == l {
+			delete(s.logFollowers, id)
+		}
 		s.followMu.Unlock()
 	}()
 	b := retry.New(100*time.Millisecond, 5*time.Second, nil)
 	for {
-		err := s.followQueue(ctx, id, f, b)
+		err := s.followQueue(ctx, id, l, f, b)
 		if ctx.Err() != nil {
 			return
 		}
@@ -252,19 +262,73 @@ func (s *JetStreamStore) FollowQueue(ctx context.Context, id string, f func(Queu
 	}
 }
 
-func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(QueueEvent), b *retry.Backoff) error {
+// followQueue follows subscription id's held entries in the queue bucket
+// and, once they are read, the messages its consumer delivers, with l the
+// messages held (kept across reloads: handed out again after a Reset).
+func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollower, f func(QueueEvent), b *retry.Backoff) error {
 	reconn := s.reconnect()
 	w, err := s.q.Watch(ctx, enc(id)+".*")
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
+	var (
+		logMsgs chan jetstream.Msg // nil until the held entries are read
+		stopped = make(chan struct{})
+		cc      jetstream.ConsumeContext
+	)
+	defer func() {
+		close(stopped)
+		if cc != nil {
+			cc.Stop()
+		}
+	}()
+	startLog := func() error {
+		octx, cancel := s.op(ctx)
+		e, found, err := s.get(octx, s.reg, subK(id))
+		cancel()
+		if err != nil || !found {
+			return err // no subscription: held entries only
+		}
+		rec := &SubscriptionRecord{}
+		if err := proto.Unmarshal(e.Value(), rec); err != nil {
+			return nil
+		}
+		p, err := ParsePattern(rec.GetPattern(), "")
+		if err != nil {
+			return nil
+		}
+		c, err := s.ensureConsumer(ctx, id, p.Owner)
+		if err != nil {
+			return err
+		}
+		ch := make(chan jetstream.Msg, 256)
+		cc, err = c.Consume(func(m jetstream.Msg) {
+			select {
+			case ch <- m:
+			case <-stopped:
+			}
+		}, jetstream.PullMaxMessages(512))
+		if err != nil {
+			return s.fail(ctx, err, "consume the log of %s", id)
+		}
+		logMsgs = ch
+		return nil
+	}
 	pre := len(enc(id)) + 1
 	initial := map[string]*Entry{}
 	var live map[string]bool // the keys present, once loaded
 	for {
 		var e jetstream.KeyValueEntry
 		select {
+		case m := <-logMsgs:
+			s.onLogMsg(id, l, live, m, f)
+			continue
+		case <-l.wake:
+			for _, k := range l.takeGone() {
+				f(QueueEvent{Key: k})
+			}
+			continue
 		case x, ok := <-w.Updates():
 			if !ok {
 				return errors.New("the watch ended")
@@ -290,6 +354,20 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(Queu
 				f(QueueEvent{Key: k, Entry: initial[k]})
 			}
 			initial = nil
+			for _, k := range l.held() {
+				l.mu.Lock()
+				m := l.msgs[k]
+				l.mu.Unlock()
+				if m == nil {
+					continue
+				}
+				if e, err := decodeEntry(m.Data()); err == nil {
+					f(QueueEvent{Key: k, Entry: e})
+				}
+			}
+			if err := startLog(); err != nil {
+				return err
+			}
 			continue
 		}
 		key := e.Key()[pre:]
@@ -297,6 +375,9 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(Queu
 		if key == resetKey {
 			if live != nil && put {
 				live = map[string]bool{}
+				l.mu.Lock()
+				l.msgs = map[string]jetstream.Msg{}
+				l.mu.Unlock()
 				f(QueueEvent{Reset: true})
 			}
 			continue
@@ -330,18 +411,26 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, f func(Queu
 	}
 }
 
-// Ack implements Store: a delete marker per entry, sent without asking
-// for the stream's acknowledgement of each (as a JetStream consumer's Ack
-// is), then one round trip to the server that returns once it has read
-// them all. A marker the server lost after that (it died before storing
-// it) leaves its entry queued: it is delivered again after the next
-// reload, as an entry whose acknowledgement did not arrive is (at least
-// once).
+// Ack implements Store: the consumer's Ack of a log message held here, a
+// delete marker for a held entry, each sent without waiting for its
+// answer, then one round trip to the server that returns once it has
+// read them all. An acknowledgement the server lost after that (it died
+// before storing it) leaves its message queued: it is delivered again
+// (at least once).
 func (s *JetStreamStore) Ack(ctx context.Context, acks []AckKey) error {
 	n := 0
 	for _, a := range acks {
 		if !validKey(a.Key) {
 			continue
+		}
+		if l := s.jsFollowerOf(a.Sub); l != nil {
+			if lm := l.take(a.Key, true); lm != nil {
+				if err := lm.Ack(); err != nil {
+					return s.fail(ctx, err, "acknowledge")
+				}
+				n++
+				continue
+			}
 		}
 		m := &nats.Msg{Subject: s.qSubject(a.Sub, a.Key), Header: nats.Header{"KV-Operation": delOp}}
 		if err := s.nc.PublishMsg(m); err != nil {
@@ -368,6 +457,28 @@ var delOp = []string{"DEL"}
 func (s *JetStreamStore) Update(ctx context.Context, id, key string, e *Entry) error {
 	if !validKey(key) {
 		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+	}
+	if l := s.jsFollowerOf(id); l != nil {
+		l.mu.Lock()
+		m := l.msgs[key]
+		l.mu.Unlock()
+		if m != nil {
+			// Held apart from the log from now on, at its place.
+			b, err := encodeHeld(e, int64(seqOf(m)))
+			if err != nil {
+				return err
+			}
+			if _, err := s.put(ctx, s.q, itemK(id, key), b); err != nil {
+				return err
+			}
+			if m := l.take(key, false); m != nil {
+				if err := m.Ack(); err != nil {
+					return s.fail(ctx, err, "acknowledge")
+				}
+				s.writes.Add(1)
+			}
+			return nil
+		}
 	}
 	b, err := proto.Marshal(e)
 	if err != nil {
@@ -401,18 +512,35 @@ func (s *JetStreamStore) Kill(ctx context.Context, id, key string, d *DeadLetter
 	if !validKey(key) {
 		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
 	}
+	d = proto.Clone(d).(*DeadLetter)
+	d.Id = key
+	b, err := proto.Marshal(d)
+	if err != nil {
+		return errs.New(codes.Internal, "dead letter: %w", err)
+	}
+	if l := s.jsFollowerOf(id); l != nil {
+		l.mu.Lock()
+		m := l.msgs[key]
+		l.mu.Unlock()
+		if m != nil {
+			if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
+				return err
+			}
+			if m := l.take(key, true); m != nil {
+				if err := m.Ack(); err != nil {
+					return s.fail(ctx, err, "acknowledge")
+				}
+				s.writes.Add(1)
+			}
+			return nil
+		}
+	}
 	_, found, err := s.get(ctx, s.q, itemK(id, key))
 	if err != nil {
 		return err
 	}
 	if !found {
 		return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
-	}
-	d = proto.Clone(d).(*DeadLetter)
-	d.Id = key
-	b, err := proto.Marshal(d)
-	if err != nil {
-		return errs.New(codes.Internal, "dead letter: %w", err)
 	}
 	if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
 		return err
@@ -539,4 +667,34 @@ func (s *JetStreamStore) Drop(ctx context.Context, id string, keys []string) (in
 		}
 	}
 	return len(ds), nil
+}
+
+// onLogMsg takes a message the consumer of subscription id delivered:
+// one not naming id, or held apart already (live: the held entries), is
+// acknowledged at once; one held already (a delivery again after
+// AckWait) replaces the one held; a new one is handed out.
+func (s *JetStreamStore) onLogMsg(id string, l *jsFollower, live map[string]bool, m jetstream.Msg, f func(QueueEvent)) {
+	seq := seqOf(m)
+	key := logKey(seq)
+	if seq == 0 || !recordNames(m.Data(), id) || live[key] {
+		if err := m.Ack(); err == nil {
+			s.writes.Add(1)
+		}
+		return
+	}
+	l.mu.Lock()
+	_, again := l.msgs[key]
+	l.msgs[key] = m
+	l.mu.Unlock()
+	if again {
+		return
+	}
+	e, err := decodeEntry(m.Data())
+	if err != nil {
+		s.logger.Warn("topics: an unreadable log message, skipped", "subscription", id, "key", key, "err", err)
+		l.take(key, false)
+		_ = m.Ack()
+		return
+	}
+	f(QueueEvent{Key: key, Entry: e, New: true})
 }

@@ -26,8 +26,10 @@ import (
 )
 
 // JetStreamStore is a Store on NATS JetStream, for clusters whose
-// publishing outgrows etcd. It keeps four key-value buckets (JetStream
-// streams with one message per subject), named from Config.Bucket:
+// publishing outgrows etcd. Each topic owner's messages are a subject of
+// one stream, <bucket>_log, and each subscription a durable consumer of it
+// (see jslog.go); beside it, five key-value buckets (JetStream streams with
+// one message per subject), named from Config.Bucket:
 //
 //	<bucket>_reg   s.<id>            a subscription (SubscriptionRecord)
 //	               m.<id>.<member>   one of its members
@@ -36,8 +38,10 @@ import (
 //	                                 stream sequence) is the version every
 //	                                 Append compares
 //	               f.<id>            present while the backlog is full
-//	<bucket>_q     <id>.<key>        a queued message (TopicEntry); an
-//	               <id>._reset       acknowledgement is a delete marker;
+//	<bucket>_q     <id>.<key>        an entry a subscription holds apart from
+//	               <id>._reset       the log (retried, replayed, or queued by
+//	                                 the layout before the log: TopicEntry);
+//	                                 its acknowledgement is a delete marker;
 //	                                 _reset tells followers the queue was
 //	                                 purged with its subscription
 //	<bucket>_dead  <id>.<key>        a dead letter (DeadLetter)
@@ -48,21 +52,19 @@ import (
 //	                                 stream's age)
 //
 // Ids, members and owners are written base64url-encoded: a key's tokens
-// are NATS subject tokens. A queue's keys are hexadecimal: this process's
-// clock in nanoseconds (never less than the previous key's plus one) and
-// a random suffix per store, so a queue's order after a reload, sorted by
-// key, is the order its entries were appended in from one process, and
-// their order in time from several.
+// are NATS subject tokens. A log message's key is its stream sequence in
+// hexadecimal; a held entry's, made here, this process's clock in
+// nanoseconds (never less than the previous key's plus one) and a random
+// suffix per store, so held entries sorted by key are in the order they
+// were put from one process, and in their order in time from several.
 //
 // JetStream has no transaction over several keys: Append reads the
-// owners' versions, then writes the copies (one stream message each, all
-// in flight at once on the connection, so in order), each with a message
-// id derived from the idempotency key when there is one, which the
-// stream's duplicate window (the idempotency window) turns into a no-op
-// when written again. A publish that started after Subscribe returned
-// sees the new version, as with etcd; one that read the versions just
-// before an Unsubscribe may leave copies in the deleted queue, which a
-// later subscription of the same id would find.
+// owners' versions, then writes the messages (all in flight at once on
+// the connection, so in order), each with a message id derived from the
+// idempotency key when there is one, which the stream's duplicate window
+// (the idempotency window) turns into a no-op when written again. A
+// publish that started after Subscribe returned sees the new version, as
+// with etcd.
 //
 // A session's member (SubscribeSession) names its holder, the store that
 // subscribed it: while the holder's heartbeat lives, so does the member;
@@ -96,8 +98,9 @@ type JetStreamStore struct {
 	reconnMu    sync.Mutex
 	reconnected chan struct{}
 
-	followMu sync.Mutex
-	followed map[string]int // the queues followed here (the sweeper sweeps them), by id
+	followMu     sync.Mutex
+	followed     map[string]int         // the queues followed here (the sweeper sweeps them), by id
+	logFollowers map[string]*jsFollower // their log messages held, by id
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -132,6 +135,12 @@ type JetStreamConfig struct {
 	// SessionTTL is how long the session members this store holds outlive
 	// it (see SubscribeSession). Default 15 s.
 	SessionTTL time.Duration
+	// AckWait is how long the server waits for a log message's
+	// acknowledgement before delivering it again (to whichever store
+	// follows its subscription then: a failover takes up to AckWait for the
+	// messages the silo gone held). It is set on a subscription's
+	// consumer when it is made. Default 30 s.
+	AckWait time.Duration
 }
 
 // DefaultJetStreamConfig returns the defaults, for url.
@@ -145,6 +154,7 @@ func DefaultJetStreamConfig(url string) JetStreamConfig {
 		SweepEvery: time.Minute,
 		MarkerAge:  time.Minute,
 		SessionTTL: 15 * time.Second,
+		AckWait:    30 * time.Second,
 	}
 }
 
@@ -157,8 +167,8 @@ func (c JetStreamConfig) Validate() error {
 		return errs.New(codes.InvalidArgument, "topics: JetStream bucket %q: use letters, digits, - and _", c.Bucket)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return errs.New(codes.InvalidArgument, "topics: JetStream replicas %d: use 1 to 5", c.Replicas)
-	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.MarkerAge < 0, c.SessionTTL < time.Second:
-		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL at least 1 s")
+	case c.OpTimeout <= 0, c.Window <= 0, c.SweepEvery <= 0, c.MarkerAge < 0, c.SessionTTL < time.Second, c.AckWait < time.Second:
+		return errs.New(codes.InvalidArgument, "topics: JetStream OpTimeout, Window and SweepEvery must be positive, SessionTTL and AckWait at least 1 s")
 	case (c.CertFile == "") != (c.KeyFile == ""):
 		return errs.New(codes.InvalidArgument, "topics: JetStream TLS needs both a certificate and its key")
 	}
@@ -270,7 +280,7 @@ func newJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, 
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{}), held: map[string]bool{}, followed: map[string]int{}}
+	s := &JetStreamStore{js: js, nc: nc, cfg: cfg, logger: logger, keySuffix: hex.EncodeToString(b[:]), reconnected: make(chan struct{}), held: map[string]bool{}, followed: map[string]int{}, logFollowers: map[string]*jsFollower{}}
 	octx, cancel := context.WithTimeout(ctx, 4*cfg.OpTimeout)
 	defer cancel()
 	if s.reg, _, err = s.bucket(octx, "reg", 0, 0); err != nil {
@@ -286,6 +296,9 @@ func newJetStreamStore(ctx context.Context, nc *nats.Conn, cfg JetStreamConfig, 
 		return nil, err
 	}
 	if s.live, _, err = s.bucket(octx, "live", cfg.SessionTTL, 0); err != nil {
+		return nil, err
+	}
+	if err := s.createLog(octx); err != nil {
 		return nil, err
 	}
 	if _, err := s.put(octx, s.live, s.keySuffix, nil); err != nil {
@@ -531,6 +544,11 @@ func (s *JetStreamStore) subscribe(ctx context.Context, rec *SubscriptionRecord,
 			}
 			continue
 		}
+		// Its consumer before its owner's version moves: a publish that
+		// sees the new version is past the consumer's start.
+		if _, err := s.ensureConsumer(ctx, id, p.Owner); err != nil {
+			return nil, err
+		}
 		octx, cancel := s.op(ctx)
 		_, err = s.reg.Create(octx, subK(id), val)
 		cancel()
@@ -614,6 +632,9 @@ func (s *JetStreamStore) Prune(ctx context.Context, id string) (bool, error) {
 		if _, err := s.put(ctx, s.reg, verK(p.Owner), nil); err != nil {
 			return true, err
 		}
+	}
+	if err := s.deleteConsumer(ctx, id); err != nil {
+		return true, err
 	}
 	// The queue and the dead letters go without a marker each; the
 	// queue's followers learn it from _reset.

@@ -40,7 +40,7 @@ func TestSessionLeaseOnEtcd(t *testing.T) {
 	if ok, err := store.Prune(ctx, "acme:s"); ok || err != nil {
 		t.Fatalf("prune with a member: %v %v", ok, err)
 	}
-	if err := store.Append(ctx, []*Item{{Subs: []string{"acme:s"}, Entry: entry("q")}}, nil); err != nil {
+	if err := store.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:s"}, Entry: entry("q")}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := store.Close(); err != nil {
@@ -82,7 +82,7 @@ func TestFollowSurvivesCompaction(t *testing.T) {
 			// Between the load and the watch: writes, then a compaction
 			// past the revision the watch starts from.
 			for _, text := range []string{"a", "b"} {
-				if err := store.Append(ctx, []*Item{{Subs: []string{"acme:q"}, Entry: entry(text)}}, nil); err != nil {
+				if err := store.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:q"}, Entry: entry(text)}}, nil); err != nil {
 					t.Error(err)
 				}
 			}
@@ -121,7 +121,7 @@ func TestFollowSurvivesCompaction(t *testing.T) {
 		return resets >= 2 && len(queue) == 2
 	})
 	// And it follows on from there.
-	if err := store.Append(ctx, []*Item{{Subs: []string{"acme:q"}, Entry: entry("c")}}, nil); err != nil {
+	if err := store.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:q"}, Entry: entry("c")}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the entry after the reload", func() bool {

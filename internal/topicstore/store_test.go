@@ -136,7 +136,7 @@ func TestStore(t *testing.T) {
 		}
 
 		// Appends with stale versions fail and queue nothing.
-		err := s.Append(ctx, []*Item{{Subs: []string{"acme:work"}, Entry: entry("stale")}}, map[string]int64{"acme": r.Versions["acme"] - 1})
+		err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry("stale")}}, map[string]int64{"acme": r.Versions["acme"] - 1})
 		var stale *StaleError
 		if !errors.As(err, &stale) || stale.Versions["acme"] != r.Versions["acme"] {
 			t.Fatalf("stale append: %v", err)
@@ -149,7 +149,7 @@ func TestStore(t *testing.T) {
 			for i := range 5 {
 				text := fmt.Sprintf("m%d-%d", b, i)
 				want = append(want, text)
-				items = append(items, &Item{Subs: []string{"acme:work", "acme:audit"}, Entry: entry(text)})
+				items = append(items, &Item{Owner: "acme", Subs: []string{"acme:work", "acme:audit"}, Entry: entry(text)})
 			}
 			if err := s.Append(ctx, items, map[string]int64{"acme": r.Versions["acme"]}); err != nil {
 				t.Fatal(err)
@@ -165,11 +165,11 @@ func TestStore(t *testing.T) {
 		}
 		audit.texts(t, 20)
 		// Idempotency keys.
-		its := []*Item{{Subs: []string{"acme:work"}, Entry: entryID("once", "id1"), IdemKey: "acme/acme/k"}}
+		its := []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("once", "id1"), IdemKey: "acme/acme/k"}}
 		if err := s.Append(ctx, its, nil); err != nil || its[0].Duplicate {
 			t.Fatalf("first keyed append: %v %v", err, its[0].Duplicate)
 		}
-		its = []*Item{{Subs: []string{"acme:work"}, Entry: entryID("twice", "id2"), IdemKey: "acme/acme/k"}}
+		its = []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("twice", "id2"), IdemKey: "acme/acme/k"}}
 		if err := s.Append(ctx, its, nil); err != nil || !its[0].Duplicate || its[0].DuplicateOf != "id1" {
 			t.Fatalf("second keyed append: %v %+v", err, its[0])
 		}
@@ -259,15 +259,15 @@ func TestStoreIdempotentAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 		work := follow(t, s, "acme:work")
-		its := []*Item{{Subs: []string{"acme:work"}, Entry: entryID("a", "id-a"), IdemKey: "acme/acme/a"}}
+		its := []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("a", "id-a"), IdemKey: "acme/acme/a"}}
 		if err := s.Append(ctx, its, nil); err != nil || its[0].Duplicate || !its[0].Done {
 			t.Fatalf("first keyed append: %v %+v", err, its[0])
 		}
 		its = []*Item{
-			{Subs: []string{"acme:work"}, Entry: entryID("b", "id-b"), IdemKey: "acme/acme/b"},
-			{Subs: []string{"acme:work"}, Entry: entryID("a again", "id-a2"), IdemKey: "acme/acme/a"},
-			{Subs: []string{"acme:work"}, Entry: entryID("plain", "id-p")},
-			{Subs: []string{"acme:work"}, Entry: entryID("c", "id-c"), IdemKey: "acme/acme/c"},
+			{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("b", "id-b"), IdemKey: "acme/acme/b"},
+			{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("a again", "id-a2"), IdemKey: "acme/acme/a"},
+			{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("plain", "id-p")},
+			{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("c", "id-c"), IdemKey: "acme/acme/c"},
 		}
 		if err := s.Append(ctx, its, nil); err != nil {
 			t.Fatal(err)
@@ -281,7 +281,7 @@ func TestStoreIdempotentAppends(t *testing.T) {
 		racers := make([]*Item, 4)
 		errc := make(chan error, len(racers))
 		for i := range racers {
-			racers[i] = &Item{Subs: []string{"acme:work"}, Entry: entryID("d", fmt.Sprint("id-d", i)), IdemKey: "acme/acme/d"}
+			racers[i] = &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("d", fmt.Sprint("id-d", i)), IdemKey: "acme/acme/d"}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -313,7 +313,7 @@ func TestStoreIdempotentAppends(t *testing.T) {
 			}
 		}
 		// Written after all of them: once it shows, so has any copy of d.
-		if err := s.Append(ctx, []*Item{{Subs: []string{"acme:work"}, Entry: entryID("e", "id-e")}}, nil); err != nil {
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("e", "id-e")}}, nil); err != nil {
 			t.Fatal(err)
 		}
 		if got := work.texts(t, 6); fmt.Sprint(got) != "[a b plain c d e]" {

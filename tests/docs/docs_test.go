@@ -250,6 +250,8 @@ var fragments = []fragment{
 	{"docs/agents.md", "agent:testing", []string{"context", "strconv", "testing", "time", "google.golang.org/grpc/codes", "github.com/agentsilo/agentsilo/errs", "github.com/agentsilo/agentsilo/grain", "github.com/agentsilo/agentsilo/grain/graintest"}},
 	{"docs/state.md", "state:notetaker", []string{"context", "strconv", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/topics.md", "topics:inbox", []string{"context", "strconv", "strings", "time", "github.com/agentsilo/agentsilo/grain"}},
+	{"docs/topics.md", "topics:batch-publish", []string{"context", "github.com/agentsilo/agentsilo/client"}},
+	{"docs/topics.md", "topics:batch-handler", []string{"context", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/sdk.md", "sdk:dial", []string{"context", "errors", "fmt", "google.golang.org/grpc/codes", "google.golang.org/grpc/status", "github.com/agentsilo/agentsilo/client"}},
 	{"docs/sdk.md", "sdk:listings", []string{"context", "fmt", "time", "github.com/agentsilo/agentsilo/client"}},
 }

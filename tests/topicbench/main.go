@@ -28,7 +28,11 @@
 // count). The three run in turn, -passes times; the median pass is
 // reported. -stores etcd,jetstream chooses the silo's stores measured.
 //
-// Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3]
+// Usage: go run ./tests/topicbench [-n 10000] [-p 8] [-w 16] [-passes 3] [-batch 16] [-rate R]
+//
+// -batch is the messages of one SDK call (Topics.PublishBatch; 1:
+// Topics.Publish); -rate paces the publishers, all systems alike, to
+// measure the latency at a rate below the top one.
 //
 // With -steady R, it measures instead etcd's size under steady load: R
 // rounds, each publishing -n messages to one subscription and waiting until
@@ -74,6 +78,8 @@ func main() {
 	n := flag.Int("n", 10000, "messages published per pass")
 	pubs := flag.Int("p", 8, "publishers (SDK clients, NATS connections)")
 	window := flag.Int("w", 16, "publishes in flight per publisher")
+	flag.Float64Var(&paceRate, "rate", 0, "publish at most `R` messages a second in all, paced (0: as fast as they go): the latency at a given rate, e.g. half the top one")
+	flag.IntVar(&batchSize, "batch", 16, "messages per SDK call to the silo (Topics.PublishBatch; 1: Topics.Publish, one a call); calls in flight per publisher: -w over it")
 	passes := flag.Int("passes", 3, "passes of each system; the median is reported")
 	natsBin := flag.String("nats-server", "nats-server", "the nats-server program")
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the run to `file`")
@@ -189,9 +195,67 @@ func (r *recorder) percentiles() (p50, p99 time.Duration) {
 
 // publishAll runs pubs publishers with window publishes in flight each,
 // n messages in all.
+// batchSize is -batch: the messages of one SDK call to the silo.
+var batchSize = 16
+
+// paceRate is -rate: messages a second in all (0: unpaced).
+var paceRate float64
+
+// pace waits until message i of a pass that began at t0 is due at
+// paceRate.
+func pace(ctx context.Context, t0 time.Time, i int) {
+	if paceRate <= 0 {
+		return
+	}
+	if d := time.Until(t0.Add(time.Duration(float64(i) / paceRate * float64(time.Second)))); d > 0 {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+}
+
+// publishBatches publishes n messages from pubs publishers, in calls of
+// up to batch messages (publish(p, count)), window/batch calls in flight
+// per publisher.
+func publishBatches(ctx context.Context, n, pubs, window, batch int, publish func(p, count int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	calls := max(window/batch, 1)
+	errc := make(chan error, pubs*calls)
+	for p := range pubs {
+		for range calls {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					i := int(next.Add(int64(batch))) - batch
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					pace(ctx, t0, i)
+					if err := publish(p, min(batch, n-i)); err != nil {
+						errc <- err
+						return
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
 func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i int) error) error {
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	errc := make(chan error, pubs*window)
 	for p := range pubs {
 		for range window {
@@ -203,6 +267,7 @@ func publishAll(ctx context.Context, n, pubs, window int, publish func(p int, i 
 					if i >= n || ctx.Err() != nil {
 						return
 					}
+					pace(ctx, t0, i)
 					if err := publish(p, i); err != nil {
 						errc <- err
 						return
@@ -352,11 +417,28 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	}
 	start, cpu0 := time.Now(), cpuNow()
 	fmt.Fprintf(os.Stderr, "topicbench: agentsilo, %d subscriptions\n", subs)
-	err = publishAll(ctx, n, pubs, window, func(p, i int) error {
-		m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
-		_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", m)
-		return err
-	})
+	if batchSize > 1 {
+		err = publishBatches(ctx, n, pubs, window, batchSize, func(p, count int) error {
+			ps := make([]client.Publication, count)
+			t := strconv.FormatInt(time.Now().UnixNano(), 10)
+			for i := range ps {
+				ps[i] = client.Publication{Topic: "bench.orders.created", Message: &client.Message{Message: payload, State: map[string]string{"t": t}}}
+			}
+			rs, err := clients[p].Topics().PublishBatch(ctx, ps)
+			for _, r := range rs {
+				if err == nil {
+					err = r.Err
+				}
+			}
+			return err
+		})
+	} else {
+		err = publishAll(ctx, n, pubs, window, func(p, i int) error {
+			m := &client.Message{Message: payload, State: map[string]string{"t": strconv.FormatInt(time.Now().UnixNano(), 10)}}
+			_, err := clients[p].Topics().Publish(ctx, "bench.orders.created", m)
+			return err
+		})
+	}
 	if err != nil {
 		return result{}, err
 	}
@@ -369,7 +451,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	elapsed, cpu := time.Since(start), (cpuNow()-cpu0)/time.Duration(n)
 	p50, p99 := rec.percentiles()
 	if natsURL != "" {
-		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(2*n*subs))
+		w, err := jsWrites(ctx, natsURL, cfg.TopicNATS.Bucket, uint64(n*subs))
 		if err != nil {
 			return result{}, err
 		}
@@ -390,10 +472,12 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	return result{rate: float64(n) / elapsed.Seconds(), pubRate: float64(n) / published.Seconds(), p50: p50, p99: p99, writes: float64(rev1-rev0) / float64(n), cpu: cpu}, nil
 }
 
-// jsWrites waits until the queue bucket of the store named bucket holds
-// at least queued messages (copies and acknowledgements' markers), then
-// returns the messages written to all of the store's buckets.
-func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, error) {
+// jsWrites waits until every consumer of the log of the store named
+// bucket acknowledged every message (the stream, on interest retention,
+// is then empty), then returns the messages written to the store's
+// streams, and the acknowledgements (one per message and subscription, to
+// their consumers: not stored as messages).
+func jsWrites(ctx context.Context, url, bucket string, acks uint64) (uint64, error) {
 	nc, err := nats.Connect(url)
 	if err != nil {
 		return 0, err
@@ -404,11 +488,11 @@ func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, e
 		return 0, err
 	}
 	for {
-		si, err := js.StreamInfo("KV_" + bucket + "_q")
+		si, err := js.StreamInfo(bucket + "_log")
 		if err != nil {
 			return 0, err
 		}
-		if si.State.LastSeq >= queued {
+		if si.State.Msgs == 0 {
 			break
 		}
 		select {
@@ -417,9 +501,9 @@ func jsWrites(ctx context.Context, url, bucket string, queued uint64) (uint64, e
 			return 0, ctx.Err()
 		}
 	}
-	var total uint64
-	for _, kind := range []string{"reg", "q", "dead", "idem"} {
-		si, err := js.StreamInfo("KV_" + bucket + "_" + kind)
+	total := acks
+	for _, name := range []string{"KV_" + bucket + "_reg", "KV_" + bucket + "_q", "KV_" + bucket + "_dead", "KV_" + bucket + "_idem", bucket + "_log"} {
+		si, err := js.StreamInfo(name)
 		if err != nil {
 			return 0, err
 		}
@@ -442,14 +526,28 @@ func etcdRev(ctx context.Context, e *etcdtest.Running) (int64, error) {
 	return r.Header.Revision, nil
 }
 
-// waitEmpty waits until no message is queued under prefix.
+// waitEmpty waits until no message is queued under prefix: no entry held
+// apart, and every subscription's cursor past the last record of the log.
 func waitEmpty(ctx context.Context, e *etcdtest.Running, prefix string) error {
+	cli := e.Client()
 	for {
-		r, err := e.Client().Get(ctx, prefix+"topics/q/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		tr, err := cli.Txn(ctx).Then(
+			clientv3.OpGet(prefix+"topics/q/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+			clientv3.OpGet(prefix+"topics/log/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1)),
+			clientv3.OpGet(prefix+"topics/cur/", clientv3.WithPrefix()),
+		).Commit()
 		if err != nil {
 			return err
 		}
-		if r.Count == 0 {
+		empty := tr.Responses[0].GetResponseRange().GetCount() == 0
+		if last := tr.Responses[1].GetResponseRange().GetKvs(); empty && len(last) > 0 {
+			for _, kv := range tr.Responses[2].GetResponseRange().GetKvs() {
+				if c, err := strconv.ParseInt(string(kv.Value), 10, 64); err != nil || c < last[0].ModRevision {
+					empty = false
+				}
+			}
+		}
+		if empty {
 			return nil
 		}
 		select {

@@ -160,6 +160,178 @@ func (x *PublishResponse) GetDuplicate() bool {
 	return false
 }
 
+type PublishBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// entries are published in their order; their publisher and timeout_ms
+	// are the batch's. At most 1,000.
+	Entries []*PublishRequest `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// publisher is as PublishRequest's.
+	Publisher string `protobuf:"bytes,2,opt,name=publisher,proto3" json:"publisher,omitempty"`
+	// timeout_ms is as PublishRequest's, for the whole batch.
+	TimeoutMs     int64 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishBatchRequest) Reset() {
+	*x = PublishBatchRequest{}
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishBatchRequest) ProtoMessage() {}
+
+func (x *PublishBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishBatchRequest.ProtoReflect.Descriptor instead.
+func (*PublishBatchRequest) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PublishBatchRequest) GetEntries() []*PublishRequest {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *PublishBatchRequest) GetPublisher() string {
+	if x != nil {
+		return x.Publisher
+	}
+	return ""
+}
+
+func (x *PublishBatchRequest) GetTimeoutMs() int64 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type PublishBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// results[i] is entries[i]'s.
+	Results       []*PublishBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishBatchResponse) Reset() {
+	*x = PublishBatchResponse{}
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishBatchResponse) ProtoMessage() {}
+
+func (x *PublishBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishBatchResponse.ProtoReflect.Descriptor instead.
+func (*PublishBatchResponse) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PublishBatchResponse) GetResults() []*PublishBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type PublishBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// published is set when the entry is durable.
+	Published *PublishResponse `protobuf:"bytes,1,opt,name=published,proto3" json:"published,omitempty"`
+	// code is the gRPC code of the entry's failure (0: published), and
+	// error its message.
+	Code          uint32 `protobuf:"varint,2,opt,name=code,proto3" json:"code,omitempty"`
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PublishBatchResult) Reset() {
+	*x = PublishBatchResult{}
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PublishBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PublishBatchResult) ProtoMessage() {}
+
+func (x *PublishBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PublishBatchResult.ProtoReflect.Descriptor instead.
+func (*PublishBatchResult) Descriptor() ([]byte, []int) {
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PublishBatchResult) GetPublished() *PublishResponse {
+	if x != nil {
+		return x.Published
+	}
+	return nil
+}
+
+func (x *PublishBatchResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *PublishBatchResult) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type SubscribeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// agent is the subscriber, `Type:owner:alias` or `Type:alias`.
@@ -178,7 +350,7 @@ type SubscribeRequest struct {
 
 func (x *SubscribeRequest) Reset() {
 	*x = SubscribeRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[2]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +362,7 @@ func (x *SubscribeRequest) String() string {
 func (*SubscribeRequest) ProtoMessage() {}
 
 func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[2]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +375,7 @@ func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
 func (*SubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{2}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SubscribeRequest) GetAgent() string {
@@ -243,7 +415,7 @@ type SubscribeResponse struct {
 
 func (x *SubscribeResponse) Reset() {
 	*x = SubscribeResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[3]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +427,7 @@ func (x *SubscribeResponse) String() string {
 func (*SubscribeResponse) ProtoMessage() {}
 
 func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[3]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +440,7 @@ func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
 func (*SubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{3}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SubscribeResponse) GetSubscription() *Subscription {
@@ -288,7 +460,7 @@ type UnsubscribeRequest struct {
 
 func (x *UnsubscribeRequest) Reset() {
 	*x = UnsubscribeRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[4]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +472,7 @@ func (x *UnsubscribeRequest) String() string {
 func (*UnsubscribeRequest) ProtoMessage() {}
 
 func (x *UnsubscribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[4]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +485,7 @@ func (x *UnsubscribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeRequest.ProtoReflect.Descriptor instead.
 func (*UnsubscribeRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{4}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UnsubscribeRequest) GetAgent() string {
@@ -340,7 +512,7 @@ type UnsubscribeResponse struct {
 
 func (x *UnsubscribeResponse) Reset() {
 	*x = UnsubscribeResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[5]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +524,7 @@ func (x *UnsubscribeResponse) String() string {
 func (*UnsubscribeResponse) ProtoMessage() {}
 
 func (x *UnsubscribeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[5]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +537,7 @@ func (x *UnsubscribeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnsubscribeResponse.ProtoReflect.Descriptor instead.
 func (*UnsubscribeResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{5}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UnsubscribeResponse) GetDeleted() bool {
@@ -399,7 +571,7 @@ type Subscription struct {
 
 func (x *Subscription) Reset() {
 	*x = Subscription{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[6]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +583,7 @@ func (x *Subscription) String() string {
 func (*Subscription) ProtoMessage() {}
 
 func (x *Subscription) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[6]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +596,7 @@ func (x *Subscription) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Subscription.ProtoReflect.Descriptor instead.
 func (*Subscription) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{6}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Subscription) GetId() string {
@@ -486,7 +658,7 @@ type ListSubscriptionsRequest struct {
 
 func (x *ListSubscriptionsRequest) Reset() {
 	*x = ListSubscriptionsRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[7]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +670,7 @@ func (x *ListSubscriptionsRequest) String() string {
 func (*ListSubscriptionsRequest) ProtoMessage() {}
 
 func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[7]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +683,7 @@ func (x *ListSubscriptionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{7}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListSubscriptionsRequest) GetOwner() string {
@@ -530,7 +702,7 @@ type ListSubscriptionsResponse struct {
 
 func (x *ListSubscriptionsResponse) Reset() {
 	*x = ListSubscriptionsResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[8]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +714,7 @@ func (x *ListSubscriptionsResponse) String() string {
 func (*ListSubscriptionsResponse) ProtoMessage() {}
 
 func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[8]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +727,7 @@ func (x *ListSubscriptionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSubscriptionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSubscriptionsResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{8}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListSubscriptionsResponse) GetSubscriptions() []*Subscription {
@@ -588,7 +760,7 @@ type DeadLetter struct {
 
 func (x *DeadLetter) Reset() {
 	*x = DeadLetter{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[9]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +772,7 @@ func (x *DeadLetter) String() string {
 func (*DeadLetter) ProtoMessage() {}
 
 func (x *DeadLetter) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[9]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +785,7 @@ func (x *DeadLetter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeadLetter.ProtoReflect.Descriptor instead.
 func (*DeadLetter) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{9}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeadLetter) GetId() string {
@@ -687,7 +859,7 @@ type ListDeadLettersRequest struct {
 
 func (x *ListDeadLettersRequest) Reset() {
 	*x = ListDeadLettersRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[10]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +871,7 @@ func (x *ListDeadLettersRequest) String() string {
 func (*ListDeadLettersRequest) ProtoMessage() {}
 
 func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[10]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +884,7 @@ func (x *ListDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{10}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDeadLettersRequest) GetSubscription() string {
@@ -747,7 +919,7 @@ type ListDeadLettersResponse struct {
 
 func (x *ListDeadLettersResponse) Reset() {
 	*x = ListDeadLettersResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[11]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +931,7 @@ func (x *ListDeadLettersResponse) String() string {
 func (*ListDeadLettersResponse) ProtoMessage() {}
 
 func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[11]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +944,7 @@ func (x *ListDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ListDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{11}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDeadLettersResponse) GetDeadLetters() []*DeadLetter {
@@ -801,7 +973,7 @@ type ReplayDeadLettersRequest struct {
 
 func (x *ReplayDeadLettersRequest) Reset() {
 	*x = ReplayDeadLettersRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[12]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +985,7 @@ func (x *ReplayDeadLettersRequest) String() string {
 func (*ReplayDeadLettersRequest) ProtoMessage() {}
 
 func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[12]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +998,7 @@ func (x *ReplayDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{12}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReplayDeadLettersRequest) GetSubscription() string {
@@ -859,7 +1031,7 @@ type ReplayDeadLettersResponse struct {
 
 func (x *ReplayDeadLettersResponse) Reset() {
 	*x = ReplayDeadLettersResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[13]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +1043,7 @@ func (x *ReplayDeadLettersResponse) String() string {
 func (*ReplayDeadLettersResponse) ProtoMessage() {}
 
 func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[13]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +1056,7 @@ func (x *ReplayDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*ReplayDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{13}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplayDeadLettersResponse) GetCount() uint32 {
@@ -905,7 +1077,7 @@ type DropDeadLettersRequest struct {
 
 func (x *DropDeadLettersRequest) Reset() {
 	*x = DropDeadLettersRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[14]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -917,7 +1089,7 @@ func (x *DropDeadLettersRequest) String() string {
 func (*DropDeadLettersRequest) ProtoMessage() {}
 
 func (x *DropDeadLettersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[14]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -930,7 +1102,7 @@ func (x *DropDeadLettersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropDeadLettersRequest.ProtoReflect.Descriptor instead.
 func (*DropDeadLettersRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{14}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DropDeadLettersRequest) GetSubscription() string {
@@ -963,7 +1135,7 @@ type DropDeadLettersResponse struct {
 
 func (x *DropDeadLettersResponse) Reset() {
 	*x = DropDeadLettersResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[15]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1147,7 @@ func (x *DropDeadLettersResponse) String() string {
 func (*DropDeadLettersResponse) ProtoMessage() {}
 
 func (x *DropDeadLettersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[15]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1160,7 @@ func (x *DropDeadLettersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropDeadLettersResponse.ProtoReflect.Descriptor instead.
 func (*DropDeadLettersResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{15}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DropDeadLettersResponse) GetCount() uint32 {
@@ -1011,7 +1183,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[16]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1195,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[16]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1208,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{16}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BroadcastRequest) GetPattern() string {
@@ -1063,7 +1235,7 @@ type BroadcastResponse struct {
 
 func (x *BroadcastResponse) Reset() {
 	*x = BroadcastResponse{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[17]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1247,7 @@ func (x *BroadcastResponse) String() string {
 func (*BroadcastResponse) ProtoMessage() {}
 
 func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[17]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1260,7 @@ func (x *BroadcastResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastResponse.ProtoReflect.Descriptor instead.
 func (*BroadcastResponse) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{17}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BroadcastResponse) GetReached() uint32 {
@@ -1115,7 +1287,7 @@ type TopicEntry struct {
 
 func (x *TopicEntry) Reset() {
 	*x = TopicEntry{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[18]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1299,7 @@ func (x *TopicEntry) String() string {
 func (*TopicEntry) ProtoMessage() {}
 
 func (x *TopicEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[18]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1312,7 @@ func (x *TopicEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TopicEntry.ProtoReflect.Descriptor instead.
 func (*TopicEntry) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{18}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TopicEntry) GetMessage() *AgentMessage {
@@ -1191,7 +1363,7 @@ type SubscriptionRecord struct {
 
 func (x *SubscriptionRecord) Reset() {
 	*x = SubscriptionRecord{}
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[19]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1203,7 +1375,7 @@ func (x *SubscriptionRecord) String() string {
 func (*SubscriptionRecord) ProtoMessage() {}
 
 func (x *SubscriptionRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_agentsilo_v1_topics_proto_msgTypes[19]
+	mi := &file_agentsilo_v1_topics_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1216,7 +1388,7 @@ func (x *SubscriptionRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SubscriptionRecord.ProtoReflect.Descriptor instead.
 func (*SubscriptionRecord) Descriptor() ([]byte, []int) {
-	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{19}
+	return file_agentsilo_v1_topics_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SubscriptionRecord) GetId() string {
@@ -1261,7 +1433,18 @@ const file_agentsilo_v1_topics_proto_rawDesc = "" +
 	"\x0fPublishResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12$\n" +
 	"\rsubscriptions\x18\x02 \x01(\rR\rsubscriptions\x12\x1c\n" +
-	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"y\n" +
+	"\tduplicate\x18\x03 \x01(\bR\tduplicate\"\x8a\x01\n" +
+	"\x13PublishBatchRequest\x126\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.agentsilo.v1.PublishRequestR\aentries\x12\x1c\n" +
+	"\tpublisher\x18\x02 \x01(\tR\tpublisher\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\x03R\ttimeoutMs\"R\n" +
+	"\x14PublishBatchResponse\x12:\n" +
+	"\aresults\x18\x01 \x03(\v2 .agentsilo.v1.PublishBatchResultR\aresults\"{\n" +
+	"\x12PublishBatchResult\x12;\n" +
+	"\tpublished\x18\x01 \x01(\v2\x1d.agentsilo.v1.PublishResponseR\tpublished\x12\x12\n" +
+	"\x04code\x18\x02 \x01(\rR\x04code\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"y\n" +
 	"\x10SubscribeRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x18\n" +
@@ -1333,9 +1516,10 @@ const file_agentsilo_v1_topics_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12!\n" +
 	"\fmax_attempts\x18\x03 \x01(\rR\vmaxAttempts\x12&\n" +
-	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\xcc\x05\n" +
+	"\x0fcreated_unix_ms\x18\x04 \x01(\x03R\rcreatedUnixMs2\xa3\x06\n" +
 	"\x06Topics\x12F\n" +
-	"\aPublish\x12\x1c.agentsilo.v1.PublishRequest\x1a\x1d.agentsilo.v1.PublishResponse\x12L\n" +
+	"\aPublish\x12\x1c.agentsilo.v1.PublishRequest\x1a\x1d.agentsilo.v1.PublishResponse\x12U\n" +
+	"\fPublishBatch\x12!.agentsilo.v1.PublishBatchRequest\x1a\".agentsilo.v1.PublishBatchResponse\x12L\n" +
 	"\tSubscribe\x12\x1e.agentsilo.v1.SubscribeRequest\x1a\x1f.agentsilo.v1.SubscribeResponse\x12R\n" +
 	"\vUnsubscribe\x12 .agentsilo.v1.UnsubscribeRequest\x1a!.agentsilo.v1.UnsubscribeResponse\x12d\n" +
 	"\x11ListSubscriptions\x12&.agentsilo.v1.ListSubscriptionsRequest\x1a'.agentsilo.v1.ListSubscriptionsResponse\x12^\n" +
@@ -1356,62 +1540,70 @@ func file_agentsilo_v1_topics_proto_rawDescGZIP() []byte {
 	return file_agentsilo_v1_topics_proto_rawDescData
 }
 
-var file_agentsilo_v1_topics_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_agentsilo_v1_topics_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_agentsilo_v1_topics_proto_goTypes = []any{
 	(*PublishRequest)(nil),            // 0: agentsilo.v1.PublishRequest
 	(*PublishResponse)(nil),           // 1: agentsilo.v1.PublishResponse
-	(*SubscribeRequest)(nil),          // 2: agentsilo.v1.SubscribeRequest
-	(*SubscribeResponse)(nil),         // 3: agentsilo.v1.SubscribeResponse
-	(*UnsubscribeRequest)(nil),        // 4: agentsilo.v1.UnsubscribeRequest
-	(*UnsubscribeResponse)(nil),       // 5: agentsilo.v1.UnsubscribeResponse
-	(*Subscription)(nil),              // 6: agentsilo.v1.Subscription
-	(*ListSubscriptionsRequest)(nil),  // 7: agentsilo.v1.ListSubscriptionsRequest
-	(*ListSubscriptionsResponse)(nil), // 8: agentsilo.v1.ListSubscriptionsResponse
-	(*DeadLetter)(nil),                // 9: agentsilo.v1.DeadLetter
-	(*ListDeadLettersRequest)(nil),    // 10: agentsilo.v1.ListDeadLettersRequest
-	(*ListDeadLettersResponse)(nil),   // 11: agentsilo.v1.ListDeadLettersResponse
-	(*ReplayDeadLettersRequest)(nil),  // 12: agentsilo.v1.ReplayDeadLettersRequest
-	(*ReplayDeadLettersResponse)(nil), // 13: agentsilo.v1.ReplayDeadLettersResponse
-	(*DropDeadLettersRequest)(nil),    // 14: agentsilo.v1.DropDeadLettersRequest
-	(*DropDeadLettersResponse)(nil),   // 15: agentsilo.v1.DropDeadLettersResponse
-	(*BroadcastRequest)(nil),          // 16: agentsilo.v1.BroadcastRequest
-	(*BroadcastResponse)(nil),         // 17: agentsilo.v1.BroadcastResponse
-	(*TopicEntry)(nil),                // 18: agentsilo.v1.TopicEntry
-	(*SubscriptionRecord)(nil),        // 19: agentsilo.v1.SubscriptionRecord
-	(*AgentMessage)(nil),              // 20: agentsilo.v1.AgentMessage
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
+	(*PublishBatchRequest)(nil),       // 2: agentsilo.v1.PublishBatchRequest
+	(*PublishBatchResponse)(nil),      // 3: agentsilo.v1.PublishBatchResponse
+	(*PublishBatchResult)(nil),        // 4: agentsilo.v1.PublishBatchResult
+	(*SubscribeRequest)(nil),          // 5: agentsilo.v1.SubscribeRequest
+	(*SubscribeResponse)(nil),         // 6: agentsilo.v1.SubscribeResponse
+	(*UnsubscribeRequest)(nil),        // 7: agentsilo.v1.UnsubscribeRequest
+	(*UnsubscribeResponse)(nil),       // 8: agentsilo.v1.UnsubscribeResponse
+	(*Subscription)(nil),              // 9: agentsilo.v1.Subscription
+	(*ListSubscriptionsRequest)(nil),  // 10: agentsilo.v1.ListSubscriptionsRequest
+	(*ListSubscriptionsResponse)(nil), // 11: agentsilo.v1.ListSubscriptionsResponse
+	(*DeadLetter)(nil),                // 12: agentsilo.v1.DeadLetter
+	(*ListDeadLettersRequest)(nil),    // 13: agentsilo.v1.ListDeadLettersRequest
+	(*ListDeadLettersResponse)(nil),   // 14: agentsilo.v1.ListDeadLettersResponse
+	(*ReplayDeadLettersRequest)(nil),  // 15: agentsilo.v1.ReplayDeadLettersRequest
+	(*ReplayDeadLettersResponse)(nil), // 16: agentsilo.v1.ReplayDeadLettersResponse
+	(*DropDeadLettersRequest)(nil),    // 17: agentsilo.v1.DropDeadLettersRequest
+	(*DropDeadLettersResponse)(nil),   // 18: agentsilo.v1.DropDeadLettersResponse
+	(*BroadcastRequest)(nil),          // 19: agentsilo.v1.BroadcastRequest
+	(*BroadcastResponse)(nil),         // 20: agentsilo.v1.BroadcastResponse
+	(*TopicEntry)(nil),                // 21: agentsilo.v1.TopicEntry
+	(*SubscriptionRecord)(nil),        // 22: agentsilo.v1.SubscriptionRecord
+	(*AgentMessage)(nil),              // 23: agentsilo.v1.AgentMessage
+	(*timestamppb.Timestamp)(nil),     // 24: google.protobuf.Timestamp
 }
 var file_agentsilo_v1_topics_proto_depIdxs = []int32{
-	20, // 0: agentsilo.v1.PublishRequest.message:type_name -> agentsilo.v1.AgentMessage
-	6,  // 1: agentsilo.v1.SubscribeResponse.subscription:type_name -> agentsilo.v1.Subscription
-	21, // 2: agentsilo.v1.Subscription.created:type_name -> google.protobuf.Timestamp
-	6,  // 3: agentsilo.v1.ListSubscriptionsResponse.subscriptions:type_name -> agentsilo.v1.Subscription
-	20, // 4: agentsilo.v1.DeadLetter.message:type_name -> agentsilo.v1.AgentMessage
-	21, // 5: agentsilo.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
-	9,  // 6: agentsilo.v1.ListDeadLettersResponse.dead_letters:type_name -> agentsilo.v1.DeadLetter
-	20, // 7: agentsilo.v1.BroadcastRequest.message:type_name -> agentsilo.v1.AgentMessage
-	20, // 8: agentsilo.v1.TopicEntry.message:type_name -> agentsilo.v1.AgentMessage
-	0,  // 9: agentsilo.v1.Topics.Publish:input_type -> agentsilo.v1.PublishRequest
-	2,  // 10: agentsilo.v1.Topics.Subscribe:input_type -> agentsilo.v1.SubscribeRequest
-	4,  // 11: agentsilo.v1.Topics.Unsubscribe:input_type -> agentsilo.v1.UnsubscribeRequest
-	7,  // 12: agentsilo.v1.Topics.ListSubscriptions:input_type -> agentsilo.v1.ListSubscriptionsRequest
-	10, // 13: agentsilo.v1.Topics.ListDeadLetters:input_type -> agentsilo.v1.ListDeadLettersRequest
-	12, // 14: agentsilo.v1.Topics.ReplayDeadLetters:input_type -> agentsilo.v1.ReplayDeadLettersRequest
-	14, // 15: agentsilo.v1.Topics.DropDeadLetters:input_type -> agentsilo.v1.DropDeadLettersRequest
-	16, // 16: agentsilo.v1.Topics.Broadcast:input_type -> agentsilo.v1.BroadcastRequest
-	1,  // 17: agentsilo.v1.Topics.Publish:output_type -> agentsilo.v1.PublishResponse
-	3,  // 18: agentsilo.v1.Topics.Subscribe:output_type -> agentsilo.v1.SubscribeResponse
-	5,  // 19: agentsilo.v1.Topics.Unsubscribe:output_type -> agentsilo.v1.UnsubscribeResponse
-	8,  // 20: agentsilo.v1.Topics.ListSubscriptions:output_type -> agentsilo.v1.ListSubscriptionsResponse
-	11, // 21: agentsilo.v1.Topics.ListDeadLetters:output_type -> agentsilo.v1.ListDeadLettersResponse
-	13, // 22: agentsilo.v1.Topics.ReplayDeadLetters:output_type -> agentsilo.v1.ReplayDeadLettersResponse
-	15, // 23: agentsilo.v1.Topics.DropDeadLetters:output_type -> agentsilo.v1.DropDeadLettersResponse
-	17, // 24: agentsilo.v1.Topics.Broadcast:output_type -> agentsilo.v1.BroadcastResponse
-	17, // [17:25] is the sub-list for method output_type
-	9,  // [9:17] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	23, // 0: agentsilo.v1.PublishRequest.message:type_name -> agentsilo.v1.AgentMessage
+	0,  // 1: agentsilo.v1.PublishBatchRequest.entries:type_name -> agentsilo.v1.PublishRequest
+	4,  // 2: agentsilo.v1.PublishBatchResponse.results:type_name -> agentsilo.v1.PublishBatchResult
+	1,  // 3: agentsilo.v1.PublishBatchResult.published:type_name -> agentsilo.v1.PublishResponse
+	9,  // 4: agentsilo.v1.SubscribeResponse.subscription:type_name -> agentsilo.v1.Subscription
+	24, // 5: agentsilo.v1.Subscription.created:type_name -> google.protobuf.Timestamp
+	9,  // 6: agentsilo.v1.ListSubscriptionsResponse.subscriptions:type_name -> agentsilo.v1.Subscription
+	23, // 7: agentsilo.v1.DeadLetter.message:type_name -> agentsilo.v1.AgentMessage
+	24, // 8: agentsilo.v1.DeadLetter.dead_at:type_name -> google.protobuf.Timestamp
+	12, // 9: agentsilo.v1.ListDeadLettersResponse.dead_letters:type_name -> agentsilo.v1.DeadLetter
+	23, // 10: agentsilo.v1.BroadcastRequest.message:type_name -> agentsilo.v1.AgentMessage
+	23, // 11: agentsilo.v1.TopicEntry.message:type_name -> agentsilo.v1.AgentMessage
+	0,  // 12: agentsilo.v1.Topics.Publish:input_type -> agentsilo.v1.PublishRequest
+	2,  // 13: agentsilo.v1.Topics.PublishBatch:input_type -> agentsilo.v1.PublishBatchRequest
+	5,  // 14: agentsilo.v1.Topics.Subscribe:input_type -> agentsilo.v1.SubscribeRequest
+	7,  // 15: agentsilo.v1.Topics.Unsubscribe:input_type -> agentsilo.v1.UnsubscribeRequest
+	10, // 16: agentsilo.v1.Topics.ListSubscriptions:input_type -> agentsilo.v1.ListSubscriptionsRequest
+	13, // 17: agentsilo.v1.Topics.ListDeadLetters:input_type -> agentsilo.v1.ListDeadLettersRequest
+	15, // 18: agentsilo.v1.Topics.ReplayDeadLetters:input_type -> agentsilo.v1.ReplayDeadLettersRequest
+	17, // 19: agentsilo.v1.Topics.DropDeadLetters:input_type -> agentsilo.v1.DropDeadLettersRequest
+	19, // 20: agentsilo.v1.Topics.Broadcast:input_type -> agentsilo.v1.BroadcastRequest
+	1,  // 21: agentsilo.v1.Topics.Publish:output_type -> agentsilo.v1.PublishResponse
+	3,  // 22: agentsilo.v1.Topics.PublishBatch:output_type -> agentsilo.v1.PublishBatchResponse
+	6,  // 23: agentsilo.v1.Topics.Subscribe:output_type -> agentsilo.v1.SubscribeResponse
+	8,  // 24: agentsilo.v1.Topics.Unsubscribe:output_type -> agentsilo.v1.UnsubscribeResponse
+	11, // 25: agentsilo.v1.Topics.ListSubscriptions:output_type -> agentsilo.v1.ListSubscriptionsResponse
+	14, // 26: agentsilo.v1.Topics.ListDeadLetters:output_type -> agentsilo.v1.ListDeadLettersResponse
+	16, // 27: agentsilo.v1.Topics.ReplayDeadLetters:output_type -> agentsilo.v1.ReplayDeadLettersResponse
+	18, // 28: agentsilo.v1.Topics.DropDeadLetters:output_type -> agentsilo.v1.DropDeadLettersResponse
+	20, // 29: agentsilo.v1.Topics.Broadcast:output_type -> agentsilo.v1.BroadcastResponse
+	21, // [21:30] is the sub-list for method output_type
+	12, // [12:21] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_agentsilo_v1_topics_proto_init() }
@@ -1426,7 +1618,7 @@ func file_agentsilo_v1_topics_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsilo_v1_topics_proto_rawDesc), len(file_agentsilo_v1_topics_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Topics_Publish_FullMethodName           = "/agentsilo.v1.Topics/Publish"
+	Topics_PublishBatch_FullMethodName      = "/agentsilo.v1.Topics/PublishBatch"
 	Topics_Subscribe_FullMethodName         = "/agentsilo.v1.Topics/Subscribe"
 	Topics_Unsubscribe_FullMethodName       = "/agentsilo.v1.Topics/Unsubscribe"
 	Topics_ListSubscriptions_FullMethodName = "/agentsilo.v1.Topics/ListSubscriptions"
@@ -54,6 +55,10 @@ type TopicsClient interface {
 	// whose backlog is full makes it wait, bounded by the call's deadline
 	// (then ResourceExhausted).
 	Publish(ctx context.Context, in *PublishRequest, opts ...grpc.CallOption) (*PublishResponse, error)
+	// PublishBatch publishes several messages in one call, in their order,
+	// as one publisher's: each as Publish would, with a result of its own,
+	// all written together. It returns once each is durable or failed.
+	PublishBatch(ctx context.Context, in *PublishBatchRequest, opts ...grpc.CallOption) (*PublishBatchResponse, error)
 	// Subscribe adds an agent to a subscription, creating the subscription
 	// if it does not exist; everything published after it returns is
 	// delivered.
@@ -87,6 +92,16 @@ func (c *topicsClient) Publish(ctx context.Context, in *PublishRequest, opts ...
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PublishResponse)
 	err := c.cc.Invoke(ctx, Topics_Publish_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *topicsClient) PublishBatch(ctx context.Context, in *PublishBatchRequest, opts ...grpc.CallOption) (*PublishBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PublishBatchResponse)
+	err := c.cc.Invoke(ctx, Topics_PublishBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -188,6 +203,10 @@ type TopicsServer interface {
 	// whose backlog is full makes it wait, bounded by the call's deadline
 	// (then ResourceExhausted).
 	Publish(context.Context, *PublishRequest) (*PublishResponse, error)
+	// PublishBatch publishes several messages in one call, in their order,
+	// as one publisher's: each as Publish would, with a result of its own,
+	// all written together. It returns once each is durable or failed.
+	PublishBatch(context.Context, *PublishBatchRequest) (*PublishBatchResponse, error)
 	// Subscribe adds an agent to a subscription, creating the subscription
 	// if it does not exist; everything published after it returns is
 	// delivered.
@@ -219,6 +238,9 @@ type UnimplementedTopicsServer struct{}
 
 func (UnimplementedTopicsServer) Publish(context.Context, *PublishRequest) (*PublishResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Publish not implemented")
+}
+func (UnimplementedTopicsServer) PublishBatch(context.Context, *PublishBatchRequest) (*PublishBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PublishBatch not implemented")
 }
 func (UnimplementedTopicsServer) Subscribe(context.Context, *SubscribeRequest) (*SubscribeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Subscribe not implemented")
@@ -276,6 +298,24 @@ func _Topics_Publish_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(TopicsServer).Publish(ctx, req.(*PublishRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Topics_PublishBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PublishBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(TopicsServer).PublishBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Topics_PublishBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(TopicsServer).PublishBatch(ctx, req.(*PublishBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -416,6 +456,10 @@ var Topics_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Publish",
 			Handler:    _Topics_Publish_Handler,
+		},
+		{
+			MethodName: "PublishBatch",
+			Handler:    _Topics_PublishBatch_Handler,
 		},
 		{
 			MethodName: "Subscribe",
