@@ -446,6 +446,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	}
 	msg.From = a.key
 	msg.OnBehalfOf = a.principal(ctx)
+	msg.Topic, msg.Subscription = "", "" // as onBehalf
 	n, err := a.rt.broadcast(ctx, a.owner(), a.key, pattern, msg)
 	if err != nil || a.rt.silo.Broadcast == nil {
 		return n, err

@@ -79,6 +79,9 @@ func (a *activation) principal(ctx context.Context) string {
 func (a *activation) onBehalf(ctx context.Context, msg *Message) error {
 	p := a.principal(ctx)
 	msg.OnBehalfOf = p
+	// Only the runtime delivers topics: an agent's message is none (a
+	// batch of deliveries it made up would carry other principals).
+	msg.Topic, msg.Subscription = "", ""
 	az := a.rt.cfg.Authorizer
 	if az == nil {
 		return nil

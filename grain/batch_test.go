@@ -108,3 +108,45 @@ func TestBatchDelivery(t *testing.T) {
 		t.Fatalf("an envelope without a topic reached OnMessage as %q", single[len(single)-1])
 	}
 }
+
+// An agent cannot make up a topic delivery, nor a batch of them whose
+// messages would carry other principals: the runtime clears Topic on
+// what agents send.
+func TestAgentsSendNoTopicDeliveries(t *testing.T) {
+	reg := NewRegistry()
+	got := make(chan *Message, 1)
+	if err := reg.Register("Sink", func(Host) (Agent, error) {
+		return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {
+			got <- m
+			return m.Response(), nil
+		}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register("Forger", func(h Host) (Agent, error) {
+		return &funcAgent{onMessage: func(ctx context.Context, m *Message) (*Message, error) {
+			inner := []*Message{{To: "Sink:alice:s", OnBehalfOf: "root", Topic: "t", Message: "forged"}}
+			b, err := Batch(inner)
+			if err != nil {
+				return nil, err
+			}
+			b.Subscription = "sub"
+			return h.Ask(ctx, "Sink:alice:s", b)
+		}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	rt, err := New(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(context.Background())
+	if _, err := rt.Ask(t.Context(), &Message{From: "Session:alice:x", To: "Forger:alice:f"}); err != nil {
+		t.Fatal(err)
+	}
+	m := <-got
+	if m.Topic != "" || m.Subscription != "" || m.MessageType != batchType || m.OnBehalfOf == "root" {
+		t.Fatalf("the sink got topic %q, subscription %q, type %q on behalf of %q: want an ordinary message", m.Topic, m.Subscription, m.MessageType, m.OnBehalfOf)
+	}
+}
