@@ -33,6 +33,9 @@
 // conversation of -history turns (deactivated before, its record read
 // again) against a new one's.
 //
+// -silos N runs N silos in this process (the others on the first one's
+// embedded etcd); the callers' client takes every gateway.
+//
 // The approvals part (-parts approvals, not run by default) parks
 // -approvals turns of agents whose tool call needs approval, ends their
 // activations, then approves them all: it reports the time to park them,
@@ -57,7 +60,7 @@
 //
 // Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
 // [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory,approvals]
-// [-approvals 10000] [-history 200]
+// [-approvals 10000] [-history 200] [-silos 1]
 // [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
 package main
 
@@ -125,6 +128,7 @@ type config struct {
 	parts         []string
 	approvals     int
 	history       int
+	silos         int
 	cpuprofile    string
 	profSeries    string
 	memprofile    string
@@ -145,6 +149,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory, approvals, history")
 	fs.IntVar(&c.approvals, "approvals", 10000, "the approvals part: turns parked waiting for an approval at once")
 	fs.IntVar(&c.history, "history", 200, "the history part: turns of the long conversation")
+	fs.IntVar(&c.silos, "silos", 1, "silos in the cluster (in this process, on the first one's embedded etcd); the callers use every gateway")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
 	fs.StringVar(&c.profSeries, "cpuprofile-series", "", "with -cpuprofile: profile only the measured windows of this series (direct-loop or silo-loop), one file each, named after -cpuprofile with .1, .2, ...")
@@ -168,7 +173,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	if c.profSeries != "" && (c.cpuprofile == "" || !slices.Contains([]string{"direct-loop", "silo-loop"}, c.profSeries)) {
 		return c, fmt.Errorf("-cpuprofile-series %q: want direct-loop or silo-loop, with -cpuprofile", c.profSeries)
 	}
-	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.history < 1 || c.latency < 0 || c.convLatency < 0 {
+	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.history < 1 || c.silos < 1 || c.latency < 0 || c.convLatency < 0 {
 		return c, fmt.Errorf("-rounds, -window, -conversations and -turns must be positive; -warmup and the latencies not negative")
 	}
 	return c, nil
@@ -178,7 +183,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 type bench struct {
 	cfg   config
 	srv   *fakemodel.Server
-	silo  *cluster.Silo
+	silo  *cluster.Silo   // the first, with the embedded etcd
+	more  []*cluster.Silo // the others (-silos)
 	gw    *client.Client
 	model openai.Client
 	tr    *http.Transport
@@ -244,6 +250,9 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 	defer func() {
 		b.etcd.Close()
 		b.gw.Close()
+		for _, m := range b.more {
+			m.Close(context.Background())
+		}
 		b.silo.Close(context.Background())
 		os.RemoveAll(b.dir)
 	}()
@@ -309,7 +318,7 @@ func run(ctx context.Context, args []string, out, stderr io.Writer) error {
 			return err
 		}
 		emit(out, m)
-		table = append(table, []string{fmt.Sprintf("approvals, %d turns waiting", cfg.approvals),
+		table = append(table, []string{fmt.Sprintf("approvals, %d turns waiting, %d silos", cfg.approvals, cfg.silos),
 			fmt.Sprintf("parked in %.1f s", m["park_s"].(float64)),
 			fmt.Sprintf("%d active, %.0f bytes each", m["active_while_waiting"].(int), m["record_bytes_mean"].(float64)),
 			fmt.Sprintf("all approved and ended in %.1f s; %d calls run, %d lost", m["resume_s"].(float64), m["calls_run"].(int64), m["lost"].(int))})
@@ -340,43 +349,8 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 	if err != nil {
 		return err
 	}
-	reg := grain.NewRegistry()
-	if err := registerCount(reg); err != nil {
-		return err
-	}
-	careful, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Careful
-description: Counts once when asked, once a person approves.
-model: {provider: openai, base_url: %s, name: fake-1}
-tools:
-  - agent: Count
-approval: [Count_add]
-`, b.srv.OpenAIURL()))
+	reg, err := b.registry(hc)
 	if err != nil {
-		return err
-	}
-	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
-		return err
-	}
-	talker, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Talker
-description: Talks, with no tools.
-model: {provider: openai, base_url: %s, name: fake-1}
-`, b.srv.OpenAIURL()))
-	if err != nil {
-		return err
-	}
-	if err := llm.Register(reg, talker, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
-		return err
-	}
-	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
-description: Counts once when asked.
-model: {provider: openai, base_url: %s, name: fake-1}
-tools:
-  - agent: Count
-`, b.srv.OpenAIURL()))
-	if err != nil {
-		return err
-	}
-	if err := llm.Register(reg, def, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
 		return err
 	}
 	cfg := cluster.DefaultSiloConfig()
@@ -407,9 +381,31 @@ tools:
 		os.RemoveAll(dir)
 		return err
 	}
+	gateways := []string{s.GatewayAddr()}
+	for i := 1; i < b.cfg.silos; i++ {
+		reg, err := b.registry(hc)
+		if err != nil {
+			return err
+		}
+		mc := cluster.DefaultSiloConfig()
+		mc.Name = fmt.Sprintf("llmbench-%d", i)
+		mc.GatewayAddr, mc.HTTPAddr, mc.PeerAddr, mc.GossipAddr = "127.0.0.1:0", "", "127.0.0.1:0", "127.0.0.1:0"
+		mc.Etcd.Endpoints = []string{"http://" + cfg.Etcd.EmbeddedAddr}
+		mc.Gateway.Limits.MaxCallsPerPrincipal = cfg.Gateway.Limits.MaxCallsPerPrincipal
+		mc.Logger = cfg.Logger
+		m, err := cluster.NewSilo(mc, reg)
+		if err == nil {
+			err = m.Start(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("silo %s: %w", mc.Name, err)
+		}
+		b.more = append(b.more, m)
+		gateways = append(gateways, m.GatewayAddr())
+	}
 	// The turns push their progress to the caller's session (two a
 	// loop); they are counted, as a caller that shows them would read them.
-	gw, err := client.Dial(ctx, []string{s.GatewayAddr()}, client.WithPrincipal(principal),
+	gw, err := client.Dial(ctx, gateways, client.WithPrincipal(principal),
 		client.WithOnMessage(func(*client.Message) { b.pushes.Add(1) }))
 	if err != nil {
 		b.etcd.Close()
@@ -419,6 +415,50 @@ tools:
 	}
 	b.gw = gw
 	return nil
+}
+
+// registry is a silo's registry: the Count type and the model types.
+func (b *bench) registry(hc *http.Client) (*grain.Registry, error) {
+	reg := grain.NewRegistry()
+	if err := registerCount(reg); err != nil {
+		return nil, err
+	}
+	careful, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Careful
+description: Counts once when asked, once a person approves.
+model: {provider: openai, base_url: %s, name: fake-1}
+tools:
+  - agent: Count
+approval: [Count_add]
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return nil, err
+	}
+	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+		return nil, err
+	}
+	talker, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Talker
+description: Talks, with no tools.
+model: {provider: openai, base_url: %s, name: fake-1}
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return nil, err
+	}
+	if err := llm.Register(reg, talker, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+		return nil, err
+	}
+	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
+description: Counts once when asked.
+model: {provider: openai, base_url: %s, name: fake-1}
+tools:
+  - agent: Count
+`, b.srv.OpenAIURL()))
+	if err != nil {
+		return nil, err
+	}
+	if err := llm.Register(reg, def, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+		return nil, err
+	}
+	return reg, nil
 }
 
 // measure runs the direct loop and the silo's loop with n callers, in
@@ -634,7 +674,6 @@ const approvalWorkers = 256
 // the calls run (the count of the agent bench:a, which only these calls
 // add to) must be n, none lost and none twice.
 func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
-	rt := b.silo.Runtime()
 	const count = "Count:bench:a"
 	args := strings.Replace(toolArgs, "bench:c", "bench:a", 1)
 	if args == toolArgs {
@@ -693,10 +732,15 @@ func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("approvals: a record: %w", err)
 	}
-	if err := deactivate(ctx, rt, "Careful"); err != nil {
-		return nil, err
+	active := 0
+	for _, s := range b.silos() {
+		if err := deactivate(ctx, s.Runtime(), "Careful"); err != nil {
+			return nil, err
+		}
 	}
-	active := len(rt.Activations("Careful"))
+	for _, s := range b.silos() {
+		active += len(s.Runtime().Activations("Careful"))
+	}
 	counted := func() (int64, error) {
 		out, err := client.AskTyped[countIn, countOut](ctx, b.gw, count, "add", countIn{})
 		return out.Count, err
@@ -765,7 +809,7 @@ func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
 		lost = 0
 	}
 	return map[string]any{
-		"bench": "approvals", "n": n,
+		"bench": "approvals", "n": n, "silos": len(b.silos()),
 		"park_s": park.Seconds(), "active_while_waiting": active,
 		"record_bytes_mean": float64(bytes.Load()) / float64(n),
 		"decide_s":          decided.Seconds(), "resume_s": resume.Seconds(),
@@ -841,6 +885,9 @@ func (b *bench) historyPart(ctx context.Context, n, m int) (map[string]any, erro
 		"new_ms_median": nm, "continued_ms_median": cm, "ratio_median": cm / max(nm, 1e-9),
 	}, nil
 }
+
+// silos are the cluster's silos.
+func (b *bench) silos() []*cluster.Silo { return append([]*cluster.Silo{b.silo}, b.more...) }
 
 // deactivate ends every activation of typ on rt.
 func deactivate(ctx context.Context, rt *grain.Runtime, typ string) error {

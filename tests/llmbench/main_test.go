@@ -92,11 +92,12 @@ func TestProfiles(t *testing.T) {
 	}
 }
 
-// TestApprovalsPart: turns parked for approval hold no activation once
-// ended, and approving them all runs each call once and ends every turn.
+// TestApprovalsPart: turns parked for approval on a cluster of two silos
+// hold no activation once ended, and approving them all runs each call
+// once and ends every turn.
 func TestApprovalsPart(t *testing.T) {
 	var out, stderr bytes.Buffer
-	args := []string{"-parts", "approvals", "-approvals", "40"}
+	args := []string{"-parts", "approvals", "-approvals", "40", "-silos", "2"}
 	if err := run(t.Context(), args, &out, &stderr); err != nil {
 		t.Fatalf("llmbench %v: %v\n%s", args, err, stderr.String())
 	}
