@@ -212,6 +212,7 @@ type TopicsConfig struct {
 	RetryMax         time.Duration // --topic-retry-max
 	AckTimeout       time.Duration // --topic-ack-timeout
 	MaxInflight      int           // deliveries of one subscription
+	MaxDeliveryBatch int           // messages delivered to an agent at once
 	PublishTimeout   time.Duration // of a publish without a deadline
 	MaxBatch         int           // publishes in one store append
 	MaxAppends       int           // store appends in flight
@@ -378,6 +379,8 @@ func DefaultSiloConfig() SiloConfig {
 			RetryMax:    time.Minute,
 			AckTimeout:  30 * time.Second,
 			MaxInflight: 64,
+			// Up to 32 due messages delivered to an agent in one request.
+			MaxDeliveryBatch: 32,
 			// Publishing: 30 s without a deadline, up to 256 publishes an
 			// append, 4 appends in flight, 10,000 publishes queued.
 			PublishTimeout: 30 * time.Second,

@@ -57,7 +57,7 @@ func newSubConfigs(cfg *SiloConfig) (subConfigs, error) {
 	sc.topics = topics.Config{
 		MaxBacklog: t.MaxBacklog, MaxMessageSize: t.MaxMessageSize, MaxSubscriptions: t.MaxSubscriptions, MaxMembers: t.MaxMembers,
 		MaxAttempts: t.MaxAttempts, RetryMin: t.RetryMin, RetryMax: t.RetryMax, AckTimeout: t.AckTimeout, MaxInflight: t.MaxInflight,
-		PublishTimeout: t.PublishTimeout, MaxBatch: t.MaxBatch, MaxAppends: t.MaxAppends, QueueSize: t.QueueSize, SessionGrace: t.SessionGrace,
+		MaxDeliveryBatch: t.MaxDeliveryBatch, PublishTimeout: t.PublishTimeout, MaxBatch: t.MaxBatch, MaxAppends: t.MaxAppends, QueueSize: t.QueueSize, SessionGrace: t.SessionGrace,
 	}
 
 	if cfg.A2A.Addr != "" {
