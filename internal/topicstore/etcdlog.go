@@ -104,14 +104,18 @@ func (l *logFollower) cursor() (int64, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	i := 0
+	var last int64 // the revision of the last settled record forgotten
 	for i < len(l.order) && l.settled[l.order[i]] {
+		last = max(last, l.pos[l.order[i]])
 		delete(l.pos, l.order[i])
 		delete(l.settled, l.order[i])
 		delete(l.held, l.order[i])
 		i++
 	}
 	l.order = l.order[i:]
-	c := l.seen
+	// Every record settled: the log read so far, and at least the records
+	// settled (delivered before seen was moved past them).
+	c := max(l.seen, last)
 	if len(l.order) > 0 {
 		c = l.pos[l.order[0]] - 1
 	}
