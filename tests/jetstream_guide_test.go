@@ -47,10 +47,12 @@ func TestJetStreamGuide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{"reg", "q"} {
-		si, err := js.StreamInfo("KV_agentsilo_topics_" + b)
+	// The subscription in the registry bucket, the message in the log
+	// stream (gone once acknowledged: its sequence stays).
+	for _, stream := range []string{"KV_agentsilo_topics_reg", "agentsilo_topics_log"} {
+		si, err := js.StreamInfo(stream)
 		if err != nil || si.State.LastSeq == 0 {
-			t.Fatalf("the %s bucket in JetStream: %v %v", b, si, err)
+			t.Fatalf("the stream %s in JetStream: %v %v", stream, si, err)
 		}
 	}
 	if code := p.stop(os.Interrupt); code != 0 {
