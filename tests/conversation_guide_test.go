@@ -48,8 +48,8 @@ func TestConversationGuide(t *testing.T) {
 	defer model.Close()
 
 	var script strings.Builder
-	for _, b := range []string{"start", "restart", "approve", "stop"} {
-		script.WriteString(testutil.DocBlock(t, "docs/conversations.md", "conversations:"+b))
+	for _, b := range []string{"conversations:start", "conversations:restart", "conversations:approve", "conversations:stop"} {
+		script.WriteString(testutil.DocBlock(t, "docs/conversations.md", b))
 	}
 	addrs := map[string]string{}
 	s := regexp.MustCompile(`127\.0\.0\.\d+:\d+`).ReplaceAllStringFunc(script.String(), func(a string) string {
