@@ -6,6 +6,8 @@ require (
 	github.com/a2aproject/a2a-go/v2 v2.4.0
 	github.com/anthropics/anthropic-sdk-go/v2 v2.18.0
 	github.com/chromedp/chromedp v0.23.0
+	github.com/coreos/go-oidc/v3 v3.21.0
+	github.com/go-jose/go-jose/v4 v4.1.9
 	github.com/google/jsonschema-go v0.4.3
 	github.com/hashicorp/memberlist v0.5.4
 	github.com/jackc/pgx/v5 v5.12.0

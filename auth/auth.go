@@ -25,9 +25,10 @@ import (
 // gateway through ServerOptions, an HTTP server through AuthenticateHTTP.
 // It is immutable and safe for concurrent use.
 type Authenticator struct {
-	keys map[[sha256.Size]byte]*acl.Caller
-	mtls bool
-	tls  *tls.Config // nil: plaintext
+	keys   map[[sha256.Size]byte]*acl.Caller
+	mtls   bool
+	tls    *tls.Config // nil: plaintext
+	tokens *tokens     // nil: no OpenID tokens
 }
 
 // New reads cfg's key file and certificates. A malformed file, key or
@@ -55,6 +56,11 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	if err := a.loadTLS(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.OIDC.Enabled() {
+		if a.tokens, err = newTokens(cfg.OIDC); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -106,7 +112,7 @@ func (a *Authenticator) loadTLS(cfg Config) error {
 		}
 		a.tls.ClientCAs = pool
 		a.tls.ClientAuth = tls.RequireAndVerifyClientCert
-		if len(a.keys) > 0 {
+		if len(a.keys) > 0 || cfg.OIDC.Enabled() {
 			a.tls.ClientAuth = tls.VerifyClientCertIfGiven
 		}
 		a.mtls = true
@@ -114,9 +120,18 @@ func (a *Authenticator) loadTLS(cfg Config) error {
 	return nil
 }
 
-// Enabled reports whether callers are proven (API keys or client
-// certificates) rather than self-declared.
-func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.mtls }
+// Enabled reports whether callers are proven (API keys, client
+// certificates or OpenID tokens) rather than self-declared.
+func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.mtls || a.tokens != nil }
+
+// OIDC reports whether bearer tokens from an OpenID provider are accepted,
+// and from which issuer.
+func (a *Authenticator) OIDC() (issuer string, ok bool) {
+	if a.tokens == nil {
+		return "", false
+	}
+	return a.tokens.cfg.Issuer, true
+}
 
 // APIKeys reports whether API keys are accepted.
 func (a *Authenticator) APIKeys() bool { return len(a.keys) > 0 }
@@ -132,6 +147,9 @@ func (a *Authenticator) Mode() string {
 	}
 	if a.mtls {
 		m = append(m, "client certificates")
+	}
+	if a.tokens != nil {
+		m = append(m, "OpenID tokens of "+a.tokens.cfg.Issuer)
 	}
 	if len(m) == 0 {
 		return "self-declared principals"
@@ -165,10 +183,20 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 		return nil, nil
 	}
 	if v := md.Get(protocol.APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
-		if c := a.keys[sha256.Sum256([]byte(v[0]))]; c != nil {
-			return c, nil
+		return a.apiKey(v[0])
+	}
+	if v := md.Get(authorizationHeader); len(v) > 0 {
+		bearer, ok := cutBearer(v[0])
+		switch {
+		case !ok:
+			return nil, errs.New(codes.Unauthenticated, "the authorization metadata is not \"Bearer TOKEN\"")
+		case a.tokens != nil && looksLikeJWT(bearer):
+			return a.tokens.verify(ctx, bearer)
+		case len(a.keys) > 0:
+			return a.apiKey(bearer)
+		case a.tokens != nil:
+			return nil, errs.New(codes.Unauthenticated, "bearer token refused: not a JSON Web Token")
 		}
-		return nil, errs.New(codes.Unauthenticated, "unknown API key")
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
@@ -177,13 +205,40 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 			}
 		}
 	}
-	switch {
-	case len(a.keys) > 0 && a.mtls:
-		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", protocol.APIKeyHeader)
-	case len(a.keys) > 0:
-		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
+	var ways []string
+	if len(a.keys) > 0 {
+		ways = append(ways, "send an API key as "+protocol.APIKeyHeader+" metadata")
 	}
-	return nil, errs.New(codes.Unauthenticated, "no client certificate")
+	if a.tokens != nil {
+		ways = append(ways, "send a token of "+a.tokens.cfg.Issuer+" as \"authorization: Bearer TOKEN\"")
+	}
+	if a.mtls {
+		ways = append(ways, "present a client certificate")
+	}
+	return nil, errs.New(codes.Unauthenticated, "no credentials: %s", strings.Join(ways, ", or "))
+}
+
+// authorizationHeader is the metadata (and HTTP header) of bearer
+// credentials.
+const authorizationHeader = "authorization"
+
+// cutBearer returns the credentials of an authorization value "Bearer X"
+// (the scheme in any case).
+func cutBearer(v string) (string, bool) {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	cred = strings.TrimSpace(cred)
+	return cred, cred != ""
+}
+
+// apiKey returns the caller key proves, or Unauthenticated.
+func (a *Authenticator) apiKey(key string) (*acl.Caller, error) {
+	if c := a.keys[sha256.Sum256([]byte(key))]; c != nil {
+		return c, nil
+	}
+	return nil, errs.New(codes.Unauthenticated, "unknown API key")
 }
 
 // CertificateCaller returns the caller the client certificate of a TLS
