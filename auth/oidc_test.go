@@ -66,21 +66,21 @@ func badTokens(t testing.TB, p *oidctest.Provider, aud string) map[string]string
 		t.Fatal(err)
 	}
 	return map[string]string{
-		"expired":         sign(t, p, with("exp", time.Now().Add(-time.Hour).Unix())),
-		"not yet valid":   sign(t, p, with("nbf", time.Now().Add(time.Hour).Unix())),
-		"forged":          forged,
-		"unknown key":     unknownKey,
-		"other audience":  sign(t, p, with("aud", "someone-else")),
-		"other issuer":    sign(t, p, with("iss", "https://evil.example")),
-		"alg none":        oidctest.Unsigned(good),
-		"tampered":        oidctest.Tamper(sign(t, p, good), with("sub", "mallory")),
-		"no expiry":       sign(t, p, with("exp", nil)),
-		"no subject":      sign(t, p, with("sub", nil)),
-		"bad principal":   sign(t, p, with("sub", "a b")),
-		"subject number":  sign(t, p, with("sub", 42)),
-		"not a token":     "abc.def.ghi",
-		"garbage":         "...",
-		"api key shape":   "not-a-jwt",
+		"expired":        sign(t, p, with("exp", time.Now().Add(-time.Hour).Unix())),
+		"not yet valid":  sign(t, p, with("nbf", time.Now().Add(time.Hour).Unix())),
+		"forged":         forged,
+		"unknown key":    unknownKey,
+		"other audience": sign(t, p, with("aud", "someone-else")),
+		"other issuer":   sign(t, p, with("iss", "https://evil.example")),
+		"alg none":       oidctest.Unsigned(good),
+		"tampered":       oidctest.Tamper(sign(t, p, good), with("sub", "mallory")),
+		"no expiry":      sign(t, p, with("exp", nil)),
+		"no subject":     sign(t, p, with("sub", nil)),
+		"bad principal":  sign(t, p, with("sub", "a b")),
+		"subject number": sign(t, p, with("sub", 42)),
+		"not a token":    "abc.def.ghi",
+		"garbage":        "...",
+		"api key shape":  "not-a-jwt",
 	}
 }
 
