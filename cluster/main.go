@@ -282,6 +282,11 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.Issuer, "oidc-issuer", cfg.Gateway.Auth.OIDC.Issuer, "issuer URL of an OpenID provider whose bearer tokens (\"authorization: Bearer TOKEN\") prove callers on the gateway, A2A, MCP and the dashboard")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.Audience, "oidc-audience", cfg.Gateway.Auth.OIDC.Audience, "audience the provider's tokens must be for (their aud); required with --oidc-issuer")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.PrincipalClaim, "oidc-principal-claim", "sub", "token claim that is the caller's principal")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.GroupsClaim, "oidc-groups-claim", "groups", "token claim that lists the caller's groups (for the ACL's group rules)")
+	fs.BoolVar(&cfg.Gateway.Auth.OIDC.AllowHTTP, "oidc-allow-http", cfg.Gateway.Auth.OIDC.AllowHTTP, "accept an --oidc-issuer on plain HTTP at an address that is not loopback")
 	// Limits: what one client, and one principal, can make the gateway hold.
 	fs.IntVar(&cfg.Gateway.Limits.MaxSessionsPerPrincipal, "max-sessions-per-principal", cfg.Gateway.Limits.MaxSessionsPerPrincipal, "client sessions one principal may hold (past it, a new one replaces its session detached longest, or is refused)")
 	fs.IntVar(&cfg.Gateway.Limits.MaxCallsPerPrincipal, "max-calls-per-principal", cfg.Gateway.Limits.MaxCallsPerPrincipal, "calls one principal may have in flight through the gateway (past it: ResourceExhausted)")

@@ -121,7 +121,7 @@ func mcpConfig(cfg *SiloConfig, gwAuth auth.Config) (mcp.Config, error) {
 
 // authSet reports whether a says anything of its own.
 func authSet(a auth.Config) bool {
-	return a.KeyFile != "" || len(a.Keys) > 0 || a.TLSCert != "" || a.TLSClientCA != ""
+	return a.KeyFile != "" || len(a.Keys) > 0 || a.TLSCert != "" || a.TLSClientCA != "" || a.OIDC.Enabled()
 }
 
 func orLogger(l, def *slog.Logger) *slog.Logger {
