@@ -3,6 +3,7 @@ package a2a
 import (
 	"context"
 	"fmt"
+	"strings"
 	"slices"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
@@ -143,7 +144,9 @@ func (s *Server) defaultCard(base string) *spec.AgentCard {
 }
 
 // security declares how callers authenticate: an API key (x-api-key, or
-// as a bearer token) or a client certificate, any one of them.
+// as a bearer token), a token of the OpenID provider (scheme "oidc", a
+// bearer token whose provider the card names by its discovery URL) or a
+// client certificate, any one of them.
 func (s *Server) security(card *spec.AgentCard) {
 	if !s.auth.Enabled() {
 		return
@@ -154,6 +157,20 @@ func (s *Server) security(card *spec.AgentCard) {
 		card.SecuritySchemes["bearer"] = spec.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "An agentsilo API key as a bearer token."}
 		card.SecurityRequirements = append(card.SecurityRequirements,
 			spec.SecurityRequirements{"apiKey": {}}, spec.SecurityRequirements{"bearer": {}})
+	}
+	if issuer, ok := s.auth.OIDC(); ok {
+		card.SecuritySchemes["oidc"] = spec.OpenIDConnectSecurityScheme{OpenIDConnectURL: strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration",
+			Description: "An access token of this OpenID provider for the cluster's audience, as \"Authorization: Bearer TOKEN\"; its subject (or configured claim) is the principal."}
+		card.SecurityRequirements = append(card.SecurityRequirements, spec.SecurityRequirements{"oidc": {}})
+		// The same token as a plain bearer, for clients that know no
+		// openIdConnect scheme.
+		bearer := spec.HTTPAuthSecurityScheme{Scheme: "Bearer", BearerFormat: "JWT", Description: "An access token of " + issuer + "."}
+		if s.auth.APIKeys() {
+			bearer = spec.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "An agentsilo API key, or an access token (a JWT) of " + issuer + "."}
+		} else {
+			card.SecurityRequirements = append(card.SecurityRequirements, spec.SecurityRequirements{"bearer": {}})
+		}
+		card.SecuritySchemes["bearer"] = bearer
 	}
 	if s.auth.MutualTLS() {
 		card.SecuritySchemes["mtls"] = spec.MutualTLSSecurityScheme{Description: "A client certificate: its subject common name (else its first DNS name) is the principal."}
