@@ -88,6 +88,9 @@ func skillsOf(ti grain.TypeInfo, prefix string) []spec.AgentSkill {
 			Examples:    slices.Clone(sk.Examples),
 			InputModes:  typedModes(sk.InputSchema),
 			OutputModes: typedModes(sk.OutputSchema),
+			// The scopes a token needs (cleared by security where the
+			// silo takes no tokens).
+			SecurityRequirements: skillScopes(sk.Scopes),
 		})
 	}
 	return out
@@ -148,6 +151,11 @@ func (s *Server) defaultCard(base string) *spec.AgentCard {
 // bearer token whose provider the card names by its discovery URL) or a
 // client certificate, any one of them.
 func (s *Server) security(card *spec.AgentCard) {
+	if _, ok := s.auth.OIDC(); !ok {
+		for i := range card.Skills {
+			card.Skills[i].SecurityRequirements = nil
+		}
+	}
 	if !s.auth.Enabled() {
 		return
 	}
@@ -197,4 +205,13 @@ func (p cardProducer) Card(ctx context.Context) (*spec.AgentCard, error) {
 		return nil, fmt.Errorf("a2a: card: type %s is not registered", r.agent.Type)
 	}
 	return p.s.agentCard(r.base, r.agent, ti), nil
+}
+
+// skillScopes are a skill's security requirements: a token of the OpenID
+// provider with the skill's scopes, or nothing if it requires none.
+func skillScopes(scopes []string) spec.SecurityRequirementsOptions {
+	if len(scopes) == 0 {
+		return nil
+	}
+	return spec.SecurityRequirementsOptions{spec.SecurityRequirements{"oidc": slices.Clone(scopes)}}
 }
