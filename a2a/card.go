@@ -3,8 +3,8 @@ package a2a
 import (
 	"context"
 	"fmt"
-	"strings"
 	"slices"
+	"strings"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
