@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"net"
@@ -112,8 +113,10 @@ func (c *OIDCConfig) validate() error {
 // rediscoverAfter. Its verifier keeps the provider's keys, fetching them
 // again for a token signed with a key it does not hold; every keysMaxAge
 // it starts a new one, which fetches them afresh, so a key the provider no
-// longer publishes (a compromised one) is not trusted for longer. Safe for
-// concurrent use.
+// longer publishes (a compromised one) is not trusted for longer. A token
+// it took is remembered (by its SHA-256) until it expires or the
+// verifier is replaced, so a client that sends one token with every call
+// costs one signature check, not one per call. Safe for concurrent use.
 type tokens struct {
 	cfg OIDCConfig
 	now func() time.Time // time.Now; tests move it
@@ -125,7 +128,24 @@ type tokens struct {
 	verifierAt time.Time             // when verifier was made
 	failed     time.Time             // when discovery last failed
 	err        error                 // and why
+	// gen counts the verifiers made; checked holds the tokens the
+	// current one took (by SHA-256), so a token is verified once, not at
+	// each call: an entry serves until its token expires (with the
+	// leeway), and only while its verifier is the current one.
+	gen     uint64
+	checked map[[sha256.Size]byte]checkedToken
 }
+
+// checkedToken is a token a verifier took.
+type checkedToken struct {
+	caller *acl.Caller
+	until  time.Time
+	gen    uint64
+}
+
+// maxChecked bounds tokens.checked; past it the expired entries go, and
+// if none has, all.
+const maxChecked = 4096
 
 const (
 	// rediscoverAfter bounds how often a server asks a provider that could
@@ -142,12 +162,45 @@ func newTokens(cfg OIDCConfig) (*tokens, error) {
 	return &tokens{cfg: cfg, now: time.Now}, nil
 }
 
-// verifierFor returns the verifier, discovering the provider if need be.
-// A provider that cannot be discovered is Unavailable.
-func (t *tokens) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error) {
+// verifierFor returns the verifier and its generation, discovering the
+// provider if need be, or the caller of raw (by its hash h) if the current
+// verifier took it before. A provider that cannot be discovered is
+// Unavailable.
+func (t *tokens) verifierFor(ctx context.Context, h [sha256.Size]byte, now time.Time) (*oidc.IDTokenVerifier, uint64, *acl.Caller, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
+	v, err := t.verifierLocked(ctx, now)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if e, ok := t.checked[h]; ok && e.gen == t.gen && now.Before(e.until) {
+		return v, t.gen, e.caller, nil
+	}
+	return v, t.gen, nil, nil
+}
+
+// remember keeps a token the verifier of gen took.
+func (t *tokens) remember(h [sha256.Size]byte, e checkedToken, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.gen != t.gen {
+		return
+	}
+	if len(t.checked) >= maxChecked {
+		for k, o := range t.checked {
+			if o.gen != t.gen || !now.Before(o.until) {
+				delete(t.checked, k)
+			}
+		}
+		if len(t.checked) >= maxChecked {
+			clear(t.checked)
+		}
+	}
+	t.checked[h] = e
+}
+
+// verifierLocked is verifierFor's verifier; t.mu is held.
+func (t *tokens) verifierLocked(ctx context.Context, now time.Time) (*oidc.IDTokenVerifier, error) {
 	if t.provider == nil {
 		if t.err != nil && now.Sub(t.failed) < rediscoverAfter {
 			return nil, t.err
@@ -170,6 +223,8 @@ func (t *tokens) verifierFor(ctx context.Context) (*oidc.IDTokenVerifier, error)
 		// (go-oidc checks them with none and 5 minutes).
 		t.verifier = t.provider.VerifierContext(t.pctx, &oidc.Config{ClientID: t.cfg.Audience, SkipExpiryCheck: true})
 		t.verifierAt = now
+		t.gen++
+		t.checked = make(map[[sha256.Size]byte]checkedToken)
 	}
 	return t.verifier, nil
 }
@@ -181,9 +236,11 @@ var errNotYetValid = errors.New("the token is not valid yet")
 // any check is Unauthenticated, saying why; a provider that cannot be
 // reached is Unavailable.
 func (t *tokens) verify(ctx context.Context, raw string) (*acl.Caller, error) {
-	v, err := t.verifierFor(ctx)
-	if err != nil {
-		return nil, err
+	h := sha256.Sum256([]byte(raw))
+	now := t.now()
+	v, gen, c, err := t.verifierFor(ctx, h, now)
+	if err != nil || c != nil {
+		return c, err
 	}
 	tok, err := v.Verify(ctx, raw)
 	if err != nil {
@@ -192,7 +249,6 @@ func (t *tokens) verify(ctx context.Context, raw string) (*acl.Caller, error) {
 		}
 		return nil, errs.New(codes.Unauthenticated, "bearer token refused: %w", err)
 	}
-	now := t.now()
 	if tok.Expiry.IsZero() {
 		return nil, errs.New(codes.Unauthenticated, "bearer token refused: it has no expiry (exp)")
 	}
@@ -212,7 +268,12 @@ func (t *tokens) verify(ctx context.Context, raw string) (*acl.Caller, error) {
 			return nil, errs.New(codes.Unauthenticated, "bearer token refused: %w: not before %s", errNotYetValid, at.UTC().Format(time.RFC3339))
 		}
 	}
-	return callerFromClaims(claims, t.cfg.PrincipalClaim, t.cfg.GroupsClaim)
+	c, err = callerFromClaims(claims, t.cfg.PrincipalClaim, t.cfg.GroupsClaim)
+	if err != nil {
+		return nil, err
+	}
+	t.remember(h, checkedToken{caller: c, until: tok.Expiry.Add(t.cfg.Leeway), gen: gen}, now)
+	return c, nil
 }
 
 // callerFromClaims reads a verified token's caller: the principal claim

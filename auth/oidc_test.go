@@ -319,3 +319,31 @@ func FuzzClaims(f *testing.F) {
 		}
 	})
 }
+
+// TestTokenChecked: a token is verified once and then taken from the
+// server's memory of it, until it expires (with the leeway): then it is
+// refused like any expired token.
+func TestTokenChecked(t *testing.T) {
+	p := provider(t)
+	a := tokenAuth(t, p)
+	tok := sign(t, p, p.Standard("alice", "agentsilo", time.Minute))
+	check := func() error {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("Authorization", "Bearer "+tok)
+		_, err := a.AuthenticateHTTP(r)
+		return err
+	}
+	for range 3 {
+		if err := check(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(a.tokens.checked); n != 1 {
+		t.Fatalf("%d tokens remembered, want 1", n)
+	}
+	later := time.Now().Add(time.Minute + DefaultLeeway + time.Second)
+	a.tokens.now = func() time.Time { return later }
+	if err := check(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a remembered token past its expiry: %v, want Unauthenticated", err)
+	}
+}

@@ -56,7 +56,7 @@ func payments(reg *grain.Registry) error {
 // identitySilo starts a silo that takes the tokens of p (flags as `silo`
 // reads them) and bob's API key, with the gateway, A2A, MCP and the
 // dashboard on loopback.
-func identitySilo(t *testing.T, p *oidctest.Provider) *Silo {
+func identitySilo(t testing.TB, p *oidctest.Provider) *Silo {
 	t.Helper()
 	cfg, _, _, err := Program{Name: "silo"}.parseFlags([]string{"--oidc-issuer", p.Issuer(), "--oidc-audience", "agentsilo"}, io.Discard)
 	if err != nil {
@@ -65,7 +65,7 @@ func identitySilo(t *testing.T, p *oidctest.Provider) *Silo {
 	if cfg.Gateway.Auth.OIDC.PrincipalClaim != "sub" || cfg.Gateway.Auth.OIDC.GroupsClaim != "groups" {
 		t.Fatalf("claim defaults: %+v", cfg.Gateway.Auth.OIDC)
 	}
-	reg := newTestRegistry(t)
+	reg := grain.NewRegistry()
 	if err := demoagents.Register(reg); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,9 @@ func identitySilo(t *testing.T, p *oidctest.Provider) *Silo {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Start(t.Context()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	if err := s.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
