@@ -2,20 +2,27 @@ package cluster
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
+	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -29,6 +36,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/a2a/outside"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
@@ -56,7 +64,7 @@ func payments(reg *grain.Registry) error {
 // identitySilo starts a silo that takes the tokens of p (flags as `silo`
 // reads them) and bob's API key, with the gateway, A2A, MCP and the
 // dashboard on loopback.
-func identitySilo(t testing.TB, p *oidctest.Provider) *Silo {
+func identitySilo(t testing.TB, p *oidctest.Provider, configure ...func(*SiloConfig)) *Silo {
 	t.Helper()
 	cfg, _, _, err := Program{Name: "silo"}.parseFlags([]string{"--oidc-issuer", p.Issuer(), "--oidc-audience", "agentsilo"}, io.Discard)
 	if err != nil {
@@ -81,6 +89,9 @@ func identitySilo(t testing.TB, p *oidctest.Provider) *Silo {
 	cfg.Logger = testLogger()
 	h := sha256.Sum256([]byte("bob-key"))
 	cfg.Gateway.Auth.Keys = []auth.APIKey{{SHA256: hex.EncodeToString(h[:]), Principal: "bob"}}
+	for _, f := range configure {
+		f(&cfg)
+	}
 	s, err := NewSilo(cfg, reg)
 	if err != nil {
 		t.Fatal(err)
@@ -195,6 +206,14 @@ func TestIdentity(t *testing.T) {
 		_, err := reporter.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "transfer"})
 		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `"payments:write"`) {
 			t.Fatalf("transfer without the scope: %v, want PermissionDenied naming payments:write", err)
+		}
+		// An A2A agent that would send the user's token, on a silo that
+		// signs none: refused before anything is sent.
+		if _, err := reporter.Agents().Create(t.Context(), "A2A:out", map[string]string{a2a.ConfigCardURL: "https://agent.example.com", a2a.ConfigDelegate: "true"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := reporter.Ask(t.Context(), "A2A:out", &client.Message{Message: "hi"}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--delegation-key") {
+			t.Fatalf("delegate=true without a delegation key: %v, want FailedPrecondition naming --delegation-key", err)
 		}
 		payer := dial("payer", "s2", "payments:write")
 		if r, err := payer.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "transfer"}); err != nil || r.GetMessage() != "transfer by payer" {
@@ -424,4 +443,93 @@ func mcpError(res *mcpsdk.CallToolResult, err error) string {
 		}
 	}
 	return strings.Join(out, " ")
+}
+
+// TestDelegatedToken: alice signs in with the provider's token and asks
+// an A2A agent of hers configured with delegate=true; the outside agent
+// (the A2A SDK's server) receives a token the cluster signed for alice,
+// for its own origin, naming the calling agent as the actor, and verifies
+// it with go-oidc against the keys the silo publishes on its HTTP port.
+func TestDelegatedToken(t *testing.T) {
+	leaks := append(leakOptions(), goleak.IgnoreCurrent())
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks...) })
+	p, err := oidctest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	o := outside.Start(false)
+	t.Cleanup(o.Close)
+	keyFile := filepath.Join(t.TempDir(), "delegation.pem")
+	if err := os.WriteFile(keyFile, ecKeyPEM(t), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := testutil.FreeAddr(t)
+	issuer := "http://" + httpAddr + "/agentsilo"
+	s := identitySilo(t, p, func(c *SiloConfig) {
+		c.HTTPAddr = httpAddr
+		c.A2A.AllowPrivateNetworks = true
+		c.Delegation = DelegationConfig{Issuer: issuer, KeyFile: keyFile}
+	})
+	tok, err := p.Sign(p.Standard("alice", "agentsilo", time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(t.Context(), []string{s.GatewayAddr()}, client.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: tok})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Agents().Create(t.Context(), "A2A:out", map[string]string{a2a.ConfigCardURL: o.CardURL(), a2a.ConfigDelegate: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Ask(t.Context(), "A2A:out", &client.Message{Message: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	var bearer string
+	for _, a := range o.Authorizations() {
+		bearer, _ = strings.CutPrefix(a, "Bearer ")
+	}
+	if bearer == "" {
+		t.Fatalf("the outside agent got no token: %q", o.Authorizations())
+	}
+	// The outside agent's check: discovery at the issuer, its keys, the
+	// audience its own origin.
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	ctx := oidc.ClientContext(t.Context(), &http.Client{Transport: tr})
+	prov, err := oidc.NewProvider(ctx, issuer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idt, err := prov.VerifierContext(ctx, &oidc.Config{ClientID: o.URL}).Verify(ctx, bearer)
+	if err != nil {
+		t.Fatalf("the outside agent's check: %v", err)
+	}
+	var claims struct {
+		Act struct {
+			Sub string `json:"sub"`
+		} `json:"act"`
+	}
+	if err := idt.Claims(&claims); err != nil || idt.Subject != "alice" || claims.Act.Sub != "A2A:alice:out" || time.Until(idt.Expiry) > auth.DelegationTTL {
+		t.Fatalf("the token: sub %q, act %+v, exp %v, %v", idt.Subject, claims.Act, idt.Expiry, err)
+	}
+	// Another audience's check refuses it.
+	if _, err := prov.VerifierContext(ctx, &oidc.Config{ClientID: "https://elsewhere.example"}).Verify(ctx, bearer); err == nil {
+		t.Fatal("the token verified for another audience")
+	}
+}
+
+// ecKeyPEM is a new ECDSA P-256 private key, PKCS#8 PEM.
+func ecKeyPEM(t *testing.T) []byte {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
