@@ -22,9 +22,9 @@ import (
 	"time"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
-	"github.com/coreos/go-oidc/v3/oidc"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/coreos/go-oidc/v3/oidc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 	"golang.org/x/oauth2"
