@@ -3,6 +3,7 @@ package acl
 import (
 	"math/bits"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/agentsilo/agentsilo/internal/names"
@@ -23,6 +24,10 @@ type Caller struct {
 	Scoped bool
 	// Scopes are the token's scopes (its "scope" or "scp" claim).
 	Scopes []string
+	// Expires, if not zero, is when the caller's proof ends (a token's
+	// expiry, with the leeway): a gateway session opened with it ends
+	// then, and the client attaches it again with fresh credentials.
+	Expires time.Time
 }
 
 // MissingScope returns the first of required that c lacks, or "" if c has

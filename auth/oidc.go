@@ -272,7 +272,8 @@ func (t *tokens) verify(ctx context.Context, raw string) (*acl.Caller, error) {
 	if err != nil {
 		return nil, err
 	}
-	t.remember(h, checkedToken{caller: c, until: tok.Expiry.Add(t.cfg.Leeway), gen: gen}, now)
+	c.Expires = tok.Expiry.Add(t.cfg.Leeway)
+	t.remember(h, checkedToken{caller: c, until: c.Expires, gen: gen}, now)
 	return c, nil
 }
 

@@ -533,3 +533,39 @@ func ecKeyPEM(t *testing.T) []byte {
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
 }
+
+// TestSessionTokenExpiry: a session attached with a token ends when the
+// token expires; the SDK attaches it again with a fresh token from its
+// source (the provider issues another), and the session goes on serving,
+// its address unchanged.
+func TestSessionTokenExpiry(t *testing.T) {
+	leaks := append(leakOptions(), goleak.IgnoreCurrent())
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks...) })
+	p, err := oidctest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	p.AddClient("short", oidctest.Client{Secret: "s", Audience: "agentsilo", TTL: 2 * time.Second})
+	s := identitySilo(t, p, func(c *SiloConfig) { c.Gateway.Auth.OIDC.Leeway = -1 })
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hctx := context.WithValue(t.Context(), oauth2.HTTPClient, &http.Client{Transport: tr})
+	ts := (&clientcredentials.Config{ClientID: "short", ClientSecret: "s", TokenURL: p.TokenURL()}).TokenSource(hctx)
+	c, err := client.Dial(t.Context(), []string{s.GatewayAddr()}, client.WithTokenSource(ts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr := c.Address()
+	before := p.Issued()
+	// Only a new session stream asks the source for a token now: the
+	// session's was ended at its token's expiry.
+	waitFor(t, "the session attached again with a fresh token", func() bool { return p.Issued() > before })
+	if r, err := c.Ask(t.Context(), "Echo:x", &client.Message{Message: "still here"}); err != nil || !strings.Contains(r.GetMessage(), "still here") {
+		t.Fatalf("after the token's expiry: %v, %v", r, err)
+	}
+	if c.Address() != addr {
+		t.Fatalf("the session is %s, was %s", c.Address(), addr)
+	}
+}

@@ -34,6 +34,7 @@ type Provider struct {
 	clients map[string]Client // client_id → client
 
 	keyFetches atomic.Int64
+	issued     atomic.Int64
 }
 
 // Client is a client of the token endpoint: its secret, and the claims of
@@ -75,6 +76,9 @@ func (p *Provider) Issuer() string { return p.srv.URL }
 
 // TokenURL is the token endpoint.
 func (p *Provider) TokenURL() string { return p.srv.URL + "/token" }
+
+// Issued is how many tokens the token endpoint issued.
+func (p *Provider) Issued() int64 { return p.issued.Load() }
 
 // KeyFetches is how many times the keys were fetched.
 func (p *Provider) KeyFetches() int64 { return p.keyFetches.Load() }
@@ -222,5 +226,6 @@ func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	p.issued.Add(1)
 	json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "token_type": "Bearer", "expires_in": int(ttl / time.Second)})
 }
