@@ -32,8 +32,8 @@ type session struct {
 	// caller is the client grain's caller: principal, groups, scopes;
 	// the latest stream's (a stream that resumes the session brings its
 	// own, such as a refreshed token's).
-	caller    atomic.Pointer[acl.Caller]
-	token     string
+	caller atomic.Pointer[acl.Caller]
+	token  string
 
 	mu         sync.Mutex
 	home       string // the fallback holder it is registered with (SessionHome)
