@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -138,6 +140,26 @@ func (a *Authenticator) APIKeys() bool { return len(a.keys) > 0 }
 
 // MutualTLS reports whether client certificates are accepted.
 func (a *Authenticator) MutualTLS() bool { return a.mtls }
+
+// OAuth2 returns an OAuth 2.0 client configuration at the OpenID provider
+// for clientID (a public client: it signs users in with the authorization
+// code grant and PKCE) and redirectURL, with the provider's endpoints
+// found by discovery, and ctx carrying the HTTP client to reach the
+// provider with (for the configuration's Exchange). Without a provider it
+// is FailedPrecondition; a provider that cannot be reached is
+// Unavailable.
+func (a *Authenticator) OAuth2(ctx context.Context, clientID, redirectURL string) (*oauth2.Config, context.Context, error) {
+	if a.tokens == nil {
+		return nil, ctx, errs.New(codes.FailedPrecondition, "auth: no OpenID provider (--oidc-issuer)")
+	}
+	ep, err := a.tokens.endpoint(ctx)
+	if err != nil {
+		return nil, ctx, err
+	}
+	ep.AuthStyle = oauth2.AuthStyleInParams // a public client: its id in the form
+	cfg := &oauth2.Config{ClientID: clientID, Endpoint: ep, RedirectURL: redirectURL, Scopes: []string{oidc.ScopeOpenID}}
+	return cfg, context.WithValue(ctx, oauth2.HTTPClient, a.tokens.cfg.HTTPClient), nil
+}
 
 // Mode names how callers are authenticated, for a server's log.
 func (a *Authenticator) Mode() string {

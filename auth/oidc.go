@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -331,4 +332,15 @@ func stringsClaim(raw json.RawMessage) []string {
 // key.
 func looksLikeJWT(s string) bool {
 	return strings.Count(s, ".") == 2
+}
+
+// endpoint returns the provider's OAuth 2.0 endpoints (its authorization
+// and token endpoints), discovering it if need be.
+func (t *tokens) endpoint(ctx context.Context) (oauth2.Endpoint, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, err := t.verifierLocked(ctx, t.now()); err != nil {
+		return oauth2.Endpoint{}, err
+	}
+	return t.provider.Endpoint(), nil
 }

@@ -36,6 +36,12 @@ type SiloConfig struct {
 	// user whose credential is a certificate logs in (--dashboard-addr).
 	// Default: empty, none.
 	DashboardAddr string
+	// OIDCClientID is the dashboard's client at the OpenID provider
+	// (Gateway.Auth.OIDC), a public client: users sign in at the provider
+	// (the authorization code grant with PKCE), which sends them back to
+	// <the dashboard's URL>/ui/login/oidc/callback (--oidc-client-id).
+	// Empty: they paste an access token.
+	OIDCClientID string
 	// Metrics is the Prometheus registry the silo registers its metrics in
 	// (see metrics.go) and serves at /metrics. Each silo needs its own: a
 	// second silo registering in the same one fails NewSilo. Close takes

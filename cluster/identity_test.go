@@ -14,6 +14,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/cookiejar"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -24,6 +25,7 @@ import (
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/chromedp/chromedp"
 	"github.com/coreos/go-oidc/v3/oidc"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
@@ -40,6 +42,7 @@ import (
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/browsertest"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/internal/oidctest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
@@ -567,5 +570,99 @@ func TestSessionTokenExpiry(t *testing.T) {
 	}
 	if c.Address() != addr {
 		t.Fatalf("the session is %s, was %s", c.Address(), addr)
+	}
+}
+
+// signInSilo starts a silo whose dashboard signs users in at p (client
+// "dashboard", a public client), registered with its callback, and p
+// signing in alice of group ops.
+func signInSilo(t *testing.T, p *oidctest.Provider) *Silo {
+	t.Helper()
+	s := identitySilo(t, p, func(c *SiloConfig) { c.OIDCClientID = "dashboard" })
+	p.AddClient("dashboard", oidctest.Client{Audience: "agentsilo", RedirectURIs: []string{"http://" + s.HTTPAddr() + "/ui/login/oidc/callback"}})
+	p.SignIn(oidctest.Claims{"sub": "alice", "groups": []string{"ops"}})
+	return s
+}
+
+// TestDashboardSignIn: the dashboard signs a user in at the provider with
+// the authorization code grant and PKCE, over real HTTP with a cookie
+// jar: the login page offers it, the provider sends the browser back with
+// a code, the dashboard's session is the user's; a callback with a state
+// this browser did not start, or a code used twice, is refused.
+func TestDashboardSignIn(t *testing.T) {
+	leaks := append(leakOptions(), goleak.IgnoreCurrent())
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks...) })
+	p, err := oidctest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	s := signInSilo(t, p)
+	base := "http://" + s.HTTPAddr()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codeURL string
+	hc := &http.Client{Transport: tr, Jar: jar, CheckRedirect: func(r *http.Request, _ []*http.Request) error {
+		if r.URL.Path == "/ui/login/oidc/callback" {
+			codeURL = r.URL.String()
+		}
+		return nil
+	}}
+	get := func(u string) (int, string) {
+		t.Helper()
+		resp, err := hc.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(b)
+	}
+	if code, page := get(base + "/ui/login"); code != http.StatusOK || !strings.Contains(page, `id="signin"`) {
+		t.Fatalf("the login page: %d, no sign-in link:\n%s", code, page)
+	}
+	if code, page := get(base + "/ui/login/oidc?next=/ui/agents"); code != http.StatusOK || !strings.Contains(page, `id="signedin"`) {
+		t.Fatalf("sign-in: %d\n%s", code, page)
+	}
+	if code, page := get(base + "/ui/agents"); code != http.StatusOK || !strings.Contains(page, "alice") {
+		t.Fatalf("the agents page after signing in: %d\n%s", code, page)
+	}
+	// The same code again (its state is spent): refused.
+	if code, _ := get(codeURL); code != http.StatusUnauthorized {
+		t.Fatalf("the callback replayed: %d, want 401", code)
+	}
+	// A state this browser did not start: refused.
+	other, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc.Jar = other
+	if code, _ := get(base + "/ui/login/oidc/callback?code=x&state=y"); code != http.StatusUnauthorized {
+		t.Fatalf("a callback with a foreign state: %d, want 401", code)
+	}
+}
+
+// TestDashboardSignInBrowser: the same sign-in in headless Chromium: the
+// login page's link, the provider, and back on the dashboard as alice.
+func TestDashboardSignInBrowser(t *testing.T) {
+	chromium := testutil.NeedCommand(t, "chromium", "Debian's chromium")
+	leaks := append(leakOptions(), goleak.IgnoreCurrent())
+	t.Cleanup(func() { goleak.VerifyNone(t, leaks...) })
+	p, err := oidctest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	s := signInSilo(t, p)
+	b, stop := browsertest.New(t, t.Context(), chromium, 1200, 800)
+	defer stop()
+	b.Run("sign in", chromedp.Navigate("http://"+s.HTTPAddr()+"/ui/login"), chromedp.WaitVisible(chromedp.ID("signin")),
+		chromedp.Click(chromedp.ID("signin")), chromedp.WaitVisible(chromedp.ID("logout")))
+	if who := b.Text(".who"); !strings.Contains(who, "alice") {
+		t.Fatalf("signed in as %q, want alice", who)
 	}
 }

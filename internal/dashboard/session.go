@@ -102,7 +102,8 @@ func (ss *sessions) get(id string) *session {
 		return nil
 	}
 	now := ss.now()
-	if now.Sub(s.used) > ss.ttl {
+	if now.Sub(s.used) > ss.ttl || (!s.caller.Expires.IsZero() && now.After(s.caller.Expires)) {
+		// Unused too long, or its token expired: log in again.
 		delete(ss.m, id)
 		return nil
 	}
@@ -257,8 +258,10 @@ type loginView struct {
 	Keys    bool
 	CertURL string
 	Cert    bool
-	// Issuer: tokens of this OpenID provider log in here.
+	// Issuer: tokens of this OpenID provider log in here. SignIn: users
+	// sign in with it (the authorization code grant).
 	Issuer string
+	SignIn bool
 }
 
 func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
@@ -268,6 +271,7 @@ func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
 	}
 	v.Keys = d.cfg.Auth.APIKeys()
 	v.Issuer, _ = d.cfg.Auth.OIDC()
+	v.SignIn = d.signInOn()
 	if d.cfg.Auth.MutualTLS() {
 		if r.TLS != nil {
 			v.Cert = true

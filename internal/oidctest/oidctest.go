@@ -1,7 +1,9 @@
 // Package oidctest is an OpenID provider for tests: a real HTTP server on
 // loopback that serves discovery (/.well-known/openid-configuration), its
-// signing keys as a JWKS (/keys), and a token endpoint (/token) that
-// issues access tokens by the client credentials grant. Its RSA keys are
+// signing keys as a JWKS (/keys), an authorization endpoint (/authorize)
+// that signs in a set user at once, and a token endpoint (/token) that
+// issues access tokens by the client credentials grant and the
+// authorization code grant with PKCE. Its RSA keys are
 // real and can be rotated while it runs; it also makes the tokens a
 // server must refuse (forged, unsigned, expired, ...).
 package oidctest
@@ -9,12 +11,15 @@ package oidctest
 import (
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +37,8 @@ type Provider struct {
 	kids    []string
 	n       int               // keys made so far
 	clients map[string]Client // client_id → client
+	user    Claims            // who signs in at /authorize (nil: nobody)
+	codes   map[string]grant  // authorization codes not yet exchanged
 
 	keyFetches atomic.Int64
 	issued     atomic.Int64
@@ -45,11 +52,22 @@ type Client struct {
 	Claims   map[string]any
 	// TTL is how long its tokens last. Default: an hour.
 	TTL time.Duration
+	// RedirectURIs are where /authorize may send its codes (the
+	// authorization code grant); a client with none has no such grant.
+	// A client without Secret is public: it must use PKCE (S256).
+	RedirectURIs []string
+}
+
+// grant is an authorization code's: to whom, for which client and
+// redirect, with which PKCE challenge.
+type grant struct {
+	client, redirect, challenge string
+	claims                      Claims
 }
 
 // Start starts a provider on 127.0.0.1 with one signing key.
 func Start() (*Provider, error) {
-	p := &Provider{clients: make(map[string]Client)}
+	p := &Provider{clients: make(map[string]Client), codes: make(map[string]grant)}
 	if err := p.Rotate(); err != nil {
 		return nil, err
 	}
@@ -57,6 +75,7 @@ func Start() (*Provider, error) {
 	mux.HandleFunc("GET /.well-known/openid-configuration", p.discovery)
 	mux.HandleFunc("GET /keys", p.jwks)
 	mux.HandleFunc("POST /token", p.token)
+	mux.HandleFunc("GET /authorize", p.authorize)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -107,6 +126,15 @@ func (p *Provider) Drop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.keys, p.kids = p.keys[len(p.keys)-1:], p.kids[len(p.kids)-1:]
+}
+
+// SignIn makes /authorize sign in the user of claims (at least "sub")
+// at once, without a page: the user's browser is sent back to the client
+// with a code.
+func (p *Provider) SignIn(claims Claims) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.user = claims
 }
 
 // AddClient registers a client of the token endpoint.
@@ -178,7 +206,8 @@ func (p *Provider) discovery(w http.ResponseWriter, _ *http.Request) {
 		"response_types_supported":              []string{"code"},
 		"subject_types_supported":               []string{"public"},
 		"id_token_signing_alg_values_supported": []string{"RS256"},
-		"grant_types_supported":                 []string{"client_credentials"},
+		"grant_types_supported":                 []string{"client_credentials", "authorization_code"},
+		"code_challenge_methods_supported":      []string{"S256"},
 	})
 }
 
@@ -194,9 +223,103 @@ func (p *Provider) jwks(w http.ResponseWriter, _ *http.Request) {
 	json.NewEncoder(w).Encode(set)
 }
 
-// token serves the client credentials grant (client_secret_basic or
-// client_secret_post).
+// authorize serves the authorization endpoint: for a registered client and
+// redirect URI, with a PKCE challenge (S256), the signed-in user's code
+// goes back to the redirect URI with the state.
+func (p *Provider) authorize(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c, known := p.clients[q.Get("client_id")]
+	redirect := q.Get("redirect_uri")
+	if !known || !slices.Contains(c.RedirectURIs, redirect) {
+		http.Error(w, "unknown client or redirect_uri", http.StatusBadRequest)
+		return
+	}
+	u, err := url.Parse(redirect)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	back := u.Query()
+	back.Set("state", q.Get("state"))
+	switch {
+	case q.Get("response_type") != "code":
+		back.Set("error", "unsupported_response_type")
+	case q.Get("code_challenge_method") != "S256" || q.Get("code_challenge") == "":
+		back.Set("error", "invalid_request")
+		back.Set("error_description", "PKCE (S256) is required")
+	case p.user == nil:
+		back.Set("error", "access_denied")
+	default:
+		var b [16]byte
+		rand.Read(b[:])
+		code := base64.RawURLEncoding.EncodeToString(b[:])
+		claims := Claims{}
+		for k, v := range p.user {
+			claims[k] = v
+		}
+		if s := q.Get("scope"); s != "" {
+			claims["scope"] = s
+		}
+		p.codes[code] = grant{client: q.Get("client_id"), redirect: redirect, challenge: q.Get("code_challenge"), claims: claims}
+		back.Set("code", code)
+	}
+	u.RawQuery = back.Encode()
+	http.Redirect(w, r, u.String(), http.StatusFound)
+}
+
+// exchange serves the authorization code grant: the code, its client and
+// redirect URI, and the PKCE verifier of its challenge.
+func (p *Provider) exchange(w http.ResponseWriter, r *http.Request) {
+	id, secret, ok := r.BasicAuth()
+	if !ok {
+		id, secret = r.PostFormValue("client_id"), r.PostFormValue("client_secret")
+	}
+	p.mu.Lock()
+	g, found := p.codes[r.PostFormValue("code")]
+	delete(p.codes, r.PostFormValue("code"))
+	c := p.clients[id]
+	p.mu.Unlock()
+	sum := sha256.Sum256([]byte(r.PostFormValue("code_verifier")))
+	if !found || g.client != id || g.redirect != r.PostFormValue("redirect_uri") || c.Secret != secret ||
+		base64.RawURLEncoding.EncodeToString(sum[:]) != g.challenge {
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]string{"error": "invalid_grant"})
+		return
+	}
+	ttl := c.TTL
+	if ttl == 0 {
+		ttl = time.Hour
+	}
+	claims := p.Standard("", c.Audience, ttl)
+	for k, v := range g.claims {
+		claims[k] = v
+	}
+	tok, err := p.Sign(claims)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	claims["aud"] = id
+	idTok, err := p.Sign(claims)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	p.issued.Add(1)
+	json.NewEncoder(w).Encode(map[string]any{"access_token": tok, "id_token": idTok, "token_type": "Bearer", "expires_in": int(ttl / time.Second)})
+}
+
+// token serves the token endpoint: the client credentials grant
+// (client_secret_basic or client_secret_post) and the authorization code
+// grant (exchange).
 func (p *Provider) token(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.PostFormValue("grant_type") == "authorization_code" {
+		p.exchange(w, r)
+		return
+	}
 	id, secret, ok := r.BasicAuth()
 	if !ok {
 		id, secret = r.PostFormValue("client_id"), r.PostFormValue("client_secret")
