@@ -172,7 +172,12 @@ func TestIdentity(t *testing.T) {
 	t.Cleanup(p.Close)
 	p.AddClient("reporter", oidctest.Client{Secret: "s1", Audience: "agentsilo", Claims: map[string]any{"groups": []string{"finance"}}})
 	p.AddClient("payer", oidctest.Client{Secret: "s2", Audience: "agentsilo"})
-	s := identitySilo(t, p)
+	aclFile := filepath.Join(t.TempDir(), "acl.json")
+	rules := `{"Rules": [{"OwnerPattern": "bob", "AgentPattern": "shared", "CallerPattern": "group:finance", "Permission": "Message"}]}`
+	if err := os.WriteFile(aclFile, []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := identitySilo(t, p, func(c *SiloConfig) { c.ACLFile = aclFile })
 	bad := badTokens(t, p)
 	good := func(sub, scope string) string {
 		c := p.Standard(sub, "agentsilo", time.Hour)
@@ -264,6 +269,20 @@ func TestIdentity(t *testing.T) {
 		// (bob's agent, no rule for alice).
 		if _, err := ask(bearer(good("alice", "payments:write")), "Payments:bob:p", "transfer"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "permission Message") {
 			t.Fatalf("alice with the scope on bob's agent: %v, want the ACL's PermissionDenied", err)
+		}
+		// The token's groups are the ACL's groups for the call: finance
+		// may message bob's shared agent, others may not.
+		finance := p.Standard("carol", "agentsilo", time.Hour)
+		finance["groups"] = []string{"finance"}
+		ftok, err := p.Sign(finance)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := ask(bearer(ftok), "Payments:bob:shared", "report"); err != nil || r.GetMessage().GetMessage() != "report by carol" {
+			t.Fatalf("carol of group finance (her token's) on bob's shared agent: %v, %v", r, err)
+		}
+		if _, err := ask(bearer(good("dave", "")), "Payments:bob:shared", "report"); status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("dave, of no group, on bob's shared agent: %v, want PermissionDenied", err)
 		}
 		// The provider rotates its key while the silo runs.
 		if err := p.Rotate(); err != nil {
