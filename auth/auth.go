@@ -227,6 +227,15 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 			}
 		}
 	}
+	switch {
+	case a.tokens != nil:
+	case len(a.keys) > 0 && a.mtls:
+		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", protocol.APIKeyHeader)
+	case len(a.keys) > 0:
+		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
+	default:
+		return nil, errs.New(codes.Unauthenticated, "no client certificate")
+	}
 	var ways []string
 	if len(a.keys) > 0 {
 		ways = append(ways, "send an API key as "+protocol.APIKeyHeader+" metadata")
