@@ -61,7 +61,44 @@ func (s *Server) agentCard(base string, agent grain.Address, ti grain.TypeInfo) 
 	}
 	card.Capabilities.Extensions = schemaExtension(skillSchemas(nil, ti, ""))
 	s.security(card)
+	if s.extendedCard() {
+		// The skills a token needs scopes for are shown to authenticated
+		// callers only, on the extended card.
+		card.Capabilities.ExtendedAgentCard = true
+		card.Skills = slices.DeleteFunc(card.Skills, func(sk spec.AgentSkill) bool { return len(sk.SecurityRequirements) > 0 })
+	}
 	return card
+}
+
+// extendedCard reports whether the server serves extended cards: where it
+// takes the tokens of an OpenID provider.
+func (s *Server) extendedCard() bool {
+	_, ok := s.auth.OIDC()
+	return ok
+}
+
+// extendedCards is the authenticated extended card of an agent
+// (GetExtendedAgentCard): its public card with every skill, those a token
+// needs scopes for included, each naming them. Only an authenticated
+// caller gets it (the guard refuses others); over gRPC, whose request
+// names no agent, it is Unimplemented.
+type extendedCards struct{ s *Server }
+
+func (e extendedCards) ExtendedCard(ctx context.Context, _ *spec.GetExtendedAgentCardRequest) (*spec.AgentCard, error) {
+	c := callFrom(ctx)
+	if c == nil || c.caller == nil || c.err != nil {
+		return nil, spec.ErrUnauthenticated
+	}
+	if c.base == "" || c.agent.Type == "" {
+		return nil, spec.ErrUnsupportedOperation
+	}
+	ti, ok := e.s.reg.Info(c.agent.Type)
+	if !ok {
+		return nil, spec.ErrInvalidRequest
+	}
+	card := e.s.agentCard(c.base, c.agent, ti)
+	card.Skills = skillsOf(ti, "")
+	return card, nil
 }
 
 // skillsOf returns ti's skills as A2A skills, ids prefixed with prefix;

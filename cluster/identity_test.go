@@ -365,14 +365,40 @@ func TestIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var transfer *spec.AgentSkill
-		for i := range card.Skills {
-			if card.Skills[i].Name == "transfer" {
-				transfer = &card.Skills[i]
+		skill := func(card *spec.AgentCard, name string) *spec.AgentSkill {
+			for i := range card.Skills {
+				if card.Skills[i].Name == name {
+					return &card.Skills[i]
+				}
 			}
+			return nil
 		}
-		if transfer == nil || len(transfer.SecurityRequirements) != 1 || len(transfer.SecurityRequirements[0]["oidc"]) != 1 || transfer.SecurityRequirements[0]["oidc"][0] != "payments:write" {
-			t.Fatalf("the card's transfer skill: %+v", transfer)
+		// The public card shows the skills without scopes; the extended
+		// card, to an authenticated caller, every skill with its scopes.
+		if skill(card, "report") == nil || skill(card, "transfer") != nil || !card.Capabilities.ExtendedAgentCard {
+			t.Fatalf("the public card's skills: %+v", card.Skills)
+		}
+		extended := func(tok string) (*spec.AgentCard, error) {
+			creds := a2aclient.NewInMemoryCredentialsStore()
+			creds.Set("u", "bearer", a2aclient.AuthCredential(tok))
+			c, err := a2aclient.NewFromCard(t.Context(), card, a2aclient.WithJSONRPCTransport(hc),
+				a2aclient.WithCallInterceptors(&a2aclient.AuthInterceptor{Service: creds}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Destroy()
+			return c.GetExtendedAgentCard(a2aclient.AttachSessionID(t.Context(), "u"), &spec.GetExtendedAgentCardRequest{})
+		}
+		ext, err := extended(good("alice", ""))
+		if err != nil {
+			t.Fatalf("the extended card: %v", err)
+		}
+		transfer := skill(ext, "transfer")
+		if transfer == nil || skill(ext, "report") == nil || len(transfer.SecurityRequirements) != 1 || len(transfer.SecurityRequirements[0]["oidc"]) != 1 || transfer.SecurityRequirements[0]["oidc"][0] != "payments:write" {
+			t.Fatalf("the extended card's transfer skill: %+v", transfer)
+		}
+		if _, err := extended(bad["expired"]); err == nil {
+			t.Fatal("the extended card with an expired token: no error")
 		}
 		send := func(tok, skill string) error {
 			creds := a2aclient.NewInMemoryCredentialsStore()
