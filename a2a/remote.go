@@ -223,6 +223,7 @@ func (r *remote) connect(ctx context.Context) error {
 		if r.delegate == nil {
 			return errs.New(codes.FailedPrecondition, "%s: %s=true, but this silo signs no tokens on a user's behalf (--delegation-key, --delegation-issuer)", r.h.Address(), ConfigDelegate)
 		}
+		headers.Del("Authorization") // the user's token, not a configured one
 		tr = delegating{base: tr, delegate: r.delegate, audience: u.Scheme + "://" + u.Host, actor: r.h.Address().String()}
 	}
 	hc := &http.Client{
@@ -707,8 +708,8 @@ func withPrincipal(ctx context.Context, principal string) context.Context {
 
 // delegating is the transport of an agent configured with ConfigDelegate:
 // each request carries a token the cluster signs for the principal its
-// context names (a request made for nobody
-// carries none; every request of an Ask or a follow is made for one).
+// context names (a request made for nobody carries none; every request of
+// an Ask or a follow is made for one).
 type delegating struct {
 	base            http.RoundTripper
 	delegate        func(principal, audience, actor string) (string, error)
