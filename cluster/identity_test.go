@@ -528,7 +528,9 @@ func TestDelegatedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Agents().Create(t.Context(), "A2A:out", map[string]string{a2a.ConfigCardURL: o.CardURL(), a2a.ConfigDelegate: "true"}); err != nil {
+	// (A bearer_token configured beside delegate=true is not sent: the
+	// user's token is.)
+	if _, err := c.Agents().Create(t.Context(), "A2A:out", map[string]string{a2a.ConfigCardURL: o.CardURL(), a2a.ConfigDelegate: "true", a2a.ConfigBearerToken: "shared-key"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Ask(t.Context(), "A2A:out", &client.Message{Message: "hello"}); err != nil {
