@@ -52,9 +52,12 @@ const maxFollows = 256
 
 // followRecord is a followed task in the agent's state.
 type followRecord struct {
-	Caller    string    `json:"caller"`
-	ContextID string    `json:"context_id,omitempty"`
-	Since     time.Time `json:"since"`
+	Caller string `json:"caller"`
+	// OnBehalfOf is the principal the Ask was made for, whose token a
+	// delegating agent sends with the follow's requests.
+	OnBehalfOf string    `json:"on_behalf_of,omitempty"`
+	ContextID  string    `json:"context_id,omitempty"`
+	Since      time.Time `json:"since"`
 }
 
 // followState is the agent's state: its background follows by task id.
@@ -125,7 +128,7 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 		return res.reply(m) // a message: the result itself, no task to follow
 	}
 	b := r.background()
-	rec := followRecord{Caller: m.GetFrom(), ContextID: res.contextID, Since: r.set.clk.Now()}
+	rec := followRecord{Caller: m.GetFrom(), OnBehalfOf: m.GetOnBehalfOf(), ContextID: res.contextID, Since: r.set.clk.Now()}
 	err = b.update(ctx, func(s *followState) error {
 		if _, ok := s.Follows[res.taskID]; !ok && len(s.Follows) >= maxFollows {
 			return errs.New(codes.ResourceExhausted, "%s follows %d tasks in the background already", r.h.Address(), maxFollows)
@@ -206,6 +209,7 @@ func (r *remote) startFollow(id spec.TaskID, rec followRecord) bool {
 // or a task older than MaxFollow ends the follow with that error. ctx
 // ends it without a result (the activation ends: the reminder resumes it).
 func (r *remote) runFollow(ctx context.Context, id spec.TaskID, rec followRecord) {
+	ctx = withPrincipal(ctx, rec.OnBehalfOf)
 	push := func(p *grain.Message) {
 		if err := r.h.Send(ctx, rec.Caller, p); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: progress to the caller", "err", err)

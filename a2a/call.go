@@ -18,7 +18,10 @@ import (
 type call struct {
 	caller *acl.Caller
 	agent  grain.Address
-	err    error // authentication failed: the guard refuses every method
+	// base is the server's base URL as the request reached it (HTTP
+	// bindings; "" over gRPC), for the extended card.
+	base string
+	err  error // authentication failed: the guard refuses every method
 	// blocking is set by the guard for a non-streaming SendMessage: its
 	// caller waits for the result only, so the executor stores the result
 	// and the final state in one write (a task snapshot).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2acompat/a2av0"
@@ -60,7 +61,44 @@ func (s *Server) agentCard(base string, agent grain.Address, ti grain.TypeInfo) 
 	}
 	card.Capabilities.Extensions = schemaExtension(skillSchemas(nil, ti, ""))
 	s.security(card)
+	if s.extendedCard() {
+		// The skills a token needs scopes for are shown to authenticated
+		// callers only, on the extended card.
+		card.Capabilities.ExtendedAgentCard = true
+		card.Skills = slices.DeleteFunc(card.Skills, func(sk spec.AgentSkill) bool { return len(sk.SecurityRequirements) > 0 })
+	}
 	return card
+}
+
+// extendedCard reports whether the server serves extended cards: where it
+// takes the tokens of an OpenID provider.
+func (s *Server) extendedCard() bool {
+	_, ok := s.auth.OIDC()
+	return ok
+}
+
+// extendedCards is the authenticated extended card of an agent
+// (GetExtendedAgentCard): its public card with every skill, those a token
+// needs scopes for included, each naming them. Only an authenticated
+// caller gets it (the guard refuses others); over gRPC, whose request
+// names no agent, it is Unimplemented.
+type extendedCards struct{ s *Server }
+
+func (e extendedCards) ExtendedCard(ctx context.Context, _ *spec.GetExtendedAgentCardRequest) (*spec.AgentCard, error) {
+	c := callFrom(ctx)
+	if c == nil || c.caller == nil || c.err != nil {
+		return nil, spec.ErrUnauthenticated
+	}
+	if c.base == "" || c.agent.Type == "" {
+		return nil, spec.ErrUnsupportedOperation
+	}
+	ti, ok := e.s.reg.Info(c.agent.Type)
+	if !ok {
+		return nil, spec.ErrInvalidRequest
+	}
+	card := e.s.agentCard(c.base, c.agent, ti)
+	card.Skills = skillsOf(ti, "")
+	return card, nil
 }
 
 // skillsOf returns ti's skills as A2A skills, ids prefixed with prefix;
@@ -87,6 +125,9 @@ func skillsOf(ti grain.TypeInfo, prefix string) []spec.AgentSkill {
 			Examples:    slices.Clone(sk.Examples),
 			InputModes:  typedModes(sk.InputSchema),
 			OutputModes: typedModes(sk.OutputSchema),
+			// The scopes a token needs (cleared by security where the
+			// silo takes no tokens).
+			SecurityRequirements: skillScopes(sk.Scopes),
 		})
 	}
 	return out
@@ -143,8 +184,15 @@ func (s *Server) defaultCard(base string) *spec.AgentCard {
 }
 
 // security declares how callers authenticate: an API key (x-api-key, or
-// as a bearer token) or a client certificate, any one of them.
+// as a bearer token), a token of the OpenID provider (scheme "oidc", a
+// bearer token whose provider the card names by its discovery URL) or a
+// client certificate, any one of them.
 func (s *Server) security(card *spec.AgentCard) {
+	if _, ok := s.auth.OIDC(); !ok {
+		for i := range card.Skills {
+			card.Skills[i].SecurityRequirements = nil
+		}
+	}
 	if !s.auth.Enabled() {
 		return
 	}
@@ -154,6 +202,20 @@ func (s *Server) security(card *spec.AgentCard) {
 		card.SecuritySchemes["bearer"] = spec.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "An agentsilo API key as a bearer token."}
 		card.SecurityRequirements = append(card.SecurityRequirements,
 			spec.SecurityRequirements{"apiKey": {}}, spec.SecurityRequirements{"bearer": {}})
+	}
+	if issuer, ok := s.auth.OIDC(); ok {
+		card.SecuritySchemes["oidc"] = spec.OpenIDConnectSecurityScheme{OpenIDConnectURL: strings.TrimSuffix(issuer, "/") + "/.well-known/openid-configuration",
+			Description: "An access token of this OpenID provider for the cluster's audience, as \"Authorization: Bearer TOKEN\"; its subject (or configured claim) is the principal."}
+		card.SecurityRequirements = append(card.SecurityRequirements, spec.SecurityRequirements{"oidc": {}})
+		// The same token as a plain bearer, for clients that know no
+		// openIdConnect scheme.
+		bearer := spec.HTTPAuthSecurityScheme{Scheme: "Bearer", BearerFormat: "JWT", Description: "An access token of " + issuer + "."}
+		if s.auth.APIKeys() {
+			bearer = spec.HTTPAuthSecurityScheme{Scheme: "Bearer", Description: "An agentsilo API key, or an access token (a JWT) of " + issuer + "."}
+		} else {
+			card.SecurityRequirements = append(card.SecurityRequirements, spec.SecurityRequirements{"bearer": {}})
+		}
+		card.SecuritySchemes["bearer"] = bearer
 	}
 	if s.auth.MutualTLS() {
 		card.SecuritySchemes["mtls"] = spec.MutualTLSSecurityScheme{Description: "A client certificate: its subject common name (else its first DNS name) is the principal."}
@@ -180,4 +242,13 @@ func (p cardProducer) Card(ctx context.Context) (*spec.AgentCard, error) {
 		return nil, fmt.Errorf("a2a: card: type %s is not registered", r.agent.Type)
 	}
 	return p.s.agentCard(r.base, r.agent, ti), nil
+}
+
+// skillScopes are a skill's security requirements: a token of the OpenID
+// provider with the skill's scopes, or nothing if it requires none.
+func skillScopes(scopes []string) spec.SecurityRequirementsOptions {
+	if len(scopes) == 0 {
+		return nil
+	}
+	return spec.SecurityRequirementsOptions{spec.SecurityRequirements{"oidc": slices.Clone(scopes)}}
 }

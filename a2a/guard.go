@@ -64,8 +64,12 @@ func (g guard) Before(ctx context.Context, cc *a2asrv.CallContext, req *a2asrv.R
 		if p == nil || p.Message == nil {
 			return ctx, nil, invalidParams("no message")
 		}
-		if _, err := toAgentMessage(p.Message); err != nil {
+		m, err := toAgentMessage(p.Message)
+		if err != nil {
 			return ctx, nil, err
+		}
+		if sc := c.caller.MissingScope(g.s.reg.RequiredScopes(c.agent.Type, m.MessageType)); sc != "" {
+			return ctx, nil, specError(acl.ScopeDenied(c.caller, sc, m.MessageType, c.agent.String()))
 		}
 		if err := g.s.checkTaskOpen(ctx, p); err != nil {
 			return ctx, nil, err

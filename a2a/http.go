@@ -121,7 +121,7 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 		s.cards03.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), cardKey{}, &cardRequest{base: s.baseOf(r), agent: agent})))
 		return
 	}
-	c := &call{agent: agent, traceparent: r.Header.Get("traceparent")}
+	c := &call{agent: agent, base: s.baseOf(r), traceparent: r.Header.Get("traceparent")}
 	if len(c.traceparent) != 55 {
 		c.traceparent = "" // not a version-00 traceparent
 	}

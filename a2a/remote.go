@@ -49,6 +49,15 @@ const (
 	ConfigHeaderPrefix = "header."
 	// ConfigTransport prefers a transport of the card: JSONRPC or HTTP+JSON.
 	ConfigTransport = "transport"
+	// ConfigDelegate "true" sends, with every request, a token the cluster
+	// signs for the user the call is made for (its on-behalf-of
+	// principal), with the remote agent's origin (scheme://host[:port] of
+	// card_url) as its audience and the agent as its actor, as
+	// "Authorization: Bearer" (instead of bearer_token): the remote agent
+	// verifies it with the keys the cluster publishes
+	// (RemoteOptions.Delegate; the silo's --delegation-key). Without it
+	// the silo refuses the agent's calls (FailedPrecondition).
+	ConfigDelegate = "delegate"
 )
 
 // MetaIdempotencyKey is the key, in the metadata of the message an agent
@@ -97,6 +106,11 @@ type RemoteOptions struct {
 	Metrics prometheus.Registerer
 	// TracerProvider makes the type's spans (nil: the global one).
 	TracerProvider trace.TracerProvider
+	// Delegate, if set, makes the token an agent configured with
+	// ConfigDelegate sends for the principal its call is made for, to
+	// audience, as actor (auth.Delegator.Token). It may be called
+	// concurrently.
+	Delegate func(principal, audience, actor string) (string, error)
 
 	// clk times polls (nil: the real clock); only tests replace it
 	// (export_test.go).
@@ -113,17 +127,19 @@ type remoteShared struct {
 	maxFollow time.Duration
 	metrics   *remoteMetrics
 	tracer    remoteTracer
+	delegate  func(principal, audience, actor string) (string, error)
 }
 
 // RegisterRemote registers RemoteType in reg.
 func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 	sh := &remoteShared{
-		base:    traceTransport{base: outbound.Transport(opts.AllowPrivateNetworks)},
-		resolve: opts.Resolve,
-		set:     opts.settings(),
-		check:   opts.FollowCheck,
-		metrics: newRemoteMetrics(opts.Metrics),
-		tracer:  newRemoteTracer(opts.TracerProvider),
+		base:     traceTransport{base: outbound.Transport(opts.AllowPrivateNetworks)},
+		resolve:  opts.Resolve,
+		set:      opts.settings(),
+		check:    opts.FollowCheck,
+		metrics:  newRemoteMetrics(opts.Metrics),
+		tracer:   newRemoteTracer(opts.TracerProvider),
+		delegate: opts.Delegate,
 	}
 	if sh.check <= 0 {
 		sh.check = time.Minute
@@ -202,8 +218,16 @@ func (r *remote) connect(ctx context.Context) error {
 			headers.Set(name, v)
 		}
 	}
+	var tr http.RoundTripper = &outbound.Headers{Base: r.base, Header: headers}
+	if cfg[ConfigDelegate] == "true" {
+		if r.delegate == nil {
+			return errs.New(codes.FailedPrecondition, "%s: %s=true, but this silo signs no tokens on a user's behalf (--delegation-key, --delegation-issuer)", r.h.Address(), ConfigDelegate)
+		}
+		headers.Del("Authorization") // the user's token, not a configured one
+		tr = delegating{base: tr, delegate: r.delegate, audience: u.Scheme + "://" + u.Host, actor: r.h.Address().String()}
+	}
 	hc := &http.Client{
-		Transport: &outbound.Headers{Base: r.base, Header: headers},
+		Transport: tr,
 		// Credentials go to the configured host only.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 || req.URL.Host != via[0].URL.Host {
@@ -262,6 +286,7 @@ func (r *remote) OnDeactivate(context.Context, grain.Reason) {
 // each with the remote status message; a task cut by loop protection is
 // ResourceExhausted (ErrTooManyRounds, ErrRepeatedExchange).
 func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	ctx = withPrincipal(ctx, m.GetOnBehalfOf())
 	if m.GetMessageType() == typeFollowTick {
 		return nil, r.resume(ctx)
 	}
@@ -666,4 +691,44 @@ func remoteError(err error) error {
 		code = codes.Internal
 	}
 	return errs.Wrap(code, err, "remote A2A agent")
+}
+
+// principalKey is the context key of the principal a remote call is made
+// for (withPrincipal).
+type principalKey struct{}
+
+// withPrincipal returns ctx naming principal as the user its requests to
+// the remote agent are made for, for a delegating transport.
+func withPrincipal(ctx context.Context, principal string) context.Context {
+	if principal == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, principalKey{}, principal)
+}
+
+// delegating is the transport of an agent configured with ConfigDelegate:
+// each request carries a token the cluster signs for the principal its
+// context names (a request made for nobody carries none; every request of
+// an Ask or a follow is made for one).
+type delegating struct {
+	base            http.RoundTripper
+	delegate        func(principal, audience, actor string) (string, error)
+	audience, actor string
+}
+
+func (d delegating) RoundTrip(req *http.Request) (*http.Response, error) {
+	p, _ := req.Context().Value(principalKey{}).(string)
+	if p == "" {
+		return d.base.RoundTrip(req)
+	}
+	tok, err := d.delegate(p, d.audience, d.actor)
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+tok)
+	return d.base.RoundTrip(req)
 }

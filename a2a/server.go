@@ -160,7 +160,8 @@ func New(cfg Config, d Deps) (*Server, error) {
 		a2asrv.WithClusterMode(a2asrv.ClusterConfig{QueueManager: s.queues, WorkQueue: wq, TaskStore: s.store}),
 		a2asrv.WithPushNotifications(s.pushes, sender),
 		a2asrv.WithCallInterceptors(guard{s: s}),
-		a2asrv.WithCapabilityChecks(&spec.AgentCapabilities{Streaming: true, PushNotifications: true}),
+		a2asrv.WithExtendedAgentCardProducer(extendedCards{s: s}),
+		a2asrv.WithCapabilityChecks(&spec.AgentCapabilities{Streaming: true, PushNotifications: true, ExtendedAgentCard: s.extendedCard()}),
 		a2asrv.WithLogger(s.logger),
 	)
 	s.jsonrpc = a2asrv.NewJSONRPCHandler(s.handler)

@@ -26,3 +26,9 @@ func CallerFrom(ctx context.Context) *Caller {
 func Denied(c *Caller, need Permission, target string) error {
 	return errs.New(codes.PermissionDenied, "%s may not do this on %s: permission %s missing", c.Principal, target, need)
 }
+
+// ScopeDenied is the error of a call whose token lacks a scope the skill
+// requires: PermissionDenied, naming the scope.
+func ScopeDenied(c *Caller, scope, skill, target string) error {
+	return errs.New(codes.PermissionDenied, "%s may not call skill %s of %s: the token lacks scope %q", c.Principal, skill, target, scope)
+}

@@ -3,17 +3,52 @@ package acl
 import (
 	"math/bits"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/agentsilo/agentsilo/internal/names"
 )
 
 // Caller is who makes a call: the principal the gateway authenticated and
-// the groups its credentials name (an API key's groups). The ACL's own groups
-// are added by the Policy.
+// the groups its credentials name (an API key's groups, a token's groups
+// claim). The ACL's own groups are added by the Policy.
 type Caller struct {
 	Principal string
 	Groups    []string
+	// Scoped says the caller proved itself with a bearer token from an
+	// OpenID provider, whose Scopes bound what it may call: a skill that
+	// requires scopes (grain.Skill.Scopes) takes such a caller only if
+	// Scopes holds them all. A caller proven otherwise (an API key, a
+	// client certificate) is the principal itself, bounded by the ACL
+	// alone.
+	Scoped bool
+	// Scopes are the token's scopes (its "scope" or "scp" claim).
+	Scopes []string
+	// Expires, if not zero, is when the caller's proof ends (a token's
+	// expiry, with the leeway): a gateway session opened with it ends
+	// then, and the client attaches it again with fresh credentials.
+	Expires time.Time
+}
+
+// MissingScope returns the first of required that c lacks, or "" if c has
+// them all or is not Scoped.
+func (c *Caller) MissingScope(required []string) string {
+	if !c.Scoped {
+		return ""
+	}
+	for _, r := range required {
+		found := false
+		for _, s := range c.Scopes {
+			if s == r {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return r
+		}
+	}
+	return ""
 }
 
 // Reason says why a Decision came out as it did.

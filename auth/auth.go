@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/coreos/go-oidc/v3/oidc"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -25,9 +27,10 @@ import (
 // gateway through ServerOptions, an HTTP server through AuthenticateHTTP.
 // It is immutable and safe for concurrent use.
 type Authenticator struct {
-	keys map[[sha256.Size]byte]*acl.Caller
-	mtls bool
-	tls  *tls.Config // nil: plaintext
+	keys   map[[sha256.Size]byte]*acl.Caller
+	mtls   bool
+	tls    *tls.Config // nil: plaintext
+	tokens *tokens     // nil: no OpenID tokens
 }
 
 // New reads cfg's key file and certificates. A malformed file, key or
@@ -55,6 +58,11 @@ func New(cfg Config) (*Authenticator, error) {
 	}
 	if err := a.loadTLS(cfg); err != nil {
 		return nil, err
+	}
+	if cfg.OIDC.Enabled() {
+		if a.tokens, err = newTokens(cfg.OIDC); err != nil {
+			return nil, err
+		}
 	}
 	return a, nil
 }
@@ -106,7 +114,7 @@ func (a *Authenticator) loadTLS(cfg Config) error {
 		}
 		a.tls.ClientCAs = pool
 		a.tls.ClientAuth = tls.RequireAndVerifyClientCert
-		if len(a.keys) > 0 {
+		if len(a.keys) > 0 || cfg.OIDC.Enabled() {
 			a.tls.ClientAuth = tls.VerifyClientCertIfGiven
 		}
 		a.mtls = true
@@ -114,15 +122,44 @@ func (a *Authenticator) loadTLS(cfg Config) error {
 	return nil
 }
 
-// Enabled reports whether callers are proven (API keys or client
-// certificates) rather than self-declared.
-func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.mtls }
+// Enabled reports whether callers are proven (API keys, client
+// certificates or OpenID tokens) rather than self-declared.
+func (a *Authenticator) Enabled() bool { return len(a.keys) > 0 || a.mtls || a.tokens != nil }
+
+// OIDC reports whether bearer tokens from an OpenID provider are accepted,
+// and from which issuer.
+func (a *Authenticator) OIDC() (issuer string, ok bool) {
+	if a.tokens == nil {
+		return "", false
+	}
+	return a.tokens.cfg.Issuer, true
+}
 
 // APIKeys reports whether API keys are accepted.
 func (a *Authenticator) APIKeys() bool { return len(a.keys) > 0 }
 
 // MutualTLS reports whether client certificates are accepted.
 func (a *Authenticator) MutualTLS() bool { return a.mtls }
+
+// OAuth2 returns an OAuth 2.0 client configuration at the OpenID provider
+// for clientID (a public client: it signs users in with the authorization
+// code grant and PKCE) and redirectURL, with the provider's endpoints
+// found by discovery, and ctx carrying the HTTP client to reach the
+// provider with (for the configuration's Exchange). Without a provider it
+// is FailedPrecondition; a provider that cannot be reached is
+// Unavailable.
+func (a *Authenticator) OAuth2(ctx context.Context, clientID, redirectURL string) (*oauth2.Config, context.Context, error) {
+	if a.tokens == nil {
+		return nil, ctx, errs.New(codes.FailedPrecondition, "auth: no OpenID provider (--oidc-issuer)")
+	}
+	ep, err := a.tokens.endpoint(ctx)
+	if err != nil {
+		return nil, ctx, err
+	}
+	ep.AuthStyle = oauth2.AuthStyleInParams // a public client: its id in the form
+	cfg := &oauth2.Config{ClientID: clientID, Endpoint: ep, RedirectURL: redirectURL, Scopes: []string{oidc.ScopeOpenID}}
+	return cfg, context.WithValue(ctx, oauth2.HTTPClient, a.tokens.cfg.HTTPClient), nil
+}
 
 // Mode names how callers are authenticated, for a server's log.
 func (a *Authenticator) Mode() string {
@@ -132,6 +169,9 @@ func (a *Authenticator) Mode() string {
 	}
 	if a.mtls {
 		m = append(m, "client certificates")
+	}
+	if a.tokens != nil {
+		m = append(m, "OpenID tokens of "+a.tokens.cfg.Issuer)
 	}
 	if len(m) == 0 {
 		return "self-declared principals"
@@ -165,10 +205,20 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 		return nil, nil
 	}
 	if v := md.Get(protocol.APIKeyHeader); len(v) > 0 && len(a.keys) > 0 {
-		if c := a.keys[sha256.Sum256([]byte(v[0]))]; c != nil {
-			return c, nil
+		return a.apiKey(v[0])
+	}
+	if v := md.Get(authorizationHeader); len(v) > 0 {
+		bearer, ok := cutBearer(v[0])
+		switch {
+		case !ok:
+			return nil, errs.New(codes.Unauthenticated, "the authorization metadata is not \"Bearer TOKEN\"")
+		case a.tokens != nil && looksLikeJWT(bearer):
+			return a.tokens.verify(ctx, bearer)
+		case len(a.keys) > 0:
+			return a.apiKey(bearer)
+		case a.tokens != nil:
+			return nil, errs.New(codes.Unauthenticated, "bearer token refused: not a JSON Web Token")
 		}
-		return nil, errs.New(codes.Unauthenticated, "unknown API key")
 	}
 	if p, ok := peer.FromContext(ctx); ok {
 		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
@@ -178,12 +228,48 @@ func (a *Authenticator) authenticate(ctx context.Context) (*acl.Caller, error) {
 		}
 	}
 	switch {
+	case a.tokens != nil:
 	case len(a.keys) > 0 && a.mtls:
 		return nil, errs.New(codes.Unauthenticated, "no credentials: send an API key as %s metadata or present a client certificate", protocol.APIKeyHeader)
 	case len(a.keys) > 0:
 		return nil, errs.New(codes.Unauthenticated, "no API key: send it as %s metadata", protocol.APIKeyHeader)
+	default:
+		return nil, errs.New(codes.Unauthenticated, "no client certificate")
 	}
-	return nil, errs.New(codes.Unauthenticated, "no client certificate")
+	var ways []string
+	if len(a.keys) > 0 {
+		ways = append(ways, "send an API key as "+protocol.APIKeyHeader+" metadata")
+	}
+	if a.tokens != nil {
+		ways = append(ways, "send a token of "+a.tokens.cfg.Issuer+" as \"authorization: Bearer TOKEN\"")
+	}
+	if a.mtls {
+		ways = append(ways, "present a client certificate")
+	}
+	return nil, errs.New(codes.Unauthenticated, "no credentials: %s", strings.Join(ways, ", or "))
+}
+
+// authorizationHeader is the metadata (and HTTP header) of bearer
+// credentials.
+const authorizationHeader = "authorization"
+
+// cutBearer returns the credentials of an authorization value "Bearer X"
+// (the scheme in any case).
+func cutBearer(v string) (string, bool) {
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	cred = strings.TrimSpace(cred)
+	return cred, cred != ""
+}
+
+// apiKey returns the caller key proves, or Unauthenticated.
+func (a *Authenticator) apiKey(key string) (*acl.Caller, error) {
+	if c := a.keys[sha256.Sum256([]byte(key))]; c != nil {
+		return c, nil
+	}
+	return nil, errs.New(codes.Unauthenticated, "unknown API key")
 }
 
 // CertificateCaller returns the caller the client certificate of a TLS

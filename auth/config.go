@@ -25,6 +25,10 @@ type Config struct {
 	// name; its organizational units are the principal's groups. Without
 	// API keys a client certificate is required.
 	TLSClientCA string
+	// OIDC, if its Issuer is set, accepts bearer tokens from an OpenID
+	// provider: `authorization: Bearer TOKEN` gRPC metadata or HTTP
+	// header. The token's principal and groups claims are the caller.
+	OIDC OIDCConfig
 }
 
 // APIKey is one entry of the API-key file.
@@ -37,8 +41,8 @@ type APIKey struct {
 	Groups []string `json:"groups,omitempty"`
 }
 
-// Enabled reports whether c configures authentication (API keys or client
-// certificates).
+// Enabled reports whether c configures authentication (API keys, client
+// certificates or OpenID tokens).
 func (c *Config) Enabled() bool {
-	return c.KeyFile != "" || len(c.Keys) > 0 || c.TLSClientCA != ""
+	return c.KeyFile != "" || len(c.Keys) > 0 || c.TLSClientCA != "" || c.OIDC.Enabled()
 }

@@ -9,7 +9,13 @@
 //   - Mutual TLS: a client certificate signed by Config.TLSClientCA names
 //     the principal (subject common name, else first DNS name); its
 //     organizational units are the principal's groups.
-//   - Neither: the caller declares its principal (`x-agentsilo-principal`,
+//   - OpenID tokens: a bearer token ("authorization: Bearer TOKEN",
+//     gRPC metadata or HTTP header) of the provider Config.OIDC names
+//     (the silo's --oidc-issuer), checked against the provider's keys
+//     (found by discovery, cached, fetched again on rotation), its issuer,
+//     audience and expiry; its claims name the principal, its groups and
+//     its scopes (acl.Caller.Scopes), which bound the skills it may call.
+//   - None of these: the caller declares its principal (`x-agentsilo-principal`,
 //     default DefaultPrincipal). A server that takes self-declared
 //     principals serves only loopback (CheckLoopback) unless the silo runs
 //     with --insecure.

@@ -1,9 +1,7 @@
 package auth
 
 import (
-	"context"
 	"net/http"
-	"strings"
 
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -15,7 +13,8 @@ import (
 
 // AuthenticateHTTP returns the caller of an HTTP request exactly as the
 // gateway proves its gRPC clients: an API key in the x-api-key header (or
-// as "Authorization: Bearer KEY"), a client certificate, or, without
+// as "Authorization: Bearer KEY"), a token of the OpenID provider
+// ("Authorization: Bearer TOKEN"), a client certificate, or, without
 // authentication configured, a principal declared in the
 // x-agentsilo-principal header (default DefaultPrincipal). The errors are
 // the gateway's: Unauthenticated for a wrong or missing key or
@@ -27,10 +26,10 @@ func (a *Authenticator) AuthenticateHTTP(r *http.Request) (*acl.Caller, error) {
 	md := metadata.MD{}
 	if k := r.Header.Get(protocol.APIKeyHeader); k != "" {
 		md.Set(protocol.APIKeyHeader, k)
-	} else if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && v != "" {
-		md.Set(protocol.APIKeyHeader, strings.TrimSpace(v))
+	} else if v := r.Header.Get("Authorization"); v != "" {
+		md.Set(authorizationHeader, v)
 	}
-	ctx := metadata.NewIncomingContext(context.Background(), md)
+	ctx := metadata.NewIncomingContext(r.Context(), md)
 	if r.TLS != nil {
 		ctx = peer.NewContext(ctx, &peer.Peer{AuthInfo: credentials.TLSInfo{State: *r.TLS}})
 	}

@@ -179,6 +179,9 @@ func Dial(ctx context.Context, addrs []string, opts ...Option) (*Client, error) 
 		}),
 		grpc.WithChainUnaryInterceptor(checkRequest),
 	}, c.opts.dialOpts...)
+	if c.opts.tokens != nil {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(tokenCreds{c.opts.tokens}))
+	}
 	for _, a := range c.addrs {
 		conn, err := grpc.NewClient(a, dialOpts...)
 		if err != nil {

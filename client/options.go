@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc"
 )
 
@@ -17,6 +18,7 @@ type Option interface {
 type options struct {
 	principal string
 	apiKey    string
+	tokens    oauth2.TokenSource
 	tls       *tls.Config
 	timeout   time.Duration
 	maxSize   int

@@ -36,6 +36,12 @@ type SiloConfig struct {
 	// user whose credential is a certificate logs in (--dashboard-addr).
 	// Default: empty, none.
 	DashboardAddr string
+	// OIDCClientID is the dashboard's client at the OpenID provider
+	// (Gateway.Auth.OIDC), a public client: users sign in at the provider
+	// (the authorization code grant with PKCE), which sends them back to
+	// <the dashboard's URL>/ui/login/oidc/callback (--oidc-client-id).
+	// Empty: they paste an access token.
+	OIDCClientID string
 	// Metrics is the Prometheus registry the silo registers its metrics in
 	// (see metrics.go) and serves at /metrics. Each silo needs its own: a
 	// second silo registering in the same one fails NewSilo. Close takes
@@ -104,6 +110,13 @@ type SiloConfig struct {
 	// such a message is checked against the ACL as the principal that
 	// started its call chain (see grain.Authorizer).
 	TrustedAgents bool
+	// Delegation is the cluster's own signing key, for the tokens it
+	// sends on a user's behalf to outside A2A agents (see
+	// auth.Delegator): its PEM private key (--delegation-key), the same on
+	// every silo, and the issuer URL (--delegation-issuer) at which the
+	// silos' HTTP port is reached, where the key is published
+	// (ISSUER/.well-known/jwks.json). Both or neither.
+	Delegation DelegationConfig
 	// Runtime tunes the grain runtime: mailboxes, deadlines, idle
 	// collection.
 	Runtime RuntimeConfig
@@ -435,4 +448,14 @@ type GatewayLimits struct {
 	// may go without the client reading a frame before the stream ends
 	// with ResourceExhausted. Default: 30 s.
 	StallTimeout time.Duration
+}
+
+// DelegationConfig is SiloConfig.Delegation.
+type DelegationConfig struct {
+	// Issuer is the tokens' issuer: the URL at which the silos' HTTP port
+	// is reached (--delegation-issuer).
+	Issuer string
+	// KeyFile is the PEM private key (RSA of 2048 bits or more, or ECDSA
+	// P-256) that signs them (--delegation-key).
+	KeyFile string
 }

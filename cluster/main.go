@@ -232,6 +232,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Name, "name", cfg.Name, "silo name (default: the host name)")
 	fs.StringVar(&cfg.GatewayAddr, "gateway-addr", cfg.GatewayAddr, "client gateway listen address (gRPC, with health and reflection)")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "HTTP listen address for /metrics, /healthz and /readyz (empty: off)")
+	fs.StringVar(&cfg.OIDCClientID, "oidc-client-id", cfg.OIDCClientID, "the dashboard's client at the --oidc-issuer (public, PKCE): users sign in there, and come back to <dashboard URL>/ui/login/oidc/callback")
 	fs.StringVar(&cfg.DashboardAddr, "dashboard-addr", cfg.DashboardAddr, "also serve the dashboard here over TLS (needs --tls-cert), where client certificates log in (empty: off)")
 	fs.BoolVar(&cfg.Insecure, "insecure", cfg.Insecure, "accept self-declared principals on a non-loopback gateway address, and serve non-loopback peer and gossip addresses without mutual TLS and a gossip key")
 	cfg.PeerAddr, cfg.GossipAddr = "127.0.0.1:7071", "127.0.0.1:7946"
@@ -282,6 +283,13 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Gateway.Auth.TLSCert, "tls-cert", cfg.Gateway.Auth.TLSCert, "gateway TLS certificate file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSKey, "tls-key", cfg.Gateway.Auth.TLSKey, "gateway TLS key file (PEM)")
 	fs.StringVar(&cfg.Gateway.Auth.TLSClientCA, "tls-client-ca", cfg.Gateway.Auth.TLSClientCA, "CA file for client certificates (mutual TLS; principal = subject CN, else first DNS name)")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.Issuer, "oidc-issuer", cfg.Gateway.Auth.OIDC.Issuer, "issuer URL of an OpenID provider whose bearer tokens (\"authorization: Bearer TOKEN\") prove callers on the gateway, A2A, MCP and the dashboard")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.Audience, "oidc-audience", cfg.Gateway.Auth.OIDC.Audience, "audience the provider's tokens must be for (their aud); required with --oidc-issuer")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.PrincipalClaim, "oidc-principal-claim", "sub", "token claim that is the caller's principal")
+	fs.StringVar(&cfg.Gateway.Auth.OIDC.GroupsClaim, "oidc-groups-claim", "groups", "token claim that lists the caller's groups (for the ACL's group rules)")
+	fs.StringVar(&cfg.Delegation.KeyFile, "delegation-key", cfg.Delegation.KeyFile, "PEM private key (RSA, or ECDSA P-256; the same on every silo) signing the tokens sent on a user's behalf to outside A2A agents configured with delegate=true")
+	fs.StringVar(&cfg.Delegation.Issuer, "delegation-issuer", cfg.Delegation.Issuer, "issuer URL of those tokens: where the silos' HTTP port is reached, which publishes the key at ISSUER/.well-known/jwks.json")
+	fs.BoolVar(&cfg.Gateway.Auth.OIDC.AllowHTTP, "oidc-allow-http", cfg.Gateway.Auth.OIDC.AllowHTTP, "accept an --oidc-issuer on plain HTTP at an address that is not loopback")
 	// Limits: what one client, and one principal, can make the gateway hold.
 	fs.IntVar(&cfg.Gateway.Limits.MaxSessionsPerPrincipal, "max-sessions-per-principal", cfg.Gateway.Limits.MaxSessionsPerPrincipal, "client sessions one principal may hold (past it, a new one replaces its session detached longest, or is refused)")
 	fs.IntVar(&cfg.Gateway.Limits.MaxCallsPerPrincipal, "max-calls-per-principal", cfg.Gateway.Limits.MaxCallsPerPrincipal, "calls one principal may have in flight through the gateway (past it: ResourceExhausted)")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
@@ -152,7 +153,7 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 	}
 	sub.runtime.Observer = teeObserver(m, sub.runtime.Observer)
 	dir := &dirRef{}
-	if err := registerTypes(&cfg, reg, dir); err != nil {
+	if err := registerTypes(&cfg, reg, dir, sub.delegator); err != nil {
 		collectors.unregisterAll()
 		return nil, err
 	}
@@ -164,10 +165,16 @@ func NewSilo(cfg SiloConfig, reg *grain.Registry) (*Silo, error) {
 // on, MCP (outside MCP servers as agents) and Memory.
 // --a2a-allow-private-networks lifts the A2A type's SSRF guard,
 // --mcp-allow-private-networks the MCP type's.
-func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef) error {
+func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef, d *auth.Delegator) error {
 	if _, ok := reg.Lookup(a2a.RemoteType); !ok && cfg.A2A.Addr != "" {
-		if err := a2a.RegisterRemote(reg, a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveA2A,
-			FollowCheck: cfg.MinReminderPeriod, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider}); err != nil {
+		opts := a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveA2A,
+			FollowCheck: cfg.MinReminderPeriod, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider}
+		if d != nil {
+			opts.Delegate = func(principal, audience, actor string) (string, error) {
+				return d.Token(principal, audience, actor, nil)
+			}
+		}
+		if err := a2a.RegisterRemote(reg, opts); err != nil {
 			return err
 		}
 	}

@@ -232,6 +232,9 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Metrics, promhttp.HandlerOpts{
 			ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 		}))
+		if d := s.sub.delegator; d != nil {
+			mux.Handle(d.Pattern(), d.Handler()) // the keys of the tokens sent on a user's behalf
+		}
 		s.hooks.mount(mux)                            // POST /debug/partition, with fault injection
 		if err := s.mountDashboard(mux); err != nil { // /ui (silo_dashboard.go)
 			return err

@@ -78,6 +78,7 @@ func (s *Silo) mountDashboard(mux *http.ServeMux) error {
 		Conn:            conn,
 		Auth:            authn,
 		CertificateAddr: s.DashboardAddr,
+		OIDCClientID:    s.cfg.OIDCClientID,
 		ACL:             s.acl,
 		Metrics:         s.cfg.Metrics,
 		Etcd:            s.etcd.Client(),

@@ -25,6 +25,8 @@ type subConfigs struct {
 	topics  topics.Config
 	a2a     a2a.Config
 	mcp     mcp.Config
+	// delegator signs the tokens sent on a user's behalf (nil: none).
+	delegator *auth.Delegator
 }
 
 // newSubConfigs makes and checks the parts' configurations from cfg, whose
@@ -60,6 +62,18 @@ func newSubConfigs(cfg *SiloConfig) (subConfigs, error) {
 		MaxDeliveryBatch: t.MaxDeliveryBatch, PublishTimeout: t.PublishTimeout, MaxBatch: t.MaxBatch, MaxAppends: t.MaxAppends, QueueSize: t.QueueSize, SessionGrace: t.SessionGrace,
 	}
 
+	if d := cfg.Delegation; d.Issuer != "" || d.KeyFile != "" {
+		if d.Issuer == "" || d.KeyFile == "" {
+			return sc, errs.New(codes.InvalidArgument, "cluster: --delegation-key and --delegation-issuer go together")
+		}
+		if cfg.HTTPAddr == "" {
+			return sc, errs.New(codes.InvalidArgument, "cluster: --delegation-key publishes its key on the HTTP port: give --http-addr")
+		}
+		var err error
+		if sc.delegator, err = auth.NewDelegator(d.Issuer, d.KeyFile); err != nil {
+			return sc, err
+		}
+	}
 	if cfg.A2A.Addr != "" {
 		var err error
 		if sc.a2a, err = a2aConfig(cfg, sc.gateway.Auth); err != nil {
@@ -121,7 +135,7 @@ func mcpConfig(cfg *SiloConfig, gwAuth auth.Config) (mcp.Config, error) {
 
 // authSet reports whether a says anything of its own.
 func authSet(a auth.Config) bool {
-	return a.KeyFile != "" || len(a.Keys) > 0 || a.TLSCert != "" || a.TLSClientCA != ""
+	return a.KeyFile != "" || len(a.Keys) > 0 || a.TLSCert != "" || a.TLSClientCA != "" || a.OIDC.Enabled()
 }
 
 func orLogger(l, def *slog.Logger) *slog.Logger {

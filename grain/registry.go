@@ -111,6 +111,15 @@ type Skill struct {
 	// model agent's definition says. Like Interleave, it stays on the
 	// silo: a type known only from the directory does not carry it.
 	Approval bool
+	// Scopes are the OAuth scopes a caller proven by a token of the
+	// cluster's OpenID provider must hold to call the skill (a request
+	// whose message_type is the skill's name): the gateway, A2A and MCP
+	// refuse a token without one of them with PermissionDenied naming it,
+	// before any agent runs, beside the ACL's check. Callers proven
+	// otherwise (API keys, client certificates) are bounded by the ACL
+	// alone. A2A cards and MCP's protected resource metadata show them.
+	// Like Interleave, they stay on the silo.
+	Scopes []string
 
 	// schemaErr is why TypedSkill could not infer a schema; Register
 	// reports it.
@@ -192,8 +201,38 @@ func (ti TypeInfo) clone() TypeInfo {
 		ti.Skills[i].Examples = slices.Clone(ti.Skills[i].Examples)
 		ti.Skills[i].InputSchema = slices.Clone(ti.Skills[i].InputSchema)
 		ti.Skills[i].OutputSchema = slices.Clone(ti.Skills[i].OutputSchema)
+		ti.Skills[i].Scopes = slices.Clone(ti.Skills[i].Scopes)
 	}
 	return ti
+}
+
+// validScope reports whether s is a scope token (RFC 6749 §3.3).
+func validScope(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x21 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// RequiredScopes returns the scopes a call of skill of typeName needs
+// (Skill.Scopes): nil if the type is not registered here or the skill
+// requires none. The slice is the registry's: callers must not change
+// it. It costs one atomic load while no registered skill requires a
+// scope.
+func (r *Registry) RequiredScopes(typeName, skill string) []string {
+	if r.scoped.Load() == 0 {
+		return nil
+	}
+	e := r.lookup(typeName)
+	if e == nil || e.scopes == nil {
+		return nil
+	}
+	return e.scopes[skill]
 }
 
 func (ti TypeInfo) validate(typeName string) error {
@@ -222,6 +261,11 @@ func (ti TypeInfo) validate(typeName string) error {
 				return errs.New(codes.InvalidArgument, "agent type %q: skill %q has an empty tag", typeName, clip(s.Name))
 			}
 		}
+		for _, sc := range s.Scopes {
+			if !validScope(sc) {
+				return errs.New(codes.InvalidArgument, "agent type %q: skill %q: scope %q: want printable ASCII without spaces, quotes or backslashes", typeName, clip(s.Name), clip(sc))
+			}
+		}
 		if err := checkSchemaObject(s.InputSchema); err != nil {
 			return errs.New(codes.InvalidArgument, "agent type %q: skill %q: InputSchema: %w", typeName, clip(s.Name), err)
 		}
@@ -240,6 +284,9 @@ type Registry struct {
 	// typed counts the types with an input schema, so that ValidateInput
 	// costs one atomic load while there are none.
 	typed atomic.Int32
+	// scoped counts the types with a skill that requires scopes, so that
+	// RequiredScopes costs one atomic load while there are none.
+	scoped atomic.Int32
 }
 
 type registered struct {
@@ -252,6 +299,9 @@ type registered struct {
 	// read-only once registered, shared by the type's activations (see
 	// interleave.go).
 	interleave map[string]struct{}
+	// scopes are the scopes of the skills that require some (nil if none
+	// does): read-only once registered.
+	scopes map[string][]string
 	// replaceable: registered by Replace, so Replace and Remove may change
 	// it.
 	replaceable bool
@@ -363,7 +413,14 @@ func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, er
 	ti.Name = typeName
 	var inputs map[string]*jsonschema.Resolved
 	var interleave map[string]struct{}
+	var scopes map[string][]string
 	for _, s := range ti.Skills {
+		if len(s.Scopes) > 0 {
+			if scopes == nil {
+				scopes = make(map[string][]string)
+			}
+			scopes[s.Name] = s.Scopes
+		}
 		if s.Interleave {
 			if interleave == nil {
 				interleave = make(map[string]struct{})
@@ -382,7 +439,7 @@ func newRegistered(typeName string, f Factory, info []TypeInfo) (*registered, er
 		}
 		inputs[s.Name] = rs
 	}
-	return &registered{factory: f, info: ti, inputs: inputs, interleave: interleave}, nil
+	return &registered{factory: f, info: ti, inputs: inputs, interleave: interleave, scopes: scopes}, nil
 }
 
 // put adds e under typeName; r.mu is held.
@@ -391,12 +448,18 @@ func (r *Registry) put(typeName string, e *registered) {
 	if e.inputs != nil {
 		r.typed.Add(1)
 	}
+	if e.scopes != nil {
+		r.scoped.Add(1)
+	}
 }
 
 // drop removes typeName; r.mu is held.
 func (r *Registry) drop(typeName string) {
 	if e := r.types[typeName]; e != nil && e.inputs != nil {
 		r.typed.Add(-1)
+	}
+	if e := r.types[typeName]; e != nil && e.scopes != nil {
+		r.scoped.Add(-1)
 	}
 	delete(r.types, typeName)
 }

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +119,9 @@ func Factory(reg *grain.Registry, def Definition, opts ...Option) (grain.Factory
 			grain.TypedSkill[Decision, Decided](SkillDecide, "Approve or deny a tool call that waits for approval (its owner, or a principal the ACL grants Approve on it)."),
 			grain.TypedSkill[struct{}, Forgotten](SkillForget, "Delete the agent's recorded conversation, between turns (its owner, or a principal the ACL grants Configure on it)."),
 		},
+	}
+	for i := range info.Skills {
+		info.Skills[i].Scopes = slices.Clone(def.Scopes)
 	}
 	return func(h grain.Host) (grain.Agent, error) { return &agent{t: t, h: h}, nil }, info, nil
 }

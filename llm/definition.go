@@ -34,6 +34,7 @@ import (
 //	  - directory: true
 //	  - memory: true
 //	approval: [Orders_cancel]
+//	scopes: [orders:read]         # what a token's caller needs
 //	limits:
 //	  max_rounds: 8
 //	  max_output_tokens: 4000
@@ -63,6 +64,12 @@ type Definition struct {
 	// "Approvals" in the package doc); each must be one of the agent's
 	// tools.
 	Approval []string `json:"approval,omitempty"`
+	// Scopes are the OAuth scopes a caller proven by a token of the
+	// cluster's OpenID provider needs for every skill of the type
+	// (grain.Skill.Scopes): without one, a call is PermissionDenied
+	// naming it. Callers proven by API keys or certificates are bounded
+	// by the ACL alone.
+	Scopes []string `json:"scopes,omitempty"`
 	// Limits bound each turn.
 	Limits Limits `json:"limits,omitzero"`
 	// Conversation says how much of the conversation the model is sent,
@@ -369,6 +376,11 @@ func (d *Definition) Validate() error {
 	for i, name := range d.Approval {
 		if !toolName.MatchString(name) {
 			return bad(fmt.Sprintf("approval[%d]", i), "%q is not a tool name ([A-Za-z0-9_-]{1,64})", clipText(name, 80))
+		}
+	}
+	for i, sc := range d.Scopes {
+		if sc == "" || len(sc) > 256 || strings.ContainsAny(sc, " \t\r\n\"\\") {
+			return bad(fmt.Sprintf("scopes[%d]", i), "%q is not a scope (printable, without spaces, quotes or backslashes)", clipText(sc, 80))
 		}
 	}
 	l := d.Limits

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 const helperYAML = `
@@ -83,6 +84,7 @@ func TestDefinitionRefused(t *testing.T) {
 		{base + "tools: [{memory: true}, {memory: true}]", "tools[1]", codes.InvalidArgument},
 		{base + "tools: [{agent: A, extra: 1}]", "unknown field \"extra\"", codes.InvalidArgument},
 		{base + "approval: ['cancel order']", "approval[0]", codes.InvalidArgument},
+		{base + "scopes: ['orders:read', 'two words']", "scopes[1]", codes.InvalidArgument},
 		{base + "limits: {max_rounds: -1}", "limits.max_rounds", codes.InvalidArgument},
 		{base + "limits: {max_rounds: 1000}", "limits.max_rounds", codes.InvalidArgument},
 		{base + "limits: {max_output_tokens: -5}", "limits.max_output_tokens", codes.InvalidArgument},
@@ -149,3 +151,22 @@ func FuzzDefinition(f *testing.F) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestDefinitionScopes: a definition's scopes are required by every skill
+// of its type.
+func TestDefinitionScopes(t *testing.T) {
+	d, err := ParseDefinition([]byte(helperYAML + "scopes: [orders:read]\n"))
+	if err != nil || len(d.Scopes) != 1 {
+		t.Fatalf("%+v, %v", d.Scopes, err)
+	}
+	t.Setenv("OPENAI_API_KEY", "unused")
+	reg := grain.NewRegistry()
+	if err := Register(reg, d); err != nil {
+		t.Fatal(err)
+	}
+	for _, sk := range []string{SkillAsk, SkillConversation, SkillApprovals, SkillDecide} {
+		if got := reg.RequiredScopes("Helper", sk); len(got) != 1 || got[0] != "orders:read" {
+			t.Errorf("skill %s: scopes %v", sk, got)
+		}
+	}
+}

@@ -68,6 +68,9 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	if err != nil {
 		return nil, err
 	}
+	if sc := ri.caller.MissingScope(s.reg.RequiredScopes(t.typ, t.skill)); sc != "" {
+		return nil, acl.ScopeDenied(ri.caller, sc, t.skill, r.agent.String())
+	}
 	if s.acl != nil {
 		if err := s.acl.Authorize(ri.caller, r.agent.Type, r.agent.Owner, r.agent.Alias, acl.Message); err != nil {
 			return nil, err

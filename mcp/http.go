@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	mcpsdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
@@ -54,7 +56,60 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc(endpointRoot, s.endpoint)
 	mux.HandleFunc(endpointRoot+"/", s.endpoint)
+	mux.HandleFunc(wellKnownResource, s.resourceMetadata)
+	mux.HandleFunc(wellKnownResource+"/", s.resourceMetadata)
 	return mux
+}
+
+// wellKnownResource is where an OAuth protected resource publishes its
+// metadata (RFC 9728): at the root, and for each endpoint at this path
+// followed by the endpoint's.
+const wellKnownResource = "/.well-known/oauth-protected-resource"
+
+// resourceMetadata serves the protected resource metadata of an endpoint
+// (RFC 9728), as the MCP specification's authorization asks, where the
+// server takes an OpenID provider's tokens: the resource (the endpoint's
+// URL), its authorization server (the provider's issuer), bearer tokens in
+// the Authorization header, and the scopes the skills require. Without a
+// provider it is NotFound: API keys and certificates are not OAuth.
+func (s *Server) resourceMetadata(w http.ResponseWriter, r *http.Request) {
+	issuer, ok := s.auth.OIDC()
+	if !ok {
+		httpError(w, http.StatusNotFound, "this server takes no OAuth tokens (the silo has no --oidc-issuer)")
+		return
+	}
+	path := strings.TrimPrefix(r.URL.Path, wellKnownResource)
+	if path != "" {
+		if _, err := parseEndpoint(path); err != nil {
+			httpError(w, http.StatusNotFound, err.Error())
+			return
+		}
+	}
+	auth.ProtectedResourceMetadataHandler(&oauthex.ProtectedResourceMetadata{
+		Resource:               baseURL(r) + path,
+		AuthorizationServers:   []string{issuer},
+		BearerMethodsSupported: []string{"header"},
+		ScopesSupported:        s.scopesSupported(),
+		ResourceName:           "agentsilo silo " + s.cfg.Silo,
+	}).ServeHTTP(w, r)
+}
+
+// baseURL is the scheme and host a request reached the server at.
+func baseURL(r *http.Request) string {
+	if r.TLS != nil {
+		return "https://" + r.Host
+	}
+	return "http://" + r.Host
+}
+
+// challenge is the WWW-Authenticate of a 401: with an OpenID provider it
+// points to the endpoint's protected resource metadata (RFC 9728 §5.1),
+// from which an MCP client finds the provider and signs in.
+func (s *Server) challenge(r *http.Request) string {
+	if _, ok := s.auth.OIDC(); !ok {
+		return `Bearer realm="agentsilo"`
+	}
+	return `Bearer realm="agentsilo", resource_metadata="` + baseURL(r) + wellKnownResource + r.URL.Path + `"`
 }
 
 // reqInfo is what the HTTP layer learns of a request: who calls, and which
@@ -111,9 +166,11 @@ func (s *Server) endpoint(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusForbidden
 		case codes.InvalidArgument:
 			status = http.StatusBadRequest
+		case codes.Unavailable:
+			status = http.StatusServiceUnavailable // the OpenID provider is away
 		}
 		if status == http.StatusUnauthorized {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="agentsilo"`)
+			w.Header().Set("WWW-Authenticate", s.challenge(r))
 		}
 		httpError(w, status, messageOf(err))
 		return
@@ -211,4 +268,23 @@ func asMap(schema any) (map[string]any, bool) {
 		return nil, false
 	}
 	return m, true
+}
+
+// scopesSupported are the scopes the registered types' skills require,
+// sorted.
+func (s *Server) scopesSupported() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, ti := range s.reg.Types() {
+		for _, sk := range ti.Skills {
+			for _, sc := range sk.Scopes {
+				if !seen[sc] {
+					seen[sc] = true
+					out = append(out, sc)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -42,6 +42,7 @@ type Server struct {
 	canceled []spec.TaskID
 	sends    int
 	traces   []string
+	auths    []string
 	messages []*spec.Message
 }
 
@@ -65,6 +66,11 @@ func Start(streaming bool) *Server {
 		if tp := r.Header.Get("traceparent"); tp != "" {
 			s.mu.Lock()
 			s.traces = append(s.traces, tp)
+			s.mu.Unlock()
+		}
+		if a := r.Header.Get("Authorization"); a != "" {
+			s.mu.Lock()
+			s.auths = append(s.auths, a)
 			s.mu.Unlock()
 		}
 		mux.ServeHTTP(w, r)
@@ -138,6 +144,14 @@ func (s *Server) Traceparents() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.traces...)
+}
+
+// Authorizations returns the Authorization headers of the requests it
+// got, in order.
+func (s *Server) Authorizations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.auths...)
 }
 
 // Messages returns the messages its tasks' turns got so far, in order

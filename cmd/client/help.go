@@ -240,6 +240,8 @@ global flags, before or after the command:
   --addr LIST          gateway addresses, comma-separated: host:port, or a host
                        alone for port 7070 ($AGENTSILO_ADDR; default 127.0.0.1:7070)
   --api-key KEY        API key ($AGENTSILO_API_KEY)
+  --token TOKEN        bearer token of the cluster's OpenID provider, sent as
+                       "authorization: Bearer TOKEN" ($AGENTSILO_TOKEN)
   --as PRINCIPAL       principal to declare to a development gateway (its default: dev)
   --tls-ca FILE        CA certificates to verify the gateway (enables TLS)
   --tls-cert FILE, --tls-key FILE

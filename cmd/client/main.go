@@ -12,8 +12,9 @@
 //	git log -1 | client ask Summarizer:s   # the message from stdin
 //	client help ask                          # a command's usage and flags
 //
-// Global flags may come before or after the command; --addr and --api-key
-// default to $AGENTSILO_ADDR and $AGENTSILO_API_KEY. Exit codes: 0 ok; 2
+// Global flags may come before or after the command; --addr, --api-key and
+// --token default to $AGENTSILO_ADDR, $AGENTSILO_API_KEY and
+// $AGENTSILO_TOKEN. Exit codes: 0 ok; 2
 // usage or InvalidArgument; 3 NotFound; 4 Unauthenticated or
 // PermissionDenied, and a denial from acl check; 5 DeadlineExceeded or
 // Unavailable; 1 anything else. Errors go to stderr as
@@ -43,6 +44,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"golang.org/x/oauth2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -59,17 +61,18 @@ func main() {
 
 // globals are the flags every command takes.
 type globals struct {
-	addr, apiKey, as       string
-	tlsCA, tlsCert, tlsKey string
-	timeout                time.Duration
-	output                 string
-	stdin                  io.Reader
-	stdout, stderr         io.Writer
+	addr, apiKey, token, as string
+	tlsCA, tlsCert, tlsKey  string
+	timeout                 time.Duration
+	output                  string
+	stdin                   io.Reader
+	stdout, stderr          io.Writer
 }
 
 func (g *globals) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.addr, "addr", g.addr, "gateway addresses, comma-separated (host:port, or a host for port 7070)")
 	fs.StringVar(&g.apiKey, "api-key", g.apiKey, "API key")
+	fs.StringVar(&g.token, "token", g.token, "bearer token of the cluster's OpenID provider")
 	fs.StringVar(&g.as, "as", g.as, "principal to declare")
 	fs.StringVar(&g.tlsCA, "tls-ca", g.tlsCA, "CA certificates file")
 	fs.StringVar(&g.tlsCert, "tls-cert", g.tlsCert, "client certificate file")
@@ -107,6 +110,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		g.addr = v
 	}
 	g.apiKey = os.Getenv("AGENTSILO_API_KEY")
+	g.token = os.Getenv("AGENTSILO_TOKEN")
 
 	err := dispatch(g, args)
 	var (
@@ -256,6 +260,9 @@ func (g *globals) dial(ctx context.Context, opts ...client.Option) (*client.Clie
 	}
 	if g.apiKey != "" {
 		opts = append(opts, client.WithAPIKey(g.apiKey))
+	}
+	if g.token != "" {
+		opts = append(opts, client.WithTokenSource(oauth2.StaticTokenSource(&oauth2.Token{AccessToken: g.token})))
 	}
 	if g.tlsCA != "" || g.tlsCert != "" || g.tlsKey != "" {
 		cfg, err := g.tlsConfig()

@@ -146,7 +146,7 @@ func (d *Dashboard) cancelTask(w http.ResponseWriter, r *http.Request, s *sessio
 		case s.cert != nil:
 			req.TLS = s.cert
 		case s.key != "":
-			req.Header.Set(protocol.APIKeyHeader, s.key)
+			req.Header.Set("Authorization", "Bearer "+s.key)
 		default:
 			req.Header.Set(protocol.PrincipalHeader, s.caller.Principal)
 		}

@@ -74,6 +74,12 @@ type Config struct {
 	// MaxSessions bounds the logged-in sessions kept; the oldest goes
 	// first. Default: 1000.
 	MaxSessions int
+	// OIDCClientID, with an OpenID provider in Auth, is the dashboard's
+	// client at the provider: users sign in there (the authorization
+	// code grant with PKCE, a public client whose redirect URI is
+	// <the dashboard's URL>/ui/login/oidc/callback). Empty: users paste
+	// a token instead.
+	OIDCClientID string
 	// SessionTTL is how long a session lives unused. Default: 12 h.
 	SessionTTL time.Duration
 	// Logger receives the dashboard's logs. Default: slog.Default().
@@ -93,6 +99,7 @@ type Dashboard struct {
 	static   http.Handler
 	sessions *sessions
 	certKey  []byte // keys the CSRF tokens of certificates (session.go)
+	flows    flows  // pending sign-ins with the OpenID provider (signin.go)
 	series   *series
 	load     loadState
 
@@ -170,6 +177,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.Handle("GET /ui/static/", d.static)
 	mux.HandleFunc("GET /ui/login", d.loginPage)
 	mux.HandleFunc("POST /ui/login", d.login)
+	mux.HandleFunc("GET /ui/login/oidc", d.signIn)
+	mux.HandleFunc("GET /ui/login/oidc/callback", d.signedIn)
 	mux.HandleFunc("POST /ui/logout", d.post(d.logout))
 	mux.HandleFunc("GET /ui/{$}", d.page("cluster", d.clusterData))
 	mux.HandleFunc("GET /ui/series.json", d.authed(d.seriesJSON))
@@ -325,6 +334,7 @@ func parsePages() (map[string]*template.Template, error) {
 		return nil, fmt.Errorf("dashboard: templates: %w", err)
 	}
 	out["login"] = t
+	out["signedin"] = t // login.html defines it too
 	return out, nil
 }
 

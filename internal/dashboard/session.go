@@ -34,7 +34,7 @@ const maxKeyLen = 4096
 // certificate, not a cookie, says who it is.
 type session struct {
 	id     string
-	key    string // the API key; "" where nobody logs in
+	key    string // the API key or the provider's token; "" where nobody logs in
 	cert   *tls.ConnectionState
 	caller *acl.Caller
 	csrf   string
@@ -50,7 +50,7 @@ func (s *session) ctx(ctx context.Context) context.Context {
 	case s.cert != nil:
 		return auth.Vouch(ctx, s.caller)
 	case s.key != "":
-		return metadata.AppendToOutgoingContext(ctx, protocol.APIKeyHeader, s.key)
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.key)
 	}
 	return metadata.AppendToOutgoingContext(ctx, protocol.PrincipalHeader, s.caller.Principal)
 }
@@ -102,7 +102,8 @@ func (ss *sessions) get(id string) *session {
 		return nil
 	}
 	now := ss.now()
-	if now.Sub(s.used) > ss.ttl {
+	if now.Sub(s.used) > ss.ttl || (!s.caller.Expires.IsZero() && now.After(s.caller.Expires)) {
+		// Unused too long, or its token expired: log in again.
 		delete(ss.m, id)
 		return nil
 	}
@@ -257,6 +258,10 @@ type loginView struct {
 	Keys    bool
 	CertURL string
 	Cert    bool
+	// Issuer: tokens of this OpenID provider log in here. SignIn: users
+	// sign in with it (the authorization code grant).
+	Issuer string
+	SignIn bool
 }
 
 func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
@@ -265,6 +270,8 @@ func (d *Dashboard) loginView(r *http.Request, next, errMsg string) loginView {
 		return v
 	}
 	v.Keys = d.cfg.Auth.APIKeys()
+	v.Issuer, _ = d.cfg.Auth.OIDC()
+	v.SignIn = d.signInOn()
 	if d.cfg.Auth.MutualTLS() {
 		if r.TLS != nil {
 			v.Cert = true
@@ -296,8 +303,11 @@ func (d *Dashboard) renderLogin(w http.ResponseWriter, code int, v loginView) {
 	}
 }
 
-// login takes an API key, proves it as the gateway would, and starts a
-// session.
+// login takes an API key or a token of the OpenID provider, proves it as
+// the gateway would, and starts a session, whose calls carry it as
+// "authorization: Bearer". A token's session ends for the gateway when the
+// token expires: its calls are then Unauthenticated, and the user logs in
+// again with a fresh one.
 func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	if s, _ := d.certSession(r); d.open() || s != nil {
 		// A client certificate is already who the browser is.
@@ -311,18 +321,19 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	}
 	next := safeNext(r.PostFormValue("next"))
 	key := r.PostFormValue("key")
-	if !d.cfg.Auth.APIKeys() {
+	_, tokens := d.cfg.Auth.OIDC()
+	if !d.cfg.Auth.APIKeys() && !tokens {
 		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "This cluster takes no API keys: log in with a client certificate."))
 		return
 	}
 	if key == "" || len(key) > maxKeyLen {
-		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "Enter an API key of this cluster."))
+		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "Enter an API key or access token of this cluster."))
 		return
 	}
 	// A plain request with the key alone: whatever certificate the
 	// browser showed, the key decides who logs in.
 	probe, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "/", nil)
-	probe.Header.Set(protocol.APIKeyHeader, key)
+	probe.Header.Set("Authorization", "Bearer "+key)
 	caller, err := d.cfg.Auth.AuthenticateHTTP(probe)
 	if err != nil {
 		d.renderLogin(w, http.StatusUnauthorized, d.loginView(r, next, "That key is not valid here."))

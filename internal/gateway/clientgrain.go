@@ -45,7 +45,9 @@ func unaryCaller(ctx context.Context) (*acl.Caller, error) {
 }
 
 // authorizeMessage resolves m.To for caller c (a relative address becomes
-// canonical) and checks that c may message it.
+// canonical) and checks that c may message it: a token's caller must hold
+// the scopes the skill requires (its message type), and c the ACL's
+// Message.
 func (g *Gateway) authorizeMessage(c *acl.Caller, m *agentsilov1.AgentMessage) error {
 	a, err := grain.Resolve(m.To, c.Principal)
 	if err != nil {
@@ -53,6 +55,9 @@ func (g *Gateway) authorizeMessage(c *acl.Caller, m *agentsilov1.AgentMessage) e
 	}
 	if strings.Count(m.To, ":") == 1 {
 		m.To = a.String()
+	}
+	if sc := c.MissingScope(g.rt.Registry().RequiredScopes(a.Type, m.GetMessageType())); sc != "" {
+		return acl.ScopeDenied(c, sc, m.GetMessageType(), m.To)
 	}
 	return g.authorize(c, a, acl.Message)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -28,8 +29,11 @@ import (
 type session struct {
 	addr      string
 	principal string
-	caller    *acl.Caller // the client grain's caller: principal and groups
-	token     string
+	// caller is the client grain's caller: principal, groups, scopes;
+	// the latest stream's (a stream that resumes the session brings its
+	// own, such as a refreshed token's).
+	caller atomic.Pointer[acl.Caller]
+	token  string
 
 	mu         sync.Mutex
 	home       string // the fallback holder it is registered with (SessionHome)
@@ -344,7 +348,7 @@ func (g *Gateway) call(ctx context.Context, s *session, c *agentsilov1.Call) *ag
 	if err := g.checkMessage(m); err != nil {
 		return errResult(c.GetCallId(), err)
 	}
-	if err := g.authorizeMessage(s.caller, m); err != nil {
+	if err := g.authorizeMessage(s.caller.Load(), m); err != nil {
 		return errResult(c.GetCallId(), err)
 	}
 	stamp(m, s.addr)

@@ -226,6 +226,7 @@ func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.
 				refused = errs.New(codes.PermissionDenied, "resume %s: the session belongs to another principal", protocol.Clip(addr))
 			default:
 				s.opening++
+				s.caller.Store(c) // the resuming stream's credentials from now on
 			}
 			held.mu.Unlock()
 		}
@@ -272,12 +273,12 @@ func (ss *Sessions) open(ctx context.Context, c *acl.Caller, hello *agentsilov1.
 	s := &session{
 		addr:       grain.SessionType + ":" + p + ":" + id,
 		principal:  p,
-		caller:     c,
 		token:      hex.EncodeToString(tok[:]),
 		detachedAt: time.Now(),
 		adopted:    true,
 		opening:    1,
 	}
+	s.caller.Store(c)
 	ss.mu.Lock()
 	removed, err := ss.makeRoomLocked(p)
 	if err == nil {
@@ -328,11 +329,11 @@ func (ss *Sessions) adopt(ctx context.Context, c *acl.Caller, hello *agentsilov1
 	s := &session{
 		addr:       addr,
 		principal:  c.Principal,
-		caller:     c,
 		token:      hello.GetResumeToken(),
 		detachedAt: time.Now(),
 		opening:    1,
 	}
+	s.caller.Store(c)
 	ss.mu.Lock()
 	if ss.m[addr] != nil {
 		ss.mu.Unlock()

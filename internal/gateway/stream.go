@@ -42,6 +42,9 @@ func (g *Gateway) Session(stream agentsilov1.Gateway_SessionServer) error {
 	}
 	st := &sessionStream{g: g, s: s, att: att, stream: stream}
 	st.ctx, st.cancel = context.WithCancel(ctx)
+	if c := acl.CallerFrom(ctx); c != nil && !c.Expires.IsZero() {
+		st.expiry = time.NewTimer(time.Until(c.Expires))
+	}
 	defer st.end()
 	err = stream.Send(&agentsilov1.ServerFrame{Frame: &agentsilov1.ServerFrame_Welcome{Welcome: &agentsilov1.Welcome{
 		Address:     s.addr,
@@ -141,6 +144,10 @@ type sessionStream struct {
 
 	stall   *time.Timer // running while the stream is over its budget
 	stalled bool        // the stream was ended for not reading its results
+
+	// expiry runs until the stream's credentials expire (a token's), when
+	// the stream ends; nil if they do not.
+	expiry *time.Timer
 }
 
 // end cancels what the stream started, waits for its calls and its writer,
@@ -150,6 +157,9 @@ type sessionStream struct {
 func (st *sessionStream) end() {
 	if st.stall != nil {
 		st.stall.Stop()
+	}
+	if st.expiry != nil {
+		st.expiry.Stop()
 	}
 	cleanup := func() {
 		st.cancel()
@@ -183,9 +193,19 @@ func (st *sessionStream) finish(err error) error {
 // serve handles the stream's frames until it ends, and returns how.
 func (st *sessionStream) serve(frames <-chan *agentsilov1.ClientFrame, readErr <-chan error) error {
 	g, s, limits := st.g, st.s, &st.g.cfg.Limits
+	var expired <-chan time.Time
+	if st.expiry != nil {
+		expired = st.expiry.C
+	}
 	for {
 		in, stallC := st.budget(frames)
 		select {
+		case <-expired:
+			// The token the stream was opened with expired: the calls
+			// started get their results, and the client attaches the
+			// session again with fresh credentials (the SDK does by
+			// itself), which the gateway checks as any stream's.
+			return st.finish(errs.New(codes.Unauthenticated, "session %s: the credentials it was attached with expired; attach it again with fresh ones", s.addr))
 		case err := <-readErr:
 			if errors.Is(err, io.EOF) {
 				// The client sends no more.

@@ -254,6 +254,8 @@ var fragments = []fragment{
 	{"docs/topics.md", "topics:batch-handler", []string{"context", "github.com/agentsilo/agentsilo/grain"}},
 	{"docs/sdk.md", "sdk:dial", []string{"context", "errors", "fmt", "google.golang.org/grpc/codes", "google.golang.org/grpc/status", "github.com/agentsilo/agentsilo/client"}},
 	{"docs/sdk.md", "sdk:listings", []string{"context", "fmt", "time", "github.com/agentsilo/agentsilo/client"}},
+	{"docs/identity.md", "identity:sdk", []string{"context", "crypto/tls", "os", "golang.org/x/oauth2/clientcredentials", "github.com/agentsilo/agentsilo/client"}},
+	{"docs/identity.md", "identity:scopes", []string{"github.com/agentsilo/agentsilo/grain"}},
 }
 
 // TestGoFragmentsCompile builds each Go fragment of the guides in a
