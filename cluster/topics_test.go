@@ -483,14 +483,19 @@ func TestClusterTopicsEtcdSizeFlat(t *testing.T) {
 	}
 	warm := round()
 	compact()
+	// A round's log records may still be there when it is measured: they
+	// go with a later acknowledgement's sweep (at most one a second per
+	// owner). So a measure may hold up to one round more than the next:
+	// six compacted rounds may grow by two rounds' worth, where growth
+	// that compaction did not bound would be six.
 	var last int64
-	for range 4 {
+	for range 6 {
 		last = round()
 		compact()
 	}
-	t.Logf("etcd in use: %d, %d, %d without compaction; %d then %d four rounds later with", u1, u1+grew, u3, warm, last)
-	if last-warm >= grew {
-		t.Fatalf("etcd in use grew by %d over four compacted rounds, more than one round grew without (%d)", last-warm, grew)
+	t.Logf("etcd in use: %d, %d, %d without compaction; %d then %d six rounds later with", u1, u1+grew, u3, warm, last)
+	if last-warm >= 2*grew {
+		t.Fatalf("etcd in use grew by %d over six compacted rounds, more than two rounds grew without (%d)", last-warm, 2*grew)
 	}
 }
 
