@@ -194,6 +194,11 @@ func (d *declaredTypes) put(name string, value []byte) {
 			d.logger.Error("declared types: the budget's agent type is not served on this silo", "type", llm.BudgetType, "err", err)
 		}
 	}
+	if def.Conversation.Shared {
+		if err := llm.RegisterSession(d.reg, d.opts...); err != nil {
+			d.logger.Error("declared types: the shared sessions' agent type is not served on this silo", "type", llm.SharedSessionType, "err", err)
+		}
+	}
 	f, info, err := llm.Factory(d.reg, def, d.opts...)
 	if err != nil {
 		// Most likely the API key's variable is not set on this silo: the

@@ -85,6 +85,11 @@ func Register(reg *grain.Registry, def Definition, opts ...Option) error {
 			return err
 		}
 	}
+	if def.Conversation.Shared {
+		if err := RegisterSession(reg, opts...); err != nil {
+			return err
+		}
+	}
 	return reg.Register(def.Type, f, info)
 }
 
@@ -157,6 +162,11 @@ type agent struct {
 	// activation registered the resume reminder. Touched in turn only.
 	unsaved, reminded bool
 	tools             *toolSet
+	// session holds the exchanges of the other agents of the session
+	// the agent shares (conversation.shared), read for the turn
+	// sessionTurn. Touched in turn only.
+	session     []SessionEntry
+	sessionTurn string
 }
 
 // OnActivate implements grain.Activator: it loads the record.

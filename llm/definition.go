@@ -45,6 +45,7 @@ import (
 //	  max_tokens: 8000            # earlier turns sent with each request
 //	  trim: summarize             # or drop
 //	  retention: 720h             # idle conversations deleted after
+//	  shared: true                # the session's exchanges shared by such agents
 //	schedule:
 //	  - cron: "0 7 * * 1-5 Europe/Rome"
 //	    message: summarise the orders opened yesterday
@@ -178,6 +179,14 @@ type ConversationSettings struct {
 	// other agents) share the agent's own; KeyAgent keeps one
 	// conversation for the agent whatever the context.
 	Key string `json:"key,omitempty"`
+	// Shared makes the conversations of one session (an A2A context, or
+	// an MCP session that asks for its own) shared by every model agent
+	// of the owner whose definition says so: each turn such an agent
+	// ends in the session is kept, what it was asked and what it
+	// answered, by the session's agent (SessionType), and every later
+	// turn of another such agent in the session gets those exchanges
+	// with its question, as context. Needs Key KeyContext.
+	Shared bool `json:"shared,omitempty"`
 	// Retention deletes a conversation that has had no turn for this long
 	// (0: kept until deleted), at least a minute. A durable reminder,
 	// registered when an activation ends, carries it.
@@ -401,6 +410,8 @@ func (d *Definition) Validate() error {
 		return bad("conversation.max_tokens", "%d is negative", c.MaxTokens)
 	case c.Key != "" && c.Key != KeyContext && c.Key != KeyAgent:
 		return bad("conversation.key", "%q is not %q or %q", clipText(c.Key, 40), KeyContext, KeyAgent)
+	case c.Shared && c.Key == KeyAgent:
+		return bad("conversation.shared", "a conversation shared by the agents of a session is kept by context: key %q, not %q", KeyContext, KeyAgent)
 	case c.Trim != "" && c.Trim != TrimDrop && c.Trim != TrimSummarize:
 		return bad("conversation.trim", "%q is not %q or %q", clipText(c.Trim, 40), TrimDrop, TrimSummarize)
 	case c.Retention < 0 || (c.Retention > 0 && time.Duration(c.Retention) < time.Minute):

@@ -97,11 +97,17 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 				return Answer{}, err
 			}
 		}
+		if err := a.sessionOf(ctx, cur); err != nil {
+			if a.timeLeft(cur) <= 0 {
+				return a.end(ctx, a.timedOut(err))
+			}
+			return Answer{}, err
+		}
 		a.push(ctx, rc, ProgressType, fmt.Sprintf("round %d: asking %s", cur.Rounds+1, def.Model.Name))
 		resp, err := a.complete(ctx, rc, &Request{
 			Model:           def.Model.Name,
 			System:          a.system(),
-			Messages:        a.rec.Messages,
+			Messages:        a.withSession(a.rec.Messages, cur),
 			Tools:           a.tools.specs,
 			MaxOutputTokens: maxTokens,
 		})
@@ -332,6 +338,15 @@ func clipSchema(s json.RawMessage) []byte {
 // its next tick, or the activation's end, removes it.
 func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 	now := a.t.opts.clk.Now()
+	if failure == nil && a.sharing() {
+		var text string
+		if msgs := a.rec.turnMessages(); len(msgs) > 0 {
+			text = msgs[len(msgs)-1].Text
+		}
+		if err := a.share(ctx, a.rec.Current, text); err != nil {
+			return Answer{}, err
+		}
+	}
 	a.mu.Lock()
 	cur := a.rec.Current
 	ans := Answer{Key: cur.Key, Turn: cur.ID}
