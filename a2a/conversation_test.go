@@ -126,3 +126,90 @@ func TestModelAgentContextsOverA2A(t *testing.T) {
 		t.Fatalf("context a after deletion saw %q, want a new conversation", got)
 	}
 }
+
+// Two model agent types that share sessions, asked by the A2A SDK's
+// client in one context: the second agent's turn gets what the first was
+// asked and answered; in another context it gets nothing of it. The
+// session is one of the owner's conversations, deleted with them.
+func TestSharedSessionOverA2A(t *testing.T) {
+	e := etcdtest.Start(t)
+	// The model answers with the last user message it was sent, whole.
+	srv := llmtest.NewFunc(func(r llmtest.Request) llmtest.Step {
+		return llmtest.Step{Text: "seen: " + r.LastMessage().Text}
+	})
+	defer srv.Close()
+	reg := grain.NewRegistry()
+	for _, typ := range []string{"Travel", "Booking"} {
+		def, err := llm.ParseDefinition(fmt.Appendf(nil, "type: %s\nmodel: {provider: openai, base_url: %s, name: fake-1}\nconversation: {shared: true}\n", typ, srv.OpenAIURL()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llm.Register(reg, def, llm.WithMaxRetries(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "s1"
+	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/shared/"}
+	cfg.Logger = testutil.Logger()
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	dev := map[string]string{"x-agentsilo-principal": "dev"}
+	asTask := taskOf(t)
+	travel := dial(t, s, "Travel/dev/t", "JSONRPC", dev)
+	booking := dial(t, s, "Booking/dev/b", "JSONRPC", dev)
+	send := func(cl interface {
+		SendMessage(context.Context, *spec.SendMessageRequest) (spec.SendMessageResult, error)
+	}, ctxID, say string) string {
+		t.Helper()
+		req := text(say)
+		req.Message.ContextID = ctxID
+		task := asTask(cl.SendMessage(t.Context(), req))
+		if task.Status.State != spec.TaskStateCompleted {
+			t.Fatalf("%s in %s: %s", say, ctxID, task.Status.State)
+		}
+		return artifactText(task)
+	}
+	send(travel, "trip-1", "I am Ada and I fly to Lisbon")
+	got := send(booking, "trip-1", "book a hotel")
+	for _, want := range []string{"Travel:dev:t was asked: I am Ada and I fly to Lisbon", "Travel:dev:t answered: seen: I am Ada", "\nbook a hotel"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Booking, in the session Travel shares, was sent\n%s\nwant %q in it", got, want)
+		}
+	}
+	if got := send(booking, "trip-2", "book a hotel"); got != "seen: book a hotel" {
+		t.Errorf("Booking in another context was sent %q", got)
+	}
+
+	sdk := dialSilo(t, s, client.WithPrincipal("dev"))
+	listed, err := sdk.Conversations().List(t.Context(), "dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sessions := 0
+	for _, a := range listed {
+		if strings.HasPrefix(a, llm.SharedSessionType+":dev:") {
+			sessions++
+		}
+	}
+	if len(listed) != 5 || sessions != 2 {
+		t.Fatalf("conversations of dev: %q, want three agents' and two sessions'", listed)
+	}
+	if n, err := sdk.Conversations().DeleteAll(t.Context(), "dev"); err != nil || n != 5 {
+		t.Fatalf("delete dev's conversations: %d %v, want 5", n, err)
+	}
+	if got := send(booking, "trip-1", "book a hotel"); got != "seen: book a hotel" {
+		t.Errorf("Booking after the session was deleted was sent %q", got)
+	}
+}

@@ -3,6 +3,7 @@ package tests
 import (
 	"net"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,7 +38,8 @@ func guideModel(r llmtest.Request) llmtest.Step {
 // TestConversationGuide runs docs/conversations.md's blocks as one shell
 // script, as written but for the addresses (free ports on the same
 // loopback addresses) and $MODEL_URL (a scripted model): a conversation
-// continued after its silo restarted, a tool call approved from the CLI,
+// continued after its silo restarted, a tool call approved from the CLI
+// and by an A2A client (the guide's Go program, with the official SDK),
 // and an owner's conversations deleted.
 func TestConversationGuide(t *testing.T) {
 	buildBinaries(t)
@@ -48,7 +50,7 @@ func TestConversationGuide(t *testing.T) {
 	defer model.Close()
 
 	var script strings.Builder
-	for _, b := range []string{"conversations:start", "conversations:restart", "conversations:approve", "conversations:stop"} {
+	for _, b := range []string{"conversations:start", "conversations:restart", "conversations:approve", "conversations:a2a", "conversations:stop"} {
 		script.WriteString(testutil.DocBlock(t, "docs/conversations.md", b))
 	}
 	addrs := map[string]string{}
@@ -70,6 +72,13 @@ func TestConversationGuide(t *testing.T) {
 		return addrs[a]
 	})
 	dir := t.TempDir()
+	// The A2A client's program, saved where the guide says.
+	if err := os.MkdirAll(filepath.Join(dir, "approve"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "approve", "main.go"), []byte(testutil.DocBlock(t, "docs/conversations.md", "conversations:a2a-go")), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	out, _ := docShell(t, dir, s, "MODEL_URL="+model.OpenAIURL())
 	for _, want := range []string{
 		"Hello! Lisbon it is.\n",
@@ -77,7 +86,9 @@ func TestConversationGuide(t *testing.T) {
 		"Travel:dev:trip/",          // the approval listed
 		"approved Travel:dev:trip/", // and approved
 		"Found: ",
-		"deleted 1 conversations\n",
+		"TASK_STATE_INPUT_REQUIRED ",   // the A2A client's task waits
+		"TASK_STATE_COMPLETED Found: ", // and ends once it approved
+		"deleted 2 conversations\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the conversations guide printed\n%s\nwant %q in it", out, want)
