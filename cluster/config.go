@@ -225,7 +225,7 @@ type TopicsConfig struct {
 	RetryMax         time.Duration // --topic-retry-max
 	AckTimeout       time.Duration // --topic-ack-timeout
 	MaxInflight      int           // deliveries of one subscription
-	MaxDeliveryBatch int           // messages delivered to an agent at once
+	MaxDeliveryBatch int           // --topic-delivery-batch
 	PublishTimeout   time.Duration // of a publish without a deadline
 	MaxBatch         int           // publishes in one store append
 	MaxAppends       int           // store appends in flight

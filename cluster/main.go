@@ -274,6 +274,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.IntVar(&cfg.Topics.MaxAttempts, "topic-max-attempts", cfg.Topics.MaxAttempts, "deliveries of a message before it becomes a dead letter, for subscriptions that do not set theirs")
 	fs.DurationVar(&cfg.Topics.RetryMin, "topic-retry-min", cfg.Topics.RetryMin, "first wait before a failed delivery is retried (doubling per failure)")
 	fs.DurationVar(&cfg.Topics.RetryMax, "topic-retry-max", cfg.Topics.RetryMax, "longest wait before a failed delivery is retried")
+	fs.IntVar(&cfg.Topics.MaxDeliveryBatch, "topic-delivery-batch", cfg.Topics.MaxDeliveryBatch, "most messages of a subscription handed to an agent in one turn (to its batch handler; 1: one at a time)")
 	fs.DurationVar(&cfg.Topics.AckTimeout, "topic-ack-timeout", cfg.Topics.AckTimeout, "bound on one delivery: a handler still running then counts as failed")
 	fs.DurationVar(&cfg.Topics.SessionGrace, "topic-session-grace", cfg.Topics.SessionGrace, "how long a client session's subscription outlives its gateway's silo, with its queue, for the session adopted elsewhere to subscribe again")
 	// Security: the ACL's seed, and how the gateway authenticates clients.

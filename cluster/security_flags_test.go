@@ -40,3 +40,15 @@ func TestSecurityFlags(t *testing.T) {
 		t.Fatalf("--etcd-password-file: %q, %v", cfg.Etcd.Password, err)
 	}
 }
+
+// The topic flags reach the silo's config.
+func TestTopicFlags(t *testing.T) {
+	p := Program{Registry: newTestRegistry(t)}
+	cfg, _, _, err := p.parseFlags([]string{"--topic-delivery-batch", "8", "--topic-max-attempts", "3"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Topics.MaxDeliveryBatch != 8 || cfg.Topics.MaxAttempts != 3 {
+		t.Fatalf("topics config %+v", cfg.Topics)
+	}
+}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sync"
@@ -65,17 +66,23 @@ func (b *batcher) OnMessages(ctx context.Context, ms []*grain.Message) (int, err
 // message the handler asked for again comes again, with its attempt
 // counted, before those published after it.
 func TestClusterTopicBatches(t *testing.T) {
-	t.Run("etcd", func(t *testing.T) { testTopicBatches(t, "") })
-	t.Run("jetstream", func(t *testing.T) { testTopicBatches(t, natstest.Start(t).URL()) })
+	t.Run("etcd", func(t *testing.T) { testTopicBatches(t, "", 0) })
+	t.Run("etcd-batches-of-8", func(t *testing.T) { testTopicBatches(t, "", 8) })
+	t.Run("jetstream", func(t *testing.T) { testTopicBatches(t, natstest.Start(t).URL(), 0) })
 }
 
-func testTopicBatches(t *testing.T, store string) {
+// testTopicBatches runs it on store, with batches of at most batch
+// messages (0: the default).
+func testTopicBatches(t *testing.T, store string, batch int) {
 	defer goleak.VerifyNone(t, leakOptions()...)
 	c := newTestCluster(t)
 	defer c.close()
 	b := &batcher{release: make(chan struct{}), attempt: map[string]uint32{}}
 	s := c.startWith("s1", func(cfg *SiloConfig, reg *grain.Registry) {
 		cfg.TopicStore = store
+		if batch > 0 {
+			cfg.Topics.MaxDeliveryBatch = batch
+		}
 		cfg.Topics.RetryMin, cfg.Topics.RetryMax = time.Millisecond, 5*time.Millisecond
 		if err := reg.Register("Batcher", func(grain.Host) (grain.Agent, error) { return b, nil }); err != nil {
 			t.Fatal(err)
@@ -141,7 +148,7 @@ func testTopicBatches(t *testing.T, store string) {
 	for _, n := range b.sizes[1:] {
 		biggest = max(biggest, n)
 	}
-	if biggest < 2 {
-		t.Fatalf("no batch: %v", b.sizes)
+	if biggest < 2 || (batch > 0 && biggest > batch) {
+		t.Fatalf("batches of %v, want some of 2 or more, none over %d", b.sizes, cmp.Or(batch, 32))
 	}
 }
