@@ -20,6 +20,9 @@
 //   - cut: a partition of one silo from its peers for 2-8 s (drop, reset
 //     or one-way loss with -netns; the fault-injection endpoint without);
 //   - etcd: kill -9 of the etcd leader, restarted after 1-4 s.
+//   - nats: with -topic-store nats (topics on NATS JetStream, a
+//     nats-server the program starts), kill -9 of nats-server, restarted
+//     after 1-4 s on its store.
 //
 // After each fault the program waits until the three silos agree on the
 // members again. Load meanwhile, each through SDK clients that know every
@@ -44,7 +47,8 @@
 //     idempotency key until published; every 50th is "poison") to a
 //     topic two TopicSink agents subscribe to; at the end every published
 //     id must be acknowledged or dead-lettered within 2 minutes; one that
-//     is neither is a lost message.
+//     is neither is a lost message; and each sink must get the messages
+//     for the first time in publish order (one out of order counts).
 //
 // At the end the faults stop, the cluster heals, and the journal is
 // checked for overlapping activations (single activation). Output: the
@@ -53,8 +57,8 @@
 // reminders, lost messages, state regressions, keyed doubles or losses) or
 // the cluster did not recover, 0 otherwise.
 //
-// -faults chooses the kinds of fault (default all four); -faults etcd
-// kills only etcd leaders.
+// -faults chooses the kinds of fault (default all four, and nats with
+// -topic-store nats); -faults etcd kills only etcd leaders.
 //
 // With TESTCLUSTER_KEEP=1 the silos' logs and the journal are kept, and
 // -check DIR checks such a directory again, from its files alone (after a
@@ -96,6 +100,7 @@ type config struct {
 	seed       uint64
 	keyed      int
 	faults     []string
+	nats       bool
 }
 
 func main() {
@@ -107,7 +112,8 @@ func main() {
 	flag.BoolVar(&cfg.netns, "netns", os.Geteuid() == 0, "silos in network namespaces, partitions with nftables (needs root)")
 	seed := flag.Int64("seed", 0, "seed of the schedule (0: from the clock)")
 	flag.IntVar(&cfg.keyed, "keyed", 20, "workers of keyed increments, each on a Counter of its own")
-	faults := flag.String("faults", "kill,stop,cut,etcd", "the kinds of fault, comma-separated: kill, stop, cut, etcd")
+	faults := flag.String("faults", "", "the kinds of fault, comma-separated: kill, stop, cut, etcd, nats (default all but nats; with -topic-store nats, all)")
+	topicStore := flag.String("topic-store", "etcd", "where topics are kept: etcd, or nats (a nats-server the program starts, Debian's nats-server)")
 	check := flag.String("check", "", "check the journal of a cluster directory kept by TESTCLUSTER_KEEP=1, and exit")
 	flag.Parse()
 	if *check != "" {
@@ -125,10 +131,28 @@ func main() {
 		}
 		return
 	}
+	switch *topicStore {
+	case "etcd":
+	case "nats":
+		cfg.nats = true
+	default:
+		fmt.Fprintf(os.Stderr, "chaos: -topic-store: %q is not etcd or nats\n", *topicStore)
+		os.Exit(2)
+	}
+	if *faults == "" {
+		*faults = "kill,stop,cut,etcd"
+		if cfg.nats {
+			*faults += ",nats"
+		}
+	}
 	for _, k := range strings.Split(*faults, ",") {
 		if k = strings.TrimSpace(k); k != "" {
-			if !slices.Contains([]string{"kill", "stop", "cut", "etcd"}, k) {
-				fmt.Fprintf(os.Stderr, "chaos: -faults: unknown kind %q (want kill, stop, cut, etcd)\n", k)
+			if !slices.Contains([]string{"kill", "stop", "cut", "etcd", "nats"}, k) {
+				fmt.Fprintf(os.Stderr, "chaos: -faults: unknown kind %q (want kill, stop, cut, etcd, nats)\n", k)
+				os.Exit(2)
+			}
+			if k == "nats" && !cfg.nats {
+				fmt.Fprintln(os.Stderr, "chaos: -faults nats needs -topic-store nats")
 				os.Exit(2)
 			}
 			cfg.faults = append(cfg.faults, k)
@@ -175,17 +199,20 @@ type summary struct {
 	// AskErrors is a sample of the failed Asks' errors: up to five
 	// distinct messages per code (and per code of those that may have
 	// run), agent addresses left in.
-	AskErrors        map[string][]string `json:"ask_errors"`
-	Overlaps         int                 `json:"overlaps"`
-	Activations      int                 `json:"activations"`
-	Reminders        int                 `json:"reminders"`
-	RemindersLost    int                 `json:"reminders_lost"`
-	Published        int                 `json:"published"`
-	MessagesLost     int                 `json:"messages_lost"`
-	DeadLettered     int                 `json:"dead_lettered"`
-	StateReplies     int64               `json:"state_replies"`
-	StateFailed      map[string]int      `json:"state_failed"`
-	StateRegressions int                 `json:"state_regressions"`
+	AskErrors     map[string][]string `json:"ask_errors"`
+	Overlaps      int                 `json:"overlaps"`
+	Activations   int                 `json:"activations"`
+	Reminders     int                 `json:"reminders"`
+	RemindersLost int                 `json:"reminders_lost"`
+	Published     int                 `json:"published"`
+	MessagesLost  int                 `json:"messages_lost"`
+	// OutOfOrder counts the messages a subscription's agent got for the
+	// first time after one published later by the same publisher.
+	OutOfOrder       int            `json:"out_of_order"`
+	DeadLettered     int            `json:"dead_lettered"`
+	StateReplies     int64          `json:"state_replies"`
+	StateFailed      map[string]int `json:"state_failed"`
+	StateRegressions int            `json:"state_regressions"`
 	// Keyed: the keyed increments answered (OK or AlreadyExists), the
 	// attempts that failed (by code; each was retried with its key), and
 	// the increments applied twice or lost.
@@ -200,7 +227,7 @@ type summary struct {
 }
 
 func (s summary) broken() bool {
-	return s.Overlaps > 0 || s.RemindersLost > 0 || s.MessagesLost > 0 || s.StateRegressions > 0 ||
+	return s.Overlaps > 0 || s.RemindersLost > 0 || s.MessagesLost > 0 || s.OutOfOrder > 0 || s.StateRegressions > 0 ||
 		s.KeyedDoubles > 0 || s.KeyedLost > 0
 }
 
@@ -270,7 +297,7 @@ func run(tb testcluster.TB, cfg config) summary {
 		tb.Logf("chaos: not in network namespaces (run as root for real partitions): partitions are the silos' in-process fault injection")
 	}
 	c := testcluster.Start(tb, testcluster.Options{
-		Silos: 3, EtcdMembers: 3, Netns: cfg.netns,
+		Silos: 3, EtcdMembers: 3, Netns: cfg.netns, NATS: cfg.nats,
 		Args: []string{"--min-reminder-period", "1s", "--topic-retry-min", "20ms", "--topic-retry-max", "500ms"},
 	})
 	rng := rand.New(rand.NewPCG(cfg.seed, cfg.seed>>1|1))
@@ -488,6 +515,11 @@ func run(tb testcluster.TB, cfg config) summary {
 			e.Kill(leader)
 			pause(tb.Context(), jitter(rng, time.Second, 4*time.Second))
 			e.Restart(leader)
+		case "nats":
+			tb.Logf("chaos %v: kill -9 nats-server", since(start))
+			c.KillNATS()
+			pause(tb.Context(), jitter(rng, time.Second, 4*time.Second))
+			c.RestartNATS()
 		}
 		recover3(tb, c)
 		pause(tb.Context(), jitter(rng, cfg.gap/2, cfg.gap*3/2))
@@ -540,6 +572,7 @@ func run(tb testcluster.TB, cfg config) summary {
 	pmu.Lock()
 	sum.Published = len(published)
 	missing, dead := messagesLost(tb, c, ctl, sub, published)
+	sum.OutOfOrder = outOfOrder(tb, c, sub, published)
 	pmu.Unlock()
 	sum.MessagesLost = len(missing)
 	sum.DeadLettered = dead
@@ -711,3 +744,51 @@ func pause(ctx context.Context, d time.Duration) {
 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
+
+// outOfOrder counts, for each agent of the subscription sub, the messages
+// it got for the first time after a message published later: the one
+// publisher's messages reach a subscription one at a time, in publish
+// order (a message got again, after a crash or a retry, may come after
+// later ones; only first deliveries count).
+func outOfOrder(tb testcluster.TB, c *testcluster.Cluster, sub string, published []string) int {
+	lines, err := c.ReadTopicSink()
+	if err != nil {
+		tb.Logf("chaos: order: %v", err)
+		return 0
+	}
+	index := make(map[string]int, len(published))
+	for i, id := range published {
+		index[id] = i
+	}
+	want := testcluster.Principal + ":" + sub
+	type seen struct {
+		ids  map[string]bool
+		last int
+	}
+	agents := map[string]*seen{}
+	n := 0
+	for _, l := range lines {
+		i, ok := index[l.ID]
+		if l.Subscription != want || !ok {
+			continue
+		}
+		s := agents[l.Agent]
+		if s == nil {
+			s = &seen{ids: map[string]bool{}, last: -1}
+			agents[l.Agent] = s
+		}
+		if s.ids[l.ID] {
+			continue
+		}
+		s.ids[l.ID] = true
+		if i < s.last {
+			n++
+			if n <= 10 {
+				tb.Logf("chaos: order: %s got message %d (%s) first after message %d", l.Agent, i, l.ID, s.last)
+			}
+			continue
+		}
+		s.last = i
+	}
+	return n
+}

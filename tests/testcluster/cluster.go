@@ -63,6 +63,11 @@ type Options struct {
 	// saying so. The namespaces, links and bridge are deleted when the test
 	// ends.
 	Netns bool
+	// NATS starts a NATS JetStream server (Debian's nats-server) on the
+	// harness's address and gives every silo --topic-store with its URL:
+	// topics on JetStream. KillNATS and RestartNATS stop it and start it
+	// again with what it stored.
+	NATS bool
 }
 
 // Cluster is a set of silo processes sharing an etcd and a journal. See the
@@ -77,6 +82,7 @@ type Cluster struct {
 	prefix    string
 	etcd      *etcdstore.Store
 	etcdc     *EtcdCluster // with Options.EtcdMembers
+	nats      *natsServer  // with Options.NATS
 	silos     []*Silo
 	netns     *netns // with Options.Netns
 	http      *http.Client
@@ -189,6 +195,13 @@ func Start(tb TB, opts Options) *Cluster {
 	}
 	tb.Cleanup(c.printLogsOnFailure)
 	tb.Cleanup(c.close)
+	if opts.NATS {
+		host := "127.0.0.1"
+		if c.netns != nil {
+			host = c.netns.hostIP()
+		}
+		c.startNATS(host)
+	}
 
 	// A port just probed and closed may be handed out again: pick again
 	// until the addresses are distinct.
@@ -416,6 +429,9 @@ func (s *Silo) args() []string {
 	}
 	if s.A2AAddr != "" {
 		args = append(args, "--a2a-addr", s.A2AAddr)
+	}
+	if u := c.NATSURL(); u != "" {
+		args = append(args, "--topic-store", u)
 	}
 	return append(args, c.opts.Args...)
 }
