@@ -113,12 +113,17 @@ func (s *JetStreamStore) deleteConsumer(ctx context.Context, id string) error {
 type jsFollower struct {
 	mu   sync.Mutex
 	msgs map[string]jetstream.Msg // by key
-	gone []string                 // settled (acknowledged, dead): their removal to hand out
-	wake chan struct{}
+	// reclaimed are the messages handed out from the stream (see
+	// reclaim) whose delivery by the consumer has not come yet: false
+	// while unsettled, true once settled (its delivery is then
+	// acknowledged as it comes).
+	reclaimed map[string]bool
+	gone      []string // settled (acknowledged, dead): their removal to hand out
+	wake      chan struct{}
 }
 
 func newJSFollower() *jsFollower {
-	return &jsFollower{msgs: map[string]jetstream.Msg{}, wake: make(chan struct{}, 1)}
+	return &jsFollower{msgs: map[string]jetstream.Msg{}, reclaimed: map[string]bool{}, wake: make(chan struct{}, 1)}
 }
 
 // take removes key's message, and notes its removal if gone; nil if it
@@ -174,4 +179,94 @@ func seqOf(m jetstream.Msg) uint64 {
 		return 0
 	}
 	return md.Sequence.Stream
+}
+
+// settleReclaimed marks key, a reclaimed message not delivered by the
+// consumer yet, settled, and notes its removal if gone; false if key is
+// not such a message.
+func (l *jsFollower) settleReclaimed(key string, gone bool) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if settled, ok := l.reclaimed[key]; !ok || settled {
+		return false
+	}
+	l.reclaimed[key] = true
+	if gone {
+		l.gone = append(l.gone, key)
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	return true
+}
+
+// reclaim hands out, before the consumer delivers anything to this store,
+// the log messages that the consumer delivered to a store that stopped
+// following subscription id (its silo died) and that were not
+// acknowledged. The server would deliver them again only once AckWait has
+// passed, after this store had handed out later messages: a publisher's
+// order would not hold. They are read from the stream instead, in log
+// order (those of the subscription's owner between the consumer's
+// acknowledgement floor and its last delivery, and not held apart in the
+// queue bucket), and marked reclaimed; when the consumer delivers one
+// again, it is taken as the one handed out. One acknowledged above the
+// floor comes again: at least once, as everywhere.
+func (s *JetStreamStore) reclaim(ctx context.Context, id, owner string, c jetstream.Consumer, l *jsFollower, live map[string]bool, f func(QueueEvent)) error {
+	octx, cancel := s.op(ctx)
+	info, err := c.Info(octx)
+	cancel()
+	if err != nil {
+		return s.fail(ctx, err, "read the consumer of %s", id)
+	}
+	if info.NumAckPending == 0 {
+		return nil
+	}
+	octx, cancel = s.op(ctx)
+	st, err := s.js.Stream(octx, s.logStream())
+	cancel()
+	if err != nil {
+		return s.fail(ctx, err, "read the stream %s", s.logStream())
+	}
+	subject := s.logSubject(owner)
+	for seq := info.AckFloor.Stream + 1; seq <= info.Delivered.Stream; {
+		octx, cancel := s.op(ctx)
+		raw, err := st.GetMsg(octx, seq, jetstream.WithGetMsgSubject(subject))
+		cancel()
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return nil
+		}
+		if err != nil {
+			return s.fail(ctx, err, "read the log of %s", id)
+		}
+		if raw.Sequence > info.Delivered.Stream {
+			return nil
+		}
+		seq = raw.Sequence + 1
+		key := logKey(raw.Sequence)
+		l.mu.Lock()
+		_, held := l.msgs[key]
+		_, known := l.reclaimed[key]
+		l.mu.Unlock()
+		if live[key] || held || known || !recordNames(raw.Data, id) {
+			continue
+		}
+		e, err := decodeEntry(raw.Data)
+		if err != nil {
+			continue // the consumer's delivery of it is skipped likewise
+		}
+		l.mu.Lock()
+		l.reclaimed[key] = false
+		l.mu.Unlock()
+		f(QueueEvent{Key: key, Entry: e, New: true})
+	}
+	return nil
+}
+
+// isReclaimed reports whether key is a reclaimed message not settled yet.
+func (l *jsFollower) isReclaimed(key string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	settled, ok := l.reclaimed[key]
+	return ok && !settled
 }

@@ -151,3 +151,102 @@ func TestJetStreamConsumerIsTheCursor(t *testing.T) {
 		t.Fatalf("then: %s", got)
 	}
 }
+
+// A store that takes a subscription over from one that stopped while
+// holding messages (its silo died) hands those out first, in log order,
+// before what was published later, without waiting for the consumer's
+// AckWait (after which, without it, they came after the later ones);
+// once settled, their deliveries again by the consumer are acknowledged,
+// not handed out again.
+func TestJetStreamTakeOverKeepsOrder(t *testing.T) {
+	ns := natstest.Start(t)
+	open := func() *JetStreamStore {
+		c := DefaultJetStreamConfig(ns.URL())
+		c.AckWait = 2 * time.Second
+		s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		return s
+	}
+	a := open()
+	ctx := t.Context()
+	const id = "acme:work"
+	if _, err := a.Subscribe(ctx, &SubscriptionRecord{Id: id, Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.Subscriptions(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	versions := map[string]int64{"acme": r.Versions["acme"]}
+	publish := func(s *JetStreamStore, text string) {
+		t.Helper()
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{id}, Entry: entry(text)}}, versions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 {
+		publish(a, fmt.Sprint(i))
+	}
+	fctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	fa := &follower{live: map[string]*Entry{}, change: make(chan struct{})}
+	go func() {
+		defer close(done)
+		a.FollowQueue(fctx, id, func(ev QueueEvent) {
+			fa.mu.Lock()
+			defer fa.mu.Unlock()
+			if ev.Entry != nil {
+				if _, ok := fa.live[ev.Key]; !ok {
+					fa.keys = append(fa.keys, ev.Key)
+				}
+				fa.live[ev.Key] = ev.Entry
+			} else if !ev.Reset {
+				delete(fa.live, ev.Key)
+			}
+			close(fa.change)
+			fa.change = make(chan struct{})
+		})
+	}()
+	fa.texts(t, 5)
+	var acks []AckKey
+	for _, text := range []string{"0", "1", "2"} {
+		acks = append(acks, AckKey{id, fa.key(t, text)})
+	}
+	if err := a.Ack(ctx, acks); err != nil {
+		t.Fatal(err)
+	}
+	fa.texts(t, 2)
+	stop() // a's silo is gone, holding 3 and 4
+	<-done
+	publish(a, "5")
+
+	b := open()
+	fb := follow(t, b, id)
+	if got := fmt.Sprint(fb.texts(t, 3)); got != "[3 4 5]" {
+		t.Fatalf("taken over: %s, want what a held first, in order", got)
+	}
+	acks = acks[:0]
+	for _, text := range []string{"3", "4", "5"} {
+		acks = append(acks, AckKey{id, fb.key(t, text)})
+	}
+	if err := b.Ack(ctx, acks); err != nil {
+		t.Fatal(err)
+	}
+	fb.texts(t, 0)
+	c, err := b.js.Consumer(ctx, b.logStream(), consumerName(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the consumer's deliveries again of 3 and 4 acknowledged", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.NumAckPending == 0
+	})
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if len(fb.keys) != 3 || len(fb.live) != 0 {
+		t.Fatalf("after the consumer delivered 3 and 4 again: handed out %d, present %d; want 3 and none", len(fb.keys), len(fb.live))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -283,7 +284,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 			cc.Stop()
 		}
 	}()
-	startLog := func() error {
+	startLog := func(live map[string]bool) error {
 		octx, cancel := s.op(ctx)
 		e, found, err := s.get(octx, s.reg, subK(id))
 		cancel()
@@ -300,6 +301,9 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		}
 		c, err := s.ensureConsumer(ctx, id, p.Owner)
 		if err != nil {
+			return err
+		}
+		if err := s.reclaim(ctx, id, p.Owner, c, l, live, f); err != nil {
 			return err
 		}
 		ch := make(chan jetstream.Msg, 256)
@@ -365,7 +369,16 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 					f(QueueEvent{Key: k, Entry: e})
 				}
 			}
-			if err := startLog(); err != nil {
+			// Reclaimed messages not settled are handed out again (the
+			// Reset dropped them), with what the consumer still holds.
+			l.mu.Lock()
+			for k, settled := range l.reclaimed {
+				if !settled {
+					delete(l.reclaimed, k)
+				}
+			}
+			l.mu.Unlock()
+			if err := startLog(live); err != nil {
 				return err
 			}
 			continue
@@ -431,6 +444,9 @@ func (s *JetStreamStore) Ack(ctx context.Context, acks []AckKey) error {
 				n++
 				continue
 			}
+			if l.settleReclaimed(a.Key, true) {
+				continue // acknowledged when the consumer delivers it
+			}
 		}
 		m := &nats.Msg{Subject: s.qSubject(a.Sub, a.Key), Header: nats.Header{"KV-Operation": delOp}}
 		if err := s.nc.PublishMsg(m); err != nil {
@@ -462,6 +478,23 @@ func (s *JetStreamStore) Update(ctx context.Context, id, key string, e *Entry) e
 		l.mu.Lock()
 		m := l.msgs[key]
 		l.mu.Unlock()
+		if m == nil && l.isReclaimed(key) {
+			// Handed out from the stream (see reclaim): held apart from
+			// now on, and its delivery by the consumer acknowledged.
+			seq, err := strconv.ParseUint(key, 16, 64)
+			if err != nil {
+				return errs.New(codes.NotFound, "%s: no queued entry %s", id, key)
+			}
+			b, err := encodeHeld(e, int64(seq))
+			if err != nil {
+				return err
+			}
+			if _, err := s.put(ctx, s.q, itemK(id, key), b); err != nil {
+				return err
+			}
+			l.settleReclaimed(key, false)
+			return nil
+		}
 		if m != nil {
 			// Held apart from the log from now on, at its place.
 			b, err := encodeHeld(e, int64(seqOf(m)))
@@ -522,6 +555,13 @@ func (s *JetStreamStore) Kill(ctx context.Context, id, key string, d *DeadLetter
 		l.mu.Lock()
 		m := l.msgs[key]
 		l.mu.Unlock()
+		if m == nil && l.isReclaimed(key) {
+			if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
+				return err
+			}
+			l.settleReclaimed(key, true)
+			return nil
+		}
 		if m != nil {
 			if _, err := s.put(ctx, s.dead, itemK(id, key), b); err != nil {
 				return err
@@ -683,6 +723,20 @@ func (s *JetStreamStore) onLogMsg(id string, l *jsFollower, live map[string]bool
 		return
 	}
 	l.mu.Lock()
+	if settled, ok := l.reclaimed[key]; ok {
+		// Handed out from the stream already (see reclaim).
+		delete(l.reclaimed, key)
+		if !settled {
+			l.msgs[key] = m // its settling acknowledges it
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		if err := m.Ack(); err == nil {
+			s.writes.Add(1)
+		}
+		return
+	}
 	_, again := l.msgs[key]
 	l.msgs[key] = m
 	l.mu.Unlock()
