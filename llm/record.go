@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 // The durable record. A model agent keeps one JSON value in its state
@@ -161,6 +163,10 @@ type Answer struct {
 	// pending, if not empty, says the turn has not ended: it waits for
 	// these approvals.
 	pending []Approval
+	// label and outside are the answer's content label: agent-message, or
+	// lower, as the least trusted content the model read.
+	label   grain.Label
+	outside bool
 }
 
 // maxAnswers bounds the answers kept by key.
