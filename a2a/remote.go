@@ -607,6 +607,7 @@ func (res *remoteResult) reply(m *grain.Message) (*grain.Message, error) {
 	out := fromParts(parts)
 	r := m.Response()
 	r.Message, r.Data, r.DataType, r.Files = out.Message, out.Data, out.DataType, out.Files
+	r.Label, r.Outside = out.Label, out.Outside
 	r.State = remoteState(res.contextID, res.taskID, res.state)
 	why := func() string {
 		if t := textOf(parts); t != "" {

@@ -137,9 +137,11 @@ const (
 )
 
 // capLabel stamps msg, sent (or replied) by an agent while it handles in
-// (nil outside a turn): its label is no more trusted than in's, nor than
-// LabelUserInput, and LabelAgentMessage if it names none; it is from
-// outside the cluster if in is.
+// (nil outside a turn): its label is LabelAgentMessage if it names none,
+// no more trusted than LabelUserInput, nor than in's (a tool request
+// counting as an agent's message: what the agent sends on is its own
+// words, unless what it read was a tool's output); it is from outside the
+// cluster if in is.
 func capLabel(msg, in *Message) {
 	l := msg.Label
 	if l == 0 {
@@ -147,7 +149,11 @@ func capLabel(msg, in *Message) {
 	}
 	l = l.Lower(LabelUserInput)
 	if in != nil {
-		l = l.Lower(in.Label)
+		read := in.Label
+		if read == LabelToolRequest {
+			read = LabelAgentMessage
+		}
+		l = l.Lower(read)
 		msg.Outside = msg.Outside || in.Outside
 	}
 	msg.Label = l
