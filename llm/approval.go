@@ -162,12 +162,12 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 	a.mu.Lock()
 	// The calls of a sensitive tool wait too, or are refused, once the
 	// model has read untrusted content, however it asks (see trust.go).
-	_, _, untrusted := lowest(a.rec.Messages)
+	_, _, untrusted := lowest(a.rec.Messages, a.rec.Summary)
 	for _, c := range calls {
 		t := a.tools.byName[c.Name]
 		why := ""
-		if t != nil && t.sensitive && untrusted != nil {
-			why = fmt.Sprintf("%s is sensitive, and the model has read untrusted content: %s", c.Name, untrustedWhy(untrusted))
+		if t != nil && t.sensitive && untrusted != "" {
+			why = fmt.Sprintf("%s is sensitive, and the model has read untrusted content: %s", c.Name, untrusted)
 		}
 		if t == nil || (!t.needsApproval(c.Arguments) && why == "") {
 			run = append(run, c)

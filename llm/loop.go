@@ -108,8 +108,8 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 		// What is below user-input goes between data marks (see
 		// trust.go).
 		msgs, anyFenced := forModel(a.rec.Messages)
-		system := a.system()
-		if anyFenced {
+		system, summaryFenced := a.system()
+		if anyFenced || summaryFenced {
 			system = strings.TrimSpace(system + "\n\n" + fenceNote)
 		}
 		resp, err := a.complete(ctx, rc, &Request{
@@ -263,7 +263,7 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 	// What the calls send is a tool request, no more trusted than what
 	// the model has read.
 	a.mu.Lock()
-	read, outside, _ := lowest(a.rec.Messages)
+	read, outside, _ := lowest(a.rec.Messages, a.rec.Summary)
 	a.mu.Unlock()
 	sending := grain.LabelToolRequest.Lower(read)
 	for _, c := range calls {
@@ -381,7 +381,7 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 		ans.Text = msgs[len(msgs)-1].Text
 	}
 	// The answer is no more trusted than what the model read.
-	read, outside, _ := lowest(a.rec.Messages)
+	read, outside, _ := lowest(a.rec.Messages, a.rec.Summary)
 	ans.label, ans.outside = grain.LabelAgentMessage.Lower(read), outside
 	if _, calls := a.rec.pending(); len(calls) > 0 {
 		for _, c := range calls {

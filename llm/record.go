@@ -74,6 +74,11 @@ type Summary struct {
 	At    time.Time `json:"at"`
 	Turn  string    `json:"turn"`
 	Usage Usage     `json:"usage"`
+	// Label and Outside are the least trusted content it folds (see
+	// Message.Label): a summary of a tool's output is tool-output, and is
+	// fenced as such in the system prompt.
+	Label   string `json:"label,omitempty"`
+	Outside bool   `json:"outside,omitempty"`
 }
 
 // maxContext bounds the context recorded.
