@@ -82,28 +82,21 @@ const metaCode = "agentsilo.code"
 // toAgentMessage turns an A2A message into the agentsilo message asked of
 // an agent: text parts joined by newlines are its text, one data part
 // (as JSON) or one raw part is its data, URL parts are its files. Its
-// content label is agent-message from outside the cluster, or the lowest
-// label its parts' metadata (grain.LabelKey) claim; a claim above
-// agent-message, or of no label, is InvalidParams, as is anything else it
-// cannot carry.
+// content label is agent-message from outside the cluster, or the lower
+// label its parts' metadata (grain.LabelKey) claim (a claim above
+// agent-message counts as agent-message: a caller cannot raise it). It
+// reports InvalidParams for what it cannot carry.
 func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 	if m == nil {
 		return nil, invalidParams("no message")
 	}
-	out := &grain.Message{Label: grain.LabelAgentMessage, Outside: true}
+	claim, _ := partsLabel(m.Parts)
+	out := &grain.Message{Label: grain.LabelAgentMessage.Lower(claim), Outside: true}
 	var texts []string
 	payload := false
 	for i, p := range m.Parts {
 		if p == nil {
 			return nil, invalidParams("part %d is null", i+1)
-		}
-		if l, ok := p.Metadata[grain.LabelKey]; ok {
-			name, _ := l.(string)
-			claim, known := grain.ParseLabel(name)
-			if !known || claim.Lower(grain.LabelAgentMessage) != claim {
-				return nil, invalidParams("part %d: metadata %s %q: an A2A message is agent-message at most (tool-request or tool-output lower it; see docs/trust.md)", i+1, grain.LabelKey, clipName(name))
-			}
-			out.Label = out.Label.Lower(claim)
 		}
 		switch c := p.Content.(type) {
 		case spec.Text:
@@ -167,14 +160,6 @@ func toParts(m *grain.Message) spec.ContentParts {
 		}
 	}
 	return parts
-}
-
-// clipName clips a claimed label for an error's text.
-func clipName(s string) string {
-	if len(s) > 40 {
-		return s[:40] + "..."
-	}
-	return s
 }
 
 // partsLabel is the lowest content label the parts' metadata claim

@@ -97,18 +97,20 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 		MessageType: t.skill,
 		Message:     r.text,
 		// What an MCP client's model wrote, from outside the cluster, or
-		// the lower label its _meta claims.
+		// the lower label its _meta claims (see docs/trust.md).
 		Label:   grain.LabelToolRequest,
 		Outside: true,
 	}
 	if req.Params != nil {
 		if l, ok := req.Params.Meta[grain.LabelKey]; ok {
+			// A lower claim lowers it; a higher one counts for nothing;
+			// a name this version does not know, as tool-output.
 			name, _ := l.(string)
 			claim, known := grain.ParseLabel(name)
-			if !known || claim.Lower(grain.LabelToolRequest) != claim {
-				return nil, errs.New(codes.InvalidArgument, "_meta %s %q: an MCP client's call is tool-request at most (tool-output lowers it; see docs/trust.md); it did not run", grain.LabelKey, clientClip(name))
+			if !known {
+				claim = grain.LabelToolOutput
 			}
-			msg.Label = claim
+			msg.Label = msg.Label.Lower(claim)
 		}
 	}
 	if r.data != nil {

@@ -28,10 +28,11 @@ import (
 // claims system is refused with PermissionDenied, a label this version
 // does not know with InvalidArgument. Through A2A (a2a-go, and the
 // JavaScript SDK in tests/a2ajs): a message is an agent-message from
-// outside the cluster, a part may claim a lower label, the reply's parts
-// carry theirs, a claim above agent-message is refused. Through MCP (the
+// outside the cluster, a part may claim a lower label (a higher claim
+// counts for nothing), the reply's parts carry theirs. Through MCP (the
 // TypeScript SDK in tests/mcpjs): a call is a tool-request from outside,
-// the result's _meta carries the reply's label.
+// it may claim a lower label in _meta, the result's _meta carries the
+// reply's.
 func TestLabelsAcrossSilos(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 3, A2A: true, MCP: true})
 	names := c.Names()
@@ -97,6 +98,8 @@ func TestLabelsAcrossSilos(t *testing.T) {
 	for _, tc := range []struct{ claim, got, reply string }{
 		{"", "agent-message outside | %s got agent-message outside (reply agent-message outside)", "agent-message"},
 		{"tool-output", "tool-output outside | %s got tool-output outside (reply tool-output outside)", "tool-output"},
+		// A claim above agent-message counts for nothing.
+		{"user-input", "agent-message outside | %s got agent-message outside (reply agent-message outside)", "agent-message"},
 	} {
 		task, err := ask(tc.claim)
 		if err != nil {
@@ -107,9 +110,6 @@ func TestLabelsAcrossSilos(t *testing.T) {
 		if part.Text() != want || part.Metadata[grain.LabelKey] != tc.reply || part.Metadata[grain.OutsideKey] != true {
 			t.Fatalf("A2A, claim %q: %q, metadata %v; want %q, label %s, outside", tc.claim, part.Text(), part.Metadata, want, tc.reply)
 		}
-	}
-	if _, err := ask("user-input"); err == nil || !strings.Contains(err.Error(), grain.LabelKey) {
-		t.Fatalf("A2A, a part claiming user-input: %v; want refused", err)
 	}
 
 	// The JavaScript A2A SDK and the TypeScript MCP SDK.

@@ -30,7 +30,7 @@ func TestAssistant(t *testing.T) {
 	model := fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
 		last := r.LastMessage()
 		if last.Role == "tool" {
-			return fakemodel.Step{Text: "The weather agent says: " + last.Text}
+			return fakemodel.Step{Text: "The weather agent says: " + last.Data}
 		}
 		return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "call_1", Name: "ask_Weather", Arguments: `{"agent": "rome", "text": "tomorrow"}`}}}
 	})

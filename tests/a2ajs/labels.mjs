@@ -3,7 +3,7 @@
 // tool-output from outside the cluster, and the agent it asks on another
 // silo too; the reply's parts carry the label in their metadata
 // (agentsilo.label, agentsilo.outside); a part claiming a label above
-// agent-message is refused. See docs/trust.md.
+// agent-message is taken as agent-message. See docs/trust.md.
 //
 //   node labels.mjs AGENT_URL VIA
 //
@@ -50,13 +50,8 @@ async function main() {
   const plain = await client.sendMessage(send('hello'));
   check(/ got agent-message outside$/.test(text(plain)), 'no claim: agent-message from outside', text(plain));
 
-  let refused;
-  try {
-    await client.sendMessage(send('hello', 'system'));
-  } catch (e) {
-    refused = e;
-  }
-  check(refused && /agentsilo\.label/.test(String(refused.message)), 'a claim of system is refused', String(refused));
+  const raised = await client.sendMessage(send('hello', 'system'));
+  check(/ got agent-message outside$/.test(text(raised)), 'a claim of system counts for nothing', text(raised));
   console.log('all ok');
 }
 

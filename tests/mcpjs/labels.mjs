@@ -4,7 +4,7 @@
 // agentsilo.label tool-output, as tool-output), and the agent it asks on
 // another silo as an agent-message; the result's _meta carries the
 // reply's label (agentsilo.label, agentsilo.outside); a claim above
-// tool-request is refused. See docs/trust.md.
+// tool-request counts for nothing. See docs/trust.md.
 //
 //   node labels.mjs URL AGENT VIA
 //
@@ -15,7 +15,6 @@
 
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
 
 const [url, agent, via] = process.argv.slice(2);
 if (!url || !agent || !via) {
@@ -43,13 +42,8 @@ async function main() {
   const low = await client.callTool({ name: 'LabelProbe_probe', arguments: { agent, message: 'hello' }, _meta: { 'agentsilo.label': 'tool-output' } });
   check(/ got tool-output outside$/.test(low.content?.[0]?.text || '') && low._meta?.['agentsilo.label'] === 'tool-output', 'a call may lower its label', low);
 
-  let refused;
-  try {
-    await client.callTool({ name: 'LabelProbe_probe', arguments: { agent, message: 'hello' }, _meta: { 'agentsilo.label': 'system' } });
-  } catch (e) {
-    refused = e;
-  }
-  check(refused instanceof McpError && /agentsilo\.label/.test(refused.message), 'a claim of system is refused', String(refused));
+  const raised = await client.callTool({ name: 'LabelProbe_probe', arguments: { agent, message: 'hello' }, _meta: { 'agentsilo.label': 'system' } });
+  check(/ got tool-request outside$/.test(raised.content?.[0]?.text || ''), 'a claim of system counts for nothing', raised);
   await client.close();
   console.log('all ok');
 }
