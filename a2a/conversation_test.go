@@ -31,7 +31,7 @@ func TestModelAgentContextsOverA2A(t *testing.T) {
 		var said []string
 		for _, m := range r.Messages {
 			if m.Role == "user" {
-				said = append(said, m.Text)
+				said = append(said, m.Data)
 			}
 		}
 		return llmtest.Step{Text: strings.Join(said, " | ")}

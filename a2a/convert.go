@@ -81,13 +81,17 @@ const metaCode = "agentsilo.code"
 
 // toAgentMessage turns an A2A message into the agentsilo message asked of
 // an agent: text parts joined by newlines are its text, one data part
-// (as JSON) or one raw part is its data, URL parts are its files. It
+// (as JSON) or one raw part is its data, URL parts are its files. Its
+// content label is agent-message from outside the cluster, or the lower
+// label its parts' metadata (grain.LabelKey) claim (a claim above
+// agent-message counts as agent-message: a caller cannot raise it). It
 // reports InvalidParams for what it cannot carry.
 func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 	if m == nil {
 		return nil, invalidParams("no message")
 	}
-	out := &grain.Message{}
+	claim, _ := partsLabel(m.Parts)
+	out := &grain.Message{Label: grain.LabelAgentMessage.Lower(claim), Outside: true}
 	var texts []string
 	payload := false
 	for i, p := range m.Parts {
@@ -142,7 +146,46 @@ func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 // toParts turns an agent's message into A2A parts: its text, its data (a
 // data part for JSON, else a raw part of its data type) and its files (URL
 // parts). An empty message is one empty text part: parts may not be empty.
+// Each part's metadata carries the message's content label
+// (grain.LabelKey) and, for content from outside the cluster,
+// grain.OutsideKey.
 func toParts(m *grain.Message) spec.ContentParts {
+	parts := contentParts(m)
+	if name := m.GetLabel().Name(); name != "" {
+		for _, p := range parts {
+			p.Metadata = map[string]any{grain.LabelKey: name}
+			if m.GetOutside() {
+				p.Metadata[grain.OutsideKey] = true
+			}
+		}
+	}
+	return parts
+}
+
+// partsLabel is the lowest content label the parts' metadata claim
+// (UNSPECIFIED if none does; a name this version does not know counts as
+// tool-output), and whether one says it is from outside the cluster.
+func partsLabel(parts spec.ContentParts) (l grain.Label, outside bool) {
+	for _, p := range parts {
+		if p == nil {
+			continue
+		}
+		if v, ok := p.Metadata[grain.LabelKey]; ok {
+			name, _ := v.(string)
+			claim, known := grain.ParseLabel(name)
+			if !known {
+				claim = grain.LabelToolOutput
+			}
+			l = l.Lower(claim)
+		}
+		if o, _ := p.Metadata[grain.OutsideKey].(bool); o {
+			outside = true
+		}
+	}
+	return l, outside
+}
+
+func contentParts(m *grain.Message) spec.ContentParts {
 	var parts spec.ContentParts
 	if m.GetMessage() != "" {
 		parts = append(parts, spec.NewTextPart(m.GetMessage()))

@@ -607,6 +607,7 @@ func (res *remoteResult) reply(m *grain.Message) (*grain.Message, error) {
 	out := fromParts(parts)
 	r := m.Response()
 	r.Message, r.Data, r.DataType, r.Files = out.Message, out.Data, out.DataType, out.Files
+	r.Label, r.Outside = out.Label, out.Outside
 	r.State = remoteState(res.contextID, res.taskID, res.state)
 	why := func() string {
 		if t := textOf(parts); t != "" {
@@ -637,9 +638,11 @@ func (res *remoteResult) reply(m *grain.Message) (*grain.Message, error) {
 
 // fromParts is the agentsilo message of A2A parts: the text parts joined,
 // the first data part as JSON (else the first raw part) as data, URL parts
-// as files.
+// as files. It is an agent-message from outside the cluster, or the lower
+// label its parts' metadata claim.
 func fromParts(parts spec.ContentParts) *grain.Message {
-	out := &grain.Message{Message: textOf(parts)}
+	claim, _ := partsLabel(parts)
+	out := &grain.Message{Message: textOf(parts), Label: grain.LabelAgentMessage.Lower(claim), Outside: true}
 	for _, p := range parts {
 		if p == nil {
 			continue

@@ -27,6 +27,22 @@ const (
 	KindResponse = agentsilov1.Kind_KIND_RESPONSE
 )
 
+// Label is a message's content label (Message.Label): where its content
+// comes from. The gateway makes a client's message LabelUserInput unless
+// it is lower; a client passes on text it did not write with a lower
+// label, and reads the label of every reply (see docs/trust.md).
+type Label = agentsilov1.ContentLabel
+
+// The content labels, from the most trusted to the least. A client may
+// not send LabelSystem (PermissionDenied).
+const (
+	LabelSystem       = agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM
+	LabelUserInput    = agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT
+	LabelAgentMessage = agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE
+	LabelToolRequest  = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_REQUEST
+	LabelToolOutput   = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT
+)
+
 // AgentInfo is an active agent, as Agents and AgentsOf list it.
 type AgentInfo struct {
 	// Address is the agent's canonical address, Type:owner:alias.

@@ -277,6 +277,7 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 	}
 	reply.Kind = KindResponse
 	reply.CorrelationId = env.msg.Id
+	capLabel(reply, env.msg)
 	reply.To, reply.From = env.msg.From, env.msg.To
 	if reply.Id == "" {
 		if reply.Id = env.replyID; reply.Id == "" {
@@ -446,6 +447,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	}
 	msg.From = a.key
 	msg.OnBehalfOf = a.principal(ctx)
+	capLabel(msg, a.turnMessage(ctx))
 	msg.Topic, msg.Subscription = "", "" // as onBehalf
 	n, err := a.rt.broadcast(ctx, a.owner(), a.key, pattern, msg)
 	if err != nil || a.rt.silo.Broadcast == nil {

@@ -72,13 +72,23 @@ func (a *activation) principal(ctx context.Context) string {
 	return a.owner()
 }
 
+// turnMessage returns the message the turn of ctx handles, nil outside this
+// activation's turns.
+func (a *activation) turnMessage(ctx context.Context) *Message {
+	if t := turnFrom(ctx); t != nil && t.act == a {
+		return t.msg
+	}
+	return nil
+}
+
 // onBehalf stamps msg, which this activation sends from ctx to msg.To, with
-// the principal it is on behalf of, and checks that the principal may
+// the principal it is on behalf of and its content label (capLabel), and checks that the principal may
 // message msg.To if its owner is another. A malformed msg.To is left for the
 // runtime to refuse.
 func (a *activation) onBehalf(ctx context.Context, msg *Message) error {
 	p := a.principal(ctx)
 	msg.OnBehalfOf = p
+	capLabel(msg, a.turnMessage(ctx))
 	// Only the runtime delivers topics: an agent's message is none (a
 	// batch of deliveries it made up would carry other principals).
 	msg.Topic, msg.Subscription = "", ""

@@ -103,3 +103,58 @@ func approxSize(m *Message) int {
 	}
 	return n
 }
+
+// Label is a message's content label (Message.Label): where its content
+// comes from, and so how far a model may trust it (see docs/trust.md).
+type Label = agentsilov1.ContentLabel
+
+// The content labels, from the most trusted to the least.
+const (
+	// LabelSystem: the operator's words (a model agent's prompt); never
+	// on a message a client or an agent sends.
+	LabelSystem = agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM
+	// LabelUserInput: what a client of the gateway sent.
+	LabelUserInput = agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT
+	// LabelAgentMessage: what an agent wrote (Message.Outside: an agent
+	// outside the cluster).
+	LabelAgentMessage = agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE
+	// LabelToolRequest: a tool call a model wrote, as the tool gets it.
+	LabelToolRequest = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_REQUEST
+	// LabelToolOutput: a tool's result.
+	LabelToolOutput = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT
+)
+
+// ParseLabel reads a label's name ("user-input", "tool-output", ...); ok
+// is false for any other text. Label.Name is the other way.
+func ParseLabel(name string) (l Label, ok bool) { return agentsilov1.ParseContentLabel(name) }
+
+// LabelKey is the key, in an A2A part's metadata and an MCP result's
+// _meta, of the content's label's name ("user-input", "tool-output", ...);
+// OutsideKey, beside it, is true for content from outside the cluster.
+const (
+	LabelKey   = "agentsilo.label"
+	OutsideKey = "agentsilo.outside"
+)
+
+// capLabel stamps msg, sent (or replied) by an agent while it handles in
+// (nil outside a turn): its label is LabelAgentMessage if it names none,
+// no more trusted than LabelUserInput, nor than in's (a tool request
+// counting as an agent's message: what the agent sends on is its own
+// words, unless what it read was a tool's output); it is from outside the
+// cluster if in is.
+func capLabel(msg, in *Message) {
+	l := msg.Label
+	if l == 0 {
+		l = LabelAgentMessage
+	}
+	l = l.Lower(LabelUserInput)
+	if in != nil {
+		read := in.Label
+		if read == LabelToolRequest {
+			read = LabelAgentMessage
+		}
+		l = l.Lower(read)
+		msg.Outside = msg.Outside || in.Outside
+	}
+	msg.Label = l
+}

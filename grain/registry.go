@@ -111,6 +111,12 @@ type Skill struct {
 	// model agent's definition says. Like Interleave, it stays on the
 	// silo: a type known only from the directory does not carry it.
 	Approval bool
+	// Sensitive says a model agent's tool call of the skill waits for a
+	// person's approval once the model has read untrusted content (a
+	// tool's output, or anything from outside the cluster; see package
+	// llm and docs/trust.md), whatever the model agent's definition says.
+	// Like Approval, it stays on the silo.
+	Sensitive bool
 	// Scopes are the OAuth scopes a caller proven by a token of the
 	// cluster's OpenID provider must hold to call the skill (a request
 	// whose message_type is the skill's name): the gateway, A2A and MCP
@@ -140,6 +146,14 @@ func (s Skill) Interleaving() Skill {
 //	grain.TypedSkill[Transfer, Receipt]("transfer", "Move money.").NeedsApproval()
 func (s Skill) NeedsApproval() Skill {
 	s.Approval = true
+	return s
+}
+
+// MarkSensitive returns s with Sensitive set:
+//
+//	grain.TypedSkill[Payment, Receipt]("pay", "Pay an invoice.").MarkSensitive()
+func (s Skill) MarkSensitive() Skill {
+	s.Sensitive = true
 	return s
 }
 

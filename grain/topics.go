@@ -46,6 +46,7 @@ func (a *activation) Publish(ctx context.Context, topic string, msg *Message) (s
 	if msg == nil {
 		return "", errs.New(codes.InvalidArgument, "nil message")
 	}
+	capLabel(msg, a.turnMessage(ctx))
 	if msg.Traceparent == "" {
 		if t := turnFrom(ctx); t != nil {
 			msg.Traceparent = a.rt.traceparent(ctx, t)

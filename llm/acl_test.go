@@ -43,7 +43,7 @@ func TestToolCallFollowsACL(t *testing.T) {
 	results := map[string]string{}
 	for _, m := range srv.Requests()[1].Messages {
 		if m.Role == "tool" {
-			results[m.ToolCallID] = m.Text
+			results[m.ToolCallID] = m.Data
 		}
 	}
 	if results["own"] != `{"total":1}` || !strings.Contains(results["other"], "PermissionDenied") {

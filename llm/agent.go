@@ -383,6 +383,7 @@ func reply(m *grain.Message, ans Answer) (*grain.Message, error) {
 	}
 	r := m.Response()
 	r.Message = ans.Text
+	r.Label, r.Outside = ans.label, ans.outside
 	return r, nil
 }
 
@@ -402,7 +403,7 @@ func (a *agent) ask(ctx context.Context, m *grain.Message) (Answer, error) {
 	if strings.TrimSpace(text) == "" {
 		return Answer{}, errs.New(codes.InvalidArgument, "%s: the request has no text", a.h.Address())
 	}
-	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), context: m.State[grain.StateContext]}
+	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), context: m.State[grain.StateContext], label: m.Label, outside: m.Outside}
 	if ans, ok, err := a.known(ctx, s); ok || err != nil {
 		return ans, err
 	}
@@ -437,6 +438,10 @@ type turnStart struct {
 	// context is the conversation context the request was routed by, to
 	// this agent as that context's (grain.StateContext).
 	context string
+	// label and outside are the content label of the message (unset:
+	// user-input, as a schedule entry's message).
+	label   grain.Label
+	outside bool
 }
 
 // known returns the recorded answer of s's key, if any (loading the
@@ -489,7 +494,7 @@ func (a *agent) begin(ctx context.Context, s turnStart) (*Turn, error) {
 	}
 	a.mu.Lock()
 	cur.Start = len(a.rec.Messages)
-	a.rec.Messages = append(a.rec.Messages, Message{Role: RoleUser, Text: s.text, Turn: cur.ID})
+	a.rec.Messages = append(a.rec.Messages, Message{Role: RoleUser, Text: s.text, Turn: cur.ID, Label: s.label.Name(), Outside: s.outside})
 	a.rec.Current = cur
 	if s.schedule != "" {
 		a.rec.fired(s.schedule, s.at)
@@ -519,7 +524,7 @@ func (a *agent) untended(ctx context.Context, m *grain.Message, trigger string) 
 		a.h.Logger().Debug("a message without text starts no turn", "from", m.From, "kind", m.Kind)
 		return
 	}
-	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), trigger: trigger}
+	s := turnStart{text: text, key: m.IdempotencyKey, from: m.From, principal: principalOf(m), trigger: trigger, label: m.Label, outside: m.Outside}
 	s.replyTo = a.replyTo(m, s.principal)
 	ans, ok, err := a.known(ctx, s)
 	if err == nil && !ok {
@@ -560,7 +565,7 @@ func (a *agent) published(ctx context.Context, m *grain.Message) error {
 	if strings.TrimSpace(text) == "" {
 		return grain.Poison("the message has no text")
 	}
-	s := turnStart{text: text, key: "topic/" + m.Subscription + "/" + m.Id, from: m.From, principal: principalOf(m), trigger: TriggerTopic}
+	s := turnStart{text: text, key: "topic/" + m.Subscription + "/" + m.Id, from: m.From, principal: principalOf(m), trigger: TriggerTopic, label: m.Label, outside: m.Outside}
 	s.replyTo = a.replyTo(m, s.principal)
 	if _, ok, err := a.known(ctx, s); ok || err != nil {
 		return err
@@ -659,7 +664,7 @@ func (a *agent) deliver(ctx context.Context, cur *Turn, ans Answer) {
 // send sends ans to `to`: a one-way message of AnswerType, naming the
 // turn and the idempotency key of its request in its state.
 func (a *agent) send(ctx context.Context, to string, ans Answer) {
-	msg := &grain.Message{MessageType: AnswerType, Message: ans.Text, State: map[string]string{"turn": ans.Turn, "key": ans.Key}}
+	msg := &grain.Message{MessageType: AnswerType, Message: ans.Text, State: map[string]string{"turn": ans.Turn, "key": ans.Key}, Label: ans.label, Outside: ans.outside}
 	if ans.Code != codes.OK {
 		msg.State["code"] = ans.Code.String()
 		msg.State["error"] = ans.Error

@@ -79,6 +79,10 @@ type Approval struct {
 	Original  string    `json:"original_arguments,omitempty"`
 	Requested time.Time `json:"requested"`
 	Deadline  time.Time `json:"deadline"`
+	// Why, if set, says why the call waits other than that its tool
+	// needs approval: it is sensitive and the model has read untrusted
+	// content (see docs/trust.md).
+	Why string `json:"why,omitempty"`
 	// Decision is "" while it waits, else Approved or Denied; By is the
 	// principal who decided ("" when the deadline did), At when, Reason
 	// why (a denial's reason as the model gets it).
@@ -156,13 +160,25 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 	var fresh []Approval
 	changed := false
 	a.mu.Lock()
+	// The calls of a sensitive tool wait too, or are refused, once the
+	// model has read untrusted content, however it asks (see trust.go).
+	_, _, untrusted := lowest(a.rec.Messages, a.rec.Summary)
 	for _, c := range calls {
 		t := a.tools.byName[c.Name]
-		if t == nil || !t.needsApproval(c.Arguments) {
+		why := ""
+		if t != nil && t.sensitive && untrusted != "" {
+			why = fmt.Sprintf("%s is sensitive, and the model has read untrusted content: %s", c.Name, untrusted)
+		}
+		if t == nil || (!t.needsApproval(c.Arguments) && why == "") {
 			run = append(run, c)
 			continue
 		}
 		ap := cur.approvalOf(c.ID)
+		if ap == nil && why != "" && a.t.def.OnUntrusted == OnUntrustedRefuse {
+			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: " + why + "; the agent's definition refuses such calls (on_untrusted: refuse)", IsError: true, Turn: cur.ID, Label: systemLabel})
+			changed = true
+			continue
+		}
 		if ap == nil {
 			cur.Approvals = append(cur.Approvals, Approval{
 				ID:        approvalID(a.h.Address().String()),
@@ -170,6 +186,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 				Call:      c,
 				Requested: now,
 				Deadline:  now.Add(a.t.def.Limits.approvalTimeout()),
+				Why:       why,
 			})
 			fresh = append(fresh, cur.Approvals[len(cur.Approvals)-1])
 			changed, waiting = true, true
@@ -190,7 +207,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 			if ap.Reason != "" {
 				text += ": " + ap.Reason
 			}
-			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: text, IsError: true, Turn: cur.ID})
+			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: text, IsError: true, Turn: cur.ID, Label: systemLabel})
 			changed = true
 		default:
 			waiting = true
@@ -281,6 +298,9 @@ func describe(aps []Approval) string {
 			b.WriteString("; ")
 		}
 		fmt.Fprintf(&b, "%s(%s) waits for approval, id %s, until %s", ap.Call.Name, clipText(ap.Call.Arguments, 300), ap.ID, ap.Deadline.UTC().Format(time.RFC3339))
+		if ap.Why != "" {
+			fmt.Fprintf(&b, " (%s)", ap.Why)
+		}
 	}
 	return b.String()
 }

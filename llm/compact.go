@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 	"google.golang.org/grpc/codes"
 )
 
@@ -75,6 +76,8 @@ func (a *agent) compact(ctx context.Context, rc runContext, cur *Turn) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := Summary{Text: strings.TrimSpace(resp.Text), Through: gone[len(gone)-1].Turn, At: a.t.opts.clk.Now(), Turn: cur.ID, Turns: foldedTurns(gone)}
+	folded, outside, _ := lowest(gone, prev)
+	s.Label, s.Outside = folded.Name(), outside
 	if prev != nil {
 		s.Turns += prev.Turns
 		s.Usage = prev.Usage
@@ -91,18 +94,23 @@ func (a *agent) compact(ctx context.Context, rc runContext, cur *Turn) error {
 }
 
 // system is the system prompt of the agent's requests: the definition's,
-// then the summary of the earlier turns if there is one.
-func (a *agent) system() string {
+// then the summary of the earlier turns if there is one (fenced, if what
+// it folds is below user-input; fenced says so).
+func (a *agent) system() (prompt string, fenced bool) {
 	a.mu.Lock()
 	s := a.rec.Summary
 	a.mu.Unlock()
 	if s == nil || s.Text == "" {
-		return a.t.def.SystemPrompt
+		return a.t.def.SystemPrompt, false
+	}
+	text := s.Text
+	if l := summaryLabel(s); l.Lower(grain.LabelUserInput) != grain.LabelUserInput {
+		text, fenced = fence(text, l, s.Outside, "summary"), true
 	}
 	if a.t.def.SystemPrompt == "" {
-		return summaryHeading + "\n" + s.Text
+		return summaryHeading + "\n" + text, fenced
 	}
-	return a.t.def.SystemPrompt + "\n\n" + summaryHeading + "\n" + s.Text
+	return a.t.def.SystemPrompt + "\n\n" + summaryHeading + "\n" + text, fenced
 }
 
 // foldedTurns counts the turns of msgs.
@@ -128,12 +136,16 @@ func transcript(prev *Summary, msgs []Message) string {
 	}
 	b.WriteString("Turns to fold in:\n")
 	for _, m := range msgs {
+		text := clipText(m.Text, maxFoldedText)
+		if fenced(m) {
+			text = fence(text, labelOf(m), m.Outside, m.Name)
+		}
 		switch m.Role {
 		case RoleTool:
-			fmt.Fprintf(&b, "tool result (%s): %s\n", m.Name, clipText(m.Text, maxFoldedText))
+			fmt.Fprintf(&b, "tool result (%s): %s\n", m.Name, text)
 		default:
 			if m.Text != "" {
-				fmt.Fprintf(&b, "%s: %s\n", m.Role, clipText(m.Text, maxFoldedText))
+				fmt.Fprintf(&b, "%s: %s\n", m.Role, text)
 			}
 			for _, c := range m.ToolCalls {
 				fmt.Fprintf(&b, "%s called %s(%s)\n", m.Role, c.Name, clipText(c.Arguments, maxFoldedText))

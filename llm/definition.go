@@ -34,6 +34,7 @@ import (
 //	  - directory: true
 //	  - memory: true
 //	approval: [Orders_cancel]
+//	sensitive: [Orders_refund]    # after untrusted content: approval
 //	scopes: [orders:read]         # what a token's caller needs
 //	limits:
 //	  max_rounds: 8
@@ -65,6 +66,17 @@ type Definition struct {
 	// "Approvals" in the package doc); each must be one of the agent's
 	// tools.
 	Approval []string `json:"approval,omitempty"`
+	// Sensitive names tools that the model may not call, once it has read
+	// untrusted content (a tool's output, or anything from outside the
+	// cluster; see docs/trust.md), without a person's approval; each must
+	// be one of the agent's tools. A skill whose TypeInfo marks it
+	// (grain.Skill.Sensitive) is sensitive whatever this says.
+	Sensitive []string `json:"sensitive,omitempty"`
+	// OnUntrusted says what becomes of such a call: OnUntrustedApprove
+	// ("approve", the default) parks it for a person's approval, as the
+	// approval list's calls are; OnUntrustedRefuse ("refuse") does not run
+	// it, and the model is told why.
+	OnUntrusted string `json:"on_untrusted,omitempty"`
 	// Scopes are the OAuth scopes a caller proven by a token of the
 	// cluster's OpenID provider needs for every skill of the type
 	// (grain.Skill.Scopes): without one, a call is PermissionDenied
@@ -386,6 +398,16 @@ func (d *Definition) Validate() error {
 		if !toolName.MatchString(name) {
 			return bad(fmt.Sprintf("approval[%d]", i), "%q is not a tool name ([A-Za-z0-9_-]{1,64})", clipText(name, 80))
 		}
+	}
+	for i, name := range d.Sensitive {
+		if !toolName.MatchString(name) {
+			return bad(fmt.Sprintf("sensitive[%d]", i), "%q is not a tool name ([A-Za-z0-9_-]{1,64})", clipText(name, 80))
+		}
+	}
+	switch d.OnUntrusted {
+	case "", OnUntrustedApprove, OnUntrustedRefuse:
+	default:
+		return bad("on_untrusted", "%q is neither %q nor %q", clipText(d.OnUntrusted, 80), OnUntrustedApprove, OnUntrustedRefuse)
 	}
 	for i, sc := range d.Scopes {
 		if sc == "" || len(sc) > 256 || strings.ContainsAny(sc, " \t\r\n\"\\") {

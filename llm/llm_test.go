@@ -254,7 +254,10 @@ func TestLoop(t *testing.T) {
 				results := map[string]string{}
 				for _, m := range second.Messages {
 					if m.Role == "tool" {
-						results[m.ToolCallID] = m.Text
+						results[m.ToolCallID] = m.Data
+						if m.Label != "agent-message" {
+							t.Errorf("the result of %s is fenced as %q, want agent-message (an agent's reply)", m.ToolCallID, m.Label)
+						}
 					}
 				}
 				if results["c1"] != `{"total":2}` || results["c2"] != `{"total":3}` {

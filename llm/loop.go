@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 // runContext is how a turn runs.
@@ -104,10 +105,17 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 			return Answer{}, err
 		}
 		a.push(ctx, rc, ProgressType, fmt.Sprintf("round %d: asking %s", cur.Rounds+1, def.Model.Name))
+		// What is below user-input goes between data marks (see
+		// trust.go).
+		msgs, anyFenced := forModel(a.rec.Messages)
+		system, summaryFenced := a.system()
+		if anyFenced || summaryFenced {
+			system = strings.TrimSpace(system + "\n\n" + fenceNote)
+		}
 		resp, err := a.complete(ctx, rc, &Request{
 			Model:           def.Model.Name,
-			System:          a.system(),
-			Messages:        a.withSession(a.rec.Messages, cur),
+			System:          system,
+			Messages:        a.withSession(msgs, cur),
 			Tools:           a.tools.specs,
 			MaxOutputTokens: maxTokens,
 		})
@@ -233,6 +241,10 @@ type toolResult struct {
 	call    ToolCall
 	text    string
 	isError bool
+	// label and outside are the result's content label: tool-output, or
+	// the label of the reply of the agent the tool asked.
+	label   grain.Label
+	outside bool
 }
 
 // runTools runs calls, the tool calls of the turn's last response that
@@ -248,11 +260,17 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 	}()
 	results := make(chan toolResult, len(calls))
 	round := cur.Rounds
+	// What the calls send is a tool request, no more trusted than what
+	// the model has read.
+	a.mu.Lock()
+	read, outside, _ := lowest(a.rec.Messages, a.rec.Summary)
+	a.mu.Unlock()
+	sending := grain.LabelToolRequest.Lower(read)
 	for _, c := range calls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results <- a.runTool(tctx, rc, cur, round, c)
+			results <- a.runTool(tctx, rc, cur, round, c, sending, outside)
 		}()
 	}
 	for range calls {
@@ -270,7 +288,7 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 			return errs.Wrap(code, err, "%s: the turn's tools", a.h.Address())
 		}
 		a.mu.Lock()
-		a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: r.call.ID, Name: r.call.Name, Text: r.text, IsError: r.isError, Turn: cur.ID})
+		a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: r.call.ID, Name: r.call.Name, Text: r.text, IsError: r.isError, Turn: cur.ID, Label: r.label.Name(), Outside: r.outside})
 		a.mu.Unlock()
 		if err := a.save(ctx); err != nil {
 			return err
@@ -283,8 +301,10 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 // runTool runs one call: a tool the definition does not give, arguments
 // that are not JSON or not the tool's schema, and the tool's own error all
 // become a result the model sees.
-func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int, c ToolCall) toolResult {
-	r := toolResult{call: c, isError: true}
+func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int, c ToolCall, sending grain.Label, outside bool) toolResult {
+	// The loop's own words (no such tool, arguments the schema refuses)
+	// are system; what the tool returns, or fails with, tool-output.
+	r := toolResult{call: c, isError: true, label: grain.LabelSystem}
 	t := a.tools.byName[c.Name]
 	if t == nil {
 		r.text = fmt.Sprintf("error: there is no tool %q; the tools are: %s", clipText(c.Name, 64), strings.Join(a.tools.names(), ", "))
@@ -303,8 +323,13 @@ func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int
 	}
 	a.push(ctx, rc, ProgressType, "calling "+c.Name)
 	sctx, step := a.t.tracer.tool(ctx, c.Name, c.ID)
-	out, err := t.run(sctx, callContext{host: a.h, key: cur.ID + "/" + strconv.Itoa(round) + "/" + c.ID, ownOnly: rc.ownOnly}, json.RawMessage(args))
+	r.label = grain.LabelToolOutput
+	var got resultLabel
+	out, err := t.run(sctx, callContext{host: a.h, key: cur.ID + "/" + strconv.Itoa(round) + "/" + c.ID, ownOnly: rc.ownOnly, label: sending, outside: outside, result: &got}, json.RawMessage(args))
 	step.end(err)
+	if got.set {
+		r.label, r.outside = got.label, got.outside
+	}
 	if err != nil {
 		r.text = fmt.Sprintf("error (%s): %s", errs.Code(err), clipText(err.Error(), a.t.opts.maxToolResult))
 		return r
@@ -355,9 +380,12 @@ func (a *agent) end(ctx context.Context, failure error) (Answer, error) {
 	} else if msgs := a.rec.turnMessages(); len(msgs) > 0 {
 		ans.Text = msgs[len(msgs)-1].Text
 	}
+	// The answer is no more trusted than what the model read.
+	read, outside, _ := lowest(a.rec.Messages, a.rec.Summary)
+	ans.label, ans.outside = grain.LabelAgentMessage.Lower(read), outside
 	if _, calls := a.rec.pending(); len(calls) > 0 {
 		for _, c := range calls {
-			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: the turn ended: " + clipText(ans.Error, 300), IsError: true, Turn: cur.ID})
+			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: the turn ended: " + clipText(ans.Error, 300), IsError: true, Turn: cur.ID, Label: systemLabel})
 		}
 	}
 	a.rec.keepDecisions(cur)

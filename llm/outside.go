@@ -347,5 +347,5 @@ func backgroundMessage(m *grain.Message) *grain.Message {
 			fmt.Fprintf(&b, "\n(cut: the whole answer is in the working memory under the key %q: get_from_working_memory)", backgroundKey(name, task))
 		}
 	}
-	return &grain.Message{From: m.From, OnBehalfOf: m.OnBehalfOf, Kind: m.Kind, IdempotencyKey: m.IdempotencyKey, Message: b.String()}
+	return &grain.Message{From: m.From, OnBehalfOf: m.OnBehalfOf, Kind: m.Kind, IdempotencyKey: m.IdempotencyKey, Message: b.String(), Label: grain.LabelAgentMessage.Lower(m.Label), Outside: true}
 }

@@ -299,7 +299,9 @@ func TestOutsideTools(t *testing.T) {
 	if q := toolResults(reqs[3])["q1"]; q.IsError || !strings.Contains(q.Text, "question 1 of 1?") || taskID == "" {
 		t.Errorf("the question: %+v (task %q)", q, taskID)
 	}
-	if r := toolResults(reqs[4])["q2"]; r.IsError || r.Text != "answers: blue" {
+	if r := toolResults(reqs[4])["q2"]; r.IsError || r.Data != "answers: blue" || r.Label != "tool-output" || !r.Outside {
+		// tool-output: the conversation holds the MCP server's results, so
+		// what the model sends is tool-output, and the reply to it too.
 		t.Errorf("the answer's result: %+v", r)
 	}
 

@@ -60,6 +60,13 @@ type Message struct {
 	// Turn is the id of the turn the message belongs to (in the agent's
 	// record; providers ignore it).
 	Turn string `json:"turn,omitempty"`
+	// Label is the content label of a user or tool message, by its name
+	// (grain.Label.Name: "user-input", "agent-message", "tool-output",
+	// ...), and Outside says it came from outside the cluster. The loop
+	// fences the text of one below user-input in what the model receives
+	// (see docs/trust.md); providers ignore both.
+	Label   string `json:"label,omitempty"`
+	Outside bool   `json:"outside,omitempty"`
 }
 
 // ToolCall is a call of a tool by the model.

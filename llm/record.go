@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/agentsilo/agentsilo/grain"
 )
 
 // The durable record. A model agent keeps one JSON value in its state
@@ -72,6 +74,11 @@ type Summary struct {
 	At    time.Time `json:"at"`
 	Turn  string    `json:"turn"`
 	Usage Usage     `json:"usage"`
+	// Label and Outside are the least trusted content it folds (see
+	// Message.Label): a summary of a tool's output is tool-output, and is
+	// fenced as such in the system prompt.
+	Label   string `json:"label,omitempty"`
+	Outside bool   `json:"outside,omitempty"`
 }
 
 // maxContext bounds the context recorded.
@@ -161,6 +168,10 @@ type Answer struct {
 	// pending, if not empty, says the turn has not ended: it waits for
 	// these approvals.
 	pending []Approval
+	// label and outside are the answer's content label: agent-message, or
+	// lower, as the least trusted content the model read.
+	label   grain.Label
+	outside bool
 }
 
 // maxAnswers bounds the answers kept by key.

@@ -33,6 +33,10 @@ type tool struct {
 	// and any other waits.
 	approval bool
 	free     func(args string) bool
+	// sensitive: once the model has read untrusted content, its calls
+	// wait for a person's decision, or are refused (the definition's
+	// sensitive list and on_untrusted, the skill's TypeInfo).
+	sensitive bool
 }
 
 // needsApproval reports whether a call of t with args waits for a
@@ -51,6 +55,14 @@ type callContext struct {
 	// the principal who started it, and must not use the owner's rights
 	// on others' agents.
 	ownOnly bool
+	// label and outside are the content label of the messages the call
+	// sends: tool-request, or lower, as the least trusted content the
+	// model has read.
+	label   grain.Label
+	outside bool
+	// result, if not nil, gets the label of the reply of the agent the
+	// call asked (the tool's result then carries it).
+	result *resultLabel
 }
 
 // toolSet is the tools of a definition, by name, and their specs in order.
@@ -169,6 +181,13 @@ func buildTools(ctx context.Context, h grain.Host, reg *grain.Registry, def *Def
 		}
 		t.approval = true
 	}
+	for i, name := range def.Sensitive {
+		t := set.byName[name]
+		if t == nil {
+			return nil, errs.New(codes.FailedPrecondition, "definition %s: sensitive[%d]: %s is not one of the agent's tools (%s)", def.Type, i, name, strings.Join(set.names(), ", "))
+		}
+		t.sensitive = true
+	}
 	return set, nil
 }
 
@@ -245,8 +264,9 @@ func agentTools(ctx context.Context, h grain.Host, reg *grain.Registry, typ stri
 		}
 		skill := sk.Name
 		tools = append(tools, &tool{
-			approval: sk.Approval,
-			spec:     ToolSpec{Name: toolNameOf(typ, skill), Description: fmt.Sprintf("Ask a %s agent (skill %s): %s", typ, skill, desc), Schema: schema},
+			approval:  sk.Approval,
+			sensitive: sk.Sensitive,
+			spec:      ToolSpec{Name: toolNameOf(typ, skill), Description: fmt.Sprintf("Ask a %s agent (skill %s): %s", typ, skill, desc), Schema: schema},
 			run: func(ctx context.Context, c callContext, args json.RawMessage) (string, error) {
 				var a struct {
 					Agent string          `json:"agent"`
@@ -315,6 +335,7 @@ func ask(ctx context.Context, c callContext, typ, who string, msg *grain.Message
 		return nil, "", errs.New(codes.PermissionDenied, "%s is another owner's agent, and this turn was resumed without its caller (on behalf of the agent's owner): it may ask only %s's agents", addr, c.host.Owner())
 	}
 	msg.IdempotencyKey = c.key
+	msg.Label, msg.Outside = c.label, c.outside
 	r, err := c.host.Ask(ctx, addr.String(), msg)
 	if err != nil {
 		if errors.Is(err, grain.ErrApplied) {
@@ -322,6 +343,7 @@ func ask(ctx context.Context, c callContext, typ, who string, msg *grain.Message
 		}
 		return nil, "", err
 	}
+	c.result.got(r)
 	return r, "", nil
 }
 

@@ -66,7 +66,10 @@ func TestMemoryTools(t *testing.T) {
 	results := map[string]string{}
 	for _, m := range srv.Requests()[2].Messages {
 		if m.Role == "tool" {
-			results[m.ToolCallID] = m.Text
+			results[m.ToolCallID] = m.Data
+			if m.Label != "tool-output" {
+				t.Errorf("the result of %s is fenced as %q, want tool-output", m.ToolCallID, m.Label)
+			}
 		}
 	}
 	if !strings.HasPrefix(results["p"], `kept "plan"`) || !strings.Contains(results["g"], `"text":"buy milk"`) || !strings.Contains(results["s"], "buy milk") {
@@ -219,7 +222,7 @@ func TestDirectoryTools(t *testing.T) {
 			results[m.ToolCallID] = m
 		}
 	}
-	if got, want := results["s"].Text, `[{"name":"weather","kind":"a2a","description":"Weather reports.","call":"A2A:{owner}:weather","skills":[{"name":"forecast","description":"Tells the forecast."}]}]`; got != want || results["s"].IsError {
+	if got, want := results["s"].Data, `[{"name":"weather","kind":"a2a","description":"Weather reports.","call":"A2A:{owner}:weather","skills":[{"name":"forecast","description":"Tells the forecast."}]}]`; got != want || results["s"].IsError {
 		t.Errorf("search result\n%s\nwant\n%s", got, want)
 	}
 	if d := results["d"]; d.IsError || !strings.Contains(d.Text, `"Kind":"a2a"`) || !strings.Contains(d.Text, `"Tags":["forecast"]`) {
@@ -318,7 +321,7 @@ func TestMCPTools(t *testing.T) {
 	if strings.Join(first.Tools, ",") != "archive_add_note,archive_fail" || !strings.Contains(string(first.Schemas["archive_add_note"]), `"text"`) {
 		t.Errorf("tools %v, schemas %s", first.Tools, first.Schemas)
 	}
-	if got := srv.Requests()[1].LastMessage(); got.IsError || got.Text != "filed note 1\n{\"count\":1}" {
+	if got := srv.Requests()[1].LastMessage(); got.IsError || got.Data != "filed note 1\n{\"count\":1}" || got.Label != "tool-output" || !got.Outside {
 		t.Errorf("result %+v", got)
 	}
 	r, err := rt.Ask(t.Context(), &grain.Message{From: session, To: "Helper:h", MessageType: llm.SkillConversation, DataType: grain.JSONType})

@@ -96,6 +96,22 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 		Kind:        grain.KindRequest,
 		MessageType: t.skill,
 		Message:     r.text,
+		// What an MCP client's model wrote, from outside the cluster, or
+		// the lower label its _meta claims (see docs/trust.md).
+		Label:   grain.LabelToolRequest,
+		Outside: true,
+	}
+	if req.Params != nil {
+		if l, ok := req.Params.Meta[grain.LabelKey]; ok {
+			// A lower claim lowers it; a higher one counts for nothing;
+			// a name this version does not know, as tool-output.
+			name, _ := l.(string)
+			claim, known := grain.ParseLabel(name)
+			if !known {
+				claim = grain.LabelToolOutput
+			}
+			msg.Label = msg.Label.Lower(claim)
+		}
 	}
 	if r.data != nil {
 		msg.DataType, msg.Data = "application/json", r.data
@@ -217,7 +233,7 @@ func (s *Server) elicit(ctx context.Context, req *mcpsdk.CallToolRequest, asked,
 	if err != nil {
 		return nil, true, errs.Wrap(codes.Unavailable, err, "the client's answer to %s's question did not come; nothing was answered and the agent still waits", asked.GetTo())
 	}
-	next := &grain.Message{To: asked.To, From: asked.From, OnBehalfOf: asked.OnBehalfOf, Kind: grain.KindRequest, State: maps.Clone(reply.GetState())}
+	next := &grain.Message{To: asked.To, From: asked.From, OnBehalfOf: asked.OnBehalfOf, Kind: grain.KindRequest, State: maps.Clone(reply.GetState()), Label: asked.Label, Outside: asked.Outside}
 	delete(next.State, grain.StateProvisional)
 	switch {
 	case approval:
@@ -266,6 +282,14 @@ func replyResult(m *grain.Message) *mcpsdk.CallToolResult {
 	res := &mcpsdk.CallToolResult{Content: []mcpsdk.Content{}}
 	if m == nil {
 		return res
+	}
+	if l := m.GetLabel().Name(); l != "" {
+		// The reply's content label, for a client that keeps it apart
+		// (see docs/trust.md).
+		res.Meta = mcpsdk.Meta{grain.LabelKey: l}
+		if m.GetOutside() {
+			res.Meta[grain.OutsideKey] = true
+		}
 	}
 	if m.Message != "" {
 		res.Content = append(res.Content, &mcpsdk.TextContent{Text: m.Message})

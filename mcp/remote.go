@@ -298,13 +298,22 @@ func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name strin
 		if k := m.GetIdempotencyKey(); k != "" {
 			params.Meta = mcpsdk.Meta{MetaIdempotencyKey: k}
 		}
+		if l := m.GetLabel().Name(); l != "" {
+			if params.Meta == nil {
+				params.Meta = mcpsdk.Meta{}
+			}
+			params.Meta[grain.LabelKey] = l
+		}
 		res, err = s.CallTool(ctx, params)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The server's result is tool output from outside the cluster,
+	// whatever its _meta claims (a lower label than tool-output is none).
 	reply := m.Response()
+	reply.Label, reply.Outside = grain.LabelToolOutput, true
 	var texts []string
 	for _, c := range res.Content {
 		switch c := c.(type) {

@@ -48,7 +48,7 @@ func conversationModel(r fakemodel.Request) fakemodel.Step {
 	switch {
 	case last.Role == "tool":
 		return fakemodel.Step{Text: "all done", InputTokens: 150, OutputTokens: 30}
-	case last.Text == "add it up":
+	case last.Data == "add it up":
 		return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "w1", Name: "Gate_wait", Arguments: `{"agent": "g", "input": {"step": "one"}}`}}, InputTokens: 100, OutputTokens: 20}
 	}
 	return fakemodel.Step{Text: "hello there", InputTokens: 7, OutputTokens: 3}

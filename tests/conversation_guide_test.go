@@ -23,7 +23,7 @@ func guideModel(r llmtest.Request) llmtest.Step {
 	}
 	switch {
 	case last.Role == "tool":
-		found := strings.Join(strings.Fields(last.Text), " ")
+		found := strings.Join(strings.Fields(last.Data), " ")
 		return llmtest.Step{Text: "Found: " + found[:min(60, len(found))]}
 	case strings.Contains(last.Text, "find me"):
 		return llmtest.Step{ToolCalls: []llmtest.ToolCall{{ID: "s1", Name: "directory_search", Arguments: `{"text": "counts"}`}}}

@@ -70,7 +70,7 @@ func dialAs(t *testing.T, c *testcluster.Cluster, principal string, silos ...int
 // it declared; deleted, it is NotFound.
 func TestDeclaredTypeCLI(t *testing.T) {
 	srv := fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
-		return fakemodel.Step{Text: "model: " + r.LastMessage().Text}
+		return fakemodel.Step{Text: "model: " + r.LastMessage().Data}
 	})
 	defer srv.Close()
 	c := testcluster.Start(t, testcluster.Options{Silos: 3, Args: []string{"--llm-allow-private-networks"}})

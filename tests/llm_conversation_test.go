@@ -39,7 +39,7 @@ func chattyModel(r llmtest.Request) llmtest.Step {
 			n++
 		}
 	}
-	return llmtest.Step{Text: fmt.Sprintf("heard %q with %d user messages", r.LastMessage().Text, n)}
+	return llmtest.Step{Text: fmt.Sprintf("heard %q with %d user messages", r.LastMessage().Data, n)}
 }
 
 // sent reports whether the model request r carried text: in a message, or
@@ -48,7 +48,7 @@ func sent(r llmtest.Request, text string) bool {
 	if strings.Contains(r.System, text) {
 		return true
 	}
-	return slices.ContainsFunc(r.Messages, func(m llmtest.Message) bool { return strings.Contains(m.Text, text) })
+	return slices.ContainsFunc(r.Messages, func(m llmtest.Message) bool { return strings.Contains(m.Data, text) })
 }
 
 // TestConversationSurvivesKillAndRestart: a declared model type whose

@@ -38,6 +38,8 @@ func copyMessage(m *grain.Message) *grain.Message {
 		Topic:          m.Topic,
 		Subscription:   m.Subscription,
 		IdempotencyKey: m.IdempotencyKey,
+		Label:          m.Label,
+		Outside:        m.Outside,
 	}
 	if d := m.Deadline; d != nil {
 		c.Deadline = &timestamppb.Timestamp{Seconds: d.Seconds, Nanos: d.Nanos}

@@ -15,7 +15,7 @@ import (
 // testAgents cuts the hidden test flag --journal FILE from args (it stays
 // out of --help) and returns the remaining args and a function that
 // registers the test agent types with it: Journal, StateProbe, TopicSink,
-// Waiter, SessionPusher and Tally, which append what they see to FILE and files
+// Waiter, SessionPusher, Tally and LabelProbe; most append what they see to FILE and files
 // beside it for the tests to read.
 func testAgents(args []string) ([]string, func(reg *grain.Registry) error, error) {
 	args, journal, err := cutHiddenFlag(args, "journal")
@@ -33,6 +33,9 @@ func testAgents(args []string) ([]string, func(reg *grain.Registry) error, error
 			return err
 		}
 		if err := registerTally(reg, journal+".tally"); err != nil {
+			return err
+		}
+		if err := registerLabelProbe(reg); err != nil {
 			return err
 		}
 		return demoagents.RegisterJournal(reg, journal)

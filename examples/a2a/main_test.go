@@ -52,7 +52,7 @@ func TestReviewerOverA2A(t *testing.T) {
 	}
 	answer, _ := io.ReadAll(post.Body)
 	post.Body.Close()
-	if !strings.Contains(string(answer), `"parts":[{"text":"reviewed: 3 words, 1 lines"}]`) || !strings.Contains(string(answer), "TASK_STATE_COMPLETED") {
+	if !strings.Contains(string(answer), `"parts":[{"text":"reviewed: 3 words, 1 lines","metadata":{"agentsilo.label":"agent-message","agentsilo.outside":true}}]`) || !strings.Contains(string(answer), "TASK_STATE_COMPLETED") {
 		t.Errorf("the README's SendMessage answered %s", answer)
 	}
 

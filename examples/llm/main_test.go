@@ -30,7 +30,7 @@ func TestAssistant(t *testing.T) {
 	model := fakemodel.NewFunc(func(r fakemodel.Request) fakemodel.Step {
 		last := r.LastMessage()
 		if last.Role == "tool" {
-			return fakemodel.Step{Text: "The weather agent says: " + last.Text}
+			return fakemodel.Step{Text: "The weather agent says: " + last.Data}
 		}
 		return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "call_1", Name: "ask_Weather", Arguments: `{"agent": "rome", "text": "tomorrow"}`}}}
 	})
@@ -59,7 +59,7 @@ func TestAssistant(t *testing.T) {
 		t.Errorf("first request: model %q, auth %q, tools %v", first.Model, first.Header.Get("Authorization"), first.Tools)
 	}
 	last := second.LastMessage()
-	if last.Role != "tool" || last.ToolCallID != "call_1" || last.Text != "Rome: sunny, 24°C" {
+	if last.Role != "tool" || last.ToolCallID != "call_1" || last.Data != "Rome: sunny, 24°C" {
 		t.Errorf("second request's last message: %+v, want the tool's result for call_1", last)
 	}
 }

@@ -44,10 +44,10 @@ func model(r fakemodel.Request) fakemodel.Step {
 	switch {
 	case last.Role == "tool":
 		return fakemodel.Step{Text: "all done", InputTokens: 150, OutputTokens: 30}
-	case last.Text == "add it up":
+	case last.Data == "add it up":
 		return fakemodel.Step{ToolCalls: []fakemodel.ToolCall{{ID: "w1", Name: "Gate_wait", Arguments: `{"agent": "g", "input": {"step": "one"}}`}}, InputTokens: 100, OutputTokens: 20}
-	case strings.Contains(last.Text, "<script>"):
-		return fakemodel.Step{Text: "you said " + last.Text, InputTokens: 11, OutputTokens: 5}
+	case strings.Contains(last.Data, "<script>"):
+		return fakemodel.Step{Text: "you said " + last.Data, InputTokens: 11, OutputTokens: 5}
 	}
 	return fakemodel.Step{Text: "hello there", InputTokens: 7, OutputTokens: 3}
 }

@@ -356,6 +356,23 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 	if n := proto.Size(m); n > g.cfg.MaxMessageSize {
 		return errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: refused before it ran", n, g.cfg.MaxMessageSize)
 	}
+	return claimLabel(m)
+}
+
+// claimLabel checks the content label a client's message claims, and sets
+// an unset one to user-input: a client may lower its message's label
+// (send what it forwards as agent-message or tool-output), never raise it
+// above user-input. A claim of system is PermissionDenied, a value this
+// version does not know InvalidArgument.
+func claimLabel(m *agentsilov1.AgentMessage) error {
+	switch l := m.GetLabel(); {
+	case l == agentsilov1.ContentLabel_CONTENT_LABEL_UNSPECIFIED:
+		m.Label = grain.LabelUserInput
+	case l == grain.LabelSystem:
+		return errs.New(codes.PermissionDenied, "the message claims the content label system, which only the runtime gives (a client's message is user-input at most; see docs/trust.md): refused before it ran")
+	case !l.Known():
+		return errs.New(codes.InvalidArgument, "the message's content label %d is not one of system, user-input, agent-message, tool-request, tool-output: refused before it ran", int32(l))
+	}
 	return nil
 }
 

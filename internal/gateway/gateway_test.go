@@ -757,3 +757,32 @@ func TestHelloTwice(t *testing.T) {
 	}
 	wantText(t, again.ask("Echo:alice:x", "next"), "next")
 }
+
+// A client's message is user-input unless it says lower; the reply of an
+// agent handling it is agent-message, or lower as the message was; a
+// client that claims system is refused with PermissionDenied (a label
+// this version does not know, InvalidArgument), in a session and unary.
+func TestClientLabels(t *testing.T) {
+	e := startGateway(t, nil)
+	s := e.open(t, &agentsilov1.Hello{Principal: "alice"})
+	for _, tc := range []struct {
+		label, reply agentsilov1.ContentLabel
+	}{
+		{agentsilov1.ContentLabel_CONTENT_LABEL_UNSPECIFIED, grain.LabelAgentMessage},
+		{grain.LabelUserInput, grain.LabelAgentMessage},
+		{grain.LabelToolOutput, grain.LabelToolOutput},
+	} {
+		r, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Echo:alice:one", Message: "hi", Kind: agentsilov1.Kind_KIND_REQUEST, Label: tc.label}, 0))
+		if r.GetError() != nil || r.GetMessage().GetLabel() != tc.reply {
+			t.Fatalf("a message labelled %v: reply %v, want labelled %v", tc.label, r, tc.reply)
+		}
+	}
+	for label, code := range map[agentsilov1.ContentLabel]codes.Code{grain.LabelSystem: codes.PermissionDenied, 42: codes.InvalidArgument} {
+		r, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Echo:alice:one", Message: "hi", Kind: agentsilov1.Kind_KIND_REQUEST, Label: label}, 0))
+		wantCode(t, r, code)
+		ctx := metadata.AppendToOutgoingContext(t.Context(), protocol.PrincipalHeader, "bob")
+		if _, err := e.cli.Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:one", Message: "hi", Label: label}}); status.Code(err) != code {
+			t.Fatalf("unary Ask labelled %v: %v, want %v", label, err, code)
+		}
+	}
+}

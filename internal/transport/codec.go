@@ -97,7 +97,35 @@ const (
 	fMsgData    = 10
 	fMsgFiles   = 11
 	fMsgAttempt = 16
+	fMsgLabel   = 21
+	fMsgOutside = 22
 )
+
+// varintField reports whether num is a varint field of AgentMessage.
+func varintField(num protowire.Number) bool {
+	return num == fMsgKind || num == fMsgAttempt || num == fMsgLabel || num == fMsgOutside
+}
+
+// setVarint sets the varint field num of m to x.
+func setVarint(m *agentsilov1.AgentMessage, num protowire.Number, x uint64) {
+	switch num {
+	case fMsgKind:
+		m.Kind = agentsilov1.Kind(int32(x))
+	case fMsgAttempt:
+		m.Attempt = uint32(x)
+	case fMsgLabel:
+		m.Label = agentsilov1.ContentLabel(int32(x))
+	case fMsgOutside:
+		m.Outside = x != 0
+	}
+}
+
+func boolVarint(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
 
 // stringField returns the singular string field num of m, nil if num is
 // not one.
@@ -177,6 +205,8 @@ func messageSize(m *agentsilov1.AgentMessage) int {
 	}
 	n += varintSize(fMsgKind, uint64(m.Kind))
 	n += varintSize(fMsgAttempt, uint64(m.Attempt))
+	n += varintSize(fMsgLabel, uint64(m.Label))
+	n += varintSize(fMsgOutside, boolVarint(m.Outside))
 	return n
 }
 
@@ -236,7 +266,9 @@ func appendMessage(b []byte, m *agentsilov1.AgentMessage) ([]byte, error) {
 		b = protowire.AppendTag(b, fMsgFiles, protowire.BytesType)
 		b = protowire.AppendString(b, f)
 	}
-	return appendVarintField(b, fMsgAttempt, uint64(m.Attempt)), nil
+	b = appendVarintField(b, fMsgAttempt, uint64(m.Attempt))
+	b = appendVarintField(b, fMsgLabel, uint64(m.Label))
+	return appendVarintField(b, fMsgOutside, boolVarint(m.Outside)), nil
 }
 
 // envelopeSize is the encoded size of e, and its message's.
@@ -553,17 +585,13 @@ func fastSmallMessage(buf []byte, m *agentsilov1.AgentMessage) error {
 			return errSlow
 		}
 		pos += n
-		if num == fMsgKind || num == fMsgAttempt {
+		if varintField(num) {
 			x, n := consumeVarintField(buf[pos:], typ)
 			if n < 0 {
 				return errSlow
 			}
 			pos += n
-			if num == fMsgKind {
-				m.Kind = agentsilov1.Kind(int32(x))
-			} else {
-				m.Attempt = uint32(x)
-			}
+			setVarint(m, num, x)
 			continue
 		}
 		field := stringField(m, num)
@@ -616,17 +644,13 @@ func fastLargeMessage(buf []byte, m *agentsilov1.AgentMessage) error {
 		}
 		rest = rest[n:]
 		switch {
-		case num == fMsgKind || num == fMsgAttempt:
+		case varintField(num):
 			x, n := consumeVarintField(rest, typ)
 			if n < 0 {
 				return errSlow
 			}
 			rest = rest[n:]
-			if num == fMsgKind {
-				m.Kind = agentsilov1.Kind(int32(x))
-			} else {
-				m.Attempt = uint32(x)
-			}
+			setVarint(m, num, x)
 		case stringField(m, num) != nil, num == fMsgData, num == fMsgFiles:
 			if typ != protowire.BytesType {
 				return errSlow

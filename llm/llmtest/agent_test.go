@@ -115,7 +115,7 @@ func TestModelAgentInGraintest(t *testing.T) {
 				if m := second.Messages[len(second.Messages)-2]; m.Role != "assistant" || len(m.ToolCalls) != 1 || m.ToolCalls[0].ID != "c1" {
 					t.Errorf("the model's call, sent back: %+v", m)
 				}
-				if last := second.LastMessage(); last.Role != "tool" || last.ToolCallID != "c1" || last.Text != `{"status":"shipped"}` || last.IsError {
+				if last := second.LastMessage(); last.Role != "tool" || last.ToolCallID != "c1" || last.Data != `{"status":"shipped"}` || last.IsError {
 					t.Errorf("the tool's result: %+v", last)
 				}
 				var progress, text string

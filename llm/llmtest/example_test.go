@@ -61,7 +61,7 @@ func Example() {
 	fmt.Println(r.Message)
 	for _, req := range model.Requests() {
 		last := req.LastMessage()
-		fmt.Printf("request %d, step %d: %s %q\n", req.N, req.Step, last.Role, last.Text)
+		fmt.Printf("request %d, step %d: %s %q\n", req.N, req.Step, last.Role, last.Data)
 	}
 	fmt.Println("steps left:", model.Left())
 	// Output:

@@ -139,6 +139,41 @@ type Message struct {
 	// the result is an error (Anthropic's is_error).
 	ToolCallID string
 	IsError    bool
+	// Data is Text without the data marks a model agent fences content
+	// below user-input with (see docs/trust.md): the tool's result, or
+	// the agent's message, as it was; Text itself if it has no marks.
+	// Label is the content label the marks name ("tool-output",
+	// "agent-message", ...; "" without marks), Outside whether they say
+	// it came from outside the cluster.
+	Data    string
+	Label   string
+	Outside bool
+}
+
+// unfence sets m's Data, Label and Outside from its Text.
+func (m *Message) unfence() {
+	m.Data = m.Text
+	head, rest, ok := strings.Cut(m.Text, ">>\n")
+	if !ok || !strings.HasPrefix(head, "<<data ") {
+		return
+	}
+	var id string
+	label, outside := "", false
+	for _, f := range strings.Fields(strings.TrimPrefix(head, "<<data ")) {
+		switch {
+		case strings.HasPrefix(f, "label="):
+			label = strings.TrimPrefix(f, "label=")
+		case strings.HasPrefix(f, "id="):
+			id = strings.TrimPrefix(f, "id=")
+		case f == "outside":
+			outside = true
+		}
+	}
+	end := "\n<<end data id=" + id + ">>"
+	if id == "" || !strings.HasSuffix(rest, end) {
+		return
+	}
+	m.Data, m.Label, m.Outside = strings.TrimSuffix(rest, end), label, outside
 }
 
 // Request is one request the server received, parsed.
@@ -295,6 +330,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "llmtest: no such endpoint: "+r.Method+" "+r.URL.Path, http.StatusNotFound)
 		return
+	}
+	for i := range req.Messages {
+		req.Messages[i].unfence()
 	}
 	if err != nil {
 		http.Error(w, "llmtest: "+err.Error(), http.StatusBadRequest)

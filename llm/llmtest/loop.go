@@ -5,7 +5,7 @@ import "time"
 // Loop answers any conversation in the shape of one tool loop, for
 // NewFunc: to a request whose last message is the user's it calls Tool
 // with Arguments; to one whose last message is a tool's result it answers
-// with Answer followed by that result. So every turn is two model calls
+// with Answer followed by that result (within its data marks). So every turn is two model calls
 // and one tool call, whatever the conversation before it, and many
 // conversations can share one server:
 //
@@ -30,7 +30,7 @@ func (l Loop) Respond(r Request) Step {
 		if answer == "" {
 			answer = "done: "
 		}
-		return Step{Text: answer + last.Text, Delay: l.Latency}
+		return Step{Text: answer + last.Data, Delay: l.Latency}
 	}
 	return Step{ToolCalls: []ToolCall{{Name: l.Tool, Arguments: l.Arguments}}, Delay: l.Latency}
 }

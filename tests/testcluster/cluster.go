@@ -56,6 +56,8 @@ type Options struct {
 	StartConcurrency int
 	// A2A serves A2A on each silo (--a2a-addr Silo.A2AAddr).
 	A2A bool
+	// MCP serves MCP on each silo (--mcp-addr Silo.MCPAddr).
+	MCP bool
 	// Netns runs each silo in a network namespace of its own, joined to a
 	// bridge in the test's namespace by a veth pair (see Cut), instead of
 	// on loopback addresses; the embedded etcd listens on the bridge. It
@@ -105,6 +107,8 @@ type Silo struct {
 	GatewayAddr, PeerAddr, GossipAddr, HTTPAddr string
 	// A2AAddr is the A2A address, with Options.A2A; else empty.
 	A2AAddr string
+	// MCPAddr is the MCP address, with Options.MCP; else empty.
+	MCPAddr string
 	// LogPath is the silo's log file, appended to across restarts.
 	LogPath string
 
@@ -228,6 +232,9 @@ func Start(tb TB, opts Options) *Cluster {
 			if opts.A2A {
 				s.A2AAddr = s.IP + ":9090"
 			}
+			if opts.MCP {
+				s.MCPAddr = s.IP + ":9191"
+			}
 			c.silos = append(c.silos, s)
 			continue
 		}
@@ -237,6 +244,9 @@ func Start(tb TB, opts Options) *Cluster {
 		s.GossipAddr = pick(freeTCPUDP, s.IP)
 		if opts.A2A {
 			s.A2AAddr = pick(freeTCP, s.IP)
+		}
+		if opts.MCP {
+			s.MCPAddr = pick(freeTCP, s.IP)
 		}
 		c.silos = append(c.silos, s)
 	}
@@ -432,6 +442,9 @@ func (s *Silo) args() []string {
 	}
 	if u := c.NATSURL(); u != "" {
 		args = append(args, "--topic-store", u)
+	}
+	if s.MCPAddr != "" {
+		args = append(args, "--mcp-addr", s.MCPAddr)
 	}
 	return append(args, c.opts.Args...)
 }

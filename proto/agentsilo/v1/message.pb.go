@@ -85,6 +85,79 @@ func (Kind) EnumDescriptor() ([]byte, []int) {
 	return file_agentsilo_v1_message_proto_rawDescGZIP(), []int{0}
 }
 
+// ContentLabel says where a message's content comes from, and so how far
+// a model may trust it: the runtime sets it where it knows (see
+// docs/trust.md). The values go from the most trusted to the least; a
+// sender may lower a message's label, never raise it.
+type ContentLabel int32
+
+const (
+	// UNSPECIFIED: not set; the runtime sets it (a client's message becomes
+	// USER_INPUT, an agent's AGENT_MESSAGE).
+	ContentLabel_CONTENT_LABEL_UNSPECIFIED ContentLabel = 0
+	// SYSTEM: the operator's own words, such as a model agent's prompt. No
+	// client and no agent may send it.
+	ContentLabel_CONTENT_LABEL_SYSTEM ContentLabel = 1
+	// USER_INPUT: what a client of the gateway sent, on behalf of its
+	// principal.
+	ContentLabel_CONTENT_LABEL_USER_INPUT ContentLabel = 2
+	// AGENT_MESSAGE: what an agent wrote (with outside set: an agent
+	// outside the cluster, over A2A).
+	ContentLabel_CONTENT_LABEL_AGENT_MESSAGE ContentLabel = 3
+	// TOOL_REQUEST: a tool call a model wrote, as the tool receives it.
+	ContentLabel_CONTENT_LABEL_TOOL_REQUEST ContentLabel = 4
+	// TOOL_OUTPUT: a tool's result, such as an MCP server's: data, never
+	// instructions.
+	ContentLabel_CONTENT_LABEL_TOOL_OUTPUT ContentLabel = 5
+)
+
+// Enum value maps for ContentLabel.
+var (
+	ContentLabel_name = map[int32]string{
+		0: "CONTENT_LABEL_UNSPECIFIED",
+		1: "CONTENT_LABEL_SYSTEM",
+		2: "CONTENT_LABEL_USER_INPUT",
+		3: "CONTENT_LABEL_AGENT_MESSAGE",
+		4: "CONTENT_LABEL_TOOL_REQUEST",
+		5: "CONTENT_LABEL_TOOL_OUTPUT",
+	}
+	ContentLabel_value = map[string]int32{
+		"CONTENT_LABEL_UNSPECIFIED":   0,
+		"CONTENT_LABEL_SYSTEM":        1,
+		"CONTENT_LABEL_USER_INPUT":    2,
+		"CONTENT_LABEL_AGENT_MESSAGE": 3,
+		"CONTENT_LABEL_TOOL_REQUEST":  4,
+		"CONTENT_LABEL_TOOL_OUTPUT":   5,
+	}
+)
+
+func (x ContentLabel) Enum() *ContentLabel {
+	p := new(ContentLabel)
+	*p = x
+	return p
+}
+
+func (x ContentLabel) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ContentLabel) Descriptor() protoreflect.EnumDescriptor {
+	return file_agentsilo_v1_message_proto_enumTypes[1].Descriptor()
+}
+
+func (ContentLabel) Type() protoreflect.EnumType {
+	return &file_agentsilo_v1_message_proto_enumTypes[1]
+}
+
+func (x ContentLabel) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ContentLabel.Descriptor instead.
+func (ContentLabel) EnumDescriptor() ([]byte, []int) {
+	return file_agentsilo_v1_message_proto_rawDescGZIP(), []int{1}
+}
+
 // AgentMessage is the one message type of agentsilo: every kind (request,
 // response, one-way, event) carries it, with its tracing and routing.
 type AgentMessage struct {
@@ -139,8 +212,19 @@ type AgentMessage struct {
 	// Ask safely: within the runtime's window, a key is handed to a receiver
 	// once (a retried Ask gets the first answer).
 	IdempotencyKey string `protobuf:"bytes,20,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// label says where the content (text, data and files) comes from. The
+	// runtime sets it where it knows and caps it: a client's message is
+	// USER_INPUT at most (SYSTEM is refused with PermissionDenied), and a
+	// message an agent sends, or its reply, is no more trusted than the
+	// message its turn handles, nor than USER_INPUT (see docs/trust.md).
+	Label ContentLabel `protobuf:"varint,21,opt,name=label,proto3,enum=agentsilo.v1.ContentLabel" json:"label,omitempty"`
+	// outside says the content comes from outside the cluster: an A2A
+	// client, an outside A2A agent's answer. It is kept as the content moves
+	// on (an agent's message, or reply, from a turn handling such a message
+	// has it too); a sender may set it, never clear it.
+	Outside       bool `protobuf:"varint,22,opt,name=outside,proto3" json:"outside,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentMessage) Reset() {
@@ -313,11 +397,25 @@ func (x *AgentMessage) GetIdempotencyKey() string {
 	return ""
 }
 
+func (x *AgentMessage) GetLabel() ContentLabel {
+	if x != nil {
+		return x.Label
+	}
+	return ContentLabel_CONTENT_LABEL_UNSPECIFIED
+}
+
+func (x *AgentMessage) GetOutside() bool {
+	if x != nil {
+		return x.Outside
+	}
+	return false
+}
+
 var File_agentsilo_v1_message_proto protoreflect.FileDescriptor
 
 const file_agentsilo_v1_message_proto_rawDesc = "" +
 	"\n" +
-	"\x1aagentsilo/v1/message.proto\x12\fagentsilo.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc3\x05\n" +
+	"\x1aagentsilo/v1/message.proto\x12\fagentsilo.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8f\x06\n" +
 	"\fAgentMessage\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x12\n" +
@@ -340,7 +438,9 @@ const file_agentsilo_v1_message_proto_rawDesc = "" +
 	"\rcall_chain_id\x18\x11 \x01(\tR\vcallChainId\x12\x14\n" +
 	"\x05topic\x18\x12 \x01(\tR\x05topic\x12\"\n" +
 	"\fsubscription\x18\x13 \x01(\tR\fsubscription\x12'\n" +
-	"\x0fidempotency_key\x18\x14 \x01(\tR\x0eidempotencyKey\x1a8\n" +
+	"\x0fidempotency_key\x18\x14 \x01(\tR\x0eidempotencyKey\x120\n" +
+	"\x05label\x18\x15 \x01(\x0e2\x1a.agentsilo.v1.ContentLabelR\x05label\x12\x18\n" +
+	"\aoutside\x18\x16 \x01(\bR\aoutside\x1a8\n" +
 	"\n" +
 	"StateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -351,7 +451,14 @@ const file_agentsilo_v1_message_proto_rawDesc = "" +
 	"\fKIND_ONE_WAY\x10\x02\x12\x0e\n" +
 	"\n" +
 	"KIND_EVENT\x10\x03\x12\x11\n" +
-	"\rKIND_RESPONSE\x10\x04B?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
+	"\rKIND_RESPONSE\x10\x04*\xc5\x01\n" +
+	"\fContentLabel\x12\x1d\n" +
+	"\x19CONTENT_LABEL_UNSPECIFIED\x10\x00\x12\x18\n" +
+	"\x14CONTENT_LABEL_SYSTEM\x10\x01\x12\x1c\n" +
+	"\x18CONTENT_LABEL_USER_INPUT\x10\x02\x12\x1f\n" +
+	"\x1bCONTENT_LABEL_AGENT_MESSAGE\x10\x03\x12\x1e\n" +
+	"\x1aCONTENT_LABEL_TOOL_REQUEST\x10\x04\x12\x1d\n" +
+	"\x19CONTENT_LABEL_TOOL_OUTPUT\x10\x05B?Z=github.com/agentsilo/agentsilo/proto/agentsilo/v1;agentsilov1b\x06proto3"
 
 var (
 	file_agentsilo_v1_message_proto_rawDescOnce sync.Once
@@ -365,23 +472,25 @@ func file_agentsilo_v1_message_proto_rawDescGZIP() []byte {
 	return file_agentsilo_v1_message_proto_rawDescData
 }
 
-var file_agentsilo_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_agentsilo_v1_message_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_agentsilo_v1_message_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_agentsilo_v1_message_proto_goTypes = []any{
 	(Kind)(0),                     // 0: agentsilo.v1.Kind
-	(*AgentMessage)(nil),          // 1: agentsilo.v1.AgentMessage
-	nil,                           // 2: agentsilo.v1.AgentMessage.StateEntry
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(ContentLabel)(0),             // 1: agentsilo.v1.ContentLabel
+	(*AgentMessage)(nil),          // 2: agentsilo.v1.AgentMessage
+	nil,                           // 3: agentsilo.v1.AgentMessage.StateEntry
+	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
 }
 var file_agentsilo_v1_message_proto_depIdxs = []int32{
 	0, // 0: agentsilo.v1.AgentMessage.kind:type_name -> agentsilo.v1.Kind
-	2, // 1: agentsilo.v1.AgentMessage.state:type_name -> agentsilo.v1.AgentMessage.StateEntry
-	3, // 2: agentsilo.v1.AgentMessage.deadline:type_name -> google.protobuf.Timestamp
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3, // 1: agentsilo.v1.AgentMessage.state:type_name -> agentsilo.v1.AgentMessage.StateEntry
+	4, // 2: agentsilo.v1.AgentMessage.deadline:type_name -> google.protobuf.Timestamp
+	1, // 3: agentsilo.v1.AgentMessage.label:type_name -> agentsilo.v1.ContentLabel
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_agentsilo_v1_message_proto_init() }
@@ -394,7 +503,7 @@ func file_agentsilo_v1_message_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentsilo_v1_message_proto_rawDesc), len(file_agentsilo_v1_message_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
