@@ -183,12 +183,12 @@ func TestSharedSessionOverA2A(t *testing.T) {
 	}
 	send(travel, "trip-1", "I am Ada and I fly to Lisbon")
 	got := send(booking, "trip-1", "book a hotel")
-	for _, want := range []string{"Travel:dev:t was asked: I am Ada and I fly to Lisbon", "Travel:dev:t answered: seen: I am Ada", "\nbook a hotel"} {
+	for _, want := range []string{"Travel:dev:t was asked: I am Ada and I fly to Lisbon", "Travel:dev:t answered: seen: ", "<<data label=agent-message from=session", "\nbook a hotel"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Booking, in the session Travel shares, was sent\n%s\nwant %q in it", got, want)
 		}
 	}
-	if got := send(booking, "trip-2", "book a hotel"); got != "seen: book a hotel" {
+	if got := send(booking, "trip-2", "book a hotel"); strings.Contains(got, "Travel") || !strings.Contains(got, "book a hotel") {
 		t.Errorf("Booking in another context was sent %q", got)
 	}
 
@@ -209,7 +209,7 @@ func TestSharedSessionOverA2A(t *testing.T) {
 	if n, err := sdk.Conversations().DeleteAll(t.Context(), "dev"); err != nil || n != 5 {
 		t.Fatalf("delete dev's conversations: %d %v, want 5", n, err)
 	}
-	if got := send(booking, "trip-1", "book a hotel"); got != "seen: book a hotel" {
+	if got := send(booking, "trip-1", "book a hotel"); strings.Contains(got, "Travel") || !strings.Contains(got, "book a hotel") {
 		t.Errorf("Booking after the session was deleted was sent %q", got)
 	}
 }

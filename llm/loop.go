@@ -108,6 +108,8 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 		// What is below user-input goes between data marks (see
 		// trust.go).
 		msgs, anyFenced := forModel(a.rec.Messages)
+		msgs, shared := a.withSession(msgs, cur)
+		anyFenced = anyFenced || shared
 		system, summaryFenced := a.system()
 		if anyFenced || summaryFenced {
 			system = strings.TrimSpace(system + "\n\n" + fenceNote)
@@ -115,7 +117,7 @@ func (a *agent) run(ctx context.Context, rc runContext) (Answer, error) {
 		resp, err := a.complete(ctx, rc, &Request{
 			Model:           def.Model.Name,
 			System:          system,
-			Messages:        a.withSession(msgs, cur),
+			Messages:        msgs,
 			Tools:           a.tools.specs,
 			MaxOutputTokens: maxTokens,
 		})

@@ -279,27 +279,29 @@ const (
 )
 
 // withSession returns msgs, with the exchanges of the session's other
-// agents (if any) before the text of the turn's question; msgs itself is
-// not changed.
-func (a *agent) withSession(msgs []Message, cur *Turn) []Message {
+// agents (if any) before the text of the turn's question, fenced as
+// agents' messages (see trust.go), and whether it added them; msgs itself
+// is not changed.
+func (a *agent) withSession(msgs []Message, cur *Turn) ([]Message, bool) {
 	if len(a.session) == 0 || a.sessionTurn != cur.ID {
-		return msgs
+		return msgs, false
 	}
 	i := slices.IndexFunc(msgs, func(m Message) bool { return m.Turn == cur.ID && m.Role == RoleUser })
 	if i < 0 {
-		return msgs
+		return msgs, false
 	}
 	var b strings.Builder
-	b.WriteString(sessionHeading)
-	for _, e := range a.session {
+	for j, e := range a.session {
+		if j > 0 {
+			b.WriteString("\n")
+		}
 		who := grain.BaseAddress(mustAddress(e.Agent)).String()
-		b.WriteString("\n" + who + " was asked: " + e.Asked)
+		b.WriteString(who + " was asked: " + e.Asked)
 		b.WriteString("\n" + who + " answered: " + e.Answered)
 	}
-	b.WriteString("\n" + sessionEnd + "\n" + msgs[i].Text)
 	out := slices.Clone(msgs)
-	out[i].Text = b.String()
-	return out
+	out[i].Text = sessionHeading + "\n" + fence(b.String(), grain.LabelAgentMessage, false, "session") + "\n" + sessionEnd + "\n" + msgs[i].Text
+	return out, true
 }
 
 // mustAddress parses s, an address the session agent wrote; one that

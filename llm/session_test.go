@@ -71,7 +71,7 @@ func TestSharedSession(t *testing.T) {
 	}
 	askIn(t, env, "Booking:b", "c1", "book me a room")
 	q := lastQuestion()
-	for _, want := range []string{"other agents of this session", "Travel:tester:t was asked: I am Ada", "Travel:tester:t answered: Hello Ada.", "\nbook me a room"} {
+	for _, want := range []string{"other agents of this session", "<<data label=agent-message from=session", "Travel:tester:t was asked: I am Ada", "Travel:tester:t answered: Hello Ada.", "\nbook me a room"} {
 		if !strings.Contains(q, want) {
 			t.Errorf("Booking's question in the session lacks %q:\n%s", want, q)
 		}
