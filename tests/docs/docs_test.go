@@ -218,7 +218,7 @@ func TestBlocksParse(t *testing.T) {
 func TestCITestCommand(t *testing.T) {
 	root := testutil.RepoRoot(t)
 	cmd := testutil.DocBlock(t, "README.md", "ci:test")
-	for _, want := range []string{"go test ./...", "(cd deploy/k8s && go test ./...)"} {
+	for _, want := range []string{"go test -timeout 30m ./...", "(cd deploy/k8s && go test -timeout 30m ./...)"} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("README's ci:test block %q lacks %q", cmd, want)
 		}
