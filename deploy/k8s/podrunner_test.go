@@ -171,7 +171,8 @@ func (r *podRunner) reconcile() {
 				ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID},
 				Target:     corev1.ObjectReference{Kind: "Node", Name: nodeName},
 			}
-			if err := r.client.CoreV1().Pods(pod.Namespace).Bind(r.ctx, b, metav1.CreateOptions{}); err != nil && r.ctx.Err() == nil {
+			// (A conflict: the informer has not seen an earlier binding yet.)
+			if err := r.client.CoreV1().Pods(pod.Namespace).Bind(r.ctx, b, metav1.CreateOptions{}); err != nil && !apierrors.IsConflict(err) && r.ctx.Err() == nil {
 				r.logf("binding pod %s: %v", pod.Name, err)
 			}
 			continue
@@ -296,6 +297,13 @@ func (r *podRunner) run(pod *corev1.Pod, rp *runPod) {
 		}
 		return
 	}
+	// The pod's IP first, as the kubelet reports it once the pod's network
+	// is up: the DNS names of a StatefulSet's pods (etcd-0.etcd, ...)
+	// resolve only once the endpoints hold it.
+	rp.mu.Lock()
+	rp.started = time.Now()
+	rp.mu.Unlock()
+	r.report(pod, rp, "")
 	backoff := time.Second
 	for {
 		exited, err := r.startContainer(pod, rp, argv, env)
