@@ -285,12 +285,19 @@ func (r *podRunner) run(pod *corev1.Pod, rp *runPod) {
 		return
 	}
 	c := &pod.Spec.Containers[0]
-	argv, env, err := r.prepare(pod, rp, c)
-	if err != nil {
-		r.logf("pod %s: %v", pod.Name, err)
+	// As the kubelet, retry what the container needs (a Secret not made
+	// yet, ...) until it is there or the pod is deleted.
+	var argv, env []string
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		var err error
+		if argv, env, err = r.prepare(pod, rp, c); err == nil {
+			break
+		}
+		r.logf("pod %s: %v (trying again in %v)", pod.Name, err, wait)
 		r.report(pod, rp, err.Error())
-		// Wait to be deleted.
 		select {
+		case <-time.After(wait):
+			continue
 		case <-rp.terminate:
 			r.deletePod(pod.Name, pod.UID)
 		case <-r.ctx.Done():
