@@ -14,6 +14,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2asrv"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/inbox"
@@ -161,9 +162,43 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 	}
 	go func() {
 		reply, err := e.s.rt.Ask(tctx, msg)
+		e.s.record(tctx, ec, c, msg, reply, err)
 		r.done <- turnResult{reply, err}
 	}()
 	return r
+}
+
+// record records the turn of task ec in the audit, keyed by the task and
+// its message: one record per turn served, whatever its outcome. A record
+// that cannot be written is logged; the turn's outcome stands.
+func (s *Server) record(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg, reply *grain.Message, err error) {
+	if !s.audit.Enabled() {
+		return
+	}
+	mid := ""
+	if ec.Message != nil {
+		mid = ec.Message.ID
+	}
+	r := audit.Record{
+		Key:         "a2a/" + string(ec.TaskID) + "/" + mid,
+		Kind:        audit.KindA2ATask,
+		Principal:   c.caller.Principal,
+		OnBehalfOf:  []string{c.caller.Principal},
+		Agent:       msg.To,
+		Skill:       msg.MessageType,
+		Task:        string(ec.TaskID),
+		Correlation: ec.ContextID,
+		Trigger:     "a2a",
+		Outcome:     audit.OutcomeOK,
+	}
+	if err != nil {
+		r.Outcome, r.Detail = audit.OutcomeError, errs.Code(err).String()+": "+err.Error()
+	} else if t := reply.GetMessageType(); t != "" {
+		r.Detail = t
+	}
+	if aerr := s.audit.Append(context.WithoutCancel(ctx), r); aerr != nil {
+		s.logger.Error("audit: an A2A task's turn is not recorded", "task", ec.TaskID, "err", aerr)
+	}
 }
 
 // next waits for the agent's pushes or the turn's end, and returns the

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
@@ -32,6 +33,8 @@ import (
 type Deps struct {
 	// Runtime asks the agents (required).
 	Runtime *grain.Runtime
+	// Audit, if set, records every A2A tasks served (see docs/audit.md).
+	Audit *audit.Log
 	// ACL, if set, is checked on every call (see guard).
 	ACL *acl.Authority
 	// Etcd and Prefix are the silo's etcd, where tasks live (required).
@@ -64,6 +67,7 @@ type Server struct {
 	rt     *grain.Runtime
 	reg    *grain.Registry
 	acl    *acl.Authority
+	audit  *audit.Log
 	cli    *clientv3.Client
 	prefix string
 	logger *slog.Logger
@@ -138,6 +142,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		rt:      d.Runtime,
 		reg:     d.Runtime.Registry(),
 		acl:     d.ACL,
+		audit:   d.Audit,
 		cli:     d.Etcd,
 		prefix:  d.Prefix,
 		logger:  cfg.Logger.With("component", "a2a"),

@@ -2,12 +2,15 @@ package acl
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -30,6 +33,26 @@ func (s *AdminServer) admin(ctx context.Context) error {
 		return errs.New(codes.Unauthenticated, "acl: no authenticated caller")
 	}
 	return s.a.AuthorizeAdmin(c)
+}
+
+// record records a change made through the service, at revision rev
+// (the audit's key: one record per change).
+func (s *AdminServer) record(ctx context.Context, what, detail string, rev int64) {
+	l := s.a.cfg.Audit
+	if !l.Enabled() {
+		return
+	}
+	r := audit.Record{Key: "acl/" + strconv.FormatInt(rev, 10), Kind: audit.KindACL, Agent: AdminOwner + ":" + AdminAgent, Skill: what, Trigger: "admin", Detail: detail, Correlation: strconv.FormatInt(rev, 10)}
+	if c := CallerFrom(ctx); c != nil {
+		r.Principal, r.OnBehalfOf = c.Principal, []string{c.Principal}
+	}
+	if err := l.Append(ctx, r); err != nil {
+		s.a.logger.Error("audit: an ACL change is not recorded", "change", what, "revision", rev, "err", err)
+	}
+}
+
+func ruleText(r Rule) string {
+	return fmt.Sprintf("rule %d: owner %s agent %s caller %s permission %s", r.ID, r.OwnerPattern, r.AgentPattern, r.CallerPattern, r.Permission)
 }
 
 // ruleFromProto checks and converts r.
@@ -103,6 +126,7 @@ func (s *AdminServer) AddRule(ctx context.Context, req *agentsilov1.AddRuleReque
 	if err != nil {
 		return nil, err
 	}
+	s.record(ctx, "add_rule", ruleText(added), rev)
 	return &agentsilov1.AddRuleResponse{Rule: RuleProto(added), Position: int32(at + 1), Revision: rev}, nil
 }
 
@@ -126,6 +150,7 @@ func (s *AdminServer) UpdateRule(ctx context.Context, req *agentsilov1.UpdateRul
 	if err != nil {
 		return nil, err
 	}
+	s.record(ctx, "update_rule", ruleText(r), rev)
 	return &agentsilov1.UpdateRuleResponse{Rule: RuleProto(r), Revision: rev}, nil
 }
 
@@ -145,6 +170,7 @@ func (s *AdminServer) RemoveRule(ctx context.Context, req *agentsilov1.RemoveRul
 	if err != nil {
 		return nil, err
 	}
+	s.record(ctx, "remove_rule", "rule "+strconv.FormatUint(req.GetId(), 10), rev)
 	return &agentsilov1.RemoveRuleResponse{Revision: rev}, nil
 }
 
@@ -193,6 +219,7 @@ func (s *AdminServer) SetGroup(ctx context.Context, req *agentsilov1.SetGroupReq
 	if err != nil {
 		return nil, err
 	}
+	s.record(ctx, "set_group", "group "+g.GetName()+": "+strings.Join(g.GetMembers(), ","), rev)
 	return &agentsilov1.SetGroupResponse{Revision: rev}, nil
 }
 
@@ -206,7 +233,7 @@ func (s *AdminServer) Check(ctx context.Context, req *agentsilov1.CheckRequest) 
 	}
 	need, err := ParsePermission(req.GetPermission())
 	if err != nil || need == None {
-		return nil, errs.New(codes.InvalidArgument, "permission %q: want one or more of Message, Configure, Read, Admin, Approve", clip(req.GetPermission()))
+		return nil, errs.New(codes.InvalidArgument, "permission %q: want one or more of Message, Configure, Read, Admin, Approve, Audit", clip(req.GetPermission()))
 	}
 	owner, alias, err := ParseTarget(req.GetAgent())
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/retry"
 )
@@ -27,6 +28,9 @@ type Config struct {
 	OnDenied func(need Permission)
 	// Logger receives the authority's logs. Default: slog.Default().
 	Logger *slog.Logger
+	// Audit, if not nil, records the changes made through the admin
+	// service (AdminServer).
+	Audit *audit.Log
 }
 
 // Authority is a silo's view of the cluster's ACL: it watches the Store and
@@ -251,6 +255,22 @@ func (a *Authority) AuthorizeAdmin(c *Caller) error {
 		f(Admin)
 	}
 	return Denied(c, Admin, AdminOwner+":"+AdminAgent)
+}
+
+// AuthorizeAudit returns nil if c may read the audit log (Audit on
+// system:audit), else PermissionDenied.
+func (a *Authority) AuthorizeAudit(c *Caller) error {
+	p := a.policy.Load()
+	if p == nil {
+		return errs.New(codes.Unavailable, "acl: the access control list is not loaded yet; retry")
+	}
+	if p.Check(c, AdminOwner, AuditAgent, Audit).Allowed {
+		return nil
+	}
+	if f := a.cfg.OnDenied; f != nil {
+		f(Audit)
+	}
+	return Denied(c, Audit, AdminOwner+":"+AuditAgent)
 }
 
 // Update changes the stored ACL with f, which edits a copy of the current

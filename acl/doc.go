@@ -2,7 +2,7 @@
 // their evaluation, the stores that keep them, and the admin service that
 // changes them.
 //
-// A Rule grants Permission flags (Message, Configure, Read, Admin, Approve; All) to
+// A Rule grants Permission flags (Message, Configure, Read, Admin, Approve, Audit; All) to
 // the callers matching its CallerPattern (a principal, `*` or
 // `group:name`) on the agents whose owner matches its OwnerPattern and whose
 // alias matches its AgentPattern (`*`, `prefix*` or a name; case-insensitive).

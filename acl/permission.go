@@ -11,7 +11,7 @@ import (
 )
 
 // Permission is a set of permission flags: Message, Configure, Read,
-// Admin, Approve.
+// Admin, Approve, Audit.
 type Permission uint8
 
 // The permission flags. A rule grants a set of them; a check needs one or
@@ -28,8 +28,11 @@ const (
 	// Approve allows deciding a model agent's approvals (its tool calls
 	// that wait for a person); the agent's owner may always.
 	Approve Permission = 16
+	// Audit on the pseudo-agent system:audit allows reading the audit log
+	// and verifying its chains.
+	Audit Permission = 32
 	// All is every flag.
-	All Permission = Message | Configure | Read | Admin | Approve
+	All Permission = Message | Configure | Read | Admin | Approve | Audit
 	// None grants nothing: a rule with it denies what it matches.
 	None Permission = 0
 )
@@ -37,7 +40,7 @@ const (
 var permNames = [...]struct {
 	p    Permission
 	name string
-}{{Message, "Message"}, {Configure, "Configure"}, {Read, "Read"}, {Admin, "Admin"}, {Approve, "Approve"}}
+}{{Message, "Message"}, {Configure, "Configure"}, {Read, "Read"}, {Admin, "Admin"}, {Approve, "Approve"}, {Audit, "Audit"}}
 
 // String returns the flags as ACL files write them: "Message,Read", "All"
 // or "None".
@@ -71,7 +74,7 @@ func (p Permission) Has(need Permission) bool { return p&need == need }
 
 // ParsePermission parses a comma-separated list of flag names
 // (case-insensitive, spaces allowed: "Message,Read", "message, read"), "All",
-// "None", or a number from 0 to 31. "|" separates as "," does.
+// "None", or a number from 0 to 63. "|" separates as "," does.
 func ParsePermission(s string) (Permission, error) {
 	if len(s) > 256 {
 		return 0, errs.New(codes.InvalidArgument, "permission %q: too long", s[:64]+"...")
@@ -79,14 +82,14 @@ func ParsePermission(s string) (Permission, error) {
 	if t := strings.TrimSpace(s); t != "" && t[0] >= '0' && t[0] <= '9' {
 		n, err := strconv.ParseUint(t, 10, 8)
 		if err != nil || Permission(n)&^All != 0 {
-			return 0, errs.New(codes.InvalidArgument, "permission %q: a number must be 0 to 31", s)
+			return 0, errs.New(codes.InvalidArgument, "permission %q: a number must be 0 to 63", s)
 		}
 		return Permission(n), nil
 	}
 	var p Permission
 	parts := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '|' })
 	if len(parts) == 0 {
-		return 0, errs.New(codes.InvalidArgument, "permission %q: want a list of Message, Configure, Read, Admin, Approve, or All or None", s)
+		return 0, errs.New(codes.InvalidArgument, "permission %q: want a list of Message, Configure, Read, Admin, Approve, Audit, or All or None", s)
 	}
 	for _, part := range parts {
 		part = strings.TrimSpace(part)
@@ -104,7 +107,7 @@ func ParsePermission(s string) (Permission, error) {
 				}
 			}
 			if !found {
-				return 0, errs.New(codes.InvalidArgument, "permission %q: unknown flag %q; want Message, Configure, Read, Admin, Approve, All or None", s, part)
+				return 0, errs.New(codes.InvalidArgument, "permission %q: unknown flag %q; want Message, Configure, Read, Admin, Approve, Audit, All or None", s, part)
 			}
 		}
 	}

@@ -346,6 +346,9 @@ const (
 	AdminsGroup = "admins"
 	AdminOwner  = "system"
 	AdminAgent  = "acl"
+	// AuditAgent is the pseudo-agent `system:audit` that stands for the
+	// audit log: Audit on it allows reading the log.
+	AuditAgent = "audit"
 )
 
 // CheckAdmin decides whether c may change rules and groups: Admin on

@@ -73,6 +73,9 @@ type SiloConfig struct {
 	// kept (--state-store): "" or "etcd" for the silo's etcd, or a
 	// postgres:// URL for PostgreSQL (see package state).
 	StateStore string
+	// Audit configures the audit log (see package audit): on unless
+	// Audit.Off.
+	Audit AuditConfig
 	// TopicStore says where topics keep subscriptions, queues and dead
 	// letters (--topic-store): "" or "etcd" for the silo's etcd, or
 	// nats://HOST:PORT (several comma-separated) for NATS JetStream (see
@@ -458,4 +461,18 @@ type DelegationConfig struct {
 	// KeyFile is the PEM private key (RSA of 2048 bits or more, or ECDSA
 	// P-256) that signs them (--delegation-key).
 	KeyFile string
+}
+
+// AuditConfig configures a silo's audit log (see docs/audit.md).
+type AuditConfig struct {
+	// Off records nothing (--audit=false); the Audit service then answers
+	// FailedPrecondition.
+	Off bool
+	// Store is where the records are kept (--audit-store): "" for where
+	// the state store is (StateStore), "etcd" for the silo's etcd, or a
+	// postgres:// URL.
+	Store string
+	// Retention is how long records are kept (--audit-retention, default
+	// audit.DefaultRetention; negative: forever).
+	Retention time.Duration
 }

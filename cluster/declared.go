@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
@@ -45,6 +46,8 @@ type declaredTypes struct {
 	etcd etcdwatch.Follower
 	reg  *grain.Registry
 	opts []llm.Option
+	// audit records definitions applied and deleted (nil: off).
+	audit *audit.Log
 	// ownerDailyTokens is --llm-owner-daily-tokens (0: none).
 	ownerDailyTokens int64
 	clk              clock.Clock

@@ -3,6 +3,8 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
@@ -127,6 +130,7 @@ func (s *typeAdmin) ApplyType(ctx context.Context, req *agentsilov1.ApplyTypeReq
 		return nil, etcderr.FromCall(ctx, err, "declared types: store %s", def.Type)
 	}
 	out.Type.Revision = put.Header.Revision
+	s.record(ctx, caller, "apply", def.Type, sha256Hex(value), put.Header.Revision)
 	out.Unconfirmed = s.confirm(ctx, put.Header.Revision)
 	var old []byte
 	if len(got.Kvs) > 0 {
@@ -195,7 +199,8 @@ func (s *typeAdmin) unschedule(ctx context.Context, old []byte, keep map[string]
 
 // DeleteType implements agentsilov1.TypeAdminServer.
 func (s *typeAdmin) DeleteType(ctx context.Context, req *agentsilov1.DeleteTypeRequest) (*agentsilov1.DeleteTypeResponse, error) {
-	if _, err := s.check(ctx, acl.Admin); err != nil {
+	caller, err := s.check(ctx, acl.Admin)
+	if err != nil {
 		return nil, err
 	}
 	name := req.GetName()
@@ -215,6 +220,7 @@ func (s *typeAdmin) DeleteType(ctx context.Context, req *agentsilov1.DeleteTypeR
 	if del.Deleted == 0 {
 		return nil, errs.New(codes.NotFound, "no agent type %s is declared (`client types` marks the declared ones)", name)
 	}
+	s.record(ctx, caller, "delete", name, "", del.Header.Revision)
 	out := &agentsilov1.DeleteTypeResponse{Unconfirmed: s.confirm(ctx, del.Header.Revision)}
 	if len(del.PrevKvs) > 0 {
 		if err := s.unschedule(ctx, del.PrevKvs[0].Value, nil); err != nil {
@@ -222,6 +228,30 @@ func (s *typeAdmin) DeleteType(ctx context.Context, req *agentsilov1.DeleteTypeR
 		}
 	}
 	return out, nil
+}
+
+// record records a definition applied or deleted at etcd revision rev
+// (the audit's key: one record per change).
+func (s *typeAdmin) record(ctx context.Context, caller *acl.Caller, what, typ, detail string, rev int64) {
+	l := s.d.audit
+	if !l.Enabled() {
+		return
+	}
+	r := audit.Record{Key: "definition/" + strconv.FormatInt(rev, 10), Kind: audit.KindDefinition, Agent: typesACLOwner + ":" + typesACLAgent, Skill: what, Task: typ, Trigger: "admin", Correlation: strconv.FormatInt(rev, 10)}
+	if detail != "" {
+		r.Detail = "definition sha256 " + detail
+	}
+	if caller != nil {
+		r.Principal, r.OnBehalfOf = caller.Principal, []string{caller.Principal}
+	}
+	if err := l.Append(ctx, r); err != nil {
+		s.d.logger.Error("audit: a definition change is not recorded", "type", typ, "change", what, "revision", rev, "err", err)
+	}
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
 }
 
 // ListDeclaredTypes implements agentsilov1.TypeAdminServer.

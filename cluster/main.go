@@ -257,6 +257,9 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Etcd.Username, "etcd-user", "", "etcd user, for an etcd with auth enabled; the password comes from SILO_ETCD_PASSWORD or --etcd-password-file")
 	etcdPasswordFile := fs.String("etcd-password-file", "", "file holding the password of --etcd-user (one trailing newline is dropped)")
 	fs.StringVar(&cfg.StateStore, "state-store", cfg.StateStore, "where agents' state is kept: etcd (the silo's), or a postgres:// URL (prefer SILO_STATE_STORE for a URL with a password)")
+	auditOn := fs.Bool("audit", true, "record every side-effecting action in the audit log (see docs/audit.md)")
+	fs.StringVar(&cfg.Audit.Store, "audit-store", cfg.Audit.Store, "where the audit log is kept: etcd (the silo's), or a postgres:// URL; default: where --state-store keeps state")
+	fs.DurationVar(&cfg.Audit.Retention, "audit-retention", cfg.Audit.Retention, "how long audit records are kept (0: a year; negative: forever)")
 	fs.StringVar(&cfg.TopicStore, "topic-store", cfg.TopicStore, "where topics keep subscriptions and queues: etcd (the silo's), or nats://HOST:PORT for NATS JetStream, several comma-separated (prefer SILO_TOPIC_STORE for a URL with a password)")
 	fs.StringVar(&cfg.TopicNATS.CredsFile, "topic-store-creds", "", "NATS credentials file (a user JWT and its NKey seed) for --topic-store")
 	fs.StringVar(&cfg.TopicNATS.CAFile, "topic-store-ca", "", "CA certificates (PEM) that verify the NATS server's certificate: TLS to NATS")
@@ -352,6 +355,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 		}
 		cfg.Etcd.Password = strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
 	}
+	cfg.Audit.Off = !*auditOn
 	if *join != "" {
 		cfg.Join = strings.Split(*join, ",")
 	}

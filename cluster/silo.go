@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/errs"
@@ -80,6 +82,9 @@ type Silo struct {
 	topics    *topics.Service
 	topicJS   *topicstore.JetStreamStore // nil unless TopicStore is NATS
 	state     state.Store
+	audit     *audit.Log  // nil when the audit is off
+	auditSt   audit.Store // the audit's store, closed with the silo
+	auditStop context.CancelFunc
 	rt        *grain.Runtime
 	views     *views
 	sessions  *sessionsFollowViews // keeps client sessions surviving their silo (sessions.go)
@@ -191,6 +196,11 @@ func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef, d *auth.De
 	return nil
 }
 
+// auditSweepPeriod is how often a silo removes the audit records past
+// their retention (every silo does; they take turns through the heads'
+// compare-and-swap).
+const auditSweepPeriod = time.Hour
+
 // Start builds the silo's parts and starts them (see Silo). It returns once
 // the silo is in the cluster's view and serves, bounded by ctx. After a
 // failed Start, everything started is stopped again.
@@ -216,6 +226,11 @@ func (s *Silo) Start(ctx context.Context) (err error) {
 		s.logger.Warn("silos not all authenticated: the peer and gossip ports take anyone who reaches them", describeSecurity(&s.cfg)...)
 	}
 	s.views.start()
+	if s.audit != nil {
+		actx, cancel := context.WithCancel(context.Background())
+		s.auditStop = cancel
+		s.serve("audit sweep", func() error { s.audit.SweepEvery(actx, auditSweepPeriod); return nil })
+	}
 	s.sessions.start()
 	startReminders(s.reminders, s.rt, s.clk)
 	s.topics.Start(s.rt.Ask)

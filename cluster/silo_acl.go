@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/grain"
 )
@@ -20,8 +21,8 @@ const aclLoadWait = 10 * time.Second
 // startACL starts the silo's view of the cluster's ACL, kept in etcd under
 // the silo's prefix and seeded from file (the --acl-file's JSON) when etcd
 // holds none yet.
-func startACL(ctx context.Context, e *etcdstore.Store, file string, onDenied func(acl.Permission), logger *slog.Logger) (*acl.Authority, error) {
-	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), OnDenied: onDenied, Logger: logger}
+func startACL(ctx context.Context, e *etcdstore.Store, file string, onDenied func(acl.Permission), log *audit.Log, logger *slog.Logger) (*acl.Authority, error) {
+	cfg := acl.Config{Store: acl.NewEtcdStore(e.Client(), e.Prefix(), logger), OnDenied: onDenied, Logger: logger, Audit: log}
 	if file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {

@@ -14,6 +14,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agentsilo/agentsilo/a2a"
+	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
+	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/grain"
@@ -24,11 +27,45 @@ import (
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/internal/transport"
+	"github.com/agentsilo/agentsilo/llm"
 	"github.com/agentsilo/agentsilo/mcp"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"github.com/agentsilo/agentsilo/reminders"
 	"github.com/agentsilo/agentsilo/state"
 )
+
+// openAudit opens the audit log's store (--audit-store, else where the
+// state store is), unless the audit is off.
+func (s *Silo) openAudit(ctx context.Context) error {
+	if s.cfg.Audit.Off {
+		return nil
+	}
+	spec := s.cfg.Audit.Store
+	if spec == "" {
+		spec = s.cfg.StateStore
+	}
+	st, err := audit.Open(ctx, spec, s.etcd.Client(), s.etcd.Prefix())
+	if err != nil {
+		return err
+	}
+	s.auditSt = st
+	s.audit, err = audit.New(audit.Config{Store: st, Retention: s.cfg.Audit.Retention, Now: s.clk.Now, Logger: s.logger})
+	return err
+}
+
+// authorizeAudit lets through the callers that hold Audit on
+// system:audit (the gateway put the caller in ctx, or, on a gateway
+// without authentication, the principal it declared).
+func (s *Silo) authorizeAudit(ctx context.Context) error {
+	c := acl.CallerFrom(ctx)
+	if c == nil {
+		var err error
+		if c, err = auth.CallerFor(nil, auth.DeclaredPrincipal(ctx)); err != nil {
+			return err
+		}
+	}
+	return s.acl.AuthorizeAudit(c)
+}
 
 // build makes the silo's parts, in dependency order, each constructor given
 // what it needs; nothing serves yet but the embedded etcd and the ACL's
@@ -41,11 +78,15 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	if s.etcd, err = etcdstore.Start(ctx, ecfg); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
-	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.metrics.denied, s.logger); err != nil {
+	if err := s.openAudit(ctx); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if s.acl, err = startACL(ctx, s.etcd, s.cfg.ACLFile, s.metrics.denied, s.audit, s.logger); err != nil {
 		return fmt.Errorf("acl: %w", err)
 	}
 	// The declared types are registered before anything serves.
-	s.declared = newDeclaredTypes(s.etcd.Client(), s.etcd.Prefix(), s.reg, &s.cfg, s.metrics.llmOption())
+	s.declared = newDeclaredTypes(s.etcd.Client(), s.etcd.Prefix(), s.reg, &s.cfg, s.metrics.llmOption(), llm.WithAudit(s.audit))
+	s.declared.audit = s.audit
 	declaredRev, err := s.declared.load(ctx)
 	if err != nil {
 		return fmt.Errorf("declared types: %w", err)
@@ -210,15 +251,16 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	}
 	s.gw.ServeDirectory(d)
 	s.gw.RegisterService(&agentsilov1.TypeAdmin_ServiceDesc, &typeAdmin{d: s.declared, acl: s.acl, info: info, rem: s.reminders})
+	s.gw.RegisterService(&agentsilov1.Audit_ServiceDesc, &audit.Server{Log: s.audit, Authorize: s.authorizeAudit})
 	if s.a2aLis != nil {
-		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
+		deps := a2a.Deps{Outside: s.dir.outsideAgents, Runtime: s.rt, ACL: s.acl, Audit: s.audit, Etcd: s.etcd.Client(), Prefix: s.etcd.Prefix()}
 		inbox.Wire(&deps, s.inboxes)
 		if s.a2a, err = a2a.New(s.sub.a2a, deps); err != nil {
 			return err
 		}
 	}
 	if s.mcpLis != nil {
-		deps := mcp.Deps{Runtime: s.rt, ACL: s.acl}
+		deps := mcp.Deps{Runtime: s.rt, ACL: s.acl, Audit: s.audit}
 		inbox.Wire(&deps, s.inboxes)
 		if s.mcp, err = mcp.New(s.sub.mcp, deps); err != nil {
 			return err

@@ -107,6 +107,14 @@ func (s *Silo) shutdown(ctx context.Context) error {
 			errsOut = append(errsOut, fmt.Errorf("state store: %w", err))
 		}
 	}
+	if s.auditStop != nil {
+		s.auditStop()
+	}
+	if s.auditSt != nil {
+		if err := s.auditSt.Close(); err != nil {
+			errsOut = append(errsOut, fmt.Errorf("audit store: %w", err))
+		}
+	}
 	close(s.stopc)
 	if s.members != nil {
 		if leave {

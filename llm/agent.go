@@ -167,6 +167,9 @@ type agent struct {
 	// sessionTurn. Touched in turn only.
 	session     []SessionEntry
 	sessionTurn string
+	// audited are the approvals (id) and decisions ("decided/" id) this
+	// activation recorded in the audit (audit.go).
+	audited map[string]bool
 }
 
 // OnActivate implements grain.Activator: it loads the record.

@@ -219,6 +219,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 			return nil, false, err
 		}
 	}
+	a.auditApprovals(ctx, cur)
 	for _, ap := range fresh {
 		a.announce(ctx, ap)
 	}
@@ -488,6 +489,7 @@ func (a *agent) decision(ctx context.Context, principal string, d Decision) (Dec
 	if err := a.save(ctx); err != nil {
 		return Decided{}, nil, err
 	}
+	a.auditApprovals(ctx, cur)
 	return out, cur, nil
 }
 

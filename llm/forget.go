@@ -41,15 +41,16 @@ func (a *agent) forget(ctx context.Context, m *grain.Message) (*grain.Message, e
 		return nil, errs.New(codes.FailedPrecondition, "%s is in a turn: its conversation is deleted between turns; nothing was deleted", a.h.Address())
 	}
 	defer a.leave()
-	f, err := a.erase(ctx)
+	f, err := a.erase(ctx, principal)
 	if err != nil {
 		return nil, err
 	}
 	return grain.JSONReply(m, f)
 }
 
-// erase deletes the record between turns.
-func (a *agent) erase(ctx context.Context) (Forgotten, error) {
+// erase deletes the record between turns, and records it in the audit:
+// principal asked for it ("" for the retention).
+func (a *agent) erase(ctx context.Context, principal string) (Forgotten, error) {
 	if a.stale {
 		if err := a.load(ctx); err != nil {
 			return Forgotten{}, err
@@ -67,6 +68,7 @@ func (a *agent) erase(ctx context.Context) (Forgotten, error) {
 			a.stale = true
 			return Forgotten{}, err
 		}
+		a.auditForget(ctx, principal, etag, f)
 	}
 	a.mu.Lock()
 	a.rec, a.etag = Conversation{}, ""
@@ -132,7 +134,7 @@ func (a *agent) expire(ctx context.Context) {
 		a.keep(ctx)
 		return
 	}
-	f, err := a.erase(ctx)
+	f, err := a.erase(ctx, "")
 	if err != nil {
 		a.h.Logger().Warn("retention: delete the conversation", "err", err)
 		return

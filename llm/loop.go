@@ -247,6 +247,9 @@ type toolResult struct {
 	// the label of the reply of the agent the tool asked.
 	label   grain.Label
 	outside bool
+	// ran says the tool ran (it may have had effects); err is its error.
+	ran bool
+	err error
 }
 
 // runTools runs calls, the tool calls of the turn's last response that
@@ -288,6 +291,9 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 				code = codes.Canceled
 			}
 			return errs.Wrap(code, err, "%s: the turn's tools", a.h.Address())
+		}
+		if err := a.auditTool(ctx, cur, round, r); err != nil {
+			return err
 		}
 		a.mu.Lock()
 		a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: r.call.ID, Name: r.call.Name, Text: r.text, IsError: r.isError, Turn: cur.ID, Label: r.label.Name(), Outside: r.outside})
@@ -332,6 +338,7 @@ func (a *agent) runTool(ctx context.Context, rc runContext, cur *Turn, round int
 	if got.set {
 		r.label, r.outside = got.label, got.outside
 	}
+	r.ran, r.err = true, err
 	if err != nil {
 		r.text = fmt.Sprintf("error (%s): %s", errs.Code(err), clipText(err.Error(), a.t.opts.maxToolResult))
 		return r

@@ -6,6 +6,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
 
@@ -29,7 +30,8 @@ type options struct {
 	resumePeriod   time.Duration
 	maxRecordBytes int
 	tracer         trace.TracerProvider
-	metrics        *Metrics // see WithMetrics (metrics.go)
+	metrics        *Metrics   // see WithMetrics (metrics.go)
+	audit          *audit.Log // see WithAudit (audit.go)
 }
 
 // Defaults of the options.

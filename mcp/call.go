@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/inbox"
@@ -139,6 +140,7 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	done := make(chan result, 1)
 	go func() {
 		reply, err := s.rt.Ask(tctx, msg)
+		s.record(tctx, t, ri.caller.Principal, msg, reply, err)
 		done <- result{reply, err}
 	}()
 	var token any
@@ -188,6 +190,36 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 			}
 			return replyResult(reply), nil
 		}
+	}
+}
+
+// record records a tool call served in the audit, under a key of its
+// own: one record per call, whatever its outcome. A record that cannot be
+// written is logged; the call's outcome stands.
+func (s *Server) record(ctx context.Context, t *tool, principal string, msg, reply *grain.Message, err error) {
+	if !s.audit.Enabled() {
+		return
+	}
+	r := audit.Record{
+		Key:        "mcp/" + grain.NewID(),
+		Kind:       audit.KindMCPCall,
+		Principal:  principal,
+		OnBehalfOf: []string{principal},
+		Agent:      msg.To,
+		Skill:      t.name,
+		Trigger:    "mcp",
+		Outcome:    audit.OutcomeOK,
+	}
+	if st := msg.State[grain.StateContext]; st != "" {
+		r.Correlation = st
+	}
+	if err != nil {
+		r.Outcome, r.Detail = audit.OutcomeError, errs.Code(err).String()+": "+err.Error()
+	} else if mt := reply.GetMessageType(); mt != "" {
+		r.Detail = mt
+	}
+	if aerr := s.audit.Append(context.WithoutCancel(ctx), r); aerr != nil {
+		s.logger.Error("audit: an MCP tool call served is not recorded", "tool", t.name, "err", aerr)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
@@ -24,6 +25,8 @@ import (
 type Deps struct {
 	// Runtime asks the agents (required).
 	Runtime *grain.Runtime
+	// Audit, if set, records every MCP tool calls served (see docs/audit.md).
+	Audit *audit.Log
 	// ACL, if set, is checked on every listing and call.
 	ACL *acl.Authority
 
@@ -48,6 +51,7 @@ type Server struct {
 	rt      *grain.Runtime
 	reg     *grain.Registry
 	acl     *acl.Authority
+	audit   *audit.Log
 	logger  *slog.Logger
 	auth    *auth.Authenticator
 	inboxes *inbox.Inboxes
@@ -110,6 +114,7 @@ func New(cfg Config, d Deps) (*Server, error) {
 		rt:      d.Runtime,
 		reg:     d.Runtime.Registry(),
 		acl:     d.ACL,
+		audit:   d.Audit,
 		logger:  cfg.Logger.With("component", "mcp"),
 		auth:    authn,
 		inboxes: inboxes,
