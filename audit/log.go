@@ -58,8 +58,11 @@ type pendingAppend struct {
 	done chan struct{}
 }
 
+// appendTimeout bounds the write of one group.
+const appendTimeout = 10 * time.Second
+
 // maxGroup bounds the records of one group commit.
-const maxGroup = maxEtcdBatch
+const maxGroup = 40
 
 // New returns a log on cfg.Store.
 func New(cfg Config) (*Log, error) {
@@ -158,7 +161,7 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 		}
 		// The group is written on a context of its own: other callers
 		// wait for it.
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*etcdOpTimeout)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), appendTimeout)
 		_, err := l.cfg.Store.Append(wctx, p, kept)
 		cancel()
 		for _, g := range group {

@@ -2,18 +2,10 @@ package audit
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-
-	"github.com/agentsilo/agentsilo/errs"
 )
 
 // Store keeps the records, their chains' heads and their keys. Methods are
@@ -38,32 +30,9 @@ type Store interface {
 	Close() error
 }
 
-// Open returns the store spec names, as a silo's --audit-store flag takes
-// it: "" or "etcd" for the etcd store on etcdClient under prefix, a
-// postgres:// URL for a PostgreSQL store on a pool of its own.
-func Open(ctx context.Context, spec string, etcdClient *clientv3.Client, prefix string) (Store, error) {
-	switch {
-	case spec == "" || spec == "etcd":
-		if etcdClient == nil {
-			return nil, errs.New(codes.InvalidArgument, "audit store etcd: no etcd client")
-		}
-		return NewEtcd(etcdClient, prefix), nil
-	case strings.HasPrefix(spec, "postgres://"), strings.HasPrefix(spec, "postgresql://"):
-		s, err := OpenPostgres(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		return s, nil
-	}
-	scheme, _, ok := strings.Cut(spec, "://")
-	if !ok {
-		scheme = spec
-	}
-	return nil, errs.New(codes.InvalidArgument, "audit store %q: want \"etcd\" or a postgres:// URL", clip(scheme, 64))
-}
-
-// link sets the place and hashes of recs after head.
-func link(head Head, recs []Record) {
+// Link sets the place (Partition, Seq) and the hashes (Prev, Hash) of
+// recs, the records to append after head, in order. Stores call it.
+func Link(head Head, recs []Record) {
 	seq, prev := head.Seq, head.Hash
 	for i := range recs {
 		seq++
@@ -73,12 +42,6 @@ func link(head Head, recs []Record) {
 		recs[i].Hash = recs[i].Sum()
 		prev = recs[i].Hash
 	}
-}
-
-// keyID is the store's name of a record key: its SHA-256, hex.
-func keyID(key string) string {
-	s := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(s[:])
 }
 
 // Memory is a Store in memory, for tests of what sits above a store.
@@ -108,7 +71,7 @@ func (m *Memory) Append(ctx context.Context, partition string, recs []Record) ([
 	}
 	h := m.heads[partition]
 	h.Partition = partition
-	link(h, out)
+	Link(h, out)
 	if len(out) > 0 {
 		h.Seq, h.Hash = out[len(out)-1].Seq, out[len(out)-1].Hash
 	}

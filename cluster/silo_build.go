@@ -16,6 +16,7 @@ import (
 	"github.com/agentsilo/agentsilo/a2a"
 	"github.com/agentsilo/agentsilo/acl"
 	"github.com/agentsilo/agentsilo/audit"
+	"github.com/agentsilo/agentsilo/audit/auditstore"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/cluster/etcdstore"
 	"github.com/agentsilo/agentsilo/directory"
@@ -44,7 +45,7 @@ func (s *Silo) openAudit(ctx context.Context) error {
 	if spec == "" {
 		spec = s.cfg.StateStore
 	}
-	st, err := audit.Open(ctx, spec, s.etcd.Client(), s.etcd.Prefix())
+	st, err := auditstore.Open(ctx, spec, s.etcd.Client(), s.etcd.Prefix())
 	if err != nil {
 		return err
 	}
@@ -245,6 +246,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	gcfg.Topics = s.topics
 	gcfg.Broadcast = info.Broadcast
 	gcfg.ACL = s.acl
+	gcfg.Audit = s.audit
 	gcfg.TracerProvider = s.cfg.TracerProvider
 	if s.gw, err = gateway.New(gcfg, s.rt, sessions); err != nil {
 		return err

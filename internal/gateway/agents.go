@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
@@ -238,6 +239,15 @@ func (g *Gateway) DeleteState(ctx context.Context, req *agentsilov1.DeleteStateR
 	}
 	if err := st.Delete(ctx, a, etag); err != nil {
 		return nil, err
+	}
+	if l := g.cfg.Audit; l.Enabled() {
+		r := audit.Record{Key: "state/" + a.String() + "/" + etag, Kind: audit.KindStateDelete, Agent: a.String(), Skill: "DeleteState", Trigger: "admin"}
+		if c, err := unaryCaller(ctx); err == nil {
+			r.Principal, r.OnBehalfOf = c.Principal, []string{c.Principal}
+		}
+		if err := l.Append(ctx, r); err != nil {
+			g.logger.Error("audit: a deleted state is not recorded", "agent", a, "err", err)
+		}
 	}
 	return &agentsilov1.DeleteStateResponse{Address: a.String()}, nil
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentsilo/agentsilo/acl"
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/auth"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
@@ -65,6 +66,8 @@ type Config struct {
 	// ACL, if set, is enforced on every client call, and its admin service
 	// (agentsilov1.AclAdmin) is served. Nil: no access control.
 	ACL *acl.Authority
+	// Audit, if set, records the states deleted through the gateway.
+	Audit *audit.Log
 	// Cluster, if set, gives ListMembers and ListAgents the whole cluster,
 	// and session addresses name this silo so that other silos can reach
 	// them. Nil: a single silo.

@@ -1,4 +1,4 @@
-package audit_test
+package auditstore_test
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/audit"
+	"github.com/agentsilo/agentsilo/audit/auditstore"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/pgtest"
 )
@@ -28,7 +29,7 @@ func TestMemoryConformance(t *testing.T) {
 
 func TestEtcdConformance(t *testing.T) {
 	cli := etcdtest.Start(t).Client(t)
-	s := audit.NewEtcd(cli, "/conf/")
+	s := auditstore.NewEtcd(cli, "/conf/")
 	conformance(t, s, func(p string, seq uint64) {
 		// Change a record behind the log's back: its detail.
 		k := s.RecordKey(p, seq)
@@ -55,7 +56,7 @@ func TestPostgresConformance(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := audit.NewPostgres(t.Context(), pool)
+	s, err := auditstore.NewPostgres(t.Context(), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

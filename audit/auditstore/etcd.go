@@ -1,7 +1,9 @@
-package audit
+package auditstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
@@ -27,7 +30,7 @@ const maxEtcdBatch = 40
 
 // Etcd is the store in etcd, under <prefix>audit/:
 //
-//	head/<partition>          the partition's Head, JSON
+//	head/<partition>          the partition's audit.Head, JSON
 //	rec/<partition>/<seq>     a record, JSON (seq in 20 digits)
 //	key/<sha256 of its key>   <partition>/<seq> of the record of that key
 //
@@ -44,7 +47,7 @@ type Etcd struct {
 }
 
 type etcdHead struct {
-	h   Head
+	h   audit.Head
 	rev int64 // its mod revision; 0: the key does not exist
 }
 
@@ -67,7 +70,10 @@ func (s *Etcd) recPrefix(p string) string {
 func (s *Etcd) recKey(p string, seq uint64) string {
 	return fmt.Sprintf("%s%020d", s.recPrefix(p), seq)
 }
-func (s *Etcd) keyKey(key string) string { return s.root + "key/" + keyID(key) }
+func (s *Etcd) keyKey(key string) string {
+	h := sha256.Sum256([]byte(key))
+	return s.root + "key/" + hex.EncodeToString(h[:])
+}
 
 // RecordKey returns the etcd key of partition's record seq (for tests that
 // change a record behind the log's back).
@@ -91,7 +97,7 @@ func (s *Etcd) head(ctx context.Context, p string) (etcdHead, error) {
 
 // keep records the head read in kvs (none: the partition is empty).
 func (s *Etcd) keep(p string, kvs []*mvccpb.KeyValue) (etcdHead, error) {
-	h := etcdHead{h: Head{Partition: p}}
+	h := etcdHead{h: audit.Head{Partition: p}}
 	if len(kvs) > 0 {
 		if err := json.Unmarshal(kvs[0].Value, &h.h); err != nil {
 			return etcdHead{}, errs.Wrap(codes.DataLoss, err, "audit: the head of partition %s is not JSON", p)
@@ -107,8 +113,8 @@ func (s *Etcd) keep(p string, kvs []*mvccpb.KeyValue) (etcdHead, error) {
 }
 
 // Append implements Store.
-func (s *Etcd) Append(ctx context.Context, p string, recs []Record) ([]Record, error) {
-	var out []Record
+func (s *Etcd) Append(ctx context.Context, p string, recs []audit.Record) ([]audit.Record, error) {
+	var out []audit.Record
 	for len(recs) > 0 {
 		n := min(len(recs), maxEtcdBatch)
 		w, err := s.append(ctx, p, recs[:n])
@@ -121,8 +127,8 @@ func (s *Etcd) Append(ctx context.Context, p string, recs []Record) ([]Record, e
 	return out, nil
 }
 
-func (s *Etcd) append(ctx context.Context, p string, in []Record) ([]Record, error) {
-	recs := append([]Record(nil), in...)
+func (s *Etcd) append(ctx context.Context, p string, in []audit.Record) ([]audit.Record, error) {
+	recs := append([]audit.Record(nil), in...)
 	for attempt := 0; len(recs) > 0; attempt++ {
 		if err := ctx.Err(); err != nil {
 			return nil, errs.Wrap(codes.DeadlineExceeded, err, "audit: append to partition %s: may have run", p)
@@ -131,7 +137,7 @@ func (s *Etcd) append(ctx context.Context, p string, in []Record) ([]Record, err
 		if err != nil {
 			return nil, err
 		}
-		link(h.h, recs)
+		audit.Link(h.h, recs)
 		last := recs[len(recs)-1]
 		next := h.h
 		next.Seq, next.Hash = last.Seq, last.Hash
@@ -184,16 +190,16 @@ func (s *Etcd) append(ctx context.Context, p string, in []Record) ([]Record, err
 }
 
 // Heads implements Store.
-func (s *Etcd) Heads(ctx context.Context) ([]Head, error) {
+func (s *Etcd) Heads(ctx context.Context) ([]audit.Head, error) {
 	octx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
 	resp, err := s.client.Get(octx, s.root+"head/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, etcderr.FromCall(ctx, err, "audit: read the heads")
 	}
-	var out []Head
+	var out []audit.Head
 	for _, kv := range resp.Kvs {
-		var h Head
+		var h audit.Head
 		if err := json.Unmarshal(kv.Value, &h); err != nil {
 			return nil, errs.Wrap(codes.DataLoss, err, "audit: the head %s is not JSON", kv.Key)
 		}
@@ -203,7 +209,7 @@ func (s *Etcd) Heads(ctx context.Context) ([]Head, error) {
 }
 
 // Scan implements Store.
-func (s *Etcd) Scan(ctx context.Context, p string, after uint64, limit int) ([]Record, error) {
+func (s *Etcd) Scan(ctx context.Context, p string, after uint64, limit int) ([]audit.Record, error) {
 	octx, cancel := context.WithTimeout(ctx, etcdOpTimeout)
 	defer cancel()
 	from := s.recKey(p, after+1)
@@ -211,14 +217,14 @@ func (s *Etcd) Scan(ctx context.Context, p string, after uint64, limit int) ([]R
 	if err != nil {
 		return nil, etcderr.FromCall(ctx, err, "audit: read partition %s", p)
 	}
-	out := make([]Record, 0, len(resp.Kvs))
+	out := make([]audit.Record, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		var r Record
+		var r audit.Record
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			// A record that does not decode is kept as one that does not
 			// match, for Verify to name.
 			seq, _ := strconv.ParseUint(strings.TrimPrefix(string(kv.Key), s.recPrefix(p)), 10, 64)
-			r = Record{Partition: p, Seq: seq, Detail: "undecodable: " + clip(err.Error(), 200)}
+			r = audit.Record{Partition: p, Seq: seq, Detail: "undecodable: " + clip(err.Error(), 200)}
 		}
 		out = append(out, r)
 	}

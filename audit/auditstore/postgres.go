@@ -1,4 +1,4 @@
-package audit
+package auditstore
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 )
 
@@ -77,8 +78,8 @@ func NewPostgres(ctx context.Context, pool *pgxpool.Pool) (*Postgres, error) {
 }
 
 // Append implements Store.
-func (s *Postgres) Append(ctx context.Context, p string, recs []Record) ([]Record, error) {
-	var out []Record
+func (s *Postgres) Append(ctx context.Context, p string, recs []audit.Record) ([]audit.Record, error) {
+	var out []audit.Record
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(octx, s.pool, func(tx pgx.Tx) error {
@@ -88,8 +89,8 @@ func (s *Postgres) Append(ctx context.Context, p string, recs []Record) ([]Recor
 			return err
 		}
 		for _, r := range recs {
-			one := []Record{r}
-			link(h, one)
+			one := []audit.Record{r}
+			audit.Link(h, one)
 			r = one[0]
 			data, err := json.Marshal(r)
 			if err != nil {
@@ -114,23 +115,23 @@ func (s *Postgres) Append(ctx context.Context, p string, recs []Record) ([]Recor
 }
 
 // lockHead returns partition p's head, locking its row to the end of tx.
-func lockHead(ctx context.Context, tx pgx.Tx, p string) (Head, error) {
-	empty, _ := json.Marshal(Head{Partition: p})
+func lockHead(ctx context.Context, tx pgx.Tx, p string) (audit.Head, error) {
+	empty, _ := json.Marshal(audit.Head{Partition: p})
 	if _, err := tx.Exec(ctx, `INSERT INTO agentsilo_audit_head (partition, data) VALUES ($1, $2) ON CONFLICT (partition) DO NOTHING`, p, empty); err != nil {
-		return Head{}, err
+		return audit.Head{}, err
 	}
 	var data []byte
 	if err := tx.QueryRow(ctx, `SELECT data FROM agentsilo_audit_head WHERE partition = $1 FOR UPDATE`, p).Scan(&data); err != nil {
-		return Head{}, err
+		return audit.Head{}, err
 	}
-	var h Head
+	var h audit.Head
 	if err := json.Unmarshal(data, &h); err != nil {
-		return Head{}, errs.Wrap(codes.DataLoss, err, "audit: the head of partition %s is not JSON", p)
+		return audit.Head{}, errs.Wrap(codes.DataLoss, err, "audit: the head of partition %s is not JSON", p)
 	}
 	return h, nil
 }
 
-func putHead(ctx context.Context, tx pgx.Tx, h Head) error {
+func putHead(ctx context.Context, tx pgx.Tx, h audit.Head) error {
 	data, err := json.Marshal(h)
 	if err != nil {
 		return err
@@ -140,7 +141,7 @@ func putHead(ctx context.Context, tx pgx.Tx, h Head) error {
 }
 
 // Heads implements Store.
-func (s *Postgres) Heads(ctx context.Context) ([]Head, error) {
+func (s *Postgres) Heads(ctx context.Context) ([]audit.Head, error) {
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	rows, err := s.pool.Query(octx, `SELECT data FROM agentsilo_audit_head ORDER BY partition`)
@@ -148,13 +149,13 @@ func (s *Postgres) Heads(ctx context.Context) ([]Head, error) {
 		return nil, pgFail(ctx, "audit: read the heads", err)
 	}
 	defer rows.Close()
-	var out []Head
+	var out []audit.Head
 	for rows.Next() {
 		var data []byte
 		if err := rows.Scan(&data); err != nil {
 			return nil, pgFail(ctx, "audit: read the heads", err)
 		}
-		var h Head
+		var h audit.Head
 		if err := json.Unmarshal(data, &h); err != nil {
 			return nil, errs.Wrap(codes.DataLoss, err, "audit: a head is not JSON")
 		}
@@ -167,7 +168,7 @@ func (s *Postgres) Heads(ctx context.Context) ([]Head, error) {
 }
 
 // Scan implements Store.
-func (s *Postgres) Scan(ctx context.Context, p string, after uint64, limit int) ([]Record, error) {
+func (s *Postgres) Scan(ctx context.Context, p string, after uint64, limit int) ([]audit.Record, error) {
 	octx, cancel := context.WithTimeout(ctx, pgOpTimeout)
 	defer cancel()
 	rows, err := s.pool.Query(octx, `SELECT seq, data FROM agentsilo_audit WHERE partition = $1 AND seq > $2 ORDER BY seq LIMIT $3`, p, int64(after), limit)
@@ -175,7 +176,7 @@ func (s *Postgres) Scan(ctx context.Context, p string, after uint64, limit int) 
 		return nil, pgFail(ctx, "audit: read partition "+p, err)
 	}
 	defer rows.Close()
-	var out []Record
+	var out []audit.Record
 	for rows.Next() {
 		var (
 			seq  int64
@@ -184,9 +185,9 @@ func (s *Postgres) Scan(ctx context.Context, p string, after uint64, limit int) 
 		if err := rows.Scan(&seq, &data); err != nil {
 			return nil, pgFail(ctx, "audit: read partition "+p, err)
 		}
-		var r Record
+		var r audit.Record
 		if err := json.Unmarshal(data, &r); err != nil {
-			r = Record{Partition: p, Seq: uint64(seq), Detail: "undecodable: " + clip(err.Error(), 200)}
+			r = audit.Record{Partition: p, Seq: uint64(seq), Detail: "undecodable: " + clip(err.Error(), 200)}
 		}
 		out = append(out, r)
 	}
