@@ -120,6 +120,23 @@ turn goes on. Errors as for approvals approve.`, cmdDeny},
 ID, the tool and its arguments, and the deadline (past it, the call is
 denied, or approved if the definition says so). "none" if nothing waits
 (-o json: an empty list).`, cmdApprovals},
+		{"audit verify", "", "check the audit log's hash chains",
+			`Checks every partition of the audit log: each record follows the one
+before it, names its hash, and hashes to its own; prints "ok" with the
+records and partitions checked, or names the first record that does not
+match (partition/seq, its key, and why) and exits 1. Needs Audit on
+system:audit (PermissionDenied, exit 4); a silo with the audit off is
+FailedPrecondition (exit 1). -o json prints the report.`, cmdAuditVerify},
+		{"audit", "", "list the audit log's records",
+			`Lists the records of side-effecting actions, oldest first, one a line:
+time, kind, the on-behalf-of chain (principal first, joined by >), agent
+and skill or tool, outcome (and the approval decision), tokens, and the
+record's partition/seq. --agent, --principal, --kind, --since (an RFC 3339
+time or a duration back from now, 24h) filter them; --limit keeps the
+most recent (at most 1000). "none" if there are none. -o json prints them
+as a JSON list; --export jsonl as JSON lines, --export otlp as one
+OTLP/JSON logs request (for an OpenTelemetry Collector). Needs Audit on
+system:audit (PermissionDenied, exit 4).`, cmdAudit},
 		{"deactivate", "AGENT", "end an agent's activation",
 			`Ends AGENT's activation after its current turn, wherever it lives
 (needs Configure on it); its next message activates it again. An agent
