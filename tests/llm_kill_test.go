@@ -154,6 +154,11 @@ tools:
 	if got, want := tallyLines("add"), len(wantBefore)-2; got != want {
 		t.Fatalf("Tally's adds before the kill: %d; want %d", got, want)
 	}
+	// The audit holds a record of the tool call once it ran and its
+	// result is recorded, and none before (docs/audit.md).
+	if got, want := toolRecords(t, admin, loop), len(wantBefore)-2; got != want {
+		t.Fatalf("audit records of the tool call before the kill: %d; want %d", got, want)
+	}
 	c.Kill(loopSilo)
 	killed := time.Now()
 	c.WaitGone(names[loopSilo])
@@ -193,6 +198,12 @@ tools:
 	}
 	if got := roles(rec); !slices.Equal(got, []string{"user", "assistant", "tool", "assistant"}) || rec.Current != nil || len(rec.Turns) != 1 || rec.Turns[0].Rounds != 2 {
 		t.Errorf("the record after the turn: %v, current %v, turns %+v; want one turn of two rounds, ended", got, rec.Current, rec.Turns)
+	}
+	if got := toolRecords(t, admin, loop); got != 1 {
+		t.Errorf("audit records of the tool call: %d; want 1: the side effect happened once", got)
+	}
+	if rep, err := admin.Audit().Verify(t.Context()); err != nil || !rep.OK {
+		t.Errorf("audit verify: %+v, %v", rep, err)
 	}
 	if repeated != 0 || unrecorded != 0 || srv.Served() != 2 {
 		t.Errorf("the model got %d requests, %d for a recorded step already asked, %d for no recorded step; want 2, 0, 0", srv.Served(), repeated, unrecorded)
@@ -239,4 +250,14 @@ func modelRepeats(reqs []fakemodel.Request, rec llm.Conversation) (repeated, unr
 		}
 	}
 	return repeated, unrecorded
+}
+
+// toolRecords counts the audit's tool call records of agent.
+func toolRecords(t *testing.T, admin *client.Client, agent string) int {
+	t.Helper()
+	recs, err := admin.Audit().Records(t.Context(), client.AuditFilter{Agent: agent, Kind: "tool_call"})
+	if err != nil {
+		t.Fatalf("audit records of %s: %v", agent, err)
+	}
+	return len(recs)
 }
