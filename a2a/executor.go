@@ -169,8 +169,9 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 }
 
 // record records the turn of task ec in the audit, keyed by the task and
-// its message: one record per turn served, whatever its outcome. A record
-// that cannot be written is logged; the turn's outcome stands.
+// its message: one record per turn served, whatever its outcome. It is
+// written in the background, the task's answer not waiting for it; a
+// record that cannot be written is logged, the turn's outcome stands.
 func (s *Server) record(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg, reply *grain.Message, err error) {
 	if !s.audit.Enabled() {
 		return
@@ -196,9 +197,9 @@ func (s *Server) record(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	} else if t := reply.GetMessageType(); t != "" {
 		r.Detail = t
 	}
-	if aerr := s.audit.Append(context.WithoutCancel(ctx), r); aerr != nil {
+	s.audit.Go(ctx, r, func(aerr error) {
 		s.logger.Error("audit: an A2A task's turn is not recorded", "task", ec.TaskID, "err", aerr)
-	}
+	})
 }
 
 // next waits for the agent's pushes or the turn's end, and returns the

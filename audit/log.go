@@ -43,6 +43,7 @@ type Log struct {
 
 	mu    sync.Mutex
 	parts map[string]*partQueue
+	bg    sync.WaitGroup // the appends of Go
 }
 
 // partQueue is one partition's group commit: the appends that arrive
@@ -171,6 +172,31 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	<-a.done
 	return a.err
+}
+
+// Go appends r in the background (as Append does) and calls failed, if
+// not nil, with the error if it could not. Wait waits for these appends:
+// a silo waits for them before it closes the store. For records whose
+// action is done and whose caller need not wait for its record (an A2A
+// task, an MCP call served).
+func (l *Log) Go(ctx context.Context, r Record, failed func(error)) {
+	if l == nil {
+		return
+	}
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		if err := l.Append(context.WithoutCancel(ctx), r); err != nil && failed != nil {
+			failed(err)
+		}
+	}()
+}
+
+// Wait waits for the appends Go started.
+func (l *Log) Wait() {
+	if l != nil {
+		l.bg.Wait()
+	}
 }
 
 // Filter selects records.

@@ -110,6 +110,7 @@ func (s *Silo) shutdown(ctx context.Context) error {
 	if s.auditStop != nil {
 		s.auditStop()
 	}
+	s.audit.Wait() // the records of the last A2A tasks and MCP calls
 	if s.auditSt != nil {
 		if err := s.auditSt.Close(); err != nil {
 			errsOut = append(errsOut, fmt.Errorf("audit store: %w", err))

@@ -194,8 +194,9 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 }
 
 // record records a tool call served in the audit, under a key of its
-// own: one record per call, whatever its outcome. A record that cannot be
-// written is logged; the call's outcome stands.
+// own: one record per call, whatever its outcome. It is written in the
+// background, the call's result not waiting for it; a record that cannot
+// be written is logged, the call's outcome stands.
 func (s *Server) record(ctx context.Context, t *tool, principal string, msg, reply *grain.Message, err error) {
 	if !s.audit.Enabled() {
 		return
@@ -218,9 +219,9 @@ func (s *Server) record(ctx context.Context, t *tool, principal string, msg, rep
 	} else if mt := reply.GetMessageType(); mt != "" {
 		r.Detail = mt
 	}
-	if aerr := s.audit.Append(context.WithoutCancel(ctx), r); aerr != nil {
+	s.audit.Go(ctx, r, func(aerr error) {
 		s.logger.Error("audit: an MCP tool call served is not recorded", "tool", t.name, "err", aerr)
-	}
+	})
 }
 
 // typeInputRequired is the message type of a reply that asks its caller

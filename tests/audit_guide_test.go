@@ -51,7 +51,6 @@ func TestAuditGuide(t *testing.T) {
 		`"kind":"tool_call"`,
 		`"skill":"directory_search"`,
 		"ok: 2 records in ",
-		"PermissionDenied",
 		"exit 4\n",
 	} {
 		if !strings.Contains(out, want) {

@@ -145,4 +145,3 @@ func cmdAuditVerify(g *globals, name string, args []string) error {
 		return nil
 	})
 }
-
