@@ -28,8 +28,9 @@ func TestParsePermission(t *testing.T) {
 		{"5", Message | Read, true},
 		{"15", Message | Configure | Read | Admin, true},
 		{"Approve", Approve, true},
-		{"31", All, true},
-		{"32", 0, false},
+		{"63", All, true},
+		{"Audit", Audit, true},
+		{"64", 0, false},
 		{"", 0, false},
 		{",", 0, false},
 		{"Write", 0, false},
@@ -206,7 +207,7 @@ func TestParseDocument(t *testing.T) {
 	// Wrapped in "Acl", as in a settings file with other sections; ids in order.
 	d, err := ParseDocument([]byte(`{"Acl": {"Rules": [
 		{"OwnerPattern": "system", "AgentPattern": "*", "CallerPattern": "*", "Permission": "Message, Read"},
-		{"OwnerPattern": "a", "AgentPattern": "b*", "CallerPattern": "group:g", "Permission": 31}],
+		{"OwnerPattern": "a", "AgentPattern": "b*", "CallerPattern": "group:g", "Permission": 63}],
 		"Groups": {"g": ["y", "x", "x"]}}}`))
 	if err != nil {
 		t.Fatal(err)
