@@ -245,8 +245,8 @@ func TestA2AGuide(t *testing.T) {
 		`"name":"Echo:dev:e1"`,
 		`Progress/think`,
 		`"name":"Progress"`,
-		`"name":"reply","parts":[{"text":"hi over JSON-RPC"}]`,
-		`"name":"reply","parts":[{"text":"hi over HTTP+JSON"}]`,
+		`"name":"reply","parts":[{"text":"hi over JSON-RPC","metadata":{"agentsilo.label":"agent-message","agentsilo.outside":true}}]`,
+		`"name":"reply","parts":[{"text":"hi over HTTP+JSON","metadata":{"agentsilo.label":"agent-message","agentsilo.outside":true}}]`,
 	}
 	lines := strings.Split(strings.TrimSpace(testutil.DocBlock(t, "docs/a2a.md", "a2a:curl")), "\n")
 	if len(lines) != len(want) {
