@@ -3,7 +3,6 @@ package a2a_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -37,31 +36,7 @@ func TestModelAgentContextsOverA2A(t *testing.T) {
 		return llmtest.Step{Text: strings.Join(said, " | ")}
 	})
 	defer srv.Close()
-	reg := grain.NewRegistry()
-	def, err := llm.ParseDefinition(fmt.Appendf(nil, "type: Chat\nmodel: {provider: openai, base_url: %s, name: fake-1}\n", srv.OpenAIURL()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := llm.Register(reg, def, llm.WithMaxRetries(0)); err != nil {
-		t.Fatal(err)
-	}
-	cfg := cluster.DefaultSiloConfig()
-	cfg.Name = "s1"
-	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
-	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/contexts/"}
-	cfg.Logger = testutil.Logger()
-	s, err := cluster.NewSilo(cfg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	s := modelSilo(t, e, "/contexts/", "type: Chat\nmodel: {provider: openai, base_url: "+srv.OpenAIURL()+", name: fake-1}\n")
 	dev := map[string]string{"x-agentsilo-principal": "dev"}
 	asTask := taskOf(t)
 	cl := dial(t, s, "Chat/dev/main", "JSONRPC", dev)
@@ -138,33 +113,8 @@ func TestSharedSessionOverA2A(t *testing.T) {
 		return llmtest.Step{Text: "seen: " + r.LastMessage().Text}
 	})
 	defer srv.Close()
-	reg := grain.NewRegistry()
-	for _, typ := range []string{"Travel", "Booking"} {
-		def, err := llm.ParseDefinition(fmt.Appendf(nil, "type: %s\nmodel: {provider: openai, base_url: %s, name: fake-1}\nconversation: {shared: true}\n", typ, srv.OpenAIURL()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := llm.Register(reg, def, llm.WithMaxRetries(0)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := cluster.DefaultSiloConfig()
-	cfg.Name = "s1"
-	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
-	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/shared/"}
-	cfg.Logger = testutil.Logger()
-	s, err := cluster.NewSilo(cfg, reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := s.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
+	def := "model: {provider: openai, base_url: " + srv.OpenAIURL() + ", name: fake-1}\nconversation: {shared: true}\n"
+	s := modelSilo(t, e, "/shared/", "type: Travel\n"+def, "type: Booking\n"+def)
 	dev := map[string]string{"x-agentsilo-principal": "dev"}
 	asTask := taskOf(t)
 	travel := dial(t, s, "Travel/dev/t", "JSONRPC", dev)
@@ -212,4 +162,38 @@ func TestSharedSessionOverA2A(t *testing.T) {
 	if got := send(booking, "trip-1", "book a hotel"); strings.Contains(got, "Travel") || !strings.Contains(got, "book a hotel") {
 		t.Errorf("Booking after the session was deleted was sent %q", got)
 	}
+}
+
+// modelSilo starts a silo on e, under prefix, serving A2A and the model
+// agent types of defs (definitions, as YAML).
+func modelSilo(t *testing.T, e *etcdtest.Server, prefix string, defs ...string) *cluster.Silo {
+	t.Helper()
+	reg := grain.NewRegistry()
+	for _, d := range defs {
+		def, err := llm.ParseDefinition([]byte(d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := llm.Register(reg, def, llm.WithMaxRetries(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := cluster.DefaultSiloConfig()
+	cfg.Name = "s1"
+	cfg.GatewayAddr, cfg.HTTPAddr, cfg.A2A.Addr = "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: prefix}
+	cfg.Logger = testutil.Logger()
+	s, err := cluster.NewSilo(cfg, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
 }
