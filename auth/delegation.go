@@ -39,6 +39,7 @@ type Delegator struct {
 	jwk    jose.JSONWebKey // the public key
 	signer jose.Signer
 	ttl    time.Duration
+	now    func() time.Time // the clock of the tokens' times
 }
 
 // DelegationTTL is how long a Delegator's tokens are valid.
@@ -61,7 +62,7 @@ func NewDelegator(issuer, keyFile string) (*Delegator, error) {
 	if err != nil {
 		return nil, errs.New(codes.InvalidArgument, "auth: delegation key %s: %w", keyFile, err)
 	}
-	d := &Delegator{issuer: strings.TrimSuffix(issuer, "/"), path: strings.TrimSuffix(u.Path, "/"), ttl: DelegationTTL}
+	d := &Delegator{issuer: strings.TrimSuffix(issuer, "/"), path: strings.TrimSuffix(u.Path, "/"), ttl: DelegationTTL, now: time.Now}
 	switch k := key.(type) {
 	case *rsa.PrivateKey:
 		if k.N.BitLen() < 2048 {
@@ -128,33 +129,45 @@ func (d *Delegator) Issuer() string { return d.issuer }
 // outside agent's URL, scheme://host[:port]) by actor (the address of the
 // agent that calls), valid for DelegationTTL, with scopes if any.
 func (d *Delegator) Token(principal, audience, actor string, scopes []string) (string, error) {
-	now := time.Now()
+	tok, _, err := d.sign(principal, audience, map[string]any{"sub": actor}, scopes, time.Time{})
+	return tok, err
+}
+
+// sign signs a token for principal to audience, act its actor claim,
+// valid for the Delegator's TTL but not past until (if set); it returns
+// the token and its expiry.
+func (d *Delegator) sign(principal, audience string, act map[string]any, scopes []string, until time.Time) (string, time.Time, error) {
+	now := d.now()
+	exp := now.Add(d.ttl)
+	if !until.IsZero() && until.Before(exp) {
+		exp = until
+	}
 	var id [16]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return "", errs.New(codes.Internal, "auth: a token id: %w", err)
+		return "", exp, errs.New(codes.Internal, "auth: a token id: %w", err)
 	}
 	claims := map[string]any{
 		"iss": d.issuer, "sub": principal, "aud": audience,
-		"iat": now.Unix(), "nbf": now.Unix(), "exp": now.Add(d.ttl).Unix(),
+		"iat": now.Unix(), "nbf": now.Unix(), "exp": exp.Unix(),
 		"jti": hex.EncodeToString(id[:]),
-		"act": map[string]string{"sub": actor},
+		"act": act,
 	}
 	if len(scopes) > 0 {
 		claims["scope"] = strings.Join(scopes, " ")
 	}
 	b, err := json.Marshal(claims)
 	if err != nil {
-		return "", errs.New(codes.Internal, "auth: delegation claims: %w", err)
+		return "", exp, errs.New(codes.Internal, "auth: delegation claims: %w", err)
 	}
 	jws, err := d.signer.Sign(b)
 	if err != nil {
-		return "", errs.New(codes.Internal, "auth: signing a delegation token: %w", err)
+		return "", exp, errs.New(codes.Internal, "auth: signing a delegation token: %w", err)
 	}
 	tok, err := jws.CompactSerialize()
 	if err != nil {
-		return "", errs.New(codes.Internal, "auth: a delegation token: %w", err)
+		return "", exp, errs.New(codes.Internal, "auth: a delegation token: %w", err)
 	}
-	return tok, nil
+	return tok, exp, nil
 }
 
 // Handler serves the Delegator's discovery document
@@ -169,6 +182,8 @@ func (d *Delegator) Handler() http.Handler {
 		json.NewEncoder(w).Encode(map[string]any{
 			"issuer":                                d.issuer,
 			"jwks_uri":                              d.issuer + "/.well-known/jwks.json",
+			"token_endpoint":                        d.TokenURL(),
+			"grant_types_supported":                 []string{GrantTokenExchange},
 			"id_token_signing_alg_values_supported": []string{string(d.alg)},
 			"response_types_supported":              []string{"token"},
 			"subject_types_supported":               []string{"public"},
