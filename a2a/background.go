@@ -55,9 +55,12 @@ type followRecord struct {
 	Caller string `json:"caller"`
 	// OnBehalfOf is the principal the Ask was made for, whose token a
 	// delegating agent sends with the follow's requests.
-	OnBehalfOf string    `json:"on_behalf_of,omitempty"`
-	ContextID  string    `json:"context_id,omitempty"`
-	Since      time.Time `json:"since"`
+	OnBehalfOf string `json:"on_behalf_of,omitempty"`
+	// Scopes are those of the skill the Ask called, which the follow's
+	// delegated tokens carry.
+	Scopes    []string  `json:"scopes,omitempty"`
+	ContextID string    `json:"context_id,omitempty"`
+	Since     time.Time `json:"since"`
 }
 
 // followState is the agent's state: its background follows by task id.
@@ -128,7 +131,7 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 		return res.reply(m) // a message: the result itself, no task to follow
 	}
 	b := r.background()
-	rec := followRecord{Caller: m.GetFrom(), OnBehalfOf: m.GetOnBehalfOf(), ContextID: res.contextID, Since: r.set.clk.Now()}
+	rec := followRecord{Caller: m.GetFrom(), OnBehalfOf: m.GetOnBehalfOf(), Scopes: delegatedScopes(ctx), ContextID: res.contextID, Since: r.set.clk.Now()}
 	err = b.update(ctx, func(s *followState) error {
 		if _, ok := s.Follows[res.taskID]; !ok && len(s.Follows) >= maxFollows {
 			return errs.New(codes.ResourceExhausted, "%s follows %d tasks in the background already", r.h.Address(), maxFollows)
@@ -209,7 +212,7 @@ func (r *remote) startFollow(id spec.TaskID, rec followRecord) bool {
 // or a task older than MaxFollow ends the follow with that error. ctx
 // ends it without a result (the activation ends: the reminder resumes it).
 func (r *remote) runFollow(ctx context.Context, id spec.TaskID, rec followRecord) {
-	ctx = withPrincipal(ctx, rec.OnBehalfOf)
+	ctx = withPrincipal(ctx, rec.OnBehalfOf, rec.Scopes)
 	push := func(p *grain.Message) {
 		if err := r.h.Send(ctx, rec.Caller, p); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: progress to the caller", "err", err)
@@ -303,4 +306,10 @@ type resultEntry struct {
 func mustJSON(v any) []byte {
 	b, _ := json.Marshal(v)
 	return b
+}
+
+// delegatedScopes are the scopes ctx's delegated tokens carry.
+func delegatedScopes(ctx context.Context) []string {
+	d, _ := ctx.Value(principalKey{}).(delegation)
+	return d.scopes
 }

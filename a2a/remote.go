@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -56,8 +57,20 @@ const (
 	// "Authorization: Bearer" (instead of bearer_token): the remote agent
 	// verifies it with the keys the cluster publishes
 	// (RemoteOptions.Delegate; the silo's --delegation-key). Without it
-	// the silo refuses the agent's calls (FailedPrecondition).
+	// the silo refuses the agent's calls (FailedPrecondition). The token
+	// carries the scopes of the skill called, and no others (see
+	// ConfigScopesPrefix).
 	ConfigDelegate = "delegate"
+	// ConfigScopesPrefix starts keys that declare the scopes a delegated
+	// token carries for a call of a skill of the remote agent:
+	// scopes.transfer="payments:write". The skill called is the Ask's
+	// message type (a skill's id or name on the card), or the card's one
+	// skill for an Ask without one. Without such a key the scopes are
+	// those the directory's entry declares for the skill
+	// (RemoteOptions.SkillScopes), else those of the skill's first
+	// security requirement on the card; a call of no known skill carries
+	// none.
+	ConfigScopesPrefix = "scopes."
 )
 
 // MetaIdempotencyKey is the key, in the metadata of the message an agent
@@ -108,9 +121,15 @@ type RemoteOptions struct {
 	TracerProvider trace.TracerProvider
 	// Delegate, if set, makes the token an agent configured with
 	// ConfigDelegate sends for the principal its call is made for, to
-	// audience, as actor (auth.Delegator.Token). It may be called
+	// audience, as actor, with the scopes of the skill called
+	// (auth.Delegator.Token). It may be called concurrently.
+	Delegate func(principal, audience, actor string, scopes []string) (string, error)
+	// SkillScopes, if set, gives the scopes a delegated token carries for
+	// a call of skill of an agent A2A:owner:alias that Resolve gave (the
+	// directory entry's pinned skills); ok false: it declares none, and
+	// the card's security requirements hold. It may be called
 	// concurrently.
-	Delegate func(principal, audience, actor string) (string, error)
+	SkillScopes func(ctx context.Context, owner, alias, skill string) (scopes []string, ok bool)
 
 	// clk times polls (nil: the real clock); only tests replace it
 	// (export_test.go).
@@ -127,7 +146,8 @@ type remoteShared struct {
 	maxFollow time.Duration
 	metrics   *remoteMetrics
 	tracer    remoteTracer
-	delegate  func(principal, audience, actor string) (string, error)
+	delegate  func(principal, audience, actor string, scopes []string) (string, error)
+	scopesOf  func(ctx context.Context, owner, alias, skill string) ([]string, bool)
 }
 
 // RegisterRemote registers RemoteType in reg.
@@ -140,6 +160,7 @@ func RegisterRemote(reg *grain.Registry, opts RemoteOptions) error {
 		metrics:  newRemoteMetrics(opts.Metrics),
 		tracer:   newRemoteTracer(opts.TracerProvider),
 		delegate: opts.Delegate,
+		scopesOf: opts.SkillScopes,
 	}
 	if sh.check <= 0 {
 		sh.check = time.Minute
@@ -170,6 +191,12 @@ type remote struct {
 	set    followSettings // the shared settings with the agent's configuration
 	guards guards
 	bg     *background // nil until a background follow runs
+	// delegates: the agent sends delegated tokens (ConfigDelegate), with
+	// the scopes its configuration declares per skill (scopes), or the
+	// directory's for an agent Resolve gave (resolved).
+	delegates bool
+	scopes    map[string][]string
+	resolved  bool
 }
 
 // connect resolves the configured card and makes the client, once per
@@ -192,6 +219,7 @@ func (r *remote) connect(ctx context.Context) error {
 			for k, v := range hdrs {
 				cfg[ConfigHeaderPrefix+k] = v
 			}
+			r.resolved = true
 		}
 	}
 	r.set = r.remoteShared.set
@@ -213,9 +241,13 @@ func (r *remote) connect(ctx context.Context) error {
 	if t := cfg[ConfigBearerToken]; t != "" {
 		headers.Set("Authorization", "Bearer "+t)
 	}
+	r.scopes = map[string][]string{}
 	for k, v := range cfg {
 		if name, ok := strings.CutPrefix(k, ConfigHeaderPrefix); ok && name != "" {
 			headers.Set(name, v)
+		}
+		if skill, ok := strings.CutPrefix(k, ConfigScopesPrefix); ok && skill != "" {
+			r.scopes[skill] = strings.Fields(v)
 		}
 	}
 	var tr http.RoundTripper = &outbound.Headers{Base: r.base, Header: headers}
@@ -224,6 +256,7 @@ func (r *remote) connect(ctx context.Context) error {
 			return errs.New(codes.FailedPrecondition, "%s: %s=true, but this silo signs no tokens on a user's behalf (--delegation-key, --delegation-issuer)", r.h.Address(), ConfigDelegate)
 		}
 		headers.Del("Authorization") // the user's token, not a configured one
+		r.delegates = true
 		tr = delegating{base: tr, delegate: r.delegate, audience: u.Scheme + "://" + u.Host, actor: r.h.Address().String()}
 	}
 	hc := &http.Client{
@@ -286,12 +319,15 @@ func (r *remote) OnDeactivate(context.Context, grain.Reason) {
 // each with the remote status message; a task cut by loop protection is
 // ResourceExhausted (ErrTooManyRounds, ErrRepeatedExchange).
 func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-	ctx = withPrincipal(ctx, m.GetOnBehalfOf())
+	ctx = withPrincipal(ctx, m.GetOnBehalfOf(), nil)
 	if m.GetMessageType() == typeFollowTick {
 		return nil, r.resume(ctx)
 	}
 	if err := r.connect(ctx); err != nil {
 		return nil, err
+	}
+	if r.delegates {
+		ctx = withPrincipal(ctx, m.GetOnBehalfOf(), r.skillScopes(ctx, m.GetMessageType()))
 	}
 	st := m.GetState()
 	taskID, contextID := remoteIDs(st)
@@ -696,17 +732,66 @@ func remoteError(err error) error {
 	return errs.Wrap(code, err, "remote A2A agent")
 }
 
+// skillScopes are the scopes a delegated token carries for a call of
+// skill (an Ask's message type; "" for the card's one skill): see
+// ConfigScopesPrefix.
+func (r *remote) skillScopes(ctx context.Context, skill string) []string {
+	var onCard *spec.AgentSkill
+	for i := range r.card.Skills {
+		if sk := &r.card.Skills[i]; skill != "" && (sk.ID == skill || sk.Name == skill) || skill == "" && len(r.card.Skills) == 1 {
+			onCard = sk
+		}
+	}
+	names := []string{skill}
+	if onCard != nil {
+		names = []string{onCard.ID, onCard.Name}
+	}
+	for _, n := range names {
+		if sc, ok := r.scopes[n]; ok && n != "" {
+			return sc
+		}
+	}
+	if r.resolved && r.scopesOf != nil {
+		for _, n := range names {
+			if sc, ok := r.scopesOf(ctx, r.h.Address().Owner, r.h.Address().Alias, n); ok && n != "" {
+				return sc
+			}
+		}
+	}
+	if onCard == nil || len(onCard.SecurityRequirements) == 0 {
+		return nil
+	}
+	return requirementScopes(onCard.SecurityRequirements[0])
+}
+
+// requirementScopes are the scopes of one security requirement of a card
+// (the scopes of each of its schemes), sorted, each once.
+func requirementScopes(req spec.SecurityRequirements) []string {
+	var out []string
+	for _, sc := range req {
+		out = append(out, sc...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 // principalKey is the context key of the principal a remote call is made
-// for (withPrincipal).
+// for and the scopes of the skill it calls (withPrincipal).
 type principalKey struct{}
 
+// delegation is what a delegated token of a request says.
+type delegation struct {
+	principal string
+	scopes    []string
+}
+
 // withPrincipal returns ctx naming principal as the user its requests to
-// the remote agent are made for, for a delegating transport.
-func withPrincipal(ctx context.Context, principal string) context.Context {
+// the remote agent are made for, with scopes, for a delegating transport.
+func withPrincipal(ctx context.Context, principal string, scopes []string) context.Context {
 	if principal == "" {
 		return ctx
 	}
-	return context.WithValue(ctx, principalKey{}, principal)
+	return context.WithValue(ctx, principalKey{}, delegation{principal, scopes})
 }
 
 // delegating is the transport of an agent configured with ConfigDelegate:
@@ -715,16 +800,16 @@ func withPrincipal(ctx context.Context, principal string) context.Context {
 // an Ask or a follow is made for one).
 type delegating struct {
 	base            http.RoundTripper
-	delegate        func(principal, audience, actor string) (string, error)
+	delegate        func(principal, audience, actor string, scopes []string) (string, error)
 	audience, actor string
 }
 
 func (d delegating) RoundTrip(req *http.Request) (*http.Response, error) {
-	p, _ := req.Context().Value(principalKey{}).(string)
-	if p == "" {
+	p, _ := req.Context().Value(principalKey{}).(delegation)
+	if p.principal == "" {
 		return d.base.RoundTrip(req)
 	}
-	tok, err := d.delegate(p, d.audience, d.actor)
+	tok, err := d.delegate(p.principal, d.audience, d.actor, p.scopes)
 	if err != nil {
 		if req.Body != nil {
 			req.Body.Close()

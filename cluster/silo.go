@@ -175,16 +175,19 @@ func registerTypes(cfg *SiloConfig, reg *grain.Registry, dir *dirRef, d *auth.De
 		opts := a2a.RemoteOptions{AllowPrivateNetworks: cfg.A2A.AllowPrivateNetworks, Resolve: dir.resolveA2A,
 			FollowCheck: cfg.MinReminderPeriod, Metrics: cfg.Metrics, TracerProvider: cfg.TracerProvider}
 		if d != nil {
-			opts.Delegate = func(principal, audience, actor string) (string, error) {
-				return d.Token(principal, audience, actor, nil)
-			}
+			opts.Delegate = d.Token
 		}
+		opts.SkillScopes = dir.skillScopesA2A
 		if err := a2a.RegisterRemote(reg, opts); err != nil {
 			return err
 		}
 	}
 	if _, ok := reg.Lookup(mcp.RemoteType); !ok {
-		if err := mcp.RegisterRemote(reg, mcp.RemoteOptions{AllowPrivateNetworks: cfg.MCP.AllowPrivateNetworks, Resolve: dir.resolveMCP, Version: Version()}); err != nil {
+		opts := mcp.RemoteOptions{AllowPrivateNetworks: cfg.MCP.AllowPrivateNetworks, Resolve: dir.resolveMCP, SkillScopes: dir.skillScopesMCP, Version: Version()}
+		if d != nil {
+			opts.Delegate = d.Token
+		}
+		if err := mcp.RegisterRemote(reg, opts); err != nil {
 			return err
 		}
 	}

@@ -278,6 +278,14 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		}))
 		if d := s.sub.delegator; d != nil {
 			mux.Handle(d.Pattern(), d.Handler()) // the keys of the tokens sent on a user's behalf
+			// The token exchange: its clients authenticate as the
+			// gateway's do; subject tokens are the provider's or the
+			// cluster's own.
+			authn, err := auth.New(s.sub.gateway.Auth)
+			if err != nil {
+				return fmt.Errorf("token endpoint: %w", err)
+			}
+			mux.Handle(d.TokenPath(), d.ExchangeHandler(authn))
 		}
 		s.hooks.mount(mux)                            // POST /debug/partition, with fault injection
 		if err := s.mountDashboard(mux); err != nil { // /ui (silo_dashboard.go)

@@ -87,6 +87,26 @@ func (r *dirRef) resolveMCP(ctx context.Context, _, alias string) (string, map[s
 	return r.resolve(ctx, grain.KindMCP, alias)
 }
 
+// skillScopesA2A gives the A2A agent type the scopes an entry declares
+// for a skill of it (its pinned skills', else its card's).
+func (r *dirRef) skillScopesA2A(_ context.Context, _, alias, skill string) ([]string, bool) {
+	return r.skillScopes(grain.KindA2A, alias, skill)
+}
+
+// skillScopesMCP gives the MCP agent type the scopes an entry declares
+// for a tool of it (its pinned skills').
+func (r *dirRef) skillScopesMCP(_ context.Context, _, alias, skill string) ([]string, bool) {
+	return r.skillScopes(grain.KindMCP, alias, skill)
+}
+
+func (r *dirRef) skillScopes(kind, name, skill string) ([]string, bool) {
+	d := r.Load()
+	if d == nil {
+		return nil, false
+	}
+	return d.SkillScopes(kind, name, skill)
+}
+
 func (r *dirRef) resolve(ctx context.Context, kind, name string) (string, map[string]string, bool, error) {
 	d := r.Load()
 	if d == nil {

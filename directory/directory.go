@@ -627,6 +627,33 @@ func (d *Directory) Resolve(_ context.Context, kind, name string) (endpoint stri
 	return r.spec.URL, h, true, nil
 }
 
+// SkillScopes returns the scopes the outside entry name of kind declares
+// for its skill: a pinned skill's (Spec.Skills), else, for an A2A agent,
+// the skill's on its card as last fetched; ok is false if it declares
+// none (no such entry or skill, or a skill without scopes). A delegated
+// token sent for a call of the skill carries these scopes.
+func (d *Directory) SkillScopes(kind, name, skill string) (scopes []string, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.records[name]
+	if r == nil || r.spec.Kind != kind {
+		return nil, false
+	}
+	for _, sk := range r.spec.Skills {
+		if sk.Name == skill && len(sk.Scopes) > 0 {
+			return slices.Clone(sk.Scopes), true
+		}
+	}
+	if r.status != nil {
+		for _, sk := range r.status.Skills {
+			if sk.Name == skill && len(sk.Scopes) > 0 {
+				return slices.Clone(sk.Scopes), true
+			}
+		}
+	}
+	return nil, false
+}
+
 // Len returns the number of entries listed: types and outside entries.
 func (d *Directory) Len() int { return len(d.ix.Load().entries) }
 

@@ -132,6 +132,14 @@ func (s *Spec) validate() error {
 				return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: a tag of 1 to %d bytes", s.Name, sk.Name, maxShort)
 			}
 		}
+		if len(sk.Scopes) > maxList {
+			return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: at most %d scopes", s.Name, sk.Name, maxList)
+		}
+		for _, sc := range sk.Scopes {
+			if !validScope(sc) {
+				return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: scope %q: want 1 to %d printable ASCII characters, no spaces, quotes or backslashes", s.Name, sk.Name, clip(sc, maxShort), maxShort)
+			}
+		}
 		for _, x := range sk.Examples {
 			if len(x) > maxText {
 				return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: an example of at most %d bytes", s.Name, sk.Name, maxText)
@@ -270,6 +278,20 @@ func validHeaderName(k string) bool {
 func validHeaderValue(v string) bool {
 	for i := 0; i < len(v); i++ {
 		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// validScope reports whether s is an OAuth scope token (RFC 6749 section
+// 3.3) of at most maxShort bytes.
+func validScope(s string) bool {
+	if s == "" || len(s) > maxShort {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\\' {
 			return false
 		}
 	}

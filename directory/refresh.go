@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -220,6 +221,18 @@ func skillsOf(in []spec.AgentSkill) []grain.Skill {
 		}
 		for _, x := range sk.Examples[:min(len(sk.Examples), maxList)] {
 			g.Examples = append(g.Examples, clip(x, maxText))
+		}
+		// The scopes of the skill's first security requirement: those a
+		// token sent for a call of it carries.
+		if len(sk.SecurityRequirements) > 0 {
+			for _, sc := range sk.SecurityRequirements[0] {
+				for _, x := range sc {
+					if len(g.Scopes) < maxList && validScope(x) && !slices.Contains(g.Scopes, x) {
+						g.Scopes = append(g.Scopes, x)
+					}
+				}
+			}
+			slices.Sort(g.Scopes)
 		}
 		out = append(out, g)
 	}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
@@ -57,6 +58,24 @@ const (
 	// RemoteCommand names, instead of a URL, a stdio server among
 	// RemoteOptions.Commands (which only the program sets).
 	RemoteCommand = "command"
+	// RemoteDelegate "true" sends, with every request, a token the
+	// cluster signs for the user the call is made for (its on-behalf-of
+	// principal), with the server's URL as its audience and the agent as
+	// its actor, as "Authorization: Bearer" (instead of bearer_token):
+	// the server verifies it with the keys the cluster publishes
+	// (RemoteOptions.Delegate; the silo's --delegation-key). Each user
+	// then has a session of their own with the server. A tool call's
+	// token carries the scopes of the tool (RemoteScopesPrefix), and no
+	// others; the session's other requests carry none. Without
+	// RemoteOptions.Delegate the silo refuses the agent's calls
+	// (FailedPrecondition).
+	RemoteDelegate = "delegate"
+	// RemoteScopesPrefix starts keys that declare the scopes a delegated
+	// token carries for a call of a tool: scopes.create_issue="repo:write".
+	// Without such a key they are those the directory's entry declares
+	// for the tool (a pinned skill of its name; RemoteOptions.SkillScopes),
+	// else none.
+	RemoteScopesPrefix = "scopes."
 )
 
 // The message types an agent of RemoteType understands besides a tool's
@@ -102,10 +121,23 @@ type RemoteOptions struct {
 	// may create such an agent; so the program fixes the command lines
 	// here, and a configuration can only name one of them.
 	Commands map[string][]string
+	// Delegate, if set, makes the token an agent configured with
+	// RemoteDelegate sends for the principal its call is made for, to
+	// audience (the server's URL), as actor, with scopes
+	// (auth.Delegator.Token). It may be called concurrently.
+	Delegate func(principal, audience, actor string, scopes []string) (string, error)
+	// SkillScopes, if set, gives the scopes a delegated token carries for
+	// a call of tool (skill) of an agent MCP:owner:alias that Resolve
+	// gave (the directory entry's pinned skills); ok false: none. It may
+	// be called concurrently.
+	SkillScopes func(ctx context.Context, owner, alias, skill string) (scopes []string, ok bool)
 }
 
 // Bounds of what a server's answers may make an agent hold.
 const (
+	// remoteMaxUsers bounds the sessions a delegating agent keeps, one
+	// per user it called the server for; the least recently used ends.
+	remoteMaxUsers = 16
 	// remoteMaxPages bounds the pages of one tools/list.
 	remoteMaxPages = 100
 	// remoteMaxTools bounds the tools of one tools/list.
@@ -155,6 +187,17 @@ type remoteAgent struct {
 	base    http.RoundTripper
 	session *mcpsdk.ClientSession
 	url     string
+	// user is the principal session is for, with a delegating agent (""
+	// for none); idle are the sessions of the other users it called for,
+	// least recently used first.
+	user string
+	idle []userSession
+	// delegates, scopes and resolved are what the configuration says of
+	// delegated tokens (see RemoteDelegate): whether to send them, the
+	// scopes of a call per tool, and whether Resolve gave the endpoint.
+	delegates bool
+	scopes    map[string][]string
+	resolved  bool
 	// last is what the last failed request to the server got, to give
 	// errors their codes.
 	last remoteLast
@@ -192,6 +235,13 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 		return nil, nil // a one-way message has no one to answer
 	}
 	ctx = remoteWithTrace(ctx, m)
+	if r.session == nil && len(r.idle) == 0 {
+		// The configuration says whether the agent delegates.
+		if _, _, _, err := r.endpoint(ctx); err != nil {
+			return nil, err
+		}
+	}
+	r.forUser(m.GetOnBehalfOf())
 	switch mt := m.GetMessageType(); mt {
 	case RemoteListTools:
 		return r.listTools(ctx, m)
@@ -213,8 +263,44 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 	}
 }
 
-// OnDeactivate implements grain.Deactivator: the session ends.
-func (r *remoteAgent) OnDeactivate(context.Context, grain.Reason) { r.drop() }
+// userSession is a delegating agent's session for one user.
+type userSession struct {
+	user    string
+	session *mcpsdk.ClientSession
+}
+
+// OnDeactivate implements grain.Deactivator: the sessions end.
+func (r *remoteAgent) OnDeactivate(context.Context, grain.Reason) {
+	r.drop()
+	for _, u := range r.idle {
+		_ = u.session.Close() // the server may be gone: nothing to do about it
+	}
+	r.idle = nil
+}
+
+// forUser makes the session the one for principal (made at its first
+// request), when the agent delegates: the session of another user waits
+// among the idle ones.
+func (r *remoteAgent) forUser(principal string) {
+	if !r.delegates || principal == r.user {
+		return
+	}
+	if r.session != nil {
+		if len(r.idle) == remoteMaxUsers {
+			_ = r.idle[0].session.Close()
+			r.idle = slices.Delete(r.idle, 0, 1)
+		}
+		r.idle = append(r.idle, userSession{r.user, r.session})
+	}
+	r.session, r.user = nil, principal
+	for i, u := range r.idle {
+		if u.user == principal {
+			r.session = u.session
+			r.idle = slices.Delete(r.idle, i, i+1)
+			break
+		}
+	}
+}
 
 // drop closes the session, if any.
 func (r *remoteAgent) drop() {
@@ -288,6 +374,9 @@ func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name strin
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(args, &obj); err != nil || obj == nil {
 		return nil, errs.New(codes.InvalidArgument, "%s: the arguments of tool %q must be a JSON object", r.h.Address(), clientClip(name))
+	}
+	if r.delegates {
+		ctx = context.WithValue(ctx, scopesKey{}, r.toolScopes(ctx, name))
 	}
 	var res *mcpsdk.CallToolResult
 	// A call is sent again only on a session the server no longer knows
@@ -424,8 +513,13 @@ func (r *remoteAgent) connect(ctx context.Context) error {
 		r.session = s
 		return nil
 	}
+	tr := &remoteHeaders{base: r.base, headers: headers, last: &r.last}
+	if r.delegates && r.user != "" {
+		tr.headers.Del("Authorization") // the user's token, not a configured one
+		tr.user, tr.audience, tr.actor, tr.delegate = r.user, u, r.h.Address().String(), r.opts.Delegate
+	}
 	hc := &http.Client{
-		Transport: &remoteHeaders{base: r.base, headers: headers, last: &r.last},
+		Transport: tr,
 		// Credentials go to the configured host only.
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if len(via) >= 5 || req.URL.Host != via[0].URL.Host {
@@ -470,6 +564,14 @@ func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, []stri
 			for k, v := range hdrs {
 				cfg[RemoteHeaderPrefix+k] = v
 			}
+			r.resolved = true
+		}
+	}
+	r.delegates = cfg[RemoteDelegate] == "true"
+	r.scopes = map[string][]string{}
+	for k, v := range cfg {
+		if tool, ok := strings.CutPrefix(k, RemoteScopesPrefix); ok && tool != "" {
+			r.scopes[tool] = strings.Fields(v)
 		}
 	}
 	raw := cfg[RemoteURL]
@@ -482,6 +584,9 @@ func (r *remoteAgent) endpoint(ctx context.Context) (string, http.Header, []stri
 	}
 	if raw == "" {
 		return "", nil, nil, errs.New(codes.FailedPrecondition, "%s has no %s: create it with its MCP server's URL (CreateAgent %s=https://host/mcp)", r.h.Address(), RemoteURL, RemoteURL)
+	}
+	if r.delegates && r.opts.Delegate == nil {
+		return "", nil, nil, errs.New(codes.FailedPrecondition, "%s: %s=true, but this silo signs no tokens on a user's behalf (--delegation-key, --delegation-issuer)", r.h.Address(), RemoteDelegate)
 	}
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
@@ -561,19 +666,53 @@ func remoteWithTrace(ctx context.Context, m *grain.Message) context.Context {
 	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
 }
 
+// toolScopes are the scopes a delegated token carries for a call of
+// tool (see RemoteScopesPrefix).
+func (r *remoteAgent) toolScopes(ctx context.Context, tool string) []string {
+	if sc, ok := r.scopes[tool]; ok {
+		return sc
+	}
+	if r.resolved && r.opts.SkillScopes != nil {
+		if sc, ok := r.opts.SkillScopes(ctx, r.h.Address().Owner, r.h.Address().Alias, tool); ok {
+			return sc
+		}
+	}
+	return nil
+}
+
+// scopesKey is the context key of the scopes the delegated token of a
+// request carries.
+type scopesKey struct{}
+
 // remoteHeaders adds an agent's headers and the request context's W3C
 // trace context to every request to its server, and notes the status of
-// failed responses.
+// failed responses. A delegating agent's session for a user adds the
+// token for user, with the scopes the request's context names.
 type remoteHeaders struct {
 	base    http.RoundTripper
 	headers http.Header
 	last    *remoteLast
+
+	user, audience, actor string
+	delegate              func(principal, audience, actor string, scopes []string) (string, error)
 }
 
 func (t *remoteHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	req = req.Clone(req.Context())
 	for k, v := range t.headers {
 		req.Header[k] = v
+	}
+	if t.user != "" {
+		scopes, _ := req.Context().Value(scopesKey{}).([]string)
+		tok, err := t.delegate(t.user, t.audience, t.actor, scopes)
+		if err != nil {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			t.last.err.Store(&err)
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
 	}
 	if trace.SpanContextFromContext(req.Context()).IsValid() {
 		propagation.TraceContext{}.Inject(req.Context(), propagation.HeaderCarrier(req.Header))
