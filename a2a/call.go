@@ -18,8 +18,8 @@ import (
 type call struct {
 	caller *acl.Caller
 	agent  grain.Address
-	// base is the server's base URL as the request reached it (HTTP
-	// bindings; "" over gRPC), for the extended card.
+	// base is the server's base URL as the request reached it, for the
+	// extended card.
 	base string
 	err  error // authentication failed: the guard refuses every method
 	// blocking is set by the guard for a non-streaming SendMessage: its

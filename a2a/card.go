@@ -80,8 +80,8 @@ func (s *Server) extendedCard() bool {
 // extendedCards is the authenticated extended card of an agent
 // (GetExtendedAgentCard): its public card with every skill, those a token
 // needs scopes for included, each naming them. Only an authenticated
-// caller gets it (the guard refuses others); over gRPC, whose request
-// names no agent, it is Unimplemented.
+// caller gets it (the guard refuses others); over gRPC the agent is the
+// request's tenant, as for every method there.
 type extendedCards struct{ s *Server }
 
 func (e extendedCards) ExtendedCard(ctx context.Context, _ *spec.GetExtendedAgentCardRequest) (*spec.AgentCard, error) {
@@ -98,6 +98,12 @@ func (e extendedCards) ExtendedCard(ctx context.Context, _ *spec.GetExtendedAgen
 	}
 	card := e.s.agentCard(c.base, c.agent, ti)
 	card.Skills = skillsOf(ti, "")
+	for i := range card.Skills {
+		if len(card.Skills[i].Tags) == 0 {
+			// The gRPC binding's card needs a tag on every skill.
+			card.Skills[i].Tags = []string{ti.Name}
+		}
+	}
 	return card, nil
 }
 

@@ -67,7 +67,7 @@ func isGRPC(r *http.Request) bool {
 // serveGRPC serves a gRPC call: its caller as the HTTP layer authenticates
 // it; its agent, from the tenant, is set by the guard (tenantAgent).
 func (s *Server) serveGRPC(w http.ResponseWriter, r *http.Request) {
-	c := &call{grpc: true, traceparent: r.Header.Get("traceparent")}
+	c := &call{grpc: true, base: s.baseOf(r), traceparent: r.Header.Get("traceparent")}
 	if len(c.traceparent) != 55 {
 		c.traceparent = ""
 	}

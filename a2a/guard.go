@@ -41,7 +41,7 @@ func (g guard) Before(ctx context.Context, cc *a2asrv.CallContext, req *a2asrv.R
 		return ctx, nil, specError(c.err)
 	}
 	cc.User = &a2asrv.User{Name: c.caller.Principal, Authenticated: g.s.auth.Enabled()}
-	if c.grpc && cc.Method() != "GetExtendedAgentCard" {
+	if c.grpc {
 		if err := g.s.tenantAgent(c, cc.Tenant()); err != nil {
 			return ctx, nil, err
 		}

@@ -52,8 +52,9 @@ type task struct {
 	answers []string
 }
 
-// Start starts a Server, streaming or not; Close stops it.
-func Start(streaming bool) *Server {
+// Start starts a Server, streaming or not, its card listing skills; Close
+// stops it.
+func Start(streaming bool, skills ...spec.AgentSkill) *Server {
 	s := &Server{gate: make(chan struct{}), tasks: map[spec.TaskID]*task{}, queues: eventqueue.NewInMemoryManager()}
 	opts := []a2asrv.RequestHandlerOption{a2asrv.WithEventQueueManager(s.queues)}
 	if !streaming {
@@ -81,6 +82,7 @@ func Start(streaming bool) *Server {
 		SupportedInterfaces: []*spec.AgentInterface{spec.NewAgentInterface(s.URL+"/rpc", spec.TransportProtocolJSONRPC)},
 		Capabilities:        spec.AgentCapabilities{Streaming: streaming},
 		DefaultInputModes:   []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
+		Skills:              skills,
 	}
 	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
 	mux.Handle("/rpc", a2asrv.NewJSONRPCHandler(h))
