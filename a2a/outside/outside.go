@@ -82,7 +82,7 @@ func Start(streaming bool, skills ...spec.AgentSkill) *Server {
 		SupportedInterfaces: []*spec.AgentInterface{spec.NewAgentInterface(s.URL+"/rpc", spec.TransportProtocolJSONRPC)},
 		Capabilities:        spec.AgentCapabilities{Streaming: streaming},
 		DefaultInputModes:   []string{"text/plain"}, DefaultOutputModes: []string{"text/plain"},
-		Skills:              skills,
+		Skills: skills,
 	}
 	mux.Handle(a2asrv.WellKnownAgentCardPath, a2asrv.NewStaticAgentCardHandler(card))
 	mux.Handle("/rpc", a2asrv.NewJSONRPCHandler(h))
