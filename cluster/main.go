@@ -291,7 +291,7 @@ func (p Program) parseFlags(args []string, stderr io.Writer) (SiloConfig, *slog.
 	fs.StringVar(&cfg.Gateway.Auth.OIDC.Audience, "oidc-audience", cfg.Gateway.Auth.OIDC.Audience, "audience the provider's tokens must be for (their aud); required with --oidc-issuer")
 	fs.StringVar(&cfg.Gateway.Auth.OIDC.PrincipalClaim, "oidc-principal-claim", "sub", "token claim that is the caller's principal")
 	fs.StringVar(&cfg.Gateway.Auth.OIDC.GroupsClaim, "oidc-groups-claim", "groups", "token claim that lists the caller's groups (for the ACL's group rules)")
-	fs.StringVar(&cfg.Delegation.KeyFile, "delegation-key", cfg.Delegation.KeyFile, "PEM private key (RSA, or ECDSA P-256; the same on every silo) signing the tokens sent on a user's behalf to outside A2A agents configured with delegate=true")
+	fs.StringVar(&cfg.Delegation.KeyFile, "delegation-key", cfg.Delegation.KeyFile, "PEM private key (RSA, or ECDSA P-256; the same on every silo) signing the tokens sent on a user's behalf to outside A2A agents and MCP servers configured with delegate=true, and those of the token exchange at ISSUER/token")
 	fs.StringVar(&cfg.Delegation.Issuer, "delegation-issuer", cfg.Delegation.Issuer, "issuer URL of those tokens: where the silos' HTTP port is reached, which publishes the key at ISSUER/.well-known/jwks.json")
 	fs.BoolVar(&cfg.Gateway.Auth.OIDC.AllowHTTP, "oidc-allow-http", cfg.Gateway.Auth.OIDC.AllowHTTP, "accept an --oidc-issuer on plain HTTP at an address that is not loopback")
 	// Limits: what one client, and one principal, can make the gateway hold.

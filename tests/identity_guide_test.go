@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -99,7 +100,9 @@ func TestIdentityDelegationGuide(t *testing.T) {
 		"--a2a-allow-private-networks"}, args...)
 	silo.start()
 
-	tok, err := p.Sign(p.Standard("alice", "agentsilo", time.Hour))
+	claims := p.Standard("alice", "agentsilo", time.Hour)
+	claims["scope"] = "payments:read payments:write"
+	tok, err := p.Sign(claims)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,5 +121,22 @@ func TestIdentityDelegationGuide(t *testing.T) {
 	idt, err := prov.VerifierContext(ctx, &oidc.Config{ClientID: o.URL}).Verify(ctx, bearer)
 	if err != nil || idt.Subject != "alice" {
 		t.Fatalf("the outside agent's check of %q: %v, %v", bearer, idt, err)
+	}
+
+	// The token exchange, with curl: alice's token down-scoped for the
+	// ledger.
+	_, err = exec.LookPath("curl")
+	testutil.Need(t, err == nil, "curl")
+	out, _ := docShell(t, dir, testutil.DocBlock(t, "docs/identity.md", "identity:exchange"), "TOKEN="+tok, "ISSUER="+issuer)
+	var res struct {
+		AccessToken string `json:"access_token"`
+		Scope       string `json:"scope"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res.Scope != "payments:read" {
+		t.Fatalf("identity:exchange printed %q (%v)", out, err)
+	}
+	idt, err = prov.VerifierContext(ctx, &oidc.Config{ClientID: "https://ledger.example.com"}).Verify(ctx, res.AccessToken)
+	if err != nil || idt.Subject != "alice" {
+		t.Fatalf("the exchanged token: %v, %v", idt, err)
 	}
 }
