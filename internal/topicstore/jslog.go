@@ -48,7 +48,7 @@ func logKey(seq uint64) string { return fmt.Sprintf("%016x", seq) }
 
 // createLog creates (or updates) the log stream.
 func (s *JetStreamStore) createLog(ctx context.Context) error {
-	_, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:         s.logStream(),
 		Subjects:     []string{s.cfg.Bucket + ".log.>"},
 		Retention:    jetstream.InterestPolicy,
@@ -64,6 +64,7 @@ func (s *JetStreamStore) createLog(ctx context.Context) error {
 	if err != nil {
 		return s.fail(ctx, err, "create the JetStream stream %s", s.logStream())
 	}
+	s.log = st
 	return nil
 }
 

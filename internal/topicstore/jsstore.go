@@ -81,6 +81,7 @@ type JetStreamStore struct {
 
 	reg, q, dead, idem, live jetstream.KeyValue
 	deadStream               jetstream.Stream
+	log                      jetstream.Stream // the log stream (jslog.go)
 	qStream                  jetstream.Stream
 
 	keySuffix string

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -223,5 +224,88 @@ func TestJetStreamMarkersSwept(t *testing.T) {
 	testutil.WaitFor(t, "a's markers to go", func() bool { return count("acme:a") == 0 })
 	if n := count("acme:b"); n != 3 {
 		t.Fatalf("b, followed nowhere, has %d markers, want 3", n)
+	}
+}
+
+// A keyed append whose key the log holds already, from an attempt whose
+// key was never remembered (its silo died after writing the log message,
+// or another attempt with the key is still on its way), answers with the
+// id of the message the log kept: the one its subscribers get. The key is
+// then remembered with that id.
+func TestJetStreamIdempotentAnswersKeptID(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	work := follow(t, s, "acme:work")
+	// The other attempt: its log message, with the key's message id,
+	// and no remembered key.
+	b, err := encodeRecord(entryID("first", "id-1"), []string{"acme:work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.logSubject("acme"), Data: b}, jetstream.WithMsgID(idemK("acme/acme/k"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"id-2", "id-3"} {
+		it := &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", id), IdemKey: "acme/acme/k"}
+		if err := s.Append(ctx, []*Item{it}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !it.Done || !it.Duplicate || it.DuplicateOf != "id-1" {
+			t.Fatalf("%s: done %v, duplicate %v of %q; want a duplicate of id-1", id, it.Done, it.Duplicate, it.DuplicateOf)
+		}
+	}
+	if got := work.texts(t, 1); fmt.Sprint(got) != "[first]" {
+		t.Fatalf("queue %v", got)
+	}
+	work.mu.Lock()
+	got := work.live[work.keys[0]].GetMessage().GetId()
+	work.mu.Unlock()
+	if got != "id-1" {
+		t.Fatalf("delivered %s, answered id-1", got)
+	}
+	if e, found, err := s.get(ctx, s.idem, idemK("acme/acme/k")); err != nil || !found || string(e.Value()) != "id-1" {
+		t.Fatalf("remembered key: %v %v %v", e, found, err)
+	}
+}
+
+// A keyed append whose key's message the log kept but no longer holds
+// (every subscription acknowledged it), with no key remembered yet, fails
+// Unavailable (publish again), never answering an id no subscriber got;
+// once the key is remembered, the append answers with its id.
+func TestJetStreamIdempotentKeptGone(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	work := follow(t, s, "acme:work")
+	b, err := encodeRecord(entryID("first", "id-1"), []string{"acme:work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.logSubject("acme"), Data: b}, jetstream.WithMsgID(idemK("acme/acme/k"))); err != nil {
+		t.Fatal(err)
+	}
+	work.texts(t, 1)
+	if err := s.Ack(ctx, []AckKey{{"acme:work", work.key(t, "first")}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the acknowledged message to leave the log", func() bool {
+		st, err := s.log.Info(ctx)
+		return err == nil && st.State.Msgs == 0
+	})
+	it := &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", "id-2"), IdemKey: "acme/acme/k"}
+	if err := s.Append(ctx, []*Item{it}, nil); errs.Code(err) != codes.Unavailable || it.Done {
+		t.Fatalf("kept message gone, key not remembered: %v, done %v", err, it.Done)
+	}
+	if _, err := s.put(ctx, s.idem, idemK("acme/acme/k"), []byte("id-1")); err != nil {
+		t.Fatal(err)
+	}
+	it = &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", "id-3"), IdemKey: "acme/acme/k"}
+	if err := s.Append(ctx, []*Item{it}, nil); err != nil || !it.Duplicate || it.DuplicateOf != "id-1" {
+		t.Fatalf("kept message gone, key remembered: %v, %+v", err, it)
 	}
 }
