@@ -334,6 +334,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		logMsgs chan jetstream.Msg // nil until the held entries are read
 		stopped = make(chan struct{})
 		cc      jetstream.ConsumeContext
+		owner   string // the subscription's topics' owner, once the log is followed
 	)
 	defer func() {
 		close(stopped)
@@ -360,6 +361,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		if err != nil {
 			return err
 		}
+		owner = p.Owner
 		if err := s.reclaim(ctx, id, p.Owner, c, l, live, f); err != nil {
 			return err
 		}
@@ -383,7 +385,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		var e jetstream.KeyValueEntry
 		select {
 		case m := <-logMsgs:
-			s.onLogMsg(id, l, live, m, f)
+			s.onLogMsg(ctx, id, owner, l, live, m, f)
 			continue
 		case <-l.wake:
 			for _, k := range l.takeGone() {
@@ -766,12 +768,17 @@ func (s *JetStreamStore) Drop(ctx context.Context, id string, keys []string) (in
 	return len(ds), nil
 }
 
-// onLogMsg takes a message the consumer of subscription id delivered:
-// one not naming id, or held apart already (live: the held entries), is
-// acknowledged at once; one held already (a delivery again after
-// AckWait) replaces the one held; a new one is handed out.
-func (s *JetStreamStore) onLogMsg(id string, l *jsFollower, live map[string]bool, m jetstream.Msg, f func(QueueEvent)) {
-	seq := seqOf(m)
+// onLogMsg takes a message the consumer of subscription id (of owner's
+// topics) delivered: one not naming id, or held apart already (live: the
+// held entries), is acknowledged at once; one held already (a delivery
+// again after AckWait) replaces the one held; a new one is handed out,
+// after those the consumer gave another store meanwhile (fillGap).
+func (s *JetStreamStore) onLogMsg(ctx context.Context, id, owner string, l *jsFollower, live map[string]bool, m jetstream.Msg, f func(QueueEvent)) {
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+		s.fillGap(ctx, id, owner, l, live, seq, md.Sequence.Consumer, f)
+	}
 	key := logKey(seq)
 	if seq == 0 || !recordNames(m.Data(), id) || live[key] {
 		if err := m.Ack(); err == nil {

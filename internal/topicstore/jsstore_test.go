@@ -309,3 +309,62 @@ func TestJetStreamIdempotentKeptGone(t *testing.T) {
 		t.Fatalf("kept message gone, key remembered: %v, %+v", err, it)
 	}
 }
+
+// Two stores following one subscription at once for a moment (a
+// handover): a message its consumer hands to the other store is handed out
+// here, read from the log, before a later message the consumer delivers
+// here, rather than after the acknowledgement wait, after it.
+func TestJetStreamHandoverKeepsOrder(t *testing.T) {
+	ns := natstest.Start(t)
+	c := DefaultJetStreamConfig(ns.URL())
+	c.AckWait = time.Minute
+	s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.js.Consumer(ctx, s.logStream(), consumerName("acme:work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) {
+		testutil.WaitFor(t, fmt.Sprint(n, " pull requests"), func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumWaiting >= n
+		})
+	}
+	// The other store: a pull of one message, waiting before this store
+	// follows the queue (the server serves pulls in their order).
+	other := make(chan jetstream.Msg, 1)
+	go func() {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+		if err != nil {
+			return
+		}
+		for m := range b.Messages() {
+			other <- m
+		}
+	}()
+	waiting(1)
+	work := follow(t, s, "acme:work")
+	waiting(2)
+	app := func(text string) {
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry(text)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app("first")
+	select {
+	case <-other:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the other store's pull got nothing")
+	}
+	app("second")
+	if got := work.texts(t, 2); fmt.Sprint(got) != "[first second]" {
+		t.Fatalf("queue %v", got)
+	}
+}
