@@ -342,7 +342,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 			cc.Stop()
 		}
 	}()
-	startLog := func(live map[string]bool) error {
+	startLog := func(live map[string]bool, f func(QueueEvent)) error {
 		octx, cancel := s.op(ctx)
 		e, found, err := s.get(octx, s.reg, subK(id))
 		cancel()
@@ -403,18 +403,17 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 			return ctx.Err()
 		}
 		if e == nil {
-			// Loaded: hand out the queue in its keys' order.
+			// Loaded: hand out the queue in its keys' order, which is
+			// the log's: the held entries, the log messages held here
+			// (kept across reloads), and what reclaim reads from the
+			// stream, merged, so that a message reclaimed before the
+			// reload does not come after later ones held here.
 			b.Reset()
-			keys := make([]string, 0, len(initial))
-			for k := range initial {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			f(QueueEvent{Reset: true})
-			live = make(map[string]bool, len(keys))
-			for _, k := range keys {
+			var out []QueueEvent
+			live = make(map[string]bool, len(initial))
+			for k, en := range initial {
 				live[k] = true
-				f(QueueEvent{Key: k, Entry: initial[k]})
+				out = append(out, QueueEvent{Key: k, Entry: en})
 			}
 			initial = nil
 			for _, k := range l.held() {
@@ -425,7 +424,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 					continue
 				}
 				if e, err := decodeEntry(m.Data()); err == nil {
-					f(QueueEvent{Key: k, Entry: e})
+					out = append(out, QueueEvent{Key: k, Entry: e})
 				}
 			}
 			// Reclaimed messages not settled are handed out again (the
@@ -437,8 +436,13 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 				}
 			}
 			l.mu.Unlock()
-			if err := startLog(live); err != nil {
+			if err := startLog(live, func(ev QueueEvent) { out = append(out, ev) }); err != nil {
 				return err
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+			f(QueueEvent{Reset: true})
+			for _, ev := range out {
+				f(ev)
 			}
 			continue
 		}

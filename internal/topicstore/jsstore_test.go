@@ -368,3 +368,54 @@ func TestJetStreamHandoverKeepsOrder(t *testing.T) {
 		t.Fatalf("queue %v", got)
 	}
 }
+
+// A queue read again (the connection came back) hands out in log order
+// the messages reclaimed from a store gone and those the consumer
+// delivered here since: not the later ones first.
+func TestJetStreamReloadKeepsOrder(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	app := func(text string) {
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry(text)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app("first")
+	app("second")
+	// A store gone took both from the consumer and settled neither.
+	cons, err := s.js.Consumer(ctx, s.logStream(), consumerName("acme:work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cons.Fetch(2, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range b.Messages() {
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("the store gone got %d messages", n)
+	}
+	work := follow(t, s, "acme:work")
+	work.texts(t, 2) // reclaimed
+	app("third")     // delivered here by the consumer
+	work.texts(t, 3)
+	// The connection comes back: the queue is read again.
+	s.reconnMu.Lock()
+	close(s.reconnected)
+	s.reconnected = make(chan struct{})
+	s.reconnMu.Unlock()
+	testutil.WaitFor(t, "the queue to be read again", func() bool {
+		work.mu.Lock()
+		defer work.mu.Unlock()
+		return work.resets >= 2
+	})
+	if got := work.texts(t, 3); fmt.Sprint(got) != "[first second third]" {
+		t.Fatalf("queue read again: %v", got)
+	}
+}
