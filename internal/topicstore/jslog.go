@@ -314,3 +314,47 @@ func (l *jsFollower) isReclaimed(key string) bool {
 	settled, ok := l.reclaimed[key]
 	return ok && !settled
 }
+
+// decodeCache shares the decoding of a log message among the queues this
+// store follows: each subscription's consumer delivers its own copy of a
+// message, at about the same moment, and an Entry handed out is never
+// changed in place (a retry is a new one), so the subscriptions of one
+// silo can hold the same Entry. It keeps the last cacheSlots messages
+// decoded, of up to cacheMaxBytes each.
+type decodeCache struct {
+	mu   sync.Mutex
+	m    map[uint64]*Entry // by stream sequence
+	ring [cacheSlots]uint64
+	next int
+}
+
+const (
+	cacheSlots    = 256
+	cacheMaxBytes = 64 << 10
+)
+
+// decode returns the entry of the log message b at stream sequence seq.
+func (c *decodeCache) decode(seq uint64, b []byte) (*Entry, error) {
+	c.mu.Lock()
+	e := c.m[seq]
+	c.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	e, err := decodeEntry(b)
+	if err != nil || len(b) > cacheMaxBytes {
+		return e, err
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[uint64]*Entry, cacheSlots)
+	}
+	if _, ok := c.m[seq]; !ok {
+		delete(c.m, c.ring[c.next])
+		c.ring[c.next] = seq
+		c.next = (c.next + 1) % cacheSlots
+		c.m[seq] = e
+	}
+	c.mu.Unlock()
+	return e, nil
+}

@@ -811,7 +811,7 @@ func (s *JetStreamStore) onLogMsg(ctx context.Context, id, owner string, l *jsFo
 	if again {
 		return
 	}
-	e, err := decodeEntry(m.Data())
+	e, err := s.decoded.decode(seq, m.Data())
 	if err != nil {
 		s.logger.Warn("topics: an unreadable log message, skipped", "subscription", id, "key", key, "err", err)
 		l.take(key, false)

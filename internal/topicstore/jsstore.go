@@ -94,6 +94,8 @@ type JetStreamStore struct {
 
 	writes atomic.Uint64 // stream messages written, for the figures
 
+	decoded decodeCache // log messages decoded, shared by the queues followed
+
 	heldMu sync.Mutex
 	held   map[string]bool // the session members this store holds, by reg key
 
