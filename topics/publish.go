@@ -360,10 +360,12 @@ func (s *Service) commit(batch []*pubReq) {
 // complete answers p, whose item it is (or shares its idempotency key).
 func (s *Service) complete(p *pubReq, it *topicstore.Item) {
 	switch {
+	case it.Duplicate:
+		// A duplicate of a message kept earlier: p's answer is that
+		// message's id, whether p is the item or shares its key.
+		p.done <- pubResult{id: it.DuplicateOf, dup: true}
 	case it.Entry != p.entry:
 		p.done <- pubResult{id: it.Entry.GetMessage().GetId(), dup: true}
-	case it.Duplicate:
-		p.done <- pubResult{id: it.DuplicateOf, dup: true}
 	default:
 		p.done <- pubResult{id: p.entry.GetMessage().GetId(), subs: len(it.Subs)}
 	}

@@ -393,6 +393,16 @@ func TestIdempotentPublish(t *testing.T) {
 	if err != nil || !again.Duplicate || again.ID != first.ID {
 		t.Fatalf("again: %+v, %v; first %s", again, err, first.ID)
 	}
+	// A batch carrying the key twice: both are the first's duplicates.
+	rs, fails := s.PublishBatch(ctx, "P:acme:p", []Publication{
+		{Topic: "x", Message: &grain.Message{IdempotencyKey: "k1"}},
+		{Topic: "x", Message: &grain.Message{IdempotencyKey: "k1"}},
+	})
+	for i, r := range rs {
+		if fails[i] != nil || !r.Duplicate || r.ID != first.ID {
+			t.Fatalf("batch %d: %+v, %v; first %s", i, r, fails[i], first.ID)
+		}
+	}
 	other, err := s.PublishMessage(ctx, "P:bob:p", "acme:x", &grain.Message{IdempotencyKey: "k1"})
 	if err != nil || other.Duplicate {
 		t.Fatalf("another publisher's owner with the same key: %+v, %v", other, err)

@@ -40,6 +40,7 @@ type options struct {
 	start     time.Time
 	principal string
 	config    func(*grain.Config)
+	batch     int
 }
 
 // WithStart sets the time the Env's clock starts at (default 2026-01-01
@@ -55,16 +56,26 @@ func WithPrincipal(p string) Option { return func(o *options) { o.principal = p 
 // timeouts, an Authorizer) before it starts.
 func WithConfig(f func(*grain.Config)) Option { return func(o *options) { o.config = f } }
 
+// WithDeliveryBatch makes Deliver hand a subscriber up to n messages of a
+// subscription in one request, as a silo does with
+// --topic-delivery-batch n: those queued at once, in their order, to the
+// agent's OnMessages (see grain.BatchHandler), or, for an agent without
+// it, to its OnMessage one after another in the same turn. They are
+// settled by position, as on a silo: those handled are done, the first
+// not handled has the outcome the handler gave it, and those after it
+// come again, next. Default 1: one message per request.
+func WithDeliveryBatch(n int) Option { return func(o *options) { o.batch = n } }
+
 // New returns an Env whose runtime is closed when the test ends.
 func New(t testing.TB, opts ...Option) *Env {
 	t.Helper()
-	o := options{start: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC), principal: "tester"}
+	o := options{start: time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC), principal: "tester", batch: 1}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	e := &Env{t: t, Registry: grain.NewRegistry(), StateStore: grain.NewMemoryStateStore(), clock: newFakeClock(o.start)}
 	e.reminders = &reminderService{env: e}
-	e.topics = &topicService{env: e}
+	e.topics = &topicService{env: e, batch: max(o.batch, 1)}
 	e.from = grain.SessionType + ":" + o.principal + ":graintest"
 	e.session = &session{addr: e.from}
 	cfg := grain.DefaultConfig()
@@ -224,11 +235,14 @@ func (e *Env) Publish(ctx context.Context, topic string, msg *grain.Message) (st
 
 // Deliver hands every message published to a topic so far to the
 // subscriptions it matches, as a silo's topics do (a REQUEST to the
-// subscriber with Topic and Attempt set; an error is tried again, up to
+// subscriber with Topic, Subscription and Attempt set; an error is tried again, up to
 // the subscription's attempts, then the message is a dead letter), and
 // what those deliveries publish in turn, until nothing is left to
 // deliver. Retries come at once (a grain.Retry's wait and the backoff are
-// not kept). It returns how many deliveries it made.
+// not kept). It returns how many deliveries it made (a batch, see
+// WithDeliveryBatch, is one). A batch handler that handles none of its
+// batch and gives no error would get it again without end: Deliver then
+// fails with FailedPrecondition.
 func (e *Env) Deliver(ctx context.Context) (int, error) { return e.topics.deliver(ctx) }
 
 // Published returns what was published to topic (owner:name; "" for every

@@ -292,3 +292,91 @@ func TestPushedToTheTestSession(t *testing.T) {
 		t.Errorf("%d pushes kept, want 3", n)
 	}
 }
+
+// batchSink takes topic messages in batches: "later" is left for the next
+// batch the first time, "poison" refused for good; single deliveries go
+// to OnMessage.
+type batchSink struct {
+	h       grain.Host
+	got     []string
+	sizes   []int
+	stalled bool
+	stall   bool // handles nothing, ever
+}
+
+func (s *batchSink) OnActivate(ctx context.Context) error {
+	return s.h.Subscribe(ctx, "sink", "orders.#")
+}
+
+func (s *batchSink) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
+	if m.Topic != "" {
+		s.got = append(s.got, fmt.Sprintf("%s@%d one", m.Message, m.Attempt))
+	}
+	r := m.Response()
+	r.Message = strings.Join(s.got, ",")
+	return r, nil
+}
+
+func (s *batchSink) OnMessages(ctx context.Context, ms []*grain.Message) (int, error) {
+	s.sizes = append(s.sizes, len(ms))
+	if s.stall {
+		return 0, nil
+	}
+	for i, m := range ms {
+		if m.Subscription != "tester:sink" || m.Topic != "tester:orders.eu" {
+			return i, fmt.Errorf("delivery of %s by %s", m.Topic, m.Subscription)
+		}
+		switch {
+		case m.Message == "poison":
+			return i, grain.Poison("never")
+		case m.Message == "later" && !s.stalled:
+			s.stalled = true
+			return i, nil
+		}
+		s.got = append(s.got, fmt.Sprintf("%s@%d", m.Message, m.Attempt))
+	}
+	return len(ms), nil
+}
+
+// WithDeliveryBatch: Deliver hands a batch handler several messages in one
+// request, settled by position, as a silo does.
+func TestBatchDelivery(t *testing.T) {
+	env := graintest.New(t, graintest.WithDeliveryBatch(4))
+	var agent *batchSink
+	env.Register("Sink", func(h grain.Host) (grain.Agent, error) { agent = &batchSink{h: h}; return agent, nil })
+	ctx := t.Context()
+	if _, err := env.AskText(ctx, "Sink:s", ""); err != nil { // activates it: it subscribes
+		t.Fatal(err)
+	}
+	for _, text := range []string{"a", "b", "later", "c", "poison", "d"} {
+		if _, err := env.Publish(ctx, "orders.eu", &grain.Message{Message: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// [a b later c]: two handled; [later c poison d]: poison refused after
+	// two; [d] alone, to OnMessage.
+	n, err := env.Deliver(ctx)
+	if err != nil || n != 3 {
+		t.Fatalf("Deliver = %d, %v; want 3 deliveries", n, err)
+	}
+	if got, _ := env.AskText(ctx, "Sink:s", ""); got != "a@1,b@1,later@1,c@1,d@1 one" {
+		t.Fatalf("the sink got %q", got)
+	}
+	if fmt.Sprint(agent.sizes) != "[4 4]" {
+		t.Fatalf("batches of %v", agent.sizes)
+	}
+	if dl := env.DeadLetters(); len(dl) != 1 || dl[0].Message.Message != "poison" {
+		t.Fatalf("dead letters %v", dl)
+	}
+	// A handler that handles none of its batch, without an error, would
+	// get it again without end.
+	agent.stall = true
+	for _, text := range []string{"e", "f"} {
+		if _, err := env.Publish(ctx, "orders.eu", &grain.Message{Message: text}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := env.Deliver(ctx); errs.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a stalled batch: %v, want FailedPrecondition", err)
+	}
+}

@@ -125,6 +125,7 @@ type topicService struct {
 	subs      map[string]*subscription // by owner:name
 	queue     []delivery
 	dead      []Published
+	batch     int // the most messages of a subscription delivered in one request
 }
 
 // Published is a message published to a topic, as the Env kept it.
@@ -216,7 +217,8 @@ func (s *topicService) Unsubscribe(ctx context.Context, agent grain.Address, nam
 }
 
 // deliver hands out the queue, and what handing it out queues, until it
-// is empty or ctx ends; it returns the number of deliveries made.
+// is empty or ctx ends; it returns the number of deliveries made (a batch
+// is one).
 func (s *topicService) deliver(ctx context.Context) (int, error) {
 	n := 0
 	for {
@@ -231,29 +233,107 @@ func (s *topicService) deliver(ctx context.Context) (int, error) {
 			s.mu.Unlock()
 			continue
 		}
+		// With batches, the deliveries of d's subscription queued after
+		// it go with it, in their order, up to the batch's size.
+		ds := []delivery{d}
+		if s.batch > 1 {
+			rest := make([]delivery, 0, len(s.queue))
+			for _, q := range s.queue {
+				if q.sub == d.sub && len(ds) < s.batch {
+					ds = append(ds, q)
+				} else {
+					rest = append(rest, q)
+				}
+			}
+			s.queue = rest
+		}
 		to := d.sub.members[d.sub.next%len(d.sub.members)]
 		d.sub.next++
 		s.mu.Unlock()
-		m := proto.Clone(d.msg.Message).(*grain.Message)
-		m.From, m.To, m.Topic, m.Attempt = d.msg.From, to.String(), d.msg.Topic, d.attempt
-		reply, err := s.env.Runtime.Ask(ctx, m)
+		if len(ds) > 1 {
+			if err := s.deliverBatch(ctx, ds, to); err != nil {
+				return n, err
+			}
+			n++
+			continue
+		}
+		reply, err := s.env.Runtime.Ask(ctx, s.message(d, to))
 		n++
 		if ctx.Err() != nil {
 			return n, ctx.Err()
 		}
 		if err = grain.Outcome(reply, err); err != nil {
-			var out *grain.OutcomeError
-			poison := errors.As(err, &out) && out.Poison
 			s.mu.Lock()
-			if poison || int(d.attempt) >= d.sub.maxAttempts {
-				s.dead = append(s.dead, d.msg)
-			} else {
-				d.attempt++
+			if s.failed(&d, err) {
 				s.queue = append(s.queue, d)
 			}
 			s.mu.Unlock()
 		}
 	}
+}
+
+// message is the delivery of d to the agent at to.
+func (s *topicService) message(d delivery, to grain.Address) *grain.Message {
+	m := proto.Clone(d.msg.Message).(*grain.Message)
+	m.From, m.To, m.Topic, m.Subscription, m.Attempt = d.msg.From, to.String(), d.msg.Topic, d.sub.name, d.attempt
+	return m
+}
+
+// failed counts a failed delivery of d, whose outcome was err: false if d
+// is a dead letter now (poison, or its attempts are spent), true if it is
+// to come again. s.mu is held.
+func (s *topicService) failed(d *delivery, err error) bool {
+	var out *grain.OutcomeError
+	if (errors.As(err, &out) && out.Poison) || int(d.attempt) >= d.sub.maxAttempts {
+		s.dead = append(s.dead, d.msg)
+		return false
+	}
+	d.attempt++
+	return true
+}
+
+// deliverBatch delivers ds, of one subscription, to the agent at to in one
+// request (grain.Batch), as a silo does, and settles them by position:
+// those handled are done, the first not handled has the outcome the
+// handler gave it (nil: it comes again, no attempt counted), and those
+// after it come again, their attempts not counted, at the head of the
+// queue so that they keep their order.
+func (s *topicService) deliverBatch(ctx context.Context, ds []delivery, to grain.Address) error {
+	ms := make([]*grain.Message, len(ds))
+	for i, d := range ds {
+		ms[i] = s.message(d, to)
+	}
+	b, err := grain.Batch(ms)
+	if err != nil {
+		return err
+	}
+	handled, out := grain.BatchOutcome(s.env.Runtime.Ask(ctx, b))
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if handled == len(ds) {
+		return nil
+	}
+	if handled == 0 && out == nil {
+		return errs.New(codes.FailedPrecondition, "graintest: %s handled none of a batch of %d and gave no error: it would get them again without end", to, len(ds))
+	}
+	var again []delivery
+	for i := handled; i < len(ds); i++ {
+		d := ds[i]
+		if i == handled && out != nil {
+			s.mu.Lock()
+			keep := s.failed(&d, out)
+			s.mu.Unlock()
+			if !keep {
+				continue
+			}
+		}
+		again = append(again, d)
+	}
+	s.mu.Lock()
+	s.queue = append(again, s.queue...)
+	s.mu.Unlock()
+	return nil
 }
 
 // session is the test's own client session: it keeps what agents send it

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,7 +49,7 @@ func logKey(seq uint64) string { return fmt.Sprintf("%016x", seq) }
 
 // createLog creates (or updates) the log stream.
 func (s *JetStreamStore) createLog(ctx context.Context) error {
-	_, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	st, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:         s.logStream(),
 		Subjects:     []string{s.cfg.Bucket + ".log.>"},
 		Retention:    jetstream.InterestPolicy,
@@ -64,6 +65,7 @@ func (s *JetStreamStore) createLog(ctx context.Context) error {
 	if err != nil {
 		return s.fail(ctx, err, "create the JetStream stream %s", s.logStream())
 	}
+	s.log = st
 	return nil
 }
 
@@ -120,6 +122,12 @@ type jsFollower struct {
 	reclaimed map[string]bool
 	gone      []string // settled (acknowledged, dead): their removal to hand out
 	wake      chan struct{}
+	// The consumer's sequence of the last delivery to this store, and the
+	// highest stream sequence handed out from the log: a delivery whose
+	// consumer sequence skips one went to another store following the
+	// subscription at the same moment (see fillGap). Used by the
+	// following goroutine only.
+	lastDelivery, top uint64
 }
 
 func newJSFollower() *jsFollower {
@@ -219,19 +227,54 @@ func (s *JetStreamStore) reclaim(ctx context.Context, id, owner string, c jetstr
 	if err != nil {
 		return s.fail(ctx, err, "read the consumer of %s", id)
 	}
+	l.lastDelivery = info.Delivered.Consumer
+	l.top = max(l.top, info.Delivered.Stream)
+	// Reclaimed messages settled here and below the floor will not be
+	// delivered again: nothing is left to take them as.
+	l.mu.Lock()
+	for k, settled := range l.reclaimed {
+		if seq, err := strconv.ParseUint(k, 16, 64); err == nil && settled && seq <= info.AckFloor.Stream {
+			delete(l.reclaimed, k)
+		}
+	}
+	l.mu.Unlock()
 	if info.NumAckPending == 0 {
 		return nil
 	}
-	octx, cancel = s.op(ctx)
-	st, err := s.js.Stream(octx, s.logStream())
-	cancel()
-	if err != nil {
-		return s.fail(ctx, err, "read the stream %s", s.logStream())
+	return s.handOut(ctx, id, owner, l, live, info.AckFloor.Stream+1, info.Delivered.Stream, f)
+}
+
+// fillGap is called for a message first delivered here at stream sequence
+// seq, with the consumer's sequence cseq, before it is handed out. If the
+// consumer delivered something to another store since the last delivery
+// here (two silos follow the subscription for a moment during a
+// handover), the log messages between the highest handed out here and
+// seq are read from the stream and handed out first, marked reclaimed, as
+// reclaim does: otherwise one the other store got and never settled would
+// come again only after AckWait, after later ones. One the other store
+// acknowledged comes twice: at least once.
+func (s *JetStreamStore) fillGap(ctx context.Context, id, owner string, l *jsFollower, live map[string]bool, seq, cseq uint64, f func(QueueEvent)) {
+	gap := cseq > l.lastDelivery+1 && seq > l.top+1
+	l.lastDelivery = cseq
+	if !gap {
+		l.top = max(l.top, seq)
+		return
 	}
+	if err := s.handOut(ctx, id, owner, l, live, l.top+1, seq-1, f); err != nil {
+		s.logger.Warn("topics: reading the log messages another silo was given; they come after the acknowledgement wait", "subscription", id, "err", err)
+	}
+	l.top = max(l.top, seq)
+}
+
+// handOut reads the log messages of owner from stream sequence from to
+// to, and hands out those naming subscription id that this store does not
+// hold, has not handed out, and that are not held apart (live), marked
+// reclaimed.
+func (s *JetStreamStore) handOut(ctx context.Context, id, owner string, l *jsFollower, live map[string]bool, from, to uint64, f func(QueueEvent)) error {
 	subject := s.logSubject(owner)
-	for seq := info.AckFloor.Stream + 1; seq <= info.Delivered.Stream; {
+	for seq := from; seq <= to; {
 		octx, cancel := s.op(ctx)
-		raw, err := st.GetMsg(octx, seq, jetstream.WithGetMsgSubject(subject))
+		raw, err := s.log.GetMsg(octx, seq, jetstream.WithGetMsgSubject(subject))
 		cancel()
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			return nil
@@ -239,10 +282,11 @@ func (s *JetStreamStore) reclaim(ctx context.Context, id, owner string, c jetstr
 		if err != nil {
 			return s.fail(ctx, err, "read the log of %s", id)
 		}
-		if raw.Sequence > info.Delivered.Stream {
+		if raw.Sequence > to {
 			return nil
 		}
 		seq = raw.Sequence + 1
+		l.top = max(l.top, raw.Sequence)
 		key := logKey(raw.Sequence)
 		l.mu.Lock()
 		_, held := l.msgs[key]
@@ -269,4 +313,48 @@ func (l *jsFollower) isReclaimed(key string) bool {
 	defer l.mu.Unlock()
 	settled, ok := l.reclaimed[key]
 	return ok && !settled
+}
+
+// decodeCache shares the decoding of a log message among the queues this
+// store follows: each subscription's consumer delivers its own copy of a
+// message, at about the same moment, and an Entry handed out is never
+// changed in place (a retry is a new one), so the subscriptions of one
+// silo can hold the same Entry. It keeps the last cacheSlots messages
+// decoded, of up to cacheMaxBytes each.
+type decodeCache struct {
+	mu   sync.Mutex
+	m    map[uint64]*Entry // by stream sequence
+	ring [cacheSlots]uint64
+	next int
+}
+
+const (
+	cacheSlots    = 256
+	cacheMaxBytes = 64 << 10
+)
+
+// decode returns the entry of the log message b at stream sequence seq.
+func (c *decodeCache) decode(seq uint64, b []byte) (*Entry, error) {
+	c.mu.Lock()
+	e := c.m[seq]
+	c.mu.Unlock()
+	if e != nil {
+		return e, nil
+	}
+	e, err := decodeEntry(b)
+	if err != nil || len(b) > cacheMaxBytes {
+		return e, err
+	}
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = make(map[uint64]*Entry, cacheSlots)
+	}
+	if _, ok := c.m[seq]; !ok {
+		delete(c.m, c.ring[c.next])
+		c.ring[c.next] = seq
+		c.next = (c.next + 1) % cacheSlots
+		c.m[seq] = e
+	}
+	c.mu.Unlock()
+	return e, nil
 }

@@ -3,6 +3,7 @@ package topicstore
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -248,5 +249,40 @@ func TestJetStreamTakeOverKeepsOrder(t *testing.T) {
 	defer fb.mu.Unlock()
 	if len(fb.keys) != 3 || len(fb.live) != 0 {
 		t.Fatalf("after the consumer delivered 3 and 4 again: handed out %d, present %d; want 3 and none", len(fb.keys), len(fb.live))
+	}
+}
+
+// The decode cache hands the same entry for one stream sequence, keeps at
+// most cacheSlots entries, and no message larger than cacheMaxBytes.
+func TestDecodeCacheBounded(t *testing.T) {
+	var c decodeCache
+	b, err := encodeRecord(entry("x"), []string{"acme:a", "acme:b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e1, err := c.decode(1, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e2, _ := c.decode(1, b); e2 != e1 || e1.GetMessage().GetMessage() != "x" {
+		t.Fatalf("decoded again: %v, %v", e1, e2)
+	}
+	for seq := uint64(2); seq < 3*cacheSlots; seq++ {
+		if _, err := c.decode(seq, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(c.m); n != cacheSlots {
+		t.Fatalf("%d entries kept, want %d", n, cacheSlots)
+	}
+	big, err := encodeRecord(entry(strings.Repeat("x", cacheMaxBytes)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.decode(1<<40, big); err != nil {
+		t.Fatal(err)
+	}
+	if _, kept := c.m[1<<40]; kept {
+		t.Fatal("a large message kept")
 	}
 }

@@ -26,33 +26,31 @@ func idemK(k string) string {
 }
 
 // publish writes msgs asynchronously (in order, on one connection) and
-// waits for each one's acknowledgement; ok[i] tells whether msgs[i] is
-// durable.
-func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []string) (ok []bool, err error) {
+// waits for each one's acknowledgement; acks[i] is msgs[i]'s, nil if it is
+// not durable.
+func (s *JetStreamStore) publish(ctx context.Context, msgs []*nats.Msg, ids []string) (acks []*jetstream.PubAck, err error) {
 	opts := make([][]jetstream.PublishOpt, len(msgs))
 	for i := range msgs {
 		if ids[i] != "" {
 			opts[i] = []jetstream.PublishOpt{jetstream.WithMsgID(ids[i])}
 		}
 	}
-	refused, err := s.publishEach(ctx, msgs, opts)
-	ok = make([]bool, len(msgs))
+	acks, refused, err := s.publishEach(ctx, msgs, opts)
 	for i, e := range refused {
-		ok[i] = e == nil
 		if e != nil && err == nil {
 			err = s.fail(ctx, e, "write %s", msgs[i].Subject)
 		}
 	}
-	return ok, err
+	return acks, err
 }
 
 // publishEach writes msgs asynchronously, msgs[i] with opts[i], and waits
-// for their acknowledgements: refused[i] is msgs[i]'s refusal (nil: it is
-// durable). err is set if the waiting was cut short (the server did not
-// answer in time, ctx ended, the connection refused): then the messages
-// without an answer have a non-nil refused[i] too.
-func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts [][]jetstream.PublishOpt) (refused []error, err error) {
-	refused = make([]error, len(msgs))
+// for their acknowledgements: acks[i] is msgs[i]'s, refused[i] its refusal
+// (one of the two is nil). err is set if the waiting was cut short (the
+// server did not answer in time, ctx ended, the connection refused): then
+// the messages without an answer have a non-nil refused[i] too.
+func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts [][]jetstream.PublishOpt) (acks []*jetstream.PubAck, refused []error, err error) {
+	acks, refused = make([]*jetstream.PubAck, len(msgs)), make([]error, len(msgs))
 	futs := make([]jetstream.PubAckFuture, len(msgs))
 	for i, m := range msgs {
 		f, perr := s.js.PublishMsgAsync(m, opts[i]...)
@@ -76,8 +74,11 @@ func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts
 			continue
 		}
 		select {
-		case <-f.Ok():
-			s.writes.Add(1)
+		case a := <-f.Ok():
+			acks[i] = a
+			if !a.Duplicate {
+				s.writes.Add(1)
+			}
 		case e := <-f.Err():
 			refused[i] = e
 		case <-t.C:
@@ -88,7 +89,34 @@ func (s *JetStreamStore) publishEach(ctx context.Context, msgs []*nats.Msg, opts
 			refused[i] = err
 		}
 	}
-	return refused, err
+	return acks, refused, err
+}
+
+// keptID is the id of the message the log kept at seq, which a keyed
+// write was a duplicate of: read from the log, or, if every subscription
+// has acknowledged it since (it is gone), from the remembered key.
+func (s *JetStreamStore) keptID(ctx context.Context, key string, seq uint64) (string, error) {
+	octx, cancel := s.op(ctx)
+	defer cancel()
+	m, err := s.log.GetMsg(octx, seq)
+	switch {
+	case err == nil:
+		e, derr := decodeEntry(m.Data)
+		if derr != nil {
+			return "", errs.New(codes.Internal, "topics: decode the log message %d: %w", seq, derr)
+		}
+		return e.GetMessage().GetId(), nil
+	case !errors.Is(err, jetstream.ErrMsgNotFound):
+		return "", s.fail(ctx, err, "read the log message %d", seq)
+	}
+	e, found, err := s.get(ctx, s.idem, idemK(key))
+	if err != nil {
+		return "", err
+	}
+	if !found {
+		return "", errs.New(codes.Unavailable, "topics: the message kept for an idempotency key is delivered and gone, and its id not remembered yet: publish again")
+	}
+	return string(e.Value()), nil
 }
 
 func (s *JetStreamStore) qSubject(id, key string) string {
@@ -150,19 +178,38 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 		ids = append(ids, mid)
 		owner = append(owner, i)
 	}
-	ok, err := s.publish(ctx, msgs, ids)
+	acks, err := s.publish(ctx, msgs, ids)
 	done := make([]bool, len(items))
 	for i := range done {
 		done[i] = true
 	}
+	// kept[i] is the id of the message kept for items[i]: its own, or,
+	// if the log had a message with its key already (an earlier attempt
+	// wrote it, and may not have remembered the key yet, or never will),
+	// that message's, which is the one subscribers get.
+	kept := make([]string, len(items))
+	for i, it := range items {
+		kept[i] = it.Entry.GetMessage().GetId()
+	}
 	for j, i := range owner {
-		if !ok[j] {
+		switch a := acks[j]; {
+		case a == nil:
 			done[i] = false
+		case a.Duplicate:
+			id, kerr := s.keptID(ctx, items[i].IdemKey, a.Sequence)
+			if kerr != nil {
+				done[i] = false
+				if err == nil {
+					err = kerr
+				}
+				continue
+			}
+			kept[i] = id
 		}
 	}
 	// The idempotency keys of the items written, all in flight at once,
-	// each written only if it is new.
-	var keyed []*Item
+	// each written only if it is new, with the id kept.
+	var keyed []int
 	var keys []*nats.Msg
 	var opts [][]jetstream.PublishOpt
 	for i, it := range items {
@@ -173,29 +220,39 @@ func (s *JetStreamStore) Append(ctx context.Context, items []*Item, versions map
 			it.Done = true
 			continue
 		}
-		keyed = append(keyed, it)
-		keys = append(keys, &nats.Msg{Subject: "$KV." + s.cfg.Bucket + "_idem." + idemK(it.IdemKey), Data: []byte(it.Entry.GetMessage().GetId())})
+		keyed = append(keyed, i)
+		keys = append(keys, &nats.Msg{Subject: "$KV." + s.cfg.Bucket + "_idem." + idemK(it.IdemKey), Data: []byte(kept[i])})
 		opts = append(opts, []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(0)})
 	}
 	if len(keys) == 0 {
 		return err
 	}
-	kerrs, kerr := s.publishEach(ctx, keys, opts)
-	for i, it := range keyed {
+	_, kerrs, kerr := s.publishEach(ctx, keys, opts)
+	for j, i := range keyed {
+		it := items[i]
 		var apiErr *jetstream.APIError
-		switch e := kerrs[i]; {
+		switch e := kerrs[j]; {
 		case e == nil:
-			it.Done = true
 		case kerr == nil && errors.As(e, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence:
-			// Another publish with the key wrote first: its message
-			// was the one kept (the same message id).
-			if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found && string(e.Value()) != it.Entry.GetMessage().GetId() {
-				it.Duplicate, it.DuplicateOf = true, string(e.Value())
+			// Another publish with the key remembered it first. An
+			// item written to the log has its kept id from the log,
+			// which is what subscribers get; one matched to no
+			// subscription (not written) takes the remembered id.
+			if len(it.Subs) == 0 {
+				if e, found, gerr := s.get(ctx, s.idem, idemK(it.IdemKey)); gerr == nil && found {
+					kept[i] = string(e.Value())
+				}
 			}
-			it.Done = true
-		case err == nil:
-			err = s.fail(ctx, e, "remember the idempotency key")
+		default:
+			if err == nil {
+				err = s.fail(ctx, e, "remember the idempotency key")
+			}
+			continue
 		}
+		if kept[i] != it.Entry.GetMessage().GetId() {
+			it.Duplicate, it.DuplicateOf = true, kept[i]
+		}
+		it.Done = true
 	}
 	return err
 }
@@ -277,6 +334,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		logMsgs chan jetstream.Msg // nil until the held entries are read
 		stopped = make(chan struct{})
 		cc      jetstream.ConsumeContext
+		owner   string // the subscription's topics' owner, once the log is followed
 	)
 	defer func() {
 		close(stopped)
@@ -284,7 +342,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 			cc.Stop()
 		}
 	}()
-	startLog := func(live map[string]bool) error {
+	startLog := func(live map[string]bool, f func(QueueEvent)) error {
 		octx, cancel := s.op(ctx)
 		e, found, err := s.get(octx, s.reg, subK(id))
 		cancel()
@@ -303,6 +361,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		if err != nil {
 			return err
 		}
+		owner = p.Owner
 		if err := s.reclaim(ctx, id, p.Owner, c, l, live, f); err != nil {
 			return err
 		}
@@ -326,7 +385,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 		var e jetstream.KeyValueEntry
 		select {
 		case m := <-logMsgs:
-			s.onLogMsg(id, l, live, m, f)
+			s.onLogMsg(ctx, id, owner, l, live, m, f)
 			continue
 		case <-l.wake:
 			for _, k := range l.takeGone() {
@@ -344,18 +403,17 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 			return ctx.Err()
 		}
 		if e == nil {
-			// Loaded: hand out the queue in its keys' order.
+			// Loaded: hand out the queue in its keys' order, which is
+			// the log's: the held entries, the log messages held here
+			// (kept across reloads), and what reclaim reads from the
+			// stream, merged, so that a message reclaimed before the
+			// reload does not come after later ones held here.
 			b.Reset()
-			keys := make([]string, 0, len(initial))
-			for k := range initial {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			f(QueueEvent{Reset: true})
-			live = make(map[string]bool, len(keys))
-			for _, k := range keys {
+			var out []QueueEvent
+			live = make(map[string]bool, len(initial))
+			for k, en := range initial {
 				live[k] = true
-				f(QueueEvent{Key: k, Entry: initial[k]})
+				out = append(out, QueueEvent{Key: k, Entry: en})
 			}
 			initial = nil
 			for _, k := range l.held() {
@@ -366,7 +424,7 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 					continue
 				}
 				if e, err := decodeEntry(m.Data()); err == nil {
-					f(QueueEvent{Key: k, Entry: e})
+					out = append(out, QueueEvent{Key: k, Entry: e})
 				}
 			}
 			// Reclaimed messages not settled are handed out again (the
@@ -378,8 +436,13 @@ func (s *JetStreamStore) followQueue(ctx context.Context, id string, l *jsFollow
 				}
 			}
 			l.mu.Unlock()
-			if err := startLog(live); err != nil {
+			if err := startLog(live, func(ev QueueEvent) { out = append(out, ev) }); err != nil {
 				return err
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
+			f(QueueEvent{Reset: true})
+			for _, ev := range out {
+				f(ev)
 			}
 			continue
 		}
@@ -709,12 +772,17 @@ func (s *JetStreamStore) Drop(ctx context.Context, id string, keys []string) (in
 	return len(ds), nil
 }
 
-// onLogMsg takes a message the consumer of subscription id delivered:
-// one not naming id, or held apart already (live: the held entries), is
-// acknowledged at once; one held already (a delivery again after
-// AckWait) replaces the one held; a new one is handed out.
-func (s *JetStreamStore) onLogMsg(id string, l *jsFollower, live map[string]bool, m jetstream.Msg, f func(QueueEvent)) {
-	seq := seqOf(m)
+// onLogMsg takes a message the consumer of subscription id (of owner's
+// topics) delivered: one not naming id, or held apart already (live: the
+// held entries), is acknowledged at once; one held already (a delivery
+// again after AckWait) replaces the one held; a new one is handed out,
+// after those the consumer gave another store meanwhile (fillGap).
+func (s *JetStreamStore) onLogMsg(ctx context.Context, id, owner string, l *jsFollower, live map[string]bool, m jetstream.Msg, f func(QueueEvent)) {
+	var seq uint64
+	if md, err := m.Metadata(); err == nil {
+		seq = md.Sequence.Stream
+		s.fillGap(ctx, id, owner, l, live, seq, md.Sequence.Consumer, f)
+	}
 	key := logKey(seq)
 	if seq == 0 || !recordNames(m.Data(), id) || live[key] {
 		if err := m.Ack(); err == nil {
@@ -743,7 +811,7 @@ func (s *JetStreamStore) onLogMsg(id string, l *jsFollower, live map[string]bool
 	if again {
 		return
 	}
-	e, err := decodeEntry(m.Data())
+	e, err := s.decoded.decode(seq, m.Data())
 	if err != nil {
 		s.logger.Warn("topics: an unreadable log message, skipped", "subscription", id, "key", key, "err", err)
 		l.take(key, false)

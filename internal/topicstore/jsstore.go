@@ -45,8 +45,9 @@ import (
 //	                                 _reset tells followers the queue was
 //	                                 purged with its subscription
 //	<bucket>_dead  <id>.<key>        a dead letter (DeadLetter)
-//	<bucket>_idem  <hash>            an idempotency key's first message id,
-//	                                 kept for the window (the stream's age)
+//	<bucket>_idem  <hash>            the id of the message kept for an
+//	                                 idempotency key, kept for the window
+//	                                 (the stream's age)
 //	<bucket>_live  <holder>          a store's heartbeat, put every third of
 //	                                 SessionTTL, kept for SessionTTL (the
 //	                                 stream's age)
@@ -62,7 +63,10 @@ import (
 // owners' versions, then writes the messages (all in flight at once on
 // the connection, so in order), each with a message id derived from the
 // idempotency key when there is one, which the stream's duplicate window
-// (the idempotency window) turns into a no-op when written again. A
+// (the idempotency window) turns into a no-op when written again: its
+// acknowledgement says Duplicate, with the sequence of the message kept,
+// whose id the append answers (and writes under the key in <bucket>_idem),
+// so that the publisher's id is the one its subscribers get. A
 // publish that started after Subscribe returned sees the new version, as
 // with etcd.
 //
@@ -81,6 +85,7 @@ type JetStreamStore struct {
 
 	reg, q, dead, idem, live jetstream.KeyValue
 	deadStream               jetstream.Stream
+	log                      jetstream.Stream // the log stream (jslog.go)
 	qStream                  jetstream.Stream
 
 	keySuffix string
@@ -88,6 +93,8 @@ type JetStreamStore struct {
 	keyLast   int64
 
 	writes atomic.Uint64 // stream messages written, for the figures
+
+	decoded decodeCache // log messages decoded, shared by the queues followed
 
 	heldMu sync.Mutex
 	held   map[string]bool // the session members this store holds, by reg key

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
@@ -223,5 +224,198 @@ func TestJetStreamMarkersSwept(t *testing.T) {
 	testutil.WaitFor(t, "a's markers to go", func() bool { return count("acme:a") == 0 })
 	if n := count("acme:b"); n != 3 {
 		t.Fatalf("b, followed nowhere, has %d markers, want 3", n)
+	}
+}
+
+// A keyed append whose key the log holds already, from an attempt whose
+// key was never remembered (its silo died after writing the log message,
+// or another attempt with the key is still on its way), answers with the
+// id of the message the log kept: the one its subscribers get. The key is
+// then remembered with that id.
+func TestJetStreamIdempotentAnswersKeptID(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	work := follow(t, s, "acme:work")
+	// The other attempt: its log message, with the key's message id,
+	// and no remembered key.
+	b, err := encodeRecord(entryID("first", "id-1"), []string{"acme:work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.logSubject("acme"), Data: b}, jetstream.WithMsgID(idemK("acme/acme/k"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"id-2", "id-3"} {
+		it := &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", id), IdemKey: "acme/acme/k"}
+		if err := s.Append(ctx, []*Item{it}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !it.Done || !it.Duplicate || it.DuplicateOf != "id-1" {
+			t.Fatalf("%s: done %v, duplicate %v of %q; want a duplicate of id-1", id, it.Done, it.Duplicate, it.DuplicateOf)
+		}
+	}
+	if got := work.texts(t, 1); fmt.Sprint(got) != "[first]" {
+		t.Fatalf("queue %v", got)
+	}
+	work.mu.Lock()
+	got := work.live[work.keys[0]].GetMessage().GetId()
+	work.mu.Unlock()
+	if got != "id-1" {
+		t.Fatalf("delivered %s, answered id-1", got)
+	}
+	if e, found, err := s.get(ctx, s.idem, idemK("acme/acme/k")); err != nil || !found || string(e.Value()) != "id-1" {
+		t.Fatalf("remembered key: %v %v %v", e, found, err)
+	}
+}
+
+// A keyed append whose key's message the log kept but no longer holds
+// (every subscription acknowledged it), with no key remembered yet, fails
+// Unavailable (publish again), never answering an id no subscriber got;
+// once the key is remembered, the append answers with its id.
+func TestJetStreamIdempotentKeptGone(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	work := follow(t, s, "acme:work")
+	b, err := encodeRecord(entryID("first", "id-1"), []string{"acme:work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.logSubject("acme"), Data: b}, jetstream.WithMsgID(idemK("acme/acme/k"))); err != nil {
+		t.Fatal(err)
+	}
+	work.texts(t, 1)
+	if err := s.Ack(ctx, []AckKey{{"acme:work", work.key(t, "first")}}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "the acknowledged message to leave the log", func() bool {
+		st, err := s.log.Info(ctx)
+		return err == nil && st.State.Msgs == 0
+	})
+	it := &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", "id-2"), IdemKey: "acme/acme/k"}
+	if err := s.Append(ctx, []*Item{it}, nil); errs.Code(err) != codes.Unavailable || it.Done {
+		t.Fatalf("kept message gone, key not remembered: %v, done %v", err, it.Done)
+	}
+	if _, err := s.put(ctx, s.idem, idemK("acme/acme/k"), []byte("id-1")); err != nil {
+		t.Fatal(err)
+	}
+	it = &Item{Owner: "acme", Subs: []string{"acme:work"}, Entry: entryID("again", "id-3"), IdemKey: "acme/acme/k"}
+	if err := s.Append(ctx, []*Item{it}, nil); err != nil || !it.Duplicate || it.DuplicateOf != "id-1" {
+		t.Fatalf("kept message gone, key remembered: %v, %+v", err, it)
+	}
+}
+
+// Two stores following one subscription at once for a moment (a
+// handover): a message its consumer hands to the other store is handed out
+// here, read from the log, before a later message the consumer delivers
+// here, rather than after the acknowledgement wait, after it.
+func TestJetStreamHandoverKeepsOrder(t *testing.T) {
+	ns := natstest.Start(t)
+	c := DefaultJetStreamConfig(ns.URL())
+	c.AckWait = time.Minute
+	s, err := OpenJetStream(t.Context(), c, testutil.Logger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := s.js.Consumer(ctx, s.logStream(), consumerName("acme:work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(n int) {
+		testutil.WaitFor(t, fmt.Sprint(n, " pull requests"), func() bool {
+			info, err := cons.Info(ctx)
+			return err == nil && info.NumWaiting >= n
+		})
+	}
+	// The other store: a pull of one message, waiting before this store
+	// follows the queue (the server serves pulls in their order).
+	other := make(chan jetstream.Msg, 1)
+	go func() {
+		b, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+		if err != nil {
+			return
+		}
+		for m := range b.Messages() {
+			other <- m
+		}
+	}()
+	waiting(1)
+	work := follow(t, s, "acme:work")
+	waiting(2)
+	app := func(text string) {
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry(text)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app("first")
+	select {
+	case <-other:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the other store's pull got nothing")
+	}
+	app("second")
+	if got := work.texts(t, 2); fmt.Sprint(got) != "[first second]" {
+		t.Fatalf("queue %v", got)
+	}
+}
+
+// A queue read again (the connection came back) hands out in log order
+// the messages reclaimed from a store gone and those the consumer
+// delivered here since: not the later ones first.
+func TestJetStreamReloadKeepsOrder(t *testing.T) {
+	s := jetStreamStore(t)
+	ctx := t.Context()
+	if _, err := s.Subscribe(ctx, &SubscriptionRecord{Id: "acme:work", Pattern: "acme:jobs.#"}, "W:acme:a"); err != nil {
+		t.Fatal(err)
+	}
+	app := func(text string) {
+		if err := s.Append(ctx, []*Item{{Owner: "acme", Subs: []string{"acme:work"}, Entry: entry(text)}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app("first")
+	app("second")
+	// A store gone took both from the consumer and settled neither.
+	cons, err := s.js.Consumer(ctx, s.logStream(), consumerName("acme:work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := cons.Fetch(2, jetstream.FetchMaxWait(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for range b.Messages() {
+		n++
+	}
+	if n != 2 {
+		t.Fatalf("the store gone got %d messages", n)
+	}
+	work := follow(t, s, "acme:work")
+	work.texts(t, 2) // reclaimed
+	app("third")     // delivered here by the consumer
+	work.texts(t, 3)
+	// The connection comes back: the queue is read again.
+	s.reconnMu.Lock()
+	close(s.reconnected)
+	s.reconnected = make(chan struct{})
+	s.reconnMu.Unlock()
+	testutil.WaitFor(t, "the queue to be read again", func() bool {
+		work.mu.Lock()
+		defer work.mu.Unlock()
+		return work.resets >= 2
+	})
+	if got := work.texts(t, 3); fmt.Sprint(got) != "[first second third]" {
+		t.Fatalf("queue read again: %v", got)
 	}
 }

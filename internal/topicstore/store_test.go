@@ -33,6 +33,7 @@ type follower struct {
 	mu     sync.Mutex
 	keys   []string          // in order
 	live   map[string]*Entry // present now
+	resets int
 	change chan struct{}
 }
 
@@ -48,6 +49,7 @@ func follow(t *testing.T, s Store, id string) *follower {
 			switch {
 			case ev.Reset:
 				f.keys, f.live = nil, map[string]*Entry{}
+				f.resets++
 			case ev.Entry == nil:
 				delete(f.live, ev.Key)
 			default:
