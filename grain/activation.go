@@ -151,7 +151,7 @@ func (a *activation) handle(env *envelope) {
 	if t == nil {
 		t = new(turn)
 	}
-	*t = turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
+	*t = turn{Context: parent, act: a, chain: env.msg.chain, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	a.cur.Store(t)
 	var start time.Time
@@ -174,13 +174,13 @@ func (a *activation) reenters(msg *Message) bool {
 		return false
 	}
 	t := a.cur.Load()
-	return t != nil && t.chain == msg.CallChainId
+	return t != nil && t.chain == msg.chain
 }
 
 // runReentrant runs env as a nested turn on the caller's goroutine. It
 // returns false if the activation ended before the turn could start.
 func (a *activation) runReentrant(env *envelope) bool {
-	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.chain, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	if a.gone {
 		a.exec.Unlock()
@@ -453,7 +453,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	if err != nil || a.rt.silo.Broadcast == nil {
 		return n, err
 	}
-	m, err := a.rt.silo.Broadcast(ctx, pattern, msg)
+	m, err := a.rt.silo.Broadcast(ctx, pattern, toWire(msg))
 	return n + m, err
 }
 
@@ -538,7 +538,7 @@ func (a *activation) tick(tm *timer) {
 	}
 	a.lastActive.Store(a.rt.now.Load())
 	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.owner(), Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
-	msg.CallChainId = msg.Id
+	msg.chain = msg.Id
 	a.handle(&envelope{msg: msg})
 }
 

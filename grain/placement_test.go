@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -54,12 +56,12 @@ func (s siloPlacement) Hold(string) (bool, func()) {
 
 func (s siloPlacement) Serving() bool { return true }
 
-func (s siloPlacement) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
-	rt := s.p.rts[silo]
-	if m.Kind == KindRequest {
-		return rt.askRemote(ctx, m, hops+1)
+func (s siloPlacement) Forward(ctx context.Context, silo string, m *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error) {
+	rt := siloRuntime{s.p.rts[silo]}
+	if m.Kind == agentsilov1.Kind_KIND_REQUEST {
+		return rt.AskRemote(ctx, m, hops+1)
 	}
-	return nil, rt.sendRemote(ctx, m, hops+1)
+	return nil, rt.SendRemote(ctx, m, hops+1)
 }
 
 // move makes silo the owner of every address, as a view change does, and
@@ -270,7 +272,7 @@ func (refusing) Claim(context.Context, string) (func(), error) {
 }
 func (refusing) Hold(string) (bool, func()) { return true, func() {} }
 func (refusing) Serving() bool              { return true }
-func (refusing) Forward(context.Context, string, *Message, int) (*Message, error) {
+func (refusing) Forward(context.Context, string, *agentsilov1.AgentMessage, int) (*agentsilov1.AgentMessage, error) {
 	return nil, errs.New(codes.Internal, "not forwarded")
 }
 
@@ -303,7 +305,7 @@ func (elsewhere) Claim(context.Context, string) (func(), error) { return nil, si
 func (elsewhere) Hold(string) (bool, func())                    { return false, func() {} }
 func (elsewhere) Serving() bool                                 { return true }
 
-func (p elsewhere) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
+func (p elsewhere) Forward(ctx context.Context, silo string, m *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error) {
 	close(p.entered)
 	<-p.proceed
 	if err := ctx.Err(); err != nil {

@@ -191,7 +191,7 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 	if m.GetKind() != grain.KindRequest {
 		return nil, nil // a one-way message has no one to answer
 	}
-	ctx = remoteWithTrace(ctx, m)
+	ctx = remoteWithTrace(ctx)
 	switch mt := m.GetMessageType(); mt {
 	case RemoteListTools:
 		return r.listTools(ctx, m)
@@ -551,14 +551,15 @@ func remoteWireCode(c int64) codes.Code {
 	return codes.Unknown
 }
 
-// remoteWithTrace returns ctx in the trace m carries, unless ctx has a span
-// already, so that what the agent sends the server continues the caller's
-// trace.
-func remoteWithTrace(ctx context.Context, m *grain.Message) context.Context {
-	if trace.SpanContextFromContext(ctx).IsValid() || m.GetTraceparent() == "" {
+// remoteWithTrace returns ctx, a turn's, in the trace its message carries,
+// unless ctx has a span already, so that what the agent sends the server
+// continues the caller's trace.
+func remoteWithTrace(ctx context.Context) context.Context {
+	tp := grain.Traceparent(ctx)
+	if trace.SpanContextFromContext(ctx).IsValid() || tp == "" {
 		return ctx
 	}
-	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
 }
 
 // remoteHeaders adds an agent's headers and the request context's W3C

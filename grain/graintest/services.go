@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -16,7 +18,6 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/topicname"
-	"google.golang.org/protobuf/proto"
 )
 
 // reminderService is grain.ReminderService in memory, on the Env's clock:
@@ -168,7 +169,7 @@ func (s *topicService) Publish(ctx context.Context, from, topic string, msg *gra
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	p := Published{ID: "graintest-" + strconv.Itoa(s.seq), Topic: t.String(), From: from, Message: proto.Clone(msg).(*grain.Message)}
+	p := Published{ID: "graintest-" + strconv.Itoa(s.seq), Topic: t.String(), From: from, Message: msg.Clone()}
 	s.published = append(s.published, p)
 	for _, name := range slices.Sorted(maps.Keys(s.subs)) {
 		if sub := s.subs[name]; sub.pattern.Match(t) && len(sub.members) > 0 {
@@ -234,7 +235,7 @@ func (s *topicService) deliver(ctx context.Context) (int, error) {
 		to := d.sub.members[d.sub.next%len(d.sub.members)]
 		d.sub.next++
 		s.mu.Unlock()
-		m := proto.Clone(d.msg.Message).(*grain.Message)
+		m := d.msg.Message.Clone()
 		m.From, m.To, m.Topic, m.Attempt = d.msg.From, to.String(), d.msg.Topic, d.attempt
 		reply, err := s.env.Runtime.Ask(ctx, m)
 		n++
@@ -268,12 +269,13 @@ type session struct {
 
 var _ siloapi.SessionRouter = (*session)(nil)
 
-func (s *session) DeliverToSession(ctx context.Context, msg *grain.Message) error {
+func (s *session) DeliverToSession(ctx context.Context, w *agentsilov1.AgentMessage) error {
+	msg := grain.MessageFromProto(w)
 	if msg.To != s.addr {
 		return errs.New(codes.NotFound, "no client session %s: the test's is %s", msg.To, s.addr)
 	}
 	s.mu.Lock()
-	s.got = append(s.got, proto.Clone(msg).(*grain.Message))
+	s.got = append(s.got, msg)
 	s.mu.Unlock()
 	return nil
 }
