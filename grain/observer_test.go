@@ -143,7 +143,7 @@ func TestTraceparentInherited(t *testing.T) {
 	rt := newRuntime(t, DefaultConfig(), map[string]Factory{
 		"Echo": func(Host) (Agent, error) {
 			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {
-				seen.Store(m.To, m.Traceparent)
+				seen.Store(m.To, m.traceparent)
 				return reply(m, "")
 			}}, nil
 		},
