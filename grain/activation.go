@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -22,10 +24,10 @@ type envelope struct {
 	msg   *Message
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
 	reply chan result     // buffered; nil unless msg is a REQUEST (or done is set)
-	// done, if set, takes a REQUEST's result instead of reply (see
-	// Runtime.tryAskRemote); it is called once, from the activation's
-	// goroutine or the runtime's.
-	done func(*Message, error)
+	// done, if set, takes a REQUEST's result, in its wire form, instead of
+	// reply (see Runtime.tryAskRemote); it is called once, from the
+	// activation's goroutine or the runtime's.
+	done func(*agentsilov1.AgentMessage, error)
 	// For a request whose ctx has neither deadline nor Done: the default
 	// deadline, from the runtime's shared deadlines.
 	expired  <-chan struct{}
@@ -62,7 +64,7 @@ func (env *envelope) complete(r result) {
 		r = env.idem.finish(r)
 	}
 	if env.done != nil {
-		env.done(r.msg, r.err)
+		env.done(toWire(r.msg), r.err)
 		return
 	}
 	env.reply <- r

@@ -105,7 +105,7 @@ func (rt *Runtime) sendRemote(ctx context.Context, msg *Message, hops int) error
 // own), and done gets the reply or the error, once, later or at once. The
 // transport calls it in the order the sender sent, so that a request keeps
 // its place among the one-way messages of the same sender.
-func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*Message, error)) {
+func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*agentsilov1.AgentMessage, error)) {
 	if msg == nil {
 		done(nil, errs.New(codes.InvalidArgument, "nil message"))
 		return
@@ -147,7 +147,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 // after which the directory no longer has it); it sends a request that a
 // newer view moved elsewhere on to its owner rather than into an
 // activation about to end, whose queued messages would follow it there.
-func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
+func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool {
 	// Whether the silo serves is not asked here: the turn asks, as every
 	// turn does, before it runs (activation.handle).
 	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) {
@@ -411,11 +411,11 @@ func (s siloRuntime) SendRemote(ctx context.Context, msg *agentsilov1.AgentMessa
 }
 
 func (s siloRuntime) AskRemoteAsync(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error)) {
-	s.rt.askRemoteAsync(ctx, fromWire(msg), hops, func(r *Message, err error) { done(toWire(r), err) })
+	s.rt.askRemoteAsync(ctx, fromWire(msg), hops, done)
 }
 
 func (s siloRuntime) TryAskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool {
-	return s.rt.tryAskRemote(ctx, fromWire(msg), hops, owned, func(r *Message, err error) { done(toWire(r), err) })
+	return s.rt.tryAskRemote(ctx, fromWire(msg), hops, owned, done)
 }
 
 func (s siloRuntime) Rehome(ctx context.Context, keep func(key string) bool) error {

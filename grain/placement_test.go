@@ -208,7 +208,7 @@ func TestTryAskRemote(t *testing.T) {
 	msg := func(text string) *Message {
 		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
 	}
-	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("taken without a live activation")
 	}
 	if _, err := rt.askRemote(t.Context(), msg("warm"), 1); err != nil {
@@ -216,11 +216,11 @@ func TestTryAskRemote(t *testing.T) {
 	}
 	got := make(chan *Message, 1)
 	m := msg("b")
-	if !rt.tryAskRemote(t.Context(), m, 1, false, func(r *Message, err error) {
+	if !rt.tryAskRemote(t.Context(), m, 1, false, func(r *agentsilov1.AgentMessage, err error) {
 		if err != nil {
 			t.Error(err)
 		}
-		got <- r
+		got <- fromWire(r)
 	}) {
 		t.Fatal("not taken for a live activation")
 	}
@@ -250,11 +250,11 @@ func TestTryAskRemoteOwned(t *testing.T) {
 	p.mu.Lock()
 	p.owner = "b" // a newer view, not yet swept: the activation is still live here
 	p.mu.Unlock()
-	if rt.tryAskRemote(t.Context(), msg(), 1, false, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg(), 1, false, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("taken for an address the placement routes elsewhere")
 	}
 	got := make(chan error, 1)
-	if !rt.tryAskRemote(t.Context(), msg(), 1, true, func(_ *Message, err error) { got <- err }) {
+	if !rt.tryAskRemote(t.Context(), msg(), 1, true, func(_ *agentsilov1.AgentMessage, err error) { got <- err }) {
 		t.Fatal("not taken with owned set")
 	}
 	if err := <-got; err != nil {
