@@ -138,7 +138,6 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 	msg.From = box.Addr()
 	msg.OnBehalfOf = c.caller.Principal // the principal of the call chain (see grain.Authorizer)
 	msg.Kind = grain.KindRequest
-	msg.Traceparent = c.traceparent
 	// The task's ids (and the state the agent's reply that asked for
 	// input carried, on the next turn), marked as this server's.
 	msg.State = carriedState(ec.StoredTask)
@@ -152,6 +151,9 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 
 	tctx, cancel := context.WithCancelCause(ctx)
 	tctx, stop := context.WithTimeout(tctx, e.s.cfg.TaskTimeout)
+	if c.traceparent != "" {
+		tctx = grain.WithTraceparent(tctx, c.traceparent)
+	}
 	remove := e.s.turns.add(ec.TaskID, cancel)
 	r := &turnRun{box: box, tctx: tctx, cancel: cancel, done: make(chan turnResult, 1)}
 	r.release = func() {

@@ -376,7 +376,7 @@ func TestFollowObservability(t *testing.T) {
 	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
 	done := make(chan error, 1)
 	go func() {
-		_, err := c.Ask(t.Context(), "A2A:system:o", &client.Message{Message: "slow traced", Traceparent: "00-" + traceID + "-00f067aa0ba902b7-01"})
+		_, err := c.Ask(grain.WithTraceparent(t.Context(), "00-"+traceID+"-00f067aa0ba902b7-01"), "A2A:system:o", &client.Message{Message: "slow traced"})
 		done <- err
 	}()
 	waitFor(t, "polls", func() bool { return counter(t, reg, "agentsilo_a2a_remote_polls_total", "") >= 2 })

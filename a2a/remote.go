@@ -334,7 +334,7 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	if m.GetMessageType() == TypeCancel {
 		return r.cancel(ctx, m, taskID)
 	}
-	ctx = withMessageTrace(ctx, m)
+	ctx = withMessageTrace(ctx)
 	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.GetId()))
 	defer span.End()
 	answered := ""
@@ -561,13 +561,14 @@ func (r *remote) cancelRemote(ctx context.Context, id spec.TaskID) {
 	}
 }
 
-// withMessageTrace returns ctx in the trace m carries, unless ctx has a
-// span already.
-func withMessageTrace(ctx context.Context, m *grain.Message) context.Context {
-	if trace.SpanContextFromContext(ctx).IsValid() || m.GetTraceparent() == "" {
+// withMessageTrace returns ctx, a turn's, in the trace its message
+// carries, unless ctx has a span already.
+func withMessageTrace(ctx context.Context) context.Context {
+	tp := grain.Traceparent(ctx)
+	if trace.SpanContextFromContext(ctx).IsValid() || tp == "" {
 		return ctx
 	}
-	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
 }
 
 // remoteResult gathers a remote execution's events.

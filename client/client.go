@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -29,12 +30,12 @@ import (
 
 // Message is agentsilo's one message type: what a Client sends and gets
 // back, what agents push to the session, and what agents exchange among
-// themselves (grain.Message is the same type). It stays the wire's type,
-// not a copy of it, because it is that shared type: an agent's handler and
-// a Client take and return the same *Message (both are an Asker), a reply
-// can be forwarded as it came, and a call converts nothing on its way.
-// Set its fields directly; its Kind is one of the Kind constants.
-type Message = agentsilov1.AgentMessage
+// themselves (grain.Message is the same type, a plain Go struct): an
+// agent's handler and a Client take and return the same *Message (both
+// are an Asker), and a reply can be forwarded as it came. The Client
+// converts it to and from the wire's form. Set its fields directly; its
+// Kind is one of the Kind constants.
+type Message = grain.Message
 
 // The errors a Client returns carry gRPC codes. Their vocabulary is
 // package errs, agentsilo's one table of errors and codes (see
@@ -260,7 +261,7 @@ func printableASCII(s string) bool {
 // Result. A message that cannot be sent as it is (too large, a string not
 // UTF-8) fails at once, and nothing is sent. A message with an idempotency
 // key that fails with Unavailable is sent again until ctx ends.
-func (c *Client) call(ctx context.Context, m *Message) (*Message, error) {
+func (c *Client) call(ctx context.Context, m *agentsilov1.AgentMessage) (*Message, error) {
 	if n := proto.Size(m); n > c.opts.maxSize {
 		return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent, so it did not run", n, c.opts.maxSize)
 	}
@@ -320,7 +321,7 @@ var resend = &agentsilov1.Result{}
 // callOnce sends m on the current stream and waits for its result; again
 // says the call was not started and must be sent again (with an error: the
 // gateway refused it before any agent ran it, see Result.not_run).
-func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bool, _ error) {
+func (c *Client) callOnce(ctx context.Context, m *agentsilov1.AgentMessage) (_ *Message, again bool, _ error) {
 	st, err := c.stream(ctx)
 	if err != nil {
 		return nil, false, errs.Wrap(errs.Code(err), err, "call %s: not sent, so it did not run", m.GetTo())
@@ -367,7 +368,7 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 		if r.GetMessage() == nil {
 			return &Message{}, false, nil
 		}
-		return r.GetMessage(), false, nil
+		return grain.MessageFromProto(r.GetMessage()), false, nil
 	case <-ctx.Done():
 		// Tell the gateway to stop; if the stream is gone, so is the call.
 		_ = st.send(&agentsilov1.ClientFrame{Frame: &agentsilov1.ClientFrame_Cancel{Cancel: &agentsilov1.Cancel{CallId: id}}})
@@ -375,13 +376,12 @@ func (c *Client) callOnce(ctx context.Context, m *Message) (_ *Message, again bo
 	}
 }
 
-// prepare copies msg (so the caller's is left alone) and addresses it.
-func prepare(to string, msg *Message, kind agentsilov1.Kind) *Message {
-	var m *Message
-	if msg == nil {
-		m = &Message{}
-	} else {
-		m = proto.Clone(msg).(*Message)
+// prepare returns msg's wire form (the caller's msg is left alone),
+// addressed to to.
+func prepare(to string, msg *Message, kind agentsilov1.Kind) *agentsilov1.AgentMessage {
+	m := &agentsilov1.AgentMessage{}
+	if msg != nil {
+		m = grain.MessageToProto(msg)
 	}
 	m.To, m.Kind = to, kind
 	return m

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -106,11 +107,11 @@ func (c *Client) read(st *stream) {
 			}
 		case *agentsilov1.ServerFrame_Push:
 			if c.opts.onMessage != nil {
-				c.opts.onMessage(f.Push)
+				c.opts.onMessage(grain.MessageFromProto(f.Push))
 				continue
 			}
 			select {
-			case c.msgs <- f.Push:
+			case c.msgs <- grain.MessageFromProto(f.Push):
 			case <-c.ctx.Done():
 			}
 		}
@@ -266,7 +267,7 @@ func (c *Client) stream(ctx context.Context) (*stream, error) {
 
 // waitDone waits, bounded by ctx, until broken has let go of st, so that a
 // call sent again finds the next stream instead of st.
-func (st *stream) waitDone(ctx context.Context, m *Message) error {
+func (st *stream) waitDone(ctx context.Context, m *agentsilov1.AgentMessage) error {
 	select {
 	case <-st.done:
 		return nil

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/retry"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -50,9 +51,9 @@ func (c *Client) Topics() Topics { return Topics{c} }
 // window (10 minutes) the key is queued once.
 func (t Topics) Publish(ctx context.Context, topic string, msg *Message) (_ PublishResult, err error) {
 	c := t.c
-	m := &Message{}
+	m := &agentsilov1.AgentMessage{}
 	if msg != nil {
-		m = proto.Clone(msg).(*Message)
+		m = grain.MessageToProto(msg)
 	}
 	if n := proto.Size(m); n > c.opts.maxSize {
 		return PublishResult{}, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent", n, c.opts.maxSize)
@@ -94,9 +95,9 @@ func (t Topics) PublishBatch(ctx context.Context, ps []Publication) (results []B
 	req := &agentsilov1.PublishBatchRequest{Entries: make([]*agentsilov1.PublishRequest, len(ps)), Publisher: c.publisher()}
 	size, keyed := 0, len(ps) > 0
 	for i, p := range ps {
-		m := &Message{}
+		m := &agentsilov1.AgentMessage{}
 		if p.Message != nil {
-			m = proto.Clone(p.Message).(*Message)
+			m = grain.MessageToProto(p.Message)
 		}
 		n := proto.Size(m)
 		if n > c.opts.maxSize {
@@ -109,7 +110,7 @@ func (t Topics) PublishBatch(ctx context.Context, ps []Publication) (results []B
 	if size > c.opts.maxSize {
 		return nil, errs.New(codes.ResourceExhausted, "a batch of %d bytes exceeds the maximum of %d: not sent; send fewer at once", size, c.opts.maxSize)
 	}
-	ctx, span := c.startSpan(ctx, "agentsilo PublishBatch", &Message{})
+	ctx, span := c.startSpan(ctx, "agentsilo PublishBatch", &agentsilov1.AgentMessage{})
 	defer func() { endSpan(span, err) }()
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -418,9 +419,9 @@ func (t Topics) DropDeadLetters(ctx context.Context, subscription string, ids ..
 // another owner's agents needs Message on them; a pattern whose owner is
 // not literal, an operator.
 func (t Topics) Broadcast(ctx context.Context, pattern string, msg *Message) (int, error) {
-	m := &Message{}
+	m := &agentsilov1.AgentMessage{}
 	if msg != nil {
-		m = proto.Clone(msg).(*Message)
+		m = grain.MessageToProto(msg)
 	}
 	ctx, cancel, tc := t.c.topics(ctx)
 	defer cancel()

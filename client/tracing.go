@@ -1,8 +1,11 @@
 package client
 
 import (
+	"cmp"
 	"context"
 
+	"github.com/agentsilo/agentsilo/grain"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	otelcodes "go.opentelemetry.io/otel/codes"
@@ -36,7 +39,7 @@ func (c *Client) tracer() trace.Tracer {
 }
 
 // startSpan starts the client span of m and puts its traceparent in m.
-func (c *Client) startSpan(ctx context.Context, name string, m *Message) (context.Context, trace.Span) {
+func (c *Client) startSpan(ctx context.Context, name string, m *agentsilov1.AgentMessage) (context.Context, trace.Span) {
 	ctx, span := c.tracer().Start(ctx, name, trace.WithSpanKind(trace.SpanKindClient))
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("agentsilo.to", m.GetTo()), attribute.String("agentsilo.message_type", m.GetMessageType()))
@@ -44,7 +47,7 @@ func (c *Client) startSpan(ctx context.Context, name string, m *Message) (contex
 	if m.Traceparent == "" {
 		carrier := propagation.MapCarrier{}
 		propagation.TraceContext{}.Inject(ctx, carrier)
-		m.Traceparent = carrier["traceparent"]
+		m.Traceparent = cmp.Or(carrier["traceparent"], grain.Traceparent(ctx))
 	}
 	return ctx, span
 }

@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -16,31 +17,31 @@ import (
 
 // Kind is a message's kind: KindRequest (Ask), KindOneWay (Send),
 // KindEvent (Event) or KindResponse (a reply).
-type Kind = agentsilov1.Kind
+type Kind = grain.Kind
 
 // The kinds of a Message. Ask, Send and Event set it; Broadcast sends an
 // event when msg.Kind is KindEvent.
 const (
-	KindRequest  = agentsilov1.Kind_KIND_REQUEST
-	KindOneWay   = agentsilov1.Kind_KIND_ONE_WAY
-	KindEvent    = agentsilov1.Kind_KIND_EVENT
-	KindResponse = agentsilov1.Kind_KIND_RESPONSE
+	KindRequest  = grain.KindRequest
+	KindOneWay   = grain.KindOneWay
+	KindEvent    = grain.KindEvent
+	KindResponse = grain.KindResponse
 )
 
 // Label is a message's content label (Message.Label): where its content
 // comes from. The gateway makes a client's message LabelUserInput unless
 // it is lower; a client passes on text it did not write with a lower
 // label, and reads the label of every reply (see docs/trust.md).
-type Label = agentsilov1.ContentLabel
+type Label = grain.Label
 
 // The content labels, from the most trusted to the least. A client may
 // not send LabelSystem (PermissionDenied).
 const (
-	LabelSystem       = agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM
-	LabelUserInput    = agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT
-	LabelAgentMessage = agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE
-	LabelToolRequest  = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_REQUEST
-	LabelToolOutput   = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT
+	LabelSystem       = grain.LabelSystem
+	LabelUserInput    = grain.LabelUserInput
+	LabelAgentMessage = grain.LabelAgentMessage
+	LabelToolRequest  = grain.LabelToolRequest
+	LabelToolOutput   = grain.LabelToolOutput
 )
 
 // AgentInfo is an active agent, as Agents and AgentsOf list it.
@@ -356,6 +357,6 @@ func subscription(s *agentsilov1.Subscription) Subscription {
 }
 
 func deadLetter(d *agentsilov1.DeadLetter) DeadLetter {
-	return DeadLetter{ID: d.GetId(), Subscription: d.GetSubscription(), Message: d.GetMessage(), Reason: d.GetReason(),
+	return DeadLetter{ID: d.GetId(), Subscription: d.GetSubscription(), Message: grain.MessageFromProto(d.GetMessage()), Reason: d.GetReason(),
 		Attempts: int(d.GetAttempts()), LastError: d.GetLastError(), DeadAt: asTime(d.GetDeadAt()), Agent: d.GetAgent()}
 }

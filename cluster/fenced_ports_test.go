@@ -201,7 +201,7 @@ func checkFencedPorts(t *testing.T, httpAddr, gwAddr string) {
 	if err != nil || h.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Errorf("fenced: gRPC health = %v, %v; want NOT_SERVING", h.GetStatus(), err)
 	}
-	_, err = agentsilov1.NewGatewayClient(conn).Ask(ctx, &agentsilov1.AskRequest{Message: &grain.Message{To: "Echo:dev:e", Message: "hi"}})
+	_, err = agentsilov1.NewGatewayClient(conn).Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:dev:e", Message: "hi"}})
 	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "fenced: ") {
 		t.Errorf("fenced: Ask = %v, want Unavailable saying the silo is fenced", err)
 	} else {
@@ -251,7 +251,7 @@ func askGatewayErr(t *testing.T, addr, msg string) (string, error) {
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	resp, err := agentsilov1.NewGatewayClient(conn).Ask(ctx, &agentsilov1.AskRequest{Message: &grain.Message{To: "Echo:dev:e", Message: msg},
+	resp, err := agentsilov1.NewGatewayClient(conn).Ask(ctx, &agentsilov1.AskRequest{Message: &agentsilov1.AgentMessage{To: "Echo:dev:e", Message: msg},
 		TimeoutMs: (5 * time.Minute).Milliseconds()})
 	if err != nil {
 		return "", err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/internal/membership"
 	"github.com/agentsilo/agentsilo/internal/transport"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -199,7 +200,7 @@ func decodeTypes(reply *agentsilov1.AgentMessage) ([]*agentsilov1.AgentType, err
 func (c clusterInfo) mergeTypes(bySilo map[string][]*agentsilov1.AgentType) []*agentsilov1.AgentType {
 	byName := make(map[string]*agentsilov1.AgentType)
 	for _, t := range c.rt.Registry().Types() {
-		p := t.Proto()
+		p := gateway.TypeProto(t)
 		p.Declared = c.declared.declared(t.Name)
 		byName[t.Name] = p
 	}

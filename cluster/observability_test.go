@@ -296,7 +296,7 @@ func TestTraceAcrossSilos(t *testing.T) {
 		if err == nil {
 			err = reg.Register("Back", func(h grain.Host) (grain.Agent, error) {
 				return agentFunc(func(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-					backSaw.Store(m.Traceparent)
+					backSaw.Store(m.Traceparent())
 					h.Logger().InfoContext(ctx, "back handled")
 					return m.Response(), nil
 				}), nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/tracing"
 	"github.com/agentsilo/agentsilo/internal/transport"
@@ -224,7 +225,7 @@ func (h *peerHandler) agents(typeName string) (*agentsilov1.AgentMessage, error)
 func (h *peerHandler) types() (*agentsilov1.AgentMessage, error) {
 	l := &agentsilov1.ListTypesResponse{}
 	for _, t := range h.rt.Registry().Types() {
-		p := t.Proto()
+		p := gateway.TypeProto(t)
 		p.Declared = h.declared.declared(t.Name)
 		l.Types = append(l.Types, p)
 	}

@@ -454,7 +454,7 @@ func (r *router) handover(ctx context.Context, key string, st *routeState) error
 var requestEnvelopes = sync.Pool{New: func() any { return new(transport.Envelope) }}
 
 // Forward implements siloapi.Placement.
-func (r *router) Forward(ctx context.Context, silo string, msg *grain.Message, hops int) (_ *grain.Message, err error) {
+func (r *router) Forward(ctx context.Context, silo string, msg *agentsilov1.AgentMessage, hops int) (_ *agentsilov1.AgentMessage, err error) {
 	if hops+1 >= maxHops {
 		return nil, errs.New(codes.Unavailable, "%s: not delivered after %d hops: the silos' views disagree", msg.To, hops+1)
 	}

@@ -61,6 +61,7 @@ import (
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/transport"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // The runtime messages of surviving sessions; To is the session's address.
@@ -148,12 +149,12 @@ type sessionRouter struct {
 }
 
 // DeliverToSession implements siloapi.SessionRouter.
-func (s *sessionRouter) DeliverToSession(ctx context.Context, msg *grain.Message) error {
+func (s *sessionRouter) DeliverToSession(ctx context.Context, msg *agentsilov1.AgentMessage) error {
 	return s.route(ctx, msg, 0)
 }
 
 // route delivers msg, which has passed hops silos.
-func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int) error {
+func (s *sessionRouter) route(ctx context.Context, msg *agentsilov1.AgentMessage, hops int) error {
 	silo := sessionSilo(msg.To)
 	if silo == "" {
 		return s.local.DeliverToSession(ctx, msg)
@@ -187,7 +188,7 @@ func (s *sessionRouter) route(ctx context.Context, msg *grain.Message, hops int)
 }
 
 // ask sends msg to silo as a request with hops, and waits for its answer.
-func (s *sessionRouter) ask(ctx context.Context, silo string, view membership.View, msg *grain.Message, hops int) error {
+func (s *sessionRouter) ask(ctx context.Context, silo string, view membership.View, msg *agentsilov1.AgentMessage, hops int) error {
 	mi, ok := view.Member(silo)
 	if !ok {
 		return errs.New(codes.Unavailable, "client session %s: silo %s is not in the cluster", protocol.Clip(msg.To), silo)
@@ -267,7 +268,7 @@ type sessionRecord struct {
 	holder    string // the silo whose gateway holds the session
 	lease     int64  // holder's lease when it registered: a restarted holder is another
 	lostAt    time.Time
-	buf       []*grain.Message // pushes kept while no live silo holds the session
+	buf       []*agentsilov1.AgentMessage // pushes kept while no live silo holds the session
 	bufBytes  int
 	handing   bool // the buffer is being delivered to holder (adopt)
 }
@@ -297,7 +298,7 @@ func (rec *sessionRecord) live(v membership.View) bool {
 
 // deliver takes msg for a session kept here: to its live holder, or into
 // its buffer.
-func (k *sessionKeeper) deliver(ctx context.Context, msg *grain.Message) error {
+func (k *sessionKeeper) deliver(ctx context.Context, msg *agentsilov1.AgentMessage) error {
 	if err := protocol.CheckMessage(msg); err != nil {
 		return err
 	}
@@ -332,7 +333,7 @@ func (k *sessionKeeper) deliver(ctx context.Context, msg *grain.Message) error {
 }
 
 // handTo delivers msg to the gateway of silo, which holds its session.
-func (k *sessionKeeper) handTo(ctx context.Context, silo string, view membership.View, msg *grain.Message) error {
+func (k *sessionKeeper) handTo(ctx context.Context, silo string, view membership.View, msg *agentsilov1.AgentMessage) error {
 	if silo == k.self {
 		return k.local.DeliverToSession(ctx, msg)
 	}
@@ -477,7 +478,7 @@ func (k *sessionKeeper) adopt(ctx context.Context, from, addr, principal string,
 
 // release asks silo holder to give the session at addr up to silo to.
 func (k *sessionKeeper) release(ctx context.Context, holder, addr, to string, view membership.View) error {
-	msg := &grain.Message{MessageType: msgSessionRelease, To: addr, Message: to, From: k.self}
+	msg := &agentsilov1.AgentMessage{MessageType: msgSessionRelease, To: addr, Message: to, From: k.self}
 	if holder == k.self {
 		return k.released(ctx, msg)
 	}
@@ -493,7 +494,7 @@ func (k *sessionKeeper) release(ctx context.Context, holder, addr, to string, vi
 // gateway forgets it, and the pushes it had queued go, in order, to the
 // silo adopting it. If one cannot be delivered, it and the ones after it
 // are lost (and logged).
-func (k *sessionKeeper) released(ctx context.Context, msg *grain.Message) error {
+func (k *sessionKeeper) released(ctx context.Context, msg *agentsilov1.AgentMessage) error {
 	addr, to := msg.GetTo(), msg.GetMessage()
 	if k.gw == nil {
 		return errs.New(codes.NotFound, "no client session %s", protocol.Clip(addr))
@@ -601,7 +602,7 @@ func (h sessionHome) Register(ctx context.Context, addr, principal string, token
 	case h.r.self:
 		return homeID(f, view), h.keep.register(h.r.self, addr, principal, tokenHash[:])
 	}
-	return homeID(f, view), h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionRegister, To: addr, Message: principal, Data: tokenHash[:], From: h.r.self})
+	return homeID(f, view), h.ask(ctx, f, view, &agentsilov1.AgentMessage{MessageType: msgSessionRegister, To: addr, Message: principal, Data: tokenHash[:], From: h.r.self})
 }
 
 // Adopt implements gateway.SessionHome.
@@ -615,7 +616,7 @@ func (h sessionHome) Adopt(ctx context.Context, addr, principal, token string) (
 	case h.r.self:
 		return homeID(f, view), h.keep.adopt(ctx, h.r.self, addr, principal, []byte(token))
 	}
-	return homeID(f, view), h.ask(ctx, f, view, &grain.Message{MessageType: msgSessionAdopt, To: addr, Message: principal, Data: []byte(token), From: h.r.self})
+	return homeID(f, view), h.ask(ctx, f, view, &agentsilov1.AgentMessage{MessageType: msgSessionAdopt, To: addr, Message: principal, Data: []byte(token), From: h.r.self})
 }
 
 // Forget implements gateway.SessionHome.
@@ -633,7 +634,7 @@ func (h sessionHome) Forget(home, addr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	err := h.r.tp.Send(ctx, mi.PeerAddr, &transport.Envelope{
-		Message:     &grain.Message{MessageType: msgSessionForget, To: addr, From: h.r.self},
+		Message:     &agentsilov1.AgentMessage{MessageType: msgSessionForget, To: addr, From: h.r.self},
 		ViewVersion: view.Version,
 	})
 	if err != nil {
@@ -641,7 +642,7 @@ func (h sessionHome) Forget(home, addr string) {
 	}
 }
 
-func (h sessionHome) ask(ctx context.Context, silo string, view membership.View, msg *grain.Message) error {
+func (h sessionHome) ask(ctx context.Context, silo string, view membership.View, msg *agentsilov1.AgentMessage) error {
 	mi, ok := view.Member(silo)
 	if !ok {
 		return errs.New(codes.Unavailable, "silo %s is not in the view", silo)

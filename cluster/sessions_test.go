@@ -319,14 +319,14 @@ func TestSessionKeeperBounds(t *testing.T) {
 	k.backlogBytes = 300
 	k.mu.Unlock()
 	big := strings.Repeat("x", 200)
-	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: big}); err != nil {
+	if err := k.deliver(t.Context(), &agentsilov1.AgentMessage{To: ghost, Message: big}); err != nil {
 		t.Fatalf("first push kept: %v", err)
 	}
-	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: big}); errs.Code(err) != codes.ResourceExhausted {
+	if err := k.deliver(t.Context(), &agentsilov1.AgentMessage{To: ghost, Message: big}); errs.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a push past the byte bound: %v, want ResourceExhausted", err)
 	}
 	waitFor(t, "the record of a session whose holder is gone to expire", func() bool { return k.len() == 0 })
-	if err := k.deliver(t.Context(), &grain.Message{To: ghost, Message: "late"}); errs.Code(err) != codes.NotFound {
+	if err := k.deliver(t.Context(), &agentsilov1.AgentMessage{To: ghost, Message: "late"}); errs.Code(err) != codes.NotFound {
 		t.Fatalf("a push to an expired session: %v, want NotFound", err)
 	}
 

@@ -205,7 +205,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 	siloapi.Wire(&rcfg, siloapi.Wiring{
 		Placement: s.router,
 		Sessions:  sessionRt,
-		Broadcast: func(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
+		Broadcast: func(ctx context.Context, pattern string, msg *agentsilov1.AgentMessage) (int, error) {
 			return info.broadcastPeers(ctx, pattern, msg)
 		},
 		Clock:  s.clk,

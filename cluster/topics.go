@@ -95,7 +95,7 @@ func topicsFollowViews(svc *topics.Service) func(prev, cur membership.View) {
 
 // broadcastPeers is the runtime's Config.Broadcast: every other silo of the
 // view reaches its own activations matching pattern.
-func (c clusterInfo) broadcastPeers(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
+func (c clusterInfo) broadcastPeers(ctx context.Context, pattern string, msg *agentsilov1.AgentMessage) (int, error) {
 	b, err := proto.Marshal(msg)
 	if err != nil {
 		return 0, errs.New(codes.Internal, "broadcast: %w", err)
@@ -112,22 +112,23 @@ func (c clusterInfo) broadcastPeers(ctx context.Context, pattern string, msg *gr
 // Broadcast reaches the activations matching pattern on every silo, on
 // behalf of msg.From (a client session): the gateway's Topics service
 // calls it.
-func (c clusterInfo) Broadcast(ctx context.Context, pattern string, msg *grain.Message) (int, error) {
+func (c clusterInfo) Broadcast(ctx context.Context, pattern string, w *agentsilov1.AgentMessage) (int, error) {
+	msg := grain.MessageFromProto(w)
 	n, err := c.rt.BroadcastLocal(ctx, pattern, msg)
 	if err != nil {
 		return n, err
 	}
-	m, err := c.broadcastPeers(ctx, pattern, msg)
+	m, err := c.broadcastPeers(ctx, pattern, grain.MessageToProto(msg))
 	return n + m, err
 }
 
 // broadcast handles a peer's msgBroadcast.
 func (h *peerHandler) broadcast(ctx context.Context, req *agentsilov1.AgentMessage) (*agentsilov1.AgentMessage, error) {
-	msg := &grain.Message{}
-	if err := proto.Unmarshal(req.GetData(), msg); err != nil {
+	var w agentsilov1.AgentMessage
+	if err := proto.Unmarshal(req.GetData(), &w); err != nil {
 		return nil, errs.New(codes.InvalidArgument, "broadcast: %w", err)
 	}
-	n, err := h.rt.BroadcastLocal(ctx, req.GetMessage(), msg)
+	n, err := h.rt.BroadcastLocal(ctx, req.GetMessage(), grain.MessageFromProto(&w))
 	if err != nil && n == 0 {
 		return nil, err
 	}

@@ -126,7 +126,7 @@ func TestClusterTopics(t *testing.T) {
 	const n = 30
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	for i := range n {
-		if _, err := cl.Topics().Publish(ctx, "orders.created", &client.Message{Message: fmt.Sprint(i), Traceparent: tp}); err != nil {
+		if _, err := cl.Topics().Publish(grain.WithTraceparent(ctx, tp), "orders.created", &client.Message{Message: fmt.Sprint(i)}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,8 +156,8 @@ func TestClusterTopics(t *testing.T) {
 		if m.Subscription == "acme:work" {
 			to[m.To] = true
 		}
-		if m.Message == "0" && !strings.Contains(m.Traceparent, "4bf92f3577b34da6a3ce929d0e0e4736") {
-			t.Errorf("the trace did not travel: %q", m.Traceparent)
+		if m.Message == "0" && !strings.Contains(m.Traceparent(), "4bf92f3577b34da6a3ce929d0e0e4736") {
+			t.Errorf("the trace did not travel: %q", m.Traceparent())
 		}
 	}
 	for _, sub := range []string{"acme:work", "acme:audit"} {

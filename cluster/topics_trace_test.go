@@ -41,7 +41,7 @@ func TestTopicsTraceThroughSilo(t *testing.T) {
 			err = reg.Register("Sub", func(h grain.Host) (grain.Agent, error) {
 				return agentFunc(func(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 					if m.Topic != "" {
-						subSaw.Store(m.Traceparent)
+						subSaw.Store(m.Traceparent())
 					}
 					return m.Response(), nil
 				}), nil

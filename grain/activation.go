@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -22,10 +24,10 @@ type envelope struct {
 	msg   *Message
 	ctx   context.Context // the sender's, for requests: deadline and cancellation
 	reply chan result     // buffered; nil unless msg is a REQUEST (or done is set)
-	// done, if set, takes a REQUEST's result instead of reply (see
-	// Runtime.tryAskRemote); it is called once, from the activation's
-	// goroutine or the runtime's.
-	done func(*Message, error)
+	// done, if set, takes a REQUEST's result, in its wire form, instead of
+	// reply (see Runtime.tryAskRemote); it is called once, from the
+	// activation's goroutine or the runtime's.
+	done func(*agentsilov1.AgentMessage, error)
 	// For a request whose ctx has neither deadline nor Done: the default
 	// deadline, from the runtime's shared deadlines.
 	expired  <-chan struct{}
@@ -62,7 +64,7 @@ func (env *envelope) complete(r result) {
 		r = env.idem.finish(r)
 	}
 	if env.done != nil {
-		env.done(r.msg, r.err)
+		env.done(toWire(r.msg), r.err)
 		return
 	}
 	env.reply <- r
@@ -151,7 +153,7 @@ func (a *activation) handle(env *envelope) {
 	if t == nil {
 		t = new(turn)
 	}
-	*t = turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
+	*t = turn{Context: parent, act: a, chain: env.msg.chain, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	a.cur.Store(t)
 	var start time.Time
@@ -174,13 +176,13 @@ func (a *activation) reenters(msg *Message) bool {
 		return false
 	}
 	t := a.cur.Load()
-	return t != nil && t.chain == msg.CallChainId
+	return t != nil && t.chain == msg.chain
 }
 
 // runReentrant runs env as a nested turn on the caller's goroutine. It
 // returns false if the activation ended before the turn could start.
 func (a *activation) runReentrant(env *envelope) bool {
-	t := &turn{Context: env.ctx, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg}
+	t := &turn{Context: env.ctx, act: a, chain: env.msg.chain, expired: env.expired, deadline: env.deadline, msg: env.msg}
 	t.begin()
 	if a.gone {
 		a.exec.Unlock()
@@ -453,7 +455,7 @@ func (a *activation) Broadcast(ctx context.Context, pattern string, msg *Message
 	if err != nil || a.rt.silo.Broadcast == nil {
 		return n, err
 	}
-	m, err := a.rt.silo.Broadcast(ctx, pattern, msg)
+	m, err := a.rt.silo.Broadcast(ctx, pattern, toWire(msg))
 	return n + m, err
 }
 
@@ -538,7 +540,7 @@ func (a *activation) tick(tm *timer) {
 	}
 	a.lastActive.Store(a.rt.now.Load())
 	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.owner(), Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
-	msg.CallChainId = msg.Id
+	msg.chain = msg.Id
 	a.handle(&envelope{msg: msg})
 }
 

@@ -50,12 +50,12 @@ func TestAskAllocs(t *testing.T) {
 // failTracer fails the test if the runtime asks it for a span.
 type failTracer struct{ t *testing.T }
 
-func (f failTracer) Call(ctx context.Context, _ *Message, _ string) (context.Context, func(error)) {
+func (f failTracer) Call(ctx context.Context, _ siloapi.SpanInfo, _ string) (context.Context, string, func(error)) {
 	f.t.Error("a span for an untraced message")
-	return ctx, func(error) {}
+	return ctx, "", func(error) {}
 }
 
-func (f failTracer) Turn(ctx context.Context, _ string, _ *Message) (context.Context, func(error)) {
+func (f failTracer) Turn(ctx context.Context, _ string, _ siloapi.SpanInfo) (context.Context, func(error)) {
 	f.t.Error("a span for an untraced turn")
 	return ctx, func(error) {}
 }

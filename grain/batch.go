@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // BatchHandler is implemented by agents that take several topic
@@ -52,7 +53,7 @@ func Batch(ms []*Message) (*Message, error) {
 	}
 	var b []byte
 	for _, m := range ms {
-		mb, err := proto.Marshal(m)
+		mb, err := proto.Marshal(toWire(m))
 		if err != nil {
 			return nil, errs.New(codes.Internal, "encode a batch (not sent): %w", err)
 		}
@@ -63,7 +64,7 @@ func Batch(ms []*Message) (*Message, error) {
 	return &Message{
 		To: f.To, Kind: KindRequest, MessageType: batchType, Data: b,
 		Topic: f.Topic, Subscription: f.Subscription, OnBehalfOf: f.OnBehalfOf,
-		Traceparent: f.Traceparent, Attempt: f.Attempt,
+		Attempt: f.Attempt, traceparent: f.traceparent,
 	}, nil
 }
 
@@ -82,11 +83,11 @@ func unbatch(msg *Message) ([]*Message, error) {
 			return nil, errs.New(codes.InvalidArgument, "an unreadable batch")
 		}
 		b = b[n:]
-		m := &Message{}
-		if err := proto.Unmarshal(v, m); err != nil {
+		var w agentsilov1.AgentMessage
+		if err := proto.Unmarshal(v, &w); err != nil {
 			return nil, errs.New(codes.InvalidArgument, "an unreadable batch: %w", err)
 		}
-		out = append(out, m)
+		out = append(out, fromWire(&w))
 	}
 	return out, nil
 }

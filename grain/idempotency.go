@@ -7,7 +7,6 @@ import (
 	"weak"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
 )
@@ -157,7 +156,7 @@ func (c *idemCache) lookup(key string) *idemEntry {
 // that saved says so.
 func (e *idemEntry) finish(r result) result {
 	if r.msg != nil {
-		r.msg = proto.Clone(r.msg).(*Message)
+		r.msg = r.msg.Clone()
 	}
 	e.mu.Lock()
 	wrote, etag, keyed := e.wrote, e.etag, e.store != nil
@@ -276,7 +275,7 @@ func answerDuplicate(e *idemEntry, env *envelope) {
 	reply := func() {
 		r := e.r
 		if r.msg != nil {
-			m := proto.Clone(r.msg).(*Message)
+			m := r.msg.Clone()
 			m.CorrelationId = env.msg.Id
 			r.msg = m
 		}

@@ -129,7 +129,7 @@ func (a *activation) runInterleaved(il *interleaving, env *envelope) {
 		a.respond(env, nil, err)
 		return
 	}
-	t := &turn{Context: parent, act: a, chain: env.msg.CallChainId, expired: env.expired, deadline: env.deadline, msg: env.msg, free: true}
+	t := &turn{Context: parent, act: a, chain: env.msg.chain, expired: env.expired, deadline: env.deadline, msg: env.msg, free: true}
 	var start time.Time
 	if a.rt.cfg.Observer != nil {
 		start = time.Now()

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
@@ -393,11 +395,11 @@ func TestInterleaveForwarded(t *testing.T) {
 	msg := func() *Message {
 		return &Message{Id: NewID(), From: "Client:o:c", To: loopAddr, MessageType: "status"}
 	}
-	if l.rt.tryAskRemote(t.Context(), msg(), 1, true, func(*Message, error) { t.Error("done called") }) {
+	if l.rt.tryAskRemote(t.Context(), msg(), 1, true, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("tryAskRemote queued a request for an interleaving skill")
 	}
 	got := make(chan error, 1)
-	l.rt.askRemoteAsync(t.Context(), msg(), 1, func(r *Message, err error) {
+	l.rt.askRemoteAsync(t.Context(), msg(), 1, func(r *agentsilov1.AgentMessage, err error) {
 		if err == nil && r.GetMessage() != "activation 1 running=true log=turn:p1" {
 			err = fmt.Errorf("reply %q", r.GetMessage())
 		}

@@ -9,16 +9,89 @@ import (
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// Message is agentsilo's one message type (see proto/agentsilo/v1).
-type Message = agentsilov1.AgentMessage
+// Message is what agents and clients send each other: a request, its
+// response, a one-way message or an event. It is a plain Go value; the
+// runtime converts it to and from its wire form (proto/agentsilo/v1's
+// AgentMessage) where it leaves or enters a process, and carries what only
+// the wire needs (the trace context, the call chain, the deadline) beside
+// it, not in it: a handler reads those from its context (Traceparent,
+// ctx.Deadline).
+//
+// The runtime owns the fields it stamps (ID, From, OnBehalfOf, Kind,
+// CorrelationID, Topic, Subscription, Attempt): what a sender puts there is
+// replaced. A handler must not keep a message it was given, nor change it,
+// after it returns.
+type Message struct {
+	// Id is the message's id, a UUIDv7 the runtime gives (see NewID).
+	Id string
+	// To is the address the message goes to (Type:owner:alias), absolute
+	// or relative to the sender's owner (Type:alias).
+	To string
+	// From is the sender's address: an agent's or a client session's.
+	From string
+	// OnBehalfOf is the principal the message's call chain acts for: the
+	// owner of the client or agent that started it.
+	OnBehalfOf string
+	// Channel is free for the application: a conversation or thread name.
+	Channel string
+	// MessageType names what the message asks for: a skill, or an
+	// agent's own verb. Types starting with ReservedPrefix are the
+	// runtime's.
+	MessageType string
+	// Message is the text body.
+	Message string
+	// Kind says whether this is a request, a response, a one-way message
+	// or an event.
+	Kind Kind
+	// DataType names the encoding of Data ("application/json", ...).
+	DataType string
+	// Data is the binary body.
+	Data []byte
+	// Files are references to files (URIs) the message carries.
+	Files []string
+	// State carries small key-value pairs along with the message; keys
+	// starting with ReservedPrefix are the runtime's.
+	State map[string]string
+	// CorrelationId is, on a response, the id of the request it answers.
+	CorrelationId string
+	// Topic is the topic a delivered message was published to ("" for a
+	// message that is not a topic delivery).
+	Topic string
+	// Subscription is the subscription a topic delivery comes from.
+	Subscription string
+	// Attempt counts the deliveries of a topic message to its subscriber,
+	// from 1.
+	Attempt uint32
+	// IdempotencyKey, if set, makes the runtime hand the message to its
+	// receiver at most once within the idempotency window (a retry gets
+	// the first answer).
+	IdempotencyKey string
+	// Label says where the message's content comes from (see Label).
+	Label Label
+	// Outside is true for content from outside the cluster (an outside
+	// A2A agent's words, a web page an MCP tool fetched).
+	Outside bool
 
-// The kinds of message.
+	// traceparent is the W3C trace context the message carries (the
+	// wire's traceparent); chain is its call chain (call_chain_id).
+	traceparent string
+	chain       string
+}
+
+// Kind is a message's kind.
+type Kind int32
+
+// The kinds of message. Their values are the wire's.
 const (
-	KindRequest  = agentsilov1.Kind_KIND_REQUEST
-	KindOneWay   = agentsilov1.Kind_KIND_ONE_WAY
-	KindEvent    = agentsilov1.Kind_KIND_EVENT
-	KindResponse = agentsilov1.Kind_KIND_RESPONSE
+	KindUnspecified Kind = 0
+	KindRequest     Kind = 1
+	KindOneWay      Kind = 2
+	KindEvent       Kind = 3
+	KindResponse    Kind = 4
 )
+
+// String returns the kind's name as the wire names it ("KIND_REQUEST").
+func (k Kind) String() string { return agentsilov1.Kind(k).String() }
 
 // ReservedPrefix starts the message types reserved for the runtime.
 const ReservedPrefix = "_silo."
@@ -106,27 +179,50 @@ func approxSize(m *Message) int {
 
 // Label is a message's content label (Message.Label): where its content
 // comes from, and so how far a model may trust it (see docs/trust.md).
-type Label = agentsilov1.ContentLabel
+// The zero Label is unspecified.
+type Label int32
 
-// The content labels, from the most trusted to the least.
+// The content labels, from the most trusted to the least. Their values
+// are the wire's.
 const (
 	// LabelSystem: the operator's words (a model agent's prompt); never
 	// on a message a client or an agent sends.
-	LabelSystem = agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM
+	LabelSystem Label = 1
 	// LabelUserInput: what a client of the gateway sent.
-	LabelUserInput = agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT
+	LabelUserInput Label = 2
 	// LabelAgentMessage: what an agent wrote (Message.Outside: an agent
 	// outside the cluster).
-	LabelAgentMessage = agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE
+	LabelAgentMessage Label = 3
 	// LabelToolRequest: a tool call a model wrote, as the tool gets it.
-	LabelToolRequest = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_REQUEST
+	LabelToolRequest Label = 4
 	// LabelToolOutput: a tool's result.
-	LabelToolOutput = agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT
+	LabelToolOutput Label = 5
 )
 
 // ParseLabel reads a label's name ("user-input", "tool-output", ...); ok
 // is false for any other text. Label.Name is the other way.
-func ParseLabel(name string) (l Label, ok bool) { return agentsilov1.ParseContentLabel(name) }
+func ParseLabel(name string) (l Label, ok bool) {
+	w, ok := agentsilov1.ParseContentLabel(name)
+	return Label(w), ok
+}
+
+// Name is l as people write it: "system", "user-input", "agent-message",
+// "tool-request", "tool-output" ("" for an unspecified label, or a value
+// this version does not know).
+func (l Label) Name() string { return agentsilov1.ContentLabel(l).Name() }
+
+// String returns the label's name as the wire names it
+// ("CONTENT_LABEL_TOOL_OUTPUT").
+func (l Label) String() string { return agentsilov1.ContentLabel(l).String() }
+
+// Known reports whether l is one of the labels this version knows.
+func (l Label) Known() bool { return agentsilov1.ContentLabel(l).Known() }
+
+// Lower returns the less trusted of l and o (an unspecified one is
+// ignored; a value this version does not know counts as LabelToolOutput).
+func (l Label) Lower(o Label) Label {
+	return Label(agentsilov1.ContentLabel(l).Lower(agentsilov1.ContentLabel(o)))
+}
 
 // LabelKey is the key, in an A2A part's metadata and an MCP result's
 // _meta, of the content's label's name ("user-input", "tool-output", ...);
@@ -158,3 +254,9 @@ func capLabel(msg, in *Message) {
 	}
 	msg.Label = l
 }
+
+// Untrusted reports whether content with label l (from outside the cluster
+// if outside) is untrusted: a tool's output, or anything from outside the
+// cluster. A model agent whose model has read untrusted content may not
+// call a sensitive tool without a person's approval.
+func (l Label) Untrusted(outside bool) bool { return agentsilov1.ContentLabel(l).Untrusted(outside) }

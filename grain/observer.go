@@ -8,11 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
-	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
-
-// Kind is a message's kind (KindRequest, KindOneWay, KindEvent, ...).
-type Kind = agentsilov1.Kind
 
 // Observer receives the runtime's per-message events, for metrics. Package
 // cluster implements it with Prometheus counters and histograms; grain
@@ -97,11 +93,12 @@ func (rt *Runtime) CountActivations() []ActivationCount {
 
 // Traceparent returns the W3C traceparent of the message whose turn ctx
 // belongs to (ctx is, or derives from, the context an agent's handler got),
-// or "" if there is none. Every message an agent sends from a turn carries
-// it unless the message sets its own.
+// else the one WithTraceparent put in ctx, or "" if there is none. Every
+// message an agent sends from a turn carries it.
 func Traceparent(ctx context.Context) string {
 	if t := turnFrom(ctx); t != nil {
-		return t.msg.GetTraceparent()
+		return t.msg.traceparent
 	}
-	return ""
+	tp, _ := ctx.Value(traceparentKey{}).(string)
+	return tp
 }

@@ -143,7 +143,7 @@ func TestTraceparentInherited(t *testing.T) {
 	rt := newRuntime(t, DefaultConfig(), map[string]Factory{
 		"Echo": func(Host) (Agent, error) {
 			return &funcAgent{onMessage: func(_ context.Context, m *Message) (*Message, error) {
-				seen.Store(m.To, m.Traceparent)
+				seen.Store(m.To, m.traceparent)
 				return reply(m, "")
 			}}, nil
 		},
@@ -153,14 +153,14 @@ func TestTraceparentInherited(t *testing.T) {
 				if _, err := h.Ask(ctx, "Echo:b", Text("inherits")); err != nil {
 					return nil, err
 				}
-				if _, err := h.Ask(ctx, "Echo:c", &Message{Traceparent: own}); err != nil {
+				if _, err := h.Ask(ctx, "Echo:c", &Message{traceparent: own}); err != nil {
 					return nil, err
 				}
 				return reply(m, "")
 			}}, nil
 		},
 	})
-	if _, err := rt.Ask(t.Context(), &Message{From: "Session:tester:s1", To: "Front:a", Traceparent: tp}); err != nil {
+	if _, err := rt.Ask(WithTraceparent(t.Context(), tp), &Message{From: "Session:tester:s1", To: "Front:a"}); err != nil {
 		t.Fatal(err)
 	}
 	if got, _ := seen.Load("Echo:tester:b"); got != tp {

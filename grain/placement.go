@@ -11,6 +11,7 @@ import (
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/deadline"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // A Runtime in a silo is wired to a placement (siloapi.Placement, package
@@ -104,7 +105,7 @@ func (rt *Runtime) sendRemote(ctx context.Context, msg *Message, hops int) error
 // own), and done gets the reply or the error, once, later or at once. The
 // transport calls it in the order the sender sent, so that a request keeps
 // its place among the one-way messages of the same sender.
-func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*Message, error)) {
+func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*agentsilov1.AgentMessage, error)) {
 	if msg == nil {
 		done(nil, errs.New(codes.InvalidArgument, "nil message"))
 		return
@@ -146,7 +147,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 // after which the directory no longer has it); it sends a request that a
 // newer view moved elsewhere on to its owner rather than into an
 // activation about to end, whose queued messages would follow it there.
-func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
+func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool {
 	// Whether the silo serves is not asked here: the turn asks, as every
 	// turn does, before it runs (activation.handle).
 	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) {
@@ -163,8 +164,8 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, own
 		return false
 	}
 	msg.Kind = KindRequest
-	if msg.CallChainId == "" {
-		msg.CallChainId = msg.Id
+	if msg.chain == "" {
+		msg.chain = msg.Id
 	}
 	if a.reenters(msg) || (a.interleaves && a.interleavingOf(msg) != nil) {
 		return false // runs at once, on a goroutine: see askRemoteAsync
@@ -287,7 +288,8 @@ func (rt *Runtime) forward(ctx context.Context, silo string, msg *Message, hops 
 			}
 		}
 	}
-	return rt.silo.Placement.Forward(ctx, silo, msg, hops)
+	r, err := rt.silo.Placement.Forward(ctx, silo, toWire(msg), hops)
+	return fromWire(r), err
 }
 
 // tickContext is the context of the forwarded requests without one of their
@@ -399,20 +401,21 @@ func (rt *Runtime) routeThen(ctx context.Context, env *envelope, hops int, relea
 // siloRuntime is rt's silo-only API (package siloapi).
 type siloRuntime struct{ rt *Runtime }
 
-func (s siloRuntime) AskRemote(ctx context.Context, msg *Message, hops int) (*Message, error) {
-	return s.rt.askRemote(ctx, msg, hops)
+func (s siloRuntime) AskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error) {
+	r, err := s.rt.askRemote(ctx, fromWire(msg), hops)
+	return toWire(r), err
 }
 
-func (s siloRuntime) SendRemote(ctx context.Context, msg *Message, hops int) error {
-	return s.rt.sendRemote(ctx, msg, hops)
+func (s siloRuntime) SendRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int) error {
+	return s.rt.sendRemote(ctx, fromWire(msg), hops)
 }
 
-func (s siloRuntime) AskRemoteAsync(ctx context.Context, msg *Message, hops int, done func(*Message, error)) {
-	s.rt.askRemoteAsync(ctx, msg, hops, done)
+func (s siloRuntime) AskRemoteAsync(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, done func(*agentsilov1.AgentMessage, error)) {
+	s.rt.askRemoteAsync(ctx, fromWire(msg), hops, done)
 }
 
-func (s siloRuntime) TryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*Message, error)) bool {
-	return s.rt.tryAskRemote(ctx, msg, hops, owned, done)
+func (s siloRuntime) TryAskRemote(ctx context.Context, msg *agentsilov1.AgentMessage, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool {
+	return s.rt.tryAskRemote(ctx, fromWire(msg), hops, owned, done)
 }
 
 func (s siloRuntime) Rehome(ctx context.Context, keep func(key string) bool) error {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -54,12 +56,12 @@ func (s siloPlacement) Hold(string) (bool, func()) {
 
 func (s siloPlacement) Serving() bool { return true }
 
-func (s siloPlacement) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
-	rt := s.p.rts[silo]
-	if m.Kind == KindRequest {
-		return rt.askRemote(ctx, m, hops+1)
+func (s siloPlacement) Forward(ctx context.Context, silo string, m *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error) {
+	rt := siloRuntime{s.p.rts[silo]}
+	if m.Kind == agentsilov1.Kind_KIND_REQUEST {
+		return rt.AskRemote(ctx, m, hops+1)
 	}
-	return nil, rt.sendRemote(ctx, m, hops+1)
+	return nil, rt.SendRemote(ctx, m, hops+1)
 }
 
 // move makes silo the owner of every address, as a view change does, and
@@ -206,7 +208,7 @@ func TestTryAskRemote(t *testing.T) {
 	msg := func(text string) *Message {
 		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
 	}
-	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("taken without a live activation")
 	}
 	if _, err := rt.askRemote(t.Context(), msg("warm"), 1); err != nil {
@@ -214,11 +216,11 @@ func TestTryAskRemote(t *testing.T) {
 	}
 	got := make(chan *Message, 1)
 	m := msg("b")
-	if !rt.tryAskRemote(t.Context(), m, 1, false, func(r *Message, err error) {
+	if !rt.tryAskRemote(t.Context(), m, 1, false, func(r *agentsilov1.AgentMessage, err error) {
 		if err != nil {
 			t.Error(err)
 		}
-		got <- r
+		got <- fromWire(r)
 	}) {
 		t.Fatal("not taken for a live activation")
 	}
@@ -248,11 +250,11 @@ func TestTryAskRemoteOwned(t *testing.T) {
 	p.mu.Lock()
 	p.owner = "b" // a newer view, not yet swept: the activation is still live here
 	p.mu.Unlock()
-	if rt.tryAskRemote(t.Context(), msg(), 1, false, func(*Message, error) { t.Error("done called") }) {
+	if rt.tryAskRemote(t.Context(), msg(), 1, false, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("taken for an address the placement routes elsewhere")
 	}
 	got := make(chan error, 1)
-	if !rt.tryAskRemote(t.Context(), msg(), 1, true, func(_ *Message, err error) { got <- err }) {
+	if !rt.tryAskRemote(t.Context(), msg(), 1, true, func(_ *agentsilov1.AgentMessage, err error) { got <- err }) {
 		t.Fatal("not taken with owned set")
 	}
 	if err := <-got; err != nil {
@@ -270,7 +272,7 @@ func (refusing) Claim(context.Context, string) (func(), error) {
 }
 func (refusing) Hold(string) (bool, func()) { return true, func() {} }
 func (refusing) Serving() bool              { return true }
-func (refusing) Forward(context.Context, string, *Message, int) (*Message, error) {
+func (refusing) Forward(context.Context, string, *agentsilov1.AgentMessage, int) (*agentsilov1.AgentMessage, error) {
 	return nil, errs.New(codes.Internal, "not forwarded")
 }
 
@@ -303,7 +305,7 @@ func (elsewhere) Claim(context.Context, string) (func(), error) { return nil, si
 func (elsewhere) Hold(string) (bool, func())                    { return false, func() {} }
 func (elsewhere) Serving() bool                                 { return true }
 
-func (p elsewhere) Forward(ctx context.Context, silo string, m *Message, hops int) (*Message, error) {
+func (p elsewhere) Forward(ctx context.Context, silo string, m *agentsilov1.AgentMessage, hops int) (*agentsilov1.AgentMessage, error) {
 	close(p.entered)
 	<-p.proceed
 	if err := ctx.Err(); err != nil {

@@ -169,23 +169,6 @@ func (ti TypeInfo) HasTag(tag string) bool {
 	return false
 }
 
-// Proto returns ti's wire form, as the gateway's ListTypes answers it (the
-// per-type settings stay on the silo).
-func (ti TypeInfo) Proto() *agentsilov1.AgentType {
-	out := &agentsilov1.AgentType{Name: ti.Name, Description: ti.Description}
-	for _, s := range ti.Skills {
-		out.Skills = append(out.Skills, &agentsilov1.Skill{
-			Name:         s.Name,
-			Description:  s.Description,
-			Tags:         slices.Clone(s.Tags),
-			Examples:     slices.Clone(s.Examples),
-			InputSchema:  string(s.InputSchema),
-			OutputSchema: string(s.OutputSchema),
-		})
-	}
-	return out
-}
-
 // typeInfoOf is the TypeInfo of t, the wire form of a type (as ListTypes
 // and the silos' types exchange carry it): name, description and skills.
 func typeInfoOf(t *agentsilov1.AgentType) TypeInfo {

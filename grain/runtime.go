@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
@@ -340,7 +339,7 @@ func (rt *Runtime) tellFrom(ctx context.Context, t *turn, owner string, msg *Mes
 		if rt.silo.Sessions == nil {
 			return errs.New(codes.NotFound, "no client session %s", msg.To)
 		}
-		return rt.silo.Sessions.DeliverToSession(ctx, msg)
+		return rt.silo.Sessions.DeliverToSession(ctx, toWire(msg))
 	}
 	if rt.silo.Placement != nil {
 		return rt.route(ctx, &envelope{msg: msg}, hops)
@@ -365,7 +364,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		return nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), ReservedPrefix)
 	}
 	if n := approxSize(msg); n > rt.cfg.MaxMessageSize/2 {
-		if n = proto.Size(msg); n > rt.cfg.MaxMessageSize {
+		if n = wireSize(msg); n > rt.cfg.MaxMessageSize {
 			return nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the maximum of %d: not sent, so it did not run", n, rt.cfg.MaxMessageSize)
 		}
 	}
@@ -395,12 +394,17 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		}
 	}
 	if t != nil {
-		msg.CallChainId = t.chain
-		if msg.Traceparent == "" {
-			msg.Traceparent = t.msg.GetTraceparent()
+		msg.chain = t.chain
+		if msg.traceparent == "" {
+			msg.traceparent = t.msg.traceparent
 		}
-	} else if msg.CallChainId == "" {
-		msg.CallChainId = msg.Id
+	} else {
+		if msg.chain == "" {
+			msg.chain = msg.Id
+		}
+		if msg.traceparent == "" {
+			msg.traceparent = rt.outsideTraceparent(ctx)
+		}
 	}
 	if ctx.Err() != nil {
 		return nil, ctxError(ctx, "send to "+msg.To)
@@ -703,7 +707,7 @@ func (rt *Runtime) broadcast(ctx context.Context, owner, fromKey, pattern string
 	})
 	n := 0
 	for _, to := range targets {
-		m := proto.Clone(msg).(*Message)
+		m := msg.Clone()
 		m.To = to
 		if !rt.mayReach(ctx, owner, m) {
 			continue // a target the call chain may not message is not reached

@@ -47,9 +47,9 @@ func (a *activation) Publish(ctx context.Context, topic string, msg *Message) (s
 		return "", errs.New(codes.InvalidArgument, "nil message")
 	}
 	capLabel(msg, a.turnMessage(ctx))
-	if msg.Traceparent == "" {
+	if msg.traceparent == "" {
 		if t := turnFrom(ctx); t != nil {
-			msg.Traceparent = a.rt.traceparent(ctx, t)
+			msg.traceparent = a.rt.traceparent(ctx, t)
 		}
 	}
 	return svc.Publish(ctx, a.key, topic, msg)

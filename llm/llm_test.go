@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 
@@ -82,7 +84,8 @@ type pusher struct {
 	got []*grain.Message
 }
 
-func (p *pusher) DeliverToSession(_ context.Context, m *grain.Message) error {
+func (p *pusher) DeliverToSession(_ context.Context, w *agentsilov1.AgentMessage) error {
+	m := grain.MessageFromProto(w)
 	p.mu.Lock()
 	p.got = append(p.got, m)
 	p.mu.Unlock()

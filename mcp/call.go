@@ -120,13 +120,12 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 	if to != r.agent {
 		msg.State = map[string]string{grain.StateContext: session}
 	}
+	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	if req.Extra != nil {
 		if tp := req.Extra.Header.Get("traceparent"); len(tp) == 55 {
-			msg.Traceparent = tp // a version-00 W3C trace context: the Ask continues it
+			tctx = grain.WithTraceparent(tctx, tp) // a version-00 W3C trace context: the Ask continues it
 		}
 	}
-
-	tctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	stop := context.AfterFunc(s.hard, cancel)
 	defer stop()

@@ -234,7 +234,7 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 	if m.GetKind() != grain.KindRequest {
 		return nil, nil // a one-way message has no one to answer
 	}
-	ctx = remoteWithTrace(ctx, m)
+	ctx = remoteWithTrace(ctx)
 	if r.session == nil && len(r.idle) == 0 {
 		// The configuration says whether the agent delegates.
 		if _, _, _, err := r.endpoint(ctx); err != nil {
@@ -656,14 +656,15 @@ func remoteWireCode(c int64) codes.Code {
 	return codes.Unknown
 }
 
-// remoteWithTrace returns ctx in the trace m carries, unless ctx has a span
-// already, so that what the agent sends the server continues the caller's
-// trace.
-func remoteWithTrace(ctx context.Context, m *grain.Message) context.Context {
-	if trace.SpanContextFromContext(ctx).IsValid() || m.GetTraceparent() == "" {
+// remoteWithTrace returns ctx, a turn's, in the trace its message carries,
+// unless ctx has a span already, so that what the agent sends the server
+// continues the caller's trace.
+func remoteWithTrace(ctx context.Context) context.Context {
+	tp := grain.Traceparent(ctx)
+	if trace.SpanContextFromContext(ctx).IsValid() || tp == "" {
 		return ctx
 	}
-	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": m.GetTraceparent()})
+	return propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp})
 }
 
 // toolScopes are the scopes a delegated token carries for a call of

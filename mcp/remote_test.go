@@ -331,8 +331,8 @@ func TestRemoteCancelAndTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	m := &grain.Message{To: agent, From: "Session:system:test", MessageType: "greet", Data: []byte(`{"name":"x"}`), Traceparent: tp}
-	if _, err := rt.Ask(t.Context(), m); err != nil {
+	m := &grain.Message{To: agent, From: "Session:system:test", MessageType: "greet", Data: []byte(`{"name":"x"}`)}
+	if _, err := rt.Ask(grain.WithTraceparent(t.Context(), tp), m); err != nil {
 		t.Fatal(err)
 	}
 	got := srv.lastHeaders().Get("Traceparent")
@@ -618,7 +618,7 @@ func TestRemoteJSServer(t *testing.T) {
 		t.Fatalf("tools/list: %q %s", r.GetMessage(), r.GetData())
 	}
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-	r, err = rt.Ask(t.Context(), &grain.Message{To: agent, From: "Session:system:test", MessageType: "echo", Data: []byte(`{"text":"hi"}`), Traceparent: tp})
+	r, err = rt.Ask(grain.WithTraceparent(t.Context(), tp), &grain.Message{To: agent, From: "Session:system:test", MessageType: "echo", Data: []byte(`{"text":"hi"}`)})
 	if err != nil || !strings.HasPrefix(r.GetMessage(), "echo: hi\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-") {
 		t.Fatalf("echo: %v, %v", r, err)
 	}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
@@ -58,7 +59,7 @@ func TestSiloExportsOTLP(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Silos: 1, Args: []string{"--otlp-endpoint", "http://" + lis.Addr().String()}})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	if _, err := c.Client(t, 0).Ask(ctx, "Echo:"+testcluster.Principal+":otlp", &client.Message{Message: "hi", Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}); err != nil {
+	if _, err := c.Client(t, 0).Ask(grain.WithTraceparent(ctx, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"), "Echo:"+testcluster.Principal+":otlp", &client.Message{Message: "hi"}); err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, "the gateway's span at the receiver", func() bool {

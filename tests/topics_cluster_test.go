@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/demoagents"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
@@ -121,7 +122,7 @@ func TestTopicsCluster(t *testing.T) {
 	tp := "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	special := map[string]string{}
 	for _, text := range []string{"flaky:2", "retry:3", "poison"} {
-		r, err := cl.Topics().Publish(ctx, "test:jobs.new", &client.Message{Message: text, Traceparent: tp})
+		r, err := cl.Topics().Publish(grain.WithTraceparent(ctx, tp), "test:jobs.new", &client.Message{Message: text})
 		if err != nil || r.Subscriptions != 2 {
 			t.Fatalf("publish %s: %v, %v", text, r, err)
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/tests/testcluster"
 )
 
@@ -20,7 +21,7 @@ func TestAgentLogsCarryTraceIDs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	// StateProbe logs "state probe save" with its handler's context.
-	if _, err := cl.Ask(ctx, "StateProbe:"+testcluster.Principal+":traced", &client.Message{Message: "set v", Traceparent: "00-" + traceID + "-b7ad6b7169203331-01"}); err != nil {
+	if _, err := cl.Ask(grain.WithTraceparent(ctx, "00-"+traceID+"-b7ad6b7169203331-01"), "StateProbe:"+testcluster.Principal+":traced", &client.Message{Message: "set v"}); err != nil {
 		t.Fatal(err)
 	}
 	line := c.WaitLog(0, `"msg":"state probe save"`)

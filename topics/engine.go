@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -318,10 +320,11 @@ func (e *engine) dispatch() time.Time {
 	return next
 }
 
-// message is the delivery of it to member.
-func (e *engine) message(it *item, member string) *grain.Message {
+// message is the delivery of it to member, in its wire form: traceDeliver
+// makes it carry its span before it becomes the grain.Message delivered.
+func (e *engine) message(it *item, member string) *agentsilov1.AgentMessage {
 	msg := copyMessage(it.e.GetMessage())
-	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, grain.KindRequest, e.id, it.e.GetAttempts()+1
+	msg.To, msg.Kind, msg.Subscription, msg.Attempt = member, agentsilov1.Kind_KIND_REQUEST, e.id, it.e.GetAttempts()+1
 	// A delivery acts for the subscriber's owner, whoever published (see
 	// grain.Authorizer): a publisher cannot lend its principal, nor claim
 	// another, through a subscription.
@@ -339,13 +342,12 @@ func (e *engine) message(it *item, member string) *grain.Message {
 func (e *engine) deliverBatch(items []*item, member string, maxAttempts int) {
 	defer e.wg.Done()
 	msgs := make([]*grain.Message, len(items))
-	for i, it := range items {
-		msgs[i] = e.message(it, member)
-	}
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
 	ends := make([]func(error), len(items))
-	for i, m := range msgs {
-		ends[i] = e.s.traceDeliver(ctx, e.id, m)
+	for i, it := range items {
+		w := e.message(it, member)
+		ends[i] = e.s.traceDeliver(ctx, e.id, w)
+		msgs[i] = grain.MessageFromProto(w)
 	}
 	var n int
 	var out error
@@ -386,17 +388,17 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 		e.kill(it, member, it.dead, it.last)
 		return
 	}
-	msg := e.message(it, member)
+	w := e.message(it, member)
 	ctx, cancel := context.WithTimeout(e.dctx, e.s.cfg.AckTimeout)
-	end := e.s.traceDeliver(ctx, e.id, msg)
+	end := e.s.traceDeliver(ctx, e.id, w)
 	var reply *grain.Message
 	var err error
 	if topicstore.IsSession(member) {
 		// Into the session's backlog: there, it is acknowledged. A full
 		// backlog waits, as an unreachable agent does; a session gone
 		// ends its subscriptions here.
-		msg.Kind = grain.KindOneWay
-		err = e.s.pushTo(ctx, e.id, msg)
+		w.Kind = agentsilov1.Kind_KIND_ONE_WAY
+		err = e.s.pushTo(ctx, e.id, w)
 		switch errs.Code(err) {
 		case codes.ResourceExhausted:
 			err = errs.Wrap(codes.Unavailable, err, "session backlog full")
@@ -405,7 +407,7 @@ func (e *engine) deliver(it *item, member string, maxAttempts int) {
 			err = errs.Wrap(codes.Unavailable, err, "session gone")
 		}
 	} else {
-		reply, err = e.s.deliverTo(ctx, msg)
+		reply, err = e.s.deliverTo(ctx, grain.MessageFromProto(w))
 	}
 	cancel()
 	out := grain.Outcome(reply, err)

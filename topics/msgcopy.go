@@ -6,19 +6,19 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/agentsilo/agentsilo/grain"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
-// copyMessage is proto.Clone(m) for the message type, field by field: a
-// publish and each delivery copy their message, and proto.Clone's
+// copyMessage is proto.Clone(m) for the wire's message type, field by
+// field: a publish and each delivery copy their message, and proto.Clone's
 // reflection was a twentieth of a silo's CPU under topicbench.
 // TestCopyMessageCopiesEveryField sets every field the type declares and
 // fails on one this misses. A nil m gives an empty message.
-func copyMessage(m *grain.Message) *grain.Message {
+func copyMessage(m *agentsilov1.AgentMessage) *agentsilov1.AgentMessage {
 	if m == nil {
-		return &grain.Message{}
+		return &agentsilov1.AgentMessage{}
 	}
-	c := &grain.Message{
+	c := &agentsilov1.AgentMessage{
 		Id:             m.Id,
 		To:             m.To,
 		From:           m.From,

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 
@@ -169,9 +171,12 @@ func (s *Service) prepare(ctx context.Context, from, topic string, msg *grain.Me
 	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
 		return nil, nil, err
 	}
-	m := copyMessage(msg)
+	m := copyMessage(grain.MessageToProto(msg))
+	if m.Traceparent == "" {
+		m.Traceparent = grain.Traceparent(ctx) // a publish from outside a turn
+	}
 	m.Id, m.From, m.To, m.Topic, m.Subscription = grain.NewID(), from, "", t.String(), ""
-	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = grain.KindRequest, 0, "", nil, ""
+	m.Kind, m.Attempt, m.CallChainId, m.Deadline, m.CorrelationId = agentsilov1.Kind_KIND_REQUEST, 0, "", nil, ""
 	m.OnBehalfOf = "" // a delivery carries its subscriber's owner
 	if n := proto.Size(m); n > s.cfg.MaxMessageSize {
 		return nil, nil, errs.New(codes.ResourceExhausted, "message of %d bytes exceeds the largest publishable, %d", n, s.cfg.MaxMessageSize)

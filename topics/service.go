@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -70,7 +72,7 @@ type localSub struct {
 // Push delivers a message into a client session's backlog on this silo
 // (the gateway's sessions): nil once it is there, NotFound if the silo
 // holds no such session, ResourceExhausted if its backlog is full.
-type Push func(ctx context.Context, msg *grain.Message) error
+type Push func(ctx context.Context, msg *agentsilov1.AgentMessage) error
 
 var _ grain.TopicService = (*Service)(nil)
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -24,7 +26,8 @@ type backlog struct {
 	err error
 }
 
-func (b *backlog) push(_ context.Context, m *grain.Message) error {
+func (b *backlog) push(_ context.Context, w *agentsilov1.AgentMessage) error {
+	m := grain.MessageFromProto(w)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {

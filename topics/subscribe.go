@@ -218,7 +218,7 @@ func (s *Service) reaper() {
 }
 
 // pushTo delivers msg into the backlog of the session of subscription id.
-func (s *Service) pushTo(ctx context.Context, id string, msg *grain.Message) error {
+func (s *Service) pushTo(ctx context.Context, id string, msg *agentsilov1.AgentMessage) error {
 	s.mu.Lock()
 	l := s.local[id]
 	s.mu.Unlock()

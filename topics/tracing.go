@@ -7,8 +7,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/tracing"
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // Spans. A message that is part of a trace (it carries a traceparent: the
@@ -29,7 +29,7 @@ import (
 // tracePublish starts the publish span of m, a message about to be queued
 // on topic t, if m is part of a trace; m then carries the span. It returns
 // the function that ends the span, or nil.
-func (s *Service) tracePublish(ctx context.Context, m *grain.Message, t Topic) func(error) {
+func (s *Service) tracePublish(ctx context.Context, m *agentsilov1.AgentMessage, t Topic) func(error) {
 	if m.GetTraceparent() == "" {
 		return nil
 	}
@@ -46,7 +46,7 @@ func (s *Service) tracePublish(ctx context.Context, m *grain.Message, t Topic) f
 // sub's delivery to its member msg.To, if msg is part of a trace (the
 // publish span's child); msg then carries the span to the subscriber. It
 // returns the function that ends the span with the outcome, or nil.
-func (s *Service) traceDeliver(ctx context.Context, sub string, msg *grain.Message) func(error) {
+func (s *Service) traceDeliver(ctx context.Context, sub string, msg *agentsilov1.AgentMessage) func(error) {
 	if msg.GetTraceparent() == "" {
 		return nil
 	}

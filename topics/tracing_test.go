@@ -61,7 +61,7 @@ func TestPublishAndDeliverySpans(t *testing.T) {
 	h.subscribe(s, "W:acme:a", "one", "orders.#", 0)
 
 	ctx, root := tp.Tracer("test").Start(t.Context(), "root")
-	if _, err := s.Publish(ctx, "P:acme:p", "orders.new", &grain.Message{Message: "traced", Traceparent: traceparentOf(ctx)}); err != nil {
+	if _, err := s.Publish(grain.WithTraceparent(ctx, traceparentOf(ctx)), "P:acme:p", "orders.new", &grain.Message{Message: "traced"}); err != nil {
 		t.Fatal(err)
 	}
 	root.End()
@@ -101,12 +101,12 @@ func TestPublishAndDeliverySpans(t *testing.T) {
 	}
 	for _, m := range got {
 		switch {
-		case m.Message == "untraced" && m.Traceparent != "":
-			t.Errorf("the untraced delivery carries %q", m.Traceparent)
+		case m.Message == "untraced" && m.Traceparent() != "":
+			t.Errorf("the untraced delivery carries %q", m.Traceparent())
 		case m.Message == "traced":
-			d := ids[spanIDOf(m.Traceparent)]
+			d := ids[spanIDOf(m.Traceparent())]
 			if d == nil {
-				t.Fatalf("attempt %d carries %q: no deliver span of it", m.Attempt, m.Traceparent)
+				t.Fatalf("attempt %d carries %q: no deliver span of it", m.Attempt, m.Traceparent())
 			}
 			failed := d.Status().Code == otelcodes.Error
 			if failed != (m.Attempt == 1) || !hasAttr(d, "messaging.destination.subscription.name", "acme:one") {

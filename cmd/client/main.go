@@ -51,6 +51,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/client"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/protocol"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
@@ -371,10 +372,10 @@ func (g *globals) printReply(r *client.Message) {
 // (jsonData) as the JSON value itself instead of its bytes in base64.
 func (g *globals) printMessage(w io.Writer, m *client.Message) {
 	if !jsonData(m) {
-		g.printJSON(w, m)
+		g.printJSON(w, grain.MessageToProto(m))
 		return
 	}
-	rest := proto.Clone(m).(*client.Message)
+	rest := grain.MessageToProto(m)
 	rest.Data = nil
 	b, err := protojson.Marshal(rest)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/grain"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -123,7 +124,7 @@ func wireSubscriptions(ss []client.Subscription) []*agentsilov1.Subscription {
 func wireDeadLetters(ds []client.DeadLetter) []*agentsilov1.DeadLetter {
 	out := make([]*agentsilov1.DeadLetter, len(ds))
 	for i, d := range ds {
-		out[i] = &agentsilov1.DeadLetter{Id: d.ID, Subscription: d.Subscription, Message: d.Message, Reason: d.Reason,
+		out[i] = &agentsilov1.DeadLetter{Id: d.ID, Subscription: d.Subscription, Message: grain.MessageToProto(d.Message), Reason: d.Reason,
 			Attempts: uint32(d.Attempts), LastError: d.LastError, DeadAt: timestamppb.New(d.DeadAt), Agent: d.Agent}
 	}
 	return out

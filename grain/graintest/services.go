@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -16,7 +18,6 @@ import (
 	"github.com/agentsilo/agentsilo/internal/clock"
 	"github.com/agentsilo/agentsilo/internal/siloapi"
 	"github.com/agentsilo/agentsilo/internal/topicname"
-	"google.golang.org/protobuf/proto"
 )
 
 // reminderService is grain.ReminderService in memory, on the Env's clock:
@@ -169,7 +170,7 @@ func (s *topicService) Publish(ctx context.Context, from, topic string, msg *gra
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++
-	p := Published{ID: "graintest-" + strconv.Itoa(s.seq), Topic: t.String(), From: from, Message: proto.Clone(msg).(*grain.Message)}
+	p := Published{ID: "graintest-" + strconv.Itoa(s.seq), Topic: t.String(), From: from, Message: msg.Clone()}
 	s.published = append(s.published, p)
 	for _, name := range slices.Sorted(maps.Keys(s.subs)) {
 		if sub := s.subs[name]; sub.pattern.Match(t) && len(sub.members) > 0 {
@@ -274,7 +275,7 @@ func (s *topicService) deliver(ctx context.Context) (int, error) {
 
 // message is the delivery of d to the agent at to.
 func (s *topicService) message(d delivery, to grain.Address) *grain.Message {
-	m := proto.Clone(d.msg.Message).(*grain.Message)
+	m := d.msg.Message.Clone()
 	m.From, m.To, m.Topic, m.Subscription, m.Attempt = d.msg.From, to.String(), d.msg.Topic, d.sub.name, d.attempt
 	return m
 }
@@ -348,12 +349,13 @@ type session struct {
 
 var _ siloapi.SessionRouter = (*session)(nil)
 
-func (s *session) DeliverToSession(ctx context.Context, msg *grain.Message) error {
+func (s *session) DeliverToSession(ctx context.Context, w *agentsilov1.AgentMessage) error {
+	msg := grain.MessageFromProto(w)
 	if msg.To != s.addr {
 		return errs.New(codes.NotFound, "no client session %s: the test's is %s", msg.To, s.addr)
 	}
 	s.mu.Lock()
-	s.got = append(s.got, proto.Clone(msg).(*grain.Message))
+	s.got = append(s.got, msg)
 	s.mu.Unlock()
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"go.uber.org/goleak"
 
 	"github.com/agentsilo/agentsilo/grain"
@@ -17,7 +19,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // pusher captures what agents push to client sessions.
 type pusher struct{ got chan *grain.Message }
 
-func (p pusher) DeliverToSession(_ context.Context, m *grain.Message) error {
+func (p pusher) DeliverToSession(_ context.Context, w *agentsilov1.AgentMessage) error {
+	m := grain.MessageFromProto(w)
 	p.got <- m
 	return nil
 }

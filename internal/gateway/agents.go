@@ -101,7 +101,7 @@ func (g *Gateway) ListTypes(ctx context.Context, req *agentsilov1.ListTypesReque
 		}
 	} else {
 		for _, t := range g.rt.Registry().Types() {
-			types = append(types, t.Proto())
+			types = append(types, TypeProto(t))
 		}
 	}
 	out := &agentsilov1.ListTypesResponse{}

@@ -370,8 +370,8 @@ func (g *Gateway) checkMessage(m *agentsilov1.AgentMessage) error {
 func claimLabel(m *agentsilov1.AgentMessage) error {
 	switch l := m.GetLabel(); {
 	case l == agentsilov1.ContentLabel_CONTENT_LABEL_UNSPECIFIED:
-		m.Label = grain.LabelUserInput
-	case l == grain.LabelSystem:
+		m.Label = agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT
+	case l == agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM:
 		return errs.New(codes.PermissionDenied, "the message claims the content label system, which only the runtime gives (a client's message is user-input at most; see docs/trust.md): refused before it ran")
 	case !l.Known():
 		return errs.New(codes.InvalidArgument, "the message's content label %d is not one of system, user-input, agent-message, tool-request, tool-output: refused before it ran", int32(l))
@@ -422,7 +422,7 @@ func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, tim
 	ctx, span := g.tracer.Start(ctx, "gateway "+tracing.KindName(m.Kind), trace.SpanKindServer, m, attribute.String("agentsilo.from", m.GetFrom()))
 	defer func() { tracing.End(span, err) }()
 	switch m.Kind {
-	case grain.KindRequest:
+	case agentsilov1.Kind_KIND_REQUEST:
 		if timeout < 0 {
 			return nil, errs.New(codes.InvalidArgument, "timeout %v must not be negative", timeout)
 		}
@@ -431,16 +431,18 @@ func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, tim
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		r, err := g.rt.Ask(ctx, m)
+		r, err := g.rt.Ask(ctx, grain.MessageFromProto(m))
+		w := grain.MessageToProto(r)
 		if err == nil {
-			err = checkReply(r)
+			err = checkReply(w)
 		}
-		return r, err
-	case grain.KindOneWay, grain.KindEvent:
-		if err := g.rt.Send(ctx, m); err != nil {
+		return w, err
+	case agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT:
+		msg := grain.MessageFromProto(m)
+		if err := g.rt.Send(ctx, msg); err != nil {
 			return nil, err
 		}
-		return &agentsilov1.AgentMessage{Id: m.Id}, nil
+		return &agentsilov1.AgentMessage{Id: msg.Id}, nil
 	default:
 		return nil, errs.New(codes.InvalidArgument, "message kind %v: want KIND_REQUEST, KIND_ONE_WAY or KIND_EVENT", m.Kind)
 	}
@@ -463,11 +465,11 @@ func (g *Gateway) Ask(ctx context.Context, req *agentsilov1.AskRequest) (*agents
 	if err := g.checkMessage(m); err != nil {
 		return nil, err
 	}
-	if err := checkKind(m, "Ask", grain.KindRequest); err != nil {
+	if err := checkKind(m, "Ask", agentsilov1.Kind_KIND_REQUEST); err != nil {
 		return nil, err
 	}
 	stamp(m, unaryFrom(p))
-	m.Kind = grain.KindRequest
+	m.Kind = agentsilov1.Kind_KIND_REQUEST
 	r, err := g.dispatch(ctx, m, time.Duration(req.GetTimeoutMs())*time.Millisecond)
 	if err != nil {
 		return nil, err
@@ -485,12 +487,12 @@ func (g *Gateway) Send(ctx context.Context, req *agentsilov1.SendRequest) (*agen
 	if err := g.checkMessage(m); err != nil {
 		return nil, err
 	}
-	if err := checkKind(m, "Send", grain.KindOneWay, grain.KindEvent); err != nil {
+	if err := checkKind(m, "Send", agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT); err != nil {
 		return nil, err
 	}
 	stamp(m, unaryFrom(p))
-	if m.Kind != grain.KindEvent {
-		m.Kind = grain.KindOneWay
+	if m.Kind != agentsilov1.Kind_KIND_EVENT {
+		m.Kind = agentsilov1.Kind_KIND_ONE_WAY
 	}
 	r, err := g.dispatch(ctx, m, 0)
 	if err != nil {

@@ -768,16 +768,16 @@ func TestClientLabels(t *testing.T) {
 	for _, tc := range []struct {
 		label, reply agentsilov1.ContentLabel
 	}{
-		{agentsilov1.ContentLabel_CONTENT_LABEL_UNSPECIFIED, grain.LabelAgentMessage},
-		{grain.LabelUserInput, grain.LabelAgentMessage},
-		{grain.LabelToolOutput, grain.LabelToolOutput},
+		{agentsilov1.ContentLabel_CONTENT_LABEL_UNSPECIFIED, agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE},
+		{agentsilov1.ContentLabel_CONTENT_LABEL_USER_INPUT, agentsilov1.ContentLabel_CONTENT_LABEL_AGENT_MESSAGE},
+		{agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT, agentsilov1.ContentLabel_CONTENT_LABEL_TOOL_OUTPUT},
 	} {
 		r, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Echo:alice:one", Message: "hi", Kind: agentsilov1.Kind_KIND_REQUEST, Label: tc.label}, 0))
 		if r.GetError() != nil || r.GetMessage().GetLabel() != tc.reply {
 			t.Fatalf("a message labelled %v: reply %v, want labelled %v", tc.label, r, tc.reply)
 		}
 	}
-	for label, code := range map[agentsilov1.ContentLabel]codes.Code{grain.LabelSystem: codes.PermissionDenied, 42: codes.InvalidArgument} {
+	for label, code := range map[agentsilov1.ContentLabel]codes.Code{agentsilov1.ContentLabel_CONTENT_LABEL_SYSTEM: codes.PermissionDenied, 42: codes.InvalidArgument} {
 		r, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Echo:alice:one", Message: "hi", Kind: agentsilov1.Kind_KIND_REQUEST, Label: label}, 0))
 		wantCode(t, r, code)
 		ctx := metadata.AppendToOutgoingContext(t.Context(), protocol.PrincipalHeader, "bob")

@@ -486,7 +486,7 @@ func (ss *Sessions) Rehome(ctx context.Context, home func(addr string) string) {
 // client re-attaches. It never blocks. A session with SessionBacklog
 // messages not yet written refuses more with ResourceExhausted; an address
 // the gateway holds no session for is NotFound.
-func (ss *Sessions) DeliverToSession(_ context.Context, msg *grain.Message) error {
+func (ss *Sessions) DeliverToSession(_ context.Context, msg *agentsilov1.AgentMessage) error {
 	if msg == nil {
 		return errs.New(codes.InvalidArgument, "nil message")
 	}

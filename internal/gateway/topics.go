@@ -94,7 +94,7 @@ func (ts topicServer) Publish(ctx context.Context, req *agentsilov1.PublishReque
 	if err := ts.g.checkMessage(m); err != nil {
 		return nil, err
 	}
-	if err := checkKind(m, "Publish", grain.KindRequest, grain.KindOneWay, grain.KindEvent); err != nil {
+	if err := checkKind(m, "Publish", agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT); err != nil {
 		return nil, err
 	}
 	from := grain.SessionType + ":" + c.Principal + ":unary-" + grain.NewID()
@@ -114,7 +114,7 @@ func (ts topicServer) Publish(ctx context.Context, req *agentsilov1.PublishReque
 	} else if timeout < 0 {
 		return nil, errs.New(codes.InvalidArgument, "timeout %v must not be negative", timeout)
 	}
-	r, err := svc.PublishMessage(ctx, from, t.String(), m)
+	r, err := svc.PublishMessage(ctx, from, t.String(), grain.MessageFromProto(m))
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (ts topicServer) PublishBatch(ctx context.Context, req *agentsilov1.Publish
 		if m == nil {
 			m = &agentsilov1.AgentMessage{}
 		}
-		ps = append(ps, topics.Publication{Topic: e.GetTopic(), Message: m})
+		ps = append(ps, topics.Publication{Topic: e.GetTopic(), Message: grain.MessageFromProto(m)})
 		at = append(at, i)
 	}
 	rs, fails := svc.PublishBatch(ctx, from, ps)
@@ -201,7 +201,7 @@ func (ts topicServer) checkEntry(c *acl.Caller, e *agentsilov1.PublishRequest) e
 	if err := ts.g.checkMessage(m); err != nil {
 		return err
 	}
-	return checkKind(m, "Publish", grain.KindRequest, grain.KindOneWay, grain.KindEvent)
+	return checkKind(m, "Publish", agentsilov1.Kind_KIND_REQUEST, agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT)
 }
 
 func batchFailure(err error) *agentsilov1.PublishBatchResult {
@@ -435,7 +435,7 @@ func (ts topicServer) Broadcast(ctx context.Context, req *agentsilov1.BroadcastR
 	if err := ts.g.checkMessage(m); err != nil {
 		return nil, err
 	}
-	if err := checkKind(m, "Broadcast", grain.KindOneWay, grain.KindEvent); err != nil {
+	if err := checkKind(m, "Broadcast", agentsilov1.Kind_KIND_ONE_WAY, agentsilov1.Kind_KIND_EVENT); err != nil {
 		return nil, err
 	}
 	stamp(m, unaryFrom(c.Principal))

@@ -58,7 +58,7 @@ func TestTypedSkill(t *testing.T) {
 	}
 	// Through a session too.
 	s := e.open(t, &agentsilov1.Hello{})
-	res, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Shop:s", Kind: grain.KindRequest, MessageType: "quote", Data: []byte(`{"qty":1}`)}, 0))
+	res, _ := s.result(s.call(&agentsilov1.AgentMessage{To: "Shop:s", Kind: agentsilov1.Kind_KIND_REQUEST, MessageType: "quote", Data: []byte(`{"qty":1}`)}, 0))
 	wantCode(t, res, codes.InvalidArgument)
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the agent ran %d times, want once (for the good arguments)", n)

@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -135,7 +137,7 @@ func (in *Inboxes) Len() int {
 }
 
 // DeliverToSession implements siloapi.SessionRouter. It never blocks.
-func (in *Inboxes) DeliverToSession(ctx context.Context, msg *grain.Message) error {
+func (in *Inboxes) DeliverToSession(ctx context.Context, msg *agentsilov1.AgentMessage) error {
 	if msg == nil || !Is(msg.To) {
 		if in.next == nil {
 			return errs.New(codes.NotFound, "no client session %s", protocol.Clip(msg.GetTo()))
@@ -148,7 +150,7 @@ func (in *Inboxes) DeliverToSession(ctx context.Context, msg *grain.Message) err
 	if b == nil {
 		return errs.New(codes.NotFound, "the turn %s has ended", protocol.Clip(msg.To))
 	}
-	return b.put(msg)
+	return b.put(grain.MessageFromProto(msg))
 }
 
 func (b *Inbox) put(msg *grain.Message) error {

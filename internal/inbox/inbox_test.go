@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
@@ -13,7 +15,8 @@ import (
 // next records what the inboxes hand on.
 type next struct{ got []*grain.Message }
 
-func (n *next) DeliverToSession(_ context.Context, m *grain.Message) error {
+func (n *next) DeliverToSession(_ context.Context, w *agentsilov1.AgentMessage) error {
+	m := grain.MessageFromProto(w)
 	n.got = append(n.got, m)
 	return nil
 }
@@ -32,7 +35,7 @@ func TestInboxes(t *testing.T) {
 		t.Fatalf("Len %d, want 2", in.Len())
 	}
 	for _, text := range []string{"one", "two"} {
-		if err := in.DeliverToSession(t.Context(), &grain.Message{To: m.Addr(), Message: text}); err != nil {
+		if err := in.DeliverToSession(t.Context(), &agentsilov1.AgentMessage{To: m.Addr(), Message: text}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -41,19 +44,19 @@ func TestInboxes(t *testing.T) {
 		t.Fatalf("took %v", got)
 	}
 	for range Backlog {
-		if err := in.DeliverToSession(t.Context(), &grain.Message{To: a.Addr()}); err != nil {
+		if err := in.DeliverToSession(t.Context(), &agentsilov1.AgentMessage{To: a.Addr()}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := in.DeliverToSession(t.Context(), &grain.Message{To: a.Addr()}); errs.Code(err) != codes.ResourceExhausted {
+	if err := in.DeliverToSession(t.Context(), &agentsilov1.AgentMessage{To: a.Addr()}); errs.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("past the backlog: %v, want ResourceExhausted", err)
 	}
 	in.Close(m)
-	if err := in.DeliverToSession(t.Context(), &grain.Message{To: m.Addr()}); errs.Code(err) != codes.NotFound {
+	if err := in.DeliverToSession(t.Context(), &agentsilov1.AgentMessage{To: m.Addr()}); errs.Code(err) != codes.NotFound {
 		t.Fatalf("to a closed inbox: %v, want NotFound", err)
 	}
-	gw := &grain.Message{To: grain.SessionType + ":alice:0190c0de-0000-7000-8000-000000000000@s1"}
-	if err := in.DeliverToSession(t.Context(), gw); err != nil || len(nx.got) != 1 || nx.got[0] != gw {
+	gw := &agentsilov1.AgentMessage{To: grain.SessionType + ":alice:0190c0de-0000-7000-8000-000000000000@s1"}
+	if err := in.DeliverToSession(t.Context(), gw); err != nil || len(nx.got) != 1 || nx.got[0].To != gw.To {
 		t.Fatalf("a gateway session's message: %v, handed on %v", err, nx.got)
 	}
 	if err := New("s1", nil).DeliverToSession(t.Context(), gw); errs.Code(err) != codes.NotFound {

@@ -48,17 +48,26 @@ type Wiring struct {
 // nothing. Methods are called concurrently, from turns and senders.
 type Tracer interface {
 	// Call starts the client span of msg, a REQUEST, ONE_WAY or EVENT an
-	// agent sends from a turn whose context is ctx, as a child of ctx's
-	// span (else of msg's traceparent, else of the turn's), makes msg
-	// carry it, and returns ctx with it and the function that ends it with
-	// the call's outcome.
-	Call(ctx context.Context, msg *agentsilov1.AgentMessage, parent string) (context.Context, func(error))
+	// agent sends from a turn whose context is ctx, as a child of msg's
+	// traceparent (else of ctx's span, else of parent, the turn's), and
+	// returns ctx with it, the traceparent msg carries from now on, and
+	// the function that ends the span with the call's outcome.
+	Call(ctx context.Context, msg SpanInfo, parent string) (context.Context, string, func(error))
 	// Turn starts the server span of the turn of agent that handles msg,
 	// as a child of msg's traceparent, and returns ctx with it and the
-	// function that ends it with the handler's outcome. msg is not changed.
-	Turn(ctx context.Context, agent string, msg *agentsilov1.AgentMessage) (context.Context, func(error))
+	// function that ends it with the handler's outcome.
+	Turn(ctx context.Context, agent string, msg SpanInfo) (context.Context, func(error))
 	// Traceparent returns the W3C traceparent of ctx's span, "" if none.
 	Traceparent(ctx context.Context) string
+}
+
+// SpanInfo is what a span says of its message.
+type SpanInfo struct {
+	Kind                  agentsilov1.Kind
+	From, To, MessageType string
+	// Traceparent is the W3C trace context the message carries, "" if
+	// none.
+	Traceparent string
 }
 
 // Slot is where a silo puts its Wiring in a grain.Config, which embeds a

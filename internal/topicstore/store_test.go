@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
+
 	"google.golang.org/grpc/codes"
 
 	"github.com/agentsilo/agentsilo/errs"
-	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/etcdtest"
 )
 
@@ -243,8 +244,10 @@ func TestStore(t *testing.T) {
 	})
 }
 
-func entryMsg(text string) *grain.Message { return &grain.Message{Message: text, From: "P:acme:p"} }
-func entry(text string) *Entry            { return &Entry{Message: entryMsg(text)} }
+func entryMsg(text string) *agentsilov1.AgentMessage {
+	return &agentsilov1.AgentMessage{Message: text, From: "P:acme:p"}
+}
+func entry(text string) *Entry { return &Entry{Message: entryMsg(text)} }
 func entryID(text, id string) *Entry {
 	e := entry(text)
 	e.Message.Id = id

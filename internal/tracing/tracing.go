@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -147,47 +148,48 @@ func spanName(prefix string, k agentsilov1.Kind) string {
 // (siloapi.Tracer): the child of m's own traceparent if it has one, else of
 // ctx's span (the turn's, or one of the agent's own), else of parent (the
 // traceparent of the turn's message). m carries the span once it starts.
-func (t Tracer) Call(ctx context.Context, m *agentsilov1.AgentMessage, parent string) (context.Context, func(error)) {
+func (t Tracer) Call(ctx context.Context, m siloapi.SpanInfo, parent string) (context.Context, string, func(error)) {
 	pctx := ctx
 	switch {
-	case m.GetTraceparent() != "":
-		pctx = traceContext.Extract(ctx, messageCarrier{m})
+	case m.Traceparent != "":
+		pctx = traceContext.Extract(ctx, stringCarrier(m.Traceparent))
 	case trace.SpanContextFromContext(ctx).IsValid():
 	case parent != "":
 		pctx = traceContext.Extract(ctx, stringCarrier(parent))
 	}
-	ctx, span := t.t.Start(pctx, spanName("call", m.GetKind()), trace.WithSpanKind(trace.SpanKindClient))
+	ctx, span := t.t.Start(pctx, spanName("call", m.Kind), trace.WithSpanKind(trace.SpanKindClient))
+	tp := outCarrier{tp: m.Traceparent}
 	if span.IsRecording() {
 		span.SetAttributes(
-			attribute.String("agentsilo.from", m.GetFrom()),
-			attribute.String("agentsilo.to", m.GetTo()),
-			attribute.String("agentsilo.kind", m.GetKind().String()),
-			attribute.String("agentsilo.message_type", m.GetMessageType()),
+			attribute.String("agentsilo.from", m.From),
+			attribute.String("agentsilo.to", m.To),
+			attribute.String("agentsilo.kind", m.Kind.String()),
+			attribute.String("agentsilo.message_type", m.MessageType),
 		)
-		traceContext.Inject(ctx, messageCarrier{m})
-	} else if m.GetTraceparent() == "" {
+		traceContext.Inject(ctx, &tp)
+	} else if m.Traceparent == "" {
 		// No SDK: the message carries the trace it was sent in.
 		if sc := trace.SpanContextFromContext(pctx); sc.IsValid() {
-			traceContext.Inject(pctx, messageCarrier{m})
+			traceContext.Inject(pctx, &tp)
 		} else {
-			m.Traceparent = parent
+			tp.tp = parent
 		}
 	}
-	return ctx, func(err error) { End(span, err) }
+	return ctx, tp.tp, func(err error) { End(span, err) }
 }
 
 // Turn starts the server span of agent's turn handling m
 // (siloapi.Tracer), the child of m's traceparent; the returned context
 // carries it. m is not changed.
-func (t Tracer) Turn(ctx context.Context, agent string, m *agentsilov1.AgentMessage) (context.Context, func(error)) {
-	ctx = traceContext.Extract(ctx, messageCarrier{m})
-	ctx, span := t.t.Start(ctx, spanName("turn", m.GetKind()), trace.WithSpanKind(trace.SpanKindServer))
+func (t Tracer) Turn(ctx context.Context, agent string, m siloapi.SpanInfo) (context.Context, func(error)) {
+	ctx = traceContext.Extract(ctx, stringCarrier(m.Traceparent))
+	ctx, span := t.t.Start(ctx, spanName("turn", m.Kind), trace.WithSpanKind(trace.SpanKindServer))
 	if span.IsRecording() {
 		span.SetAttributes(
 			attribute.String("agentsilo.agent", agent),
-			attribute.String("agentsilo.from", m.GetFrom()),
-			attribute.String("agentsilo.kind", m.GetKind().String()),
-			attribute.String("agentsilo.message_type", m.GetMessageType()),
+			attribute.String("agentsilo.from", m.From),
+			attribute.String("agentsilo.kind", m.Kind.String()),
+			attribute.String("agentsilo.message_type", m.MessageType),
 		)
 	}
 	return ctx, func(err error) { End(span, err) }
