@@ -45,6 +45,11 @@
 // their records' size, how many stay active (none), the time until every
 // turn has ended, and the calls run (one each: none lost, none twice).
 //
+// The model agents share the direct loop's HTTP client (a kept-alive
+// connection per caller); -model-client default gives them the llm
+// package's own instead, as a program that passes no llm.WithHTTPClient
+// has.
+//
 // Each turn is a new conversation (agent) by default, as the direct loop
 // starts from the user's message each time; -turns K keeps a caller on one
 // conversation for K turns, whose model requests then carry its history.
@@ -63,7 +68,7 @@
 //
 // Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
 // [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory,approvals]
-// [-approvals 10000] [-history 200] [-silos 1] [-lease 0]
+// [-approvals 10000] [-history 200] [-silos 1] [-lease 0] [-model-client bench]
 // [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
 package main
 
@@ -133,6 +138,7 @@ type config struct {
 	history       int
 	silos         int
 	lease         time.Duration
+	modelClient   string
 	cpuprofile    string
 	profSeries    string
 	memprofile    string
@@ -154,6 +160,7 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&c.approvals, "approvals", 10000, "the approvals part: turns parked waiting for an approval at once")
 	fs.IntVar(&c.history, "history", 200, "the history part: turns of the long conversation")
 	fs.DurationVar(&c.lease, "lease", 0, "the silos' etcd lease (0: the silo's default, 2 s); longer keeps a silo from fencing while the anchor's callers take the cores")
+	fs.StringVar(&c.modelClient, "model-client", "bench", "the model agents' HTTP client: bench (the direct loop's, a kept-alive connection per caller) or default (the llm package's own, without llm.WithHTTPClient)")
 	fs.IntVar(&c.silos, "silos", 1, "silos in the cluster (in this process, on the first one's embedded etcd); the callers use every gateway")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
@@ -174,6 +181,9 @@ func parse(args []string, stderr io.Writer) (config, error) {
 			return c, fmt.Errorf("-parts: no part %q (loop, conversations, memory, approvals, history)", p)
 		}
 		c.parts = append(c.parts, p)
+	}
+	if c.modelClient != "bench" && c.modelClient != "default" {
+		return c, fmt.Errorf("-model-client %q: want bench or default", c.modelClient)
 	}
 	if c.profSeries != "" && (c.cpuprofile == "" || !slices.Contains([]string{"direct-loop", "silo-loop"}, c.profSeries)) {
 		return c, fmt.Errorf("-cpuprofile-series %q: want direct-loop or silo-loop, with -cpuprofile", c.profSeries)
@@ -426,6 +436,10 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 
 // registry is a silo's registry: the Count type and the model types.
 func (b *bench) registry(hc *http.Client) (*grain.Registry, error) {
+	httpOpt := llm.WithHTTPClient(hc)
+	if b.cfg.modelClient == "default" {
+		httpOpt = nil // the llm package's own
+	}
 	reg := grain.NewRegistry()
 	if err := registerCount(reg); err != nil {
 		return nil, err
@@ -440,7 +454,7 @@ approval: [Count_add]
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, careful, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	talker, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Talker
@@ -450,7 +464,7 @@ model: {provider: openai, base_url: %s, name: fake-1}
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, talker, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, talker, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
@@ -462,7 +476,7 @@ tools:
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, def, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, def, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	return reg, nil
