@@ -32,10 +32,7 @@ func NewProvider(m Model, opts ...Option) (Provider, error) {
 }
 
 func newProvider(m Model, o *options) (Provider, error) {
-	cfg := providerConfig{httpClient: o.httpClient, maxRetries: o.maxRetries, getenv: o.getenv}
-	if cfg.httpClient == nil {
-		cfg.httpClient = modelClient()
-	}
+	cfg := providerConfig{httpClient: o.modelHTTPClient(), maxRetries: o.maxRetries, getenv: o.getenv}
 	if cfg.getenv == nil {
 		cfg.getenv = os.LookupEnv
 	}
@@ -64,11 +61,14 @@ func newProvider(m Model, o *options) (Provider, error) {
 // after.
 const modelIdleConns = 1024
 
-// modelClient is the HTTP client of a provider made without
-// WithHTTPClient: Go's default transport's settings, keeping up to
-// modelIdleConns idle connections to the model's host. One per provider:
-// the activations of a type share it.
-func modelClient() *http.Client {
+// modelHTTPClient is the HTTP client of a provider made with o: the one
+// WithHTTPClient gives, else one of its own with Go's default transport's
+// settings, keeping up to modelIdleConns idle connections to the model's
+// host. One per provider: the activations of a type share it.
+func (o *options) modelHTTPClient() *http.Client {
+	if o.httpClient != nil {
+		return o.httpClient
+	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = modelIdleConns
 	tr.MaxIdleConnsPerHost = modelIdleConns
