@@ -254,8 +254,9 @@ type toolResult struct {
 
 // runTools runs calls, the tool calls of the turn's last response that
 // have no recorded result, concurrently, and records each result as it
-// arrives. If ctx ends, it stops without recording the results the end
-// caused.
+// arrives: the results that arrive together, or while the last one is
+// being saved, in one write. If ctx ends, it stops without recording the
+// results the end caused.
 func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []ToolCall) error {
 	tctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -278,13 +279,26 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 			results <- a.runTool(tctx, rc, cur, round, c, sending, outside)
 		}()
 	}
-	for range calls {
+	for left := len(calls); left > 0; {
 		var r toolResult
 		select {
 		case r = <-results:
 		case <-ctx.Done():
 			return errs.Wrap(codes.DeadlineExceeded, ctx.Err(), "%s: the turn's tools", a.h.Address())
 		}
+		// The results that arrived with it (or during the last save) are
+		// recorded in the same write: each is still saved before the next
+		// model call, in one write instead of one each.
+		got := []toolResult{r}
+		for more := true; more && len(got) < left; {
+			select {
+			case r = <-results:
+				got = append(got, r)
+			default:
+				more = false
+			}
+		}
+		left -= len(got)
 		if err := ctx.Err(); err != nil {
 			code := codes.DeadlineExceeded
 			if err == context.Canceled {
@@ -292,16 +306,30 @@ func (a *agent) runTools(ctx context.Context, rc runContext, cur *Turn, calls []
 			}
 			return errs.Wrap(code, err, "%s: the turn's tools", a.h.Address())
 		}
-		if err := a.auditTool(ctx, cur, round, r); err != nil {
-			return err
+		// A result whose audit record fails is not recorded (its call
+		// runs again, with the same key); the ones before it are.
+		var unaudited error
+		for i, r := range got {
+			if unaudited = a.auditTool(ctx, cur, round, r); unaudited != nil {
+				got = got[:i]
+				break
+			}
+		}
+		if len(got) == 0 {
+			return unaudited
 		}
 		a.mu.Lock()
-		a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: r.call.ID, Name: r.call.Name, Text: r.text, IsError: r.isError, Turn: cur.ID, Label: r.label.Name(), Outside: r.outside})
+		for _, r := range got {
+			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: r.call.ID, Name: r.call.Name, Text: r.text, IsError: r.isError, Turn: cur.ID, Label: r.label.Name(), Outside: r.outside})
+		}
 		a.mu.Unlock()
 		if err := a.save(ctx); err != nil {
 			return err
 		}
 		afterStep(ctx, stepTool)
+		if unaudited != nil {
+			return unaudited
+		}
 	}
 	return nil
 }

@@ -75,7 +75,12 @@ func newOptions(opts []Option) *options {
 // definition's model names (for a provider of one's own).
 func WithProvider(p Provider) Option { return optionFunc(func(o *options) { o.provider = p }) }
 
-// WithHTTPClient makes the provider's SDK send its requests with c.
+// WithHTTPClient makes the provider's SDK send its requests with c. The
+// activations of a type share it: give its transport room for an idle
+// connection per conversation calling the model at once
+// (http.Transport.MaxIdleConnsPerHost, whose default of 2 has most calls
+// open a connection of their own). Without it, a provider keeps up to
+// 1,024 idle connections to its model's host.
 func WithHTTPClient(c *http.Client) Option {
 	return optionFunc(func(o *options) { o.httpClient = c })
 }

@@ -32,7 +32,7 @@ func NewProvider(m Model, opts ...Option) (Provider, error) {
 }
 
 func newProvider(m Model, o *options) (Provider, error) {
-	cfg := providerConfig{httpClient: o.httpClient, maxRetries: o.maxRetries, getenv: o.getenv}
+	cfg := providerConfig{httpClient: o.modelHTTPClient(), maxRetries: o.maxRetries, getenv: o.getenv}
 	if cfg.getenv == nil {
 		cfg.getenv = os.LookupEnv
 	}
@@ -51,4 +51,26 @@ func newProvider(m Model, o *options) (Provider, error) {
 		return newAnthropic(m, key, cfg), nil
 	}
 	return nil, errs.New(codes.InvalidArgument, "model.provider: unknown provider %q", clipText(m.Provider, 40))
+}
+
+// modelIdleConns is how many idle connections to its model's host a
+// provider made without WithHTTPClient keeps for its next calls. The
+// SDKs' default, Go's default transport, keeps 2 a host: with more
+// conversations than that calling one model at once, most calls would
+// open a connection (a TLS handshake, with a real provider) and close it
+// after.
+const modelIdleConns = 1024
+
+// modelHTTPClient is the HTTP client of a provider made with o: the one
+// WithHTTPClient gives, else one of its own with Go's default transport's
+// settings, keeping up to modelIdleConns idle connections to the model's
+// host. One per provider: the activations of a type share it.
+func (o *options) modelHTTPClient() *http.Client {
+	if o.httpClient != nil {
+		return o.httpClient
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = modelIdleConns
+	tr.MaxIdleConnsPerHost = modelIdleConns
+	return &http.Client{Transport: tr}
 }

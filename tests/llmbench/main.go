@@ -34,13 +34,21 @@
 // again) against a new one's.
 //
 // -silos N runs N silos in this process (the others on the first one's
-// embedded etcd); the callers' client takes every gateway.
+// embedded etcd); the callers' client takes every gateway. -lease sets
+// their etcd lease: on a machine whose cores other work takes, the
+// anchor's 1,000 callers can starve the silo's keepalives past the
+// default 2 s lease, and a fenced silo refuses every later call.
 //
 // The approvals part (-parts approvals, not run by default) parks
 // -approvals turns of agents whose tool call needs approval, ends their
 // activations, then approves them all: it reports the time to park them,
 // their records' size, how many stay active (none), the time until every
 // turn has ended, and the calls run (one each: none lost, none twice).
+//
+// The model agents share the direct loop's HTTP client (a kept-alive
+// connection per caller); -model-client default gives them the llm
+// package's own instead, as a program that passes no llm.WithHTTPClient
+// has.
 //
 // Each turn is a new conversation (agent) by default, as the direct loop
 // starts from the user's message each time; -turns K keeps a caller on one
@@ -60,7 +68,7 @@
 //
 // Usage: go run ./tests/llmbench [-rounds 3] [-window 2s] [-n 1] [-model-latency 0]
 // [-conversations 1000] [-conv-latency 50ms] [-turns 1] [-parts loop,conversations,memory,approvals]
-// [-approvals 10000] [-history 200] [-silos 1]
+// [-approvals 10000] [-history 200] [-silos 1] [-lease 0] [-model-client bench]
 // [-cpuprofile f [-cpuprofile-series silo-loop]] [-memprofile f]
 package main
 
@@ -129,6 +137,8 @@ type config struct {
 	approvals     int
 	history       int
 	silos         int
+	lease         time.Duration
+	modelClient   string
 	cpuprofile    string
 	profSeries    string
 	memprofile    string
@@ -149,6 +159,8 @@ func parse(args []string, stderr io.Writer) (config, error) {
 	parts := fs.String("parts", "loop,conversations,memory", "what to measure: loop, conversations, memory, approvals, history")
 	fs.IntVar(&c.approvals, "approvals", 10000, "the approvals part: turns parked waiting for an approval at once")
 	fs.IntVar(&c.history, "history", 200, "the history part: turns of the long conversation")
+	fs.DurationVar(&c.lease, "lease", 0, "the silos' etcd lease (0: the silo's default, 2 s); longer keeps a silo from fencing while the anchor's callers take the cores")
+	fs.StringVar(&c.modelClient, "model-client", "bench", "the model agents' HTTP client: bench (the direct loop's, a kept-alive connection per caller) or default (the llm package's own, without llm.WithHTTPClient)")
 	fs.IntVar(&c.silos, "silos", 1, "silos in the cluster (in this process, on the first one's embedded etcd); the callers use every gateway")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&c.memprofile, "memprofile", "", "write a heap profile to this file once the memory part's conversations are deactivated")
@@ -170,10 +182,13 @@ func parse(args []string, stderr io.Writer) (config, error) {
 		}
 		c.parts = append(c.parts, p)
 	}
+	if c.modelClient != "bench" && c.modelClient != "default" {
+		return c, fmt.Errorf("-model-client %q: want bench or default", c.modelClient)
+	}
 	if c.profSeries != "" && (c.cpuprofile == "" || !slices.Contains([]string{"direct-loop", "silo-loop"}, c.profSeries)) {
 		return c, fmt.Errorf("-cpuprofile-series %q: want direct-loop or silo-loop, with -cpuprofile", c.profSeries)
 	}
-	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.history < 1 || c.silos < 1 || c.latency < 0 || c.convLatency < 0 {
+	if c.rounds < 1 || c.window <= 0 || c.warmup < 0 || c.conversations < 1 || c.turns < 1 || c.history < 1 || c.silos < 1 || c.lease < 0 || c.latency < 0 || c.convLatency < 0 {
 		return c, fmt.Errorf("-rounds, -window, -conversations and -turns must be positive; -warmup and the latencies not negative")
 	}
 	return c, nil
@@ -366,6 +381,7 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 	// Room for every conversation's call at once, and a few more.
 	cfg.Gateway.Limits.MaxCallsPerPrincipal = max(cfg.Gateway.Limits.MaxCallsPerPrincipal, b.cfg.conversations+64, approvalWorkers+64)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.LeaseTTL = b.cfg.lease
 	s, err := cluster.NewSilo(cfg, reg)
 	if err != nil {
 		os.RemoveAll(dir)
@@ -393,6 +409,7 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 		mc.Etcd.Endpoints = []string{"http://" + cfg.Etcd.EmbeddedAddr}
 		mc.Gateway.Limits.MaxCallsPerPrincipal = cfg.Gateway.Limits.MaxCallsPerPrincipal
 		mc.Logger = cfg.Logger
+		mc.LeaseTTL = cfg.LeaseTTL
 		m, err := cluster.NewSilo(mc, reg)
 		if err == nil {
 			err = m.Start(ctx)
@@ -419,6 +436,10 @@ func (b *bench) start(ctx context.Context, hc *http.Client) error {
 
 // registry is a silo's registry: the Count type and the model types.
 func (b *bench) registry(hc *http.Client) (*grain.Registry, error) {
+	httpOpt := llm.WithHTTPClient(hc)
+	if b.cfg.modelClient == "default" {
+		httpOpt = nil // the llm package's own
+	}
 	reg := grain.NewRegistry()
 	if err := registerCount(reg); err != nil {
 		return nil, err
@@ -433,7 +454,7 @@ approval: [Count_add]
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, careful, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, careful, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	talker, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Talker
@@ -443,7 +464,7 @@ model: {provider: openai, base_url: %s, name: fake-1}
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, talker, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, talker, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	def, err := llm.ParseDefinition(fmt.Appendf(nil, `type: Looper
@@ -455,7 +476,7 @@ tools:
 	if err != nil {
 		return nil, err
 	}
-	if err := llm.Register(reg, def, llm.WithHTTPClient(hc), llm.WithMaxRetries(0)); err != nil {
+	if err := llm.Register(reg, def, httpOpt, llm.WithMaxRetries(0)); err != nil {
 		return nil, err
 	}
 	return reg, nil

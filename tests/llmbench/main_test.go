@@ -135,3 +135,34 @@ func TestHistoryPart(t *testing.T) {
 		t.Fatalf("history: %v\n%s", r, out.String())
 	}
 }
+
+// TestModelClientAndLease: the model agents on the llm package's own HTTP
+// client, with a longer lease, still loop without errors; a client that
+// is not one is refused.
+func TestModelClientAndLease(t *testing.T) {
+	var out, stderr bytes.Buffer
+	args := []string{"-rounds", "1", "-warmup", "0", "-window", "200ms", "-parts", "conversations", "-conversations", "20", "-conv-latency", "5ms", "-model-client", "default", "-lease", "5s"}
+	if err := run(t.Context(), args, &out, &stderr); err != nil {
+		t.Fatalf("llmbench %v: %v\n%s", args, err, stderr.String())
+	}
+	sc := bufio.NewScanner(&out)
+	silo := 0
+	for sc.Scan() {
+		var row map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &row); err != nil {
+			t.Fatalf("a line that is not JSON: %q: %v", sc.Text(), err)
+		}
+		if row["bench"] == "silo-loop" {
+			silo++
+			if row["calls"].(float64) < 1 || row["errors"].(float64) != 0 {
+				t.Errorf("silo-loop on the llm package's client: %v loops, %v errors (%v)", row["calls"], row["errors"], row["first_error"])
+			}
+		}
+	}
+	if silo != 1 {
+		t.Errorf("%d silo-loop lines, want 1:\n%s", silo, out.String())
+	}
+	if err := run(t.Context(), []string{"-model-client", "mine"}, &out, &stderr); err == nil {
+		t.Error("-model-client mine: accepted")
+	}
+}
