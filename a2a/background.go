@@ -250,7 +250,7 @@ func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, 
 	} else if res.state.Terminal() {
 		r.guards.done(id)
 	}
-	msg.MessageType, msg.Kind, msg.CorrelationId, msg.Id = TypeResult, grain.KindOneWay, "", ""
+	msg.MessageType, msg.Kind, msg.CorrelationID, msg.ID = TypeResult, grain.KindOneWay, "", ""
 	msg.IdempotencyKey = "a2a-result:" + string(id)
 
 	if body, jerr := json.Marshal(resultEntry{Message: msg.GetMessage(), Data: msg.GetData(), DataType: msg.GetDataType(), State: msg.GetState()}); jerr == nil {

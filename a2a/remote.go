@@ -335,7 +335,7 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		return r.cancel(ctx, m, taskID)
 	}
 	ctx = withMessageTrace(ctx)
-	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.GetId()))
+	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.GetID()))
 	defer span.End()
 	answered := ""
 	if taskID != "" {

@@ -278,12 +278,12 @@ func (a *activation) respond(env *envelope, reply *Message, err error) {
 		reply = env.msg.Response()
 	}
 	reply.Kind = KindResponse
-	reply.CorrelationId = env.msg.Id
+	reply.CorrelationID = env.msg.ID
 	capLabel(reply, env.msg)
 	reply.To, reply.From = env.msg.From, env.msg.To
-	if reply.Id == "" {
-		if reply.Id = env.replyID; reply.Id == "" {
-			reply.Id = newIDAt(env.now)
+	if reply.ID == "" {
+		if reply.ID = env.replyID; reply.ID == "" {
+			reply.ID = newIDAt(env.now)
 		}
 	}
 	env.complete(result{msg: reply})
@@ -539,8 +539,8 @@ func (a *activation) tick(tm *timer) {
 		return
 	}
 	a.lastActive.Store(a.rt.now.Load())
-	msg := &Message{Id: NewID(), To: a.key, From: a.key, OnBehalfOf: a.owner(), Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
-	msg.chain = msg.Id
+	msg := &Message{ID: NewID(), To: a.key, From: a.key, OnBehalfOf: a.owner(), Kind: KindOneWay, MessageType: tm.messageType, Message: tm.message}
+	msg.chain = msg.ID
 	a.handle(&envelope{msg: msg})
 }
 

@@ -276,7 +276,7 @@ func answerDuplicate(e *idemEntry, env *envelope) {
 		r := e.r
 		if r.msg != nil {
 			m := r.msg.Clone()
-			m.CorrelationId = env.msg.Id
+			m.CorrelationID = env.msg.ID
 			r.msg = m
 		}
 		env.complete(r)

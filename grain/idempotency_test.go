@@ -58,7 +58,7 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatalf("first: %v %v", r1, err)
 	}
 	r2, err := askKey("Counter:o:a", "x", "k1")
-	if err != nil || r2.Message != "1" || r2.CorrelationId == r1.CorrelationId {
+	if err != nil || r2.Message != "1" || r2.CorrelationID == r1.CorrelationID {
 		t.Fatalf("retry: %v %v (first %v)", r2, err, r1)
 	}
 	if r, _ := askKey("Counter:o:b", "x", "k1"); r.GetMessage() != "2" {

@@ -393,7 +393,7 @@ func TestInterleaveForwarded(t *testing.T) {
 	l := newLoop(t, 0, false)
 	first := l.prompt(t, "p1")
 	msg := func() *Message {
-		return &Message{Id: NewID(), From: "Client:o:c", To: loopAddr, MessageType: "status"}
+		return &Message{ID: NewID(), From: "Client:o:c", To: loopAddr, MessageType: "status"}
 	}
 	if l.rt.tryAskRemote(t.Context(), msg(), 1, true, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("tryAskRemote queued a request for an interleaving skill")

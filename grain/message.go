@@ -23,7 +23,7 @@ import (
 // after it returns.
 type Message struct {
 	// Id is the message's id, a UUIDv7 the runtime gives (see NewID).
-	Id string
+	ID string
 	// To is the address the message goes to (Type:owner:alias), absolute
 	// or relative to the sender's owner (Type:alias).
 	To string
@@ -53,7 +53,7 @@ type Message struct {
 	// starting with ReservedPrefix are the runtime's.
 	State map[string]string
 	// CorrelationId is, on a response, the id of the request it answers.
-	CorrelationId string
+	CorrelationID string
 	// Topic is the topic a delivered message was published to ("" for a
 	// message that is not a topic delivery).
 	Topic string

@@ -2,11 +2,11 @@ package grain
 
 // TEMPORARY: getters while callers move to fields; removed by the rewrite.
 
-func (m *Message) GetId() string {
+func (m *Message) GetID() string {
 	if m == nil {
 		return ""
 	}
-	return m.Id
+	return m.ID
 }
 
 func (m *Message) GetTo() string {
@@ -86,11 +86,11 @@ func (m *Message) GetState() map[string]string {
 	return m.State
 }
 
-func (m *Message) GetCorrelationId() string {
+func (m *Message) GetCorrelationID() string {
 	if m == nil {
 		return ""
 	}
-	return m.CorrelationId
+	return m.CorrelationID
 }
 
 func (m *Message) GetTopic() string {

@@ -150,7 +150,7 @@ func (rt *Runtime) askRemoteAsync(ctx context.Context, msg *Message, hops int, d
 func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, owned bool, done func(*agentsilov1.AgentMessage, error)) bool {
 	// Whether the silo serves is not asked here: the turn asks, as every
 	// turn does, before it runs (activation.handle).
-	if msg == nil || msg.Id == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) {
+	if msg == nil || msg.ID == "" || msg.IdempotencyKey != "" || rt.closing.Load() || IsReserved(msg.MessageType) {
 		return false
 	}
 	a := rt.dir.get(msg.To)
@@ -165,7 +165,7 @@ func (rt *Runtime) tryAskRemote(ctx context.Context, msg *Message, hops int, own
 	}
 	msg.Kind = KindRequest
 	if msg.chain == "" {
-		msg.chain = msg.Id
+		msg.chain = msg.ID
 	}
 	if a.reenters(msg) || (a.interleaves && a.interleavingOf(msg) != nil) {
 		return false // runs at once, on a goroutine: see askRemoteAsync

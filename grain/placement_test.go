@@ -206,7 +206,7 @@ func TestReleaseWaitsForTheEnd(t *testing.T) {
 func TestTryAskRemote(t *testing.T) {
 	rt := newRuntime(t, DefaultConfig(), map[string]Factory{"Echo": echoFactory})
 	msg := func(text string) *Message {
-		return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
+		return &Message{ID: NewID(), To: "Echo:o:x", From: "Client:o:c", Message: text}
 	}
 	if rt.tryAskRemote(t.Context(), msg("a"), 1, false, func(*agentsilov1.AgentMessage, error) { t.Error("done called") }) {
 		t.Fatal("taken without a live activation")
@@ -225,10 +225,10 @@ func TestTryAskRemote(t *testing.T) {
 		t.Fatal("not taken for a live activation")
 	}
 	r := <-got
-	if r.GetMessage() != "b" || r.GetCorrelationId() != m.Id || r.GetKind() != KindResponse {
+	if r.GetMessage() != "b" || r.GetCorrelationID() != m.ID || r.GetKind() != KindResponse {
 		t.Fatalf("reply %v", r)
 	}
-	if rt.tryAskRemote(t.Context(), &Message{Id: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, false, nil) {
+	if rt.tryAskRemote(t.Context(), &Message{ID: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, false, nil) {
 		t.Fatal("a reserved message type was taken")
 	}
 }
@@ -243,7 +243,7 @@ func TestTryAskRemoteOwned(t *testing.T) {
 	siloapi.Wire(&cfg, siloapi.Wiring{Placement: siloPlacement{p: p, self: "a"}})
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
 	p.rts["a"] = rt
-	msg := func() *Message { return &Message{Id: NewID(), To: "Echo:o:x", From: "Client:o:c"} }
+	msg := func() *Message { return &Message{ID: NewID(), To: "Echo:o:x", From: "Client:o:c"} }
 	if _, err := rt.askRemote(t.Context(), msg(), 1); err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +325,7 @@ func TestRerouteRequestOutlivesTheHandOff(t *testing.T) {
 	cfg := DefaultConfig()
 	siloapi.Wire(&cfg, siloapi.Wiring{Placement: p})
 	rt := newRuntime(t, cfg, map[string]Factory{"Echo": echoFactory})
-	env := &envelope{msg: &Message{Kind: KindRequest, To: "Echo:o:x", From: "Client:o:c", Id: "1"}, reply: make(chan result, 1)}
+	env := &envelope{msg: &Message{Kind: KindRequest, To: "Echo:o:x", From: "Client:o:c", ID: "1"}, reply: make(chan result, 1)}
 	rt.reroute([]*envelope{env})
 	<-p.entered
 	close(p.proceed)

@@ -385,12 +385,12 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 			}
 		}
 	}
-	if (stamp && msg.Topic == "") || msg.Id == "" {
+	if (stamp && msg.Topic == "") || msg.ID == "" {
 		// A topic delivery keeps its published id.
 		if replyID != nil && (a != nil || rt.silo.Placement == nil) {
-			msg.Id, *replyID = newIDPair(now)
+			msg.ID, *replyID = newIDPair(now)
 		} else {
-			msg.Id = newIDAt(now)
+			msg.ID = newIDAt(now)
 		}
 	}
 	if t != nil {
@@ -400,7 +400,7 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		}
 	} else {
 		if msg.chain == "" {
-			msg.chain = msg.Id
+			msg.chain = msg.ID
 		}
 		if msg.traceparent == "" {
 			msg.traceparent = rt.outsideTraceparent(ctx)

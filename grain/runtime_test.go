@@ -118,7 +118,7 @@ func TestAskRelativeAndReply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Message != "hello" || r.Kind != KindResponse || r.From != "Echo:tester:one" || r.To != "Session:tester:s1" || r.CorrelationId == "" {
+	if r.Message != "hello" || r.Kind != KindResponse || r.From != "Echo:tester:one" || r.To != "Session:tester:s1" || r.CorrelationID == "" {
 		t.Fatalf("reply %v", r)
 	}
 	if got := rt.Activations("Echo"); len(got) != 1 || got[0].Address.String() != "Echo:tester:one" {

@@ -150,7 +150,7 @@ func TestValidateInput(t *testing.T) {
 }
 
 func TestDecodeAndJSONReply(t *testing.T) {
-	m := &Message{Id: "1", MessageType: "plan", DataType: "application/json; charset=utf-8", Data: []byte(`{"city":"Rome","days":3}`)}
+	m := &Message{ID: "1", MessageType: "plan", DataType: "application/json; charset=utf-8", Data: []byte(`{"city":"Rome","days":3}`)}
 	in, err := Decode[tripIn](m)
 	if err != nil || in.City != "Rome" || in.Days != 3 {
 		t.Fatalf("Decode = %+v, %v", in, err)

@@ -21,7 +21,7 @@ func toWire(m *Message) *agentsilov1.AgentMessage {
 		return nil
 	}
 	return &agentsilov1.AgentMessage{
-		Id:             m.Id,
+		Id:             m.ID,
 		To:             m.To,
 		From:           m.From,
 		OnBehalfOf:     m.OnBehalfOf,
@@ -33,7 +33,7 @@ func toWire(m *Message) *agentsilov1.AgentMessage {
 		Data:           m.Data,
 		Files:          m.Files,
 		State:          m.State,
-		CorrelationId:  m.CorrelationId,
+		CorrelationId:  m.CorrelationID,
 		Traceparent:    m.traceparent,
 		Attempt:        m.Attempt,
 		CallChainId:    m.chain,
@@ -52,7 +52,7 @@ func fromWire(w *agentsilov1.AgentMessage) *Message {
 		return nil
 	}
 	return &Message{
-		Id:             w.Id,
+		ID:             w.Id,
 		To:             w.To,
 		From:           w.From,
 		OnBehalfOf:     w.OnBehalfOf,
@@ -64,7 +64,7 @@ func fromWire(w *agentsilov1.AgentMessage) *Message {
 		Data:           w.Data,
 		Files:          w.Files,
 		State:          w.State,
-		CorrelationId:  w.CorrelationId,
+		CorrelationID:  w.CorrelationId,
 		Topic:          w.Topic,
 		Subscription:   w.Subscription,
 		Attempt:        w.Attempt,
@@ -112,7 +112,7 @@ func (m *Message) Response() *Message {
 		Channel:       m.Channel,
 		MessageType:   m.MessageType,
 		Kind:          KindResponse,
-		CorrelationId: m.Id,
+		CorrelationID: m.ID,
 		traceparent:   m.traceparent,
 		chain:         m.chain,
 	}

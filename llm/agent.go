@@ -568,7 +568,7 @@ func (a *agent) published(ctx context.Context, m *grain.Message) error {
 	if strings.TrimSpace(text) == "" {
 		return grain.Poison("the message has no text")
 	}
-	s := turnStart{text: text, key: "topic/" + m.Subscription + "/" + m.Id, from: m.From, principal: principalOf(m), trigger: TriggerTopic, label: m.Label, outside: m.Outside}
+	s := turnStart{text: text, key: "topic/" + m.Subscription + "/" + m.ID, from: m.From, principal: principalOf(m), trigger: TriggerTopic, label: m.Label, outside: m.Outside}
 	s.replyTo = a.replyTo(m, s.principal)
 	if _, ok, err := a.known(ctx, s); ok || err != nil {
 		return err

@@ -287,8 +287,8 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatalf("replay: %d, %v", n, err)
 	}
 	got := h.a.wait(t, "the replay", func(got []*grain.Message) bool { return len(got) == before+1 })
-	if m := got[before]; m.Id != down || m.Attempt != 1 {
-		t.Errorf("replayed delivery: id %s attempt %d, want %s attempt 1", m.Id, m.Attempt, down)
+	if m := got[before]; m.ID != down || m.Attempt != 1 {
+		t.Errorf("replayed delivery: id %s attempt %d, want %s attempt 1", m.ID, m.Attempt, down)
 	}
 	waitStats(t, s, "the replay acked", func(st Stats) bool { return st.Acked == 1 })
 	if ds, _, _ := s.DeadLetters(t.Context(), "acme:work", "", 0); len(ds) != 0 {
@@ -463,8 +463,8 @@ func TestNoWindowAfterSubscribe(t *testing.T) {
 	close(gated.open)
 	id := <-done
 	got := h.a.wait(t, "the delivery", func(got []*grain.Message) bool { return len(got) == 1 })
-	if got[0].Id != id {
-		t.Fatalf("delivered %s, published %s", got[0].Id, id)
+	if got[0].ID != id {
+		t.Fatalf("delivered %s, published %s", got[0].ID, id)
 	}
 }
 

@@ -46,12 +46,12 @@ func registerWaiter(reg *grain.Registry, path string) error {
 
 // OnMessage implements grain.Agent.
 func (w *waiter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-	if err := w.record("wait", m.Id); err != nil {
+	if err := w.record("wait", m.ID); err != nil {
 		return nil, err
 	}
 	<-ctx.Done()
 	err := ctx.Err()
-	if rerr := w.record("ended", m.Id+" "+err.Error()); rerr != nil {
+	if rerr := w.record("ended", m.ID+" "+err.Error()); rerr != nil {
 		w.h.Logger().Error("waiter journal", "err", rerr)
 	}
 	code := codes.Canceled

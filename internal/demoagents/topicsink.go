@@ -93,7 +93,7 @@ func (s *TopicSink) OnMessage(ctx context.Context, m *grain.Message) (*grain.Mes
 		outcome, err = "poison", grain.Poison("the sink refuses it")
 	}
 	b, _ := json.Marshal(SinkLine{
-		ID: m.Id, Subscription: m.Subscription, Attempt: m.Attempt, Agent: s.host.Address().String(),
+		ID: m.ID, Subscription: m.Subscription, Attempt: m.Attempt, Agent: s.host.Address().String(),
 		Silo: s.host.Silo(), PID: os.Getpid(), Text: text, From: m.From, Outcome: outcome, Traceparent: grain.Traceparent(ctx),
 	})
 	if _, werr := s.file.Write(append(b, '\n')); werr != nil {

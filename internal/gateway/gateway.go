@@ -442,7 +442,7 @@ func (g *Gateway) dispatch(ctx context.Context, m *agentsilov1.AgentMessage, tim
 		if err := g.rt.Send(ctx, msg); err != nil {
 			return nil, err
 		}
-		return &agentsilov1.AgentMessage{Id: msg.Id}, nil
+		return &agentsilov1.AgentMessage{Id: msg.ID}, nil
 	default:
 		return nil, errs.New(codes.InvalidArgument, "message kind %v: want KIND_REQUEST, KIND_ONE_WAY or KIND_EVENT", m.Kind)
 	}

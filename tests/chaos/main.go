@@ -678,7 +678,7 @@ func messagesLost(tb testcluster.TB, c *testcluster.Cluster, cl *client.Client, 
 				break
 			}
 			for _, d := range page.Items {
-				dead[d.Message.GetId()] = true
+				dead[d.Message.GetID()] = true
 			}
 			if page.Next == "" {
 				break

@@ -369,7 +369,7 @@ func benchSilo(ctx context.Context, etcd *etcdtest.Running, natsURL string, n, s
 	err := reg.Register("BenchSink", func(grain.Host) (grain.Agent, error) {
 		return agent(func(_ context.Context, m *grain.Message) (*grain.Message, error) {
 			sent, _ := strconv.ParseInt(m.State["t"], 10, 64)
-			rec.got(m.Subscription, m.Id, sent)
+			rec.got(m.Subscription, m.ID, sent)
 			return nil, nil
 		}), nil
 	})
