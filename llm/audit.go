@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // The audit records of model agents (see docs/audit.md). A tool call's
@@ -15,8 +16,24 @@ import (
 // carries the same key, so its record is written once.
 
 // WithAudit makes the agents record their tool calls, approvals and
-// decisions, and conversations deleted, in l (nil: nothing is recorded).
-func WithAudit(l *audit.Log) Option { return optionFunc(func(o *options) { o.audit = l }) }
+// decisions, and conversations deleted, in l. Without it, agents on a
+// silo record in the silo's audit log (if it is on), whether their type
+// was registered in code or declared; WithAudit(nil) records nothing.
+func WithAudit(l *audit.Log) Option {
+	return optionFunc(func(o *options) { o.audit, o.auditSet = l, true })
+}
+
+// auditLog is the log a's records go to: its type's (WithAudit), else its
+// silo's.
+func (a *agent) auditLog() *audit.Log {
+	if a.t.opts.auditSet {
+		return a.t.opts.audit
+	}
+	if h, ok := a.h.(siloapi.Audited); ok {
+		return h.SiloAudit()
+	}
+	return nil
+}
 
 // chain is the on-behalf-of chain of cur: its principal, then its caller
 // if another.
@@ -41,7 +58,7 @@ func trigger(cur *Turn) string {
 // auditTool records the tool call r of round of cur; an error means it is
 // not recorded, and the call's result must not be saved.
 func (a *agent) auditTool(ctx context.Context, cur *Turn, round int, r toolResult) error {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() || !r.ran {
 		return nil
 	}
@@ -77,7 +94,7 @@ func (a *agent) auditTool(ctx context.Context, cur *Turn, round int, r toolResul
 // second record of either nothing). Failures are logged: the approval
 // stays recorded in the conversation, and the next pass tries again.
 func (a *agent) auditApprovals(ctx context.Context, cur *Turn) {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() {
 		return
 	}
@@ -121,7 +138,7 @@ func (a *agent) markAudited(id string) {
 // auditForget records the deletion of the conversation at etag, by
 // principal ("" when its retention deleted it).
 func (a *agent) auditForget(ctx context.Context, principal, etag string, f Forgotten) {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() {
 		return
 	}
