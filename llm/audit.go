@@ -88,6 +88,46 @@ func (a *agent) auditTool(ctx context.Context, cur *Turn, round int, r toolResul
 	return nil
 }
 
+// refusal is a call of a sensitive tool that gate refused (on_untrusted:
+// refuse), and why.
+type refusal struct {
+	call ToolCall
+	why  string
+}
+
+// Refused is the Decision of the audit record of a call of a sensitive
+// tool that the definition refused to run (on_untrusted: refuse).
+const Refused = "refused"
+
+// auditRefused records the refused call r of cur; an error means it is not
+// recorded, and the refusal must not be saved.
+func (a *agent) auditRefused(ctx context.Context, cur *Turn, r refusal) error {
+	l := a.auditLog()
+	if !l.Enabled() {
+		return nil
+	}
+	addr := a.h.Address().String()
+	rec := audit.Record{
+		Key:         "refused/" + addr + "/" + cur.ID + "/" + r.call.ID,
+		Kind:        audit.KindToolCall,
+		Principal:   cur.Principal,
+		OnBehalfOf:  chain(cur),
+		Agent:       addr,
+		Skill:       r.call.Name,
+		Task:        cur.ID,
+		Correlation: cur.Key,
+		Trigger:     trigger(cur),
+		Decision:    Refused,
+		Outcome:     audit.OutcomeError,
+		Detail:      "not run: " + r.why + " (on_untrusted: refuse)",
+		Tokens:      cur.Usage.InputTokens + cur.Usage.OutputTokens,
+	}
+	if err := l.Append(ctx, rec); err != nil {
+		return errs.Wrap(errs.Code(err), err, "%s: the audit record of refused tool call %s was not written (the refusal is not saved, and the turn resumes later)", addr, r.call.ID)
+	}
+	return nil
+}
+
 // auditApprovals records the approvals of cur and their decisions that
 // this activation has not recorded yet (a crash between an approval's
 // save and its record leaves it to the next activation: the keys make a
