@@ -33,7 +33,7 @@ func TestAuditA2ATasks(t *testing.T) {
 				res, err := cl.SendMessage(t.Context(), text("ping"))
 				task, ok := res.(*spec.Task)
 				if err != nil || !ok || task.Status.State != spec.TaskStateCompleted {
-					errs <- fmt.Errorf("send to au%d: %v %v", i, res, err)
+					errs <- fmt.Errorf("send to au%d: %v: %w", i, res, err)
 					return
 				}
 				tasks[i] = append(tasks[i], string(task.ID))

@@ -146,6 +146,14 @@ func TestAuditPage(t *testing.T) {
 		})
 		return b.Text("#flash")
 	}
+	ready := func() {
+		t.Helper()
+		b.RunT("wait for htmx", func(ctx context.Context) error {
+			_, err := chromedp.Run(ctx, chromedp.Poll[bool](`document.readyState === "complete" && !!window.htmx`, chromedp.WithPollingInterval(50*time.Millisecond)))
+			return err
+		})
+	}
+	ready() // else the click posts the form as a plain one
 	b.Run("verify", chromedp.Click(chromedp.ID("verify")))
 	waitFlash("Verified: 3 records")
 
