@@ -124,6 +124,13 @@ type turnRun struct {
 	res     turnResult
 	st      streamState
 	release func()
+
+	// The turn's audit record, which the turn's goroutine appends when
+	// the turn ends, unless held (the fast path: the record is written
+	// with the task's end, see fastpath.go); then it keeps it in held.
+	recMu sync.Mutex
+	hold  bool
+	held  *audit.Record
 }
 
 type turnResult struct {
@@ -133,6 +140,12 @@ type turnResult struct {
 
 // startTurn starts the turn that asks the call's agent msg.
 func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message) *turnRun {
+	return e.startTurnHolding(ctx, ec, c, msg, false)
+}
+
+// startTurnHolding starts the turn as startTurn does; if hold, its audit
+// record is kept for the caller (turnRun.takeRecord) instead of appended.
+func (e *executor) startTurnHolding(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg *grain.Message, hold bool) *turnRun {
 	box := e.s.inboxes.Open(c.caller.Principal, inbox.A2A)
 	msg.To = e.s.contextAgent(c.agent, ec.ContextID).String()
 	msg.From = box.Addr()
@@ -155,7 +168,7 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 		tctx = grain.WithTraceparent(tctx, c.traceparent)
 	}
 	remove := e.s.turns.add(ec.TaskID, cancel)
-	r := &turnRun{box: box, tctx: tctx, cancel: cancel, done: make(chan turnResult, 1)}
+	r := &turnRun{box: box, tctx: tctx, cancel: cancel, done: make(chan turnResult, 1), hold: hold}
 	r.release = func() {
 		remove()
 		stop()
@@ -164,19 +177,37 @@ func (e *executor) startTurn(ctx context.Context, ec *a2asrv.ExecutorContext, c 
 	}
 	go func() {
 		reply, err := e.s.rt.Ask(tctx, msg)
-		e.s.record(tctx, ec, c, msg, reply, err)
+		if rec := e.s.record(ec, c, msg, reply, err); rec != nil {
+			r.recMu.Lock()
+			if r.hold {
+				r.held = rec
+			} else {
+				e.s.appendRecord(tctx, ec, *rec)
+			}
+			r.recMu.Unlock()
+		}
 		r.done <- turnResult{reply, err}
 	}()
 	return r
 }
 
-// record records the turn of task ec in the audit, keyed by the task and
-// its message: one record per turn served, whatever its outcome. It is
-// written in the background, the task's answer not waiting for it; a
-// record that cannot be written is logged, the turn's outcome stands.
-func (s *Server) record(ctx context.Context, ec *a2asrv.ExecutorContext, c *call, msg, reply *grain.Message, err error) {
+// takeRecord stops holding the turn's record and returns it, if the turn
+// ended; if it has not, the turn appends it when it ends.
+func (r *turnRun) takeRecord() *audit.Record {
+	r.recMu.Lock()
+	defer r.recMu.Unlock()
+	r.hold = false
+	rec := r.held
+	r.held = nil
+	return rec
+}
+
+// record returns the audit record of the turn of task ec, keyed by the
+// task and its message: one record per turn served, whatever its outcome
+// (nil if the audit is off).
+func (s *Server) record(ec *a2asrv.ExecutorContext, c *call, msg, reply *grain.Message, err error) *audit.Record {
 	if !s.audit.Enabled() {
-		return
+		return nil
 	}
 	mid := ""
 	if ec.Message != nil {
@@ -199,6 +230,13 @@ func (s *Server) record(ctx context.Context, ec *a2asrv.ExecutorContext, c *call
 	} else if t := reply.GetMessageType(); t != "" {
 		r.Detail = t
 	}
+	return &r
+}
+
+// appendRecord appends r, the record of a turn of task ec, in the
+// background, the task's answer not waiting for it; a record that cannot
+// be written is logged, the turn's outcome stands.
+func (s *Server) appendRecord(ctx context.Context, ec *a2asrv.ExecutorContext, r audit.Record) {
 	s.audit.Go(ctx, r, func(aerr error) {
 		s.logger.Error("audit: an A2A task's turn is not recorded", "task", ec.TaskID, "err", aerr)
 	})

@@ -72,19 +72,29 @@ func (e *executor) lean(ctx context.Context, p *workqueue.Payload) (bool, error)
 	if err != nil {
 		return false, nil
 	}
-	r := e.startTurn(ctx, ec, c, msg)
+	r := e.startTurnHolding(ctx, ec, c, msg, true)
 	pushes, ended := r.next()
 	if ended && len(pushes) == 0 && r.res.err == nil && completes(r.res.reply) && pend.withdraw() {
 		r.release()
 		view := &taskView{t: copyTask(t)}
 		view.apply(replyArtifact(ec, r.res.reply))
 		view.apply(spec.NewStatusUpdateEvent(ec, spec.TaskStateCompleted, nil))
-		v, err := e.s.store.Create(ctx, view.t)
+		// The turn's audit record goes in the task's one write, so that
+		// the completed task and its record are written together.
+		rec := r.takeRecord()
+		staged := e.s.stage(ctx, rec)
+		v, err := e.s.store.createWith(ctx, view.t, staged)
+		if rec != nil && (staged == nil || !staged.written) {
+			e.s.appendRecord(ctx, ec, *rec) // its key: written at most once
+		}
 		if err != nil {
 			return true, err
 		}
 		e.s.queues.publish(p.TaskID, view.t, v)
 		return true, nil
+	}
+	if rec := r.takeRecord(); rec != nil {
+		e.s.appendRecord(ctx, ec, *rec)
 	}
 	if !pend.withdraw() {
 		pend.wait() // a failed write: the SDK's read tells

@@ -15,8 +15,11 @@ import (
 
 	spec "github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2asrv/taskstore"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/agentsilo/agentsilo/audit"
+	"github.com/agentsilo/agentsilo/audit/auditstore"
 	"github.com/agentsilo/agentsilo/internal/etcdbatch"
 	"github.com/agentsilo/agentsilo/internal/etcderr"
 )
@@ -82,6 +85,13 @@ var _ taskstore.Store = (*taskStore)(nil)
 
 // Create implements taskstore.Store.
 func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.TaskVersion, error) {
+	return s.createWith(ctx, task, nil)
+}
+
+// createWith creates task as Create does, with the audit record staged
+// (if not nil) in the same transaction; staged.written says whether it
+// was written.
+func (s *taskStore) createWith(ctx context.Context, task *spec.Task, staged *stagedRecord) (taskstore.TaskVersion, error) {
 	if task == nil {
 		return 0, invalidParams("no task")
 	}
@@ -90,7 +100,7 @@ func (s *taskStore) Create(ctx context.Context, task *spec.Task) (taskstore.Task
 		return 0, spec.ErrTaskNotFound
 	}
 	rec := s.record(ctx, task)
-	rev, _, err := s.write(ctx, key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), rec, task.ID)
+	rev, _, err := s.writeWith(ctx, key, clientv3.Compare(clientv3.CreateRevision(key), "=", 0), rec, task.ID, staged)
 	if err != nil {
 		return 0, err
 	}
@@ -159,6 +169,12 @@ func eventRecord(ev spec.Event) (string, json.RawMessage, error) {
 // marker in the same transaction. It returns the new revision, or 0 if
 // cond failed and then whether the key exists.
 func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, rec taskRecord, id spec.TaskID) (rev int64, exists bool, err error) {
+	return s.writeWith(ctx, key, cond, rec, id, nil)
+}
+
+// writeWith is write, with the audit record staged (if not nil) in the
+// same transaction.
+func (s *taskStore) writeWith(ctx context.Context, key string, cond clientv3.Cmp, rec taskRecord, id spec.TaskID, staged *stagedRecord) (rev int64, exists bool, err error) {
 	val, err := json.Marshal(rec)
 	if err != nil {
 		return 0, false, fmt.Errorf("a2a: task store: %w", err)
@@ -174,7 +190,17 @@ func (s *taskStore) write(ctx context.Context, key string, cond clientv3.Cmp, re
 		// Through the client's group commit: the writes of tasks that
 		// arrive together (and topics' publishes) share a transaction.
 		w := s.taskWrite(key, cond, val, id, rec.Task.Status.State, lease)
+		if staged != nil {
+			w.Then = append(w.Then, staged.st.Op)
+		}
 		err := etcdbatch.Of(s.cli).Do(ctx, w)
+		if staged != nil {
+			var resp *pb.ResponseOp
+			if err == nil && w.Succeeded && len(w.Responses) > 3 {
+				resp = w.Responses[3]
+			}
+			staged.written = staged.st.Settle(err == nil, w.Revision, resp)
+		}
 		if err != nil && lease != 0 && !retried && leaseGone(err) {
 			s.retain.forget(lease)
 			if lease, err = s.retain.lease(ctx); err != nil {
@@ -519,4 +545,33 @@ func (s *taskStore) failActive(ctx context.Context, akey string, a activeRecord,
 		s.retainPushConfigs(ctx, t.ID, lease, resp.Responses[2].GetResponseRange().Kvs)
 	}
 	return err
+}
+
+// stagedRecord is an audit record staged in a task's write (see
+// Server.stage); written says whether that write wrote it.
+type stagedRecord struct {
+	st      *auditstore.Staged
+	written bool
+}
+
+// stage stages rec (nil: nothing) for the task write that follows, if the
+// audit's store is the etcd the tasks are in; nil if it cannot (the
+// caller then appends rec with the log).
+func (s *Server) stage(ctx context.Context, rec *audit.Record) *stagedRecord {
+	if rec == nil || !s.audit.Enabled() {
+		return nil
+	}
+	st, ok := s.audit.Store().(*auditstore.Etcd)
+	if !ok || st.Client() != s.store.cli {
+		return nil
+	}
+	p, r, err := s.audit.Prepare(*rec)
+	if err != nil {
+		return nil
+	}
+	staged, err := st.Stage(ctx, p, r)
+	if err != nil {
+		return nil
+	}
+	return &stagedRecord{st: staged}
 }

@@ -101,18 +101,10 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	if l == nil {
 		return nil
 	}
-	if r.Key == "" || r.Kind == "" {
-		return errs.New(codes.InvalidArgument, "audit: a record needs a key and a kind; not recorded")
+	p, r, err := l.Prepare(r)
+	if err != nil {
+		return err
 	}
-	if r.Time.IsZero() {
-		r.Time = l.cfg.Now()
-	}
-	if r.Outcome == "" {
-		r.Outcome = OutcomeOK
-	}
-	r.OnBehalfOf = append([]string(nil), r.OnBehalfOf...)
-	r.clean()
-	p := PartitionOf(r.Agent, l.cfg.Partitions)
 	a := &pendingAppend{rec: r, done: make(chan struct{})}
 	l.mu.Lock()
 	q := l.parts[p]
@@ -172,6 +164,25 @@ func (l *Log) Append(ctx context.Context, r Record) error {
 	}
 	<-a.done
 	return a.err
+}
+
+// Prepare returns r as Append writes it (its time set if zero, its outcome
+// OutcomeOK if empty, its fields clipped) and its partition, for a store
+// that writes it in a transaction of the caller's (auditstore.Etcd.Stage).
+// A record without a key or a kind is refused (InvalidArgument).
+func (l *Log) Prepare(r Record) (partition string, _ Record, _ error) {
+	if r.Key == "" || r.Kind == "" {
+		return "", r, errs.New(codes.InvalidArgument, "audit: a record needs a key and a kind; not recorded")
+	}
+	if r.Time.IsZero() {
+		r.Time = l.cfg.Now()
+	}
+	if r.Outcome == "" {
+		r.Outcome = OutcomeOK
+	}
+	r.OnBehalfOf = append([]string(nil), r.OnBehalfOf...)
+	r.clean()
+	return PartitionOf(r.Agent, l.cfg.Partitions), r, nil
 }
 
 // Go appends r in the background (as Append does) and calls failed, if

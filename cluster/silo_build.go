@@ -210,6 +210,7 @@ func (s *Silo) build(ctx context.Context) (err error) {
 		},
 		Clock:  s.clk,
 		Tracer: tracer,
+		Audit:  s.audit,
 	})
 	d, err := s.newDirectory(&info)
 	if err != nil {

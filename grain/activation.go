@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 )
@@ -403,6 +404,9 @@ func (a *activation) owner() string { return ownerOf(a.key) }
 func (a *activation) typ() string   { t, _, _ := strings.Cut(a.key, ":"); return t }
 func (a *activation) Silo() string  { return a.rt.cfg.Silo }
 func (a *activation) Serving() bool { return a.rt.serving() }
+
+// SiloAudit implements siloapi.Audited: the audit log the silo wired in.
+func (a *activation) SiloAudit() *audit.Log { return a.rt.silo.Audit }
 
 // WaitServing implements Host.
 func (a *activation) WaitServing(ctx context.Context) error { return a.rt.awaitServing(ctx) }

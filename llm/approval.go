@@ -158,6 +158,7 @@ func (t *Turn) approvalOf(callID string) *Approval {
 func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []ToolCall, waiting bool, err error) {
 	now := a.t.opts.clk.Now()
 	var fresh []Approval
+	var refused []refusal
 	changed := false
 	a.mu.Lock()
 	// The calls of a sensitive tool wait too, or are refused, once the
@@ -176,6 +177,7 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 		ap := cur.approvalOf(c.ID)
 		if ap == nil && why != "" && a.t.def.OnUntrusted == OnUntrustedRefuse {
 			a.rec.Messages = append(a.rec.Messages, Message{Role: RoleTool, ToolCallID: c.ID, Name: c.Name, Text: "not run: " + why + "; the agent's definition refuses such calls (on_untrusted: refuse)", IsError: true, Turn: cur.ID, Label: systemLabel})
+			refused = append(refused, refusal{c, why})
 			changed = true
 			continue
 		}
@@ -214,6 +216,15 @@ func (a *agent) gate(ctx context.Context, cur *Turn, calls []ToolCall) (run []To
 		}
 	}
 	a.mu.Unlock()
+	// A refused call is recorded before its refusal is saved (as a call
+	// that ran is before its result): if the record fails, the turn
+	// resumes later and refuses it again, under the same key.
+	for _, r := range refused {
+		if err := a.auditRefused(ctx, cur, r); err != nil {
+			a.stale = true // the refusal in memory is not saved: load again
+			return nil, false, err
+		}
+	}
 	if changed {
 		if err := a.save(ctx); err != nil {
 			return nil, false, err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
+	"github.com/agentsilo/agentsilo/internal/siloapi"
 )
 
 // The audit records of model agents (see docs/audit.md). A tool call's
@@ -15,8 +16,24 @@ import (
 // carries the same key, so its record is written once.
 
 // WithAudit makes the agents record their tool calls, approvals and
-// decisions, and conversations deleted, in l (nil: nothing is recorded).
-func WithAudit(l *audit.Log) Option { return optionFunc(func(o *options) { o.audit = l }) }
+// decisions, and conversations deleted, in l. Without it, agents on a
+// silo record in the silo's audit log (if it is on), whether their type
+// was registered in code or declared; WithAudit(nil) records nothing.
+func WithAudit(l *audit.Log) Option {
+	return optionFunc(func(o *options) { o.audit, o.auditSet = l, true })
+}
+
+// auditLog is the log a's records go to: its type's (WithAudit), else its
+// silo's.
+func (a *agent) auditLog() *audit.Log {
+	if a.t.opts.auditSet {
+		return a.t.opts.audit
+	}
+	if h, ok := a.h.(siloapi.Audited); ok {
+		return h.SiloAudit()
+	}
+	return nil
+}
 
 // chain is the on-behalf-of chain of cur: its principal, then its caller
 // if another.
@@ -41,7 +58,7 @@ func trigger(cur *Turn) string {
 // auditTool records the tool call r of round of cur; an error means it is
 // not recorded, and the call's result must not be saved.
 func (a *agent) auditTool(ctx context.Context, cur *Turn, round int, r toolResult) error {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() || !r.ran {
 		return nil
 	}
@@ -71,13 +88,53 @@ func (a *agent) auditTool(ctx context.Context, cur *Turn, round int, r toolResul
 	return nil
 }
 
+// refusal is a call of a sensitive tool that gate refused (on_untrusted:
+// refuse), and why.
+type refusal struct {
+	call ToolCall
+	why  string
+}
+
+// Refused is the Decision of the audit record of a call of a sensitive
+// tool that the definition refused to run (on_untrusted: refuse).
+const Refused = "refused"
+
+// auditRefused records the refused call r of cur; an error means it is not
+// recorded, and the refusal must not be saved.
+func (a *agent) auditRefused(ctx context.Context, cur *Turn, r refusal) error {
+	l := a.auditLog()
+	if !l.Enabled() {
+		return nil
+	}
+	addr := a.h.Address().String()
+	rec := audit.Record{
+		Key:         "refused/" + addr + "/" + cur.ID + "/" + r.call.ID,
+		Kind:        audit.KindToolCall,
+		Principal:   cur.Principal,
+		OnBehalfOf:  chain(cur),
+		Agent:       addr,
+		Skill:       r.call.Name,
+		Task:        cur.ID,
+		Correlation: cur.Key,
+		Trigger:     trigger(cur),
+		Decision:    Refused,
+		Outcome:     audit.OutcomeError,
+		Detail:      "not run: " + r.why + " (on_untrusted: refuse)",
+		Tokens:      cur.Usage.InputTokens + cur.Usage.OutputTokens,
+	}
+	if err := l.Append(ctx, rec); err != nil {
+		return errs.Wrap(errs.Code(err), err, "%s: the audit record of refused tool call %s was not written (the refusal is not saved, and the turn resumes later)", addr, r.call.ID)
+	}
+	return nil
+}
+
 // auditApprovals records the approvals of cur and their decisions that
 // this activation has not recorded yet (a crash between an approval's
 // save and its record leaves it to the next activation: the keys make a
 // second record of either nothing). Failures are logged: the approval
 // stays recorded in the conversation, and the next pass tries again.
 func (a *agent) auditApprovals(ctx context.Context, cur *Turn) {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() {
 		return
 	}
@@ -121,7 +178,7 @@ func (a *agent) markAudited(id string) {
 // auditForget records the deletion of the conversation at etag, by
 // principal ("" when its retention deleted it).
 func (a *agent) auditForget(ctx context.Context, principal, etag string, f Forgotten) {
-	l := a.t.opts.audit
+	l := a.auditLog()
 	if !l.Enabled() {
 		return
 	}

@@ -32,6 +32,7 @@ type options struct {
 	tracer         trace.TracerProvider
 	metrics        *Metrics   // see WithMetrics (metrics.go)
 	audit          *audit.Log // see WithAudit (audit.go)
+	auditSet       bool
 }
 
 // Defaults of the options.

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -170,7 +171,9 @@ func (s *Etcd) append(ctx context.Context, p string, in []audit.Record) ([]audit
 		}
 		if resp.Succeeded {
 			s.mu.Lock()
-			s.heads[p] = etcdHead{h: next, rev: resp.Header.Revision}
+			if cur, ok := s.heads[p]; !ok || cur.rev < resp.Header.Revision {
+				s.heads[p] = etcdHead{h: next, rev: resp.Header.Revision}
+			}
 			s.mu.Unlock()
 			return recs, nil
 		}
@@ -187,6 +190,68 @@ func (s *Etcd) append(ctx context.Context, p string, in []audit.Record) ([]audit
 		recs = kept
 	}
 	return nil, nil
+}
+
+// Client returns the etcd client the store writes with.
+func (s *Etcd) Client() *clientv3.Client { return s.client }
+
+// Staged is a record to be written in an etcd transaction of the caller's,
+// beside the caller's own write (an A2A task's end and its record, in one
+// transaction): Op is a nested transaction that appends it to its
+// partition's chain if the head is still the one Stage read and no record
+// of its key exists, and else does nothing. Once the transaction is
+// committed, Settle says whether Op wrote it; if not, append it with the
+// log (the same key: written at most once).
+type Staged struct {
+	Op   clientv3.Op
+	s    *Etcd
+	p    string
+	next audit.Head
+}
+
+// Stage prepares the append of r (audit.Log.Prepare's) to partition p,
+// after the head as this store last saw it (read from etcd if it has not).
+func (s *Etcd) Stage(ctx context.Context, p string, r audit.Record) (*Staged, error) {
+	h, err := s.head(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	recs := []audit.Record{r}
+	audit.Link(h.h, recs)
+	next := h.h
+	next.Seq, next.Hash = recs[0].Seq, recs[0].Hash
+	hv, err := json.Marshal(next)
+	if err != nil {
+		return nil, errs.Wrap(codes.Internal, err, "audit: encode a head")
+	}
+	v, err := json.Marshal(recs[0])
+	if err != nil {
+		return nil, errs.Wrap(codes.Internal, err, "audit: encode a record")
+	}
+	op := clientv3.OpTxn(
+		[]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.headKey(p)), "=", h.rev), clientv3.Compare(clientv3.CreateRevision(s.keyKey(r.Key)), "=", 0)},
+		[]clientv3.Op{clientv3.OpPut(s.headKey(p), string(hv)), clientv3.OpPut(s.recKey(p, recs[0].Seq), string(v)), clientv3.OpPut(s.keyKey(r.Key), p+"/"+strconv.FormatUint(recs[0].Seq, 10))},
+		nil)
+	return &Staged{Op: op, s: s, p: p, next: next}, nil
+}
+
+// Settle takes the outcome of the transaction that held st.Op: committed
+// says it was committed at revision rev, and resp is Op's response in it
+// (nil if the caller's own condition failed, so Op did not run). It
+// reports whether the record was written.
+func (st *Staged) Settle(committed bool, rev int64, resp *pb.ResponseOp) bool {
+	s := st.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if committed && resp != nil && resp.GetResponseTxn().GetSucceeded() {
+		if cur, ok := s.heads[st.p]; !ok || cur.rev < rev {
+			s.heads[st.p] = etcdHead{h: st.next, rev: rev}
+		}
+		return true
+	}
+	// The head moved (or the outcome is unknown): read it again next time.
+	delete(s.heads, st.p)
+	return false
 }
 
 // Heads implements Store.

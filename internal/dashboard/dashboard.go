@@ -188,6 +188,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /ui/model", d.page("model", d.modelData))
 	mux.HandleFunc("GET /ui/approvals", d.page("approvals", d.approvalsData))
 	mux.HandleFunc("POST /ui/approvals/decide", d.post(d.decideApproval))
+	mux.HandleFunc("GET /ui/audit", d.page("audit", d.auditData))
+	mux.HandleFunc("POST /ui/audit/verify", d.post(d.verifyAudit))
 	mux.HandleFunc("GET /ui/reminders", d.page("reminders", d.remindersData))
 	mux.HandleFunc("GET /ui/topics", d.page("topics", d.topicsData))
 	mux.HandleFunc("GET /ui/deadletters", d.page("deadletters", d.deadLettersData))
@@ -230,6 +232,7 @@ type view struct {
 	Cert      bool // a client certificate logged in: no logging out
 	Error     string
 	Self      string // the page's URL, which its live part polls
+	Audit     bool   // the menu shows the audit page
 	Data      any
 }
 
@@ -240,7 +243,7 @@ func (d *Dashboard) page(name string, load func(ctx context.Context, s *session,
 		ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 		defer cancel()
 		data, err := load(s.ctx(ctx), s, r)
-		v := view{Self: r.URL.RequestURI(), Page: name, Title: titles[name], Silo: d.cfg.Silo, Principal: s.caller.Principal, CSRF: s.csrf, Open: d.open(), Cert: s.cert != nil, Data: data}
+		v := view{Self: r.URL.RequestURI(), Page: name, Title: titles[name], Silo: d.cfg.Silo, Principal: s.caller.Principal, CSRF: s.csrf, Open: d.open(), Cert: s.cert != nil, Audit: d.mayAudit(s), Data: data}
 		if err != nil {
 			v.Error = message(err)
 		}
@@ -252,6 +255,7 @@ var titles = map[string]string{
 	"cluster": "Cluster", "agents": "Agents", "agent": "Agent", "reminders": "Reminders",
 	"topics": "Topics", "deadletters": "Dead letters", "a2a": "A2A tasks", "acl": "ACL",
 	"directory": "Directory", "mcp": "MCP", "models": "Models", "model": "Model agent", "approvals": "Approvals",
+	"audit": "Audit",
 }
 
 // render executes page name's template: "live" alone for htmx's polls.
@@ -282,7 +286,7 @@ func message(err error) string {
 var nav = [][3]string{
 	{"cluster", "/ui/", "Cluster"}, {"agents", "/ui/agents", "Agents"}, {"models", "/ui/models", "Models"}, {"approvals", "/ui/approvals", "Approvals"}, {"reminders", "/ui/reminders", "Reminders"},
 	{"topics", "/ui/topics", "Topics"}, {"a2a", "/ui/a2a", "A2A tasks"}, {"directory", "/ui/directory", "Directory"},
-	{"mcp", "/ui/mcp", "MCP"}, {"acl", "/ui/acl", "ACL"},
+	{"mcp", "/ui/mcp", "MCP"}, {"acl", "/ui/acl", "ACL"}, {"audit", "/ui/audit", "Audit"},
 }
 
 // remindersTable is an agent's reminders with their remove buttons.

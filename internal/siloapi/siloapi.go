@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/clock"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
@@ -39,6 +40,17 @@ type Wiring struct {
 	// Tracer, if set, makes the spans of agents' turns and of the messages
 	// they send. Nil: none (messages still carry their traceparent).
 	Tracer Tracer
+	// Audit is the silo's audit log: model agents whose type was given no
+	// log of its own (llm.WithAudit), registered in code as declared,
+	// record in it, reaching it through their Host (Audited). Nil: the
+	// audit is off.
+	Audit *audit.Log
+}
+
+// Audited is what a Host of a runtime a silo wired implements: the silo's
+// audit log (Wiring.Audit, nil if none).
+type Audited interface {
+	SiloAudit() *audit.Log
 }
 
 // Tracer makes the spans of agents' work; package cluster implements it

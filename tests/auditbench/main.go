@@ -15,7 +15,7 @@
 // median rate over the audited one's (wall time per call with the audit
 // over without; the goal is at most 1.1).
 //
-// Usage: go run ./tests/auditbench [-rounds 5] [-window 3s] [-n 1]
+// Usage: go run ./tests/auditbench [-rounds 5] [-window 3s] [-n 1] [-bench a2a-task]
 package main
 
 import (
@@ -179,6 +179,7 @@ func run(args []string, out io.Writer) error {
 	warm := fs.Duration("warmup", 500*time.Millisecond, "unmeasured warm-up before each window")
 	win := fs.Duration("window", 3*time.Second, "measured window")
 	nsFlag := fs.String("n", "1", "comma-separated caller counts")
+	only := fs.String("bench", "", "run only this bench (tool-ask or a2a-task); empty: both")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -216,6 +217,9 @@ func run(args []string, out io.Writer) error {
 		{"a2a-task", func(s *side) callbench.Call { return s.a2aTask }},
 	}
 	for _, b := range benches {
+		if *only != "" && b.name != *only {
+			continue
+		}
 		for _, n := range ns {
 			sOn := &callbench.Series{Bench: b.name + "/audit", N: n}
 			sOff := &callbench.Series{Bench: b.name + "/no-audit", N: n}
