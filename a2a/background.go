@@ -118,7 +118,7 @@ func (b *background) update(ctx context.Context, change func(*followState) error
 // startBackground sends msg without waiting, records the task and starts
 // following it.
 func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spec.Message) (*grain.Message, error) {
-	if m.GetFrom() == "" {
+	if m.From == "" {
 		return nil, errs.New(codes.InvalidArgument, "%s: a background follow needs a caller to deliver its result to", r.h.Address())
 	}
 	out, err := r.client.SendMessage(ctx, &spec.SendMessageRequest{Message: msg, Config: &spec.SendMessageConfig{ReturnImmediately: true}})
@@ -131,7 +131,7 @@ func (r *remote) startBackground(ctx context.Context, m *grain.Message, msg *spe
 		return res.reply(m) // a message: the result itself, no task to follow
 	}
 	b := r.background()
-	rec := followRecord{Caller: m.GetFrom(), OnBehalfOf: m.GetOnBehalfOf(), Scopes: delegatedScopes(ctx), ContextID: res.contextID, Since: r.set.clk.Now()}
+	rec := followRecord{Caller: m.From, OnBehalfOf: m.OnBehalfOf, Scopes: delegatedScopes(ctx), ContextID: res.contextID, Since: r.set.clk.Now()}
 	err = b.update(ctx, func(s *followState) error {
 		if _, ok := s.Follows[res.taskID]; !ok && len(s.Follows) >= maxFollows {
 			return errs.New(codes.ResourceExhausted, "%s follows %d tasks in the background already", r.h.Address(), maxFollows)
@@ -253,10 +253,10 @@ func (r *remote) deliver(ctx context.Context, id spec.TaskID, rec followRecord, 
 	msg.MessageType, msg.Kind, msg.CorrelationID, msg.ID = TypeResult, grain.KindOneWay, "", ""
 	msg.IdempotencyKey = "a2a-result:" + string(id)
 
-	if body, jerr := json.Marshal(resultEntry{Message: msg.GetMessage(), Data: msg.GetData(), DataType: msg.GetDataType(), State: msg.GetState()}); jerr == nil {
+	if body, jerr := json.Marshal(resultEntry{Message: msg.Message, Data: msg.Data, DataType: msg.DataType, State: msg.State}); jerr == nil {
 		mem := grain.Address{Type: "Memory", Owner: r.h.Owner(), Alias: MemoryScope}.String()
 		put := &grain.Message{MessageType: "memory.put", DataType: "application/json", Data: mustJSON(map[string]any{"entry": map[string]any{
-			"key": r.h.Address().Alias + "/" + string(id), "text": msg.GetMessage(), "value": json.RawMessage(body), "category": "a2a.result", "tags": []string{"a2a", string(res.state)},
+			"key": r.h.Address().Alias + "/" + string(id), "text": msg.Message, "value": json.RawMessage(body), "category": "a2a.result", "tags": []string{"a2a", string(res.state)},
 		}})}
 		if _, err := r.h.Ask(ctx, mem, put); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: the result into the working memory", "memory", mem, "err", err)

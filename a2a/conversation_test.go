@@ -61,7 +61,7 @@ func TestModelAgentContextsOverA2A(t *testing.T) {
 		t.Fatalf("context a's second turn saw %q, want its conversation continued", got)
 	}
 	sdk := dialSilo(t, s, client.WithPrincipal("dev"))
-	if r, err := sdk.Ask(t.Context(), "Chat:dev:main", &client.Message{Message: "four"}); err != nil || r.GetMessage() != "four" {
+	if r, err := sdk.Ask(t.Context(), "Chat:dev:main", &client.Message{Message: "four"}); err != nil || r.Message != "four" {
 		t.Fatalf("the SDK's turn, without a context: %v %v, want the agent's own conversation", r, err)
 	}
 

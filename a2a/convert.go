@@ -151,10 +151,10 @@ func toAgentMessage(m *spec.Message) (*grain.Message, error) {
 // grain.OutsideKey.
 func toParts(m *grain.Message) spec.ContentParts {
 	parts := contentParts(m)
-	if name := m.GetLabel().Name(); name != "" {
+	if name := m.Label.Name(); name != "" {
 		for _, p := range parts {
 			p.Metadata = map[string]any{grain.LabelKey: name}
-			if m.GetOutside() {
+			if m.Outside {
 				p.Metadata[grain.OutsideKey] = true
 			}
 		}
@@ -187,23 +187,23 @@ func partsLabel(parts spec.ContentParts) (l grain.Label, outside bool) {
 
 func contentParts(m *grain.Message) spec.ContentParts {
 	var parts spec.ContentParts
-	if m.GetMessage() != "" {
-		parts = append(parts, spec.NewTextPart(m.GetMessage()))
+	if m.Message != "" {
+		parts = append(parts, spec.NewTextPart(m.Message))
 	}
-	if len(m.GetData()) > 0 {
-		if isJSON(m.GetDataType()) && json.Valid(m.GetData()) {
+	if len(m.Data) > 0 {
+		if isJSON(m.DataType) && json.Valid(m.Data) {
 			var v any
-			if err := json.Unmarshal(m.GetData(), &v); err == nil {
+			if err := json.Unmarshal(m.Data, &v); err == nil {
 				parts = append(parts, spec.NewDataPart(v))
 			}
 		}
 		if len(parts) == 0 || parts[len(parts)-1].Data() == nil {
-			p := spec.NewRawPart(m.GetData())
-			p.MediaType = m.GetDataType()
+			p := spec.NewRawPart(m.Data)
+			p.MediaType = m.DataType
 			parts = append(parts, p)
 		}
 	}
-	for _, f := range m.GetFiles() {
+	for _, f := range m.Files {
 		parts = append(parts, spec.NewFileURLPart(spec.URL(f), ""))
 	}
 	if len(parts) == 0 {
@@ -273,11 +273,11 @@ const metaState = "agentsilo.state"
 
 // stateMap copies the reply's state into A2A metadata, if any.
 func stateMap(m *grain.Message) map[string]any {
-	if len(m.GetState()) == 0 {
+	if len(m.State) == 0 {
 		return nil
 	}
-	st := make(map[string]any, len(m.GetState()))
-	for k, v := range maps.All(m.GetState()) {
+	st := make(map[string]any, len(m.State))
+	for k, v := range maps.All(m.State) {
 		st[k] = v
 	}
 	return map[string]any{metaState: st}

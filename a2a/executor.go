@@ -227,7 +227,7 @@ func (s *Server) record(ec *a2asrv.ExecutorContext, c *call, msg, reply *grain.M
 	}
 	if err != nil {
 		r.Outcome, r.Detail = audit.OutcomeError, errs.Code(err).String()+": "+err.Error()
-	} else if t := reply.GetMessageType(); t != "" {
+	} else if t := reply.MessageType; t != "" {
 		r.Detail = t
 	}
 	return &r
@@ -315,7 +315,7 @@ func (e *executor) finish(tctx context.Context, ec *a2asrv.ExecutorContext, c *c
 		}
 		return
 	}
-	switch reply.GetMessageType() {
+	switch reply.MessageType {
 	case TypeInputRequired:
 		status(spec.TaskStateInputRequired, agentMsg(reply))
 	case TypeAuthRequired:
@@ -352,7 +352,7 @@ func replyArtifact(ec *a2asrv.ExecutorContext, reply *grain.Message) *spec.TaskA
 
 // completes reports whether reply completes its task (see finish).
 func completes(reply *grain.Message) bool {
-	switch reply.GetMessageType() {
+	switch reply.MessageType {
 	case TypeInputRequired, TypeAuthRequired, TypeRejected:
 		return false
 	}
@@ -444,7 +444,7 @@ type streamState struct {
 // first chunk of an artifact makes it, the next ones append), else a
 // working status update whose message is p.
 func (st *streamState) event(ec *a2asrv.ExecutorContext, p *grain.Message) spec.Event {
-	if p.GetMessageType() != TypeArtifact {
+	if p.MessageType != TypeArtifact {
 		m := spec.NewMessageForTask(spec.MessageRoleAgent, ec, toParts(p)...)
 		m.Metadata = stateMap(p)
 		return spec.NewStatusUpdateEvent(ec, spec.TaskStateWorking, m)
@@ -452,7 +452,7 @@ func (st *streamState) event(ec *a2asrv.ExecutorContext, p *grain.Message) spec.
 	if st.artifacts == nil {
 		st.artifacts = make(map[string]spec.ArtifactID)
 	}
-	name := p.GetState()[StateArtifactID]
+	name := p.State[StateArtifactID]
 	if id, ok := st.artifacts[name]; ok {
 		return spec.NewArtifactUpdateEvent(ec, id, toParts(p)...)
 	}

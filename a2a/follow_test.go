@@ -60,11 +60,11 @@ type askRequest struct {
 
 func (a *asker) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	l := a.log
-	switch m.GetMessageType() {
+	switch m.MessageType {
 	case a2a.TypeInputRequired:
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.questions = append(l.questions, m.GetMessage()+"#"+m.GetState()[a2a.StateRound])
+		l.questions = append(l.questions, m.Message+"#"+m.State[a2a.StateRound])
 		ans := l.answers[min(l.next, len(l.answers)-1)]
 		l.next++
 		r := m.Response()
@@ -77,7 +77,7 @@ func (a *asker) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		return nil, nil
 	}
 	var req askRequest
-	if err := json.Unmarshal(m.GetData(), &req); err != nil {
+	if err := json.Unmarshal(m.Data, &req); err != nil {
 		return nil, err
 	}
 	l.mu.Lock()

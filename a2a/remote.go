@@ -319,29 +319,29 @@ func (r *remote) OnDeactivate(context.Context, grain.Reason) {
 // each with the remote status message; a task cut by loop protection is
 // ResourceExhausted (ErrTooManyRounds, ErrRepeatedExchange).
 func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-	ctx = withPrincipal(ctx, m.GetOnBehalfOf(), nil)
-	if m.GetMessageType() == typeFollowTick {
+	ctx = withPrincipal(ctx, m.OnBehalfOf, nil)
+	if m.MessageType == typeFollowTick {
 		return nil, r.resume(ctx)
 	}
 	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
 	if r.delegates {
-		ctx = withPrincipal(ctx, m.GetOnBehalfOf(), r.skillScopes(ctx, m.GetMessageType()))
+		ctx = withPrincipal(ctx, m.OnBehalfOf, r.skillScopes(ctx, m.MessageType))
 	}
-	st := m.GetState()
+	st := m.State
 	taskID, contextID := remoteIDs(st)
-	if m.GetMessageType() == TypeCancel {
+	if m.MessageType == TypeCancel {
 		return r.cancel(ctx, m, taskID)
 	}
 	ctx = withMessageTrace(ctx)
-	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.GetID()))
+	ctx, span := r.tracer.Start(ctx, "a2a remote", taskID, contextID, attribute.String("agentsilo.correlation_id", m.ID))
 	defer span.End()
 	answered := ""
 	if taskID != "" {
 		// The answer to the task's question, if it asked one.
 		var err error
-		if answered, err = r.guards.answer(taskID, exchangeBytes(m.GetMessage(), m.GetData()), r.set.maxRepeats); err != nil {
+		if answered, err = r.guards.answer(taskID, exchangeBytes(m.Message, m.Data), r.set.maxRepeats); err != nil {
 			r.loopBreak(ctx, taskID, "repeats")
 			return nil, err
 		}
@@ -349,7 +349,7 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 	msg := spec.NewMessage(spec.MessageRoleUser, toParts(m)...)
 	msg.ContextID = contextID
 	msg.TaskID = taskID
-	if k := m.GetIdempotencyKey(); k != "" {
+	if k := m.IdempotencyKey; k != "" {
 		// A message sent again under the same key (a retry after a
 		// crash) is the same message to the remote agent.
 		msg.ID = k
@@ -359,10 +359,10 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		return r.startBackground(ctx, m, msg)
 	}
 	push := func(p *grain.Message) {
-		if m.GetKind() != grain.KindRequest || m.GetFrom() == "" {
+		if m.Kind != grain.KindRequest || m.From == "" {
 			return
 		}
-		if err := r.h.Send(ctx, m.GetFrom(), p); err != nil {
+		if err := r.h.Send(ctx, m.From, p); err != nil {
 			r.h.Logger().DebugContext(ctx, "a2a: push to the caller", "err", err)
 		}
 	}
@@ -372,16 +372,16 @@ func (r *remote) OnMessage(ctx context.Context, m *grain.Message) (*grain.Messag
 		if round, err = r.question(ctx, res); err != nil {
 			break
 		}
-		if st[StateQuestions] != QuestionsAsk || m.GetKind() != grain.KindRequest || m.GetFrom() == "" {
+		if st[StateQuestions] != QuestionsAsk || m.Kind != grain.KindRequest || m.From == "" {
 			break // the reply asks the question
 		}
 		var ans *grain.Message
-		if ans, err = r.askCaller(ctx, m.GetFrom(), res, round); err != nil {
+		if ans, err = r.askCaller(ctx, m.From, res, round); err != nil {
 			r.cancelRemote(ctx, res.taskID)
 			break
 		}
 		var asked string
-		if asked, err = r.guards.answer(res.taskID, exchangeBytes(ans.GetMessage(), ans.GetData()), r.set.maxRepeats); err != nil {
+		if asked, err = r.guards.answer(res.taskID, exchangeBytes(ans.Message, ans.Data), r.set.maxRepeats); err != nil {
 			r.loopBreak(ctx, res.taskID, "repeats")
 			break
 		}
@@ -514,7 +514,7 @@ func (r *remote) question(ctx context.Context, res *remoteResult) (int, error) {
 	if res.status != nil {
 		qid = res.status.ID
 	}
-	round, err := r.guards.question(res.taskID, qid, exchangeBytes(q.GetMessage(), q.GetData()), r.set.maxRounds)
+	round, err := r.guards.question(res.taskID, qid, exchangeBytes(q.Message, q.Data), r.set.maxRounds)
 	if err != nil {
 		r.loopBreak(ctx, res.taskID, "rounds")
 	}

@@ -113,8 +113,8 @@ func (m *Memory) call(ctx context.Context, typ string, req MemoryRequest) (*Memo
 		return nil, err
 	}
 	var out MemoryReply
-	if len(r.GetData()) > 0 {
-		if err := json.Unmarshal(r.GetData(), &out); err != nil {
+	if len(r.Data) > 0 {
+		if err := json.Unmarshal(r.Data, &out); err != nil {
 			return nil, errs.New(codes.Internal, "memory: the turn of %s ran, but its reply does not decode: %w", m.addr, err)
 		}
 	}

@@ -36,13 +36,13 @@ func AskTyped[In, Out any](ctx context.Context, c *Client, to, skill string, in 
 	if err != nil {
 		return out, err
 	}
-	if len(r.GetData()) == 0 {
-		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply has no JSON data (text %q)", skill, to, clipReply(r.GetMessage()))
+	if len(r.Data) == 0 {
+		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply has no JSON data (text %q)", skill, to, clipReply(r.Message))
 	}
-	if dt := r.GetDataType(); dt != "" && !isJSONType(dt) {
+	if dt := r.DataType; dt != "" && !isJSONType(dt) {
 		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply's data is %s, not JSON", skill, to, dt)
 	}
-	if err := json.Unmarshal(r.GetData(), &out); err != nil {
+	if err := json.Unmarshal(r.Data, &out); err != nil {
 		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply does not decode as %T: %w", skill, to, out, err)
 	}
 	return out, nil

@@ -357,6 +357,10 @@ func subscription(s *agentsilov1.Subscription) Subscription {
 }
 
 func deadLetter(d *agentsilov1.DeadLetter) DeadLetter {
-	return DeadLetter{ID: d.GetId(), Subscription: d.GetSubscription(), Message: grain.MessageFromProto(d.GetMessage()), Reason: d.GetReason(),
+	m := grain.MessageFromProto(d.GetMessage())
+	if m == nil {
+		m = &Message{} // never nil, so that a reader need not check
+	}
+	return DeadLetter{ID: d.GetId(), Subscription: d.GetSubscription(), Message: m, Reason: d.GetReason(),
 		Attempts: int(d.GetAttempts()), LastError: d.GetLastError(), DeadAt: asTime(d.GetDeadAt()), Agent: d.GetAgent()}
 }

@@ -50,12 +50,12 @@ func TestProgramFencedKeepsPorts(t *testing.T) {
 	reg := grain.NewRegistry()
 	if err := reg.Register("Echo", func(grain.Host) (grain.Agent, error) {
 		return agentFunc(func(_ context.Context, m *grain.Message) (*grain.Message, error) {
-			if m.GetMessage() == "block" {
+			if m.Message == "block" {
 				blocked <- struct{}{}
 				<-release
 			}
 			r := m.Response()
-			r.Message = m.GetMessage()
+			r.Message = m.Message
 			return r, nil
 		}), nil
 	}); err != nil {

@@ -205,7 +205,7 @@ func TestIdentity(t *testing.T) {
 			return c
 		}
 		reporter := dial("reporter", "s1", "payments:read")
-		if r, err := reporter.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "report"}); err != nil || r.GetMessage() != "report by reporter" {
+		if r, err := reporter.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "report"}); err != nil || r.Message != "report by reporter" {
 			t.Fatalf("report: %v, %v", r, err)
 		}
 		if reporter.Principal() != "reporter" {
@@ -224,7 +224,7 @@ func TestIdentity(t *testing.T) {
 			t.Fatalf("delegate=true without a delegation key: %v, want FailedPrecondition naming --delegation-key", err)
 		}
 		payer := dial("payer", "s2", "payments:write")
-		if r, err := payer.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "transfer"}); err != nil || r.GetMessage() != "transfer by payer" {
+		if r, err := payer.Ask(t.Context(), "Payments:p", &client.Message{MessageType: "transfer"}); err != nil || r.Message != "transfer by payer" {
 			t.Fatalf("transfer with the scope: %v, %v", r, err)
 		}
 		// A wrong secret: the token source fails, the call is
@@ -612,7 +612,7 @@ func TestSessionTokenExpiry(t *testing.T) {
 	// Only a new session stream asks the source for a token now: the
 	// session's was ended at its token's expiry.
 	waitFor(t, "the session attached again with a fresh token", func() bool { return p.Issued() > before })
-	if r, err := c.Ask(t.Context(), "Echo:x", &client.Message{Message: "still here"}); err != nil || !strings.Contains(r.GetMessage(), "still here") {
+	if r, err := c.Ask(t.Context(), "Echo:x", &client.Message{Message: "still here"}); err != nil || !strings.Contains(r.Message, "still here") {
 		t.Fatalf("after the token's expiry: %v, %v", r, err)
 	}
 	if c.Address() != addr {

@@ -146,10 +146,13 @@ func BatchOutcome(reply *Message, err error) (n int, out error) {
 	if err != nil {
 		return 0, err
 	}
-	n, _ = strconv.Atoi(reply.GetState()["n"])
-	if reply.GetMessageType() == outcomeFailed {
-		c, _ := strconv.Atoi(reply.GetState()["code"])
-		return n, errs.New(codes.Code(c), "the turn ran and failed: %s", reply.GetMessage())
+	if reply == nil {
+		return 0, nil
+	}
+	n, _ = strconv.Atoi(reply.State["n"])
+	if reply.MessageType == outcomeFailed {
+		c, _ := strconv.Atoi(reply.State["code"])
+		return n, errs.New(codes.Code(c), "the turn ran and failed: %s", reply.Message)
 	}
 	return n, Outcome(reply, nil)
 }

@@ -61,10 +61,10 @@ func TestIdempotencyKeys(t *testing.T) {
 	if err != nil || r2.Message != "1" || r2.CorrelationID == r1.CorrelationID {
 		t.Fatalf("retry: %v %v (first %v)", r2, err, r1)
 	}
-	if r, _ := askKey("Counter:o:b", "x", "k1"); r.GetMessage() != "2" {
+	if r, _ := askKey("Counter:o:b", "x", "k1"); r.Message != "2" {
 		t.Fatalf("another receiver with the key: %v", r)
 	}
-	if r, _ := askKey("Counter:o:a", "x", "k2"); r.GetMessage() != "3" {
+	if r, _ := askKey("Counter:o:a", "x", "k2"); r.Message != "3" {
 		t.Fatalf("another key: %v", r)
 	}
 	// A retry while the first is in its turn waits for its reply.
@@ -81,7 +81,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	}()
 	close(release)
 	a, b := <-first, <-second
-	if a.GetMessage() != "4" || b.GetMessage() != "4" {
+	if a.Message != "4" || b.Message != "4" {
 		t.Fatalf("concurrent retry: %v and %v", a, b)
 	}
 	// Sends: the second is dropped.
@@ -90,7 +90,7 @@ func TestIdempotencyKeys(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if r, _ := ask(t, rt, "Counter:o:d", "x"); r.GetMessage() != "6" {
+	if r, _ := ask(t, rt, "Counter:o:d", "x"); r.Message != "6" {
 		t.Fatalf("after two keyed sends, the count is %v, want 6 (one send ran)", r)
 	}
 	// A transient failure is forgotten: the retry runs.
@@ -109,7 +109,7 @@ func TestIdempotencyKeys(t *testing.T) {
 	}
 	// After the window, the key is new.
 	clk.Advance(2 * time.Minute)
-	if r, _ := askKey("Counter:o:a", "x", "k1"); r.GetMessage() != "9" {
+	if r, _ := askKey("Counter:o:a", "x", "k1"); r.Message != "9" {
 		t.Fatalf("after the window: %v", r)
 	}
 }

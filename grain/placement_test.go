@@ -225,7 +225,7 @@ func TestTryAskRemote(t *testing.T) {
 		t.Fatal("not taken for a live activation")
 	}
 	r := <-got
-	if r.GetMessage() != "b" || r.GetCorrelationID() != m.ID || r.GetKind() != KindResponse {
+	if r.Message != "b" || r.CorrelationID != m.ID || r.Kind != KindResponse {
 		t.Fatalf("reply %v", r)
 	}
 	if rt.tryAskRemote(t.Context(), &Message{ID: NewID(), To: "Echo:o:x", MessageType: "_silo.x"}, 1, false, nil) {
@@ -330,7 +330,7 @@ func TestRerouteRequestOutlivesTheHandOff(t *testing.T) {
 	<-p.entered
 	close(p.proceed)
 	r := <-env.reply
-	if r.err != nil || r.msg.GetMessage() != "b" {
+	if r.err != nil || r.msg.Message != "b" {
 		t.Fatalf("rerouted request: %v, %v; want the answer of b", r.msg, r.err)
 	}
 }

@@ -139,15 +139,15 @@ func outcomeReply(msg *Message, reply *Message, err error) (*Message, error) {
 // the Ask that delivered it): nil for an acknowledgment, else the
 // *OutcomeError the handler returned, or err itself, any other failure.
 func Outcome(reply *Message, err error) error {
-	if err != nil {
+	if err != nil || reply == nil {
 		return err
 	}
-	switch reply.GetMessageType() {
+	switch reply.MessageType {
 	case outcomePoison:
-		return &OutcomeError{Poison: true, Reason: reply.GetMessage()}
+		return &OutcomeError{Poison: true, Reason: reply.Message}
 	case outcomeRetry:
-		ms, _ := strconv.ParseInt(reply.GetState()["after_ms"], 10, 64)
-		return &OutcomeError{After: time.Duration(max(ms, 0)) * time.Millisecond, Reason: reply.GetMessage()}
+		ms, _ := strconv.ParseInt(reply.State["after_ms"], 10, 64)
+		return &OutcomeError{After: time.Duration(max(ms, 0)) * time.Millisecond, Reason: reply.Message}
 	}
 	return nil
 }

@@ -164,10 +164,10 @@ func unmarshalOne(data []byte, v any, strict bool) error {
 // to return to its caller as it is.
 func Decode[In any](msg *Message) (In, error) {
 	var in In
-	if dt := msg.GetDataType(); dt != "" && !isJSONType(dt) {
+	if dt := msg.DataType; dt != "" && !isJSONType(dt) {
 		return in, errs.New(codes.InvalidArgument, "%s: data of type %q, want %s", what(msg), clip(dt), JSONType)
 	}
-	data := msg.GetData()
+	data := msg.Data
 	if len(bytes.TrimSpace(data)) == 0 {
 		return in, nil
 	}
@@ -238,7 +238,7 @@ func clipLong(s string) string {
 
 // what names a message in Decode's errors: its message type, if any.
 func what(msg *Message) string {
-	if t := msg.GetMessageType(); t != "" {
+	if t := msg.MessageType; t != "" {
 		return "skill " + clip(t)
 	}
 	return "request"
@@ -323,13 +323,13 @@ func AskTyped[In, Out any](ctx context.Context, a Asker, to, skill string, in In
 	if err != nil {
 		return out, err
 	}
-	if len(r.GetData()) == 0 {
-		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply has no JSON data (text %q)", skill, to, clip(r.GetMessage()))
+	if len(r.Data) == 0 {
+		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply has no JSON data (text %q)", skill, to, clip(r.Message))
 	}
-	if dt := r.GetDataType(); dt != "" && !isJSONType(dt) {
+	if dt := r.DataType; dt != "" && !isJSONType(dt) {
 		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply's data is %s, not JSON", skill, to, dt)
 	}
-	if err := json.Unmarshal(r.GetData(), &out); err != nil {
+	if err := json.Unmarshal(r.Data, &out); err != nil {
 		return out, errs.New(codes.Internal, "skill %s of %s: the turn ran, but the reply does not decode as %T: %w", skill, to, out, err)
 	}
 	return out, nil

@@ -183,7 +183,7 @@ func TestDecodeAndJSONReply(t *testing.T) {
 		}
 	}
 	r, err := JSONReply(m, tripOut{Plan: []string{"Colosseum"}, Total: 12})
-	if err != nil || r.GetKind() != KindResponse || r.GetDataType() != JSONType || string(r.GetData()) != `{"plan":["Colosseum"],"total":12}` {
+	if err != nil || r.Kind != KindResponse || r.DataType != JSONType || string(r.Data) != `{"plan":["Colosseum"],"total":12}` {
 		t.Fatalf("JSONReply = %v, %v", r, err)
 	}
 	if _, err := JSONReply(m, func() {}); errs.Code(err) != codes.Internal {
@@ -222,8 +222,8 @@ func TestTypedHandlerInRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out tripOut
-	if err := json.Unmarshal(r.GetData(), &out); err != nil || r.GetDataType() != JSONType || out.Total != 200 || len(out.Plan) != 2 || out.Plan[1] != "Rome" {
-		t.Fatalf("reply %s (%s): %+v, %v", r.GetData(), r.GetDataType(), out, err)
+	if err := json.Unmarshal(r.Data, &out); err != nil || r.DataType != JSONType || out.Total != 200 || len(out.Plan) != 2 || out.Plan[1] != "Rome" {
+		t.Fatalf("reply %s (%s): %+v, %v", r.Data, r.DataType, out, err)
 	}
 	if _, err := ask(`{"city":"Rome","days":31}`); errs.Code(err) != codes.OutOfRange {
 		t.Fatalf("too long: %v, want OutOfRange", err)

@@ -175,7 +175,7 @@ func (s *Server) call(ctx context.Context, t *tool, req *mcpsdk.CallToolRequest)
 			}
 			reply := res.reply
 			for range maxElicitations {
-				if reply.GetMessageType() != typeInputRequired {
+				if reply.MessageType != typeInputRequired {
 					break
 				}
 				next, asked, err := s.elicit(tctx, req, msg, reply)
@@ -215,7 +215,7 @@ func (s *Server) record(ctx context.Context, t *tool, principal string, msg, rep
 	}
 	if err != nil {
 		r.Outcome, r.Detail = audit.OutcomeError, errs.Code(err).String()+": "+err.Error()
-	} else if mt := reply.GetMessageType(); mt != "" {
+	} else if mt := reply.MessageType; mt != "" {
 		r.Detail = mt
 	}
 	s.audit.Go(ctx, r, func(aerr error) {
@@ -256,16 +256,16 @@ func (s *Server) elicit(ctx context.Context, req *mcpsdk.CallToolRequest, asked,
 	if p := req.Session.InitializeParams(); p == nil || p.Capabilities == nil || p.Capabilities.Elicitation == nil {
 		return nil, false, nil
 	}
-	_, approval := reply.GetState()[stateApproval]
+	_, approval := reply.State[stateApproval]
 	schema := answerSchema
 	if approval {
 		schema = approvalSchema
 	}
-	res, err := req.Session.Elicit(ctx, &mcpsdk.ElicitParams{Message: reply.GetMessage(), RequestedSchema: schema})
+	res, err := req.Session.Elicit(ctx, &mcpsdk.ElicitParams{Message: reply.Message, RequestedSchema: schema})
 	if err != nil {
-		return nil, true, errs.Wrap(codes.Unavailable, err, "the client's answer to %s's question did not come; nothing was answered and the agent still waits", asked.GetTo())
+		return nil, true, errs.Wrap(codes.Unavailable, err, "the client's answer to %s's question did not come; nothing was answered and the agent still waits", asked.To)
 	}
-	next := &grain.Message{To: asked.To, From: asked.From, OnBehalfOf: asked.OnBehalfOf, Kind: grain.KindRequest, State: maps.Clone(reply.GetState()), Label: asked.Label, Outside: asked.Outside}
+	next := &grain.Message{To: asked.To, From: asked.From, OnBehalfOf: asked.OnBehalfOf, Kind: grain.KindRequest, State: maps.Clone(reply.State), Label: asked.Label, Outside: asked.Outside}
 	delete(next.State, grain.StateProvisional)
 	switch {
 	case approval:
@@ -315,18 +315,18 @@ func replyResult(m *grain.Message) *mcpsdk.CallToolResult {
 	if m == nil {
 		return res
 	}
-	if l := m.GetLabel().Name(); l != "" {
+	if l := m.Label.Name(); l != "" {
 		// The reply's content label, for a client that keeps it apart
 		// (see docs/trust.md).
 		res.Meta = mcpsdk.Meta{grain.LabelKey: l}
-		if m.GetOutside() {
+		if m.Outside {
 			res.Meta[grain.OutsideKey] = true
 		}
 	}
 	if m.Message != "" {
 		res.Content = append(res.Content, &mcpsdk.TextContent{Text: m.Message})
 	}
-	data, dt := m.GetData(), m.GetDataType()
+	data, dt := m.Data, m.DataType
 	if len(data) == 0 {
 		return res
 	}
@@ -348,7 +348,7 @@ func replyResult(m *grain.Message) *mcpsdk.CallToolResult {
 		if mt == "" {
 			mt = "application/octet-stream"
 		}
-		res.Content = append(res.Content, &mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: "agentsilo:" + m.GetFrom(), MIMEType: mt, Blob: data}})
+		res.Content = append(res.Content, &mcpsdk.EmbeddedResource{Resource: &mcpsdk.ResourceContents{URI: "agentsilo:" + m.From, MIMEType: mt, Blob: data}})
 	}
 	return res
 }
@@ -358,10 +358,10 @@ func pushText(p *grain.Message) string {
 	switch {
 	case p.Message != "":
 		return p.Message
-	case len(p.GetData()) > 0 && (isJSON(p.GetDataType()) || strings.HasPrefix(p.GetDataType(), "text/")):
-		return string(p.GetData())
-	case len(p.GetData()) > 0:
-		return fmt.Sprintf("%d bytes of %s", len(p.GetData()), p.GetDataType())
+	case len(p.Data) > 0 && (isJSON(p.DataType) || strings.HasPrefix(p.DataType, "text/")):
+		return string(p.Data)
+	case len(p.Data) > 0:
+		return fmt.Sprintf("%d bytes of %s", len(p.Data), p.DataType)
 	}
-	return p.GetMessageType()
+	return p.MessageType
 }

@@ -231,7 +231,7 @@ const remoteCodeRejected = -32005
 
 // OnMessage implements grain.Agent.
 func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-	if m.GetKind() != grain.KindRequest {
+	if m.Kind != grain.KindRequest {
 		return nil, nil // a one-way message has no one to answer
 	}
 	ctx = remoteWithTrace(ctx)
@@ -241,8 +241,8 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 			return nil, err
 		}
 	}
-	r.forUser(m.GetOnBehalfOf())
-	switch mt := m.GetMessageType(); mt {
+	r.forUser(m.OnBehalfOf)
+	switch mt := m.MessageType; mt {
 	case RemoteListTools:
 		return r.listTools(ctx, m)
 	case RemoteCallTool:
@@ -252,14 +252,14 @@ func (r *remoteAgent) OnMessage(ctx context.Context, m *grain.Message) (*grain.M
 		}
 		// The runtime checked the data against the skill's schema when
 		// it came from outside; an agent's Ask was not checked.
-		if err := json.Unmarshal(m.GetData(), &c); err != nil || c.Name == "" {
+		if err := json.Unmarshal(m.Data, &c); err != nil || c.Name == "" {
 			return nil, errs.New(codes.InvalidArgument, "%s: %s takes JSON data {\"name\": tool, \"arguments\": {...}}", r.h.Address(), RemoteCallTool)
 		}
 		return r.callTool(ctx, m, c.Name, c.Arguments)
 	case "":
 		return nil, errs.New(codes.InvalidArgument, "%s: say what to do in message_type: %s, %s, or a tool's name with its JSON arguments as data", r.h.Address(), RemoteListTools, RemoteCallTool)
 	default:
-		return r.callTool(ctx, m, mt, m.GetData())
+		return r.callTool(ctx, m, mt, m.Data)
 	}
 }
 
@@ -384,10 +384,10 @@ func (r *remoteAgent) callTool(ctx context.Context, m *grain.Message, name strin
 	err := r.withSession(ctx, false, func(s *mcpsdk.ClientSession) error {
 		var err error
 		params := &mcpsdk.CallToolParams{Name: name, Arguments: args}
-		if k := m.GetIdempotencyKey(); k != "" {
+		if k := m.IdempotencyKey; k != "" {
 			params.Meta = mcpsdk.Meta{MetaIdempotencyKey: k}
 		}
-		if l := m.GetLabel().Name(); l != "" {
+		if l := m.Label.Name(); l != "" {
 			if params.Meta == nil {
 				params.Meta = mcpsdk.Meta{}
 			}

@@ -209,8 +209,8 @@ func TestRemoteMCPServer(t *testing.T) {
 			OutputSchema json.RawMessage `json:"outputSchema"`
 		} `json:"tools"`
 	}
-	if err := json.Unmarshal(r.GetData(), &list); err != nil || r.GetDataType() != grain.JSONType {
-		t.Fatalf("tools/list data %q (%s): %v", r.GetData(), r.GetDataType(), err)
+	if err := json.Unmarshal(r.Data, &list); err != nil || r.DataType != grain.JSONType {
+		t.Fatalf("tools/list data %q (%s): %v", r.Data, r.DataType, err)
 	}
 	byName := map[string]int{}
 	for i, tl := range list.Tools {
@@ -218,10 +218,10 @@ func TestRemoteMCPServer(t *testing.T) {
 	}
 	if len(list.Tools) != 4 || !strings.Contains(string(list.Tools[byName["add"]].InputSchema), `"the first number"`) ||
 		!strings.Contains(string(list.Tools[byName["add"]].OutputSchema), `"sum"`) {
-		t.Fatalf("tools: %s", r.GetData())
+		t.Fatalf("tools: %s", r.Data)
 	}
-	if !strings.Contains(r.GetMessage(), "greet: Greets someone.") || strings.Contains(r.GetMessage(), "Second line") {
-		t.Errorf("tools/list text %q", r.GetMessage())
+	if !strings.Contains(r.Message, "greet: Greets someone.") || strings.Contains(r.Message, "Second line") {
+		t.Errorf("tools/list text %q", r.Message)
 	}
 	if h := srv.lastHeaders(); h.Get("X-Api-Key") != "k3y" || h.Get("X-Tenant") != "acme" {
 		t.Errorf("the server got x-api-key %q, x-tenant %q", h.Get("X-Api-Key"), h.Get("X-Tenant"))
@@ -229,12 +229,12 @@ func TestRemoteMCPServer(t *testing.T) {
 
 	// A call by the tool's name: text content as the message.
 	r, err = remoteAsk(t.Context(), rt, agent, "greet", `{"name":"Ada"}`)
-	if err != nil || r.GetMessage() != "hello Ada\nbye" || len(r.GetData()) != 0 {
+	if err != nil || r.Message != "hello Ada\nbye" || len(r.Data) != 0 {
 		t.Fatalf("greet: %v, %v", r, err)
 	}
 	// tools/call: structured content as JSON data.
 	r, err = remoteAsk(t.Context(), rt, agent, mcp.RemoteCallTool, `{"name":"add","arguments":{"a":2,"b":40}}`)
-	if err != nil || r.GetDataType() != grain.JSONType || string(r.GetData()) != `{"sum":42}` {
+	if err != nil || r.DataType != grain.JSONType || string(r.Data) != `{"sum":42}` {
 		t.Fatalf("add: %v, %v", r, err)
 	}
 	// isError: the Ask fails with the tool's text.
@@ -264,13 +264,13 @@ func TestRemoteMCPServer(t *testing.T) {
 				return nil, err
 			}
 			r := m.Response()
-			r.Message = "the tool says " + string(sum.GetData())
+			r.Message = "the tool says " + string(sum.Data)
 			return r, nil
 		}), nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := rt.Ask(t.Context(), &grain.Message{To: "Planner:system:p", From: "Session:system:test"}); err != nil || r.GetMessage() != `the tool says {"sum":42}` {
+	if r, err := rt.Ask(t.Context(), &grain.Message{To: "Planner:system:p", From: "Session:system:test"}); err != nil || r.Message != `the tool says {"sum":42}` {
 		t.Fatalf("an agent asking the MCP agent: %v, %v", r, err)
 	}
 
@@ -289,7 +289,7 @@ func TestRemoteServerRestart(t *testing.T) {
 	if _, err := rt.CreateAgent(t.Context(), "system", agent, map[string]string{mcp.RemoteURL: srv.url()}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":1,"b":2}`); err != nil || string(r.GetData()) != `{"sum":3}` {
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":1,"b":2}`); err != nil || string(r.Data) != `{"sum":3}` {
 		t.Fatalf("before the restart: %v, %v", r, err)
 	}
 	srv.close()
@@ -298,7 +298,7 @@ func TestRemoteServerRestart(t *testing.T) {
 		t.Fatalf("server down: %v, want Unavailable", err)
 	}
 	srv2 := startRemoteServer(t, srv.addr)
-	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":3,"b":4}`); err != nil || string(r.GetData()) != `{"sum":7}` {
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":3,"b":4}`); err != nil || string(r.Data) != `{"sum":7}` {
 		t.Fatalf("after the restart: %v, %v", r, err)
 	}
 	if n := srv2.inits.Load(); n != 1 {
@@ -309,11 +309,11 @@ func TestRemoteServerRestart(t *testing.T) {
 	// (a restart between two calls): it answers 404 for the session, the
 	// agent makes a new one and sends the call again.
 	srv2.forget()
-	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":5,"b":6}`); err != nil || string(r.GetData()) != `{"sum":11}` {
+	if r, err := remoteAsk(t.Context(), rt, agent, "add", `{"a":5,"b":6}`); err != nil || string(r.Data) != `{"sum":11}` {
 		t.Fatalf("after the server lost the session: %v, %v", r, err)
 	}
 	srv2.forget()
-	if r, err := remoteAsk(t.Context(), rt, agent, mcp.RemoteListTools, ""); err != nil || !strings.Contains(r.GetMessage(), "add: Adds two numbers.") {
+	if r, err := remoteAsk(t.Context(), rt, agent, mcp.RemoteListTools, ""); err != nil || !strings.Contains(r.Message, "add: Adds two numbers.") {
 		t.Fatalf("tools/list after the server lost the session: %v, %v", r, err)
 	}
 	if n := srv2.inits.Load(); n != 3 {
@@ -402,7 +402,7 @@ func TestRemoteConfiguration(t *testing.T) {
 		}
 		return "", nil, false, nil
 	}})
-	if r, err := remoteAsk(t.Context(), rt2, "MCP:acme:tools", "add", `{"a":1,"b":1}`); err != nil || string(r.GetData()) != `{"sum":2}` {
+	if r, err := remoteAsk(t.Context(), rt2, "MCP:acme:tools", "add", `{"a":1,"b":1}`); err != nil || string(r.Data) != `{"sum":2}` {
 		t.Fatalf("resolved: %v, %v", r, err)
 	}
 	if asked.Load() != "acme/tools" || srv.lastHeaders().Get("Authorization") != "Bearer t0ken" {
@@ -540,15 +540,15 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 			OutputSchema json.RawMessage `json:"outputSchema"`
 		} `json:"tools"`
 	}
-	if err := json.Unmarshal(r.GetData(), &list); err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "quote" {
-		t.Fatalf("tools/list: %s, %v", r.GetData(), err)
+	if err := json.Unmarshal(r.Data, &list); err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "quote" {
+		t.Fatalf("tools/list: %s, %v", r.Data, err)
 	}
 	if !remoteSameJSON(list.Tools[0].InputSchema, skill.InputSchema) || !remoteSameJSON(list.Tools[0].OutputSchema, skill.OutputSchema) {
 		t.Fatalf("MCP tool schemas %s, %s; want %s, %s", list.Tools[0].InputSchema, list.Tools[0].OutputSchema, skill.InputSchema, skill.OutputSchema)
 	}
 	before := runs.Load()
 	r, err = c2.Ask(t.Context(), agent, &client.Message{MessageType: "quote", DataType: grain.JSONType, Data: []byte(`{"item":"pen","qty":2}`)})
-	if err != nil || string(r.GetData()) != `{"price":5}` {
+	if err != nil || string(r.Data) != `{"price":5}` {
 		t.Fatalf("quote over MCP: %v, %v", r, err)
 	}
 	if _, err := c2.Ask(t.Context(), agent, &client.Message{MessageType: "quote", DataType: grain.JSONType, Data: []byte(`{"item":"pen","qty":"2"}`)}); errs.Code(err) != codes.InvalidArgument {
@@ -614,16 +614,16 @@ func TestRemoteJSServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(r.GetMessage(), "multiply: Multiplies two numbers.") || !strings.Contains(string(r.GetData()), `"product"`) {
-		t.Fatalf("tools/list: %q %s", r.GetMessage(), r.GetData())
+	if !strings.Contains(r.Message, "multiply: Multiplies two numbers.") || !strings.Contains(string(r.Data), `"product"`) {
+		t.Fatalf("tools/list: %q %s", r.Message, r.Data)
 	}
 	const tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 	r, err = rt.Ask(grain.WithTraceparent(t.Context(), tp), &grain.Message{To: agent, From: "Session:system:test", MessageType: "echo", Data: []byte(`{"text":"hi"}`)})
-	if err != nil || !strings.HasPrefix(r.GetMessage(), "echo: hi\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-") {
+	if err != nil || !strings.HasPrefix(r.Message, "echo: hi\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-") {
 		t.Fatalf("echo: %v, %v", r, err)
 	}
 	r, err = remoteAsk(t.Context(), rt, agent, mcp.RemoteCallTool, `{"name":"multiply","arguments":{"a":6,"b":7}}`)
-	if err != nil || r.GetMessage() != "42" || !remoteSameJSON(r.GetData(), []byte(`{"product":42}`)) {
+	if err != nil || r.Message != "42" || !remoteSameJSON(r.Data, []byte(`{"product":42}`)) {
 		t.Fatalf("multiply: %v, %v", r, err)
 	}
 	if _, err := remoteAsk(t.Context(), rt, agent, "broken", ""); errs.Code(err) != codes.Unknown || !strings.Contains(err.Error(), "out of paper") {
@@ -693,7 +693,7 @@ func TestRemoteStdio(t *testing.T) {
 			Text string  `json:"text"`
 			PID  float64 `json:"pid"`
 		}
-		if err := json.Unmarshal(r.GetData(), &out); err != nil || r.GetMessage() != "HELLO" || out.Text != "HELLO" {
+		if err := json.Unmarshal(r.Data, &out); err != nil || r.Message != "HELLO" || out.Text != "HELLO" {
 			t.Fatalf("upper: %v, %v", r, err)
 		}
 		return out.Text, out.PID

@@ -99,7 +99,7 @@ func FuzzMemoryRequest(f *testing.F) {
 				if c := errs.Code(err); c == codes.Unknown || c == codes.Internal {
 					t.Fatalf("%s %q: %v", typ, data, err)
 				}
-			case r == nil || !json.Valid(r.GetData()):
+			case r == nil || !json.Valid(r.Data):
 				t.Fatalf("%s %q: reply %v", typ, data, r)
 			}
 			clk.Advance(time.Second)

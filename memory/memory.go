@@ -160,8 +160,8 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 		return a.ledger(ctx, m)
 	}
 	var req client.MemoryRequest
-	if len(m.GetData()) > 0 {
-		if err := json.Unmarshal(m.GetData(), &req); err != nil {
+	if len(m.Data) > 0 {
+		if err := json.Unmarshal(m.Data, &req); err != nil {
 			return nil, errs.Wrap(codes.InvalidArgument, err, "%s: the data is not a memory request", a.h.Address())
 		}
 	}
@@ -173,7 +173,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 	}
 	now := a.cfg.clk.Now()
 	var out client.MemoryReply
-	switch m.GetMessageType() {
+	switch m.MessageType {
 	case client.MemoryPut:
 		e, err := a.check(req.Entry, now)
 		if err != nil {
@@ -261,7 +261,7 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 			q.Limit = defLimit
 		}
 		var words []string
-		if m.GetMessageType() == client.MemorySearch {
+		if m.MessageType == client.MemorySearch {
 			if len(req.Text) > maxSearch {
 				return nil, errs.New(codes.InvalidArgument, "%s: search text over %d bytes", a.h.Address(), maxSearch)
 			}
@@ -288,9 +288,9 @@ func (a *agent) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message
 			}
 		}
 	default:
-		return nil, errs.New(codes.InvalidArgument, "%s: unknown message type %q: want memory.put, memory.get, memory.delete, memory.list or memory.search", a.h.Address(), clip(m.GetMessageType()))
+		return nil, errs.New(codes.InvalidArgument, "%s: unknown message type %q: want memory.put, memory.get, memory.delete, memory.list or memory.search", a.h.Address(), clip(m.MessageType))
 	}
-	if m.GetKind() != grain.KindRequest {
+	if m.Kind != grain.KindRequest {
 		return nil, nil
 	}
 	r := m.Response()

@@ -34,7 +34,7 @@ type noter struct{ h grain.Host }
 func (n noter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	mem := memory.Of(n.h, "notes")
 	r := m.Response()
-	if k, ok := strings.CutPrefix(m.GetMessage(), "recall "); ok {
+	if k, ok := strings.CutPrefix(m.Message, "recall "); ok {
 		e, err := mem.Get(ctx, k)
 		if err != nil {
 			return nil, err
@@ -42,7 +42,7 @@ func (n noter) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message,
 		r.Message = e.Text
 		return r, nil
 	}
-	k, v, _ := strings.Cut(m.GetMessage(), "=")
+	k, v, _ := strings.Cut(m.Message, "=")
 	_, err := mem.Put(ctx, client.MemoryEntry{Key: k, Text: v, Category: "note"})
 	return r, err
 }

@@ -136,17 +136,17 @@ func (a *agent) undo(ctx context.Context, key string, old *client.MemoryEntry) {
 
 // ledger serves a message to the owner's ledger.
 func (a *agent) ledger(ctx context.Context, m *grain.Message) (*grain.Message, error) {
-	switch m.GetMessageType() {
+	switch m.MessageType {
 	case msgReserve, msgRelease, msgSync:
 	default:
 		return nil, errs.New(codes.InvalidArgument, "%s: the scope %s is reserved: it keeps the bounds of %s's memories", a.h.Address(), usageScope, a.h.Owner())
 	}
-	from, err := grain.ParseAddress(m.GetFrom())
+	from, err := grain.ParseAddress(m.From)
 	if err != nil || from.Type != Type || from.Owner != a.h.Owner() || from.Alias == usageScope {
 		return nil, errs.New(codes.PermissionDenied, "%s: only %s's memories write to it", a.h.Address(), a.h.Owner())
 	}
 	var req ledgerRequest
-	if err := json.Unmarshal(m.GetData(), &req); err != nil {
+	if err := json.Unmarshal(m.Data, &req); err != nil {
 		return nil, errs.Wrap(codes.InvalidArgument, err, "%s: the data is not a ledger request", a.h.Address())
 	}
 	if a.usage == nil {
@@ -163,7 +163,7 @@ func (a *agent) ledger(ctx context.Context, m *grain.Message) (*grain.Message, e
 		if u.Scopes == nil {
 			u.Scopes = map[string]map[string]rec{}
 		}
-		switch m.GetMessageType() {
+		switch m.MessageType {
 		case msgSync:
 			u.Scopes[scope] = nil
 			for k, r := range req.Recs {
@@ -206,7 +206,7 @@ func (a *agent) ledger(ctx context.Context, m *grain.Message) (*grain.Message, e
 		}
 		return nil, err
 	}
-	if m.GetKind() != grain.KindRequest {
+	if m.Kind != grain.KindRequest {
 		return nil, nil
 	}
 	return m.Response(), nil

@@ -64,13 +64,13 @@ func TestAuditCompleteUnderFaults(t *testing.T) {
 					cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					r, err := cl.Ask(cctx, agent, &client.Message{Message: "add one", IdempotencyKey: key})
 					cancel()
-					if err == nil && strings.HasPrefix(r.GetMessage(), "done: ") {
+					if err == nil && strings.HasPrefix(r.Message, "done: ") {
 						answered.Add(1)
 						break
 					}
 					if time.Now().After(deadline) {
 						failMu.Lock()
-						failures = append(failures, fmt.Sprintf("key %s of %s: %v, %v", key, agent, r.GetMessage(), err))
+						failures = append(failures, fmt.Sprintf("key %s of %s: %v, %v", key, agent, r.Message, err))
 						failMu.Unlock()
 						return
 					}

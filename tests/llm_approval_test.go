@@ -45,7 +45,7 @@ approval: [Tally_add]
 	sdk := c.Client(t)
 	r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key})
 	var req llm.ApprovalRequest
-	if err != nil || r.GetMessageType() != llm.InputRequired || r.GetState()["status"] != "input-required" || json.Unmarshal(r.GetData(), &req) != nil || len(req.Approvals) != 1 {
+	if err != nil || r.MessageType != llm.InputRequired || r.State["status"] != "input-required" || json.Unmarshal(r.Data, &req) != nil || len(req.Approvals) != 1 {
 		t.Fatalf("the ask: %v %v; want the turn waiting for an approval", r, err)
 	}
 	id := req.Approvals[0].ID
@@ -112,8 +112,8 @@ approval: [Tally_add]
 	}
 	testutil.WaitFor(t, "the approved turn to end", func() bool { return readRecord(t, sdk, agent).Current == nil })
 	const want = `done: {"count":1}`
-	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.GetMessage() != want {
-		t.Fatalf("the caller's retry: %v %v; want %q", r.GetMessage(), err, want)
+	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.Message != want {
+		t.Fatalf("the caller's retry: %v %v; want %q", r.Message, err, want)
 	}
 	if _, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); err == nil || !strings.Contains(err.Error(), "decided already") {
 		t.Fatalf("a second decision: %v", err)

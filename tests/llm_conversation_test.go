@@ -76,8 +76,8 @@ conversation: {max_tokens: 40, trim: summarize}
 	say := func(text string) llmtest.Request {
 		t.Helper()
 		r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: text, IdempotencyKey: "say-" + text})
-		if err != nil || !strings.HasPrefix(r.GetMessage(), "heard ") {
-			t.Fatalf("say %q: %v %v", text, r.GetMessage(), err)
+		if err != nil || !strings.HasPrefix(r.Message, "heard ") {
+			t.Fatalf("say %q: %v %v", text, r.Message, err)
 		}
 		reqs := srv.Requests()
 		return reqs[len(reqs)-1]

@@ -35,7 +35,7 @@ func TestReminderSurvivesKillInCluster(t *testing.T) {
 		if err != nil {
 			return "", err
 		}
-		return r.GetMessage(), nil
+		return r.Message, nil
 	}
 	if _, err := ask("start 1s"); err != nil {
 		t.Fatal(err)

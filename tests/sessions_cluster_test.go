@@ -51,9 +51,9 @@ func push(ctx context.Context, cl *client.Client, pusher, session string, n, cou
 	if err != nil {
 		return 0, codes.Unknown, err
 	}
-	f := strings.Fields(r.GetMessage())
+	f := strings.Fields(r.Message)
 	if len(f) != 2 {
-		return 0, codes.Unknown, fmt.Errorf("pusher answered %q", r.GetMessage())
+		return 0, codes.Unknown, fmt.Errorf("pusher answered %q", r.Message)
 	}
 	sent, err := strconv.Atoi(f[0])
 	if err != nil {
@@ -61,7 +61,7 @@ func push(ctx context.Context, cl *client.Client, pusher, session string, n, cou
 	}
 	code, err := strconv.ParseUint(f[1], 10, 32)
 	if err != nil {
-		return 0, codes.Unknown, fmt.Errorf("pusher answered %q: %w", r.GetMessage(), err)
+		return 0, codes.Unknown, fmt.Errorf("pusher answered %q: %w", r.Message, err)
 	}
 	return sent, codes.Code(code), nil
 }
@@ -153,9 +153,9 @@ func TestSessionSurvivesGatewayKill(t *testing.T) {
 	go func() {
 		defer close(readDone)
 		for m := range cl.Messages() {
-			n, err := strconv.Atoi(m.GetMessage())
+			n, err := strconv.Atoi(m.Message)
 			if err != nil {
-				t.Errorf("push %q: not a number", m.GetMessage())
+				t.Errorf("push %q: not a number", m.Message)
 				continue
 			}
 			mu.Lock()

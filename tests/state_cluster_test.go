@@ -114,9 +114,9 @@ func stateChurn(t *testing.T, stateStore string) {
 	if err != nil {
 		t.Fatalf("get %s after the churn: %v", addr, err)
 	}
-	count, err := strconv.ParseInt(r.GetMessage(), 10, 64)
+	count, err := strconv.ParseInt(r.Message, 10, 64)
 	if err != nil {
-		t.Fatalf("get %s: %q is not a count", addr, r.GetMessage())
+		t.Fatalf("get %s: %q is not a count", addr, r.Message)
 	}
 	if count < top {
 		t.Errorf("%s counts %d after the churn, below the highest reply %d: an acknowledged increment was lost", addr, count, top)
@@ -139,8 +139,8 @@ func stateChurn(t *testing.T, stateStore string) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	if data, _, err := st.Load(ctx, a); err != nil || string(data) != r.GetMessage() {
-		t.Errorf("the state store (%q) holds %q (%v) for %s, want the count %s", stateStore, data, err, addr, r.GetMessage())
+	if data, _, err := st.Load(ctx, a); err != nil || string(data) != r.Message {
+		t.Errorf("the state store (%q) holds %q (%v) for %s, want the count %s", stateStore, data, err, addr, r.Message)
 	}
 	if stateStore != "" {
 		if data, etag, err := state.NewEtcd(cli, c.EtcdPrefix()).Load(ctx, a); err != nil || etag != "" {
@@ -169,7 +169,7 @@ func TestClusterStateFencedSave(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
 		r, err := clients[via].Ask(ctx, addr, &client.Message{Message: text})
-		return r.GetMessage(), err
+		return r.Message, err
 	}
 	if got, err := ask(paused, "set first"); err != nil || got != "first" {
 		t.Fatalf("set first via %s = %q, %v", pausedName, got, err)
@@ -364,11 +364,11 @@ func startCounterLoad(t *testing.T, c *testcluster.Cluster, addr string, workers
 					l.mu.Unlock()
 					continue
 				}
-				n, err := strconv.ParseInt(r.GetMessage(), 10, 64)
+				n, err := strconv.ParseInt(r.Message, 10, 64)
 				l.mu.Lock()
 				switch {
 				case err != nil:
-					l.backwards = append(l.backwards, fmt.Sprintf("worker %d: reply %q after %d is not a count", w, r.GetMessage(), prev))
+					l.backwards = append(l.backwards, fmt.Sprintf("worker %d: reply %q after %d is not a count", w, r.Message, prev))
 				case n <= prev:
 					l.backwards = append(l.backwards, fmt.Sprintf("worker %d: reply %d after %d", w, n, prev))
 				}

@@ -321,7 +321,7 @@ func TestTopicsKill9(t *testing.T) {
 			return false, err.Error()
 		}
 		for _, d := range page.Items {
-			dead[d.Message.GetID()] = true
+			dead[d.Message.ID] = true
 		}
 		var missing []int
 		for id, i := range published {

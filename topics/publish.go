@@ -165,10 +165,10 @@ func (s *Service) prepare(ctx context.Context, from, topic string, msg *grain.Me
 	if err != nil {
 		return nil, nil, err
 	}
-	if grain.IsReserved(msg.GetMessageType()) {
-		return nil, nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.GetMessageType()), grain.ReservedPrefix)
+	if grain.IsReserved(msg.MessageType) {
+		return nil, nil, errs.New(codes.InvalidArgument, "message type %q: the %q prefix is reserved for the runtime", clip(msg.MessageType), grain.ReservedPrefix)
 	}
-	if err := checkIdemKey(msg.GetIdempotencyKey()); err != nil {
+	if err := checkIdemKey(msg.IdempotencyKey); err != nil {
 		return nil, nil, err
 	}
 	m := copyMessage(grain.MessageToProto(msg))

@@ -332,9 +332,9 @@ const jsonType = "application/json"
 // jsonData reports whether m's data is JSON: of type application/json (or
 // a +json type), and valid.
 func jsonData(m *client.Message) bool {
-	t, _, _ := strings.Cut(m.GetDataType(), ";")
+	t, _, _ := strings.Cut(m.DataType, ";")
 	t = strings.TrimSpace(t)
-	return len(m.GetData()) > 0 && (t == jsonType || strings.HasSuffix(t, "+json")) && json.Valid(m.GetData())
+	return len(m.Data) > 0 && (t == jsonType || strings.HasSuffix(t, "+json")) && json.Valid(m.Data)
 }
 
 // printReply writes the reply of an Ask. In text: its text; its data if

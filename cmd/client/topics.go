@@ -190,8 +190,8 @@ func cmdDeadLetters(g *globals, name string, args []string) error {
 		}
 		err = g.table("ID\tTOPIC\tATTEMPTS\tDEAD AT\tREASON\tLAST ERROR\tMESSAGE", len(ds), func(w io.Writer, i int) {
 			d := ds[i]
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Message.GetTopic(), d.Attempts,
-				d.DeadAt.Local().Format(time.DateTime), oneLine(d.Reason), oneLine(d.LastError), oneLine(d.Message.GetMessage()))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", d.ID, d.Message.Topic, d.Attempts,
+				d.DeadAt.Local().Format(time.DateTime), oneLine(d.Reason), oneLine(d.LastError), oneLine(d.Message.Message))
 		})
 		if err == nil && more {
 			fmt.Fprintf(g.stderr, "more: --after %s\n", page.Next)

@@ -33,11 +33,11 @@ func registerLabelProbe(reg *grain.Registry) error {
 
 // said is how a message's label reads in the probe's replies.
 func said(m *grain.Message) string {
-	s := m.GetLabel().Name()
+	s := m.Label.Name()
 	if s == "" {
 		s = "no-label"
 	}
-	if m.GetOutside() {
+	if m.Outside {
 		s += " outside"
 	}
 	return s
@@ -46,12 +46,12 @@ func said(m *grain.Message) string {
 func (p labelProbe) OnMessage(ctx context.Context, m *grain.Message) (*grain.Message, error) {
 	r := m.Response()
 	r.Message = p.h.Address().Alias + "@" + p.h.Silo() + " got " + said(m)
-	if to, ok := strings.CutPrefix(strings.TrimSpace(m.GetMessage()), "via "); ok {
+	if to, ok := strings.CutPrefix(strings.TrimSpace(m.Message), "via "); ok {
 		got, err := p.h.Ask(ctx, strings.TrimSpace(to), &grain.Message{MessageType: "probe", Message: "probe"})
 		if err != nil {
 			return nil, err
 		}
-		r.Message += " | " + got.GetMessage() + " (reply " + said(got) + ")"
+		r.Message += " | " + got.Message + " (reply " + said(got) + ")"
 	}
 	return r, nil
 }

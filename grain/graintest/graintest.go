@@ -151,7 +151,7 @@ func (e *Env) AskText(ctx context.Context, to, text string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return r.GetMessage(), nil
+	return r.Message, nil
 }
 
 // Send sends msg one way to the agent at to; with msg.Kind KindEvent, as

@@ -74,7 +74,7 @@ func TestApprovalsPage(t *testing.T) {
 	for _, alias := range []string{"c1", "c2"} {
 		r, err := alice.Ask(ctx, "Careful:alice:"+alias, &client.Message{Message: "add one"})
 		var req llm.ApprovalRequest
-		if err != nil || r.GetMessageType() != llm.InputRequired || json.Unmarshal(r.GetData(), &req) != nil || len(req.Approvals) != 1 {
+		if err != nil || r.MessageType != llm.InputRequired || json.Unmarshal(r.Data, &req) != nil || len(req.Approvals) != 1 {
 			t.Fatalf("%s: %v %v, want an approval request", alias, r, err)
 		}
 		ids[alias] = req.Approvals[0].ID

@@ -155,8 +155,8 @@ func (s *side) toolAsk(ctx context.Context, i int) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	if !strings.HasPrefix(r.GetMessage(), "done: ") {
-		return 0, fmt.Errorf("answer %q", r.GetMessage())
+	if !strings.HasPrefix(r.Message, "done: ") {
+		return 0, fmt.Errorf("answer %q", r.Message)
 	}
 	return time.Since(begin), nil
 }

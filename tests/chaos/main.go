@@ -356,10 +356,10 @@ func run(tb testcluster.TB, cfg config) summary {
 					pause(loadCtx, 20*time.Millisecond)
 					continue
 				}
-				n, perr := strconv.ParseInt(r.GetMessage(), 10, 64)
+				n, perr := strconv.ParseInt(r.Message, 10, 64)
 				if perr != nil || n <= prev {
 					regressions.Add(1)
-					regressed.Store(fmt.Sprintf("%s: %q after %d", addr, r.GetMessage(), prev), true)
+					regressed.Store(fmt.Sprintf("%s: %q after %d", addr, r.Message, prev), true)
 				}
 				prev = max(prev, n)
 				stateOK.Add(1)
@@ -623,7 +623,7 @@ func tickersLost(tb testcluster.TB, c *testcluster.Cluster, tickers []string) []
 		if err != nil {
 			return 0, false
 		}
-		n, err := strconv.ParseInt(r.GetMessage(), 10, 64)
+		n, err := strconv.ParseInt(r.Message, 10, 64)
 		return n, err == nil
 	}
 	first := map[string]int64{}
@@ -678,7 +678,7 @@ func messagesLost(tb testcluster.TB, c *testcluster.Cluster, cl *client.Client, 
 				break
 			}
 			for _, d := range page.Items {
-				dead[d.Message.GetID()] = true
+				dead[d.Message.ID] = true
 			}
 			if page.Next == "" {
 				break

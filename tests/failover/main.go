@@ -156,7 +156,7 @@ func measure(tb testcluster.TB, mode string, runs, agents int, retry, pace time.
 			ctx, cancel := context.WithTimeout(runCtx, retry)
 			r, err := cl.Ask(ctx, addrs[0], &client.Message{Message: "failover"})
 			cancel()
-			if err == nil && r.GetMessage() != name {
+			if err == nil && r.Message != name {
 				firstAt = time.Now()
 				break
 			}

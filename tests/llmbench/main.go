@@ -730,7 +730,7 @@ func (b *bench) approvals(ctx context.Context, n int) (map[string]any, error) {
 			return fmt.Errorf("approvals: ask: %w", err)
 		}
 		var req llm.ApprovalRequest
-		if r.GetMessageType() != llm.InputRequired || json.Unmarshal(r.GetData(), &req) != nil || len(req.Approvals) != 1 {
+		if r.MessageType != llm.InputRequired || json.Unmarshal(r.Data, &req) != nil || len(req.Approvals) != 1 {
 			return fmt.Errorf("approvals: the reply %v is no approval request", r)
 		}
 		ids[i] = req.Approvals[0].ID
@@ -864,8 +864,8 @@ func (b *bench) historyPart(ctx context.Context, n, m int) (map[string]any, erro
 		if err != nil {
 			return 0, fmt.Errorf("history: ask %s: %w", addr, err)
 		}
-		if r.GetMessage() != plainAnswer {
-			return 0, fmt.Errorf("history: %s answered %q", addr, r.GetMessage())
+		if r.Message != plainAnswer {
+			return 0, fmt.Errorf("history: %s answered %q", addr, r.Message)
 		}
 		return time.Unix(0, b.arrived.Load()).Sub(t0), nil
 	}

@@ -80,9 +80,9 @@ func (k *KeyedCounter) answer(key string, r *client.Message, err error) bool {
 	defer k.mu.Unlock()
 	switch {
 	case err == nil:
-		v, perr := strconv.ParseInt(r.GetMessage(), 10, 64)
+		v, perr := strconv.ParseInt(r.Message, 10, 64)
 		if perr != nil {
-			k.brokeLocked("key %s: reply %q is no count", key, r.GetMessage())
+			k.brokeLocked("key %s: reply %q is no count", key, r.Message)
 			k.res.Lost++
 			return true
 		}
@@ -152,7 +152,7 @@ func (k *KeyedCounter) Check(tb TB, cl *client.Client) {
 		if err != nil {
 			return err
 		}
-		got, err = strconv.ParseInt(r.GetMessage(), 10, 64)
+		got, err = strconv.ParseInt(r.Message, 10, 64)
 		return err
 	})
 	k.mu.Lock()

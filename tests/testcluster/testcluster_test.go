@@ -163,7 +163,7 @@ func TestOneSilo(t *testing.T) {
 		if err != nil {
 			t.Fatalf("ask %s: %v", addr, err)
 		}
-		return r.GetMessage()
+		return r.Message
 	}
 	if got := ask("Journal:test:a"); got != s.Name {
 		t.Fatalf("Journal answered %q, want %q", got, s.Name)

@@ -201,7 +201,7 @@ func (c *Cluster) Ask(ctx context.Context, i int, addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return r.GetMessage(), nil
+	return r.Message, nil
 }
 
 // WaitOwner waits until the Journal agent at addr answers from the silo
