@@ -72,10 +72,18 @@ type declaredTypes struct {
 	bg     sync.WaitGroup
 }
 
+// declaredModelIdleConns bounds the idle connections the declared types
+// keep to their models (as package llm's own client does).
+const declaredModelIdleConns = 1024
+
 // newDeclaredTypes makes the follower of the declared types of the silo's
 // etcd; load reads them, start follows them.
 func newDeclaredTypes(client *clientv3.Client, prefix string, reg *grain.Registry, cfg *SiloConfig, extra ...llm.Option) *declaredTypes {
 	model := outbound.Transport(cfg.LLM.AllowPrivateNetworks)
+	// The declared types' conversations share it: many at once to one
+	// model's host must not each open (and close) a connection, as they
+	// would past Go's default of 2 idle ones per host.
+	model.MaxIdleConns, model.MaxIdleConnsPerHost = declaredModelIdleConns, declaredModelIdleConns
 	tp := cfg.TracerProvider
 	var tracer []llm.Option
 	if tp != nil {
