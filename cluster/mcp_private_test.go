@@ -67,7 +67,7 @@ func TestMCPAllowPrivateNetworksFlag(t *testing.T) {
 		r, err := s.Runtime().Ask(t.Context(), &grain.Message{To: agent, From: "Session:system:test", MessageType: mcp.RemoteListTools})
 		switch {
 		case c.allow && (err != nil || !strings.Contains(r.Message, "read_file")):
-			t.Errorf("%s: tools/list of a loopback server: %v, %v; want its tools", name, r.Message, err)
+			t.Errorf("%s: tools/list of a loopback server: %+v, %v; want its tools", name, r, err)
 		case !c.allow && (errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "--mcp-allow-private-networks")):
 			t.Errorf("%s: tools/list of a loopback server: %v; want PermissionDenied naming --mcp-allow-private-networks", name, err)
 		}

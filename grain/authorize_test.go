@@ -79,7 +79,10 @@ func TestOnBehalfOfFollowsTheCallChain(t *testing.T) {
 	rt := newRuntime(t, cfg, map[string]Factory{"Relay": relay})
 	askAs := func(p, to, text string) (string, error) {
 		r, err := rt.Ask(t.Context(), &Message{From: "Session:" + p + ":s", OnBehalfOf: p, To: to, Message: text})
-		return r.Message, err
+		if err != nil {
+			return "", err
+		}
+		return r.Message, nil
 	}
 
 	// alice's agent relays to her own agent: not checked, on behalf of

@@ -223,7 +223,7 @@ func TestTypedHandlerInRuntime(t *testing.T) {
 	}
 	var out tripOut
 	if err := json.Unmarshal(r.Data, &out); err != nil || r.DataType != JSONType || out.Total != 200 || len(out.Plan) != 2 || out.Plan[1] != "Rome" {
-		t.Fatalf("reply %s (%s): %+v, %v", r.Data, r.DataType, out, err)
+		t.Fatalf("reply %+v: %+v, %v", r, out, err)
 	}
 	if _, err := ask(`{"city":"Rome","days":31}`); errs.Code(err) != codes.OutOfRange {
 		t.Fatalf("too long: %v, want OutOfRange", err)

@@ -210,7 +210,7 @@ func TestRemoteMCPServer(t *testing.T) {
 		} `json:"tools"`
 	}
 	if err := json.Unmarshal(r.Data, &list); err != nil || r.DataType != grain.JSONType {
-		t.Fatalf("tools/list data %q (%s): %v", r.Data, r.DataType, err)
+		t.Fatalf("tools/list %+v: %v", r, err)
 	}
 	byName := map[string]int{}
 	for i, tl := range list.Tools {
@@ -541,7 +541,7 @@ func TestRemoteTypedSkillAcrossSilos(t *testing.T) {
 		} `json:"tools"`
 	}
 	if err := json.Unmarshal(r.Data, &list); err != nil || len(list.Tools) != 1 || list.Tools[0].Name != "quote" {
-		t.Fatalf("tools/list: %s, %v", r.Data, err)
+		t.Fatalf("tools/list: %+v, %v", r, err)
 	}
 	if !remoteSameJSON(list.Tools[0].InputSchema, skill.InputSchema) || !remoteSameJSON(list.Tools[0].OutputSchema, skill.OutputSchema) {
 		t.Fatalf("MCP tool schemas %s, %s; want %s, %s", list.Tools[0].InputSchema, list.Tools[0].OutputSchema, skill.InputSchema, skill.OutputSchema)

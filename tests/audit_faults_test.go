@@ -70,7 +70,7 @@ func TestAuditCompleteUnderFaults(t *testing.T) {
 					}
 					if time.Now().After(deadline) {
 						failMu.Lock()
-						failures = append(failures, fmt.Sprintf("key %s of %s: %v, %v", key, agent, r.Message, err))
+						failures = append(failures, fmt.Sprintf("key %s of %s: %+v, %v", key, agent, r, err))
 						failMu.Unlock()
 						return
 					}

@@ -67,7 +67,7 @@ func TestLabelsAcrossSilos(t *testing.T) {
 		r, err := sdk.Ask(t.Context(), probe(testcluster.Principal, p1), tc.msg)
 		want := fmt.Sprintf("%s@%s got "+tc.got, p1, names[1], p2+"@"+names[2])
 		if err != nil || r.Message != want || r.Label != tc.label || r.Outside != tc.msg.Outside {
-			t.Fatalf("%s: %q (label %v, outside %v), %v; want %q (label %v)", tc.name, r.Message, r.Label, r.Outside, err, want, tc.label)
+			t.Fatalf("%s: %+v, %v; want %q (label %v)", tc.name, r, err, want, tc.label)
 		}
 	}
 	if _, err := sdk.Ask(t.Context(), probe(testcluster.Principal, p1), &client.Message{Message: "hello", Label: grain.LabelSystem}); errs.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "system") {

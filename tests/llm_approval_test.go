@@ -113,7 +113,7 @@ approval: [Tally_add]
 	testutil.WaitFor(t, "the approved turn to end", func() bool { return readRecord(t, sdk, agent).Current == nil })
 	const want = `done: {"count":1}`
 	if r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.Message != want {
-		t.Fatalf("the caller's retry: %v %v; want %q", r.Message, err, want)
+		t.Fatalf("the caller's retry: %+v %v; want %q", r, err, want)
 	}
 	if _, err := sdk.Ask(t.Context(), agent, &client.Message{MessageType: llm.SkillDecide, DataType: "application/json", Data: data}); err == nil || !strings.Contains(err.Error(), "decided already") {
 		t.Fatalf("a second decision: %v", err)

@@ -77,7 +77,7 @@ conversation: {max_tokens: 40, trim: summarize}
 		t.Helper()
 		r, err := sdk.Ask(t.Context(), agent, &client.Message{Message: text, IdempotencyKey: "say-" + text})
 		if err != nil || !strings.HasPrefix(r.Message, "heard ") {
-			t.Fatalf("say %q: %v %v", text, r.Message, err)
+			t.Fatalf("say %q: %+v %v", text, r, err)
 		}
 		reqs := srv.Requests()
 		return reqs[len(reqs)-1]

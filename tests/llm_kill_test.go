@@ -171,18 +171,18 @@ tools:
 	// by the SDK (its call may have run) or, failing that, by the test:
 	// either way the turn resumes where its record stands.
 	a := <-first
-	t.Logf("the Ask whose loop's silo was killed: %v, %v (%v after the kill)", a.r.Message, a.err, time.Since(killed).Round(time.Millisecond))
+	t.Logf("the Ask whose loop's silo was killed: %+v, %v (%v after the kill)", a.r, a.err, time.Since(killed).Round(time.Millisecond))
 	if a.err != nil {
 		a.r, a.err = sdk.Ask(t.Context(), loop, &client.Message{Message: "add one", IdempotencyKey: key})
 	}
 	const want = `done: {"count":1}`
 	if a.err != nil || a.r.Message != want {
-		t.Fatalf("the answer: %v, %v; want %q", a.r.Message, a.err, want)
+		t.Fatalf("the answer: %+v, %v; want %q", a.r, a.err, want)
 	}
 	// The one answer, again, without a model call.
 	served := srv.Served()
 	if r, err := sdk.Ask(t.Context(), loop, &client.Message{Message: "add one", IdempotencyKey: key}); err != nil || r.Message != want || srv.Served() != served {
-		t.Errorf("the same key again: %v, %v, %d model requests more; want the answer and none", r.Message, err, srv.Served()-served)
+		t.Errorf("the same key again: %+v, %v, %d model requests more; want the answer and none", r, err, srv.Served()-served)
 	}
 
 	count, err := sdk.Ask(t.Context(), tool, &client.Message{MessageType: "count", DataType: "application/json", Data: []byte("{}")})

@@ -169,7 +169,10 @@ func TestClusterStateFencedSave(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 		defer cancel()
 		r, err := clients[via].Ask(ctx, addr, &client.Message{Message: text})
-		return r.Message, err
+		if err != nil {
+			return "", err
+		}
+		return r.Message, nil
 	}
 	if got, err := ask(paused, "set first"); err != nil || got != "first" {
 		t.Fatalf("set first via %s = %q, %v", pausedName, got, err)
