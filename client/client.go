@@ -101,6 +101,10 @@ type Client struct {
 	addrs []string
 	conns []*grpc.ClientConn
 	msgs  chan *Message
+	// takes is set once the program shows it reads msgs: it called
+	// Messages, or subscribed the session to topics. Until then a push that
+	// finds msgs full is dropped (see Messages).
+	takes atomic.Bool
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -424,10 +428,18 @@ func (c *Client) Event(ctx context.Context, to string, msg *Message) error {
 }
 
 // Messages returns the messages that agents push to the session, in order
-// (unless WithOnMessage is set, which takes them instead). Read it: while
-// its buffer is full the session reads nothing else, replies included. It
-// is closed by Close.
-func (c *Client) Messages() <-chan *Message { return c.msgs }
+// (unless WithOnMessage is set, which takes them instead). Once it has been
+// called, read it: while its buffer (256 messages) is full the session
+// reads nothing else, replies included. Until it is first called (and
+// unless the session subscribes to topics, SubscribeSession), pushes that
+// find the buffer full are dropped instead: a program that only asks does
+// not read them, and its replies must not wait behind them (a model agent
+// of package llm, say, pushes its progress to the session it answers,
+// some lines a turn). It is closed by Close.
+func (c *Client) Messages() <-chan *Message {
+	c.takes.Store(true)
+	return c.msgs
+}
 
 // Address returns the session's address, `Session:<principal>:<id>`, which
 // agents send to, to push messages to the client. It survives the loss of

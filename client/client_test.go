@@ -197,6 +197,54 @@ func TestPushesAndOneWay(t *testing.T) {
 	}
 }
 
+// TestUnreadPushesHoldNoReplies: a program that never reads Messages gets
+// its replies after more pushes came than the buffer holds; the buffer
+// keeps the first ones.
+func TestUnreadPushesHoldNoReplies(t *testing.T) {
+	s := start(t)
+	c := dial(t, []string{s.addr})
+	for range 2 {
+		r, err := c.Ask(t.Context(), "Progress:p", &client.Message{State: map[string]string{"n": "300"}})
+		if err != nil || r.Message != "done" {
+			t.Fatalf("Ask: %v, %v", r, err)
+		}
+	}
+	msgs := c.Messages()
+	if len(msgs) != cap(msgs) {
+		t.Fatalf("%d pushes buffered, want the buffer full (%d)", len(msgs), cap(msgs))
+	}
+	if m := <-msgs; m.Message != "p1" {
+		t.Fatalf("first push buffered: %v", m)
+	}
+}
+
+// TestReadPushesAreKept: once the program reads Messages, a push that
+// finds the buffer full waits for room, and the reply waits behind it.
+func TestReadPushesAreKept(t *testing.T) {
+	s := start(t)
+	c := dial(t, []string{s.addr})
+	msgs := c.Messages()
+	const n = 300
+	type answer struct {
+		r   *client.Message
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := c.Ask(t.Context(), "Progress:p", &client.Message{State: map[string]string{"n": fmt.Sprint(n)}})
+		done <- answer{r, err}
+	}()
+	testutil.WaitFor(t, "the push buffer to fill", func() bool { return len(msgs) == cap(msgs) })
+	for i := 1; i <= n; i++ {
+		if m := <-msgs; m.Message != fmt.Sprint("p", i) {
+			t.Fatalf("push %d: %v", i, m)
+		}
+	}
+	if a := <-done; a.err != nil || a.r.Message != "done" {
+		t.Fatalf("Ask: %v, %v", a.r, a.err)
+	}
+}
+
 func TestOnMessage(t *testing.T) {
 	s := start(t)
 	got := make(chan string, 4)

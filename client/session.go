@@ -110,8 +110,19 @@ func (c *Client) read(st *stream) {
 				c.opts.onMessage(grain.MessageFromProto(f.Push))
 				continue
 			}
+			m := grain.MessageFromProto(f.Push)
 			select {
-			case c.msgs <- grain.MessageFromProto(f.Push):
+			case c.msgs <- m:
+				continue
+			default:
+			}
+			if !c.takes.Load() {
+				// The program reads no pushes (see Messages): holding
+				// this one would hold the replies behind it for ever.
+				continue
+			}
+			select {
+			case c.msgs <- m:
 			case <-c.ctx.Done():
 			}
 		}

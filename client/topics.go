@@ -211,6 +211,7 @@ type sessionSubs struct {
 // in between). Subscribing to a pattern again is no error.
 func (t Topics) SubscribeSession(ctx context.Context, pattern string) (Subscription, error) {
 	c := t.c
+	c.takes.Store(true) // what is published is acknowledged before it is read: it must not be dropped
 	s, err := c.subscribeSession(ctx, pattern)
 	if err != nil {
 		return Subscription{}, err
