@@ -17,7 +17,7 @@ func EntryProto(e grain.DirectoryEntry) *agentsilov1.DirectoryEntry {
 		out.LastSeen = timestamppb.New(e.LastSeen)
 	}
 	for _, sk := range e.Skills {
-		out.Skills = append(out.Skills, &agentsilov1.Skill{Name: sk.Name, Description: sk.Description, Tags: slices.Clone(sk.Tags), Examples: slices.Clone(sk.Examples)})
+		out.Skills = append(out.Skills, &agentsilov1.Skill{Name: sk.Name, Description: sk.Description, Tags: slices.Clone(sk.Tags), Examples: slices.Clone(sk.Examples), Sensitive: sk.Sensitive})
 	}
 	for _, t := range e.Tools {
 		out.Tools = append(out.Tools, &agentsilov1.DirectoryTool{Name: t.Name, Description: t.Description})
