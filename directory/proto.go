@@ -31,7 +31,7 @@ func SpecFromProto(r *agentsilov1.DirectoryAddRequest) Spec {
 	s := Spec{Name: r.GetName(), Kind: r.GetKind(), URL: r.GetUrl(), Description: r.GetDescription(), Headers: r.GetHeaders(),
 		Trust: r.GetTrust(), ApprovedSkills: r.GetApprovedSkills(), Principal: r.GetPrincipal()}
 	for _, sk := range r.GetSkills() {
-		s.Skills = append(s.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples()})
+		s.Skills = append(s.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples(), Sensitive: sk.GetSensitive()})
 	}
 	return s
 }
