@@ -103,6 +103,10 @@ type Skill struct {
 	// InputSchema, if not empty, is the JSON Schema (as text) a request's
 	// JSON data must match; OutputSchema that of the replies' data.
 	InputSchema, OutputSchema string
+	// Sensitive says a model agent's tool call of the skill waits for a
+	// person's approval, or is refused, once the model has read untrusted
+	// content (see docs/trust.md).
+	Sensitive bool
 }
 
 // ACLRule is a rule of the cluster's access control list: owner and agent
@@ -305,7 +309,7 @@ func skills(ss []*agentsilov1.Skill) []Skill {
 	out := make([]Skill, len(ss))
 	for i, s := range ss {
 		out[i] = Skill{Name: s.GetName(), Description: s.GetDescription(), Tags: s.GetTags(), Examples: s.GetExamples(),
-			InputSchema: s.GetInputSchema(), OutputSchema: s.GetOutputSchema()}
+			InputSchema: s.GetInputSchema(), OutputSchema: s.GetOutputSchema(), Sensitive: s.GetSensitive()}
 	}
 	return out
 }
@@ -314,7 +318,7 @@ func skillsToWire(ss []Skill) []*agentsilov1.Skill {
 	out := make([]*agentsilov1.Skill, 0, len(ss))
 	for _, s := range ss {
 		out = append(out, &agentsilov1.Skill{Name: s.Name, Description: s.Description, Tags: s.Tags, Examples: s.Examples,
-			InputSchema: s.InputSchema, OutputSchema: s.OutputSchema})
+			InputSchema: s.InputSchema, OutputSchema: s.OutputSchema, Sensitive: s.Sensitive})
 	}
 	return out
 }

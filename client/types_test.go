@@ -52,7 +52,7 @@ func TestTypesCarryEveryField(t *testing.T) {
 // entry's skills) sets every field of the wire message.
 func TestWireCarriesEveryField(t *testing.T) {
 	rule := ACLRule{ID: 1, OwnerPattern: "o", AgentPattern: "a", CallerPattern: "c", Permission: "Read"}
-	sk := Skill{Name: "n", Description: "d", Tags: []string{"t"}, Examples: []string{"e"}, InputSchema: "{}", OutputSchema: "{}"}
+	sk := Skill{Name: "n", Description: "d", Tags: []string{"t"}, Examples: []string{"e"}, InputSchema: "{}", OutputSchema: "{}", Sensitive: true}
 	for _, m := range []proto.Message{rule.wire(), skillsToWire([]Skill{sk})[0]} {
 		r := m.ProtoReflect()
 		fields := r.Descriptor().Fields()

@@ -8,6 +8,7 @@ import (
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/grain"
 	"github.com/agentsilo/agentsilo/internal/clock"
+	"github.com/agentsilo/agentsilo/internal/gateway"
 	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
@@ -49,15 +50,13 @@ func (s *Silo) newDirectory(info *clusterInfo) (*directory.Directory, error) {
 	return directory.New(cfg)
 }
 
-// typeInfos is the TypeInfo of listed types.
+// typeInfos is the TypeInfo of listed types: their skills with their
+// schemas and Sensitive, which a model agent naming a type of another
+// silo builds its tools of.
 func typeInfos(types []*agentsilov1.AgentType) []grain.TypeInfo {
 	out := make([]grain.TypeInfo, 0, len(types))
 	for _, t := range types {
-		ti := grain.TypeInfo{Name: t.GetName(), Description: t.GetDescription()}
-		for _, sk := range t.GetSkills() {
-			ti.Skills = append(ti.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples()})
-		}
-		out = append(out, ti)
+		out = append(out, gateway.TypeInfoOf(t))
 	}
 	return out
 }

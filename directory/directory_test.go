@@ -254,6 +254,7 @@ func TestAddRefusesBadEntries(t *testing.T) {
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Headers: map[string]string{"Bad Name": "v"}},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Headers: map[string]string{"Authorization": "a\r\nX-Injected: 1"}},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Skills: []grain.Skill{{Name: "a"}, {Name: "a"}}},
+		{Name: "x", Kind: grain.KindMCP, URL: "https://x", Skills: []grain.Skill{{Name: "pay", Sensitive: true}}},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Description: strings.Repeat("d", 5000)},
 		{Name: "x", Kind: grain.KindA2A, URL: "https://x", Trust: "trusted"},
 		{Name: "x", Kind: grain.KindMCP, URL: "https://x", Trust: grain.TrustObserve},

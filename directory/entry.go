@@ -125,6 +125,8 @@ func (s *Spec) validate() error {
 			return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q appears twice", s.Name, sk.Name)
 		case len(sk.Description) > maxText || len(sk.Tags) > maxList || len(sk.Examples) > maxList:
 			return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: a description of at most %d bytes, at most %d tags and %d examples", s.Name, sk.Name, maxText, maxList, maxList)
+		case sk.Sensitive:
+			return errs.New(codes.InvalidArgument, "directory: entry %s: skill %q: sensitive marks a skill of an agent type (grain.Skill.MarkSensitive); name an outside entry's tool under the model agent's sensitive list", s.Name, sk.Name)
 		}
 		seen[sk.Name] = true
 		for _, t := range sk.Tags {

@@ -17,7 +17,7 @@ func EntryProto(e grain.DirectoryEntry) *agentsilov1.DirectoryEntry {
 		out.LastSeen = timestamppb.New(e.LastSeen)
 	}
 	for _, sk := range e.Skills {
-		out.Skills = append(out.Skills, &agentsilov1.Skill{Name: sk.Name, Description: sk.Description, Tags: slices.Clone(sk.Tags), Examples: slices.Clone(sk.Examples)})
+		out.Skills = append(out.Skills, &agentsilov1.Skill{Name: sk.Name, Description: sk.Description, Tags: slices.Clone(sk.Tags), Examples: slices.Clone(sk.Examples), Sensitive: sk.Sensitive})
 	}
 	for _, t := range e.Tools {
 		out.Tools = append(out.Tools, &agentsilov1.DirectoryTool{Name: t.Name, Description: t.Description})
@@ -31,7 +31,7 @@ func SpecFromProto(r *agentsilov1.DirectoryAddRequest) Spec {
 	s := Spec{Name: r.GetName(), Kind: r.GetKind(), URL: r.GetUrl(), Description: r.GetDescription(), Headers: r.GetHeaders(),
 		Trust: r.GetTrust(), ApprovedSkills: r.GetApprovedSkills(), Principal: r.GetPrincipal()}
 	for _, sk := range r.GetSkills() {
-		s.Skills = append(s.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples()})
+		s.Skills = append(s.Skills, grain.Skill{Name: sk.GetName(), Description: sk.GetDescription(), Tags: sk.GetTags(), Examples: sk.GetExamples(), Sensitive: sk.GetSensitive()})
 	}
 	return s
 }

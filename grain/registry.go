@@ -115,7 +115,8 @@ type Skill struct {
 	// person's approval once the model has read untrusted content (a
 	// tool's output, or anything from outside the cluster; see package
 	// llm and docs/trust.md), whatever the model agent's definition says.
-	// Like Approval, it stays on the silo.
+	// Unlike Approval, it travels with the type's wire form: a model agent
+	// on another silo, which knows the type from the directory, keeps it.
 	Sensitive bool
 	// Scopes are the OAuth scopes a caller proven by a token of the
 	// cluster's OpenID provider must hold to call the skill (a request
@@ -179,6 +180,7 @@ func typeInfoOf(t *agentsilov1.AgentType) TypeInfo {
 			Description: s.GetDescription(),
 			Tags:        slices.Clone(s.GetTags()),
 			Examples:    slices.Clone(s.GetExamples()),
+			Sensitive:   s.GetSensitive(),
 		}
 		if s.GetInputSchema() != "" {
 			sk.InputSchema = json.RawMessage(s.GetInputSchema())

@@ -91,13 +91,19 @@ func (a *archive) filed() ([]string, []string) {
 // doc. It is closed at the test's end.
 func startToolSilo(t *testing.T, reg *grain.Registry, acl string) *cluster.Silo {
 	t.Helper()
-	e := etcdtest.Start(t)
+	return startToolSiloOn(t, etcdtest.Start(t), "s1", reg, acl)
+}
+
+// startToolSiloOn starts the silo name of reg's types over e, beside the
+// other silos e holds.
+func startToolSiloOn(t *testing.T, e *etcdtest.Server, name string, reg *grain.Registry, acl string) *cluster.Silo {
+	t.Helper()
 	aclFile := t.TempDir() + "/acl.json"
 	if err := os.WriteFile(aclFile, []byte(acl), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cfg := cluster.DefaultSiloConfig()
-	cfg.Name = "s1"
+	cfg.Name = name
 	cfg.GatewayAddr = "127.0.0.1:0"
 	cfg.HTTPAddr = ""
 	cfg.Etcd = etcdstore.Config{Endpoints: []string{e.Endpoint()}, Prefix: "/llm-tools/"}

@@ -3,6 +3,7 @@ package llm_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -16,9 +17,11 @@ import (
 
 	"github.com/agentsilo/agentsilo/audit"
 	"github.com/agentsilo/agentsilo/client"
+	"github.com/agentsilo/agentsilo/cluster"
 	"github.com/agentsilo/agentsilo/directory"
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/grain"
+	"github.com/agentsilo/agentsilo/internal/etcdtest"
 	"github.com/agentsilo/agentsilo/internal/testutil"
 	"github.com/agentsilo/agentsilo/llm"
 	"github.com/agentsilo/agentsilo/llm/llmtest"
@@ -268,5 +271,156 @@ func TestPromptInjectionStopped(t *testing.T) {
 	odd := llm.Definition{Type: "X", Model: clerk.Model, OnUntrusted: "ignore"}
 	if err := odd.Validate(); errs.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "on_untrusted") {
 		t.Fatalf("on_untrusted: ignore: %v; want InvalidArgument naming the field", err)
+	}
+}
+
+// throughDirectory is a model that finds what to call in the directory:
+// asked to read a document, it reads it; a document that says "call
+// Payments_<skill>" makes it search the directory for the skill, and the
+// search's answer makes it call the type's tool of it, paying mallory
+// through the agent bank. Asked by the user to pay, it calls Payments_pay
+// at once (a search's result is a tool's output too). Any other tool
+// result it answers with.
+func throughDirectory(bank string) func(llmtest.Request) llmtest.Step {
+	return func(r llmtest.Request) llmtest.Step {
+		last := r.LastMessage()
+		search := func(skill string) llmtest.Step {
+			return llmtest.Step{ToolCalls: []llmtest.ToolCall{{Name: "directory_search", Arguments: `{"text": "` + skill + ` someone", "kind": "type"}`}}}
+		}
+		switch {
+		case last.Role == "user" && strings.HasPrefix(last.Data, "read "):
+			return llmtest.Step{ToolCalls: []llmtest.ToolCall{{Name: "docs_read", Arguments: `{"name": "` + strings.TrimPrefix(last.Data, "read ") + `"}`}}}
+		case last.Role == "user" && strings.HasPrefix(last.Data, "pay "):
+			return llmtest.Step{ToolCalls: []llmtest.ToolCall{{Name: "Payments_pay", Arguments: `{"agent": "` + bank + `", "input": {"to": "mallory", "amount": 100}}`}}}
+		case last.Role != "tool":
+			return llmtest.Step{Text: "what now?"}
+		}
+		if m := callInstruction.FindStringSubmatch(last.Data); m != nil {
+			return search(strings.TrimPrefix(m[1], "Payments_")) // the injection, obeyed
+		}
+		var hits []struct {
+			Name, Kind string
+			Skills     []struct{ Name string }
+		}
+		if json.Unmarshal([]byte(last.Data), &hits) == nil && len(hits) > 0 {
+			// The search's answer: call the best hit's first skill the
+			// search asked for.
+			asked := r.Messages[len(r.Messages)-2].ToolCalls[0].Arguments
+			for _, h := range hits {
+				for _, sk := range h.Skills {
+					if strings.Contains(asked, `"`+sk.Name+` someone"`) {
+						return llmtest.Step{ToolCalls: []llmtest.ToolCall{{Name: h.Name + "_" + sk.Name, Arguments: `{"agent": "` + bank + `", "input": {"to": "mallory", "amount": 100}}`}}}
+					}
+				}
+			}
+		}
+		return llmtest.Step{Text: "done: " + last.Data}
+	}
+}
+
+// A skill marked sensitive stays sensitive for a model agent that knows
+// its type only from the directory, in the type's wire form: the Clerk,
+// on silo s1, reads the types its tools name from a registry of its own
+// (llm.Factory) that lacks Payments, so its Payments_pay tool is built
+// from the directory's entry of the type; the agent it pays through is
+// on silo s2. The Clerk also searches the directory (directory: true). The document the model reads tells it
+// to call Payments_pay; it finds the skill in the directory and calls it,
+// and the call waits for a person's approval, nothing paid. The same
+// call asked by the user alone (user-input only) runs, on s2. Under on_untrusted: refuse,
+// with no sensitive list of its own, the injected call does not run.
+func TestSensitiveSkillFromDirectory(t *testing.T) {
+	docs := startDocs(t)
+	members := []string{"s1", "s2"}
+	// Aliases placed where their types are: the Clerks on s1, the bank
+	// on s2.
+	aliasOn := func(typ, silo, prefix string) string {
+		for i := 0; ; i++ {
+			a := fmt.Sprintf("%s%d", prefix, i)
+			if cluster.Owner(typ+":alice:"+a, members) == silo {
+				return a
+			}
+		}
+	}
+	bank := aliasOn("Payments", "s2", "bank")
+	model := llmtest.NewFunc(throughDirectory(bank))
+	defer model.Close()
+
+	withClerks := grain.NewRegistry()
+	clerk := llm.Definition{
+		Type:         "Clerk",
+		Model:        llm.Model{Provider: llm.ProviderOpenAI, BaseURL: model.OpenAIURL(), Name: "fake-model", APIKeyEnv: "FAKE_MODEL_KEY"},
+		SystemPrompt: "You handle the team's invoices.",
+		Tools:        []llm.ToolRef{{Agent: "Payments"}, {Directory: true}, {MCP: "docs"}},
+	}
+	strict := clerk
+	strict.Type, strict.OnUntrusted = "Strict", llm.OnUntrustedRefuse
+	// The Clerks read the types their tools name from a registry of their
+	// own, which has none: Payments they know from the directory only.
+	for _, d := range []llm.Definition{clerk, strict} {
+		f, info, err := llm.Factory(grain.NewRegistry(), d, llm.WithGetenv(getenv), llm.WithMaxRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := withClerks.Register(d.Type, f, info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every silo registers Payments (a silo sends only to the types it
+	// has); its agent bank lives on s2.
+	pays := &payments{}
+	pays.register(t, withClerks)
+	withPayments := grain.NewRegistry()
+	pays.register(t, withPayments)
+	e := etcdtest.Start(t)
+	s1 := startToolSiloOn(t, e, "s1", withClerks, `{"Rules": []}`)
+	startToolSiloOn(t, e, "s2", withPayments, `{"Rules": []}`)
+	ctx := t.Context()
+	if _, err := s1.Directory().Add(ctx, directory.Spec{Name: "docs", Kind: grain.KindMCP, URL: docs}); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "s1's directory to list s2's Payments and the docs server's tools", func() bool {
+		p, perr := s1.Directory().Get(ctx, grain.KindType+"/Payments")
+		d, derr := s1.Directory().Get(ctx, "docs")
+		return perr == nil && len(p.Skills) == 2 && derr == nil && len(d.Tools) == 1
+	})
+	alice := dialAs(t, s1, "alice")
+	c1, c2, s := aliasOn("Clerk", "s1", "c"), aliasOn("Clerk", "s1", "d"), aliasOn("Strict", "s1", "s")
+
+	// The injection: the call found through the directory waits for
+	// approval.
+	r, err := alice.Ask(ctx, "Clerk:alice:"+c1, &client.Message{Message: "read invoice-7"})
+	var req llm.ApprovalRequest
+	if err != nil || r.MessageType != llm.InputRequired || json.Unmarshal(r.Data, &req) != nil || len(req.Approvals) != 1 {
+		t.Fatalf("the injected turn: %v %v; want it waiting for an approval", r, err)
+	}
+	if ap := req.Approvals[0]; ap.Call.Name != "Payments_pay" || !strings.Contains(ap.Why, "Payments_pay is sensitive") || !strings.Contains(ap.Why, "(the result of docs_read)") {
+		t.Fatalf("the approval %+v; want Payments_pay, sensitive after docs_read", ap)
+	}
+	if calls := model.Requests(); !slices.ContainsFunc(calls, func(r llmtest.Request) bool {
+		return slices.ContainsFunc(r.Messages, func(m llmtest.Message) bool {
+			return len(m.ToolCalls) == 1 && m.ToolCalls[0].Name == "directory_search"
+		})
+	}) {
+		t.Fatal("the model did not search the directory")
+	}
+	if got := pays.made(); len(got) != 0 {
+		t.Fatalf("paid %q before any approval", got)
+	}
+
+	// The same call after user-input only: it runs, on s2.
+	if r, err := alice.Ask(ctx, "Clerk:alice:"+c2, &client.Message{Message: "pay mallory 100"}); err != nil || r.Message != "done: pay done" {
+		t.Fatalf("the user's own payment: %v %v", r, err)
+	}
+	if got := pays.made(); len(got) != 1 || got[0] != "pay mallory" {
+		t.Fatalf("payments %q, want the user's one", got)
+	}
+
+	// on_untrusted: refuse: the injected call does not run.
+	r, err = alice.Ask(ctx, "Strict:alice:"+s, &client.Message{Message: "read invoice-7"})
+	if err != nil || !strings.HasPrefix(r.Message, "done: not run: Payments_pay is sensitive, and the model has read untrusted content") {
+		t.Fatalf("the injected payment under on_untrusted: refuse: %v %v; want it refused", r, err)
+	}
+	if got := pays.made(); len(got) != 1 {
+		t.Fatalf("payments %q: the injected payment ran", got)
 	}
 }

@@ -56,7 +56,7 @@ func wireSkills(ss []client.Skill) []*agentsilov1.Skill {
 	var out []*agentsilov1.Skill
 	for _, s := range ss {
 		out = append(out, &agentsilov1.Skill{Name: s.Name, Description: s.Description, Tags: s.Tags, Examples: s.Examples,
-			InputSchema: s.InputSchema, OutputSchema: s.OutputSchema})
+			InputSchema: s.InputSchema, OutputSchema: s.OutputSchema, Sensitive: s.Sensitive})
 	}
 	return out
 }

@@ -1602,7 +1602,12 @@ type Skill struct {
 	InputSchema string `protobuf:"bytes,5,opt,name=input_schema,json=inputSchema,proto3" json:"input_schema,omitempty"`
 	// output_schema, if not empty, is the JSON Schema (a JSON object, as
 	// text) of the JSON data of the skill's replies.
-	OutputSchema  string `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	OutputSchema string `protobuf:"bytes,6,opt,name=output_schema,json=outputSchema,proto3" json:"output_schema,omitempty"`
+	// sensitive says a model agent's tool call of the skill waits for a
+	// person's approval (or is refused) once the model has read untrusted
+	// content, wherever the model agent learnt of the skill: its own silo's
+	// registry or, for a type on other silos, the directory.
+	Sensitive     bool `protobuf:"varint,7,opt,name=sensitive,proto3" json:"sensitive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1677,6 +1682,13 @@ func (x *Skill) GetOutputSchema() string {
 		return x.OutputSchema
 	}
 	return ""
+}
+
+func (x *Skill) GetSensitive() bool {
+	if x != nil {
+		return x.Sensitive
+	}
+	return false
 }
 
 type GetConfigRequest struct {
@@ -2385,14 +2397,15 @@ const file_agentsilo_v1_gateway_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12+\n" +
 	"\x06skills\x18\x03 \x03(\v2\x13.agentsilo.v1.SkillR\x06skills\x12\x1a\n" +
-	"\bdeclared\x18\x04 \x01(\bR\bdeclared\"\xb5\x01\n" +
+	"\bdeclared\x18\x04 \x01(\bR\bdeclared\"\xd3\x01\n" +
 	"\x05Skill\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12\x12\n" +
 	"\x04tags\x18\x03 \x03(\tR\x04tags\x12\x1a\n" +
 	"\bexamples\x18\x04 \x03(\tR\bexamples\x12!\n" +
 	"\finput_schema\x18\x05 \x01(\tR\vinputSchema\x12#\n" +
-	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\"(\n" +
+	"\routput_schema\x18\x06 \x01(\tR\foutputSchema\x12\x1c\n" +
+	"\tsensitive\x18\a \x01(\bR\tsensitive\"(\n" +
 	"\x10GetConfigRequest\x12\x14\n" +
 	"\x05agent\x18\x01 \x01(\tR\x05agent\"\xc3\x01\n" +
 	"\x11GetConfigResponse\x12\x18\n" +
