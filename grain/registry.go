@@ -16,7 +16,6 @@ import (
 
 	"github.com/agentsilo/agentsilo/errs"
 	"github.com/agentsilo/agentsilo/internal/names"
-	agentsilov1 "github.com/agentsilo/agentsilo/proto/agentsilo/v1"
 )
 
 // TypeInfo describes a registered agent type: what it is for, the skills
@@ -168,29 +167,6 @@ func (ti TypeInfo) HasTag(tag string) bool {
 		}
 	}
 	return false
-}
-
-// typeInfoOf is the TypeInfo of t, the wire form of a type (as ListTypes
-// and the silos' types exchange carry it): name, description and skills.
-func typeInfoOf(t *agentsilov1.AgentType) TypeInfo {
-	ti := TypeInfo{Name: t.GetName(), Description: t.GetDescription()}
-	for _, s := range t.GetSkills() {
-		sk := Skill{
-			Name:        s.GetName(),
-			Description: s.GetDescription(),
-			Tags:        slices.Clone(s.GetTags()),
-			Examples:    slices.Clone(s.GetExamples()),
-			Sensitive:   s.GetSensitive(),
-		}
-		if s.GetInputSchema() != "" {
-			sk.InputSchema = json.RawMessage(s.GetInputSchema())
-		}
-		if s.GetOutputSchema() != "" {
-			sk.OutputSchema = json.RawMessage(s.GetOutputSchema())
-		}
-		ti.Skills = append(ti.Skills, sk)
-	}
-	return ti
 }
 
 func (ti TypeInfo) clone() TypeInfo {
