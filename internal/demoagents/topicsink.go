@@ -94,7 +94,7 @@ func (s *TopicSink) OnMessage(ctx context.Context, m *grain.Message) (*grain.Mes
 	}
 	b, _ := json.Marshal(SinkLine{
 		ID: m.ID, Subscription: m.Subscription, Attempt: m.Attempt, Agent: s.host.Address().String(),
-		Silo: s.host.Silo(), PID: os.Getpid(), Text: text, From: m.From, Outcome: outcome, Traceparent: grain.Traceparent(ctx),
+		Silo: s.host.Silo(), PID: os.Getpid(), Text: text, From: m.From, Outcome: outcome, Traceparent: m.Traceparent(),
 	})
 	if _, werr := s.file.Write(append(b, '\n')); werr != nil {
 		return nil, werr // not recorded: not acknowledged either
