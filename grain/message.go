@@ -17,12 +17,11 @@ import (
 // it, not in it: a handler reads those from its context (Traceparent,
 // ctx.Deadline).
 //
-// The runtime owns the fields it stamps (ID, From, OnBehalfOf, Kind,
-// CorrelationID, Topic, Subscription, Attempt): what a sender puts there is
-// replaced. A handler must not keep a message it was given, nor change it,
-// after it returns.
+// The runtime fills in the fields it owns: ID, From, OnBehalfOf and Kind
+// on what is sent, CorrelationID on a response, Topic, Subscription and
+// Attempt on a topic delivery.
 type Message struct {
-	// Id is the message's id, a UUIDv7 the runtime gives (see NewID).
+	// ID is the message's id, a UUIDv7 the runtime gives (see NewID).
 	ID string
 	// To is the address the message goes to (Type:owner:alias), absolute
 	// or relative to the sender's owner (Type:alias).
@@ -52,7 +51,7 @@ type Message struct {
 	// State carries small key-value pairs along with the message; keys
 	// starting with ReservedPrefix are the runtime's.
 	State map[string]string
-	// CorrelationId is, on a response, the id of the request it answers.
+	// CorrelationID is, on a response, the id of the request it answers.
 	CorrelationID string
 	// Topic is the topic a delivered message was published to ("" for a
 	// message that is not a topic delivery).
