@@ -402,7 +402,9 @@ func (rt *Runtime) prepare(ctx context.Context, t *turn, owner string, msg *Mess
 		if msg.chain == "" {
 			msg.chain = msg.ID
 		}
-		if msg.traceparent == "" {
+		if stamp && msg.traceparent == "" {
+			// Sent here from outside a turn (a forwarded message
+			// carries its trace from its first silo).
 			msg.traceparent = rt.outsideTraceparent(ctx)
 		}
 	}
